@@ -1,0 +1,38 @@
+# make run: set up, then run a local 3-node cluster in the foreground.
+# make test: set up, then run the whole test suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run run5 test test-slow lint proto setup clean-data
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+run: setup
+	$(PY) -m nameserver.cli.local --nodes 3
+
+run5: setup
+	$(PY) -m nameserver.cli.local --nodes 5
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+lint: setup
+	$(PY) -m ruff check .
+
+proto: setup
+	PYTHON=$(PY) scripts/gen_proto.sh
+
+clean-data:
+	rm -rf data/local

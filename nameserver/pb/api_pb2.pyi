@@ -1,0 +1,426 @@
+from nameserver.pb import state_pb2 as _state_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TopicListKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOPIC_LIST_ALL: _ClassVar[TopicListKind]
+    TOPIC_LIST_BY_CLUSTER: _ClassVar[TopicListKind]
+    TOPIC_LIST_SYSTEM: _ClassVar[TopicListKind]
+    TOPIC_LIST_UNIT: _ClassVar[TopicListKind]
+    TOPIC_LIST_HAS_UNIT_SUB: _ClassVar[TopicListKind]
+    TOPIC_LIST_HAS_UNIT_SUB_NOT_UNIT: _ClassVar[TopicListKind]
+
+class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROLE_UNKNOWN: _ClassVar[Role]
+    ROLE_FOLLOWER: _ClassVar[Role]
+    ROLE_CANDIDATE: _ClassVar[Role]
+    ROLE_LEADER: _ClassVar[Role]
+TOPIC_LIST_ALL: TopicListKind
+TOPIC_LIST_BY_CLUSTER: TopicListKind
+TOPIC_LIST_SYSTEM: TopicListKind
+TOPIC_LIST_UNIT: TopicListKind
+TOPIC_LIST_HAS_UNIT_SUB: TopicListKind
+TOPIC_LIST_HAS_UNIT_SUB_NOT_UNIT: TopicListKind
+ROLE_UNKNOWN: Role
+ROLE_FOLLOWER: Role
+ROLE_CANDIDATE: Role
+ROLE_LEADER: Role
+
+class WriteReply(_message.Message):
+    __slots__ = ("offset", "records")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    records: int
+    def __init__(self, offset: _Optional[int] = ..., records: _Optional[int] = ...) -> None: ...
+
+class TopicConfig(_message.Message):
+    __slots__ = ("topic_name", "read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag")
+    TOPIC_NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    topic_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+    def __init__(self, topic_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ...) -> None: ...
+
+class RegisterBrokerRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id", "ha_server_addr", "heartbeat_timeout_ms", "enable_acting_master", "zone_name", "data_version", "topics", "filter_servers")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_ACTING_MASTER_FIELD_NUMBER: _ClassVar[int]
+    ZONE_NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_addr: str
+    broker_id: int
+    ha_server_addr: str
+    heartbeat_timeout_ms: int
+    enable_acting_master: bool
+    zone_name: str
+    data_version: _state_pb2.DataVersion
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    filter_servers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., broker_id: _Optional[int] = ..., ha_server_addr: _Optional[str] = ..., heartbeat_timeout_ms: _Optional[int] = ..., enable_acting_master: _Optional[bool] = ..., zone_name: _Optional[str] = ..., data_version: _Optional[_Union[_state_pb2.DataVersion, _Mapping]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., filter_servers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TopicConfigs(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class RegisterBrokerChunk(_message.Message):
+    __slots__ = ("header", "topics")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    header: RegisterBrokerRequest
+    topics: TopicConfigs
+    def __init__(self, header: _Optional[_Union[RegisterBrokerRequest, _Mapping]] = ..., topics: _Optional[_Union[TopicConfigs, _Mapping]] = ...) -> None: ...
+
+class RegisterBrokerReply(_message.Message):
+    __slots__ = ("offset", "records", "master_addr", "ha_server_addr", "order_topic_config")
+    class OrderTopicConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ORDER_TOPIC_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    records: int
+    master_addr: str
+    ha_server_addr: str
+    order_topic_config: _containers.ScalarMap[str, str]
+    def __init__(self, offset: _Optional[int] = ..., records: _Optional[int] = ..., master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., order_topic_config: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class UnregisterBrokerRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_addr: str
+    broker_id: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., broker_id: _Optional[int] = ...) -> None: ...
+
+class BrokerHeartbeat(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_addr")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_addr: str
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("heartbeats",)
+    HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
+    heartbeats: _containers.RepeatedCompositeFieldContainer[BrokerHeartbeat]
+    def __init__(self, heartbeats: _Optional[_Iterable[_Union[BrokerHeartbeat, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatReply(_message.Message):
+    __slots__ = ("unknown_addrs",)
+    UNKNOWN_ADDRS_FIELD_NUMBER: _ClassVar[int]
+    unknown_addrs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, unknown_addrs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetRouteRequest(_message.Message):
+    __slots__ = ("topic", "min_offset", "zone_name")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ZONE_NAME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    min_offset: int
+    zone_name: str
+    def __init__(self, topic: _Optional[str] = ..., min_offset: _Optional[int] = ..., zone_name: _Optional[str] = ...) -> None: ...
+
+class TopicRoute(_message.Message):
+    __slots__ = ("broker_datas", "queue_datas", "filter_server_table", "order_topic_conf")
+    class FilterServerTableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _state_pb2.FilterServers
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_state_pb2.FilterServers, _Mapping]] = ...) -> None: ...
+    BROKER_DATAS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DATAS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_SERVER_TABLE_FIELD_NUMBER: _ClassVar[int]
+    ORDER_TOPIC_CONF_FIELD_NUMBER: _ClassVar[int]
+    broker_datas: _containers.RepeatedCompositeFieldContainer[_state_pb2.BrokerData]
+    queue_datas: _containers.RepeatedCompositeFieldContainer[_state_pb2.QueueData]
+    filter_server_table: _containers.MessageMap[str, _state_pb2.FilterServers]
+    order_topic_conf: str
+    def __init__(self, broker_datas: _Optional[_Iterable[_Union[_state_pb2.BrokerData, _Mapping]]] = ..., queue_datas: _Optional[_Iterable[_Union[_state_pb2.QueueData, _Mapping]]] = ..., filter_server_table: _Optional[_Mapping[str, _state_pb2.FilterServers]] = ..., order_topic_conf: _Optional[str] = ...) -> None: ...
+
+class GetRouteReply(_message.Message):
+    __slots__ = ("route", "apply_offset")
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    route: TopicRoute
+    apply_offset: int
+    def __init__(self, route: _Optional[_Union[TopicRoute, _Mapping]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+
+class GetClusterInfoRequest(_message.Message):
+    __slots__ = ("min_offset",)
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    min_offset: int
+    def __init__(self, min_offset: _Optional[int] = ...) -> None: ...
+
+class BrokerNames(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetClusterInfoReply(_message.Message):
+    __slots__ = ("broker_addr_table", "cluster_addr_table", "apply_offset")
+    class BrokerAddrTableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _state_pb2.BrokerData
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_state_pb2.BrokerData, _Mapping]] = ...) -> None: ...
+    class ClusterAddrTableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: BrokerNames
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[BrokerNames, _Mapping]] = ...) -> None: ...
+    BROKER_ADDR_TABLE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ADDR_TABLE_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    broker_addr_table: _containers.MessageMap[str, _state_pb2.BrokerData]
+    cluster_addr_table: _containers.MessageMap[str, BrokerNames]
+    apply_offset: int
+    def __init__(self, broker_addr_table: _Optional[_Mapping[str, _state_pb2.BrokerData]] = ..., cluster_addr_table: _Optional[_Mapping[str, BrokerNames]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+
+class GetTopicListRequest(_message.Message):
+    __slots__ = ("kind", "cluster_name", "min_offset")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    kind: TopicListKind
+    cluster_name: str
+    min_offset: int
+    def __init__(self, kind: _Optional[_Union[TopicListKind, str]] = ..., cluster_name: _Optional[str] = ..., min_offset: _Optional[int] = ...) -> None: ...
+
+class GetTopicListReply(_message.Message):
+    __slots__ = ("topics", "apply_offset")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    apply_offset: int
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+
+class GetBrokerMemberGroupRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "min_offset")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    min_offset: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., min_offset: _Optional[int] = ...) -> None: ...
+
+class GetBrokerMemberGroupReply(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "addrs", "apply_offset")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRS_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    addrs: _containers.RepeatedCompositeFieldContainer[_state_pb2.BrokerAddr]
+    apply_offset: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., addrs: _Optional[_Iterable[_Union[_state_pb2.BrokerAddr, _Mapping]]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+
+class PutKvRequest(_message.Message):
+    __slots__ = ("namespace", "key", "value")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: str
+    value: str
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class GetKvRequest(_message.Message):
+    __slots__ = ("namespace", "key", "min_offset")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: str
+    min_offset: int
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[str] = ..., min_offset: _Optional[int] = ...) -> None: ...
+
+class GetKvReply(_message.Message):
+    __slots__ = ("value", "apply_offset")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    value: str
+    apply_offset: int
+    def __init__(self, value: _Optional[str] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+
+class DeleteKvRequest(_message.Message):
+    __slots__ = ("namespace", "key")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: str
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+
+class ListKvRequest(_message.Message):
+    __slots__ = ("namespace", "min_offset")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    min_offset: int
+    def __init__(self, namespace: _Optional[str] = ..., min_offset: _Optional[int] = ...) -> None: ...
+
+class ListKvReply(_message.Message):
+    __slots__ = ("table", "apply_offset")
+    class TableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    table: _containers.ScalarMap[str, str]
+    apply_offset: int
+    def __init__(self, table: _Optional[_Mapping[str, str]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+
+class BrokerPermRequest(_message.Message):
+    __slots__ = ("broker_name",)
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    def __init__(self, broker_name: _Optional[str] = ...) -> None: ...
+
+class BrokerPermReply(_message.Message):
+    __slots__ = ("topic_count", "offset")
+    TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic_count: int
+    offset: int
+    def __init__(self, topic_count: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class RegisterTopicRequest(_message.Message):
+    __slots__ = ("topic", "queue_datas")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DATAS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_datas: _containers.RepeatedCompositeFieldContainer[_state_pb2.QueueData]
+    def __init__(self, topic: _Optional[str] = ..., queue_datas: _Optional[_Iterable[_Union[_state_pb2.QueueData, _Mapping]]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("topic", "cluster_name")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    cluster_name: str
+    def __init__(self, topic: _Optional[str] = ..., cluster_name: _Optional[str] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NodeStatus(_message.Message):
+    __slots__ = ("node_id", "grpc_addr", "role", "leader_id", "leader_grpc_addr", "term", "end_offset", "commit_offset", "apply_offset", "digest", "ready", "snapshot_offset", "keys", "has_quorum")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    HAS_QUORUM_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    grpc_addr: str
+    role: Role
+    leader_id: str
+    leader_grpc_addr: str
+    term: int
+    end_offset: int
+    commit_offset: int
+    apply_offset: int
+    digest: str
+    ready: bool
+    snapshot_offset: int
+    keys: int
+    has_quorum: bool
+    def __init__(self, node_id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., leader_id: _Optional[str] = ..., leader_grpc_addr: _Optional[str] = ..., term: _Optional[int] = ..., end_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., apply_offset: _Optional[int] = ..., digest: _Optional[str] = ..., ready: _Optional[bool] = ..., snapshot_offset: _Optional[int] = ..., keys: _Optional[int] = ..., has_quorum: _Optional[bool] = ...) -> None: ...
+
+class MembersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("node_id", "grpc_addr", "is_self", "is_leader", "connected", "match_offset")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
+    IS_SELF_FIELD_NUMBER: _ClassVar[int]
+    IS_LEADER_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    MATCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    grpc_addr: str
+    is_self: bool
+    is_leader: bool
+    connected: bool
+    match_offset: int
+    def __init__(self, node_id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., is_self: _Optional[bool] = ..., is_leader: _Optional[bool] = ..., connected: _Optional[bool] = ..., match_offset: _Optional[int] = ...) -> None: ...
+
+class MembersReply(_message.Message):
+    __slots__ = ("members",)
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class TakeSnapshotRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TakeSnapshotReply(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,105 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RecordType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECORD_TYPE_UNSPECIFIED: _ClassVar[RecordType]
+    BROKER: _ClassVar[RecordType]
+    BROKER_LIVE: _ClassVar[RecordType]
+    TOPIC_QUEUE: _ClassVar[RecordType]
+    FILTER_SERVER: _ClassVar[RecordType]
+    KV_CONFIG: _ClassVar[RecordType]
+    QUEUE_BINDING: _ClassVar[RecordType]
+    CLIENT_SESSION: _ClassVar[RecordType]
+RECORD_TYPE_UNSPECIFIED: RecordType
+BROKER: RecordType
+BROKER_LIVE: RecordType
+TOPIC_QUEUE: RecordType
+FILTER_SERVER: RecordType
+KV_CONFIG: RecordType
+QUEUE_BINDING: RecordType
+CLIENT_SESSION: RecordType
+
+class BrokerAddr(_message.Message):
+    __slots__ = ("broker_id", "addr")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    addr: str
+    def __init__(self, broker_id: _Optional[int] = ..., addr: _Optional[str] = ...) -> None: ...
+
+class BrokerData(_message.Message):
+    __slots__ = ("cluster", "broker_name", "addrs", "enable_acting_master", "zone")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRS_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_ACTING_MASTER_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    broker_name: str
+    addrs: _containers.RepeatedCompositeFieldContainer[BrokerAddr]
+    enable_acting_master: bool
+    zone: str
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., addrs: _Optional[_Iterable[_Union[BrokerAddr, _Mapping]]] = ..., enable_acting_master: _Optional[bool] = ..., zone: _Optional[str] = ...) -> None: ...
+
+class DataVersion(_message.Message):
+    __slots__ = ("counter", "timestamp", "state_version")
+    COUNTER_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    STATE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    counter: int
+    timestamp: int
+    state_version: int
+    def __init__(self, counter: _Optional[int] = ..., timestamp: _Optional[int] = ..., state_version: _Optional[int] = ...) -> None: ...
+
+class BrokerLive(_message.Message):
+    __slots__ = ("cluster", "broker_name", "broker_id", "broker_addr", "ha_server_addr", "data_version", "heartbeat_timeout_ms", "zone")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    broker_name: str
+    broker_id: int
+    broker_addr: str
+    ha_server_addr: str
+    data_version: DataVersion
+    heartbeat_timeout_ms: int
+    zone: str
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., data_version: _Optional[_Union[DataVersion, _Mapping]] = ..., heartbeat_timeout_ms: _Optional[int] = ..., zone: _Optional[str] = ...) -> None: ...
+
+class QueueData(_message.Message):
+    __slots__ = ("broker_name", "read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+    def __init__(self, broker_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ...) -> None: ...
+
+class FilterServers(_message.Message):
+    __slots__ = ("addrs",)
+    ADDRS_FIELD_NUMBER: _ClassVar[int]
+    addrs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, addrs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class KvValue(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: str
+    def __init__(self, value: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,126 @@
+"""The generic, deterministic core of the replicated state: key -> (value, version).
+
+Records in, state out: no clocks, no threads, no I/O. A record is an upsert or a delete of exactly
+its key; a key's version is the offset of the entry that last wrote it. A batch is atomic: if any
+precondition fails, none of its records apply and the result says which key failed. Applying the
+same entries in the same order gives the same map and the same digest on every replica.
+
+Applications (the nameserver) add derived indexes through `listeners`, called once per changed key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from raftlog.digest import digest_hex, pair_hash
+from raftlog.pb import entry_pb2
+
+# A listener sees (record type, key, old value or None, new value or None) for every change.
+ChangeListener = Callable[[int, str, bytes | None, bytes | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One applied key change, as the change feed reports it."""
+
+    offset: int
+    type: int
+    key: str
+    old: bytes | None
+    new: bytes | None
+
+
+class KVState:
+    """The replicated map. Not thread-safe: one apply thread writes, readers hold the owner's lock."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, tuple[bytes, int, int]] = {}  # key -> (value, version, type)
+        self._digest = 0
+        self.offset = 0  # the last offset applied (the apply offset)
+        self.listeners: list[ChangeListener] = []
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes | None:
+        item = self._values.get(key)
+        return item[0] if item else None
+
+    def version(self, key: str) -> int:
+        item = self._values.get(key)
+        return item[1] if item else 0
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def digest(self) -> int:
+        return self._digest
+
+    @property
+    def digest_hex(self) -> str:
+        return digest_hex(self._digest)
+
+    def items(self) -> Iterator[tuple[str, bytes, int, int]]:
+        """(key, value, version, type) for every live key, in no particular order."""
+        for key, (value, version, rtype) in self._values.items():
+            yield key, value, version, rtype
+
+    def freeze(self) -> dict[str, tuple[bytes, int, int]]:
+        """A point-in-time copy for a snapshot writer (values are immutable, so a shallow copy)."""
+        return dict(self._values)
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change] | None = None
+                    ) -> list[entry_pb2.BatchResult]:
+        """Apply one log entry at `offset`; never raises on well-formed protobuf input."""
+        results = []
+        for batch in entry.batches:
+            results.append(self.apply_batch(offset, batch, changes))
+        self.offset = offset
+        return results
+
+    def apply_batch(self, offset: int, batch: entry_pb2.Batch, changes: list[Change] | None = None
+                    ) -> entry_pb2.BatchResult:
+        for pre in batch.preconditions:
+            current = self.version(pre.key)
+            if current != pre.version:
+                return entry_pb2.BatchResult(applied=False, failed_key=pre.key, failed_key_version=current)
+        for rec in batch.records:
+            self._apply_record(offset, rec, changes)
+        return entry_pb2.BatchResult(applied=True)
+
+    def _apply_record(self, offset: int, rec: entry_pb2.Record, changes: list[Change] | None) -> None:
+        old_item = self._values.get(rec.key)
+        old = old_item[0] if old_item else None
+        if rec.op == entry_pb2.OP_DELETE:
+            if old_item is None:
+                return
+            del self._values[rec.key]
+            self._digest ^= pair_hash(rec.key, old)
+            new = None
+        else:
+            new = bytes(rec.value)
+            self._values[rec.key] = (new, offset, rec.type)
+            if old == new:
+                return  # version moves (it was written), the digest and indexes do not
+            if old is not None:
+                self._digest ^= pair_hash(rec.key, old)
+            self._digest ^= pair_hash(rec.key, new)
+        for listener in self.listeners:
+            listener(rec.type, rec.key, old, new)
+        if changes is not None:
+            changes.append(Change(offset, rec.type, rec.key, old, new))
+
+    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None:
+        """Replace the whole state with a snapshot's (key, value, version, type) items."""
+        self._values = {}
+        self._digest = 0
+        for key, value, version, rtype in items:
+            self._values[key] = (value, version, rtype)
+            self._digest ^= pair_hash(key, value)
+        self.offset = offset

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Regenerate the protobuf/gRPC Python code from proto/ into OUT (default: the repo root).
+# The generated files are committed; tests/test_generated_code.py checks they match proto/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root}
+py=${PYTHON:-$root/.venv/bin/python}
+cd "$root"
+mkdir -p "$out/raftlog/pb" "$out/nameserver/pb"
+"$py" -m grpc_tools.protoc -I proto --python_out="$out" --pyi_out="$out" \
+  proto/raftlog/pb/entry.proto proto/nameserver/pb/state.proto
+"$py" -m grpc_tools.protoc -I proto --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" \
+  proto/nameserver/pb/api.proto
+for d in raftlog/pb nameserver/pb; do
+  [ -f "$out/$d/__init__.py" ] || printf '"""Generated protobuf code (scripts/gen_proto.sh); do not edit."""\n' > "$out/$d/__init__.py"
+done
