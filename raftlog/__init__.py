@@ -1,6 +1,11 @@
 """The replicated log: record/entry format, pysyncobj binding, group commit, offsets, barrier."""
 
 from raftlog.digest import digest_hex, digest_of, pair_hash
-from raftlog.kvstate import Change, KVState
+from raftlog.kvstate import Change, KVState, KVStateMachine
+from raftlog.log import LogConfig, ReplicatedLog
+from raftlog.proposer import NotLeader, ProposalError
 
-__all__ = ["Change", "KVState", "digest_hex", "digest_of", "pair_hash"]
+__all__ = [
+    "Change", "KVState", "KVStateMachine", "LogConfig", "NotLeader", "ProposalError", "ReplicatedLog",
+    "digest_hex", "digest_of", "pair_hash",
+]

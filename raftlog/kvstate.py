@@ -124,3 +124,34 @@ class KVState:
             self._values[key] = (value, version, rtype)
             self._digest ^= pair_hash(key, value)
         self.offset = offset
+
+
+class KVStateMachine:
+    """A KVState seen as the apply thread's state machine (apply / freeze / restore).
+
+    Applications with derived indexes override `restore` to rebuild them.
+    """
+
+    def __init__(self, kv: KVState) -> None:
+        self.kv = kv
+
+    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change]
+                    ) -> list[entry_pb2.BatchResult]:
+        return self.kv.apply_entry(offset, entry, changes)
+
+    def freeze(self) -> dict[str, tuple[bytes, int, int]]:
+        return self.kv.freeze()
+
+    def snapshot_items(self, frozen: dict[str, tuple[bytes, int, int]]
+                       ) -> Iterator[tuple[str, bytes, int, int]]:
+        return ((k, v, ver, t) for k, (v, ver, t) in frozen.items())
+
+    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None:
+        self.kv.restore(offset, items)
+
+    def set_offset(self, offset: int) -> None:
+        self.kv.offset = offset
+
+    @property
+    def digest_hex(self) -> str:
+        return self.kv.digest_hex

@@ -1,0 +1,1 @@
+"""Command-line entry points: `nameserver` runs a node, `nsctl` administers a cluster."""

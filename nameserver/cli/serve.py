@@ -1,0 +1,60 @@
+"""`nameserver serve --config node.toml`: run one node in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from nameserver import config
+from nameserver.server import Server
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="nameserver", description="Run a RIP-18 nameserver node.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="run a node")
+    s.add_argument("--config", help="node TOML file")
+    s.add_argument("--raft-addr")
+    s.add_argument("--grpc-addr")
+    s.add_argument("--data-dir")
+    s.add_argument("--default-timeout-ms", type=int, help="broker heartbeat timeout (RocketMQ: 120000)")
+    s.add_argument("--scan-interval-ms", type=int, help="expiry scan interval")
+    s.add_argument("--snapshot-every-entries", type=int)
+    s.add_argument("--log-level", default="INFO")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pysyncobj").setLevel(logging.WARNING)
+    try:
+        cfg = config.load(args.config, {
+            "raft_addr": args.raft_addr, "grpc_addr": args.grpc_addr, "data_dir": args.data_dir,
+            "default_timeout_ms": args.default_timeout_ms, "scan_interval_ms": args.scan_interval_ms,
+            "snapshot_every_entries": args.snapshot_every_entries,
+        })
+    except config.ConfigError as exc:
+        print(f"nameserver: config error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        server = Server(cfg)
+    except OSError as exc:
+        print(f"nameserver: {exc}", file=sys.stderr)
+        return 1
+    stopped = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopped.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    stopped.wait()
+    logging.getLogger("nameserver").info("stopping %s", cfg.raft_addr)
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The apply thread: builds the state from committed entries, in order, off the Raft tick thread.
+
+pysyncobj's tick thread only enqueues (index, bytes); everything that takes time (decoding,
+applying, resolving waiters, feeding watchers, freezing the state for a snapshot, restoring a
+snapshot) happens here. Apply never raises: a malformed entry is logged and skipped as a no-op; an
+entry from a newer format stops this node's apply (with a critical log) rather than diverge.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from raftlog.codec import UnknownEntryFormat, decode_entry
+from raftlog.kvstate import Change
+from raftlog.pb import entry_pb2
+
+log = logging.getLogger("raftlog.apply")
+
+
+class StateMachine(Protocol):
+    """hashicorp/raft's FSM, our flavour: apply, freeze (for snapshot), restore."""
+
+    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change]
+                    ) -> list[entry_pb2.BatchResult]: ...
+
+    def freeze(self) -> Any: ...  # a point-in-time copy, iterated by `snapshot_items`
+
+    def snapshot_items(self, frozen: Any) -> Iterable[tuple[str, bytes, int, int]]: ...
+
+    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None: ...
+
+    @property
+    def digest_hex(self) -> str: ...
+
+
+@dataclass(slots=True)
+class Applied:
+    """What a proposer learns about its batch."""
+
+    offset: int
+    result: entry_pb2.BatchResult
+    term: int
+
+
+class _Waiter:
+    __slots__ = ("event", "applied")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.applied: Applied | None = None
+
+
+class Applier:
+    def __init__(self, fsm: StateMachine, lock: threading.RLock) -> None:
+        self.fsm = fsm
+        self.lock = lock  # readers of the state hold it too, so they never see half an entry
+        self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self._waiters: dict[str, _Waiter] = {}
+        self._waiters_lock = threading.Lock()
+        self._offset_cv = threading.Condition()
+        self.apply_offset = 0
+        self.apply_term = 0
+        self.last_apply_time = time.monotonic()
+        self.failed: str | None = None  # set when apply stopped for good
+        self.change_listeners: list[Callable[[int, list[Change]], None]] = []
+        self.snapshot_handler: Callable[[int, int, Any, bytes, str], None] | None = None
+        self.restore_handler: Callable[[str, int], tuple[int, Iterable, str]] | None = None
+        self._thread = threading.Thread(target=self._run, name="apply", daemon=True)
+        self._stopped = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._queue.put(("stop",))
+        self._thread.join(timeout=5)
+
+    # ---- called from the tick thread: must be O(1) and never raise ---------------------------
+
+    def enqueue_entry(self, index: int, data: bytes) -> None:
+        self._queue.put(("entry", index, data))
+
+    def enqueue_advance(self, index: int) -> None:
+        """pysyncobj applied an entry of its own (no-op, membership) up to `index`."""
+        self._queue.put(("advance", index))
+
+    def enqueue_snapshot(self, index: int, term: int, raft_meta: bytes) -> None:
+        self._queue.put(("snapshot", index, term, raft_meta))
+
+    def enqueue_restore(self, path: str, index: int) -> None:
+        self._queue.put(("restore", path, index))
+
+    # ---- proposers ---------------------------------------------------------------------------
+
+    def register(self, request_id: str) -> _Waiter:
+        w = _Waiter()
+        with self._waiters_lock:
+            self._waiters[request_id] = w
+        return w
+
+    def unregister(self, request_id: str) -> None:
+        with self._waiters_lock:
+            self._waiters.pop(request_id, None)
+
+    def wait_applied(self, offset: int, timeout: float) -> bool:
+        """Block until the apply offset reaches `offset` (read-your-writes, barriers)."""
+        deadline = time.monotonic() + timeout
+        with self._offset_cv:
+            while self.apply_offset < offset:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.failed:
+                    return False
+                self._offset_cv.wait(left)
+            return True
+
+    def queued(self) -> int:
+        return self._queue.qsize()
+
+    # ---- the thread --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            kind = item[0]
+            if kind == "stop":
+                return
+            if self.failed:
+                continue  # drain, but never apply past a failure
+            try:
+                if kind == "entry":
+                    self._apply(item[1], item[2])
+                elif kind == "advance":
+                    self._advance(item[1])
+                elif kind == "snapshot":
+                    self._snapshot(item[1], item[2], item[3])
+                elif kind == "restore":
+                    self._restore(item[1], item[2])
+            except Exception as exc:  # apply must not die silently: stop, say why, stay up
+                self.failed = f"{kind} at index {item[1]}: {exc!r}"
+                log.critical("apply stopped: %s", self.failed, exc_info=True)
+                with self._offset_cv:
+                    self._offset_cv.notify_all()
+
+    def _apply(self, index: int, data: bytes) -> None:
+        if index <= self.apply_offset:
+            return  # already covered by a restored snapshot
+        try:
+            entry = decode_entry(data)
+        except UnknownEntryFormat:
+            raise
+        except Exception:
+            log.error("entry %d is not a valid Entry (%d bytes); applied as a no-op", index, len(data))
+            entry = entry_pb2.Entry()
+        changes: list[Change] = []
+        with self.lock:
+            results = self.fsm.apply_entry(index, entry, changes)
+        self._publish(index, entry.term)
+        for batch, result in zip(entry.batches, results, strict=True):
+            if batch.request_id:
+                with self._waiters_lock:
+                    w = self._waiters.pop(batch.request_id, None)
+                if w is not None:
+                    w.applied = Applied(index, result, entry.term)
+                    w.event.set()
+        if changes:
+            for listener in self.change_listeners:
+                try:
+                    listener(index, changes)
+                except Exception:
+                    log.exception("change listener failed at %d", index)
+
+    def _advance(self, index: int) -> None:
+        if index > self.apply_offset:
+            with self.lock:
+                self._set_fsm_offset(index)
+            self._publish(index, self.apply_term)
+
+    def _set_fsm_offset(self, index: int) -> None:
+        setter = getattr(self.fsm, "set_offset", None)
+        if setter is not None:
+            setter(index)
+
+    def _publish(self, index: int, term: int) -> None:
+        with self._offset_cv:
+            self.apply_offset = index
+            if term:
+                self.apply_term = term
+            self.last_apply_time = time.monotonic()
+            self._offset_cv.notify_all()
+
+    def _snapshot(self, index: int, term: int, raft_meta: bytes) -> None:
+        # Every entry <= index was enqueued before this request, so the state is at `index` now.
+        if index > self.apply_offset:
+            self._advance(index)
+        with self.lock:
+            frozen = self.fsm.freeze()
+            digest = self.fsm.digest_hex
+        if self.snapshot_handler is not None:
+            self.snapshot_handler(index, term, frozen, raft_meta, digest)
+
+    def _restore(self, path: str, index: int) -> None:
+        assert self.restore_handler is not None
+        offset, items, digest = self.restore_handler(path, index)
+        with self.lock:
+            self.fsm.restore(offset, items)
+            got = self.fsm.digest_hex
+        if got != digest:
+            raise RuntimeError(f"snapshot {path} restored to digest {got}, stamped {digest}")
+        log.info("restored snapshot at offset %d (digest %s)", offset, digest)
+        self._publish(offset, self.apply_term)

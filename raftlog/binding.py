@@ -1,0 +1,113 @@
+"""The pysyncobj binding: ONE versioned replicated entry point, and snapshot hooks.
+
+Everything here runs on pysyncobj's tick thread, so every method is O(1) and never raises (an
+exception in a replicated method wedges the node: pysyncobj retries the entry forever).
+
+Snapshots: pysyncobj calls `serializer` synchronously on the tick thread. We only enqueue a
+snapshot request to the apply thread and return; pysyncobj's own rename of its temp file then
+fails harmlessly (we never create it), and `serializeChecker` reports SERIALIZING until the
+snapshot writer has put a complete LMDB snapshot of the state at exactly that index in place as
+the dump file. pysyncobj then drops the log up to there and streams that file to lagging
+followers, whose `deserializer` reads only the file's Raft bookkeeping (fast) and hands the file
+to their apply thread to load.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.node import TCPNode
+
+from raftlog.applier import Applier
+from raftlog.codec import RaftEntry, encode_raft_meta
+
+log = logging.getLogger("raftlog.binding")
+
+
+class SnapshotProgress:
+    """The serializer/checker handshake between the tick thread and the snapshot writer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = SERIALIZER_STATE.NOT_SERIALIZING
+
+    def start(self) -> None:
+        with self._lock:
+            self._state = SERIALIZER_STATE.SERIALIZING
+
+    def finish(self, ok: bool) -> None:
+        with self._lock:
+            self._state = SERIALIZER_STATE.SUCCESS if ok else SERIALIZER_STATE.FAILED
+
+    def check(self) -> int:
+        with self._lock:
+            state = self._state
+            if state in (SERIALIZER_STATE.SUCCESS, SERIALIZER_STATE.FAILED):
+                self._state = SERIALIZER_STATE.NOT_SERIALIZING  # report a result once
+            return state
+
+
+class RaftNode(SyncObj):
+    """pysyncobj's SyncObj with a single replicated method taking an opaque encoded Entry."""
+
+    def __init__(self, self_addr: str, partners: list[str], conf: SyncObjConf, applier: Applier,
+                 read_dump_meta: Callable[[str], tuple[RaftEntry, RaftEntry, list[str]]],
+                 progress: SnapshotProgress) -> None:
+        self._applier = applier
+        self._read_dump_meta = read_dump_meta
+        self._progress = progress
+        self._enqueued = 0
+        self._restores = 0
+        conf.serializer = self._serialize
+        conf.deserializer = self._deserialize
+        conf.serializeChecker = progress.check
+        super().__init__(self_addr, partners, conf=conf)
+        self.addOnTickCallback(self._on_tick)
+
+    @replicated
+    def apply_entry(self, data: bytes) -> None:
+        # The only replicated method, ever: the Entry inside carries its own format version, so
+        # adding features never shifts pysyncobj's method ids between mixed-version nodes.
+        # While pysyncobj applies entry N, its last-applied counter still says N - 1.
+        try:
+            index = self.raftLastApplied + 1
+            self._enqueued = index
+            self._applier.enqueue_entry(index, data)
+        except Exception:  # never raise on the tick thread
+            log.exception("could not enqueue an entry")
+
+    def _on_tick(self) -> None:
+        # Entries of pysyncobj's own (no-ops, membership) do not reach apply_entry_v1; keep the
+        # apply offset moving past them so offsets line up with the Raft log.
+        try:
+            last = self.raftLastApplied
+            if last > self._enqueued:
+                self._enqueued = last
+                self._applier.enqueue_advance(last)
+        except Exception:
+            log.exception("tick callback failed")
+
+    def _serialize(self, tmp_path: str, data: tuple) -> None:
+        last, prev, cluster = data
+        nodes = [getattr(n, "id", str(n)) for n in cluster]
+        self._progress.start()
+        self._applier.enqueue_snapshot(last[1], last[2], encode_raft_meta(tuple(last), tuple(prev), nodes))
+
+    def _deserialize(self, path: str) -> tuple:
+        # Raise on a bad file: pysyncobj logs it and keeps its log rather than pretend.
+        last, prev, cluster = self._read_dump_meta(path)
+        # pysyncobj may replace `path` with the next snapshot before the apply thread gets to it,
+        # so hand over a hard link of this one.
+        self._restores += 1
+        staged = f"{path}.restore-{last[1]}-{self._restores}"
+        if os.path.exists(staged):
+            os.unlink(staged)
+        os.link(path, staged)
+        self._enqueued = max(self._enqueued, last[1])
+        self._applier.enqueue_restore(staged, last[1])
+        return last, prev, {TCPNode(addr) for addr in cluster}

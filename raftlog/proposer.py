@@ -1,0 +1,152 @@
+"""Group commit: concurrent proposals coalesced into one Raft entry.
+
+Proposers hand a Batch to `propose`; a single thread drains the queue, lingers briefly to let
+more arrive, and appends them as one Entry (bounded by count and bytes). Each proposer then waits
+for its own batch's result from the apply thread, matched by request id.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pysyncobj import FAIL_REASON
+
+from raftlog.applier import Applied, Applier
+from raftlog.codec import encode_entry
+from raftlog.pb import entry_pb2
+
+log = logging.getLogger("raftlog.propose")
+
+
+class ProposalError(Exception):
+    """Not appended, or outcome unknown; `retryable` says whether resending is safe."""
+
+    def __init__(self, message: str, *, unknown_outcome: bool = False) -> None:
+        super().__init__(message)
+        self.unknown_outcome = unknown_outcome
+
+
+class NotLeader(ProposalError):
+    pass
+
+
+@dataclass(slots=True)
+class _Pending:
+    batch: entry_pb2.Batch
+    size: int
+    failed: str | None = None
+    appended: bool = True  # False once pysyncobj says the entry never entered the log
+    event: threading.Event | None = None
+
+
+class GroupCommitter:
+    def __init__(self, applier: Applier, append: Callable[[bytes, Callable], None],
+                 is_leader: Callable[[], bool], term: Callable[[], int],
+                 linger_s: float = 0.002, max_batches: int = 512, max_bytes: int = 4 << 20) -> None:
+        self._applier = applier
+        self._append = append
+        self._is_leader = is_leader
+        self._term = term
+        self.linger_s = linger_s
+        self.max_batches = max_batches
+        self.max_bytes = max_bytes
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+        self.entries_appended = 0
+        self.batches_appended = 0
+        self.last_entry_batches = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+
+    def propose(self, batch: entry_pb2.Batch, timeout: float) -> Applied:
+        """Append `batch` and wait for it to apply locally. Raises NotLeader / ProposalError."""
+        if not self._is_leader():
+            raise NotLeader("this node is not the leader")
+        if not batch.request_id:
+            batch.request_id = uuid.uuid4().hex
+        waiter = self._applier.register(batch.request_id)
+        pending = _Pending(batch, batch.ByteSize(), event=waiter.event)
+        self._queue.put(pending)
+        try:
+            if not waiter.event.wait(timeout):
+                raise ProposalError("timed out waiting for the write to commit", unknown_outcome=True)
+            if waiter.applied is None:
+                # pysyncobj reported a failure; LEADER_CHANGED/DISCARDED may still have applied.
+                raise ProposalError(pending.failed or "proposal failed", unknown_outcome=pending.appended)
+            return waiter.applied
+        finally:
+            self._applier.unregister(batch.request_id)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            group = [first]
+            size = first.size
+            deadline = time.monotonic() + self.linger_s
+            while len(group) < self.max_batches and size < self.max_bytes:
+                left = deadline - time.monotonic()
+                try:
+                    nxt = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                group.append(nxt)
+                size += nxt.size
+            self._append_group(group)
+
+    def _append_group(self, group: list[_Pending]) -> None:
+        entry = entry_pb2.Entry(term=self._term(), leader_time_ms=int(time.time() * 1000))
+        entry.batches.extend(p.batch for p in group)
+        data = encode_entry(entry)
+
+        def on_result(_res: object, err: int) -> None:  # tick thread: O(group), no blocking
+            if err == FAIL_REASON.SUCCESS:
+                return
+            reason = _FAIL_NAMES.get(err, f"failure {err}")
+            for p in group:
+                p.failed = reason
+                if err in _NOT_APPENDED:
+                    p.appended = False
+                    if p.event is not None:
+                        p.event.set()
+
+        self.entries_appended += 1
+        self.batches_appended += len(group)
+        self.last_entry_batches = len(group)
+        try:
+            self._append(data, on_result)
+        except Exception as exc:
+            log.exception("append failed")
+            for p in group:
+                p.failed = f"append failed: {exc}"
+                p.appended = False
+                if p.event is not None:
+                    p.event.set()
+
+
+_FAIL_NAMES = {
+    FAIL_REASON.QUEUE_FULL: "queue full",
+    FAIL_REASON.MISSING_LEADER: "no leader",
+    FAIL_REASON.DISCARDED: "discarded by a new leader (outcome unknown)",
+    FAIL_REASON.NOT_LEADER: "not the leader",
+    FAIL_REASON.LEADER_CHANGED: "leader changed (outcome unknown)",
+    FAIL_REASON.REQUEST_DENIED: "request denied",
+}
+# Failures after which the entry certainly never entered the log: wake the proposer at once.
+_NOT_APPENDED = {FAIL_REASON.QUEUE_FULL, FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER,
+                 FAIL_REASON.REQUEST_DENIED}

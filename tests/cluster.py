@@ -1,0 +1,208 @@
+"""A real multi-process nameserver cluster on 127.0.0.1 for tests: start, kill -9, restart, inspect."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from nameserver.pb import api_pb2, api_pb2_grpc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+@dataclass
+class NodeProc:
+    name: str
+    raft_addr: str
+    grpc_addr: str
+    config_path: str
+    log_path: str
+    proc: subprocess.Popen | None = None
+    channel: grpc.Channel | None = field(default=None, repr=False)
+
+    @property
+    def ns(self) -> api_pb2_grpc.NameServerStub:
+        return api_pb2_grpc.NameServerStub(self._channel())
+
+    @property
+    def admin(self) -> api_pb2_grpc.AdminStub:
+        return api_pb2_grpc.AdminStub(self._channel())
+
+    def _channel(self) -> grpc.Channel:
+        if self.channel is None:
+            self.channel = grpc.insecure_channel(self.grpc_addr, options=[
+                ("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)])
+        return self.channel
+
+    def status(self, timeout: float = 1.0) -> api_pb2.NodeStatus | None:
+        try:
+            return self.admin.Status(api_pb2.StatusRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class Cluster:
+    def __init__(self, root: str, size: int = 3, **settings: Any) -> None:
+        self.root = root
+        self.settings = {"default_timeout_ms": 120000, "scan_interval_ms": 1000,
+                         "snapshot_every_entries": 10000, "snapshot_every_seconds": 300} | settings
+        ports = free_ports(2 * size)
+        self.nodes = [NodeProc(f"n{i + 1}", f"127.0.0.1:{ports[2 * i]}", f"127.0.0.1:{ports[2 * i + 1]}",
+                               os.path.join(root, f"n{i + 1}.toml"), os.path.join(root, f"n{i + 1}.log"))
+                      for i in range(size)]
+        for n in self.nodes:
+            self._write_config(n)
+
+    def _write_config(self, node: NodeProc) -> None:
+        s = self.settings
+        lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
+                 f'data_dir = "{node.name}-data"', ""]
+        for m in self.nodes:
+            lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"', ""]
+        lines += ["[liveness]", f"default_timeout_ms = {s['default_timeout_ms']}",
+                  f"scan_interval_ms = {s['scan_interval_ms']}", "",
+                  "[raft]", f"snapshot_every_entries = {s['snapshot_every_entries']}",
+                  f"snapshot_every_seconds = {s['snapshot_every_seconds']}", ""]
+        with open(node.config_path, "w") as f:
+            f.write("\n".join(lines))
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def start(self, node: NodeProc | None = None) -> None:
+        for n in [node] if node else self.nodes:
+            with open(n.log_path, "ab") as log:
+                n.proc = subprocess.Popen(
+                    [sys.executable, "-m", "nameserver.cli.serve", "serve", "--config", n.config_path],
+                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=os.environ | {"PYTHONPATH": ROOT})
+
+    def kill(self, node: NodeProc, sig: int = signal.SIGKILL) -> None:
+        assert node.proc is not None
+        node.proc.send_signal(sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            node.proc.wait(timeout=15)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            if n.alive:
+                n.proc.send_signal(signal.SIGCONT)
+                n.proc.terminate()
+        for n in self.nodes:
+            if n.proc is not None:
+                try:
+                    n.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    n.proc.kill()
+                    n.proc.wait()
+            if n.channel is not None:
+                n.channel.close()
+                n.channel = None
+
+    def logs(self) -> str:
+        out = []
+        for n in self.nodes:
+            if os.path.exists(n.log_path):
+                with open(n.log_path, errors="replace") as f:
+                    out.append(f"===== {n.name} =====\n" + "".join(f.readlines()[-60:]))
+        return "\n".join(out)
+
+    # ---- waiting -------------------------------------------------------------------------------
+
+    def wait_for(self, what: str, cond: Callable[[], Any], timeout: float = 20.0, every: float = 0.1) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = cond()
+            if result:
+                return result
+            time.sleep(every)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.logs()}")
+
+    def statuses(self, nodes: list[NodeProc] | None = None) -> list[api_pb2.NodeStatus | None]:
+        return [n.status() for n in (nodes or self.nodes)]
+
+    def leader(self, nodes: list[NodeProc] | None = None) -> NodeProc | None:
+        for n in nodes or self.nodes:
+            if n.alive:
+                st = n.status()
+                if st is not None and st.role == api_pb2.ROLE_LEADER and st.ready:
+                    return n
+        return None
+
+    def wait_ready(self, nodes: list[NodeProc] | None = None, timeout: float = 30.0) -> NodeProc:
+        nodes = nodes or [n for n in self.nodes if n.alive]
+
+        def ok() -> NodeProc | None:
+            sts = self.statuses(nodes)
+            if all(s is not None and s.ready for s in sts):
+                return self.leader(nodes)
+            return None
+
+        return self.wait_for("a leader and every node ready", ok, timeout)
+
+    def wait_converged(self, nodes: list[NodeProc] | None = None, timeout: float = 30.0
+                       ) -> list[api_pb2.NodeStatus]:
+        """Every node ready at the same apply offset (>= the leader's commit) with the same digest."""
+        nodes = nodes or [n for n in self.nodes if n.alive]
+
+        def ok() -> list[api_pb2.NodeStatus] | None:
+            sts = self.statuses(nodes)
+            if any(s is None or not s.ready for s in sts):
+                return None
+            if len({s.apply_offset for s in sts}) == 1 and len({s.digest for s in sts}) == 1:
+                return sts
+            return None
+
+        return self.wait_for("equal apply offsets and digests", ok, timeout)
+
+    def followers(self) -> list[NodeProc]:
+        leader = self.leader()
+        return [n for n in self.nodes if n.alive and n is not leader]
+
+
+def register_request(cluster: str, name: str, addr: str, topics: list[str], broker_id: int = 0,
+                     counter: int = 1, timeout_ms: int = 0, queues: int = 4) -> api_pb2.RegisterBrokerRequest:
+    from nameserver.pb import state_pb2
+
+    return api_pb2.RegisterBrokerRequest(
+        cluster_name=cluster, broker_name=name, broker_addr=addr, broker_id=broker_id,
+        ha_server_addr=addr.rsplit(":", 1)[0] + ":10912", heartbeat_timeout_ms=timeout_ms,
+        data_version=state_pb2.DataVersion(counter=counter, timestamp=1700000000000),
+        topics=[api_pb2.TopicConfig(topic_name=t, read_queue_nums=queues, write_queue_nums=queues, perm=6)
+                for t in topics])
+
+
+def retry(fn: Callable[[], Any], timeout: float = 10.0, codes: tuple = (grpc.StatusCode.UNAVAILABLE,
+          grpc.StatusCode.DEADLINE_EXCEEDED)) -> Any:
+    """Call fn until it stops failing with a retryable status (as a client library would)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except grpc.RpcError as exc:
+            if exc.code() not in codes or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

@@ -1,0 +1,51 @@
+import pytest
+
+from nameserver import config
+
+GOOD = """
+[node]
+raft_addr = "127.0.0.1:9201"
+grpc_addr = "127.0.0.1:9101"
+data_dir = "data/n1"
+[[cluster.members]]
+raft_addr = "127.0.0.1:9201"
+grpc_addr = "127.0.0.1:9101"
+[[cluster.members]]
+raft_addr = "127.0.0.1:9202"
+grpc_addr = "127.0.0.1:9102"
+[liveness]
+default_timeout_ms = 3000
+"""
+
+
+def test_load_resolves_paths_and_partners(tmp_path) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD)
+    cfg = config.load(str(p))
+    assert cfg.data_dir == str(tmp_path / "data" / "n1")
+    assert cfg.partners == ["127.0.0.1:9202"]
+    assert cfg.grpc_of("127.0.0.1:9202") == "127.0.0.1:9102"
+    assert cfg.default_timeout_ms == 3000
+
+
+def test_flags_override_file(tmp_path) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD)
+    assert config.load(str(p), {"scan_interval_ms": 700}).scan_interval_ms == 700
+
+
+def test_node_must_be_a_member(tmp_path) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD.replace('raft_addr = "127.0.0.1:9201"\ngrpc', 'raft_addr = "127.0.0.1:9999"\ngrpc', 1))
+    with pytest.raises(config.ConfigError, match="not in cluster.members"):
+        config.load(str(p))
+
+
+def test_password_comes_from_env_not_text(tmp_path, monkeypatch) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD + '\n[raft]\npassword_env = "NS_TEST_PW"\n')
+    with pytest.raises(config.ConfigError, match="NS_TEST_PW"):
+        config.load(str(p))
+    monkeypatch.setenv("NS_TEST_PW", "s3cret")
+    assert config.load(str(p)).password == "s3cret"
+    assert "s3cret" not in repr(config.load(str(p)))
