@@ -1,0 +1,265 @@
+"""One nameserver node: the state machine, the replicated log, liveness and the write path.
+
+The gRPC layer (nameserver/service.py) is a thin shell over this class.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from nameserver.config import NodeConfig
+from nameserver.liveness import HeartbeatBuffer, LivenessTable
+from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.state import MetadataState, Translation, translate
+from raftlog.kvstate import KVStateMachine
+from raftlog.log import LogConfig, ReplicatedLog
+from raftlog.proposer import NotLeader, ProposalError
+from snapshot import SnapshotStore
+
+log = logging.getLogger("nameserver.node")
+
+FORWARDED_HEADER = "x-rip18-forwarded"
+MAX_TRANSLATE_ATTEMPTS = 5
+
+
+class NotReady(Exception):
+    pass
+
+
+class StateMachineAdapter(KVStateMachine):
+    """MetadataState as raftlog's state machine: restoring also rebuilds the derived indexes."""
+
+    def __init__(self, state: MetadataState) -> None:
+        super().__init__(state.kv)
+        self.state = state
+
+    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None:
+        self.state.restore(offset, items)
+
+
+@dataclass
+class WriteResult:
+    offset: int
+    records: int
+    translation: Translation | None
+
+
+class NameServerNode:
+    def __init__(self, cfg: NodeConfig) -> None:
+        self.cfg = cfg
+        os.makedirs(cfg.data_dir, exist_ok=True)
+        self.lock = threading.RLock()
+        self.state = MetadataState()
+        self.store = SnapshotStore(os.path.join(cfg.data_dir, "snapshots"), keep=cfg.snapshots_kept)
+        self.liveness = LivenessTable()
+        self.heartbeats = HeartbeatBuffer()
+        self._stop = threading.Event()
+        self._channels: dict[str, tuple[grpc.Channel, api_pb2_grpc.NameServerStub]] = {}
+        self._channels_lock = threading.Lock()
+        self.expired_total = 0
+        self.log = ReplicatedLog(
+            LogConfig(
+                self_addr=cfg.raft_addr,
+                partners=cfg.partners,
+                data_dir=os.path.join(cfg.data_dir, "raft"),
+                snapshot_every_entries=cfg.snapshot_every_entries,
+                snapshot_every_seconds=cfg.snapshot_every_seconds,
+                snapshots_kept=cfg.snapshots_kept,
+                election_min_s=cfg.election_min_ms / 1000,
+                election_max_s=cfg.election_max_ms / 1000,
+                batch_append=cfg.batch_append,
+                password=cfg.password,
+            ),
+            StateMachineAdapter(self.state), self.store, self.lock)
+        self.log.leader_listeners.append(self._on_leadership)
+        self._threads = [
+            threading.Thread(target=self._scan_loop, name="expiry-scan", daemon=True),
+            threading.Thread(target=self._forward_heartbeats_loop, name="heartbeat-forward", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.log.close()
+        with self._channels_lock:
+            for channel, _ in self._channels.values():
+                channel.close()
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    def read(self, fn: Callable[[MetadataState], Any], min_offset: int, timeout: float) -> tuple[Any, int]:
+        """Run `fn` on the local state once ready and applied to `min_offset`; (result, apply offset)."""
+        if not self.log.ready:
+            raise NotReady(self._not_ready_reason())
+        if min_offset and not self.log.wait_applied(min_offset, timeout):
+            raise OffsetNotReached(self.log.apply_offset, min_offset)
+        with self.lock:
+            return fn(self.state), self.state.kv.offset
+
+    def _not_ready_reason(self) -> str:
+        if self.log.applier.failed:
+            return f"apply stopped: {self.log.applier.failed}"
+        return "node is loading its snapshot or replaying its log"
+
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            apply_offset = self.state.kv.offset
+            digest = self.state.kv.digest_hex
+            keys = len(self.state.kv)
+        leader = self.log.leader()
+        return {
+            "node_id": self.cfg.raft_addr,
+            "grpc_addr": self.cfg.grpc_addr,
+            "role": self.log.role(),
+            "leader_id": leader or "",
+            "leader_grpc_addr": self.cfg.grpc_of(leader) or "",
+            "term": self.log.term(),
+            "end_offset": self.log.end_offset,
+            "commit_offset": self.log.commit_offset,
+            "apply_offset": apply_offset,
+            "digest": digest,
+            "ready": self.log.ready,
+            "snapshot_offset": self.log.snapshot_offset,
+            "keys": keys,
+            "has_quorum": self.log.raft.hasQuorum,
+        }
+
+    # ---- writes (leader) -------------------------------------------------------------------------
+
+    def write(self, translate_fn: Callable[[MetadataState], Translation], timeout: float) -> WriteResult:
+        """Translate against the current state and propose; re-translate if a precondition failed.
+
+        Raises NotLeader (the caller forwards), ProposalError, or the translator's ValidationError.
+        """
+        deadline = time.monotonic() + timeout
+        for _ in range(MAX_TRANSLATE_ATTEMPTS):
+            if not self.log.is_leader():
+                raise NotLeader("this node is not the leader")
+            with self.lock:
+                translation = translate_fn(self.state)
+                offset_now = self.state.kv.offset
+            if not translation.batch.records:
+                return WriteResult(offset_now, 0, translation)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            applied = self.log.propose(translation.batch, left)
+            if applied.result.applied:
+                return WriteResult(applied.offset, len(translation.batch.records), translation)
+            translation.batch.ClearField("request_id")
+            log.info("write raced on %s (version %d); translating again", applied.result.failed_key,
+                     applied.result.failed_key_version)
+        raise ProposalError("write kept conflicting with concurrent writes or timed out", unknown_outcome=False)
+
+    # ---- liveness ------------------------------------------------------------------------------
+
+    def _on_leadership(self, is_leader: bool) -> None:
+        if is_leader:
+            self.liveness.grant_grace()
+            log.info("became leader at term %d: every broker gets a fresh timeout", self.log.term())
+        else:
+            log.info("no longer leader (term %d)", self.log.term())
+
+    def scan_once(self) -> int:
+        """Expire silent brokers (leader only). Returns how many removals were committed."""
+        if not self.log.is_leader() or not self.log.ready:
+            return 0
+        with self.lock:
+            registered = [(addr, live.heartbeat_timeout_ms or self.cfg.default_timeout_ms, version)
+                          for addr, live, version in self.state.live_addrs()]
+        removed = 0
+        for addr, version in self.liveness.expired(registered):
+            try:
+                res = self.write(lambda s, a=addr, v=version: translate.expire_broker(s, a, v),
+                                 self.cfg.write_timeout_ms / 1000)
+            except (NotLeader, ProposalError) as exc:
+                log.warning("expiry of %s not committed: %s", addr, exc)
+                continue
+            if res.records:
+                removed += 1
+                self.expired_total += 1
+                self.liveness.forget(addr)
+                log.info("expired broker %s (silent past its timeout) at offset %d", addr, res.offset)
+        return removed
+
+    def _scan_loop(self) -> None:
+        interval = self.cfg.scan_interval_ms / 1000
+        while not self._stop.wait(interval):
+            try:
+                self.scan_once()
+            except Exception:
+                log.exception("expiry scan failed")
+
+    def heartbeat(self, beats: Iterable[api_pb2.BrokerHeartbeat]) -> list[str]:
+        """Refresh liveness (leader) or buffer for the leader (follower). Returns unknown addresses."""
+        beats = list(beats)
+        with self.lock:
+            unknown = [b.broker_addr for b in beats if self.state.broker_live(b.broker_addr) is None]
+        if self.log.is_leader():
+            for b in beats:
+                self.liveness.touch(b.broker_addr)
+        else:
+            for b in beats:
+                self.heartbeats.add(b.broker_addr, b.cluster_name, b.broker_name)
+        return unknown
+
+    def _forward_heartbeats_loop(self) -> None:
+        interval = self.cfg.forward_interval_ms / 1000
+        while not self._stop.wait(interval):
+            pending = self.heartbeats.drain()
+            if not pending:
+                continue
+            if self.log.is_leader():
+                for addr in pending:
+                    self.liveness.touch(addr)
+                continue
+            stub = self.leader_stub()
+            if stub is None:
+                continue  # no leader: the next leader grants fresh timeouts anyway
+            req = api_pb2.HeartbeatRequest(heartbeats=[
+                api_pb2.BrokerHeartbeat(broker_addr=a, cluster_name=c, broker_name=n)
+                for a, (c, n) in pending.items()])
+            try:
+                stub.Heartbeat(req, timeout=2, metadata=[(FORWARDED_HEADER, "1")])
+            except grpc.RpcError as exc:
+                log.debug("heartbeat forward failed: %s", exc.code())
+
+    # ---- forwarding ----------------------------------------------------------------------------
+
+    def leader_stub(self, wait_s: float = 0.0) -> api_pb2_grpc.NameServerStub | None:
+        """A stub for the current leader's gRPC endpoint, waiting up to `wait_s` for one to appear."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            leader = self.log.leader()
+            if leader and leader != self.cfg.raft_addr:
+                addr = self.cfg.grpc_of(leader)
+                if addr:
+                    return self._stub(addr)
+            if time.monotonic() >= deadline or self._stop.is_set():
+                return None
+            time.sleep(0.05)
+
+    def _stub(self, addr: str) -> api_pb2_grpc.NameServerStub:
+        with self._channels_lock:
+            if addr not in self._channels:
+                opts = [("grpc.max_send_message_length", self.cfg.max_message_bytes),
+                        ("grpc.max_receive_message_length", self.cfg.max_message_bytes)]
+                channel = grpc.insecure_channel(addr, options=opts)
+                self._channels[addr] = (channel, api_pb2_grpc.NameServerStub(channel))
+            return self._channels[addr][1]
+
+
+class OffsetNotReached(Exception):
+    def __init__(self, apply_offset: int, min_offset: int) -> None:
+        super().__init__(f"node is at apply offset {apply_offset}, below min_offset {min_offset}")
+        self.apply_offset = apply_offset
+        self.min_offset = min_offset

@@ -1,0 +1,73 @@
+"""Process wiring: a NameServerNode behind a gRPC server with health checking and reflection."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from nameserver.config import NodeConfig
+from nameserver.node import NameServerNode
+from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.service import AdminService, NameServerService
+
+log = logging.getLogger("nameserver.server")
+
+SERVICE_NAMES = (
+    api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name,
+    api_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+)
+
+
+class Server:
+    def __init__(self, cfg: NodeConfig) -> None:
+        self.cfg = cfg
+        self.node = NameServerNode(cfg)
+        opts = [("grpc.max_send_message_length", cfg.max_message_bytes),
+                ("grpc.max_receive_message_length", cfg.max_message_bytes),
+                ("grpc.so_reuseport", 0)]
+        self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers,
+                                                           thread_name_prefix="grpc"), options=opts)
+        api_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.node), self.grpc)
+        api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node), self.grpc)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        reflection.enable_server_reflection(SERVICE_NAMES + (health.SERVICE_NAME, reflection.SERVICE_NAME),
+                                            self.grpc)
+        if self.grpc.add_insecure_port(cfg.grpc_addr) == 0:
+            raise OSError(f"cannot listen on {cfg.grpc_addr}")
+        self._stop = threading.Event()
+        self._health_thread = threading.Thread(target=self._health_loop, name="health", daemon=True)
+
+    def start(self) -> None:
+        self._set_health(False)
+        self.grpc.start()
+        self._health_thread.start()
+        log.info("node %s serving gRPC on %s (data in %s)", self.cfg.raft_addr, self.cfg.grpc_addr,
+                 self.cfg.data_dir)
+
+    def _set_health(self, ready: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("",) + SERVICE_NAMES:
+            self.health.set(name, status)
+
+    def _health_loop(self) -> None:
+        last = None
+        while not self._stop.wait(0.2):
+            ready = self.node.log.ready
+            if ready != last:
+                self._set_health(ready)
+                log.info("node %s is %s", self.cfg.raft_addr, "ready" if ready else "not ready")
+                last = ready
+
+    def stop(self, grace: float = 1.0) -> None:
+        self._stop.set()
+        self.grpc.stop(grace).wait()
+        self.node.close()
+
+    def wait(self) -> None:
+        self.grpc.wait_for_termination()

@@ -1,0 +1,134 @@
+"""The state's key layout: one key per RocketMQ table row (see DESIGN.md section 3).
+
+    broker/<brokerName>            BrokerData      (brokerAddrTable + clusterAddrTable)
+    live/<brokerAddr>              BrokerLive      (registration part of brokerLiveTable)
+    topic/<topic>/<brokerName>     QueueData       (topicQueueTable)
+    filter/<brokerAddr>            FilterServers   (filterServerTable)
+    kv/<namespace>/<key>           KvValue         (KVConfigManager)
+
+Topic, broker and namespace names never contain '/', so the first '/' after a prefix ends the
+name; addresses and KV keys are the rest of the key verbatim (a KV key may contain anything).
+Watchers subscribe by key prefix, so the prefixes are part of the public contract.
+"""
+
+from __future__ import annotations
+
+from nameserver.pb import state_pb2
+
+BROKER_PREFIX = "broker/"
+LIVE_PREFIX = "live/"
+TOPIC_PREFIX = "topic/"
+FILTER_PREFIX = "filter/"
+KV_PREFIX = "kv/"
+
+BROKER_TYPE: int = state_pb2.BROKER
+LIVE_TYPE: int = state_pb2.BROKER_LIVE
+TOPIC_TYPE: int = state_pb2.TOPIC_QUEUE
+FILTER_TYPE: int = state_pb2.FILTER_SERVER
+KV_TYPE: int = state_pb2.KV_CONFIG
+
+# Record type per prefix (a key's type is implied by its prefix; records carry both).
+PREFIX_TYPES: dict[str, int] = {
+    BROKER_PREFIX: BROKER_TYPE,
+    LIVE_PREFIX: LIVE_TYPE,
+    TOPIC_PREFIX: TOPIC_TYPE,
+    FILTER_PREFIX: FILTER_TYPE,
+    KV_PREFIX: KV_TYPE,
+}
+
+
+def _name(what: str, value: str) -> str:
+    # A '/' inside a name would make the key ambiguous; validation rejects it earlier, this is a guard.
+    if not value or "/" in value:
+        raise ValueError(f"{what} must be non-empty and contain no '/': {value!r}")
+    return value
+
+
+def _nonempty(what: str, value: str) -> str:
+    if not value:
+        raise ValueError(f"{what} must be non-empty")
+    return value
+
+
+# ---- builders ------------------------------------------------------------------------------------
+
+def broker_key(broker_name: str) -> str:
+    return BROKER_PREFIX + _name("broker name", broker_name)
+
+
+def live_key(broker_addr: str) -> str:
+    return LIVE_PREFIX + _nonempty("broker address", broker_addr)
+
+
+def topic_key(topic: str, broker_name: str) -> str:
+    return f"{TOPIC_PREFIX}{_name('topic', topic)}/{_name('broker name', broker_name)}"
+
+
+def topic_prefix(topic: str) -> str:
+    """Prefix of every queue-data key of one topic (for watchers)."""
+    return f"{TOPIC_PREFIX}{_name('topic', topic)}/"
+
+
+def filter_key(broker_addr: str) -> str:
+    return FILTER_PREFIX + _nonempty("broker address", broker_addr)
+
+
+def kv_key(namespace: str, key: str) -> str:
+    return f"{KV_PREFIX}{_name('namespace', namespace)}/{_nonempty('key', key)}"
+
+
+def kv_prefix(namespace: str) -> str:
+    """Prefix of every key of one KV namespace (for watchers)."""
+    return f"{KV_PREFIX}{_name('namespace', namespace)}/"
+
+
+# ---- parsers (None when the key is not of that kind or malformed) ---------------------------------
+
+def _tail(key: str, prefix: str) -> str | None:
+    if not key.startswith(prefix):
+        return None
+    rest = key[len(prefix):]
+    return rest or None
+
+
+def parse_broker_key(key: str) -> str | None:
+    rest = _tail(key, BROKER_PREFIX)
+    return rest if rest is not None and "/" not in rest else None
+
+
+def parse_live_key(key: str) -> str | None:
+    return _tail(key, LIVE_PREFIX)
+
+
+def parse_filter_key(key: str) -> str | None:
+    return _tail(key, FILTER_PREFIX)
+
+
+def parse_topic_key(key: str) -> tuple[str, str] | None:
+    """(topic, broker name)."""
+    rest = _tail(key, TOPIC_PREFIX)
+    if rest is None:
+        return None
+    topic, sep, broker = rest.partition("/")
+    if not sep or not topic or not broker or "/" in broker:
+        return None
+    return topic, broker
+
+
+def parse_kv_key(key: str) -> tuple[str, str] | None:
+    """(namespace, key); the key part may itself contain '/'."""
+    rest = _tail(key, KV_PREFIX)
+    if rest is None:
+        return None
+    namespace, sep, kv = rest.partition("/")
+    if not sep or not namespace or not kv:
+        return None
+    return namespace, kv
+
+
+def record_type_of(key: str) -> int:
+    """The record type a key's prefix implies (RECORD_TYPE_UNSPECIFIED = 0 when unknown)."""
+    for prefix, rtype in PREFIX_TYPES.items():
+        if key.startswith(prefix):
+            return rtype
+    return state_pb2.RECORD_TYPE_UNSPECIFIED

@@ -1,0 +1,371 @@
+"""The nameserver's replicated state: a KVState plus derived in-memory indexes for reads.
+
+The KVState is the truth (it is what the log builds, what snapshots store and what the digest
+covers). The indexes here are derived from it by a change listener, so they are rebuilt exactly by
+replaying the log or restoring a snapshot, and every read is O(its result) instead of a scan.
+Pure and deterministic: no clocks, threads or I/O. Not thread-safe (the owner holds a lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeVar
+
+from google.protobuf.message import DecodeError, Message
+
+from nameserver.pb import api_pb2, state_pb2
+from nameserver.state import keys
+from nameserver.validation import ValidationError
+from raftlog.kvstate import Change, KVState
+from raftlog.pb import entry_pb2
+
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # KV namespace of order-topic configuration (RocketMQ)
+MASTER_ID = 0
+PERM_READ = 4
+PERM_WRITE = 2
+SYS_FLAG_UNIT = 1
+SYS_FLAG_UNIT_SUB = 2
+SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"  # never acting-master rewritten
+
+_UNIT_KINDS = (api_pb2.TOPIC_LIST_UNIT, api_pb2.TOPIC_LIST_HAS_UNIT_SUB,
+               api_pb2.TOPIC_LIST_HAS_UNIT_SUB_NOT_UNIT)
+
+M = TypeVar("M", bound=Message)
+
+
+def _decode(cls: type[M], data: bytes | None) -> M | None:
+    # Apply must never raise: a value that does not parse is treated as absent by the indexes
+    # (it still counts in the KVState and its digest, so replicas stay identical).
+    if data is None:
+        return None
+    msg = cls()
+    try:
+        msg.ParseFromString(data)
+    except DecodeError:
+        return None
+    return msg
+
+
+def _unit_kinds(sys_flag: int) -> list[int]:
+    """The unit topic-list kinds one queue data's topicSysFlag qualifies for."""
+    unit = bool(sys_flag & SYS_FLAG_UNIT)
+    sub = bool(sys_flag & SYS_FLAG_UNIT_SUB)
+    kinds = []
+    if unit:
+        kinds.append(api_pb2.TOPIC_LIST_UNIT)
+    if sub:
+        kinds.append(api_pb2.TOPIC_LIST_HAS_UNIT_SUB)
+        if not unit:
+            kinds.append(api_pb2.TOPIC_LIST_HAS_UNIT_SUB_NOT_UNIT)
+    return kinds
+
+
+def _copy(msg: M) -> M:
+    out = type(msg)()
+    out.CopyFrom(msg)
+    return out
+
+
+class MetadataState:
+    """RouteInfoManager + KVConfigManager as a deterministic state machine over a KVState."""
+
+    def __init__(self) -> None:
+        self.kv = KVState()
+        self.kv.listeners.append(self._on_change)
+        self._reset_indexes()
+
+    def _reset_indexes(self) -> None:
+        # Decoded values are cached (never handed out: reads return copies).
+        self._brokers: dict[str, state_pb2.BrokerData] = {}
+        self._cluster_brokers: dict[str, set[str]] = {}
+        self._lives: dict[str, state_pb2.BrokerLive] = {}
+        self._filters: dict[str, list[str]] = {}
+        self._topic_queues: dict[str, dict[str, state_pb2.QueueData]] = {}  # topic -> broker -> qd
+        self._broker_topics: dict[str, set[str]] = {}
+        # unit topic-list kind -> topic -> number of its queue datas qualifying (a topic counts when > 0)
+        self._unit_topics: dict[int, dict[str, int]] = {kind: {} for kind in _UNIT_KINDS}
+        self._kv: dict[str, dict[str, str]] = {}
+
+    # ---- log application ---------------------------------------------------------------------
+
+    @property
+    def offset(self) -> int:
+        return self.kv.offset
+
+    @property
+    def digest_hex(self) -> str:
+        return self.kv.digest_hex
+
+    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change] | None = None
+                    ) -> list[entry_pb2.BatchResult]:
+        return self.kv.apply_entry(offset, entry, changes)
+
+    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None:
+        """Load a snapshot's (key, value, version, type) items and rebuild every index from them."""
+        self.kv.restore(offset, items)
+        self._reset_indexes()
+        for key, value, _version, rtype in self.kv.items():
+            self._on_change(rtype, key, None, value)
+
+    def _on_change(self, rtype: int, key: str, old: bytes | None, new: bytes | None) -> None:
+        # Dispatch on the key's prefix: the layout, not the record's type field, defines meaning.
+        if key.startswith(keys.TOPIC_PREFIX):
+            parsed = keys.parse_topic_key(key)
+            if parsed is not None:
+                self._remove_queue(*parsed)
+                self._add_queue(*parsed, _decode(state_pb2.QueueData, new))
+        elif key.startswith(keys.BROKER_PREFIX):
+            name = keys.parse_broker_key(key)
+            if name is not None:
+                self._set_broker(name, _decode(state_pb2.BrokerData, new))
+        elif key.startswith(keys.LIVE_PREFIX):
+            addr = keys.parse_live_key(key)
+            if addr is not None:
+                live = _decode(state_pb2.BrokerLive, new)
+                if live is None:
+                    self._lives.pop(addr, None)
+                else:
+                    self._lives[addr] = live
+        elif key.startswith(keys.FILTER_PREFIX):
+            addr = keys.parse_filter_key(key)
+            if addr is not None:
+                fs = _decode(state_pb2.FilterServers, new)
+                if fs is None or not fs.addrs:
+                    self._filters.pop(addr, None)
+                else:
+                    self._filters[addr] = list(fs.addrs)
+        elif key.startswith(keys.KV_PREFIX):
+            parsed_kv = keys.parse_kv_key(key)
+            if parsed_kv is not None:
+                self._set_kv(*parsed_kv, _decode(state_pb2.KvValue, new))
+
+    def _remove_queue(self, topic: str, broker: str) -> None:
+        qmap = self._topic_queues.get(topic)
+        if qmap is None:
+            return
+        old = qmap.pop(broker, None)
+        if old is None:
+            return
+        if not qmap:
+            del self._topic_queues[topic]
+        topics = self._broker_topics.get(broker)
+        if topics is not None:
+            topics.discard(topic)
+            if not topics:
+                del self._broker_topics[broker]
+        for kind in _unit_kinds(old.topic_sys_flag):
+            counts = self._unit_topics[kind]
+            counts[topic] -= 1
+            if counts[topic] == 0:
+                del counts[topic]
+
+    def _add_queue(self, topic: str, broker: str, qd: state_pb2.QueueData | None) -> None:
+        if qd is None:
+            return
+        self._topic_queues.setdefault(topic, {})[broker] = qd
+        self._broker_topics.setdefault(broker, set()).add(topic)
+        for kind in _unit_kinds(qd.topic_sys_flag):
+            counts = self._unit_topics[kind]
+            counts[topic] = counts.get(topic, 0) + 1
+
+    def _set_broker(self, name: str, bd: state_pb2.BrokerData | None) -> None:
+        old = self._brokers.pop(name, None)
+        if old is not None:
+            names = self._cluster_brokers.get(old.cluster)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self._cluster_brokers[old.cluster]
+        if bd is not None:
+            self._brokers[name] = bd
+            self._cluster_brokers.setdefault(bd.cluster, set()).add(name)
+
+    def _set_kv(self, namespace: str, key: str, value: state_pb2.KvValue | None) -> None:
+        if value is None:
+            table = self._kv.get(namespace)
+            if table is not None:
+                table.pop(key, None)
+                if not table:
+                    del self._kv[namespace]
+        else:
+            self._kv.setdefault(namespace, {})[key] = value.value
+
+    # ---- route reads -------------------------------------------------------------------------
+
+    def route(self, topic: str, zone_name: str = "", zone_mode: bool = False,
+              order_message_enable: bool = False, support_acting_master: bool = False
+              ) -> api_pb2.TopicRoute | None:
+        """RocketMQ pickupTopicRouteData (+ the zone filter hook); None means TOPIC_NOT_EXIST."""
+        qmap = self._topic_queues.get(topic)
+        if not qmap:
+            return None
+        route = api_pb2.TopicRoute()
+        for name in sorted(qmap):
+            bd = self._brokers.get(name)
+            if bd is not None:
+                route.broker_datas.append(bd)
+            route.queue_datas.append(qmap[name])
+        if not route.broker_datas:
+            return None
+        if support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
+            self._acting_master_view(route)
+        if zone_mode and zone_name:
+            self._zone_filter(route, zone_name)
+        for bd in route.broker_datas:
+            for ba in bd.addrs:
+                servers = self._filters.get(ba.addr)
+                if servers:
+                    route.filter_server_table[ba.addr].addrs.extend(servers)
+        if order_message_enable:
+            route.order_topic_conf = self.kv_get(ORDER_TOPIC_CONFIG, topic) or ""
+        return route
+
+    @staticmethod
+    def _acting_master_view(route: api_pb2.TopicRoute) -> None:
+        # A master-less group whose queues lost write permission is shown with its lowest-id slave
+        # as broker id 0, so clients can still read from it (RocketMQ supportActingMaster).
+        perms = {qd.broker_name: qd.perm for qd in route.queue_datas}
+        for bd in route.broker_datas:
+            ids = [ba.broker_id for ba in bd.addrs]
+            if not ids or MASTER_ID in ids or not bd.enable_acting_master:
+                continue
+            perm = perms.get(bd.broker_name)
+            if perm is None or perm & PERM_WRITE:
+                continue
+            lowest = min(bd.addrs, key=lambda ba: ba.broker_id)
+            lowest.broker_id = MASTER_ID
+            bd.addrs.sort(key=lambda ba: ba.broker_id)
+
+    @staticmethod
+    def _zone_filter(route: api_pb2.TopicRoute, zone_name: str) -> None:
+        # RocketMQ ZoneRouteRPCHook: keep this zone's groups, and any group without a master
+        # (so a consumer can still fall back to a slave elsewhere).
+        wanted = zone_name.lower()
+        kept = []
+        removed = set()
+        for bd in route.broker_datas:
+            has_master = any(ba.broker_id == MASTER_ID for ba in bd.addrs)
+            if not bd.addrs or not has_master or bd.zone.lower() == wanted:
+                kept.append(_copy(bd))
+            else:
+                removed.add(bd.broker_name)
+        if not removed:
+            return
+        queues = [_copy(qd) for qd in route.queue_datas if qd.broker_name not in removed]
+        del route.broker_datas[:]
+        route.broker_datas.extend(kept)
+        del route.queue_datas[:]
+        route.queue_datas.extend(queues)
+
+    def cluster_info(self) -> api_pb2.GetClusterInfoReply:
+        """brokerAddrTable and clusterAddrTable (apply_offset left for the caller)."""
+        reply = api_pb2.GetClusterInfoReply()
+        for name, bd in self._brokers.items():
+            reply.broker_addr_table[name].CopyFrom(bd)
+        for cluster, names in self._cluster_brokers.items():
+            reply.cluster_addr_table[cluster].names.extend(sorted(names))
+        return reply
+
+    def topic_list(self, kind: int, cluster_name: str = "") -> list[str]:
+        """Sorted topic names of one TopicListKind (SYSTEM: cluster and broker names, as RocketMQ)."""
+        if kind == api_pb2.TOPIC_LIST_ALL:
+            return sorted(self._topic_queues)
+        if kind == api_pb2.TOPIC_LIST_BY_CLUSTER:
+            found: set[str] = set()
+            for name in self._cluster_brokers.get(cluster_name, ()):
+                found.update(self._broker_topics.get(name, ()))
+            return sorted(found)
+        if kind == api_pb2.TOPIC_LIST_SYSTEM:
+            found = set(self._cluster_brokers)
+            for names in self._cluster_brokers.values():
+                found.update(names)
+            return sorted(found)
+        if kind in self._unit_topics:
+            return sorted(self._unit_topics[kind])
+        raise ValidationError("kind", f"unknown topic list kind {kind}")
+
+    def first_broker_addr(self) -> str:
+        """An address for TopicList.brokerAddr in the system topic list (RocketMQ: any one; here
+        the lowest-id address of the first broker name, for determinism). Empty when none."""
+        for name in sorted(self._brokers):
+            addrs = self._brokers[name].addrs
+            if addrs:
+                return addrs[0].addr
+        return ""
+
+    # ---- broker reads ------------------------------------------------------------------------
+
+    def broker_data(self, broker_name: str) -> state_pb2.BrokerData | None:
+        bd = self._brokers.get(broker_name)
+        return _copy(bd) if bd is not None else None
+
+    def broker_member_group(self, cluster_name: str, broker_name: str) -> api_pb2.GetBrokerMemberGroupReply:
+        # Like RocketMQ, the group is looked up by broker name only; the cluster is echoed back.
+        reply = api_pb2.GetBrokerMemberGroupReply(cluster_name=cluster_name, broker_name=broker_name)
+        bd = self._brokers.get(broker_name)
+        if bd is not None:
+            reply.addrs.extend(bd.addrs)
+        return reply
+
+    def broker_live(self, broker_addr: str) -> state_pb2.BrokerLive | None:
+        live = self._lives.get(broker_addr)
+        return _copy(live) if live is not None else None
+
+    def live_version(self, broker_addr: str) -> int:
+        """Version (offset of last write) of live/<addr>; 0 when not registered."""
+        return self.kv.version(keys.live_key(broker_addr))
+
+    def live_addrs(self) -> list[tuple[str, state_pb2.BrokerLive, int]]:
+        """Every registered address with its BrokerLive and key version, sorted (for expiry scans)."""
+        return [(addr, _copy(live), self.live_version(addr)) for addr, live in sorted(self._lives.items())]
+
+    def filter_servers(self, broker_addr: str) -> list[str]:
+        return list(self._filters.get(broker_addr, ()))
+
+    def cluster_names(self) -> list[str]:
+        return sorted(self._cluster_brokers)
+
+    def broker_names(self, cluster_name: str | None = None) -> list[str]:
+        """Broker names of one cluster, or of all clusters when None; sorted."""
+        if cluster_name is None:
+            return sorted(self._brokers)
+        return sorted(self._cluster_brokers.get(cluster_name, ()))
+
+    # ---- topic reads -------------------------------------------------------------------------
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self._topic_queues
+
+    def topic_count(self) -> int:
+        return len(self._topic_queues)
+
+    def queue_data(self, topic: str, broker_name: str) -> state_pb2.QueueData | None:
+        qd = self._topic_queues.get(topic, {}).get(broker_name)
+        return _copy(qd) if qd is not None else None
+
+    def queue_datas(self, topic: str) -> list[state_pb2.QueueData]:
+        """The topic's queue datas sorted by broker name."""
+        qmap = self._topic_queues.get(topic, {})
+        return [_copy(qmap[name]) for name in sorted(qmap)]
+
+    def topic_brokers(self, topic: str) -> list[str]:
+        return sorted(self._topic_queues.get(topic, ()))
+
+    def broker_topics(self, broker_name: str) -> list[str]:
+        """Topics with queue data on this broker name, sorted."""
+        return sorted(self._broker_topics.get(broker_name, ()))
+
+    def broker_has_topic(self, broker_name: str, topic: str) -> bool:
+        return topic in self._broker_topics.get(broker_name, ())
+
+    # ---- KV config ---------------------------------------------------------------------------
+
+    def kv_get(self, namespace: str, key: str) -> str | None:
+        return self._kv.get(namespace, {}).get(key)
+
+    def kv_list(self, namespace: str) -> dict[str, str]:
+        """A copy of one namespace's table (empty when the namespace has no keys)."""
+        return dict(self._kv.get(namespace, {}))
+
+    def kv_namespaces(self) -> list[str]:
+        return sorted(self._kv)

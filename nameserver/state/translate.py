@@ -1,0 +1,330 @@
+"""The leader's translation of requests into log records, by diffing against the current state.
+
+Only what changed enters the log: a PUT is emitted only when the canonical value bytes differ from
+what is stored, a DELETE only when the key exists. Read-modify-write translations carry
+preconditions on the keys they read (at the versions read), so a change that lands between
+translation and apply turns the batch into a deterministic no-op; the caller then re-translates
+and retries. A translation with no records carries no preconditions: there is nothing to propose.
+
+Functions read the MetadataState and never change it. The batch's request_id is left empty for the
+caller to set. Input is assumed validated (nameserver.validation); register_topic additionally
+checks that its brokers exist, which depends on the state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from google.protobuf.message import Message
+
+from nameserver.pb import api_pb2, state_pb2
+from nameserver.state import keys
+from nameserver.state.metadata import MASTER_ID, ORDER_TOPIC_CONFIG, PERM_READ, PERM_WRITE, MetadataState
+from nameserver.validation import ValidationError
+from raftlog.pb import entry_pb2
+
+
+@dataclass(slots=True)
+class Translation:
+    """A batch to propose plus the reply fields the request needs."""
+
+    batch: entry_pb2.Batch = field(default_factory=entry_pb2.Batch)
+    master_addr: str = ""       # register_broker, for slaves: the master's address when registered
+    ha_server_addr: str = ""    # register_broker, for slaves: the master's HA address
+    order_topic_config: dict[str, str] = field(default_factory=dict)  # register_broker
+    count: int = 0              # wipe/add write perm: queue datas of the broker (RocketMQ's topic count)
+    conflict: bool = False      # register_broker: refused, an address with a newer stateVersion holds the id
+
+    @property
+    def records(self) -> int:
+        return len(self.batch.records)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing changed: do not propose; answer with the current apply offset."""
+        return not self.batch.records
+
+
+def canonical(msg: Message) -> bytes:
+    return msg.SerializeToString(deterministic=True)
+
+
+class _Builder:
+    """Collects records against a read-only state, seeing its own pending writes."""
+
+    def __init__(self, state: MetadataState) -> None:
+        self.state = state
+        self._records: dict[str, entry_pb2.Record] = {}  # key -> record (insertion ordered)
+        self._pending: dict[str, bytes | None] = {}      # key -> value after this batch (None = deleted)
+        self._pre: dict[str, int] = {}
+
+    def get(self, key: str) -> bytes | None:
+        if key in self._pending:
+            return self._pending[key]
+        return self.state.kv.get(key)
+
+    def require(self, key: str) -> None:
+        """Precondition: key still has the version read now (0 = still absent)."""
+        self._pre.setdefault(key, self.state.kv.version(key))
+
+    def put(self, rtype: int, key: str, msg: Message) -> bool:
+        value = canonical(msg)
+        if self.get(key) == value:
+            return False
+        if self.state.kv.get(key) == value:  # a pending change undone: net no change
+            self._records.pop(key, None)
+            self._pending.pop(key, None)
+        else:
+            self._records[key] = entry_pb2.Record(type=rtype, op=entry_pb2.OP_PUT, key=key, value=value)
+            self._pending[key] = value
+        return True
+
+    def delete(self, rtype: int, key: str) -> bool:
+        if self.get(key) is None:
+            return False
+        if key not in self.state.kv:  # only put by this batch
+            self._records.pop(key, None)
+            self._pending.pop(key, None)
+        else:
+            self._records[key] = entry_pb2.Record(type=rtype, op=entry_pb2.OP_DELETE, key=key)
+            self._pending[key] = None
+        return True
+
+    def build(self) -> Translation:
+        batch = entry_pb2.Batch()
+        if self._records:
+            batch.records.extend(self._records.values())
+            batch.preconditions.extend(
+                entry_pb2.Precondition(key=k, version=v) for k, v in self._pre.items())
+        return Translation(batch=batch)
+
+
+def _broker_data(cluster: str, name: str, addrs: dict[int, str], acting: bool, zone: str
+                 ) -> state_pb2.BrokerData:
+    bd = state_pb2.BrokerData(cluster=cluster, broker_name=name, enable_acting_master=acting, zone=zone)
+    for bid in sorted(addrs):  # sorted by id: canonical bytes
+        bd.addrs.add(broker_id=bid, addr=addrs[bid])
+    return bd
+
+
+def _queue_data(broker_name: str, read: int, write: int, perm: int, sys_flag: int) -> state_pb2.QueueData:
+    return state_pb2.QueueData(broker_name=broker_name, read_queue_nums=read, write_queue_nums=write,
+                               perm=perm, topic_sys_flag=sys_flag)
+
+
+def _wipe_write_of_group(b: _Builder, broker_name: str) -> None:
+    for topic in b.state.broker_topics(broker_name):
+        key = keys.topic_key(topic, broker_name)
+        qd = b.state.queue_data(topic, broker_name)
+        if qd is not None and qd.perm & PERM_WRITE:
+            qd.perm &= ~PERM_WRITE
+            b.require(key)
+            b.put(keys.TOPIC_TYPE, key, qd)
+
+
+def _remove_addr(b: _Builder, broker_name: str, addr: str) -> None:
+    """Take addr out of broker_name's group; a group left empty disappears with all its queue data."""
+    bd = b.state.broker_data(broker_name)
+    if bd is None:
+        return
+    remaining = {ba.broker_id: ba.addr for ba in bd.addrs if ba.addr != addr}
+    if len(remaining) == len(bd.addrs):
+        return
+    key = keys.broker_key(broker_name)
+    b.require(key)
+    if not remaining:
+        b.delete(keys.BROKER_TYPE, key)
+        for topic in b.state.broker_topics(broker_name):
+            b.delete(keys.TOPIC_TYPE, keys.topic_key(topic, broker_name))
+        return
+    b.put(keys.BROKER_TYPE, key, _broker_data(bd.cluster, broker_name, remaining,
+                                              bd.enable_acting_master, bd.zone))
+    if bd.enable_acting_master and min(remaining) > MASTER_ID:
+        # The master is gone: an acting-master group stops taking writes (RocketMQ 5 cleanTopic...).
+        _wipe_write_of_group(b, broker_name)
+
+
+# ---- brokers ---------------------------------------------------------------------------------------
+
+def register_broker(state: MetadataState, req: api_pb2.RegisterBrokerRequest, default_timeout_ms: int,
+                    delete_missing_topics: bool = False) -> Translation:
+    """RocketMQ registerBroker as a diff. delete_missing_topics mirrors deleteTopicWithBrokerRegistration
+    (off by default, as upstream): drop this group's topics absent from a (master's) full registration."""
+    b = _Builder(state)
+    name, addr, bid = req.broker_name, req.broker_addr, req.broker_id
+    lkey, bkey = keys.live_key(addr), keys.broker_key(name)
+    b.require(lkey)
+    b.require(bkey)
+    old_live = state.broker_live(addr)
+    old_bd = state.broker_data(name)
+
+    addrs = {ba.broker_id: ba.addr for ba in old_bd.addrs} if old_bd is not None else {}
+    # The same address under another id is a role change (slave -> master): one entry per address.
+    addrs = {i: a for i, a in addrs.items() if a != addr or i == bid}
+    displaced = addrs.get(bid)
+    if displaced is not None and displaced != addr:
+        holder = state.broker_live(displaced)
+        if holder is not None and holder.data_version.state_version > req.data_version.state_version:
+            # Another address holds this id with a newer stateVersion: refuse, drop the newcomer's
+            # liveness (RocketMQ: "Registering Broker conflicts with the existed one").
+            b.require(keys.live_key(displaced))
+            b.delete(keys.LIVE_TYPE, lkey)
+            b.delete(keys.FILTER_TYPE, keys.filter_key(addr))
+            tr = b.build()
+            tr.conflict = True
+            return tr
+    register_first = old_bd is None or displaced != addr
+    addrs[bid] = addr
+
+    if old_live is not None and old_live.broker_name != name:
+        # The address moved to another group: leave the old one (else it would list it forever).
+        _remove_addr(b, old_live.broker_name, addr)
+
+    b.put(keys.BROKER_TYPE, bkey, _broker_data(req.cluster_name, name, addrs,
+                                              req.enable_acting_master, req.zone_name))
+
+    live = state_pb2.BrokerLive(
+        cluster=req.cluster_name, broker_name=name, broker_id=bid, broker_addr=addr,
+        ha_server_addr=req.ha_server_addr,
+        heartbeat_timeout_ms=req.heartbeat_timeout_ms or default_timeout_ms, zone=req.zone_name)
+    live.data_version.CopyFrom(req.data_version)
+    b.put(keys.LIVE_TYPE, lkey, live)
+
+    fkey = keys.filter_key(addr)
+    servers = sorted(set(req.filter_servers))
+    if servers:
+        b.put(keys.FILTER_TYPE, fkey, state_pb2.FilterServers(addrs=servers))
+    else:
+        b.delete(keys.FILTER_TYPE, fkey)
+
+    is_master = bid == MASTER_ID
+    acting = (not is_master and req.enable_acting_master and MASTER_ID not in addrs and bid == min(addrs))
+    if is_master or acting:
+        # Topic data is rewritten on first registration or when the broker's DataVersion changed.
+        changed = register_first or old_live is None or old_live.data_version != req.data_version
+        _register_topics(b, req, changed, acting, delete_missing_topics)
+
+    tr = b.build()
+    if not is_master and MASTER_ID in addrs:
+        master_live = state.broker_live(addrs[MASTER_ID])
+        if master_live is not None:
+            tr.master_addr, tr.ha_server_addr = addrs[MASTER_ID], master_live.ha_server_addr
+    tr.order_topic_config = state.kv_list(ORDER_TOPIC_CONFIG)
+    return tr
+
+
+def _register_topics(b: _Builder, req: api_pb2.RegisterBrokerRequest, changed: bool, acting: bool,
+                     delete_missing: bool) -> None:
+    name = req.broker_name
+    state = b.state
+    if changed and delete_missing:
+        wanted = {tc.topic_name for tc in req.topics}
+        for topic in state.broker_topics(name):
+            if topic not in wanted:
+                b.delete(keys.TOPIC_TYPE, keys.topic_key(topic, name))
+    for tc in req.topics:
+        # Unchanged DataVersion: RocketMQ still re-adds a topic this group has no queue data for.
+        if not changed and state.broker_has_topic(name, tc.topic_name):
+            continue
+        perm = tc.perm & ~PERM_WRITE if acting else tc.perm  # an acting master is read-only
+        b.put(keys.TOPIC_TYPE, keys.topic_key(tc.topic_name, name),
+              _queue_data(name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag))
+
+
+def unregister_broker(state: MetadataState, cluster_name: str, broker_name: str, broker_addr: str,
+                      broker_id: int) -> Translation:
+    """Remove one address (RocketMQ unregisterBroker). cluster_name and broker_id are accepted for
+    protocol parity; the address alone identifies the registration here."""
+    del cluster_name, broker_id
+    b = _Builder(state)
+    lkey = keys.live_key(broker_addr)
+    b.require(lkey)
+    b.delete(keys.LIVE_TYPE, lkey)
+    b.delete(keys.FILTER_TYPE, keys.filter_key(broker_addr))
+    _remove_addr(b, broker_name, broker_addr)
+    return b.build()
+
+
+def expire_broker(state: MetadataState, broker_addr: str, expected_live_version: int) -> Translation:
+    """Unregister an address that stayed silent, only if live/<addr> still has the version the
+    scanner saw: a stale expiry must not wipe a fresh re-registration (RocketMQ issue 11043)."""
+    lkey = keys.live_key(broker_addr)
+    live = state.broker_live(broker_addr)
+    if live is None or state.kv.version(lkey) != expected_live_version:
+        return Translation()
+    b = _Builder(state)
+    b.require(lkey)
+    b.delete(keys.LIVE_TYPE, lkey)
+    b.delete(keys.FILTER_TYPE, keys.filter_key(broker_addr))
+    _remove_addr(b, live.broker_name, broker_addr)
+    return b.build()
+
+
+# ---- KV config -------------------------------------------------------------------------------------
+
+def put_kv(state: MetadataState, namespace: str, key: str, value: str) -> Translation:
+    b = _Builder(state)
+    b.put(keys.KV_TYPE, keys.kv_key(namespace, key), state_pb2.KvValue(value=value))
+    return b.build()
+
+
+def delete_kv(state: MetadataState, namespace: str, key: str) -> Translation:
+    b = _Builder(state)
+    b.delete(keys.KV_TYPE, keys.kv_key(namespace, key))
+    return b.build()
+
+
+# ---- topics and permissions ------------------------------------------------------------------------
+
+def _set_write_perm(state: MetadataState, broker_name: str, wipe: bool) -> Translation:
+    b = _Builder(state)
+    count = 0
+    for topic in state.broker_topics(broker_name):
+        qd = state.queue_data(topic, broker_name)
+        if qd is None:
+            continue
+        count += 1  # RocketMQ counts every queue data of the broker, changed or not
+        perm = qd.perm & ~PERM_WRITE if wipe else PERM_READ | PERM_WRITE
+        if perm != qd.perm:
+            key = keys.topic_key(topic, broker_name)
+            qd.perm = perm
+            b.require(key)
+            b.put(keys.TOPIC_TYPE, key, qd)
+    tr = b.build()
+    tr.count = count
+    return tr
+
+
+def wipe_write_perm(state: MetadataState, broker_name: str) -> Translation:
+    """Clear the write bit on all the broker's queue datas; .count = queue datas it touched."""
+    return _set_write_perm(state, broker_name, wipe=True)
+
+
+def add_write_perm(state: MetadataState, broker_name: str) -> Translation:
+    """Set perm to read|write (6) on all the broker's queue datas; .count = queue datas it touched."""
+    return _set_write_perm(state, broker_name, wipe=False)
+
+
+def register_topic(state: MetadataState, topic: str, queue_datas: list[state_pb2.QueueData]) -> Translation:
+    """Put a topic's queue data per broker name; every broker must be registered (else
+    ValidationError naming queue_datas[i].broker_name, where RocketMQ silently ignores the request)."""
+    b = _Builder(state)
+    for i, qd in enumerate(queue_datas):
+        if state.broker_data(qd.broker_name) is None:
+            raise ValidationError(f"queue_datas[{i}].broker_name",
+                                  f"broker {qd.broker_name!r} is not registered")
+        b.require(keys.broker_key(qd.broker_name))  # it must still exist when this applies
+    for qd in queue_datas:
+        b.put(keys.TOPIC_TYPE, keys.topic_key(topic, qd.broker_name),
+              _queue_data(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, qd.perm,
+                          qd.topic_sys_flag))
+    return b.build()
+
+
+def delete_topic(state: MetadataState, topic: str, cluster_name: str = "") -> Translation:
+    """Delete a topic's queue data: all of it, or only that cluster's brokers' entries."""
+    b = _Builder(state)
+    brokers = state.broker_names(cluster_name) if cluster_name else state.topic_brokers(topic)
+    for name in brokers:
+        b.delete(keys.TOPIC_TYPE, keys.topic_key(topic, name))
+    return b.build()

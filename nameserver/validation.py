@@ -1,0 +1,304 @@
+"""Input validation: bad input is refused with the offending field named, before anything is logged.
+
+ValidationError maps to INVALID_ARGUMENT, TooLargeError (a size bound) to RESOURCE_EXHAUSTED.
+Field paths follow the protobuf field names, with indexes for repeated fields
+(e.g. `topics[3].topic_name`). Name rules follow RocketMQ (TopicValidator); where RocketMQ has no
+rule the bounds below are ours, chosen generously enough for real deployments.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+
+from nameserver.pb import api_pb2, state_pb2
+
+# ---- limits ----------------------------------------------------------------------------------------
+
+MAX_TOPIC_NAME_LEN = 127            # RocketMQ TopicValidator.TOPIC_MAX_LENGTH
+MAX_NAME_LEN = 127                  # broker, cluster and zone names (ours, same as topics)
+MAX_HOST_LEN = 253                  # DNS name limit
+MAX_QUEUE_NUMS = 65535              # read/write queue numbers per topic per broker (ours)
+MAX_PERM = 7                        # read 4 | write 2 | inherit 1
+MIN_HEARTBEAT_TIMEOUT_MS = 1_000
+MAX_HEARTBEAT_TIMEOUT_MS = 3_600_000  # 0 = the server's default
+MAX_TOPICS_PER_REGISTRATION = 200_000  # a 70k-topic broker fits with room to spare
+MAX_FILTER_SERVERS = 1_024
+MAX_HEARTBEATS_PER_REQUEST = 10_000
+MAX_QUEUE_DATAS_PER_TOPIC = 10_000  # one per broker name
+MAX_KV_NAMESPACE_LEN = 255
+MAX_KV_KEY_BYTES = 4_096
+MAX_KV_VALUE_BYTES = 1 << 20        # 1 MiB
+
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")      # RocketMQ TopicValidator.VALID_PATTERN_STR
+NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_.-]+")      # broker / cluster / zone names
+_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")  # DNS label ('_' tolerated)
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+class ValidationError(Exception):
+    """A request field is invalid. `field` is its path in the request, `message` says why."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class TooLargeError(ValidationError):
+    """A size bound was exceeded (maps to RESOURCE_EXHAUSTED)."""
+
+
+# ---- field checks ----------------------------------------------------------------------------------
+
+def check_topic(field: str, topic: str) -> None:
+    if not topic:
+        raise ValidationError(field, "topic name must not be empty")
+    if len(topic) > MAX_TOPIC_NAME_LEN:
+        raise ValidationError(field, f"topic name longer than {MAX_TOPIC_NAME_LEN} characters")
+    if not TOPIC_PATTERN.fullmatch(topic):
+        raise ValidationError(field, f"topic name {topic!r} may only contain letters, digits, "
+                                     "'%', '|', '_', '-'")
+
+
+def check_name(field: str, name: str, what: str = "name") -> None:
+    """Broker, cluster and zone names: non-empty, 1..127 of letters, digits, '_', '-', '.', '%', '|'."""
+    if not name:
+        raise ValidationError(field, f"{what} must not be empty")
+    if len(name) > MAX_NAME_LEN:
+        raise ValidationError(field, f"{what} longer than {MAX_NAME_LEN} characters")
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValidationError(field, f"{what} {name!r} may only contain letters, digits, "
+                                     "'_', '-', '.', '%', '|'")
+
+
+def check_addr(field: str, addr: str) -> None:
+    """host:port; host is a hostname, an IPv4 literal or a bracketed IPv6 literal; port 1..65535."""
+    if not addr:
+        raise ValidationError(field, "address must not be empty")
+    if addr.startswith("["):
+        end = addr.find("]")
+        host, rest = (addr[1:end], addr[end + 1:]) if end > 0 else ("", "")
+        if not rest.startswith(":"):
+            raise ValidationError(field, f"address {addr!r} is not [ipv6]:port")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValidationError(field, f"address {addr!r}: {host!r} is not an IPv6 literal") from None
+        port = rest[1:]
+    else:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host:
+            raise ValidationError(field, f"address {addr!r} is not host:port")
+        if ":" in host:
+            raise ValidationError(field, f"address {addr!r}: write IPv6 literals in brackets ([::1]:port)")
+        if re.fullmatch(r"[0-9.]+", host):
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise ValidationError(field, f"address {addr!r}: {host!r} is not an IPv4 address") from None
+        elif len(host) > MAX_HOST_LEN or not all(_LABEL.fullmatch(label) for label in host.split(".")):
+            raise ValidationError(field, f"address {addr!r}: {host!r} is not a valid hostname")
+    if not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
+        raise ValidationError(field, f"address {addr!r}: port must be 1..65535")
+
+
+def _check_range(field: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise ValidationError(field, f"must be in {low}..{high}, got {value}")
+
+
+def check_queue_numbers(prefix: str, read: int, write: int, perm: int, sys_flag: int) -> None:
+    _check_range(f"{prefix}read_queue_nums", read, 0, MAX_QUEUE_NUMS)
+    _check_range(f"{prefix}write_queue_nums", write, 0, MAX_QUEUE_NUMS)
+    _check_range(f"{prefix}perm", perm, 0, MAX_PERM)
+    if sys_flag < 0:
+        raise ValidationError(f"{prefix}topic_sys_flag", f"must be >= 0, got {sys_flag}")
+
+
+def check_topic_config(prefix: str, tc: api_pb2.TopicConfig) -> None:
+    """One TopicConfig; prefix is its path with a trailing dot, e.g. 'topics[3].'."""
+    check_topic(f"{prefix}topic_name", tc.topic_name)
+    check_queue_numbers(prefix, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag)
+
+
+def check_topic_configs(topics: Iterable[api_pb2.TopicConfig], field: str = "topics",
+                        max_topics: int = MAX_TOPICS_PER_REGISTRATION) -> None:
+    """A registration's topic table: each valid, no duplicate names, at most max_topics."""
+    seen: dict[str, int] = {}
+    for i, tc in enumerate(topics):
+        if i >= max_topics:
+            raise TooLargeError(field, f"more than {max_topics} topics in one registration")
+        check_topic_config(f"{field}[{i}].", tc)
+        first = seen.setdefault(tc.topic_name, i)
+        if first != i:
+            raise ValidationError(f"{field}[{i}].topic_name",
+                                  f"duplicate topic {tc.topic_name!r} (first at {field}[{first}])")
+
+
+def check_broker_id(field: str, broker_id: int) -> None:
+    if broker_id < 0:
+        raise ValidationError(field, f"broker id must be >= 0, got {broker_id}")
+
+
+def check_min_offset(field: str, offset: int) -> None:
+    if offset < 0:
+        raise ValidationError(field, f"must be >= 0, got {offset}")
+
+
+def check_kv(namespace: str, key: str | None = None, value: str | None = None) -> None:
+    """KV namespace (non-empty, no '/'), key (non-empty) and value (may be empty), with size bounds."""
+    if not namespace:
+        raise ValidationError("namespace", "must not be empty")
+    if len(namespace) > MAX_KV_NAMESPACE_LEN:
+        raise ValidationError("namespace", f"longer than {MAX_KV_NAMESPACE_LEN} characters")
+    if "/" in namespace:
+        raise ValidationError("namespace", "must not contain '/'")
+    if key is not None:
+        if not key:
+            raise ValidationError("key", "must not be empty")
+        if len(key.encode()) > MAX_KV_KEY_BYTES:
+            raise TooLargeError("key", f"longer than {MAX_KV_KEY_BYTES} bytes")
+    if value is not None and len(value.encode()) > MAX_KV_VALUE_BYTES:
+        raise TooLargeError("value", f"longer than {MAX_KV_VALUE_BYTES} bytes")
+
+
+# ---- requests --------------------------------------------------------------------------------------
+
+def validate_register_broker(req: api_pb2.RegisterBrokerRequest,
+                             max_topics: int = MAX_TOPICS_PER_REGISTRATION) -> None:
+    check_name("cluster_name", req.cluster_name, "cluster name")
+    check_name("broker_name", req.broker_name, "broker name")
+    check_addr("broker_addr", req.broker_addr)
+    check_broker_id("broker_id", req.broker_id)
+    if req.ha_server_addr:
+        check_addr("ha_server_addr", req.ha_server_addr)
+    timeout = req.heartbeat_timeout_ms
+    if timeout != 0 and not MIN_HEARTBEAT_TIMEOUT_MS <= timeout <= MAX_HEARTBEAT_TIMEOUT_MS:
+        raise ValidationError("heartbeat_timeout_ms", f"must be 0 (default) or {MIN_HEARTBEAT_TIMEOUT_MS}.."
+                              f"{MAX_HEARTBEAT_TIMEOUT_MS}, got {timeout}")
+    if req.zone_name:
+        check_name("zone_name", req.zone_name, "zone name")
+    if req.data_version.counter < 0:
+        raise ValidationError("data_version.counter", "must be >= 0")
+    if req.data_version.timestamp < 0:
+        raise ValidationError("data_version.timestamp", "must be >= 0")
+    if len(req.filter_servers) > MAX_FILTER_SERVERS:
+        raise TooLargeError("filter_servers", f"more than {MAX_FILTER_SERVERS} filter servers")
+    for i, addr in enumerate(req.filter_servers):
+        check_addr(f"filter_servers[{i}]", addr)
+    if len(req.topics) > max_topics:
+        raise TooLargeError("topics", f"{len(req.topics)} topics, more than {max_topics} in one registration")
+    check_topic_configs(req.topics, "topics", max_topics)
+
+
+def validate_unregister_broker(req: api_pb2.UnregisterBrokerRequest) -> None:
+    check_name("cluster_name", req.cluster_name, "cluster name")
+    check_name("broker_name", req.broker_name, "broker name")
+    check_addr("broker_addr", req.broker_addr)
+    check_broker_id("broker_id", req.broker_id)
+
+
+def validate_heartbeat(req: api_pb2.HeartbeatRequest) -> None:
+    if len(req.heartbeats) > MAX_HEARTBEATS_PER_REQUEST:
+        raise TooLargeError("heartbeats", f"more than {MAX_HEARTBEATS_PER_REQUEST} heartbeats")
+    for i, hb in enumerate(req.heartbeats):
+        # Cluster and broker name are informative (the address is the identity): checked if given.
+        if hb.cluster_name:
+            check_name(f"heartbeats[{i}].cluster_name", hb.cluster_name, "cluster name")
+        if hb.broker_name:
+            check_name(f"heartbeats[{i}].broker_name", hb.broker_name, "broker name")
+        check_addr(f"heartbeats[{i}].broker_addr", hb.broker_addr)
+
+
+def validate_get_route(req: api_pb2.GetRouteRequest) -> None:
+    check_topic("topic", req.topic)
+    check_min_offset("min_offset", req.min_offset)
+    if req.zone_name:
+        check_name("zone_name", req.zone_name, "zone name")
+
+
+def validate_get_cluster_info(req: api_pb2.GetClusterInfoRequest) -> None:
+    check_min_offset("min_offset", req.min_offset)
+
+
+def validate_get_topic_list(req: api_pb2.GetTopicListRequest) -> None:
+    if req.kind not in api_pb2.TopicListKind.values():
+        raise ValidationError("kind", f"unknown topic list kind {req.kind}")
+    if req.kind == api_pb2.TOPIC_LIST_BY_CLUSTER:
+        check_name("cluster_name", req.cluster_name, "cluster name")
+    check_min_offset("min_offset", req.min_offset)
+
+
+def validate_get_broker_member_group(req: api_pb2.GetBrokerMemberGroupRequest) -> None:
+    if req.cluster_name:
+        check_name("cluster_name", req.cluster_name, "cluster name")
+    check_name("broker_name", req.broker_name, "broker name")
+    check_min_offset("min_offset", req.min_offset)
+
+
+def validate_put_kv(req: api_pb2.PutKvRequest) -> None:
+    check_kv(req.namespace, req.key, req.value)
+
+
+def validate_get_kv(req: api_pb2.GetKvRequest) -> None:
+    check_kv(req.namespace, req.key)
+    check_min_offset("min_offset", req.min_offset)
+
+
+def validate_delete_kv(req: api_pb2.DeleteKvRequest) -> None:
+    check_kv(req.namespace, req.key)
+
+
+def validate_list_kv(req: api_pb2.ListKvRequest) -> None:
+    check_kv(req.namespace)
+    check_min_offset("min_offset", req.min_offset)
+
+
+def validate_broker_perm(req: api_pb2.BrokerPermRequest) -> None:
+    check_name("broker_name", req.broker_name, "broker name")
+
+
+def check_queue_data(prefix: str, qd: state_pb2.QueueData) -> None:
+    check_name(f"{prefix}broker_name", qd.broker_name, "broker name")
+    check_queue_numbers(prefix, qd.read_queue_nums, qd.write_queue_nums, qd.perm, qd.topic_sys_flag)
+
+
+def validate_register_topic(req: api_pb2.RegisterTopicRequest) -> None:
+    """Every queue data valid, one per broker name (that the brokers exist is checked by translate)."""
+    check_topic("topic", req.topic)
+    if len(req.queue_datas) > MAX_QUEUE_DATAS_PER_TOPIC:
+        raise TooLargeError("queue_datas", f"more than {MAX_QUEUE_DATAS_PER_TOPIC} queue datas")
+    seen: dict[str, int] = {}
+    for i, qd in enumerate(req.queue_datas):
+        check_queue_data(f"queue_datas[{i}].", qd)
+        first = seen.setdefault(qd.broker_name, i)
+        if first != i:
+            raise ValidationError(f"queue_datas[{i}].broker_name",
+                                  f"duplicate broker {qd.broker_name!r} (first at queue_datas[{first}])")
+
+
+def validate_delete_topic(req: api_pb2.DeleteTopicRequest) -> None:
+    check_topic("topic", req.topic)
+    if req.cluster_name:
+        check_name("cluster_name", req.cluster_name, "cluster name")
+
+
+# ---- value-first shorthands (the gRPC service's calling convention) -------------------------------
+
+def validate_topic_name(topic: str, field: str = "topic") -> None:
+    check_topic(field, topic)
+
+
+def validate_name(name: str, field: str) -> None:
+    """A broker/cluster/zone name in `field` (the message says which, from the field name)."""
+    check_name(field, name, field.rsplit(".", 1)[-1].replace("_", " "))
+
+
+def validate_kv_namespace(namespace: str) -> None:
+    check_kv(namespace)
+
+
+def validate_kv_key(namespace: str, key: str) -> None:
+    check_kv(namespace, key)

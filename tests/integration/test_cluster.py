@@ -1,0 +1,262 @@
+"""The core issue's done-criteria, on real 3-process clusters on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+
+import grpc
+import pytest
+
+from nameserver.pb import api_pb2, state_pb2
+from tests.cluster import register_request, retry
+
+pytestmark = pytest.mark.cluster
+
+
+def topics(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def test_routes_registered_through_a_follower_are_readable_on_every_node(make_cluster) -> None:
+    c = make_cluster()
+    c.wait_ready()
+    sts = c.wait_converged()
+    assert sum(s.role == api_pb2.ROLE_LEADER for s in sts) == 1
+    follower = c.followers()[0]
+    offsets = []
+    for name, addr in (("broker-a", "10.0.0.1:10911"), ("broker-b", "10.0.0.2:10911")):
+        reply = retry(lambda n=name, a=addr: follower.ns.RegisterBroker(
+            register_request("DefaultCluster", n, a, topics("TopicTest", 100)), timeout=10))
+        assert reply.records > 100  # broker, live, and 100 queue data records
+        offsets.append(reply.offset)
+    for node in c.nodes:
+        route = node.ns.GetRoute(api_pb2.GetRouteRequest(topic="TopicTest42", min_offset=max(offsets)), timeout=10)
+        assert route.apply_offset >= max(offsets)
+        assert [b.broker_name for b in route.route.broker_datas] == ["broker-a", "broker-b"]
+        assert [(q.broker_name, q.read_queue_nums, q.perm) for q in route.route.queue_datas] == [
+            ("broker-a", 4, 6), ("broker-b", 4, 6)]
+        info = node.ns.GetClusterInfo(api_pb2.GetClusterInfoRequest(min_offset=max(offsets)), timeout=5)
+        assert sorted(info.cluster_addr_table["DefaultCluster"].names) == ["broker-a", "broker-b"]
+        listed = node.ns.GetTopicList(api_pb2.GetTopicListRequest(min_offset=max(offsets)), timeout=5)
+        assert len(listed.topics) == 100
+    sts = c.wait_converged()
+    assert len({s.digest for s in sts}) == 1 and sts[0].keys > 200
+
+
+def test_reregistration_writes_only_what_changed(make_cluster) -> None:
+    c = make_cluster()
+    leader = c.wait_ready()
+    ns = c.followers()[0].ns
+    req = register_request("C", "broker-a", "10.0.0.1:10911", topics("T", 50))
+    first = retry(lambda: ns.RegisterBroker(req, timeout=10))
+    c.wait_converged()
+    end_before = leader.status().end_offset
+    again = ns.RegisterBroker(req, timeout=10)
+    assert again.records == 0
+    time.sleep(0.5)
+    assert leader.status().end_offset == end_before  # nothing entered the log
+    changed = register_request("C", "broker-a", "10.0.0.1:10911", topics("T", 50) + ["T-new"], counter=2)
+    changed.topics[3].perm = 4
+    reply = ns.RegisterBroker(changed, timeout=10)
+    # the live record (new DataVersion), the new topic, and the topic whose perm changed
+    assert reply.records == 3 and reply.offset > first.offset
+    route = ns.GetRoute(api_pb2.GetRouteRequest(topic="T3", min_offset=reply.offset), timeout=5)
+    assert route.route.queue_datas[0].perm == 4
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda r: setattr(r, "cluster_name", ""), "cluster_name"),
+    (lambda r: setattr(r, "broker_name", "bad name!"), "broker_name"),
+    (lambda r: setattr(r, "broker_addr", "no-port"), "broker_addr"),
+    (lambda r: setattr(r, "broker_addr", "10.0.0.1:70000"), "broker_addr"),
+    (lambda r: setattr(r, "broker_id", -1), "broker_id"),
+    (lambda r: setattr(r.topics[1], "topic_name", "bad/topic"), "topics[1].topic_name"),
+    (lambda r: setattr(r.topics[2], "topic_name", "x" * 128), "topics[2].topic_name"),
+    (lambda r: setattr(r.topics[0], "perm", 9), "topics[0].perm"),
+    (lambda r: setattr(r.topics[0], "read_queue_nums", -1), "topics[0].read_queue_nums"),
+    (lambda r: setattr(r, "heartbeat_timeout_ms", 5), "heartbeat_timeout_ms"),
+])
+def test_bad_registrations_name_the_field_and_change_nothing(make_cluster, mutate, field) -> None:
+    c = make_cluster(1)
+    c.wait_ready()
+    node = c.nodes[0]
+    before = node.status()
+    req = register_request("C", "broker-a", "10.0.0.1:10911", topics("T", 3))
+    mutate(req)
+    with pytest.raises(grpc.RpcError) as err:
+        node.ns.RegisterBroker(req, timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in err.value.details()
+    after = node.status()
+    assert (after.end_offset, after.commit_offset, after.apply_offset) == (
+        before.end_offset, before.commit_offset, before.apply_offset)
+    assert node.status().ready  # still serving
+
+
+def test_other_bad_inputs_name_the_field(make_cluster) -> None:
+    c = make_cluster(1)
+    c.wait_ready()
+    ns = c.nodes[0].ns
+    before = c.nodes[0].status().end_offset
+    cases = [
+        (lambda: ns.GetRoute(api_pb2.GetRouteRequest(topic=""), timeout=5), "topic"),
+        (lambda: ns.PutKv(api_pb2.PutKvRequest(namespace="", key="k", value="v"), timeout=5), "namespace"),
+        (lambda: ns.PutKv(api_pb2.PutKvRequest(namespace="ns", key="", value="v"), timeout=5), "key"),
+        (lambda: ns.DeleteTopic(api_pb2.DeleteTopicRequest(topic="a b"), timeout=5), "topic"),
+        (lambda: ns.WipeWritePerm(api_pb2.BrokerPermRequest(broker_name=""), timeout=5), "broker_name"),
+        (lambda: ns.RegisterTopic(api_pb2.RegisterTopicRequest(topic="T", queue_datas=[
+            state_pb2.QueueData(broker_name="nope", read_queue_nums=1, write_queue_nums=1, perm=6)]),
+            timeout=5), "broker_name"),
+    ]
+    for call, field in cases:
+        with pytest.raises(grpc.RpcError) as err:
+            call()
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+        assert field in err.value.details()
+    assert c.nodes[0].status().end_offset == before
+    with pytest.raises(grpc.RpcError) as err:
+        ns.PutKv(api_pb2.PutKvRequest(namespace="ns", key="k", value="v" * (2 << 20)), timeout=5)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_kv_and_topic_admin_round_trip(make_cluster) -> None:
+    c = make_cluster()
+    c.wait_ready()
+    a, b = c.followers()[0], c.leader()
+    put = retry(lambda: a.ns.PutKv(api_pb2.PutKvRequest(namespace="ORDER_TOPIC_CONFIG", key="T1", value="broker-a:4"),
+                                   timeout=10))
+    got = b.ns.GetKv(api_pb2.GetKvRequest(namespace="ORDER_TOPIC_CONFIG", key="T1", min_offset=put.offset), timeout=5)
+    assert got.value == "broker-a:4"
+    listed = a.ns.ListKv(api_pb2.ListKvRequest(namespace="ORDER_TOPIC_CONFIG", min_offset=put.offset), timeout=5)
+    assert dict(listed.table) == {"T1": "broker-a:4"}
+    reg = a.ns.RegisterBroker(register_request("C", "broker-a", "10.0.0.1:10911", ["T1", "T2"]), timeout=10)
+    wiped = a.ns.WipeWritePerm(api_pb2.BrokerPermRequest(broker_name="broker-a"), timeout=10)
+    assert wiped.topic_count == 2
+    route = b.ns.GetRoute(api_pb2.GetRouteRequest(topic="T1", min_offset=wiped.offset), timeout=5)
+    assert route.route.queue_datas[0].perm == 4
+    added = a.ns.AddWritePerm(api_pb2.BrokerPermRequest(broker_name="broker-a"), timeout=10)
+    assert added.topic_count == 2
+    deleted = a.ns.DeleteTopic(api_pb2.DeleteTopicRequest(topic="T2"), timeout=10)
+    assert deleted.offset > reg.offset
+    with pytest.raises(grpc.RpcError) as err:
+        b.ns.GetRoute(api_pb2.GetRouteRequest(topic="T2", min_offset=deleted.offset), timeout=5)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    gone = a.ns.DeleteKv(api_pb2.DeleteKvRequest(namespace="ORDER_TOPIC_CONFIG", key="T1"), timeout=10)
+    with pytest.raises(grpc.RpcError) as err:
+        b.ns.GetKv(api_pb2.GetKvRequest(namespace="ORDER_TOPIC_CONFIG", key="T1", min_offset=gone.offset), timeout=5)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_leader_kill_failover_catch_up_and_full_restart(make_cluster) -> None:
+    c = make_cluster()
+    leader = c.wait_ready()
+    acked: dict[str, int] = {}
+
+    def write(node, key: str) -> None:
+        reply = retry(lambda: node.ns.PutKv(api_pb2.PutKvRequest(namespace="acks", key=key, value=key), timeout=2),
+                      timeout=15)
+        acked[key] = reply.offset
+
+    for i in range(20):
+        write(c.followers()[i % 2], f"before-{i}")
+    c.kill(leader)
+    survivors = [n for n in c.nodes if n is not leader]
+    t0 = time.monotonic()
+    write(survivors[0], "after-kill")
+    failover_s = time.monotonic() - t0
+    assert failover_s < 3.0, f"writes resumed only after {failover_s:.2f}s"
+    for i in range(20):
+        write(survivors[i % 2], f"during-{i}")
+    c.start(leader)  # the killed node comes back and catches up
+    sts = c.wait_converged(c.nodes)
+    assert len({s.digest for s in sts}) == 1
+    # the whole cluster restarted keeps every acknowledged write
+    for n in c.nodes:
+        c.kill(n, signal.SIGTERM)
+    c.start()
+    c.wait_ready(c.nodes)
+    c.wait_converged(c.nodes)
+    for n in c.nodes:
+        table = n.ns.ListKv(api_pb2.ListKvRequest(namespace="acks"), timeout=5).table
+        assert set(table) == set(acked), f"{n.name} lost {set(acked) - set(table)}"
+
+
+def test_silent_broker_expires_and_failover_keeps_live_ones(make_cluster) -> None:
+    c = make_cluster(scan_interval_ms=500)
+    leader = c.wait_ready()
+    ns = c.followers()[0].ns
+    timeout_ms = 3000
+    retry(lambda: ns.RegisterBroker(register_request("C", "broker-dead", "10.0.0.9:10911", ["T"],
+                                                     timeout_ms=timeout_ms), timeout=10))
+    reply = ns.RegisterBroker(register_request("C", "broker-live", "10.0.0.8:10911", ["T"], timeout_ms=timeout_ms),
+                              timeout=10)
+    beat = api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(
+        cluster_name="C", broker_name="broker-live", broker_addr="10.0.0.8:10911")])
+
+    def names(node) -> list[str]:
+        route = node.ns.GetRoute(api_pb2.GetRouteRequest(topic="T", min_offset=reply.offset), timeout=5)
+        return [b.broker_name for b in route.route.broker_datas]
+
+    t0 = time.monotonic()
+    while "broker-dead" in names(c.followers()[1]):
+        for n in c.followers():  # heartbeats through followers reach the leader in batches
+            n.ns.Heartbeat(beat, timeout=5)
+        assert time.monotonic() - t0 < (timeout_ms + 500) / 1000 + 1.5, "dead broker kept past timeout + scan"
+        time.sleep(0.2)
+    assert names(leader) == ["broker-live"]
+    # a leader change must not expel the live broker: keep heartbeating through the survivors
+    c.kill(leader)
+    survivors = [n for n in c.nodes if n is not leader]
+    end = time.monotonic() + 2 * timeout_ms / 1000
+    while time.monotonic() < end:
+        for n in survivors:
+            with contextlib.suppress(grpc.RpcError):  # no leader for a moment
+                n.ns.Heartbeat(beat, timeout=2)
+        time.sleep(0.3)
+    new_leader = c.wait_ready(survivors)
+    assert names(new_leader) == ["broker-live"]
+
+
+def test_follower_down_during_compaction_catches_up_from_snapshot(make_cluster) -> None:
+    c = make_cluster(snapshot_every_entries=50)
+    c.wait_ready()
+    lagging = c.followers()[0]
+    c.kill(lagging)
+    live = [n for n in c.nodes if n is not lagging]
+    for i in range(300):
+        retry(lambda i=i: live[i % 2].ns.PutKv(api_pb2.PutKvRequest(namespace="bulk", key=f"k{i % 100}",
+                                                                   value=str(i)), timeout=5))
+    c.wait_for("a snapshot on the leader", lambda: (c.leader(live).status().snapshot_offset or 0) > 100)
+    c.start(lagging)
+    sts = c.wait_converged(c.nodes, timeout=40)
+    assert len({s.digest for s in sts}) == 1
+    # it was handed the leader's snapshot: the entries it missed were compacted away
+    with open(lagging.log_path) as f:
+        assert "restored snapshot at offset" in f.read()
+    assert lagging.status().snapshot_offset > 0
+    assert lagging.ns.GetKv(api_pb2.GetKvRequest(namespace="bulk", key="k99"), timeout=5).value == "299"
+
+
+def test_broker_with_70000_topics_registers_over_the_stream(make_cluster) -> None:
+    c = make_cluster()
+    c.wait_ready()
+    follower = c.followers()[0]
+    req = register_request("C", "broker-huge", "10.0.0.1:10911", topics("HugeTopic-", 70000))
+
+    def chunks():
+        header = api_pb2.RegisterBrokerRequest()
+        header.CopyFrom(req)
+        del header.topics[:]
+        yield api_pb2.RegisterBrokerChunk(header=header)
+        for i in range(0, 70000, 5000):
+            yield api_pb2.RegisterBrokerChunk(topics=api_pb2.TopicConfigs(topics=req.topics[i:i + 5000]))
+
+    reply = retry(lambda: follower.ns.RegisterBrokerStream(chunks(), timeout=60), timeout=60)
+    assert reply.records == 70002
+    for n in c.nodes:
+        route = n.ns.GetRoute(api_pb2.GetRouteRequest(topic="HugeTopic-69999", min_offset=reply.offset), timeout=30)
+        assert route.route.queue_datas[0].broker_name == "broker-huge"
+    sts = c.wait_converged(timeout=60)
+    assert len({s.digest for s in sts}) == 1

@@ -1,0 +1,62 @@
+"""Key layout: builders, parsers and record types."""
+
+import pytest
+
+from nameserver.pb import state_pb2
+from nameserver.state import keys
+
+
+def test_builders_and_parsers_round_trip() -> None:
+    assert keys.broker_key("broker-a") == "broker/broker-a"
+    assert keys.parse_broker_key("broker/broker-a") == "broker-a"
+    assert keys.live_key("[::1]:10911") == "live/[::1]:10911"
+    assert keys.parse_live_key("live/[::1]:10911") == "[::1]:10911"
+    assert keys.filter_key("10.0.0.1:10911") == "filter/10.0.0.1:10911"
+    assert keys.parse_filter_key("filter/10.0.0.1:10911") == "10.0.0.1:10911"
+    assert keys.topic_key("%RETRY%g1", "broker-a.1") == "topic/%RETRY%g1/broker-a.1"
+    assert keys.parse_topic_key("topic/%RETRY%g1/broker-a.1") == ("%RETRY%g1", "broker-a.1")
+    assert keys.topic_prefix("T") == "topic/T/"
+
+
+def test_kv_key_may_contain_slashes() -> None:
+    key = keys.kv_key("ORDER_TOPIC_CONFIG", "a/b//c")
+    assert key == "kv/ORDER_TOPIC_CONFIG/a/b//c"
+    assert keys.parse_kv_key(key) == ("ORDER_TOPIC_CONFIG", "a/b//c")
+    assert keys.kv_prefix("ns") == "kv/ns/"
+
+
+@pytest.mark.parametrize("key", ["topic/T", "topic//b", "topic/T/", "topic/T/b/c", "broker/x", "kv/ns"])
+def test_malformed_topic_keys_do_not_parse(key: str) -> None:
+    assert keys.parse_topic_key(key) is None
+
+
+def test_other_parsers_reject_foreign_or_malformed_keys() -> None:
+    assert keys.parse_broker_key("broker/") is None
+    assert keys.parse_broker_key("broker/a/b") is None
+    assert keys.parse_broker_key("live/a") is None
+    assert keys.parse_live_key("live/") is None
+    assert keys.parse_kv_key("kv/ns/") is None
+    assert keys.parse_kv_key("kv//k") is None
+
+
+@pytest.mark.parametrize("build", [
+    lambda: keys.broker_key(""),
+    lambda: keys.broker_key("a/b"),
+    lambda: keys.topic_key("T/x", "b"),
+    lambda: keys.topic_key("T", ""),
+    lambda: keys.kv_key("a/b", "k"),
+    lambda: keys.kv_key("ns", ""),
+    lambda: keys.live_key(""),
+])
+def test_builders_refuse_ambiguous_components(build) -> None:
+    with pytest.raises(ValueError):
+        build()
+
+
+def test_record_type_per_prefix() -> None:
+    assert keys.record_type_of("broker/a") == state_pb2.BROKER
+    assert keys.record_type_of("live/a:1") == state_pb2.BROKER_LIVE
+    assert keys.record_type_of("topic/T/a") == state_pb2.TOPIC_QUEUE
+    assert keys.record_type_of("filter/a:1") == state_pb2.FILTER_SERVER
+    assert keys.record_type_of("kv/ns/k") == state_pb2.KV_CONFIG
+    assert keys.record_type_of("bind/T/0") == state_pb2.RECORD_TYPE_UNSPECIFIED

@@ -1,0 +1,268 @@
+"""MetadataState: indexes derived from replayed records, reads, restore and determinism."""
+
+import pytest
+from google.protobuf.message import Message
+
+from nameserver.pb import api_pb2, state_pb2
+from nameserver.state import ORDER_TOPIC_CONFIG, MetadataState, keys
+from nameserver.validation import ValidationError
+from raftlog.pb import entry_pb2
+
+
+def put(key: str, msg: Message) -> entry_pb2.Record:
+    return entry_pb2.Record(type=keys.record_type_of(key), op=entry_pb2.OP_PUT, key=key,
+                            value=msg.SerializeToString(deterministic=True))
+
+
+def delete(key: str) -> entry_pb2.Record:
+    return entry_pb2.Record(type=keys.record_type_of(key), op=entry_pb2.OP_DELETE, key=key)
+
+
+def batch(*records: entry_pb2.Record) -> entry_pb2.Batch:
+    return entry_pb2.Batch(records=list(records))
+
+
+def apply(state: MetadataState, *batches: entry_pb2.Batch) -> list[entry_pb2.BatchResult]:
+    return state.apply_entry(state.offset + 1, entry_pb2.Entry(batches=list(batches)))
+
+
+def broker(cluster: str, name: str, addrs: dict[int, str], zone: str = "", acting: bool = False
+           ) -> entry_pb2.Record:
+    bd = state_pb2.BrokerData(cluster=cluster, broker_name=name, zone=zone, enable_acting_master=acting)
+    for bid in sorted(addrs):
+        bd.addrs.add(broker_id=bid, addr=addrs[bid])
+    return put(keys.broker_key(name), bd)
+
+
+def queue(topic: str, name: str, perm: int = 6, flag: int = 0, nums: int = 4) -> entry_pb2.Record:
+    qd = state_pb2.QueueData(broker_name=name, read_queue_nums=nums, write_queue_nums=nums, perm=perm,
+                             topic_sys_flag=flag)
+    return put(keys.topic_key(topic, name), qd)
+
+
+def live(addr: str, cluster: str, name: str, bid: int, ha: str = "") -> entry_pb2.Record:
+    return put(keys.live_key(addr), state_pb2.BrokerLive(cluster=cluster, broker_name=name, broker_id=bid,
+                                                          broker_addr=addr, ha_server_addr=ha,
+                                                          heartbeat_timeout_ms=120_000))
+
+
+def kv(ns: str, key: str, value: str) -> entry_pb2.Record:
+    return put(keys.kv_key(ns, key), state_pb2.KvValue(value=value))
+
+
+def sample_records() -> list[entry_pb2.Record]:
+    """Two clusters, three broker groups, topics with unit flags, filter servers, KV config."""
+    return [
+        broker("c1", "broker-a", {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}, zone="z1"),
+        live("10.0.0.1:10911", "c1", "broker-a", 0, ha="10.0.0.1:10912"),
+        live("10.0.0.2:10911", "c1", "broker-a", 1),
+        broker("c1", "broker-b", {0: "10.0.0.3:10911"}, zone="z2"),
+        live("10.0.0.3:10911", "c1", "broker-b", 0),
+        broker("c2", "broker-c", {0: "10.0.1.1:10911"}),
+        live("10.0.1.1:10911", "c2", "broker-c", 0),
+        queue("TopicA", "broker-b"),
+        queue("TopicA", "broker-a"),
+        queue("TopicB", "broker-c", nums=8),
+        queue("UnitT", "broker-a", flag=1),
+        queue("UnitT", "broker-c", flag=0),
+        queue("SubT", "broker-b", flag=2),
+        queue("SubUnitT", "broker-c", flag=3),
+        put(keys.filter_key("10.0.0.1:10911"), state_pb2.FilterServers(addrs=["10.0.0.1:30000"])),
+        kv(ORDER_TOPIC_CONFIG, "TopicA", "broker-a:4;broker-b:4"),
+        kv("ns", "k/with/slash", "v"),
+    ]
+
+
+def sample_state() -> MetadataState:
+    state = MetadataState()
+    records = sample_records()
+    apply(state, batch(*records[:7]))
+    apply(state, batch(*records[7:12]), batch(*records[12:]))
+    return state
+
+
+def reads(state: MetadataState) -> dict[str, object]:
+    """A broad fingerprint of every read, to compare two states."""
+    out: dict[str, object] = {
+        "cluster": state.cluster_info().SerializeToString(deterministic=True),
+        "kv": {ns: state.kv_list(ns) for ns in state.kv_namespaces()},
+        "lives": [(a, lv.SerializeToString(), v) for a, lv, v in state.live_addrs()],
+        "digest": state.digest_hex,
+    }
+    for kind in api_pb2.TopicListKind.values():
+        out[f"list{kind}"] = state.topic_list(kind, "c1")
+    for topic in state.topic_list(api_pb2.TOPIC_LIST_ALL):
+        route = state.route(topic, order_message_enable=True)
+        out[f"route/{topic}"] = route.SerializeToString(deterministic=True) if route else None
+    for name in state.broker_names():
+        out[f"topics/{name}"] = state.broker_topics(name)
+    return out
+
+
+def test_route_sorted_with_filter_servers_and_order_conf() -> None:
+    state = sample_state()
+    route = state.route("TopicA", order_message_enable=True)
+    assert route is not None
+    assert [bd.broker_name for bd in route.broker_datas] == ["broker-a", "broker-b"]
+    assert [qd.broker_name for qd in route.queue_datas] == ["broker-a", "broker-b"]
+    assert [(ba.broker_id, ba.addr) for ba in route.broker_datas[0].addrs] == [
+        (0, "10.0.0.1:10911"), (1, "10.0.0.2:10911")]
+    assert dict(route.filter_server_table) == {
+        "10.0.0.1:10911": state_pb2.FilterServers(addrs=["10.0.0.1:30000"])}
+    assert route.order_topic_conf == "broker-a:4;broker-b:4"
+    assert state.route("TopicA").order_topic_conf == ""  # only with orderMessageEnable
+    assert state.route("TopicB").queue_datas[0].read_queue_nums == 8
+    assert state.route("NoSuchTopic") is None
+
+
+def test_route_without_broker_data_is_topic_not_exist() -> None:
+    state = MetadataState()
+    apply(state, batch(queue("Orphan", "ghost")))
+    assert state.has_topic("Orphan")
+    assert state.route("Orphan") is None
+
+
+def test_zone_mode_keeps_own_zone_and_masterless_groups() -> None:
+    state = sample_state()
+    route = state.route("TopicA", zone_name="Z2", zone_mode=True)
+    assert [bd.broker_name for bd in route.broker_datas] == ["broker-b"]
+    assert [qd.broker_name for qd in route.queue_datas] == ["broker-b"]
+    assert dict(route.filter_server_table) == {}  # broker-a's filter server went with it
+    # zone name without zone mode: no filtering
+    assert len(state.route("TopicA", zone_name="z2").broker_datas) == 2
+    # a group with no master is kept whatever its zone (consumers fall back to its slave)
+    apply(state, batch(broker("c1", "broker-a", {1: "10.0.0.2:10911"}, zone="z1")))
+    route = state.route("TopicA", zone_name="z2", zone_mode=True)
+    assert [bd.broker_name for bd in route.broker_datas] == ["broker-a", "broker-b"]
+
+
+def test_acting_master_view_promotes_lowest_slave_of_readonly_group() -> None:
+    state = MetadataState()
+    apply(state, batch(broker("c", "g", {2: "h2:1", 1: "h1:1"}, acting=True), queue("T", "g", perm=4)))
+    plain = state.route("T")
+    assert [ba.broker_id for ba in plain.broker_datas[0].addrs] == [1, 2]
+    acting = state.route("T", support_acting_master=True)
+    assert [(ba.broker_id, ba.addr) for ba in acting.broker_datas[0].addrs] == [(0, "h1:1"), (2, "h2:1")]
+    # a writeable group is left alone
+    apply(state, batch(queue("T", "g", perm=6)))
+    assert [ba.broker_id for ba in state.route("T", support_acting_master=True).broker_datas[0].addrs] == [1, 2]
+
+
+def test_cluster_info_and_member_group() -> None:
+    state = sample_state()
+    info = state.cluster_info()
+    assert sorted(info.broker_addr_table) == ["broker-a", "broker-b", "broker-c"]
+    assert {c: list(v.names) for c, v in info.cluster_addr_table.items()} == {
+        "c1": ["broker-a", "broker-b"], "c2": ["broker-c"]}
+    assert info.broker_addr_table["broker-a"].zone == "z1"
+    group = state.broker_member_group("c1", "broker-a")
+    assert group.cluster_name == "c1" and group.broker_name == "broker-a"
+    assert [(a.broker_id, a.addr) for a in group.addrs] == [(0, "10.0.0.1:10911"), (1, "10.0.0.2:10911")]
+    assert list(state.broker_member_group("c1", "nope").addrs) == []
+
+
+def test_topic_lists() -> None:
+    state = sample_state()
+    all_topics = ["SubT", "SubUnitT", "TopicA", "TopicB", "UnitT"]
+    assert state.topic_list(api_pb2.TOPIC_LIST_ALL) == all_topics
+    assert state.topic_list(api_pb2.TOPIC_LIST_BY_CLUSTER, "c1") == ["SubT", "TopicA", "UnitT"]
+    assert state.topic_list(api_pb2.TOPIC_LIST_BY_CLUSTER, "c2") == ["SubUnitT", "TopicB", "UnitT"]
+    assert state.topic_list(api_pb2.TOPIC_LIST_BY_CLUSTER, "none") == []
+    assert state.topic_list(api_pb2.TOPIC_LIST_SYSTEM) == ["broker-a", "broker-b", "broker-c", "c1", "c2"]
+    assert state.topic_list(api_pb2.TOPIC_LIST_UNIT) == ["SubUnitT", "UnitT"]
+    assert state.topic_list(api_pb2.TOPIC_LIST_HAS_UNIT_SUB) == ["SubT", "SubUnitT"]
+    assert state.topic_list(api_pb2.TOPIC_LIST_HAS_UNIT_SUB_NOT_UNIT) == ["SubT"]
+    assert state.first_broker_addr() == "10.0.0.1:10911"
+    # flags follow updates: UnitT loses its unit queue data
+    apply(state, batch(delete(keys.topic_key("UnitT", "broker-a"))))
+    assert state.topic_list(api_pb2.TOPIC_LIST_UNIT) == ["SubUnitT"]
+    assert state.topic_list(api_pb2.TOPIC_LIST_ALL) == all_topics  # still on broker-c
+    apply(state, batch(queue("SubT", "broker-b", flag=0)))
+    assert state.topic_list(api_pb2.TOPIC_LIST_HAS_UNIT_SUB) == ["SubUnitT"]
+    with pytest.raises(ValidationError) as err:
+        state.topic_list(42)
+    assert err.value.field == "kind"
+
+
+def test_deletes_drop_index_entries() -> None:
+    state = sample_state()
+    apply(state, batch(delete(keys.topic_key("TopicB", "broker-c")), delete(keys.broker_key("broker-c")),
+                       delete(keys.live_key("10.0.1.1:10911"))))
+    assert not state.has_topic("TopicB")
+    assert state.broker_topics("broker-c") == ["SubUnitT", "UnitT"]
+    assert state.cluster_names() == ["c1"]
+    assert state.broker_data("broker-c") is None
+    assert state.broker_live("10.0.1.1:10911") is None
+    assert state.live_version("10.0.1.1:10911") == 0
+    apply(state, batch(delete(keys.filter_key("10.0.0.1:10911")), delete(keys.kv_key("ns", "k/with/slash"))))
+    assert state.filter_servers("10.0.0.1:10911") == []
+    assert state.kv_list("ns") == {} and "ns" not in state.kv_namespaces()
+
+
+def test_kv_reads() -> None:
+    state = sample_state()
+    assert state.kv_get("ns", "k/with/slash") == "v"
+    assert state.kv_get("ns", "missing") is None
+    assert state.kv_list(ORDER_TOPIC_CONFIG) == {"TopicA": "broker-a:4;broker-b:4"}
+    listed = state.kv_list("ns")
+    listed["x"] = "mutated"
+    assert state.kv_list("ns") == {"k/with/slash": "v"}  # reads are copies
+
+
+def test_live_addrs_carry_versions() -> None:
+    state = sample_state()
+    lives = state.live_addrs()
+    assert [a for a, _, _ in lives] == ["10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911", "10.0.1.1:10911"]
+    assert all(v == 1 for _, _, v in lives)  # written by the entry at offset 1
+    apply(state, batch(live("10.0.0.3:10911", "c1", "broker-b", 0, ha="x:1")))
+    assert state.live_version("10.0.0.3:10911") == 3
+    assert state.broker_live("10.0.0.3:10911").ha_server_addr == "x:1"
+
+
+def test_reads_return_copies() -> None:
+    state = sample_state()
+    state.broker_data("broker-a").zone = "mutated"
+    state.route("TopicA").broker_datas[0].zone = "mutated"
+    assert state.broker_data("broker-a").zone == "z1"
+    assert state.route("TopicA").broker_datas[0].zone == "z1"
+
+
+def test_batch_grouping_does_not_change_the_digest() -> None:
+    records = sample_records()
+    one_by_one = MetadataState()
+    for rec in records:
+        apply(one_by_one, batch(rec))
+    all_at_once = MetadataState()
+    apply(all_at_once, batch(*records))
+    assert one_by_one.offset == len(records) and all_at_once.offset == 1
+    assert one_by_one.digest_hex == all_at_once.digest_hex == sample_state().digest_hex
+    a, b = reads(one_by_one), reads(all_at_once)
+    a.pop("lives")
+    b.pop("lives")  # key versions (offsets) legitimately differ
+    assert a == b
+
+
+def test_restore_rebuilds_indexes_identically() -> None:
+    state = sample_state()
+    apply(state, batch(delete(keys.topic_key("SubT", "broker-b")), kv("ns", "k2", "v2")))
+    restored = MetadataState()
+    apply(restored, batch(queue("Stale", "gone")))  # indexes from before the restore must vanish
+    restored.restore(state.offset, state.kv.items())
+    assert restored.offset == state.offset
+    assert reads(restored) == reads(state)
+    assert restored.route("Stale") is None and not restored.has_topic("Stale")
+    # and it keeps applying consistently afterwards
+    more = batch(queue("New", "broker-a"), delete(keys.broker_key("broker-b")))
+    apply(state, more)
+    apply(restored, more)
+    assert reads(restored) == reads(state)
+
+
+def test_undecodable_value_is_ignored_by_indexes_not_fatal() -> None:
+    state = MetadataState()
+    bad = entry_pb2.Record(type=keys.TOPIC_TYPE, key=keys.topic_key("T", "b"), value=b"\xff\xff\xff")
+    results = apply(state, batch(bad, broker("c", "b", {0: "h:1"})))
+    assert results[0].applied
+    assert not state.has_topic("T")
+    assert state.broker_names() == ["b"]
+    assert len(state.kv) == 2  # the bad value is still in the replicated map (and its digest)

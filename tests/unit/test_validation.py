@@ -1,0 +1,210 @@
+"""Validation: every refusal names its field; size bounds raise TooLargeError."""
+
+from collections.abc import Callable
+
+import pytest
+
+from nameserver import validation as v
+from nameserver.pb import api_pb2, state_pb2
+
+
+def good_registration(topics: int = 3) -> api_pb2.RegisterBrokerRequest:
+    req = api_pb2.RegisterBrokerRequest(cluster_name="DefaultCluster", broker_name="broker-a",
+                                        broker_addr="10.0.0.1:10911", broker_id=0,
+                                        ha_server_addr="10.0.0.1:10912", filter_servers=["10.0.0.1:30000"])
+    for i in range(topics):
+        req.topics.add(topic_name=f"T{i}", read_queue_nums=4, write_queue_nums=4, perm=6)
+    return req
+
+
+def field_of(check: Callable[[], None]) -> str:
+    with pytest.raises(v.ValidationError) as err:
+        check()
+    assert err.value.message and err.value.field in str(err.value)
+    return err.value.field
+
+
+@pytest.mark.parametrize("topic", ["TopicTest", "%RETRY%group-1", "%DLQ%g", "rmq_sys_TRACE|x", "a" * 127, "TBW102"])
+def test_valid_topics(topic: str) -> None:
+    v.check_topic("topic", topic)
+
+
+@pytest.mark.parametrize("topic", ["", "a" * 128, "has space", "a/b", "a.b", "ü", "a:b"])
+def test_invalid_topics(topic: str) -> None:
+    assert field_of(lambda: v.check_topic("topic", topic)) == "topic"
+
+
+@pytest.mark.parametrize("name", ["broker-a", "broker_a.1", "Default%Cluster|x", "b" * 127])
+def test_valid_names(name: str) -> None:
+    v.check_name("broker_name", name)
+
+
+@pytest.mark.parametrize("name", ["", "b" * 128, "a/b", "a b", "a:b"])
+def test_invalid_names(name: str) -> None:
+    assert field_of(lambda: v.check_name("broker_name", name)) == "broker_name"
+
+
+@pytest.mark.parametrize("addr", ["10.0.0.1:10911", "localhost:9876", "broker-a.svc.cluster.local:1",
+                                  "[::1]:10911", "[fe80::1%eth0]:1", "rmq_broker:65535"])
+def test_valid_addresses(addr: str) -> None:
+    v.check_addr("broker_addr", addr)
+
+
+@pytest.mark.parametrize("addr", ["", "10.0.0.1", "10.0.0.1:", ":10911", "10.0.0.1:0", "10.0.0.1:65536",
+                                  "10.0.0.256:1", "::1:10911", "[::1]10911", "[zz::1]:1", "[::1:1",
+                                  "-bad-.host:1", "a..b:1", "host:+80", "h:123456", "a b:1"])
+def test_invalid_addresses(addr: str) -> None:
+    assert field_of(lambda: v.check_addr("broker_addr", addr)) == "broker_addr"
+
+
+def test_good_registration_passes() -> None:
+    v.validate_register_broker(good_registration())
+    req = good_registration()
+    req.heartbeat_timeout_ms = 1000
+    req.zone_name = "zone-1"
+    v.validate_register_broker(req)
+
+
+def _mutated(mutate: Callable[[api_pb2.RegisterBrokerRequest], None]) -> api_pb2.RegisterBrokerRequest:
+    req = good_registration()
+    mutate(req)
+    return req
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda r: setattr(r, "cluster_name", ""), "cluster_name"),
+    (lambda r: setattr(r, "broker_name", "bad name"), "broker_name"),
+    (lambda r: setattr(r, "broker_addr", "nope"), "broker_addr"),
+    (lambda r: setattr(r, "broker_id", -1), "broker_id"),
+    (lambda r: setattr(r, "ha_server_addr", "x:0"), "ha_server_addr"),
+    (lambda r: setattr(r, "heartbeat_timeout_ms", 999), "heartbeat_timeout_ms"),
+    (lambda r: setattr(r, "heartbeat_timeout_ms", 3_600_001), "heartbeat_timeout_ms"),
+    (lambda r: setattr(r, "zone_name", "z/1"), "zone_name"),
+    (lambda r: setattr(r.data_version, "counter", -1), "data_version.counter"),
+    (lambda r: setattr(r.data_version, "timestamp", -5), "data_version.timestamp"),
+    (lambda r: r.filter_servers.append("bad"), "filter_servers[1]"),
+    (lambda r: setattr(r.topics[2], "topic_name", "bad/topic"), "topics[2].topic_name"),
+    (lambda r: setattr(r.topics[1], "read_queue_nums", -1), "topics[1].read_queue_nums"),
+    (lambda r: setattr(r.topics[1], "write_queue_nums", 65536), "topics[1].write_queue_nums"),
+    (lambda r: setattr(r.topics[0], "perm", 8), "topics[0].perm"),
+    (lambda r: setattr(r.topics[0], "topic_sys_flag", -1), "topics[0].topic_sys_flag"),
+    (lambda r: setattr(r.topics[2], "topic_name", "T0"), "topics[2].topic_name"),
+])
+def test_registration_errors_name_their_field(mutate, field: str) -> None:
+    req = _mutated(mutate)
+    assert field_of(lambda: v.validate_register_broker(req)) == field
+
+
+def test_duplicate_topic_message_points_at_the_first() -> None:
+    req = _mutated(lambda r: setattr(r.topics[2], "topic_name", "T0"))
+    with pytest.raises(v.ValidationError) as err:
+        v.validate_register_broker(req)
+    assert "topics[0]" in err.value.message and not isinstance(err.value, v.TooLargeError)
+
+
+def test_too_many_topics_is_too_large() -> None:
+    req = good_registration(topics=11)
+    with pytest.raises(v.TooLargeError) as err:
+        v.validate_register_broker(req, max_topics=10)
+    assert err.value.field == "topics"
+    v.validate_register_broker(req, max_topics=11)
+    assert v.MAX_TOPICS_PER_REGISTRATION >= 70_000
+
+
+def test_too_many_topics_in_a_streamed_iterable() -> None:
+    def stream():
+        for i in range(5):
+            yield api_pb2.TopicConfig(topic_name=f"T{i}", perm=6)
+    with pytest.raises(v.TooLargeError):
+        v.check_topic_configs(stream(), max_topics=4)
+    v.check_topic_configs(stream(), max_topics=5)
+
+
+def test_too_many_filter_servers() -> None:
+    req = good_registration()
+    req.filter_servers.extend(["10.0.0.1:1"] * v.MAX_FILTER_SERVERS)
+    with pytest.raises(v.TooLargeError) as err:
+        v.validate_register_broker(req)
+    assert err.value.field == "filter_servers"
+
+
+def test_kv_rules() -> None:
+    v.validate_put_kv(api_pb2.PutKvRequest(namespace="ORDER_TOPIC_CONFIG", key="a/b", value=""))
+    assert field_of(lambda: v.validate_put_kv(api_pb2.PutKvRequest(namespace="", key="k"))) == "namespace"
+    assert field_of(lambda: v.validate_put_kv(api_pb2.PutKvRequest(namespace="a/b", key="k"))) == "namespace"
+    assert field_of(lambda: v.validate_put_kv(api_pb2.PutKvRequest(namespace="n" * 256, key="k"))) == "namespace"
+    assert field_of(lambda: v.validate_put_kv(api_pb2.PutKvRequest(namespace="ns", key=""))) == "key"
+    assert field_of(lambda: v.validate_get_kv(api_pb2.GetKvRequest(namespace="ns"))) == "key"
+    assert field_of(lambda: v.validate_delete_kv(api_pb2.DeleteKvRequest(namespace="ns"))) == "key"
+    assert field_of(lambda: v.validate_list_kv(api_pb2.ListKvRequest(namespace=""))) == "namespace"
+    assert field_of(lambda: v.validate_list_kv(api_pb2.ListKvRequest(namespace="ns", min_offset=-1))) == "min_offset"
+    with pytest.raises(v.TooLargeError) as err:
+        v.validate_put_kv(api_pb2.PutKvRequest(namespace="ns", key="k", value="x" * (v.MAX_KV_VALUE_BYTES + 1)))
+    assert err.value.field == "value"
+    v.validate_put_kv(api_pb2.PutKvRequest(namespace="ns", key="k", value="x" * v.MAX_KV_VALUE_BYTES))
+    with pytest.raises(v.TooLargeError) as err:
+        v.validate_put_kv(api_pb2.PutKvRequest(namespace="ns", key="k" * (v.MAX_KV_KEY_BYTES + 1)))
+    assert err.value.field == "key"
+
+
+def test_other_requests() -> None:
+    v.validate_unregister_broker(api_pb2.UnregisterBrokerRequest(
+        cluster_name="c", broker_name="b", broker_addr="h:1", broker_id=1))
+    assert field_of(lambda: v.validate_unregister_broker(api_pb2.UnregisterBrokerRequest(
+        cluster_name="c", broker_name="b", broker_addr="h"))) == "broker_addr"
+    assert field_of(lambda: v.validate_unregister_broker(api_pb2.UnregisterBrokerRequest(
+        cluster_name="c", broker_name="b", broker_addr="h:1", broker_id=-2))) == "broker_id"
+
+    hb = api_pb2.HeartbeatRequest()
+    hb.heartbeats.add(broker_addr="h:1")
+    hb.heartbeats.add(cluster_name="c", broker_name="b", broker_addr="h:0")
+    assert field_of(lambda: v.validate_heartbeat(hb)) == "heartbeats[1].broker_addr"
+
+    v.validate_get_route(api_pb2.GetRouteRequest(topic="T", zone_name="z"))
+    assert field_of(lambda: v.validate_get_route(api_pb2.GetRouteRequest(topic=""))) == "topic"
+    assert field_of(lambda: v.validate_get_route(api_pb2.GetRouteRequest(topic="T", min_offset=-1))) == "min_offset"
+    assert field_of(lambda: v.validate_get_cluster_info(api_pb2.GetClusterInfoRequest(min_offset=-1))) == "min_offset"
+
+    v.validate_get_topic_list(api_pb2.GetTopicListRequest(kind=api_pb2.TOPIC_LIST_SYSTEM))
+    assert field_of(lambda: v.validate_get_topic_list(
+        api_pb2.GetTopicListRequest(kind=api_pb2.TOPIC_LIST_BY_CLUSTER))) == "cluster_name"
+    assert field_of(lambda: v.validate_get_topic_list(api_pb2.GetTopicListRequest(kind=42))) == "kind"
+
+    assert field_of(lambda: v.validate_get_broker_member_group(
+        api_pb2.GetBrokerMemberGroupRequest(cluster_name="c"))) == "broker_name"
+    assert field_of(lambda: v.validate_broker_perm(api_pb2.BrokerPermRequest())) == "broker_name"
+    assert field_of(lambda: v.validate_delete_topic(api_pb2.DeleteTopicRequest(topic="a b"))) == "topic"
+    assert field_of(lambda: v.validate_delete_topic(
+        api_pb2.DeleteTopicRequest(topic="T", cluster_name="c/1"))) == "cluster_name"
+
+
+def test_register_topic_request() -> None:
+    def req(*qds: state_pb2.QueueData) -> api_pb2.RegisterTopicRequest:
+        return api_pb2.RegisterTopicRequest(topic="T", queue_datas=list(qds))
+
+    ok = state_pb2.QueueData(broker_name="a", read_queue_nums=4, write_queue_nums=4, perm=6)
+    v.validate_register_topic(req(ok))
+    v.validate_register_topic(req())  # empty: a no-op, as in RocketMQ
+    bad_perm = state_pb2.QueueData(broker_name="b", perm=9)
+    assert field_of(lambda: v.validate_register_topic(req(ok, bad_perm))) == "queue_datas[1].perm"
+    assert field_of(lambda: v.validate_register_topic(req(ok, ok))) == "queue_datas[1].broker_name"
+    no_name = state_pb2.QueueData(perm=6)
+    assert field_of(lambda: v.validate_register_topic(req(no_name))) == "queue_datas[0].broker_name"
+
+
+def test_error_hierarchy() -> None:
+    err = v.TooLargeError("topics", "too many")
+    assert isinstance(err, v.ValidationError)
+    assert (err.field, err.message, str(err)) == ("topics", "too many", "topics: too many")
+
+
+def test_value_first_shorthands() -> None:
+    v.validate_topic_name("T")
+    v.validate_name("broker-a", "broker_name")
+    v.validate_kv_key("ns", "k")
+    assert field_of(lambda: v.validate_topic_name("a b", "topic")) == "topic"
+    assert field_of(lambda: v.validate_name("", "cluster_name")) == "cluster_name"
+    with pytest.raises(v.ValidationError, match="cluster name must not be empty"):
+        v.validate_name("", "cluster_name")
+    assert field_of(lambda: v.validate_kv_namespace("a/b")) == "namespace"
+    assert field_of(lambda: v.validate_kv_key("ns", "")) == "key"
