@@ -131,6 +131,7 @@ class NameServerNode:
             "snapshot_offset": self.log.snapshot_offset,
             "keys": keys,
             "has_quorum": self.log.raft.hasQuorum,
+            "apply_error": self.log.applier.failed or "",
         }
 
     # ---- writes (leader) -------------------------------------------------------------------------

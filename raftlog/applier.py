@@ -120,6 +120,13 @@ class Applier:
                 self._offset_cv.wait(left)
             return True
 
+    def fail(self, reason: str) -> None:
+        """Stop applying for good (a state we cannot trust); readers see it in status."""
+        self.failed = reason
+        log.critical("apply stopped: %s", reason)
+        with self._offset_cv:
+            self._offset_cv.notify_all()
+
     def queued(self) -> int:
         return self._queue.qsize()
 
@@ -143,10 +150,8 @@ class Applier:
                 elif kind == "restore":
                     self._restore(item[1], item[2])
             except Exception as exc:  # apply must not die silently: stop, say why, stay up
-                self.failed = f"{kind} at index {item[1]}: {exc!r}"
-                log.critical("apply stopped: %s", self.failed, exc_info=True)
-                with self._offset_cv:
-                    self._offset_cv.notify_all()
+                log.exception("apply failed")
+                self.fail(f"{kind} failed: {exc}")
 
     def _apply(self, index: int, data: bytes) -> None:
         if index <= self.apply_offset:

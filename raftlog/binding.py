@@ -99,8 +99,13 @@ class RaftNode(SyncObj):
         self._applier.enqueue_snapshot(last[1], last[2], encode_raft_meta(tuple(last), tuple(prev), nodes))
 
     def _deserialize(self, path: str) -> tuple:
-        # Raise on a bad file: pysyncobj logs it and keeps its log rather than pretend.
-        last, prev, cluster = self._read_dump_meta(path)
+        try:
+            last, prev, cluster = self._read_dump_meta(path)
+        except Exception as exc:
+            # pysyncobj would log this and replay its (compacted) journal onto an empty state: a
+            # silent divergence. Stop applying instead, loudly, and let status show why.
+            self._applier.fail(f"cannot load snapshot {path}: {exc}")
+            raise
         # pysyncobj may replace `path` with the next snapshot before the apply thread gets to it,
         # so hand over a hard link of this one.
         self._restores += 1

