@@ -14,6 +14,10 @@
     [liveness]  default_timeout_ms (RocketMQ: 120000), scan_interval_ms (5000), forward_interval_ms
     [routes]    order_message_enable, zone_mode
     [grpc]      max_message_bytes, workers, write_timeout_ms
+    [sessions]  session_ttl_ms, max_sessions (exactly-once client sessions)
+    [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent)
+    [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
+    [archive]   dir = "archive"              (node-side log archive; off when absent)
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ class NodeConfig:
     max_message_bytes: int = 8 << 20
     workers: int = 32
     write_timeout_ms: int = 10_000
+    remoting_addr: str = ""        # RocketMQ remoting protocol listener (host:port); empty: off
+    metrics_addr: str = ""         # Prometheus /metrics HTTP listener (host:port); empty: off
+    archive_dir: str = ""          # node-side log archive (Parquet segments); empty: off
+    session_ttl_ms: int = 3_600_000  # exactly-once client sessions idle longer than this expire
+    max_sessions: int = 100_000
 
     @property
     def partners(self) -> list[str]:
@@ -73,7 +82,11 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "liveness": ("default_timeout_ms", "scan_interval_ms", "forward_interval_ms"),
     "routes": ("order_message_enable", "zone_mode"),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms"),
+    "sessions": ("session_ttl_ms", "max_sessions"),
 }
+# Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.
+_LISTENERS = {"remoting": ("listen", "remoting_addr"), "metrics": ("listen", "metrics_addr"),
+              "archive": ("dir", "archive_dir")}
 
 
 def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfig:
@@ -97,6 +110,9 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         for key in keys:
             if key in doc.get(section, {}):
                 kwargs[key] = doc[section][key]
+    for section, (key, attr) in _LISTENERS.items():
+        if key in doc.get(section, {}):
+            kwargs[attr] = str(doc[section][key])
     raft = doc.get("raft", {})
     kwargs["password"] = _secret(raft.get("password_file"), raft.get("password_env"), base)
     for key, value in (overrides or {}).items():
@@ -105,8 +121,9 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     for key in ("raft_addr", "grpc_addr", "data_dir"):
         if not kwargs.get(key):
             raise ConfigError(f"node.{key} is required")
-    if kwargs["data_dir"] and not os.path.isabs(kwargs["data_dir"]) and path:
-        kwargs["data_dir"] = os.path.normpath(os.path.join(base, kwargs["data_dir"]))
+    for attr in ("data_dir", "archive_dir"):
+        if kwargs.get(attr) and not os.path.isabs(kwargs[attr]) and path:
+            kwargs[attr] = os.path.normpath(os.path.join(base, kwargs[attr]))
     if not members:
         members = [Member(kwargs["raft_addr"], kwargs["grpc_addr"])]
     if kwargs["raft_addr"] not in {m.raft_addr for m in members}:

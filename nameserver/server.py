@@ -40,12 +40,17 @@ class Server:
                                             self.grpc)
         if self.grpc.add_insecure_port(cfg.grpc_addr) == 0:
             raise OSError(f"cannot listen on {cfg.grpc_addr}")
+        # Optional listeners started and stopped with the node (each has start() and stop()):
+        # the RocketMQ remoting listener, the Prometheus endpoint, the log archiver.
+        self.extras: list = []
         self._stop = threading.Event()
         self._health_thread = threading.Thread(target=self._health_loop, name="health", daemon=True)
 
     def start(self) -> None:
         self._set_health(False)
         self.grpc.start()
+        for extra in self.extras:
+            extra.start()
         self._health_thread.start()
         log.info("node %s serving gRPC on %s (data in %s)", self.cfg.raft_addr, self.cfg.grpc_addr,
                  self.cfg.data_dir)
@@ -66,6 +71,8 @@ class Server:
 
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
+        for extra in reversed(self.extras):
+            extra.stop()
         self.grpc.stop(grace).wait()
         self.node.close()
 

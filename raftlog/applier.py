@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from raftlog.codec import UnknownEntryFormat, decode_entry
+from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.kvstate import Change
 from raftlog.pb import entry_pb2
 
@@ -68,7 +69,9 @@ class Applier:
         self.apply_term = 0
         self.last_apply_time = time.monotonic()
         self.failed: str | None = None  # set when apply stopped for good
-        self.change_listeners: list[Callable[[int, list[Change]], None]] = []
+        self.history = EntryHistory()
+        # Called on the apply thread after each applied entry (feeds watchers, archivers, metrics).
+        self.entry_listeners: list[Callable[[AppliedEntry], None]] = []
         self.snapshot_handler: Callable[[int, int, Any, bytes, str], None] | None = None
         self.restore_handler: Callable[[str, int], tuple[int, Iterable, str]] | None = None
         self._thread = threading.Thread(target=self._run, name="apply", daemon=True)
@@ -174,12 +177,13 @@ class Applier:
                 if w is not None:
                     w.applied = Applied(index, result, entry.term)
                     w.event.set()
-        if changes:
-            for listener in self.change_listeners:
-                try:
-                    listener(index, changes)
-                except Exception:
-                    log.exception("change listener failed at %d", index)
+        applied = AppliedEntry(index, entry.term, data, tuple(changes))
+        self.history.append(applied)
+        for listener in self.entry_listeners:
+            try:
+                listener(applied)
+            except Exception:
+                log.exception("entry listener failed at %d", index)
 
     def _advance(self, index: int) -> None:
         if index > self.apply_offset:
@@ -218,5 +222,6 @@ class Applier:
             got = self.fsm.digest_hex
         if got != digest:
             raise RuntimeError(f"snapshot {path} restored to digest {got}, stamped {digest}")
+        self.history.reset(offset)
         log.info("restored snapshot at offset %d (digest %s)", offset, digest)
         self._publish(offset, self.apply_term)

@@ -23,6 +23,11 @@ class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLE_FOLLOWER: _ClassVar[Role]
     ROLE_CANDIDATE: _ClassVar[Role]
     ROLE_LEADER: _ClassVar[Role]
+
+class Consistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LINEARIZABLE: _ClassVar[Consistency]
+    SERIALIZABLE: _ClassVar[Consistency]
 TOPIC_LIST_ALL: TopicListKind
 TOPIC_LIST_BY_CLUSTER: TopicListKind
 TOPIC_LIST_SYSTEM: TopicListKind
@@ -33,6 +38,8 @@ ROLE_UNKNOWN: Role
 ROLE_FOLLOWER: Role
 ROLE_CANDIDATE: Role
 ROLE_LEADER: Role
+LINEARIZABLE: Consistency
+SERIALIZABLE: Consistency
 
 class WriteReply(_message.Message):
     __slots__ = ("offset", "records")
@@ -426,3 +433,213 @@ class TakeSnapshotReply(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class MemberChangeRequest(_message.Message):
+    __slots__ = ("node_id", "grpc_addr")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    grpc_addr: str
+    def __init__(self, node_id: _Optional[str] = ..., grpc_addr: _Optional[str] = ...) -> None: ...
+
+class MemberChangeReply(_message.Message):
+    __slots__ = ("members",)
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class TransferLeadershipRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    def __init__(self, node_id: _Optional[str] = ...) -> None: ...
+
+class TransferLeadershipReply(_message.Message):
+    __slots__ = ("leader_id",)
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    leader_id: str
+    def __init__(self, leader_id: _Optional[str] = ...) -> None: ...
+
+class QueueBinding(_message.Message):
+    __slots__ = ("topic", "queue_id", "owner", "epoch", "version")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    owner: str
+    epoch: int
+    version: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., owner: _Optional[str] = ..., epoch: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+
+class BindQueueRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "owner", "expected_version")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    owner: str
+    expected_version: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., owner: _Optional[str] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class ReleaseQueueRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "expected_version")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    expected_version: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class BindingReply(_message.Message):
+    __slots__ = ("offset", "binding")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BINDING_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    binding: QueueBinding
+    def __init__(self, offset: _Optional[int] = ..., binding: _Optional[_Union[QueueBinding, _Mapping]] = ...) -> None: ...
+
+class GetBindingRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "consistency", "min_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    consistency: Consistency
+    min_offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ..., min_offset: _Optional[int] = ...) -> None: ...
+
+class GetBindingReply(_message.Message):
+    __slots__ = ("found", "binding", "apply_offset")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    BINDING_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    binding: QueueBinding
+    apply_offset: int
+    def __init__(self, found: _Optional[bool] = ..., binding: _Optional[_Union[QueueBinding, _Mapping]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+
+class ListBindingsRequest(_message.Message):
+    __slots__ = ("topic", "consistency", "min_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    consistency: Consistency
+    min_offset: int
+    def __init__(self, topic: _Optional[str] = ..., consistency: _Optional[_Union[Consistency, str]] = ..., min_offset: _Optional[int] = ...) -> None: ...
+
+class ListBindingsReply(_message.Message):
+    __slots__ = ("bindings", "apply_offset")
+    BINDINGS_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    bindings: _containers.RepeatedCompositeFieldContainer[QueueBinding]
+    apply_offset: int
+    def __init__(self, bindings: _Optional[_Iterable[_Union[QueueBinding, _Mapping]]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+
+class ReadIndexRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReadIndexReply(_message.Message):
+    __slots__ = ("read_index",)
+    READ_INDEX_FIELD_NUMBER: _ClassVar[int]
+    read_index: int
+    def __init__(self, read_index: _Optional[int] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("key_prefixes", "topics", "start_offset", "progress_interval_ms")
+    KEY_PREFIXES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    key_prefixes: _containers.RepeatedScalarFieldContainer[str]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    start_offset: int
+    progress_interval_ms: int
+    def __init__(self, key_prefixes: _Optional[_Iterable[str]] = ..., topics: _Optional[_Iterable[str]] = ..., start_offset: _Optional[int] = ..., progress_interval_ms: _Optional[int] = ...) -> None: ...
+
+class WatchEvent(_message.Message):
+    __slots__ = ("type", "deleted", "key", "value", "version")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    type: int
+    deleted: bool
+    key: str
+    value: bytes
+    version: int
+    def __init__(self, type: _Optional[int] = ..., deleted: _Optional[bool] = ..., key: _Optional[str] = ..., value: _Optional[bytes] = ..., version: _Optional[int] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("offset", "events", "initial_state", "initial_state_done")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_STATE_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_STATE_DONE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    events: _containers.RepeatedCompositeFieldContainer[WatchEvent]
+    initial_state: bool
+    initial_state_done: bool
+    def __init__(self, offset: _Optional[int] = ..., events: _Optional[_Iterable[_Union[WatchEvent, _Mapping]]] = ..., initial_state: _Optional[bool] = ..., initial_state_done: _Optional[bool] = ...) -> None: ...
+
+class ReadLogRequest(_message.Message):
+    __slots__ = ("from_offset", "to_offset", "max_batch")
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    from_offset: int
+    to_offset: int
+    max_batch: int
+    def __init__(self, from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
+
+class LogEntry(_message.Message):
+    __slots__ = ("offset", "term", "entry")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    term: int
+    entry: bytes
+    def __init__(self, offset: _Optional[int] = ..., term: _Optional[int] = ..., entry: _Optional[bytes] = ...) -> None: ...
+
+class LogBatch(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[LogEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ...) -> None: ...
+
+class DumpStateRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StateItem(_message.Message):
+    __slots__ = ("key", "value", "version", "type")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    version: int
+    type: int
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., version: _Optional[int] = ..., type: _Optional[int] = ...) -> None: ...
+
+class StateChunk(_message.Message):
+    __slots__ = ("items", "apply_offset", "digest")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[StateItem]
+    apply_offset: int
+    digest: str
+    def __init__(self, items: _Optional[_Iterable[_Union[StateItem, _Mapping]]] = ..., apply_offset: _Optional[int] = ..., digest: _Optional[str] = ...) -> None: ...

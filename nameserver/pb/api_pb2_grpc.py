@@ -114,6 +114,36 @@ class NameServerStub:
                 request_serializer=nameserver_dot_pb_dot_api__pb2.DeleteTopicRequest.SerializeToString,
                 response_deserializer=nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
                 _registered_method=True)
+        self.BindQueue = channel.unary_unary(
+                '/rip18.nameserver.v1.NameServer/BindQueue',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.BindQueueRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.BindingReply.FromString,
+                _registered_method=True)
+        self.ReleaseQueue = channel.unary_unary(
+                '/rip18.nameserver.v1.NameServer/ReleaseQueue',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ReleaseQueueRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.BindingReply.FromString,
+                _registered_method=True)
+        self.GetBinding = channel.unary_unary(
+                '/rip18.nameserver.v1.NameServer/GetBinding',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.GetBindingRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.GetBindingReply.FromString,
+                _registered_method=True)
+        self.ListBindings = channel.unary_unary(
+                '/rip18.nameserver.v1.NameServer/ListBindings',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ListBindingsRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ListBindingsReply.FromString,
+                _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/rip18.nameserver.v1.NameServer/Watch',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.WatchRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.WatchResponse.FromString,
+                _registered_method=True)
+        self.ReadIndex = channel.unary_unary(
+                '/rip18.nameserver.v1.NameServer/ReadIndex',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ReadIndexRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ReadIndexReply.FromString,
+                _registered_method=True)
 
 
 class NameServerServicer:
@@ -220,6 +250,46 @@ class NameServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BindQueue(self, request, context):
+        """Queue bindings (elastic scaling: which broker owns a queue). Compare-and-set on the key's
+        version; reads are linearizable unless the request asks for SERIALIZABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBinding(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBindings(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Watch(self, request, context):
+        """Push: changes as they are applied, resumable from an offset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadIndex(self, request, context):
+        """Internal (leader): a read index confirmed through the log; followers call it for linearizable reads.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NameServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -302,6 +372,36 @@ def add_NameServerServicer_to_server(servicer, server):
                     servicer.DeleteTopic,
                     request_deserializer=nameserver_dot_pb_dot_api__pb2.DeleteTopicRequest.FromString,
                     response_serializer=nameserver_dot_pb_dot_api__pb2.WriteReply.SerializeToString,
+            ),
+            'BindQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.BindQueue,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.BindQueueRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.BindingReply.SerializeToString,
+            ),
+            'ReleaseQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseQueue,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ReleaseQueueRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.BindingReply.SerializeToString,
+            ),
+            'GetBinding': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBinding,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.GetBindingRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.GetBindingReply.SerializeToString,
+            ),
+            'ListBindings': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBindings,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ListBindingsRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ListBindingsReply.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.WatchRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.WatchResponse.SerializeToString,
+            ),
+            'ReadIndex': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadIndex,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ReadIndexRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ReadIndexReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -746,6 +846,286 @@ class NameServer:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def BindQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.NameServer/BindQueue',
+            nameserver_dot_pb_dot_api__pb2.BindQueueRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.BindingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.NameServer/ReleaseQueue',
+            nameserver_dot_pb_dot_api__pb2.ReleaseQueueRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.BindingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBinding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.NameServer/GetBinding',
+            nameserver_dot_pb_dot_api__pb2.GetBindingRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.GetBindingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBindings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.NameServer/ListBindings',
+            nameserver_dot_pb_dot_api__pb2.ListBindingsRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ListBindingsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rip18.nameserver.v1.NameServer/Watch',
+            nameserver_dot_pb_dot_api__pb2.WatchRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.WatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadIndex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.NameServer/ReadIndex',
+            nameserver_dot_pb_dot_api__pb2.ReadIndexRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ReadIndexReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class LogStub:
+    """The metadata log and state, for export and the Spark pipeline.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ReadLog = channel.unary_stream(
+                '/rip18.nameserver.v1.Log/ReadLog',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ReadLogRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.LogBatch.FromString,
+                _registered_method=True)
+        self.DumpState = channel.unary_stream(
+                '/rip18.nameserver.v1.Log/DumpState',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.DumpStateRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.StateChunk.FromString,
+                _registered_method=True)
+
+
+class LogServicer:
+    """The metadata log and state, for export and the Spark pipeline.
+    """
+
+    def ReadLog(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DumpState(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_LogServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ReadLog': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadLog,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ReadLogRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.LogBatch.SerializeToString,
+            ),
+            'DumpState': grpc.unary_stream_rpc_method_handler(
+                    servicer.DumpState,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.DumpStateRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.StateChunk.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'rip18.nameserver.v1.Log', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('rip18.nameserver.v1.Log', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Log:
+    """The metadata log and state, for export and the Spark pipeline.
+    """
+
+    @staticmethod
+    def ReadLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rip18.nameserver.v1.Log/ReadLog',
+            nameserver_dot_pb_dot_api__pb2.ReadLogRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.LogBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DumpState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rip18.nameserver.v1.Log/DumpState',
+            nameserver_dot_pb_dot_api__pb2.DumpStateRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.StateChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AdminStub:
     """Missing associated documentation comment in .proto file."""
@@ -771,6 +1151,21 @@ class AdminStub:
                 request_serializer=nameserver_dot_pb_dot_api__pb2.TakeSnapshotRequest.SerializeToString,
                 response_deserializer=nameserver_dot_pb_dot_api__pb2.TakeSnapshotReply.FromString,
                 _registered_method=True)
+        self.AddMember = channel.unary_unary(
+                '/rip18.nameserver.v1.Admin/AddMember',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.MemberChangeRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.MemberChangeReply.FromString,
+                _registered_method=True)
+        self.RemoveMember = channel.unary_unary(
+                '/rip18.nameserver.v1.Admin/RemoveMember',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.MemberChangeRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.MemberChangeReply.FromString,
+                _registered_method=True)
+        self.TransferLeadership = channel.unary_unary(
+                '/rip18.nameserver.v1.Admin/TransferLeadership',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.TransferLeadershipRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.TransferLeadershipReply.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -794,6 +1189,24 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddMember(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveMember(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransferLeadership(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -811,6 +1224,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.TakeSnapshot,
                     request_deserializer=nameserver_dot_pb_dot_api__pb2.TakeSnapshotRequest.FromString,
                     response_serializer=nameserver_dot_pb_dot_api__pb2.TakeSnapshotReply.SerializeToString,
+            ),
+            'AddMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddMember,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.MemberChangeRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.MemberChangeReply.SerializeToString,
+            ),
+            'RemoveMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveMember,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.MemberChangeRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.MemberChangeReply.SerializeToString,
+            ),
+            'TransferLeadership': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferLeadership,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.TransferLeadershipRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.TransferLeadershipReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -894,6 +1322,87 @@ class Admin:
             '/rip18.nameserver.v1.Admin/TakeSnapshot',
             nameserver_dot_pb_dot_api__pb2.TakeSnapshotRequest.SerializeToString,
             nameserver_dot_pb_dot_api__pb2.TakeSnapshotReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Admin/AddMember',
+            nameserver_dot_pb_dot_api__pb2.MemberChangeRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.MemberChangeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Admin/RemoveMember',
+            nameserver_dot_pb_dot_api__pb2.MemberChangeRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.MemberChangeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransferLeadership(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Admin/TransferLeadership',
+            nameserver_dot_pb_dot_api__pb2.TransferLeadershipRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.TransferLeadershipReply.FromString,
             options,
             channel_credentials,
             insecure,

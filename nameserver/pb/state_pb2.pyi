@@ -103,3 +103,21 @@ class KvValue(_message.Message):
     VALUE_FIELD_NUMBER: _ClassVar[int]
     value: str
     def __init__(self, value: _Optional[str] = ...) -> None: ...
+
+class QueueBindingValue(_message.Message):
+    __slots__ = ("owner", "epoch")
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    owner: str
+    epoch: int
+    def __init__(self, owner: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ClientSession(_message.Message):
+    __slots__ = ("last_seq", "reply", "last_write_ms")
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    LAST_WRITE_MS_FIELD_NUMBER: _ClassVar[int]
+    last_seq: int
+    reply: bytes
+    last_write_ms: int
+    def __init__(self, last_seq: _Optional[int] = ..., reply: _Optional[bytes] = ..., last_write_ms: _Optional[int] = ...) -> None: ...
