@@ -57,7 +57,8 @@ class NodeConfig:
     order_message_enable: bool = False
     zone_mode: bool = False
     max_message_bytes: int = 8 << 20
-    workers: int = 32
+    workers: int = 64
+    max_watchers: int = 32         # each open watch holds a gRPC worker thread
     write_timeout_ms: int = 10_000
     remoting_addr: str = ""        # RocketMQ remoting protocol listener (host:port); empty: off
     metrics_addr: str = ""         # Prometheus /metrics HTTP listener (host:port); empty: off
@@ -81,7 +82,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
              "snapshots_kept", "batch_append"),
     "liveness": ("default_timeout_ms", "scan_interval_ms", "forward_interval_ms"),
     "routes": ("order_message_enable", "zone_mode"),
-    "grpc": ("max_message_bytes", "workers", "write_timeout_ms"),
+    "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
     "sessions": ("session_ttl_ms", "max_sessions"),
 }
 # Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
 from nameserver.config import NodeConfig
 from nameserver.liveness import HeartbeatBuffer, LivenessTable
 from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.readindex import ReadIndexBatcher
 from nameserver.state import MetadataState, Translation, translate
+from nameserver.watch import WatchHub
 from raftlog.kvstate import KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
 from raftlog.proposer import NotLeader, ProposalError
@@ -50,6 +53,19 @@ class WriteResult:
     offset: int
     records: int
     translation: Translation | None
+    replayed: bytes | None = None  # a retried exactly-once write: the first attempt's serialized reply
+
+
+@dataclass(frozen=True)
+class ClientRef:
+    """Exactly-once identity of a write (gRPC metadata x-client-id / x-client-seq)."""
+
+    client_id: str
+    seq: int
+
+
+class SessionSuperseded(Exception):
+    """A retry of a write older than the client's latest: its result is no longer kept."""
 
 
 class NameServerNode:
@@ -80,6 +96,9 @@ class NameServerNode:
             ),
             StateMachineAdapter(self.state), self.store, self.lock)
         self.log.leader_listeners.append(self._on_leadership)
+        self.read_indexes = ReadIndexBatcher(self.log.barrier)
+        self.watches = WatchHub(max_watchers=cfg.max_watchers)
+        self.log.applier.entry_listeners.append(self.watches.on_entry)
         self._threads = [
             threading.Thread(target=self._scan_loop, name="expiry-scan", daemon=True),
             threading.Thread(target=self._forward_heartbeats_loop, name="heartbeat-forward", daemon=True),
@@ -89,6 +108,7 @@ class NameServerNode:
 
     def close(self) -> None:
         self._stop.set()
+        self.read_indexes.stop()
         self.log.close()
         with self._channels_lock:
             for channel, _ in self._channels.values():
@@ -136,30 +156,81 @@ class NameServerNode:
 
     # ---- writes (leader) -------------------------------------------------------------------------
 
-    def write(self, translate_fn: Callable[[MetadataState], Translation], timeout: float) -> WriteResult:
+    def write(self, translate_fn: Callable[[MetadataState], Translation], timeout: float,
+              client: ClientRef | None = None, reply_of: Callable[[WriteResult], Message] | None = None
+              ) -> WriteResult:
         """Translate against the current state and propose; re-translate if a precondition failed.
 
-        Raises NotLeader (the caller forwards), ProposalError, or the translator's ValidationError.
+        With a client ref, the write is exactly-once: a retry of the client's latest sequence
+        returns the first attempt's reply (`replayed`) instead of applying again.
+        Raises NotLeader (the caller forwards), ProposalError, SessionSuperseded, or the
+        translator's own errors (ValidationError, CasFailed).
         """
         deadline = time.monotonic() + timeout
         for _ in range(MAX_TRANSLATE_ATTEMPTS):
             if not self.log.is_leader():
                 raise NotLeader("this node is not the leader")
             with self.lock:
+                if client is not None:
+                    replay = self._replay(client)
+                    if replay is not None:
+                        return replay
                 translation = translate_fn(self.state)
                 offset_now = self.state.kv.offset
-            if not translation.batch.records:
+                records = len(translation.batch.records)
+                if records and client is not None and reply_of is not None:
+                    reply = reply_of(WriteResult(0, records, translation)).SerializeToString()
+                    translate.record_session(translation, self.state, client.client_id, client.seq, reply,
+                                             int(time.time() * 1000))
+            if not records:
                 return WriteResult(offset_now, 0, translation)
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             applied = self.log.propose(translation.batch, left)
             if applied.result.applied:
-                return WriteResult(applied.offset, len(translation.batch.records), translation)
+                return WriteResult(applied.offset, records, translation)
             translation.batch.ClearField("request_id")
             log.info("write raced on %s (version %d); translating again", applied.result.failed_key,
                      applied.result.failed_key_version)
         raise ProposalError("write kept conflicting with concurrent writes or timed out", unknown_outcome=False)
+
+    def _replay(self, client: ClientRef) -> WriteResult | None:
+        found = self.state.session(client.client_id)
+        if found is None:
+            return None
+        session, version = found
+        if session.last_seq == client.seq:
+            return WriteResult(version, 0, None, replayed=session.reply)
+        if session.last_seq > client.seq:
+            raise SessionSuperseded(f"client {client.client_id} already wrote sequence {session.last_seq}; "
+                                    f"the result of {client.seq} is no longer kept")
+        return None
+
+    def linearizable_index(self, timeout: float) -> int:
+        """A read index that covers every write acknowledged before this call (via the leader)."""
+        if self.log.is_leader():
+            return self.read_indexes.read_index(timeout)
+        stub = self.leader_stub(wait_s=min(timeout, 3.0))
+        if stub is None:
+            if self.log.is_leader():
+                return self.read_indexes.read_index(timeout)
+            raise NotLeader("no leader to confirm a read index")
+        reply = stub.ReadIndex(api_pb2.ReadIndexRequest(), timeout=max(0.1, timeout),
+                               metadata=[(FORWARDED_HEADER, "1")])
+        return reply.read_index
+
+    def expire_sessions(self) -> int:
+        """Delete idle exactly-once sessions (leader only, through records). Returns how many."""
+        if not self.log.is_leader() or not self.log.ready:
+            return 0
+        fn = lambda s: translate.expire_sessions(  # noqa: E731
+            s, int(time.time() * 1000), self.cfg.session_ttl_ms, self.cfg.max_sessions)
+        try:
+            return self.write(fn, self.cfg.write_timeout_ms / 1000).records
+        except (NotLeader, ProposalError) as exc:
+            log.warning("session expiry not committed: %s", exc)
+            return 0
 
     # ---- liveness ------------------------------------------------------------------------------
 
@@ -189,7 +260,8 @@ class NameServerNode:
                 removed += 1
                 self.expired_total += 1
                 self.liveness.forget(addr)
-                log.info("expired broker %s (silent past its timeout) at offset %d", addr, res.offset)
+                log.info("expired broker %s (silent past its timeout) at offset %d", addr, res.offset,
+                         extra={"event": "broker_expired", "broker_addr": addr, "offset": res.offset})
         return removed
 
     def _scan_loop(self) -> None:
@@ -197,6 +269,7 @@ class NameServerNode:
         while not self._stop.wait(interval):
             try:
                 self.scan_once()
+                self.expire_sessions()
             except Exception:
                 log.exception("expiry scan failed")
 

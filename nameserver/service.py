@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import queue
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,15 +16,45 @@ from typing import Any
 import grpc
 
 from nameserver import validation
-from nameserver.node import FORWARDED_HEADER, NameServerNode, NotReady, OffsetNotReached
+from nameserver.node import (
+    FORWARDED_HEADER,
+    ClientRef,
+    NameServerNode,
+    NotReady,
+    OffsetNotReached,
+    SessionSuperseded,
+    WriteResult,
+)
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.state import translate
+from nameserver.state.translate import CasFailed
 from nameserver.validation import TooLargeError, ValidationError
+from nameserver.watch import Watcher, to_events
+from raftlog.history import Compacted
 from raftlog.proposer import NotLeader, ProposalError
 
 log = logging.getLogger("nameserver.service")
 
 LEADER_WAIT_S = 3.0  # how long a write waits for an election before giving up
+CLIENT_ID_HEADER = "x-client-id"
+CLIENT_SEQ_HEADER = "x-client-seq"
+
+
+def _forwarded(context: grpc.ServicerContext) -> bool:
+    return any(k == FORWARDED_HEADER for k, _ in context.invocation_metadata())
+
+
+def _client_ref(context: grpc.ServicerContext) -> ClientRef | None:
+    """The exactly-once identity from metadata, validated; None when the caller sent none."""
+    md = dict(context.invocation_metadata())
+    cid, seq = md.get(CLIENT_ID_HEADER), md.get(CLIENT_SEQ_HEADER)
+    if cid is None and seq is None:
+        return None
+    if not cid or len(cid) > 64 or not cid.isprintable() or "/" in cid:
+        raise ValidationError(CLIENT_ID_HEADER, "must be 1..64 printable characters without '/'")
+    if seq is None or not seq.isdigit() or int(seq) <= 0 or int(seq) >= 1 << 63:
+        raise ValidationError(CLIENT_SEQ_HEADER, "must be a positive integer")
+    return ClientRef(cid, int(seq))
 
 
 def _timeout(context: grpc.ServicerContext, default: float) -> float:
@@ -50,6 +81,15 @@ def rpc(fn: Callable) -> Callable:
         except ProposalError as exc:
             what = "outcome unknown" if exc.unknown_outcome else "not applied"
             context.abort(grpc.StatusCode.UNAVAILABLE, f"write {what}: {exc}")
+        except CasFailed as exc:
+            context.set_trailing_metadata((("x-current-version", str(exc.current)),))
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except SessionSuperseded as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except NotLeader as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except TimeoutError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"linearizable read: {exc}")
         except grpc.RpcError as exc:  # a forwarded call's status passes through unchanged
             if hasattr(exc, "code") and callable(exc.code):
                 context.abort(exc.code(), exc.details() or "forwarded call failed")
@@ -65,37 +105,46 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
 
     # ---- write plumbing ------------------------------------------------------------------------
 
-    def _write(self, context: grpc.ServicerContext, method: str, request: Any,
-               translate_fn: Callable, forward: Callable | None = None) -> tuple[Any, Any]:
-        """(WriteResult, None) when applied here, or (None, reply) when the leader answered."""
+    def _write(self, context: grpc.ServicerContext, method: str, request: Any, translate_fn: Callable,
+               reply_of: Callable[[WriteResult], Any], forward: Callable | None = None) -> Any:
+        """Apply a write here when leading, else forward it; returns the method's reply."""
+        client = _client_ref(context)
         timeout = _timeout(context, self.default_timeout)
         deadline = time.monotonic() + timeout
         if self.node.log.is_leader():
             try:
-                return self.node.write(translate_fn, timeout), None
+                return self._apply_write(translate_fn, reply_of, client, timeout)
             except NotLeader:
                 pass  # lost leadership meanwhile: forward below
-        forwarded = any(k == FORWARDED_HEADER for k, _ in context.invocation_metadata())
-        if forwarded:
+        if _forwarded(context):
             # Never forward twice: the caller picks another node or retries.
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader (forwarded request)")
         stub = self.node.leader_stub(wait_s=min(LEADER_WAIT_S, timeout))
         if stub is None:
             if self.node.log.is_leader():  # we won the election while waiting
-                return self.node.write(translate_fn, max(0.1, deadline - time.monotonic())), None
+                return self._apply_write(translate_fn, reply_of, client, max(0.1, deadline - time.monotonic()))
             context.abort(grpc.StatusCode.UNAVAILABLE, "no leader elected (is a majority of nodes up?)")
         left = max(0.1, deadline - time.monotonic())
-        md = [(FORWARDED_HEADER, "1")]
+        md = [(FORWARDED_HEADER, "1")] + [(k, v) for k, v in context.invocation_metadata()
+                                          if k in (CLIENT_ID_HEADER, CLIENT_SEQ_HEADER)]
         if forward is not None:
-            return None, forward(stub, left, md)
-        return None, getattr(stub, method)(request, timeout=left, metadata=md)
+            return forward(stub, left, md)
+        return getattr(stub, method)(request, timeout=left, metadata=md)
+
+    def _apply_write(self, translate_fn: Callable, reply_of: Callable[[WriteResult], Any],
+                     client: ClientRef | None, timeout: float) -> Any:
+        res = self.node.write(translate_fn, timeout, client, reply_of)
+        if res.replayed is not None:
+            reply = reply_of(WriteResult(0, 0, None))  # an empty reply of the right type
+            reply.ParseFromString(res.replayed)
+            reply.offset = res.offset
+            return reply
+        return reply_of(res)
 
     def _write_reply(self, context: grpc.ServicerContext, method: str, request: Any,
                      translate_fn: Callable) -> api_pb2.WriteReply:
-        res, reply = self._write(context, method, request, translate_fn)
-        if reply is not None:
-            return reply
-        return api_pb2.WriteReply(offset=res.offset, records=res.records)
+        return self._write(context, method, request, translate_fn,
+                           lambda res: api_pb2.WriteReply(offset=res.offset, records=res.records))
 
     def _read(self, context: grpc.ServicerContext, fn: Callable, min_offset: int) -> tuple[Any, int]:
         if min_offset < 0:
@@ -126,15 +175,19 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                 return stub.RegisterBrokerStream(_chunks(request), timeout=timeout, metadata=md)
             return stub.RegisterBroker(request, timeout=timeout, metadata=md)
 
-        res, reply = self._write(context, "RegisterBroker", request,
-                                 lambda s: translate.register_broker(s, request, default_ms), forward)
-        if reply is not None:
-            return reply
-        self.node.liveness.touch(request.broker_addr)
-        t = res.translation
-        return api_pb2.RegisterBrokerReply(
-            offset=res.offset, records=res.records, master_addr=t.master_addr,
-            ha_server_addr=t.ha_server_addr, order_topic_config=t.order_topic_config)
+        def reply_of(res: WriteResult) -> api_pb2.RegisterBrokerReply:
+            t = res.translation
+            if t is None:
+                return api_pb2.RegisterBrokerReply()
+            return api_pb2.RegisterBrokerReply(
+                offset=res.offset, records=res.records, master_addr=t.master_addr,
+                ha_server_addr=t.ha_server_addr, order_topic_config=t.order_topic_config)
+
+        reply = self._write(context, "RegisterBroker", request,
+                            lambda s: translate.register_broker(s, request, default_ms), reply_of, forward)
+        if self.node.log.is_leader():
+            self.node.liveness.touch(request.broker_addr)
+        return reply
 
     @rpc
     def UnregisterBroker(self, request: api_pb2.UnregisterBrokerRequest, context: grpc.ServicerContext
@@ -228,10 +281,9 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def _perm(self, context: grpc.ServicerContext, method: str, request: api_pb2.BrokerPermRequest,
               fn: Callable) -> api_pb2.BrokerPermReply:
         validation.validate_name(request.broker_name, "broker_name")
-        res, reply = self._write(context, method, request, lambda s: fn(s, request.broker_name))
-        if reply is not None:
-            return reply
-        return api_pb2.BrokerPermReply(topic_count=res.translation.count, offset=res.offset)
+        return self._write(context, method, request, lambda s: fn(s, request.broker_name),
+                           lambda res: api_pb2.BrokerPermReply(
+                               topic_count=res.translation.count if res.translation else 0, offset=res.offset))
 
     @rpc
     def WipeWritePerm(self, request: api_pb2.BrokerPermRequest, context: grpc.ServicerContext
@@ -258,6 +310,131 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
             validation.validate_name(request.cluster_name, "cluster_name")
         return self._write_reply(context, "DeleteTopic", request,
                                  lambda s: translate.delete_topic(s, request.topic, request.cluster_name))
+
+
+    # ---- queue bindings ----------------------------------------------------------------------------
+
+    def _binding_reply(self, topic: str, queue_id: int) -> Callable[[WriteResult], api_pb2.BindingReply]:
+        def reply_of(res: WriteResult) -> api_pb2.BindingReply:
+            reply = api_pb2.BindingReply(offset=res.offset)
+            if res.translation is not None and res.offset:
+                with self.node.lock:
+                    binding = self.node.state.binding(topic, queue_id)
+                if binding is not None:
+                    reply.binding.CopyFrom(binding)
+            return reply
+
+        return reply_of
+
+    @rpc
+    def BindQueue(self, request: api_pb2.BindQueueRequest, context: grpc.ServicerContext) -> api_pb2.BindingReply:
+        validation.validate_bind_queue(request)
+        return self._write(context, "BindQueue", request, lambda s: translate.bind_queue(
+            s, request.topic, request.queue_id, request.owner, request.expected_version),
+            self._binding_reply(request.topic, request.queue_id))
+
+    @rpc
+    def ReleaseQueue(self, request: api_pb2.ReleaseQueueRequest, context: grpc.ServicerContext
+                     ) -> api_pb2.BindingReply:
+        validation.validate_release_queue(request)
+        return self._write(context, "ReleaseQueue", request, lambda s: translate.release_queue(
+            s, request.topic, request.queue_id, request.expected_version),
+            lambda res: api_pb2.BindingReply(offset=res.offset))
+
+    def _consistent_read(self, context: grpc.ServicerContext, consistency: int, min_offset: int,
+                         fn: Callable) -> tuple[Any, int]:
+        if consistency == api_pb2.LINEARIZABLE:
+            timeout = _timeout(context, self.default_timeout)
+            index = self.node.linearizable_index(timeout)
+            min_offset = max(min_offset, index)
+        elif consistency != api_pb2.SERIALIZABLE:
+            raise ValidationError("consistency", f"unknown consistency {consistency}")
+        return self._read(context, fn, min_offset)
+
+    @rpc
+    def GetBinding(self, request: api_pb2.GetBindingRequest, context: grpc.ServicerContext
+                   ) -> api_pb2.GetBindingReply:
+        validation.validate_topic_name(request.topic, "topic")
+        validation.validate_queue_id(request.queue_id, "queue_id")
+        binding, offset = self._consistent_read(context, request.consistency, request.min_offset,
+                                                lambda s: s.binding(request.topic, request.queue_id))
+        if binding is None:
+            return api_pb2.GetBindingReply(found=False, apply_offset=offset)
+        return api_pb2.GetBindingReply(found=True, binding=binding, apply_offset=offset)
+
+    @rpc
+    def ListBindings(self, request: api_pb2.ListBindingsRequest, context: grpc.ServicerContext
+                     ) -> api_pb2.ListBindingsReply:
+        validation.validate_topic_name(request.topic, "topic")
+        bindings, offset = self._consistent_read(context, request.consistency, request.min_offset,
+                                                 lambda s: s.bindings(request.topic))
+        return api_pb2.ListBindingsReply(bindings=bindings, apply_offset=offset)
+
+    def Watch(self, request: api_pb2.WatchRequest, context: grpc.ServicerContext
+              ) -> Iterator[api_pb2.WatchResponse]:
+        try:
+            prefixes = validation.validate_watch(request)
+            if not self.node.log.ready:
+                raise NotReady(self.node._not_ready_reason())
+        except ValidationError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.field}: {exc.message}")
+        except NotReady as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"not ready: {exc}")
+        watcher = self.node.watches.subscribe(prefixes)
+        if watcher is None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"this node already serves {self.node.watches.max_watchers} watchers; try another node")
+        try:
+            yield from self._watch(request, context, watcher)
+        finally:
+            self.node.watches.unsubscribe(watcher)
+
+    def _watch(self, request: api_pb2.WatchRequest, context: grpc.ServicerContext, watcher: Watcher
+               ) -> Iterator[api_pb2.WatchResponse]:
+        progress_s = (request.progress_interval_ms or 1000) / 1000
+        if request.start_offset > 0:
+            last = request.start_offset
+            try:  # replay what this node kept, then switch to the live feed (de-duplicated by offset)
+                while batch := self.node.log.applier.history.after(last, limit=500):
+                    for entry in batch:
+                        events = to_events(entry.changes, watcher.prefixes)
+                        if events:
+                            yield api_pb2.WatchResponse(offset=entry.offset, events=events)
+                        last = entry.offset
+            except Compacted as exc:
+                context.abort(grpc.StatusCode.OUT_OF_RANGE,
+                              f"compacted: {exc}; re-list with start_offset=0 (current state first)")
+        else:
+            with self.node.lock:
+                last = self.node.state.kv.offset
+                current = [api_pb2.WatchEvent(type=t, key=k, value=v, version=ver)
+                           for k, v, ver, t in self.node.state.kv.items() if k.startswith(watcher.prefixes)]
+            current.sort(key=lambda e: e.key)
+            for i in range(0, len(current), 1000):
+                yield api_pb2.WatchResponse(offset=last, events=current[i:i + 1000], initial_state=True)
+            yield api_pb2.WatchResponse(offset=last, initial_state=True, initial_state_done=True)
+        while context.is_active():
+            try:
+                msg = watcher.pending.get(timeout=progress_s)
+            except queue.Empty:
+                if watcher.overflowed:
+                    break
+                yield api_pb2.WatchResponse(offset=self.node.log.apply_offset)  # progress
+                continue
+            if msg.offset > last:
+                last = msg.offset
+                yield msg
+        if watcher.overflowed:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"watcher fell more than {self.node.watches.max_pending} entries behind; "
+                          f"resume with start_offset={last}")
+
+    @rpc
+    def ReadIndex(self, request: api_pb2.ReadIndexRequest, context: grpc.ServicerContext) -> api_pb2.ReadIndexReply:
+        if not self.node.log.is_leader():
+            context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
+        index = self.node.read_indexes.read_index(_timeout(context, self.default_timeout))
+        return api_pb2.ReadIndexReply(read_index=index)
 
 
 class AdminService(api_pb2_grpc.AdminServicer):

@@ -302,3 +302,42 @@ def validate_kv_namespace(namespace: str) -> None:
 
 def validate_kv_key(namespace: str, key: str) -> None:
     check_kv(namespace, key)
+
+
+# ---- queue bindings -------------------------------------------------------------------------------
+
+def validate_queue_id(queue_id: int, field: str = "queue_id") -> None:
+    _check_range(field, queue_id, 0, MAX_QUEUE_NUMS - 1)
+
+
+def validate_bind_queue(req: api_pb2.BindQueueRequest) -> None:
+    check_topic("topic", req.topic)
+    validate_queue_id(req.queue_id)
+    check_name("owner", req.owner, "owner")
+    if req.expected_version < 0:
+        raise ValidationError("expected_version", "must be >= 0 (0: the queue must be unbound)")
+
+
+def validate_release_queue(req: api_pb2.ReleaseQueueRequest) -> None:
+    check_topic("topic", req.topic)
+    validate_queue_id(req.queue_id)
+    if req.expected_version <= 0:
+        raise ValidationError("expected_version", "must be the binding's current version (> 0)")
+
+
+def validate_watch(req: api_pb2.WatchRequest) -> tuple[str, ...]:
+    """The key prefixes a watch covers ('' = everything)."""
+    if req.start_offset < 0:
+        raise ValidationError("start_offset", "must be >= 0 (0: from now, current state first)")
+    if not 0 <= req.progress_interval_ms <= 60_000:
+        raise ValidationError("progress_interval_ms", "must be within 0..60000")
+    if len(req.key_prefixes) + len(req.topics) > 1000:
+        raise TooLargeError("key_prefixes", "at most 1000 prefixes and topics together")
+    for i, prefix in enumerate(req.key_prefixes):
+        if len(prefix) > 1024:
+            raise ValidationError(f"key_prefixes[{i}]", "at most 1024 characters")
+    prefixes = list(req.key_prefixes)
+    for i, topic in enumerate(req.topics):
+        check_topic(f"topics[{i}]", topic)
+        prefixes += [f"topic/{topic}/", f"bind/{topic}/"]
+    return tuple(prefixes) or ("",)

@@ -223,5 +223,6 @@ class Applier:
         if got != digest:
             raise RuntimeError(f"snapshot {path} restored to digest {got}, stamped {digest}")
         self.history.reset(offset)
-        log.info("restored snapshot at offset %d (digest %s)", offset, digest)
+        log.info("restored snapshot at offset %d (digest %s)", offset, digest,
+                 extra={"event": "snapshot_restored", "offset": offset, "digest": digest})
         self._publish(offset, self.apply_term)

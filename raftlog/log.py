@@ -197,8 +197,11 @@ class ReplicatedLog:
                 self.snapshot_time = time.time()
                 self.snapshot_bytes = info.size_bytes
                 ok = True
+                seconds = time.monotonic() - t0
                 log.info("snapshot at offset %d: %d keys, %d bytes, %.2fs", index, info.count,
-                         info.size_bytes, time.monotonic() - t0)
+                         info.size_bytes, seconds,
+                         extra={"event": "snapshot_written", "offset": index, "term": term, "keys": info.count,
+                                "bytes": info.size_bytes, "seconds": round(seconds, 3)})
             except Exception:
                 log.exception("snapshot at offset %d failed", index)
             finally:

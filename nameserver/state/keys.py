@@ -5,6 +5,8 @@
     topic/<topic>/<brokerName>     QueueData       (topicQueueTable)
     filter/<brokerAddr>            FilterServers   (filterServerTable)
     kv/<namespace>/<key>           KvValue         (KVConfigManager)
+    bind/<topic>/<queueId>         QueueBindingValue (new: which owner serves a queue; compare-and-set)
+    session/<clientId>             ClientSession   (new: exactly-once writes, latest result per client)
 
 Topic, broker and namespace names never contain '/', so the first '/' after a prefix ends the
 name; addresses and KV keys are the rest of the key verbatim (a KV key may contain anything).
@@ -20,12 +22,16 @@ LIVE_PREFIX = "live/"
 TOPIC_PREFIX = "topic/"
 FILTER_PREFIX = "filter/"
 KV_PREFIX = "kv/"
+BIND_PREFIX = "bind/"
+SESSION_PREFIX = "session/"
 
 BROKER_TYPE: int = state_pb2.BROKER
 LIVE_TYPE: int = state_pb2.BROKER_LIVE
 TOPIC_TYPE: int = state_pb2.TOPIC_QUEUE
 FILTER_TYPE: int = state_pb2.FILTER_SERVER
 KV_TYPE: int = state_pb2.KV_CONFIG
+BIND_TYPE: int = state_pb2.QUEUE_BINDING
+SESSION_TYPE: int = state_pb2.CLIENT_SESSION
 
 # Record type per prefix (a key's type is implied by its prefix; records carry both).
 PREFIX_TYPES: dict[str, int] = {
@@ -34,6 +40,8 @@ PREFIX_TYPES: dict[str, int] = {
     TOPIC_PREFIX: TOPIC_TYPE,
     FILTER_PREFIX: FILTER_TYPE,
     KV_PREFIX: KV_TYPE,
+    BIND_PREFIX: BIND_TYPE,
+    SESSION_PREFIX: SESSION_TYPE,
 }
 
 
@@ -80,6 +88,19 @@ def kv_key(namespace: str, key: str) -> str:
 def kv_prefix(namespace: str) -> str:
     """Prefix of every key of one KV namespace (for watchers)."""
     return f"{KV_PREFIX}{_name('namespace', namespace)}/"
+
+
+def bind_key(topic: str, queue_id: int) -> str:
+    return f"{BIND_PREFIX}{_name('topic', topic)}/{int(queue_id)}"
+
+
+def bind_prefix(topic: str) -> str:
+    """Prefix of every binding of one topic (for watchers and listing)."""
+    return f"{BIND_PREFIX}{_name('topic', topic)}/"
+
+
+def session_key(client_id: str) -> str:
+    return SESSION_PREFIX + _nonempty("client id", client_id)
 
 
 # ---- parsers (None when the key is not of that kind or malformed) ---------------------------------
@@ -132,3 +153,18 @@ def record_type_of(key: str) -> int:
         if key.startswith(prefix):
             return rtype
     return state_pb2.RECORD_TYPE_UNSPECIFIED
+
+
+def parse_bind_key(key: str) -> tuple[str, int] | None:
+    """(topic, queue id)."""
+    rest = _tail(key, BIND_PREFIX)
+    if rest is None:
+        return None
+    topic, sep, qid = rest.partition("/")
+    if not sep or not topic or not qid.isdigit():
+        return None
+    return topic, int(qid)
+
+
+def parse_session_key(key: str) -> str | None:
+    return _tail(key, SESSION_PREFIX)

@@ -85,6 +85,8 @@ class MetadataState:
         # unit topic-list kind -> topic -> number of its queue datas qualifying (a topic counts when > 0)
         self._unit_topics: dict[int, dict[str, int]] = {kind: {} for kind in _UNIT_KINDS}
         self._kv: dict[str, dict[str, str]] = {}
+        self._bindings: dict[str, dict[int, state_pb2.QueueBindingValue]] = {}  # topic -> queue id -> binding
+        self._sessions: dict[str, state_pb2.ClientSession] = {}
 
     # ---- log application ---------------------------------------------------------------------
 
@@ -138,6 +140,18 @@ class MetadataState:
             parsed_kv = keys.parse_kv_key(key)
             if parsed_kv is not None:
                 self._set_kv(*parsed_kv, _decode(state_pb2.KvValue, new))
+        elif key.startswith(keys.BIND_PREFIX):
+            parsed_bind = keys.parse_bind_key(key)
+            if parsed_bind is not None:
+                self._set_binding(*parsed_bind, _decode(state_pb2.QueueBindingValue, new))
+        elif key.startswith(keys.SESSION_PREFIX):
+            client = keys.parse_session_key(key)
+            if client is not None:
+                session = _decode(state_pb2.ClientSession, new)
+                if session is None:
+                    self._sessions.pop(client, None)
+                else:
+                    self._sessions[client] = session
 
     def _remove_queue(self, topic: str, broker: str) -> None:
         qmap = self._topic_queues.get(topic)
@@ -189,6 +203,16 @@ class MetadataState:
                     del self._kv[namespace]
         else:
             self._kv.setdefault(namespace, {})[key] = value.value
+
+    def _set_binding(self, topic: str, queue_id: int, value: state_pb2.QueueBindingValue | None) -> None:
+        if value is None:
+            table = self._bindings.get(topic)
+            if table is not None:
+                table.pop(queue_id, None)
+                if not table:
+                    del self._bindings[topic]
+        else:
+            self._bindings.setdefault(topic, {})[queue_id] = value
 
     # ---- route reads -------------------------------------------------------------------------
 
@@ -369,3 +393,31 @@ class MetadataState:
 
     def kv_namespaces(self) -> list[str]:
         return sorted(self._kv)
+
+    # ---- queue bindings and client sessions ----------------------------------------------------
+
+    def binding(self, topic: str, queue_id: int) -> api_pb2.QueueBinding | None:
+        value = self._bindings.get(topic, {}).get(queue_id)
+        if value is None:
+            return None
+        return api_pb2.QueueBinding(topic=topic, queue_id=queue_id, owner=value.owner, epoch=value.epoch,
+                                    version=self.kv.version(keys.bind_key(topic, queue_id)))
+
+    def bindings(self, topic: str) -> list[api_pb2.QueueBinding]:
+        out = []
+        for qid in sorted(self._bindings.get(topic, {})):
+            b = self.binding(topic, qid)
+            if b is not None:
+                out.append(b)
+        return out
+
+    def session(self, client_id: str) -> tuple[state_pb2.ClientSession, int] | None:
+        """A client's latest exactly-once result and the offset that wrote it."""
+        s = self._sessions.get(client_id)
+        if s is None:
+            return None
+        return _copy(s), self.kv.version(keys.session_key(client_id))
+
+    def sessions(self) -> list[tuple[str, int]]:
+        """(client id, last write ms) of every session, for the leader's idle expiry."""
+        return [(cid, s.last_write_ms) for cid, s in self._sessions.items()]

@@ -328,3 +328,66 @@ def delete_topic(state: MetadataState, topic: str, cluster_name: str = "") -> Tr
     for name in brokers:
         b.delete(keys.TOPIC_TYPE, keys.topic_key(topic, name))
     return b.build()
+
+
+# ---- queue bindings --------------------------------------------------------------------------------
+
+class CasFailed(Exception):
+    """Compare-and-set refused: the key is not at the version the caller expected."""
+
+    def __init__(self, key: str, expected: int, current: int) -> None:
+        super().__init__(f"{key} is at version {current}, not the expected {expected}")
+        self.key = key
+        self.expected = expected
+        self.current = current
+
+
+def bind_queue(state: MetadataState, topic: str, queue_id: int, owner: str, expected_version: int
+               ) -> Translation:
+    """Bind (expected 0: unbound) or rebind (expected = current version) a queue; bumps its epoch."""
+    key = keys.bind_key(topic, queue_id)
+    current = state.kv.version(key)
+    if current != expected_version:
+        raise CasFailed(key, expected_version, current)
+    old = state.binding(topic, queue_id)
+    b = _Builder(state)
+    b.require(key)
+    value = state_pb2.QueueBindingValue(owner=owner, epoch=(old.epoch if old else 0) + 1)
+    b.put(keys.BIND_TYPE, key, value)
+    return b.build()
+
+
+def release_queue(state: MetadataState, topic: str, queue_id: int, expected_version: int) -> Translation:
+    key = keys.bind_key(topic, queue_id)
+    current = state.kv.version(key)
+    if current == 0 or current != expected_version:
+        raise CasFailed(key, expected_version, current)
+    b = _Builder(state)
+    b.require(key)
+    b.delete(keys.BIND_TYPE, key)
+    return b.build()
+
+
+# ---- exactly-once client sessions ------------------------------------------------------------------
+
+def record_session(t: Translation, state: MetadataState, client_id: str, seq: int, reply: bytes,
+                   now_ms: int) -> None:
+    """Add the client's session record to a non-empty translation, guarded by its current version."""
+    key = keys.session_key(client_id)
+    t.batch.preconditions.add(key=key, version=state.kv.version(key))
+    value = state_pb2.ClientSession(last_seq=seq, reply=reply, last_write_ms=now_ms)
+    t.batch.records.add(type=keys.SESSION_TYPE, op=entry_pb2.OP_PUT, key=key, value=canonical(value))
+
+
+def expire_sessions(state: MetadataState, now_ms: int, ttl_ms: int, max_sessions: int,
+                    limit: int = 1000) -> Translation:
+    """Delete sessions idle past the TTL, and the oldest beyond max_sessions (at most `limit` per batch)."""
+    sessions = sorted(state.sessions(), key=lambda s: s[1])
+    over = max(0, len(sessions) - max_sessions)
+    doomed = [cid for i, (cid, last) in enumerate(sessions) if i < over or now_ms - last > ttl_ms][:limit]
+    b = _Builder(state)
+    for cid in doomed:
+        key = keys.session_key(cid)
+        b.require(key)
+        b.delete(keys.SESSION_TYPE, key)
+    return b.build()

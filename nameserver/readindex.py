@@ -1,0 +1,75 @@
+"""Linearizable reads: a read index confirmed through the log, one barrier shared per round.
+
+Reads that arrive while a barrier is in flight wait for the next round: a barrier proposed before a
+read arrived could order before a write acknowledged before that read, so sharing it would be
+stale. The barrier commits only with a majority in the leader's current term, so a paused or
+partitioned old leader can never hand out an index (its barrier never applies; the read times out).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class _Ticket:
+    event: threading.Event = field(default_factory=threading.Event)
+    index: int = 0
+    error: Exception | None = None
+
+
+class ReadIndexBatcher:
+    def __init__(self, barrier: Callable[[float], int], barrier_timeout_s: float = 5.0) -> None:
+        self._barrier = barrier
+        self._timeout = barrier_timeout_s
+        self._cv = threading.Condition()
+        self._waiting: list[_Ticket] = []
+        self._stop = False
+        self.rounds = 0
+        self.reads = 0
+        self.last_round_reads = 0
+        self._thread = threading.Thread(target=self._run, name="read-index", daemon=True)
+        self._thread.start()
+
+    def read_index(self, timeout: float) -> int:
+        ticket = _Ticket()
+        with self._cv:
+            self._waiting.append(ticket)
+            self._cv.notify()
+        if not ticket.event.wait(timeout):
+            raise TimeoutError("no read index within the deadline (is there a leader with a quorum?)")
+        if ticket.error is not None:
+            raise ticket.error
+        return ticket.index
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+
+    @property
+    def reads_per_barrier(self) -> float:
+        return self.reads / self.rounds if self.rounds else 0.0
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._waiting and not self._stop:
+                    self._cv.wait()
+                if self._stop:
+                    return
+                batch, self._waiting = self._waiting, []
+            try:
+                index = self._barrier(self._timeout)
+                for t in batch:
+                    t.index = index
+            except Exception as exc:
+                for t in batch:
+                    t.error = exc
+            self.rounds += 1
+            self.reads += len(batch)
+            self.last_round_reads = len(batch)
+            for t in batch:
+                t.event.set()

@@ -1,0 +1,209 @@
+"""Queue bindings, read-your-writes, watch and exactly-once writes on a real 3-process cluster."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import grpc
+import pytest
+
+from nameserver.pb import api_pb2
+from tests.cluster import register_request, retry
+
+pytestmark = pytest.mark.cluster
+
+
+def bind(ns, topic: str, qid: int, owner: str, expected: int, **kw) -> api_pb2.BindingReply:
+    return ns.BindQueue(api_pb2.BindQueueRequest(topic=topic, queue_id=qid, owner=owner, expected_version=expected),
+                        timeout=10, **kw)
+
+
+def test_bindings_compare_and_set_and_linearizable_reads(make_cluster) -> None:
+    c = make_cluster()
+    c.wait_ready()
+    a, b = c.followers()
+    first = retry(lambda: bind(a.ns, "T", 0, "broker-a", 0))
+    assert first.binding.owner == "broker-a" and first.binding.epoch == 1
+    assert first.binding.version == first.offset
+    with pytest.raises(grpc.RpcError) as err:  # must-not-exist fails now
+        bind(b.ns, "T", 0, "broker-b", 0)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert str(first.offset) in err.value.details()
+    second = bind(b.ns, "T", 0, "broker-b", first.binding.version)  # rebind with the right version
+    assert second.binding.epoch == 2 and second.binding.owner == "broker-b"
+    # a linearizable read on the third node sees it at once, without passing an offset
+    for node in c.nodes:
+        got = node.ns.GetBinding(api_pb2.GetBindingRequest(topic="T", queue_id=0), timeout=10)
+        assert got.found and got.binding.owner == "broker-b" and got.apply_offset >= second.offset
+    bind(a.ns, "T", 3, "broker-c", 0)
+    listed = c.leader().ns.ListBindings(api_pb2.ListBindingsRequest(topic="T"), timeout=10)
+    assert [(x.queue_id, x.owner) for x in listed.bindings] == [(0, "broker-b"), (3, "broker-c")]
+    released = a.ns.ReleaseQueue(api_pb2.ReleaseQueueRequest(topic="T", queue_id=0,
+                                                             expected_version=second.binding.version), timeout=10)
+    got = b.ns.GetBinding(api_pb2.GetBindingRequest(topic="T", queue_id=0), timeout=10)
+    assert not got.found and got.apply_offset >= released.offset
+    with pytest.raises(grpc.RpcError) as err:
+        a.ns.ReleaseQueue(api_pb2.ReleaseQueueRequest(topic="T", queue_id=0, expected_version=5), timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_concurrent_binds_of_one_queue_have_exactly_one_winner(make_cluster) -> None:
+    c = make_cluster()
+    c.wait_ready()
+    outcomes: list[str] = []
+
+    def contender(node, owner: str) -> None:
+        try:
+            retry(lambda: bind(node.ns, "Race", 7, owner, 0))
+            outcomes.append("won")
+        except grpc.RpcError as exc:
+            outcomes.append(exc.code().name)
+
+    threads = [threading.Thread(target=contender, args=(c.nodes[i % 3], f"owner-{i}")) for i in range(9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("won") == 1 and outcomes.count("FAILED_PRECONDITION") == 8
+
+
+def test_write_on_one_node_then_read_with_its_offset_on_another_sees_it(make_cluster) -> None:
+    c = make_cluster()
+    c.wait_ready()
+    for i in range(30):
+        writer, reader = c.nodes[i % 3], c.nodes[(i + 1) % 3]
+        put = retry(lambda w=writer, i=i: w.ns.PutKv(api_pb2.PutKvRequest(namespace="ryw", key=f"k{i}", value=str(i)),
+                                                      timeout=10))
+        got = reader.ns.GetKv(api_pb2.GetKvRequest(namespace="ryw", key=f"k{i}", min_offset=put.offset), timeout=10)
+        assert got.value == str(i) and got.apply_offset >= put.offset
+
+
+def test_min_offset_beyond_the_log_fails_with_the_nodes_offset(make_cluster) -> None:
+    c = make_cluster(1)
+    c.wait_ready()
+    with pytest.raises(grpc.RpcError) as err:
+        c.nodes[0].ns.GetKv(api_pb2.GetKvRequest(namespace="n", key="k", min_offset=10**9), timeout=0.5)
+    assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    if err.value.code() == grpc.StatusCode.UNAVAILABLE:
+        trailers = dict(err.value.trailing_metadata())
+        assert int(trailers["x-apply-offset"]) > 0
+
+
+def collect(stream, stop: threading.Event, out: list) -> None:
+    try:
+        for msg in stream:
+            out.append(msg)
+            if stop.is_set():
+                break
+    except grpc.RpcError as exc:
+        out.append(exc)
+
+
+def test_watch_pushes_changes_and_resumes_without_gaps_or_duplicates(make_cluster) -> None:
+    c = make_cluster()
+    c.wait_ready()
+    a, b = c.followers()
+    first = retry(lambda: a.ns.PutKv(api_pb2.PutKvRequest(namespace="w", key="k0", value="0"), timeout=10))
+    # from now: current state first, then live changes, pushed from another node
+    stream = b.ns.Watch(api_pb2.WatchRequest(key_prefixes=["kv/w/"], progress_interval_ms=200), timeout=30)
+    got: list = []
+    stop = threading.Event()
+    t = threading.Thread(target=collect, args=(stream, stop, got), daemon=True)
+    t.start()
+    c.wait_for("the initial state", lambda: any(m.initial_state_done for m in got if hasattr(m, "offset")))
+    assert [e.key for m in got if m.initial_state for e in m.events] == ["kv/w/k0"]
+    offsets = []
+    for i in range(1, 21):
+        offsets.append(a.ns.PutKv(api_pb2.PutKvRequest(namespace="w", key=f"k{i}", value=str(i)), timeout=10).offset)
+        if i == 10:
+            stream.cancel()  # disconnect half-way
+    t.join(5)
+    seen = [(m.offset, e.key) for m in got if hasattr(m, "events") and not m.initial_state for e in m.events]
+    assert seen, "no live change arrived"
+    last = max(o for o, _ in seen)
+    # resume from the last offset seen, on the third node: the rest, exactly once, in order
+    resumed: list = []
+    stream2 = c.leader().ns.Watch(api_pb2.WatchRequest(key_prefixes=["kv/w/"], start_offset=last,
+                                                        progress_interval_ms=200), timeout=30)
+    t2 = threading.Thread(target=collect, args=(stream2, stop, resumed), daemon=True)
+    t2.start()
+    c.wait_for("every change after the resume point",
+               lambda: any(isinstance(m, api_pb2.WatchResponse) and m.offset >= offsets[-1] for m in resumed))
+    stream2.cancel()
+    t2.join(5)
+    after = [(m.offset, e.key) for m in resumed if isinstance(m, api_pb2.WatchResponse) for e in m.events]
+    both = seen + after
+    keys = [k for _, k in both]
+    assert keys == [f"kv/w/k{i}" for i in range(1, 21)], keys  # no gap, no duplicate, in order
+    assert [o for o, _ in both] == sorted(o for o, _ in both)
+    assert first.offset < both[0][0]
+
+
+def test_watch_from_a_compacted_offset_says_relist(make_cluster) -> None:
+    c = make_cluster(1, snapshot_every_entries=20)
+    c.wait_ready()
+    node = c.nodes[0]
+    for i in range(40):
+        node.ns.PutKv(api_pb2.PutKvRequest(namespace="w", key=f"k{i}", value="v"), timeout=10)
+    snap = node.admin.TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=30)
+    c.kill(node, signal.SIGTERM)  # the restart loads the snapshot: nothing before it is kept
+    c.start(node)
+    c.wait_ready()
+    stream = node.ns.Watch(api_pb2.WatchRequest(key_prefixes=["kv/"], start_offset=1), timeout=10)
+    with pytest.raises(grpc.RpcError) as err:
+        for _ in stream:
+            pass
+    assert err.value.code() == grpc.StatusCode.OUT_OF_RANGE
+    assert "re-list" in err.value.details()
+    # from the snapshot's offset on, resuming works
+    after = node.ns.Watch(api_pb2.WatchRequest(key_prefixes=["kv/"], start_offset=snap.offset,
+                                               progress_interval_ms=100), timeout=10)
+    first = next(iter(after))
+    assert first.offset >= snap.offset and not first.events  # a progress message: nothing missed
+    after.cancel()
+
+
+def test_retried_write_after_leader_kill_applies_once(make_cluster) -> None:
+    c = make_cluster()
+    leader = c.wait_ready()
+    follower = c.followers()[0]
+    md = [("x-client-id", "client-42"), ("x-client-seq", "1")]
+    req = register_request("C", "broker-x", "10.0.0.5:10911", ["T1", "T2"])
+    first = retry(lambda: follower.ns.RegisterBroker(req, timeout=10, metadata=md))
+    assert first.records > 0
+    c.kill(leader)  # the retry lands on a new leader
+    survivors = [n for n in c.nodes if n is not leader]
+    again = retry(lambda: survivors[1].ns.RegisterBroker(req, timeout=5, metadata=md), timeout=20)
+    assert again.offset == first.offset and again.records == first.records  # the first result, not a new write
+    end = c.leader(survivors).status().end_offset
+    third = retry(lambda: survivors[0].ns.RegisterBroker(req, timeout=5, metadata=md))
+    assert third.offset == first.offset
+    assert c.leader(survivors).status().end_offset == end  # nothing appended for the retries
+    # a KV write retried with the same id is not applied twice either
+    kv_md = [("x-client-id", "client-42"), ("x-client-seq", "2")]
+    p1 = retry(lambda: survivors[0].ns.PutKv(api_pb2.PutKvRequest(namespace="once", key="k", value="1"),
+                                              timeout=5, metadata=kv_md))
+    survivors[1].ns.PutKv(api_pb2.PutKvRequest(namespace="once", key="k", value="changed"), timeout=5)
+    p2 = survivors[1].ns.PutKv(api_pb2.PutKvRequest(namespace="once", key="k", value="1"), timeout=5, metadata=kv_md)
+    assert p2.offset == p1.offset
+    got = survivors[0].ns.GetKv(api_pb2.GetKvRequest(namespace="once", key="k", min_offset=p2.offset), timeout=5)
+    assert got.value == "changed"  # the retry did not overwrite the later write
+    old = [("x-client-id", "client-42"), ("x-client-seq", "1")]
+    with pytest.raises(grpc.RpcError) as err:
+        survivors[0].ns.PutKv(api_pb2.PutKvRequest(namespace="once", key="k", value="x"), timeout=5, metadata=old)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    bad = [("x-client-id", "client-42"), ("x-client-seq", "zero")]
+    with pytest.raises(grpc.RpcError) as err:
+        survivors[0].ns.PutKv(api_pb2.PutKvRequest(namespace="once", key="k", value="x"), timeout=5, metadata=bad)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "x-client-seq" in err.value.details()
+
+
+def test_idle_sessions_expire_through_records(make_cluster) -> None:
+    c = make_cluster(1, scan_interval_ms=300, session_ttl_ms=1000)
+    c.wait_ready()
+    node = c.nodes[0]
+    node.ns.PutKv(api_pb2.PutKvRequest(namespace="s", key="k", value="v"), timeout=5,
+                  metadata=[("x-client-id", "idle"), ("x-client-seq", "1")])
+    assert node.status().keys == 2  # the KV and the client's session
+    c.wait_for("the idle session to expire", lambda: node.status().keys == 1, timeout=10)
