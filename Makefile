@@ -35,4 +35,4 @@ proto: setup
 	PYTHON=$(PY) scripts/gen_proto.sh
 
 clean-data:
-	rm -rf data/local
+	rm -rf data/local-3 data/local-5

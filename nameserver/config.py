@@ -10,7 +10,7 @@
     grpc_addr = "127.0.0.1:9101"
 
     [raft]      election_min_ms, election_max_ms, snapshot_every_entries, snapshot_every_seconds,
-                snapshots_kept, batch_append, password_file / password_env
+                snapshots_kept, batch_append, idle_noop_ms, password_file / password_env
     [liveness]  default_timeout_ms (RocketMQ: 120000), scan_interval_ms (5000), forward_interval_ms
     [routes]    order_message_enable, zone_mode
     [grpc]      max_message_bytes, workers, write_timeout_ms
@@ -50,6 +50,7 @@ class NodeConfig:
     snapshot_every_seconds: float = 300.0
     snapshots_kept: int = 3
     batch_append: bool = False
+    idle_noop_ms: int = 0          # leader appends a no-op when idle this long (KRaft: 500); 0: off
     password: str | None = field(default=None, repr=False)
     default_timeout_ms: int = 120_000
     scan_interval_ms: int = 5_000
@@ -79,7 +80,7 @@ class NodeConfig:
 
 _SECTIONS: dict[str, tuple[str, ...]] = {
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
-             "snapshots_kept", "batch_append"),
+             "snapshots_kept", "batch_append", "idle_noop_ms"),
     "liveness": ("default_timeout_ms", "scan_interval_ms", "forward_interval_ms"),
     "routes": ("order_message_enable", "zone_mode"),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),

@@ -11,8 +11,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from nameserver.config import NodeConfig
+from nameserver.logservice import LogService
+from nameserver.metrics import IdleNoop, LeaderWatch, MetricsEndpoint, NodeMetrics
 from nameserver.node import NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.remoting import RemotingServer
 from nameserver.service import AdminService, NameServerService
 
 log = logging.getLogger("nameserver.server")
@@ -30,10 +33,15 @@ class Server:
         opts = [("grpc.max_send_message_length", cfg.max_message_bytes),
                 ("grpc.max_receive_message_length", cfg.max_message_bytes),
                 ("grpc.so_reuseport", 0)]
+        # Prometheus metrics (nameserver/metrics.py): RPCs are counted by an interceptor.
+        self.metrics = NodeMetrics(self.node) if cfg.metrics_addr else None
+        interceptors = [self.metrics.interceptor()] if self.metrics is not None else []
         self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers,
-                                                           thread_name_prefix="grpc"), options=opts)
+                                                           thread_name_prefix="grpc"), options=opts,
+                                interceptors=interceptors)
         api_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.node), self.grpc)
         api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node), self.grpc)
+        api_pb2_grpc.add_LogServicer_to_server(LogService(self.node), self.grpc)  # log export, state dump
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(SERVICE_NAMES + (health.SERVICE_NAME, reflection.SERVICE_NAME),
@@ -42,7 +50,16 @@ class Server:
             raise OSError(f"cannot listen on {cfg.grpc_addr}")
         # Optional listeners started and stopped with the node (each has start() and stop()):
         # the RocketMQ remoting listener, the Prometheus endpoint, the log archiver.
-        self.extras: list = []
+        self.extras: list = [LeaderWatch(self.node.log, self.metrics)]  # one log line per leader change
+        if self.metrics is not None:
+            self.extras.append(MetricsEndpoint(self.metrics.registry, cfg.metrics_addr))
+        if cfg.idle_noop_ms:  # keeps apply lag meaningful when nothing changes (KRaft's idle no-op)
+            self.extras.append(IdleNoop(self.node.log, self.metrics, interval_s=cfg.idle_noop_ms / 1000))
+        if cfg.remoting_addr:
+            self.extras.append(RemotingServer(cfg))  # RocketMQ remoting protocol (nameserver/remoting)
+        if cfg.archive_dir:  # Parquet log segments as entries commit (imports pyarrow only when on)
+            from nameserver.archive import LogArchiver
+            self.extras.append(LogArchiver(self.node.log.applier, cfg.archive_dir))
         self._stop = threading.Event()
         self._health_thread = threading.Thread(target=self._health_loop, name="health", daemon=True)
 

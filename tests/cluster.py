@@ -38,6 +38,8 @@ class NodeProc:
     grpc_addr: str
     config_path: str
     log_path: str
+    metrics_addr: str = ""  # host:port of /metrics when the cluster was made with metrics=True
+    remoting_addr: str = ""  # host:port of the RocketMQ remoting listener when made with remoting=True
     proc: subprocess.Popen | None = None
     channel: grpc.Channel | None = field(default=None, repr=False)
 
@@ -67,14 +69,19 @@ class NodeProc:
 
 
 class Cluster:
-    def __init__(self, root: str, size: int = 3, **settings: Any) -> None:
+    def __init__(self, root: str, size: int = 3, metrics: bool = False, remoting: bool = False,
+                 **settings: Any) -> None:
         self.root = root
         self.settings = {"default_timeout_ms": 120000, "scan_interval_ms": 1000,
                          "snapshot_every_entries": 10000, "snapshot_every_seconds": 300} | settings
         ports = free_ports(2 * size)
+        metrics_ports = free_ports(size) if metrics else []
         self.nodes = [NodeProc(f"n{i + 1}", f"127.0.0.1:{ports[2 * i]}", f"127.0.0.1:{ports[2 * i + 1]}",
-                               os.path.join(root, f"n{i + 1}.toml"), os.path.join(root, f"n{i + 1}.log"))
+                               os.path.join(root, f"n{i + 1}.toml"), os.path.join(root, f"n{i + 1}.log"),
+                               f"127.0.0.1:{metrics_ports[i]}" if metrics else "")
                       for i in range(size)]
+        for n, port in zip(self.nodes, free_ports(size) if remoting else [], strict=False):
+            n.remoting_addr = f"127.0.0.1:{port}"
         for n in self.nodes:
             self._write_config(n)
 
@@ -88,6 +95,14 @@ class Cluster:
                   f"scan_interval_ms = {s['scan_interval_ms']}", "",
                   "[raft]", f"snapshot_every_entries = {s['snapshot_every_entries']}",
                   f"snapshot_every_seconds = {s['snapshot_every_seconds']}", ""]
+        if "session_ttl_ms" in s:
+            lines += ["[sessions]", f"session_ttl_ms = {s['session_ttl_ms']}", ""]
+        if node.metrics_addr:
+            lines += ["[metrics]", f'listen = "{node.metrics_addr}"', ""]
+            # a monitored cluster runs the idle no-op, as deploy/ does, so apply lag stays meaningful
+            lines.insert(lines.index("[raft]") + 1, "idle_noop_ms = 500")
+        if node.remoting_addr:
+            lines += ["[remoting]", f'listen = "{node.remoting_addr}"', ""]
         with open(node.config_path, "w") as f:
             f.write("\n".join(lines))
 

@@ -665,6 +665,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kv_commands(builder, sub)
     _add_broker_commands(builder, sub)
     _add_admin_commands(builder, sub)
+    from nameserver.cli.nsctl_log import add_log_commands  # log export, state dump (nsctl_log imports this module)
+
+    add_log_commands(builder, sub)
     return parser
 
 

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from nameserver import config
+from nameserver import config, logfmt
 from nameserver.server import Server
 
 
@@ -24,19 +24,25 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--scan-interval-ms", type=int, help="expiry scan interval")
     s.add_argument("--snapshot-every-entries", type=int)
     s.add_argument("--log-level", default="INFO")
+    s.add_argument("--log-format", choices=logfmt.FORMATS,
+                   help="text (default) or json: one object per line; overrides [log] format")
+    s.add_argument("--metrics-addr", help="Prometheus /metrics listener host:port; overrides [metrics] listen")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("pysyncobj").setLevel(logging.WARNING)
+    log_format = args.log_format or logfmt.format_from_config(args.config) or "text"
+    if log_format not in logfmt.FORMATS:
+        print(f"nameserver: config error: log.format must be one of {', '.join(logfmt.FORMATS)}", file=sys.stderr)
+        return 2
+    log_handler = logfmt.configure(log_format, args.log_level)
     try:
         cfg = config.load(args.config, {
             "raft_addr": args.raft_addr, "grpc_addr": args.grpc_addr, "data_dir": args.data_dir,
             "default_timeout_ms": args.default_timeout_ms, "scan_interval_ms": args.scan_interval_ms,
-            "snapshot_every_entries": args.snapshot_every_entries,
+            "snapshot_every_entries": args.snapshot_every_entries, "metrics_addr": args.metrics_addr,
         })
     except config.ConfigError as exc:
         print(f"nameserver: config error: {exc}", file=sys.stderr)
         return 2
+    log_handler.setFormatter(logfmt.make_formatter(log_format, {"node": cfg.raft_addr}))  # JSON lines name the node
     try:
         server = Server(cfg)
     except OSError as exc:

@@ -59,4 +59,6 @@ def test_record_type_per_prefix() -> None:
     assert keys.record_type_of("topic/T/a") == state_pb2.TOPIC_QUEUE
     assert keys.record_type_of("filter/a:1") == state_pb2.FILTER_SERVER
     assert keys.record_type_of("kv/ns/k") == state_pb2.KV_CONFIG
-    assert keys.record_type_of("bind/T/0") == state_pb2.RECORD_TYPE_UNSPECIFIED
+    assert keys.record_type_of("bind/T/0") == state_pb2.QUEUE_BINDING
+    assert keys.record_type_of("session/c1") == state_pb2.CLIENT_SESSION
+    assert keys.record_type_of("other/x") == state_pb2.RECORD_TYPE_UNSPECIFIED

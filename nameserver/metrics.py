@@ -1,0 +1,514 @@
+"""Prometheus metrics of one node, its /metrics HTTP endpoint, the idle no-op and the leader watch.
+
+Gauges are read from the node when Prometheus scrapes (a custom collector), so serving RPCs and
+applying entries take no extra lock for them. Counters that must see every event are cheap in-memory
+counts: records applied by type (an entry listener on the apply thread), RPCs by method and status
+(a gRPC server interceptor), calls forwarded to this node by followers (same interceptor).
+
+Apply lag, KRaft style: every entry carries its proposing leader's wall clock (Entry.leader_time_ms),
+and `nameserver_apply_lag_seconds` = now - that time for the newest entry this node has applied. So
+that the lag stays meaningful when nothing changes, the leader appends an empty entry (IdleNoop) when
+nothing has been applied for IDLE_NOOP_S (500 ms, KRaft's interval). A healthy node's lag is then
+below ~IDLE_NOOP_S plus the commit latency; a follower cut off from the leader sees it grow. Wall
+clocks of different hosts are compared, so clock skew adds to (or hides) lag on followers. The
+server runs IdleNoop whenever the metrics endpoint is on (nameserver/server.py).
+
+Metric names follow Prometheus conventions: base units (_seconds, _bytes), `_total` only on counters
+(prometheus_client appends it), offsets are unit-less gauges.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import grpc
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    make_wsgi_app,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from nameserver.node import FORWARDED_HEADER, NameServerNode
+from nameserver.pb import state_pb2
+from raftlog.history import AppliedEntry
+from raftlog.proposer import ProposalError
+from snapshot.store import parse_snapshot_name
+
+if TYPE_CHECKING:
+    from raftlog.log import ReplicatedLog
+
+log = logging.getLogger("nameserver.metrics")
+
+# `*_created` series double the counter series and no dashboard or alert here reads them.
+disable_created_metrics()
+
+IDLE_NOOP_S = 0.5            # KRaft's metadata.max.idle.interval.ms default
+LEADER_POLL_S = 0.1
+
+RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)        # group commit: <= 512 batches per entry
+BYTES_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20)
+
+
+# ---- reading an encoded Entry cheaply (apply thread) -------------------------------------------
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def entry_summary(data: bytes) -> tuple[int, int]:
+    """(leader_time_ms, number of batches) of an encoded raftlog Entry, without decoding its batches.
+
+    Walks only the top-level fields (proto/raftlog/pb/entry.proto: 3 = leader_time_ms, 4 = batches),
+    skipping each batch by its length, so the cost is per batch, not per record.
+    """
+    pos, end = 0, len(data)
+    leader_time_ms = batches = 0
+    while pos < end:
+        key, pos = _varint(data, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+            if field == 3:
+                leader_time_ms = value
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            pos += length
+            if field == 4:
+                batches += 1
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ValueError(f"unexpected wire type {wire}")
+    if pos != end:
+        raise ValueError("truncated entry")
+    return leader_time_ms, batches
+
+
+def record_type_name(rtype: int) -> str:
+    try:
+        return state_pb2.RecordType.Name(rtype)
+    except ValueError:
+        return str(rtype)
+
+
+# ---- the node's metrics ------------------------------------------------------------------------
+
+class NodeMetrics:
+    """Every metric of one node, in a registry of its own (several nodes may share a process)."""
+
+    def __init__(self, node: NameServerNode, registry: CollectorRegistry | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.node = node
+        self.clock = clock
+        self.registry = registry if registry is not None else CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.rpc_handled = Counter(
+            "nameserver_grpc_handled", "gRPC calls completed on this node, by method and status code "
+            "(errors: code != OK).", ["service", "method", "type", "code"], registry=self.registry)
+        self.rpc_seconds = Histogram(
+            "nameserver_grpc_handling_seconds", "Time to complete a gRPC call on this node (streams: the "
+            "stream's lifetime).", ["service", "method", "type"], buckets=RPC_BUCKETS, registry=self.registry)
+        self.forwarded = Counter(
+            "nameserver_forwarded_requests_received", "Calls this node received from a follower that "
+            "forwarded them (header x-rip18-forwarded): writes, heartbeats and read indexes sent to the "
+            "leader.", ["method"], registry=self.registry)
+        self.entry_batches = Histogram(
+            "nameserver_applied_entry_batches", "Proposals (batches) group-committed into each applied "
+            "log entry.", buckets=BATCH_BUCKETS, registry=self.registry)
+        self.entry_bytes = Histogram(
+            "nameserver_applied_entry_bytes", "Size of each applied log entry.", buckets=BYTES_BUCKETS,
+            registry=self.registry)
+        # Plain ints written by one thread each and read at scrape time: no lock on the apply path.
+        self.records_applied: dict[tuple[str, str], int] = {}
+        self.entries_applied = 0
+        self.last_leader_time_ms = 0
+        self.leader_changes_seen = 0
+        self.idle_noops = 0
+        self.registry.register(_NodeCollector(self))
+        node.log.applier.entry_listeners.append(self.on_entry)
+
+    def interceptor(self) -> grpc.ServerInterceptor:
+        return RpcMetricsInterceptor(self)
+
+    # Apply thread: O(changes) dictionary counting, nothing that blocks.
+    def on_entry(self, entry: AppliedEntry) -> None:
+        try:
+            leader_time_ms, batches = entry_summary(entry.data)
+        except (ValueError, IndexError):
+            leader_time_ms, batches = 0, 0  # the applier applied it as a no-op; count it as one
+        self.entries_applied += 1
+        if leader_time_ms:
+            self.last_leader_time_ms = leader_time_ms
+        self.entry_batches.observe(batches)
+        self.entry_bytes.observe(len(entry.data))
+        if entry.changes:
+            counts = collections.Counter((c.type, c.new is None) for c in entry.changes)
+            for (rtype, deleted), n in counts.items():
+                key = (record_type_name(rtype), "delete" if deleted else "upsert")
+                self.records_applied[key] = self.records_applied.get(key, 0) + n
+
+    def apply_lag_seconds(self) -> float | None:
+        if not self.last_leader_time_ms:
+            return None  # nothing applied since this process started: unknown, not zero
+        return max(0.0, self.clock() - self.last_leader_time_ms / 1000)
+
+
+def _newest_snapshot_file(directory: str | os.PathLike[str]) -> os.stat_result | None:
+    best: tuple[int, str] | None = None
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return None
+    for name in names:
+        parsed = parse_snapshot_name(name)
+        if parsed is not None and (best is None or parsed[0] > best[0]):
+            best = (parsed[0], name)
+    if best is None:
+        return None
+    try:
+        return os.stat(os.path.join(directory, best[1]))
+    except OSError:
+        return None  # pruned meanwhile
+
+
+class _NodeCollector(Collector):
+    """Gauges read from the node at scrape time."""
+
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self.m = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # unchecked collector: names are only known by collecting
+
+    def collect(self) -> Iterator[Metric]:
+        m, node = self.m, self.m.node
+        st = node.status()
+        with node.lock:
+            topics = node.state.topic_count()
+            live_brokers = len(node.state.live_addrs())
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, value=value)
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            return CounterMetricFamily(name, doc, value=value)
+
+        info = GaugeMetricFamily("nameserver_node_info", "This node's identity (always 1).",
+                                 labels=["node_id", "grpc_addr"])
+        info.add_metric([st["node_id"], st["grpc_addr"]], 1)
+        yield info
+        yield gauge("nameserver_log_end_offset", "Last index in this node's Raft log.", st["end_offset"])
+        yield gauge("nameserver_commit_offset", "Last index this node knows is replicated on a majority.",
+                    st["commit_offset"])
+        yield gauge("nameserver_apply_offset", "Last index applied to this node's state.", st["apply_offset"])
+        yield gauge("nameserver_snapshot_offset", "Index of this node's newest snapshot (0: none yet).",
+                    st["snapshot_offset"])
+        lag = m.apply_lag_seconds()
+        if lag is not None:
+            yield gauge("nameserver_apply_lag_seconds", "Now minus the leader's wall clock when it proposed "
+                        "the newest entry this node has applied.", lag)
+        yield gauge("nameserver_raft_term", "Current Raft term as seen by this node.", st["term"])
+        yield gauge("nameserver_is_leader", "1 if this node is the Raft leader, else 0.",
+                    1 if st["role"] == 2 else 0)
+        yield gauge("nameserver_has_quorum", "1 if this node hears from a majority (pysyncobj), else 0.",
+                    1 if st["has_quorum"] else 0)
+        yield gauge("nameserver_ready", "1 once this node has loaded its snapshot and replayed its log "
+                    "(it serves reads), else 0.", 1 if st["ready"] else 0)
+        yield gauge("nameserver_apply_stopped", "1 if this node's apply thread stopped on an error (see its "
+                    "log and status), else 0.", 1 if st["apply_error"] else 0)
+        yield gauge("nameserver_apply_queue_length", "Committed entries waiting for the apply thread.",
+                    node.log.applier.queued())
+        yield counter("nameserver_leader_changes_seen", "Leader changes this node has seen (a new leader or "
+                      "a new term with a leader), the first leader included.", m.leader_changes_seen)
+        yield counter("nameserver_leadership_transitions", "Times this node became or stopped being the "
+                      "leader.", node.log.leader_changes)
+        yield counter("nameserver_entries_applied", "Log entries applied by this node since it started.",
+                      m.entries_applied)
+        records = CounterMetricFamily("nameserver_records_applied", "Records applied by this node since it "
+                                      "started, by record type and operation.", labels=["type", "op"])
+        for (rtype, op), n in sorted(dict(m.records_applied).items()):
+            records.add_metric([rtype, op], n)
+        yield records
+        committer = node.log.committer
+        yield counter("nameserver_proposals", "Batches this node proposed as leader (group commit input).",
+                      committer.batches_appended)
+        yield counter("nameserver_proposed_entries", "Log entries this node appended as leader (group commit "
+                      "output).", committer.entries_appended)
+        yield counter("nameserver_idle_noops", "Empty entries this node appended as an idle leader so apply "
+                      "lag stays measurable.", m.idle_noops)
+        yield counter("nameserver_brokers_expired", "Broker addresses this node expired as leader (silent "
+                      "past their timeout).", node.expired_total)
+        yield gauge("nameserver_live_brokers", "Registered broker addresses (not yet expired or "
+                    "unregistered).", live_brokers)
+        yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
+        yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])
+        watches = getattr(node, "watches", None)
+        if watches is not None:
+            yield gauge("nameserver_watchers", "Open watch streams on this node.", len(watches))
+            yield counter("nameserver_watchers_cut_off", "Watch streams cut off for falling behind.",
+                          getattr(watches, "cut_off_total", 0))
+        snap = _newest_snapshot_file(node.store.directory)
+        if snap is not None:
+            yield gauge("nameserver_snapshot_age_seconds", "Time since this node's newest snapshot file was "
+                        "written.", max(0.0, m.clock() - snap.st_mtime))
+            yield gauge("nameserver_snapshot_size_bytes", "Size of this node's newest snapshot file.",
+                        snap.st_size)
+
+
+# ---- gRPC interceptor --------------------------------------------------------------------------
+
+def _split_method(full: str) -> tuple[str, str]:
+    # "/rip18.nameserver.NameServer/GetRoute" -> ("rip18.nameserver.NameServer", "GetRoute")
+    service, _, method = full.lstrip("/").rpartition("/")
+    return service or "unknown", method or full
+
+
+def _code_name(context: grpc.ServicerContext, failed: bool) -> str:
+    try:
+        code = context.code()
+        active = context.is_active()
+    except Exception:
+        code, active = None, True
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    if not active:
+        return "CANCELLED"  # the client cancelled or its deadline passed while we worked
+    return "UNKNOWN" if failed else "OK"
+
+
+class RpcMetricsInterceptor(grpc.ServerInterceptor):
+    """Times every call and counts it by (service, method, type, status code)."""
+
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self.m = metrics
+
+    def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails
+                          ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None  # unknown method: gRPC answers UNIMPLEMENTED itself
+        service, method = _split_method(handler_call_details.method)
+        if any(k == FORWARDED_HEADER for k, _ in handler_call_details.invocation_metadata or ()):
+            self.m.forwarded.labels(method).inc()
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(handler.unary_unary, service, method, "unary"),
+                handler.request_deserializer, handler.response_serializer)
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                self._stream(handler.unary_stream, service, method, "server_stream"),
+                handler.request_deserializer, handler.response_serializer)
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                self._unary(handler.stream_unary, service, method, "client_stream"),
+                handler.request_deserializer, handler.response_serializer)
+        if handler.stream_stream:
+            return grpc.stream_stream_rpc_method_handler(
+                self._stream(handler.stream_stream, service, method, "bidi_stream"),
+                handler.request_deserializer, handler.response_serializer)
+        return handler
+
+    def _record(self, service: str, method: str, kind: str, code: str, t0: float) -> None:
+        self.m.rpc_handled.labels(service, method, kind, code).inc()
+        self.m.rpc_seconds.labels(service, method, kind).observe(time.perf_counter() - t0)
+
+    def _unary(self, behavior: Callable, service: str, method: str, kind: str) -> Callable:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            t0 = time.perf_counter()
+            failed = True
+            try:
+                response = behavior(request, context)
+                failed = False
+                return response
+            finally:
+                self._record(service, method, kind, _code_name(context, failed), t0)
+
+        return wrapped
+
+    def _stream(self, behavior: Callable, service: str, method: str, kind: str) -> Callable:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            t0 = time.perf_counter()
+            code = None
+            try:
+                yield from behavior(request, context)
+            except GeneratorExit:
+                code = "CANCELLED"  # the client went away before the stream ended
+                raise
+            except BaseException:
+                code = _code_name(context, True)
+                raise
+            finally:
+                self._record(service, method, kind, code or _code_name(context, False), t0)
+
+        return wrapped
+
+
+# ---- HTTP endpoint -----------------------------------------------------------------------------
+
+def parse_listen(addr: str) -> tuple[str, int]:
+    """"host:port", "[v6]:port" or ":port" (all interfaces) -> (host, port)."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"metrics listen address must be host:port, not {addr!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass  # one line per scrape would drown the node's log
+
+
+class MetricsEndpoint:
+    """Serves a registry at http://addr/metrics. Binds in the constructor so a busy port fails early."""
+
+    def __init__(self, registry: CollectorRegistry, addr: str) -> None:
+        host, port = parse_listen(addr)
+
+        class _Server(ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        try:
+            self._httpd = make_server(host, port, make_wsgi_app(registry), _Server, handler_class=_QuietHandler)
+        except OSError as exc:
+            raise OSError(f"cannot listen on {addr} for metrics: {exc}") from exc
+        self.addr = addr
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_port
+
+    def start(self) -> None:
+        self._thread.start()
+        log.info("serving Prometheus metrics on http://%s/metrics", self.addr)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+        self._httpd.server_close()
+
+
+# ---- background helpers ------------------------------------------------------------------------
+
+class IdleNoop:
+    """Leader only: append an empty entry when nothing has been applied for `interval_s` (KRaft)."""
+
+    def __init__(self, rlog: ReplicatedLog, metrics: NodeMetrics | None = None,
+                 interval_s: float = IDLE_NOOP_S) -> None:
+        self.log = rlog
+        self.metrics = metrics
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="idle-noop", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def tick(self) -> bool:
+        """One check; True when a no-op was committed."""
+        rlog = self.log
+        if not (rlog.is_leader() and rlog.ready and rlog.raft.hasQuorum):
+            return False  # a leader without a majority would only pile up uncommitted entries
+        if time.monotonic() - rlog.applier.last_apply_time < self.interval_s:
+            return False
+        try:
+            rlog.barrier(max(1.0, 4 * self.interval_s))
+        except ProposalError as exc:
+            log.debug("idle no-op not committed: %s", exc)
+            return False
+        if self.metrics is not None:
+            self.metrics.idle_noops += 1
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(0.1, self.interval_s)):
+            try:
+                self.tick()
+            except Exception:
+                log.exception("idle no-op failed")
+
+
+class LeaderWatch:
+    """Logs one line per leader change this node sees, and counts them (etcd's leader_changes_seen).
+
+    pysyncobj only reports this node's own role changes, so followers learn of a new leader by
+    polling (every 100 ms): a new term with a known leader is one change.
+    """
+
+    def __init__(self, rlog: ReplicatedLog, metrics: NodeMetrics | None = None,
+                 poll_s: float = LEADER_POLL_S) -> None:
+        self.log = rlog
+        self.metrics = metrics
+        self.poll_s = poll_s
+        self.self_id = rlog.cfg.self_addr
+        self._seen: tuple[str, int] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="leader-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def poll(self) -> bool:
+        """One observation; True when it saw a new leader."""
+        leader = self.log.leader()
+        term = self.log.term()
+        if not leader or (self._seen is not None and (leader, term) == self._seen):
+            return False
+        if self._seen is not None and term < self._seen[1]:
+            return False  # a stale read racing an election; the next poll sees the new term
+        previous = self._seen[0] if self._seen else ""
+        self._seen = (leader, term)
+        if self.metrics is not None:
+            self.metrics.leader_changes_seen += 1
+        log.info("leader is now %s at term %d (was %s)", leader, term, previous or "unknown",
+                 extra={"event": "leader_change", "leader": leader, "term": term, "previous_leader": previous,
+                        "self_is_leader": leader == self.self_id})
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.poll()
+            except Exception:
+                log.exception("leader watch failed")

@@ -1,0 +1,41 @@
+"""A RemotingCommand: one request or response of the RocketMQ remoting protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nameserver.remoting import codes
+
+
+class FrameError(Exception):
+    """A frame that cannot be decoded: the connection it came from is closed."""
+
+
+@dataclass
+class Command:
+    code: int
+    language: str = "JAVA"
+    version: int = 0
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    serialize_type: int = codes.SERIALIZE_JSON  # how the header arrived (responses are always JSON)
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & codes.FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & codes.FLAG_ONEWAY)
+
+    def ext(self, name: str) -> str | None:
+        return self.ext_fields.get(name)
+
+    def response(self, code: int = codes.SUCCESS, remark: str | None = None,
+                 ext_fields: dict[str, str] | None = None, body: bytes = b"") -> Command:
+        """The response to this request: opaque echoed, the response bit set."""
+        return Command(code=code, version=codes.SERVER_VERSION, opaque=self.opaque, flag=codes.FLAG_RESPONSE,
+                       remark=remark, ext_fields=ext_fields or {}, body=body)

@@ -1,0 +1,61 @@
+"""Frames: int32 total length (not counting itself), int32 header type (top byte) and header length
+(low 24 bits), header, body. Every length is checked before anything is read or allocated."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from nameserver.remoting import codes, header
+from nameserver.remoting.command import Command, FrameError
+
+DEFAULT_MAX_FRAME = 16 << 20  # RocketMQ's own limit (NettySystemConfig frameMaxLength)
+_INT32 = struct.Struct(">i")
+_HEADER_LENGTH_MASK = 0xFFFFFF
+
+
+def decode(payload: bytes) -> Command:
+    """One frame without its 4-byte length prefix."""
+    if len(payload) < 4:
+        raise FrameError(f"frame of {len(payload)} bytes is shorter than its header-length word")
+    word = _INT32.unpack_from(payload)[0]
+    kind = (word >> 24) & 0xFF
+    head_len = word & _HEADER_LENGTH_MASK
+    if head_len > len(payload) - 4:
+        raise FrameError(f"header length {head_len} exceeds the frame's {len(payload) - 4} bytes")
+    head = payload[4:4 + head_len]
+    if kind == codes.SERIALIZE_JSON:
+        cmd = header.decode_json(head)
+    elif kind == codes.SERIALIZE_ROCKETMQ:
+        cmd = header.decode_rocketmq(head)
+    else:
+        raise FrameError(f"unknown header serialization type {kind}")
+    cmd.body = payload[4 + head_len:]
+    return cmd
+
+
+def encode(cmd: Command, serialize_type: int = codes.SERIALIZE_JSON) -> bytes:
+    """The whole frame, length prefix included. We answer in JSON: one client (C++) reads the
+    header-length word without masking the type byte."""
+    head = header.encode_rocketmq(cmd) if serialize_type == codes.SERIALIZE_ROCKETMQ else header.encode_json(cmd)
+    if len(head) > _HEADER_LENGTH_MASK:
+        raise FrameError(f"header of {len(head)} bytes does not fit in 24 bits")
+    return (_INT32.pack(4 + len(head) + len(cmd.body)) + _INT32.pack((serialize_type << 24) | len(head))
+            + head + cmd.body)
+
+
+async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME) -> bytes | None:
+    """The next frame's payload; None at a clean end of stream (between frames).
+
+    Raises FrameError for a bad length and asyncio.IncompleteReadError for a stream cut mid-frame."""
+    prefix = await reader.read(4)
+    if not prefix:
+        return None
+    if len(prefix) < 4:
+        prefix += await reader.readexactly(4 - len(prefix))
+    total = _INT32.unpack(prefix)[0]
+    if total < 4:
+        raise FrameError(f"frame length {total} is below the minimum of 4")
+    if total > max_frame:
+        raise FrameError(f"frame length {total} exceeds the {max_frame}-byte limit")
+    return await reader.readexactly(total)

@@ -1,0 +1,322 @@
+"""Request handlers: each remoting request becomes the equivalent call on this node's own gRPC API.
+
+Going through gRPC (not the node object) gives the remoting port exactly the gRPC semantics:
+validation with the field named, writes forwarded to the Raft leader, the same errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from nameserver.config import NodeConfig
+from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
+from nameserver.remoting import bodies, codes, registerbody
+from nameserver.remoting.bodies import BodyError
+from nameserver.remoting.command import Command
+from nameserver.remoting.status import response_code, rpc_error_parts
+
+log = logging.getLogger("nameserver.remoting")
+
+STREAM_THRESHOLD = 5_000   # registrations with more topics go over RegisterBrokerStream
+STREAM_CHUNK = 5_000       # topics per stream message
+BIG_REGISTRATION_TIMEOUT_S = 60.0
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+
+
+class RequestError(Exception):
+    """Answer the request with this response code and remark."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def _need(req: Command, name: str) -> str:
+    value = req.ext(name)
+    if value is None:
+        # RocketMQ's wording (RemotingCommand.decodeCommandCustomHeader).
+        raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is null")
+    return value
+
+
+def _int(req: Command, name: str, default: int | None = None) -> int:
+    value = req.ext(name)
+    if value is None or value == "":
+        if default is None:
+            raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is null")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is not an integer: {value!r}") from None
+
+
+def _bool(req: Command, name: str) -> bool:
+    return (req.ext(name) or "").strip().lower() == "true"  # Java Boolean.parseBoolean
+
+
+def _fastjson(req: Command) -> bool:
+    """Old clients (before 4.9.4) expect fastjson's unquoted numeric keys unless they opt out."""
+    return req.version < codes.STANDARD_JSON_MIN_VERSION and not _bool(req, "acceptStandardJsonOnly")
+
+
+def _chunks(request: api_pb2.RegisterBrokerRequest) -> Iterator[api_pb2.RegisterBrokerChunk]:
+    head = api_pb2.RegisterBrokerRequest()
+    head.CopyFrom(request)
+    del head.topics[:]
+    yield api_pb2.RegisterBrokerChunk(header=head)
+    for i in range(0, len(request.topics), STREAM_CHUNK):
+        yield api_pb2.RegisterBrokerChunk(topics=api_pb2.TopicConfigs(topics=request.topics[i:i + STREAM_CHUNK]))
+
+
+def config_properties(cfg: NodeConfig) -> str:
+    """The node's configuration as Java properties text (GET_NAMESRV_CONFIG); secrets left out."""
+    lines = []
+    for f in dataclasses.fields(cfg):
+        if f.name == "password":
+            continue
+        value = getattr(cfg, f.name)
+        if f.name == "members":
+            value = ",".join(f"{m.raft_addr}/{m.grpc_addr}" for m in value)
+        elif isinstance(value, bool):
+            value = "true" if value else "false"
+        lines.append(f"{f.name}={value}")
+    return "\n".join(sorted(lines)) + "\n"
+
+
+class Handlers:
+    def __init__(self, channel: grpc.Channel, cfg: NodeConfig, timeout_s: float) -> None:
+        self.ns = api_pb2_grpc.NameServerStub(channel)
+        self.cfg = cfg
+        self.timeout = timeout_s
+        self._watch_missing_logged = False
+        self._table: dict[int, Callable[[Command], Command]] = {
+            codes.PUT_KV_CONFIG: self.put_kv,
+            codes.GET_KV_CONFIG: self.get_kv,
+            codes.DELETE_KV_CONFIG: self.delete_kv,
+            codes.GET_KVLIST_BY_NAMESPACE: self.list_kv,
+            codes.REGISTER_BROKER: self.register_broker,
+            codes.UNREGISTER_BROKER: self.unregister_broker,
+            codes.BROKER_HEARTBEAT: self.broker_heartbeat,
+            codes.QUERY_DATA_VERSION: self.query_data_version,
+            codes.GET_BROKER_MEMBER_GROUP: self.broker_member_group,
+            codes.GET_ROUTEINFO_BY_TOPIC: self.route,
+            codes.GET_BROKER_CLUSTER_INFO: self.cluster_info,
+            codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list(api_pb2.TOPIC_LIST_ALL),
+            codes.GET_TOPICS_BY_CLUSTER: self._topic_list(api_pb2.TOPIC_LIST_BY_CLUSTER),
+            codes.GET_SYSTEM_TOPIC_LIST_FROM_NS: self._topic_list(api_pb2.TOPIC_LIST_SYSTEM),
+            codes.GET_UNIT_TOPIC_LIST: self._topic_list(api_pb2.TOPIC_LIST_UNIT),
+            codes.GET_HAS_UNIT_SUB_TOPIC_LIST: self._topic_list(api_pb2.TOPIC_LIST_HAS_UNIT_SUB),
+            codes.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: self._topic_list(api_pb2.TOPIC_LIST_HAS_UNIT_SUB_NOT_UNIT),
+            codes.WIPE_WRITE_PERM_OF_BROKER: self._perm("WipeWritePerm", "wipeTopicCount"),
+            codes.ADD_WRITE_PERM_OF_BROKER: self._perm("AddWritePerm", "addTopicCount"),
+            codes.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+            codes.REGISTER_TOPIC_IN_NAMESRV: self.register_topic,
+            codes.UPDATE_NAMESRV_CONFIG: self.update_config,
+            codes.GET_NAMESRV_CONFIG: self.get_config,
+        }
+
+    @property
+    def supported_codes(self) -> list[int]:
+        return sorted(self._table)
+
+    def handle(self, req: Command) -> Command:
+        fn = self._table.get(req.code)
+        if fn is None:
+            return req.response(codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+        try:
+            return fn(req)
+        except RequestError as exc:
+            return req.response(exc.code, exc.remark)
+        except BodyError as exc:
+            return req.response(codes.SYSTEM_ERROR, str(exc))
+        except grpc.RpcError as exc:
+            status, details = rpc_error_parts(exc)
+            return req.response(response_code(status), details)
+
+    def _call(self, method: Callable[..., Any], request: Any, not_found: int = codes.SYSTEM_ERROR,
+              not_found_remark: str | None = None, timeout: float | None = None) -> Any:
+        try:
+            return method(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as exc:
+            status, details = rpc_error_parts(exc)
+            if status == grpc.StatusCode.NOT_FOUND and not_found_remark is not None:
+                details = not_found_remark
+            raise RequestError(response_code(status, not_found), details) from None
+
+    # ---- KV config -----------------------------------------------------------------------------
+
+    def put_kv(self, req: Command) -> Command:
+        self._call(self.ns.PutKv, api_pb2.PutKvRequest(namespace=_need(req, "namespace"), key=_need(req, "key"),
+                                                      value=req.ext("value") or ""))
+        return req.response()
+
+    def get_kv(self, req: Command) -> Command:
+        namespace, key = _need(req, "namespace"), _need(req, "key")
+        reply = self._call(self.ns.GetKv, api_pb2.GetKvRequest(namespace=namespace, key=key),
+                           codes.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}")
+        return req.response(ext_fields={"value": reply.value})
+
+    def delete_kv(self, req: Command) -> Command:
+        self._call(self.ns.DeleteKv, api_pb2.DeleteKvRequest(namespace=_need(req, "namespace"),
+                                                            key=_need(req, "key")))
+        return req.response()
+
+    def list_kv(self, req: Command) -> Command:
+        namespace = _need(req, "namespace")
+        reply = self._call(self.ns.ListKv, api_pb2.ListKvRequest(namespace=namespace))
+        if not reply.table:
+            return req.response(codes.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+        return req.response(body=bodies.encode(bodies.kv_table(reply.table)))
+
+    # ---- broker side ---------------------------------------------------------------------------
+
+    def register_broker(self, req: Command) -> Command:
+        crc = _int(req, "bodyCrc32", 0)
+        if crc != 0 and registerbody.crc32(req.body) != crc:
+            return req.response(codes.SYSTEM_ERROR, "crc32 not match")
+        body = registerbody.decode(req.body, _bool(req, "compressed"))
+        request = api_pb2.RegisterBrokerRequest(
+            cluster_name=_need(req, "clusterName"), broker_name=_need(req, "brokerName"),
+            broker_addr=_need(req, "brokerAddr"), broker_id=_int(req, "brokerId"),
+            ha_server_addr=req.ext("haServerAddr") or "", heartbeat_timeout_ms=_int(req, "heartbeatTimeoutMillis", 0),
+            enable_acting_master=_bool(req, "enableActingMaster"), zone_name=req.ext("__ZONE_NAME") or "",
+            data_version=body.data_version, topics=body.topics, filter_servers=body.filter_servers)
+        if len(request.topics) > STREAM_THRESHOLD:
+            # Tens of thousands of topics take seconds to translate and replicate: allow more time.
+            timeout = max(self.timeout, BIG_REGISTRATION_TIMEOUT_S)
+            reply = self._call(lambda r, timeout: self.ns.RegisterBrokerStream(_chunks(r), timeout=timeout), request,
+                               timeout=timeout)
+        else:
+            reply = self._call(self.ns.RegisterBroker, request)
+        ext = {k: v for k, v in (("haServerAddr", reply.ha_server_addr), ("masterAddr", reply.master_addr)) if v}
+        # RocketMQ answers with the ORDER_TOPIC_CONFIG namespace's KVTable, or no body when it is empty.
+        body_out = bodies.encode(bodies.kv_table(reply.order_topic_config)) if reply.order_topic_config else b""
+        return req.response(ext_fields=ext, body=body_out)
+
+    def unregister_broker(self, req: Command) -> Command:
+        self._call(self.ns.UnregisterBroker, api_pb2.UnregisterBrokerRequest(
+            cluster_name=_need(req, "clusterName"), broker_name=_need(req, "brokerName"),
+            broker_addr=_need(req, "brokerAddr"), broker_id=_int(req, "brokerId")))
+        return req.response()
+
+    def _heartbeat(self, req: Command) -> bool:
+        """Refresh the address's liveness; False when the nameserver does not know it."""
+        addr = _need(req, "brokerAddr")
+        reply = self._call(self.ns.Heartbeat, api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(
+            cluster_name=req.ext("clusterName") or "", broker_name=req.ext("brokerName") or "", broker_addr=addr)]))
+        return addr not in reply.unknown_addrs
+
+    def broker_heartbeat(self, req: Command) -> Command:
+        self._heartbeat(req)
+        return req.response()
+
+    def query_data_version(self, req: Command) -> Command:
+        theirs = (bodies.parse_data_version(bodies.parse_json(req.body, "DataVersion"))
+                  if req.body else state_pb2.DataVersion())
+        ours = self._stored_data_version(_need(req, "brokerAddr")) if self._heartbeat(req) else None
+        # Unknown (or not comparable): "changed", so the broker registers in full.
+        changed = ours is None or ours != theirs
+        return req.response(ext_fields={"changed": "true" if changed else "false"},
+                            body=bodies.encode(bodies.data_version(ours)) if ours is not None else b"")
+
+    def _stored_data_version(self, addr: str) -> state_pb2.DataVersion | None:
+        """The DataVersion this node holds for a broker address, read through Watch's initial listing
+        (the gRPC API has no point read of live/<addr>). None when absent or Watch is unavailable."""
+        key = f"live/{addr}"
+        # A short progress interval bounds the wait if the listing's end is only marked by a progress message.
+        stream = self.ns.Watch(api_pb2.WatchRequest(key_prefixes=[key], start_offset=0, progress_interval_ms=200),
+                               timeout=self.timeout)
+        found: state_pb2.DataVersion | None = None
+        try:
+            for msg in stream:
+                for ev in msg.events:
+                    if ev.key == key and not ev.deleted:
+                        live = state_pb2.BrokerLive()
+                        live.ParseFromString(ev.value)
+                        found = live.data_version
+                if msg.initial_state_done or not msg.initial_state:
+                    break
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            if not self._watch_missing_logged:
+                log.warning("remoting: the gRPC Watch call is not implemented; QUERY_DATA_VERSION answers "
+                            "changed=true for every known broker")
+                self._watch_missing_logged = True
+            return None
+        finally:
+            stream.cancel()
+        return found
+
+    def broker_member_group(self, req: Command) -> Command:
+        reply = self._call(self.ns.GetBrokerMemberGroup, api_pb2.GetBrokerMemberGroupRequest(
+            cluster_name=req.ext("clusterName") or "", broker_name=_need(req, "brokerName")))
+        return req.response(body=bodies.encode(bodies.member_group(reply), _fastjson(req)))
+
+    # ---- client reads --------------------------------------------------------------------------
+
+    def route(self, req: Command) -> Command:
+        topic = _need(req, "topic")
+        # RocketMQ's ZoneRouteRPCHook: the client opts in per request (the node must run in zone mode too).
+        zone = (req.ext("__ZONE_NAME") or "") if _bool(req, "__ZONE_MODE") else ""
+        reply = self._call(self.ns.GetRoute, api_pb2.GetRouteRequest(topic=topic, zone_name=zone),
+                           codes.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}")
+        return req.response(body=bodies.encode(bodies.topic_route(reply.route), _fastjson(req)))
+
+    def cluster_info(self, req: Command) -> Command:
+        reply = self._call(self.ns.GetClusterInfo, api_pb2.GetClusterInfoRequest())
+        return req.response(body=bodies.encode(bodies.cluster_info(reply), _fastjson(req)))
+
+    def _topic_list(self, kind: int) -> Callable[[Command], Command]:
+        def handler(req: Command) -> Command:
+            cluster = _need(req, "cluster") if kind == api_pb2.TOPIC_LIST_BY_CLUSTER else ""
+            reply = self._call(self.ns.GetTopicList, api_pb2.GetTopicListRequest(kind=kind, cluster_name=cluster))
+            broker_addr = self._any_broker_addr() if kind == api_pb2.TOPIC_LIST_SYSTEM else ""
+            return req.response(body=bodies.encode(bodies.topic_list(reply.topics, broker_addr)))
+        return handler
+
+    def _any_broker_addr(self) -> str:
+        # RocketMQ puts one broker address in the system topic list; we take the lowest-id address of
+        # the first broker name, so every node answers the same.
+        info = self._call(self.ns.GetClusterInfo, api_pb2.GetClusterInfoRequest())
+        for name in sorted(info.broker_addr_table):
+            addrs = sorted(info.broker_addr_table[name].addrs, key=lambda ba: ba.broker_id)
+            if addrs:
+                return addrs[0].addr
+        return ""
+
+    # ---- topic and permission administration ---------------------------------------------------
+
+    def _perm(self, method: str, count_field: str) -> Callable[[Command], Command]:
+        def handler(req: Command) -> Command:
+            request = api_pb2.BrokerPermRequest(broker_name=_need(req, "brokerName"))
+            reply = self._call(getattr(self.ns, method), request)
+            return req.response(ext_fields={count_field: str(reply.topic_count)})
+        return handler
+
+    def delete_topic(self, req: Command) -> Command:
+        self._call(self.ns.DeleteTopic, api_pb2.DeleteTopicRequest(topic=_need(req, "topic"),
+                                                                  cluster_name=req.ext("clusterName") or ""))
+        return req.response()
+
+    def register_topic(self, req: Command) -> Command:
+        queue_datas = bodies.parse_queue_datas(req.body) if req.body else []
+        self._call(self.ns.RegisterTopic, api_pb2.RegisterTopicRequest(topic=_need(req, "topic"),
+                                                                      queue_datas=queue_datas))
+        return req.response()
+
+    # ---- nameserver configuration ----------------------------------------------------------------
+
+    def update_config(self, req: Command) -> Command:
+        return req.response(codes.NO_PERMISSION, "updating the nameserver configuration at run time is not "
+                            "supported: edit the node's TOML file and restart the node")
+
+    def get_config(self, req: Command) -> Command:
+        return req.response(body=config_properties(self.cfg).encode("utf-8"))

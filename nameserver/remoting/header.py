@@ -1,0 +1,130 @@
+"""Header codecs: JSON (what every client can send and what we answer in) and ROCKETMQ binary.
+
+JSON as Java writes it: keys sorted, nulls omitted. We accept more than that: a trailing newline
+(jsoncpp), extra fields (ACL signatures, serializeTypeCurrentRPC), numeric or boolean extFields values
+(the C++ client sends queueId as a number), and fastjson's unquoted numeric keys.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from nameserver.remoting import codes, jsonfmt
+from nameserver.remoting.command import Command, FrameError
+
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+# code, language, version, opaque, flag
+_FIXED = struct.Struct(">hbhii")
+
+
+def _ext_value(value: Any) -> str | None:
+    # Java's extFields is Map<String, String>; other clients put typed values in it.
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _int(doc: dict, name: str, default: int | None = None) -> int:
+    value = doc.get(name, default)
+    if value is None:
+        raise FrameError(f"header field {name!r} is missing")
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise FrameError(f"header field {name!r} is not an integer: {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise FrameError(f"header field {name!r} is not an integer: {value!r}") from None
+    if not -(1 << 31) <= number < (1 << 31):
+        raise FrameError(f"header field {name!r} is out of the int32 range: {number}")
+    return number
+
+
+def decode_json(data: bytes) -> Command:
+    try:
+        doc = jsonfmt.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FrameError(f"header is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise FrameError("header is not a JSON object")
+    ext = doc.get("extFields") or {}
+    if not isinstance(ext, dict):
+        raise FrameError("header field 'extFields' is not an object")
+    remark = doc.get("remark")
+    language = doc.get("language", "OTHER")
+    return Command(
+        code=_int(doc, "code"), language=language if isinstance(language, str) else str(language),
+        version=_int(doc, "version", 0), opaque=_int(doc, "opaque", 0), flag=_int(doc, "flag", 0),
+        remark=None if remark is None else str(remark),
+        ext_fields={str(k): v for k, raw in ext.items() if (v := _ext_value(raw)) is not None},
+        serialize_type=codes.SERIALIZE_JSON)
+
+
+def encode_json(cmd: Command) -> bytes:
+    doc: dict[str, Any] = {"code": cmd.code, "flag": cmd.flag, "language": cmd.language, "opaque": cmd.opaque,
+                           "serializeTypeCurrentRPC": "JSON", "version": cmd.version}
+    if cmd.remark is not None:
+        doc["remark"] = cmd.remark
+    if cmd.ext_fields:
+        doc["extFields"] = dict(sorted(cmd.ext_fields.items()))
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise FrameError(f"binary header truncated reading {what} ({n} bytes at {self.pos} of {len(self.data)})")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def int32(self, what: str) -> int:
+        return _INT32.unpack(self.take(4, what))[0]
+
+    def int16(self, what: str) -> int:
+        return _INT16.unpack(self.take(2, what))[0]
+
+    def text(self, n: int, what: str) -> str:
+        try:
+            return self.take(n, what).decode("utf-8")
+        except UnicodeDecodeError:
+            raise FrameError(f"binary header: {what} is not UTF-8") from None
+
+
+def decode_rocketmq(data: bytes) -> Command:
+    r = _Reader(data)
+    code, lang, version, opaque, flag = _FIXED.unpack(r.take(_FIXED.size, "fixed fields"))
+    remark_len = r.int32("remark length")
+    remark = r.text(remark_len, "remark") if remark_len > 0 else None
+    ext_len = r.int32("extFields length")
+    ext_data = _Reader(r.take(ext_len, "extFields") if ext_len > 0 else b"")
+    ext: dict[str, str] = {}
+    while ext_data.pos < len(ext_data.data):
+        key = ext_data.text(ext_data.int16("extFields key length"), "extFields key")
+        ext[key] = ext_data.text(ext_data.int32("extFields value length"), "extFields value")
+    if r.pos != len(data):
+        raise FrameError(f"binary header has {len(data) - r.pos} trailing bytes")
+    language = codes.LANGUAGES[lang] if 0 <= lang < len(codes.LANGUAGES) else "OTHER"
+    return Command(code=code, language=language, version=version, opaque=opaque, flag=flag, remark=remark,
+                   ext_fields=ext, serialize_type=codes.SERIALIZE_ROCKETMQ)
+
+
+def encode_rocketmq(cmd: Command) -> bytes:
+    lang = codes.LANGUAGES.index(cmd.language) if cmd.language in codes.LANGUAGES else codes.LANGUAGES.index("OTHER")
+    remark = (cmd.remark or "").encode("utf-8")
+    ext = b"".join(_INT16.pack(len(k := key.encode("utf-8"))) + k + _INT32.pack(len(v := value.encode("utf-8"))) + v
+                   for key, value in cmd.ext_fields.items())
+    return (_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag) + _INT32.pack(len(remark)) + remark
+            + _INT32.pack(len(ext)) + ext)

@@ -1,0 +1,169 @@
+"""The remoting listener: an asyncio TCP server on its own thread, handlers on a thread pool.
+
+A connection that sends a malformed frame (bad or oversize length, truncated, undecodable header) is
+closed with one log line; other connections never notice. Requests on one connection are handled
+concurrently (responses carry the request's opaque); oneway requests get no response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from nameserver.config import NodeConfig
+from nameserver.remoting import codes, frame
+from nameserver.remoting.command import Command, FrameError
+from nameserver.remoting.handlers import Handlers
+
+log = logging.getLogger("nameserver.remoting")
+
+MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up to one frame)
+_ANY_HOSTS = {"", "0.0.0.0", "::", "[::]"}
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """"host:port", "[v6]:port" or ":port" (all interfaces) to (host, port)."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"remoting listen address {addr!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def local_target(grpc_addr: str) -> str:
+    """Our own gRPC endpoint as a client reaches it (a wildcard listen address means loopback)."""
+    host, port = split_addr(grpc_addr)
+    return f"127.0.0.1:{port}" if host in _ANY_HOSTS else grpc_addr
+
+
+class RemotingServer:
+    def __init__(self, cfg: NodeConfig, listen_addr: str | None = None, grpc_target: str | None = None,
+                 max_frame_bytes: int = frame.DEFAULT_MAX_FRAME, workers: int = 16,
+                 call_timeout_s: float | None = None) -> None:
+        self.listen_addr = listen_addr or cfg.remoting_addr
+        self.max_frame = max_frame_bytes
+        self._channel = grpc.insecure_channel(grpc_target or local_target(cfg.grpc_addr), options=[
+            ("grpc.max_send_message_length", cfg.max_message_bytes),
+            ("grpc.max_receive_message_length", 256 << 20)])
+        self.handlers = Handlers(self._channel, cfg, call_timeout_s or cfg.write_timeout_ms / 1000)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="remoting")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.port = 0  # the bound port (useful with port 0)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind and serve; raises here if the address cannot be bound."""
+        self._thread = threading.Thread(target=self._run, name="remoting-io", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise OSError(f"remoting: cannot listen on {self.listen_addr}: {self._error}") from self._error
+        log.info("remoting (RocketMQ protocol) listening on %s", self.listen_addr)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            host, port = split_addr(self.listen_addr)
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._serve, host or None, port, reuse_address=True))
+            self.port = self._server.sockets[0].getsockname()[1]
+        except (OSError, ValueError) as exc:
+            self._error = exc
+            self._ready.set()
+            loop.close()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or self._error is not None or loop.is_closed():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._close(), loop).result(timeout=5)
+        except Exception:  # stopping must not fail the node's shutdown
+            log.exception("remoting: error while closing connections")
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._channel.close()
+
+    async def _close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ---- connections ---------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        peer_s = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._writers.add(writer)
+        slots = asyncio.Semaphore(MAX_INFLIGHT_PER_CONNECTION)
+        tasks: set[asyncio.Task] = set()
+        try:
+            while True:
+                try:
+                    payload = await frame.read(reader, self.max_frame)
+                    if payload is None:
+                        break
+                    cmd = frame.decode(payload)
+                except FrameError as exc:
+                    log.warning("remoting: closing connection from %s: %s", peer_s, exc)
+                    break
+                except asyncio.IncompleteReadError as exc:
+                    log.warning("remoting: closing connection from %s: truncated frame (%d of %s bytes)",
+                                peer_s, len(exc.partial), exc.expected)
+                    break
+                except ConnectionError:
+                    break
+                if cmd.is_response:
+                    # A nameserver sends no requests, so no response can be ours.
+                    log.debug("remoting: ignoring a response frame from %s (opaque %d)", peer_s, cmd.opaque)
+                    continue
+                await slots.acquire()
+                task = asyncio.create_task(self._dispatch(cmd, writer, slots, peer_s))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _dispatch(self, cmd: Command, writer: asyncio.StreamWriter, slots: asyncio.Semaphore,
+                        peer: str) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            try:
+                resp = await loop.run_in_executor(self._pool, self.handlers.handle, cmd)
+            except Exception as exc:  # a handler bug answers SYSTEM_ERROR, never kills the server
+                log.exception("remoting: request code %d from %s failed", cmd.code, peer)
+                resp = cmd.response(codes.SYSTEM_ERROR, f"internal error: {exc}")
+        finally:
+            slots.release()
+        log.debug("remoting: %s code %d opaque %d -> %d", peer, cmd.code, cmd.opaque, resp.code)
+        if cmd.is_oneway or writer.is_closing():
+            return
+        try:
+            writer.write(frame.encode(resp))
+            await writer.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            log.info("remoting: could not answer %s (code %d): %s", peer, cmd.code, exc)

@@ -1,0 +1,161 @@
+"""Record client histories against a real cluster while a nemesis kills and pauses nodes.
+
+Clients (threads) do linearizable reads, compare-and-set binds and releases on a few queue
+bindings through random nodes, with short deadlines, recording invoke/complete times and
+outcomes: ok, fail (compare-and-set refused) or unknown (timeout, no leader, leader changed).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+import grpc
+
+from nameserver.pb import api_pb2
+from tests.cluster import Cluster, NodeProc
+from tests.linearizability.checker import INF, History, Op
+
+UNKNOWN_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+                 grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+
+
+@dataclass
+class Workload:
+    cluster: Cluster
+    keys: int = 4
+    clients: int = 6
+    timeout_s: float = 1.0
+    topic: str = "Lin"
+    history: History = field(default_factory=History)
+    unexpected: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> None:
+        for p in range(self.clients):
+            t = threading.Thread(target=self._client, args=(p,), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=10)
+
+    def _client(self, p: int) -> None:
+        rng = random.Random(p)
+        seen: dict[int, int] = {}  # queue id -> last version this client saw (0: unbound)
+        while not self._stop.is_set():
+            node = rng.choice(self.cluster.nodes)
+            qid = rng.randrange(self.keys)
+            roll = rng.random()
+            if roll < 0.5:
+                self._read(p, node, qid, seen)
+            elif roll < 0.9:
+                self._bind(p, node, qid, f"owner-{p}-{rng.randrange(1000)}", seen.get(qid, 0), seen)
+            else:
+                self._release(p, node, qid, seen.get(qid, 0), seen)
+
+    def _key(self, qid: int) -> str:
+        return f"{self.topic}/{qid}"
+
+    def _read(self, p: int, node: NodeProc, qid: int, seen: dict[int, int]) -> None:
+        t0 = time.monotonic()
+        try:
+            r = node.ns.GetBinding(api_pb2.GetBindingRequest(topic=self.topic, queue_id=qid), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() not in UNKNOWN_CODES:
+                self.unexpected.append(f"read: {exc.code()} {exc.details()}")
+            return  # a failed read has no effect: nothing to record
+        t1 = time.monotonic()
+        seen[qid] = r.binding.version if r.found else 0
+        self.history.add(Op(p, self._key(qid), "read", t0, t1, "ok", owner=r.binding.owner,
+                            version=r.binding.version, found=r.found))
+
+    def _bind(self, p: int, node: NodeProc, qid: int, owner: str, expected: int, seen: dict[int, int]) -> None:
+        t0 = time.monotonic()
+        try:
+            r = node.ns.BindQueue(api_pb2.BindQueueRequest(topic=self.topic, queue_id=qid, owner=owner,
+                                                           expected_version=expected), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            self._record_error(p, qid, "bind", t0, exc, owner=owner, expected=expected)
+            return
+        seen[qid] = r.binding.version
+        self.history.add(Op(p, self._key(qid), "bind", t0, time.monotonic(), "ok", owner=owner,
+                            expected=expected, version=r.binding.version))
+
+    def _release(self, p: int, node: NodeProc, qid: int, expected: int, seen: dict[int, int]) -> None:
+        if expected == 0:
+            return
+        t0 = time.monotonic()
+        try:
+            node.ns.ReleaseQueue(api_pb2.ReleaseQueueRequest(topic=self.topic, queue_id=qid,
+                                                             expected_version=expected), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            self._record_error(p, qid, "release", t0, exc, expected=expected)
+            return
+        seen[qid] = 0
+        self.history.add(Op(p, self._key(qid), "release", t0, time.monotonic(), "ok", expected=expected))
+
+    def _record_error(self, p: int, qid: int, kind: str, t0: float, exc: grpc.RpcError, **kw: object) -> None:
+        code = exc.code()
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            self.history.add(Op(p, self._key(qid), kind, t0, time.monotonic(), "fail", **kw))
+        elif code in UNKNOWN_CODES:
+            self.history.add(Op(p, self._key(qid), kind, t0, INF, "unknown", **kw))
+        else:
+            self.unexpected.append(f"{kind}: {code} {exc.details()}")
+
+
+@dataclass
+class Nemesis:
+    """Cycles faults: SIGKILL then restart, or SIGSTOP past the election timeout then SIGCONT."""
+
+    cluster: Cluster
+    pause_s: float = 3.0
+    down_s: float = 2.0
+    settle_s: float = 2.0
+    seed: int = 7
+    log: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=30)
+
+    def _target(self, rng: random.Random, leader: bool) -> NodeProc:
+        if leader:
+            found = self.cluster.leader()
+            if found is not None:
+                return found
+        return rng.choice(self.cluster.nodes)
+
+    def _run(self) -> None:
+        rng = random.Random(self.seed)
+        faults = ["kill-leader", "pause-leader", "kill-follower", "pause-follower"]
+        i = 0
+        while not self._stop.wait(self.settle_s):
+            fault = faults[i % len(faults)]
+            i += 1
+            node = self._target(rng, fault.endswith("leader"))
+            if fault.startswith("kill"):
+                self.cluster.kill(node)
+                self.log.append(f"{time.monotonic():.1f} kill -9 {node.name} ({fault})")
+                self._stop.wait(self.down_s)
+                self.cluster.start(node)
+            else:
+                self.cluster.kill(node, signal.SIGSTOP)
+                self.log.append(f"{time.monotonic():.1f} SIGSTOP {node.name} ({fault})")
+                self._stop.wait(self.pause_s)
+                node.proc.send_signal(signal.SIGCONT)
+            self.log.append(f"{time.monotonic():.1f} healed {node.name}")

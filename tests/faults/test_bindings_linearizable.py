@@ -1,0 +1,49 @@
+"""Queue bindings stay linearizable while nodes are killed (-9) and paused (SIGSTOP).
+
+CI runs one short run; the long run (`make faults-consistency`: 20 runs) is reported in
+docs/consistency.md.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from tests.faults.harness import Nemesis, Workload
+from tests.linearizability.checker import check
+
+pytestmark = pytest.mark.cluster
+
+RUN_SECONDS = float(os.environ.get("LIN_RUN_SECONDS", "30"))
+MIN_OPS = int(os.environ.get("LIN_MIN_OPS", "1000"))
+
+
+def run_once(make_cluster, seed: int) -> tuple[int, list, list[str]]:
+    c = make_cluster()
+    c.wait_ready()
+    work = Workload(c, keys=8)
+    nemesis = Nemesis(c, seed=seed)
+    work.start()
+    nemesis.start()
+    time.sleep(RUN_SECONDS)
+    nemesis.stop()
+    work.stop()
+    t0 = time.monotonic()
+    results = check(work.history.ops)
+    print(f"checked {len(work.history.ops)} ops in {time.monotonic() - t0:.2f}s, "
+          f"explored {sum(r.explored for r in results)} states")
+    c.wait_converged(timeout=60)  # every node back, same digest
+    assert not work.unexpected, work.unexpected[:5]
+    return len(work.history.ops), results, nemesis.log
+
+
+@pytest.mark.timeout(600)
+def test_bindings_linearizable_under_kills_and_pauses(make_cluster) -> None:
+    n, results, faults = run_once(make_cluster, seed=int(os.environ.get("LIN_SEED", "7")))
+    bad = [r for r in results if not r.ok]
+    print(f"\n{n} ops, {len(results)} keys, faults: {faults}")
+    assert faults, "the nemesis injected no fault"
+    assert n >= MIN_OPS, f"only {n} operations recorded"
+    assert not bad, [(r.key, r.detail) for r in bad]

@@ -1,0 +1,450 @@
+"""Metrics, the idle no-op, the leader watch and structured logs, on a real single-node server in-process.
+
+A one-member cluster elects itself, so every RPC here runs the real write path, apply thread and
+snapshot handshake; /metrics is scraped over HTTP and parsed with prometheus_client's own parser.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from nameserver import logfmt
+from nameserver.config import Member, NodeConfig
+from nameserver.metrics import IdleNoop, LeaderWatch, MetricsEndpoint, entry_summary, parse_listen
+from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
+from nameserver.server import Server
+from raftlog.codec import encode_entry
+from raftlog.pb import entry_pb2
+from tests.cluster import ROOT, free_ports, register_request
+
+REQUIRED_GAUGES = ("nameserver_log_end_offset", "nameserver_commit_offset", "nameserver_apply_offset",
+                   "nameserver_snapshot_offset")
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def wait_for(what: str, cond: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = cond()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def scrape_text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        assert resp.status == 200
+        return resp.read().decode()
+
+
+def scrape(port: int) -> Samples:
+    out: Samples = {}
+    for family in text_string_to_metric_families(scrape_text(port)):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+class Single:
+    """A one-node cluster in this process, with metrics on an ephemeral port."""
+
+    def __init__(self, root: str) -> None:
+        raft_port, grpc_port = free_ports(2)
+        raft, addr = f"127.0.0.1:{raft_port}", f"127.0.0.1:{grpc_port}"
+        self.cfg = NodeConfig(raft_addr=raft, grpc_addr=addr, data_dir=os.path.join(root, "data"),
+                              members=[Member(raft, addr)], metrics_addr="127.0.0.1:0", idle_noop_ms=500,
+                              election_min_ms=400, election_max_ms=600)
+        self.server = Server(self.cfg)
+        self.server.start()
+        self.channel = grpc.insecure_channel(addr)
+        self.ns = api_pb2_grpc.NameServerStub(self.channel)
+        self.admin = api_pb2_grpc.AdminStub(self.channel)
+        self.endpoint = next(e for e in self.server.extras if isinstance(e, MetricsEndpoint))
+        wait_for("the node to lead and be ready", lambda: self.server.node.log.is_leader()
+                 and self.server.node.log.ready)
+        metrics = self.server.metrics
+        assert metrics is not None
+        wait_for("the leader watch to see it", lambda: metrics.leader_changes_seen == 1)  # polls every 100 ms
+
+    @property
+    def port(self) -> int:
+        return self.endpoint.port
+
+    def stop(self) -> None:
+        self.channel.close()
+        self.server.stop(0)
+
+
+@pytest.fixture
+def single(tmp_path) -> Iterator[Single]:
+    s = Single(str(tmp_path))
+    yield s
+    s.stop()
+
+
+# ---- the Entry reader ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batches", [0, 1, 3, 512])
+def test_entry_summary_reads_leader_time_and_batch_count(batches: int) -> None:
+    entry = entry_pb2.Entry(term=7, leader_time_ms=1_732_000_000_123)
+    for i in range(batches):
+        entry.batches.append(entry_pb2.Batch(request_id=f"r{i}", records=[
+            entry_pb2.Record(type=3, key=f"topic/T{i}/b", value=b"x" * (i % 300))]))
+    assert entry_summary(encode_entry(entry)) == (1_732_000_000_123, batches)
+
+
+def test_entry_summary_rejects_truncated_bytes() -> None:
+    entry = entry_pb2.Entry(term=1, leader_time_ms=5, batches=[entry_pb2.Batch(request_id="abc")])
+    data = encode_entry(entry)
+    with pytest.raises((ValueError, IndexError)):
+        entry_summary(data[:-1])
+
+
+# ---- metrics of a live node ----------------------------------------------------------------------
+
+def test_required_gauges_match_status(single: Single) -> None:
+    single.ns.RegisterBroker(register_request("C", "b1", "10.0.0.1:10911", ["T1"]), timeout=10)
+    samples = scrape(single.port)
+    status = single.admin.Status(api_pb2.StatusRequest(), timeout=5)
+    for name in REQUIRED_GAUGES:
+        assert value(samples, name) is not None, name
+    # The idle no-op may land between the scrape and Status: offsets only ever grow.
+    assert 0 < value(samples, "nameserver_apply_offset") <= status.apply_offset
+    assert value(samples, "nameserver_apply_offset") <= value(samples, "nameserver_commit_offset") \
+        <= value(samples, "nameserver_log_end_offset")
+    assert value(samples, "nameserver_is_leader") == 1
+    assert value(samples, "nameserver_ready") == 1
+    assert value(samples, "nameserver_raft_term") == status.term
+    assert value(samples, "nameserver_leader_changes_seen_total") == 1
+    assert value(samples, "nameserver_node_info", node_id=single.cfg.raft_addr,
+                 grpc_addr=single.cfg.grpc_addr) == 1
+    assert value(samples, "process_resident_memory_bytes") > 0
+
+
+def test_records_applied_by_type_and_state_gauges(single: Single) -> None:
+    topics = [f"T{i}" for i in range(5)]
+    single.ns.RegisterBroker(register_request("C", "b1", "10.0.0.1:10911", topics), timeout=10)
+    samples = scrape(single.port)
+    assert value(samples, "nameserver_records_applied_total", type="TOPIC_QUEUE", op="upsert") == 5
+    assert value(samples, "nameserver_records_applied_total", type="BROKER_LIVE", op="upsert") == 1
+    assert value(samples, "nameserver_live_brokers") == 1
+    assert value(samples, "nameserver_topics") == 5
+    single.ns.UnregisterBroker(api_pb2.UnregisterBrokerRequest(
+        cluster_name="C", broker_name="b1", broker_addr="10.0.0.1:10911", broker_id=0), timeout=10)
+    samples = scrape(single.port)
+    assert value(samples, "nameserver_records_applied_total", type="TOPIC_QUEUE", op="delete") == 5
+    assert value(samples, "nameserver_live_brokers") == 0
+    assert value(samples, "nameserver_topics") == 0
+    assert state_pb2.RecordType.Name(state_pb2.TOPIC_QUEUE) == "TOPIC_QUEUE"  # the label is the enum name
+
+
+def test_rpc_counts_and_latency_by_method_and_code(single: Single) -> None:
+    ns_service = "rip18.nameserver.v1.NameServer"
+    single.ns.RegisterBroker(register_request("C", "b1", "10.0.0.1:10911", ["T1"]), timeout=10)
+    for _ in range(3):
+        single.ns.GetRoute(api_pb2.GetRouteRequest(topic="T1"), timeout=5)
+    with pytest.raises(grpc.RpcError) as missing:
+        single.ns.GetRoute(api_pb2.GetRouteRequest(topic="NoSuchTopic"), timeout=5)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as bad:
+        single.ns.GetRoute(api_pb2.GetRouteRequest(topic=""), timeout=5)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    samples = scrape(single.port)
+
+    def handled(method: str, code: str) -> float | None:
+        return value(samples, "nameserver_grpc_handled_total", service=ns_service, method=method,
+                     type="unary", code=code)
+
+    assert handled("GetRoute", "OK") == 3
+    assert handled("GetRoute", "NOT_FOUND") == 1
+    assert handled("GetRoute", "INVALID_ARGUMENT") == 1
+    assert handled("RegisterBroker", "OK") == 1
+    count = value(samples, "nameserver_grpc_handling_seconds_count", service=ns_service, method="GetRoute",
+                  type="unary")
+    assert count == 5
+    inf = value(samples, "nameserver_grpc_handling_seconds_bucket", service=ns_service, method="GetRoute",
+                type="unary", le="+Inf")
+    assert inf == 5
+
+
+def test_server_stream_is_timed_until_it_ends(single: Single) -> None:
+    stub = health_pb2_grpc.HealthStub(single.channel)
+    stream = stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=30)
+    assert next(stream).status in (health_pb2.HealthCheckResponse.SERVING,
+                                   health_pb2.HealthCheckResponse.NOT_SERVING)  # health updates every 0.2 s
+    stream.cancel()
+
+    def counted() -> float | None:
+        return value(scrape(single.port), "nameserver_grpc_handled_total", service="grpc.health.v1.Health",
+                     method="Watch", type="server_stream", code="CANCELLED")
+
+    assert wait_for("the cancelled stream to be counted", counted) == 1
+
+
+def test_forwarded_requests_are_counted_by_method(single: Single) -> None:
+    beat = api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(broker_addr="10.0.0.9:10911")])
+    single.ns.Heartbeat(beat, timeout=5)
+    assert value(scrape(single.port), "nameserver_forwarded_requests_received_total", method="Heartbeat") is None
+    single.ns.Heartbeat(beat, timeout=5, metadata=[("x-rip18-forwarded", "1")])
+    single.ns.Heartbeat(beat, timeout=5, metadata=[("x-rip18-forwarded", "1")])
+    assert value(scrape(single.port), "nameserver_forwarded_requests_received_total", method="Heartbeat") == 2
+
+
+def test_idle_noop_keeps_apply_lag_small_and_offsets_moving(single: Single) -> None:
+    first = scrape(single.port)
+    time.sleep(1.6)  # > 3 idle intervals of 500 ms
+    later = scrape(single.port)
+    assert value(later, "nameserver_idle_noops_total") >= value(first, "nameserver_idle_noops_total") + 2
+    assert value(later, "nameserver_apply_offset") > value(first, "nameserver_apply_offset")
+    lag = value(later, "nameserver_apply_lag_seconds")
+    assert lag is not None and 0 <= lag < 1.5
+
+
+def test_snapshot_metrics_follow_take_snapshot(single: Single) -> None:
+    single.ns.RegisterBroker(register_request("C", "b1", "10.0.0.1:10911", ["T1", "T2"]), timeout=10)
+    before = scrape(single.port)
+    assert value(before, "nameserver_snapshot_offset") == 0
+    assert value(before, "nameserver_snapshot_age_seconds") is None  # no snapshot yet: no sample
+    reply = single.admin.TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=30)
+    after = scrape(single.port)
+    assert value(after, "nameserver_snapshot_offset") == reply.offset > 0
+    assert value(after, "nameserver_snapshot_size_bytes") > 0
+    assert 0 <= value(after, "nameserver_snapshot_age_seconds") < 30
+
+
+def test_exposition_passes_promtool_lint_and_naming_rules(single: Single) -> None:
+    single.ns.RegisterBroker(register_request("C", "b1", "10.0.0.1:10911", ["T1"]), timeout=10)
+    text = scrape_text(single.port)
+    promtool = ensure_promtool()
+    # promtool's linter checks Prometheus' naming conventions (units, _total on counters, help text).
+    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True,
+                          timeout=60)
+    ours = [line for line in (lint.stdout + lint.stderr).splitlines() if line.startswith("nameserver_")]
+    assert not ours, "\n".join(ours)
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("nameserver_"):
+            continue
+        assert family.documentation, family.name
+        if family.type == "counter":
+            assert all(s.name.endswith("_total") for s in family.samples), family.name
+        else:
+            assert not family.name.endswith("_total"), family.name
+        for unit in ("seconds", "bytes"):
+            if unit in family.name:
+                assert family.name.endswith(f"_{unit}"), family.name
+
+
+def ensure_promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "ensure-prometheus.sh")], check=True,
+                       stdin=subprocess.DEVNULL, timeout=900)
+        found = shutil.which("promtool")
+    assert found, "promtool is still missing after scripts/ensure-prometheus.sh"
+    return found
+
+
+# ---- endpoint and helpers ------------------------------------------------------------------------
+
+def test_metrics_endpoint_refuses_a_busy_port() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        from prometheus_client import CollectorRegistry
+
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port} for metrics"):
+            MetricsEndpoint(CollectorRegistry(), f"127.0.0.1:{port}")
+
+
+def test_metrics_endpoint_stops_cleanly() -> None:
+    from prometheus_client import CollectorRegistry, Gauge
+
+    reg = CollectorRegistry()
+    Gauge("nameserver_test_value", "A test gauge.", registry=reg).set(42)
+    ep = MetricsEndpoint(reg, "127.0.0.1:0")
+    ep.start()
+    port = ep.port
+    assert "nameserver_test_value 42.0" in scrape_text(port)
+    ep.stop()
+    with pytest.raises(OSError):
+        scrape_text(port)
+
+
+@pytest.mark.parametrize("addr, expected", [("127.0.0.1:9301", ("127.0.0.1", 9301)),
+                                            ("[::1]:9301", ("::1", 9301)), (":9301", ("0.0.0.0", 9301))])
+def test_parse_listen(addr: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(addr) == expected
+
+
+def test_parse_listen_rejects_missing_port() -> None:
+    with pytest.raises(ValueError):
+        parse_listen("127.0.0.1")
+
+
+class FakeLog:
+    """The slice of ReplicatedLog that LeaderWatch and IdleNoop use."""
+
+    class _Cfg:
+        self_addr = "n1"
+
+    class _Raft:
+        hasQuorum = True
+
+    class _Applier:
+        last_apply_time = 0.0
+
+    def __init__(self) -> None:
+        self.cfg = self._Cfg()
+        self.raft = self._Raft()
+        self.applier = self._Applier()
+        self.current_leader: str | None = None
+        self.current_term = 0
+        self.leading = False
+        self.ready = True
+        self.barriers = 0
+
+    def leader(self) -> str | None:
+        return self.current_leader
+
+    def term(self) -> int:
+        return self.current_term
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+    def barrier(self, timeout: float) -> int:
+        self.barriers += 1
+        self.applier.last_apply_time = time.monotonic()
+        return self.barriers
+
+
+def test_leader_watch_logs_one_line_per_leader_change(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeLog()
+    watch = LeaderWatch(fake)  # type: ignore[arg-type]
+    caplog.set_level(logging.INFO, logger="nameserver.metrics")
+    assert not watch.poll()                     # no leader yet
+    fake.current_leader, fake.current_term = "n2", 1
+    assert watch.poll()
+    assert not watch.poll()                     # same leader, same term: nothing new
+    fake.current_leader, fake.current_term = None, 2
+    assert not watch.poll()                     # election under way
+    fake.current_leader = "n1"
+    assert watch.poll()
+    fake.current_term = 3                       # n1 re-elected in a new term: a change too
+    assert watch.poll()
+    events = [r for r in caplog.records if getattr(r, "event", None) == "leader_change"]
+    assert [(r.leader, r.term, r.previous_leader, r.self_is_leader) for r in events] == [
+        ("n2", 1, "", False), ("n1", 2, "n2", True), ("n1", 3, "n1", True)]
+
+
+def test_idle_noop_only_on_an_idle_leader_with_quorum() -> None:
+    fake = FakeLog()
+    noop = IdleNoop(fake, interval_s=0.2)  # type: ignore[arg-type]
+    assert not noop.tick()                      # follower
+    fake.leading = True
+    fake.applier.last_apply_time = time.monotonic()
+    assert not noop.tick()                      # just applied something: not idle
+    fake.applier.last_apply_time = time.monotonic() - 1
+    fake.raft.hasQuorum = False
+    assert not noop.tick()                      # no majority: the no-op could not commit
+    fake.raft.hasQuorum = True
+    assert noop.tick() and fake.barriers == 1
+    assert not noop.tick()                      # the no-op itself made the node busy again
+
+
+# ---- structured logs -----------------------------------------------------------------------------
+
+def _emit(fmt: str, **extra: Any) -> str:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logfmt.make_formatter(fmt, {"node": "n1"}))
+    logger = logging.getLogger(f"test.logfmt.{fmt}")
+    logger.propagate = False
+    logger.handlers = [handler]
+    logger.setLevel(logging.INFO)
+    logger.info("leader is now %s", "n2", extra=extra)
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        logger.exception("it failed")
+    return stream.getvalue()
+
+
+def test_json_log_lines_carry_event_fields() -> None:
+    out = _emit("json", event="leader_change", leader="n2", term=4, level="not the level")
+    first, second = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert first["msg"] == "leader is now n2"
+    assert (first["event"], first["leader"], first["term"], first["node"]) == ("leader_change", "n2", 4, "n1")
+    assert first["level"] == "INFO"             # an extra field never replaces the envelope's
+    assert first["logger"] == "test.logfmt.json"
+    assert first["ts"].endswith("Z")
+    assert "RuntimeError: boom" in second["exc"]
+    assert len(out.splitlines()) == 2           # a traceback stays inside its JSON line
+
+
+def test_text_log_lines_append_event_fields() -> None:
+    out = _emit("text", event="snapshot_written", offset=12, path="a b")
+    first = out.splitlines()[0]
+    assert first.endswith('leader is now n2 [event=snapshot_written offset=12 path="a b"]')
+    assert "Traceback" in out
+
+
+def test_log_format_from_config(tmp_path) -> None:
+    path = tmp_path / "n.toml"
+    path.write_text('[node]\nraft_addr = "a"\n\n[log]\nformat = "json"\n')
+    assert logfmt.format_from_config(str(path)) == "json"
+    path.write_text('[node]\nraft_addr = "a"\n')
+    assert logfmt.format_from_config(str(path)) is None
+    assert logfmt.format_from_config(None) is None
+    with pytest.raises(ValueError):
+        logfmt.make_formatter("xml")
+
+
+def test_serve_writes_json_lines_with_a_leader_change_event(tmp_path) -> None:
+    raft_port, grpc_port, metrics_port = free_ports(3)
+    cmd = [sys.executable, "-m", "nameserver.cli.serve", "serve", "--raft-addr", f"127.0.0.1:{raft_port}",
+           "--grpc-addr", f"127.0.0.1:{grpc_port}", "--data-dir", str(tmp_path / "data"),
+           "--metrics-addr", f"127.0.0.1:{metrics_port}", "--log-format", "json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, text=True,
+                            env=os.environ | {"PYTHONPATH": ROOT})
+    try:
+        wait_for("the metrics endpoint", lambda: _scrapes(metrics_port), timeout=30)
+        wait_for("leadership", lambda: value(scrape(metrics_port), "nameserver_is_leader") == 1, timeout=30)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=20)
+    lines = [json.loads(line) for line in out.splitlines()]   # every line is one JSON object
+    assert all(line["node"] == f"127.0.0.1:{raft_port}" for line in lines)
+    changes = [line for line in lines if line.get("event") == "leader_change"]
+    assert len(changes) == 1 and changes[0]["self_is_leader"] is True
+
+
+def _scrapes(port: int) -> bool:
+    try:
+        scrape_text(port)
+        return True
+    except OSError:
+        return False

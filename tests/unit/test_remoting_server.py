@@ -1,0 +1,227 @@
+"""The remoting TCP server: malformed frames close only their own connection (with a log line),
+oneway and pipelined requests, concurrency across connections, start/stop."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from nameserver import config
+from nameserver.config import Member, NodeConfig
+from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
+from nameserver.remoting import RemotingServer
+
+MAX_FRAME = 4096
+ROUTE = api_pb2.TopicRoute(
+    broker_datas=[state_pb2.BrokerData(cluster="C", broker_name="b", addrs=[state_pb2.BrokerAddr(addr="h:1")])],
+    queue_datas=[state_pb2.QueueData(broker_name="b", read_queue_nums=1, write_queue_nums=1, perm=6)])
+
+
+class RouteOnly(api_pb2_grpc.NameServerServicer):
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def GetRoute(self, request: Any, context: grpc.ServicerContext) -> Any:
+        if request.topic == "Slow":
+            self.release.wait(10)
+        return api_pb2.GetRouteReply(route=ROUTE)
+
+
+@pytest.fixture
+def servicer() -> RouteOnly:
+    return RouteOnly()
+
+
+def _cfg(grpc_port: int, tmp_path: Any) -> NodeConfig:
+    addr = f"127.0.0.1:{grpc_port}"
+    return NodeConfig(raft_addr="127.0.0.1:1", grpc_addr=addr, data_dir=str(tmp_path),
+                      members=[Member("127.0.0.1:1", addr)], remoting_addr="127.0.0.1:0")
+
+
+@pytest.fixture
+def grpc_port(servicer: RouteOnly) -> Iterator[int]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    api_pb2_grpc.add_NameServerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield port
+    servicer.release.set()
+    server.stop(0).wait()
+
+
+@pytest.fixture
+def server(grpc_port: int, tmp_path: Any) -> Iterator[RemotingServer]:
+    remoting = RemotingServer(_cfg(grpc_port, tmp_path), max_frame_bytes=MAX_FRAME)
+    remoting.start()
+    yield remoting
+    remoting.stop()
+
+
+def connect(server: RemotingServer) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=10)
+
+
+def route_frame(opaque: int, topic: str = "T", flag: int = 0) -> bytes:
+    head = json.dumps({"code": 105, "extFields": {"topic": topic}, "flag": flag, "language": "JAVA",
+                       "opaque": opaque, "version": 479}).encode()
+    return struct.pack(">ii", 4 + len(head), len(head)) + head
+
+
+def read_response(sock: socket.socket) -> dict:
+    def exactly(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+        return buf
+
+    total, word = struct.unpack(">ii", exactly(8))
+    return json.loads(exactly(total - 4)[:word])
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+GOOD_HEAD = b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":1,"version":479}'
+
+
+@pytest.mark.parametrize("data, logged", [
+    (struct.pack(">i", -5), "frame length -5 is below the minimum"),
+    (struct.pack(">i", 2) + b"ab", "frame length 2 is below the minimum"),
+    (struct.pack(">i", MAX_FRAME + 1), f"exceeds the {MAX_FRAME}-byte limit"),
+    (struct.pack(">i", 0x7FFFFFFF) + b"x" * 100, "exceeds"),
+    (struct.pack(">ii", 12, 8) + b"garbage!", "header is not JSON"),
+    (struct.pack(">ii", 12, 8) + b'{"a":1}\n', "'code' is missing"),
+    (struct.pack(">ii", 8, 100) + b"{}{}", "header length 100 exceeds"),
+    (struct.pack(">ii", 6, 2 | (9 << 24)) + b"{}", "serialization type 9"),
+    (struct.pack(">ii", 9, 1 << 24 | 5) + b"\x00\x69\x00\x01\xdf", "binary header truncated"),
+    (struct.pack(">ii", 4 + len(GOOD_HEAD) + 10, len(GOOD_HEAD)) + GOOD_HEAD + b"short", "truncated frame"),
+    (struct.pack(">i", 100)[:3], "truncated frame"),
+])
+def test_a_malformed_frame_closes_only_its_connection(server: RemotingServer, caplog: pytest.LogCaptureFixture,
+                                                      data: bytes, logged: str) -> None:
+    caplog.set_level(logging.WARNING, logger="nameserver.remoting")
+    good = connect(server)
+    good.sendall(route_frame(1))
+    assert read_response(good)["code"] == 0
+    bad = connect(server)
+    bad.sendall(route_frame(2))  # a good request first: the connection is served until the bad frame
+    assert read_response(bad)["code"] == 0
+    bad.sendall(data)
+    if logged == "truncated frame":
+        bad.shutdown(socket.SHUT_WR)  # the stream ends mid-frame
+    assert closed_by_server(bad)
+    deadline = time.monotonic() + 5
+    while not any(logged in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lines = [r.getMessage() for r in caplog.records if r.name == "nameserver.remoting"]
+    assert any(logged in line and "closing connection from 127.0.0.1:" in line for line in lines), lines
+    good.sendall(route_frame(3))  # the other connection never noticed
+    assert read_response(good)["opaque"] == 3
+    fresh = connect(server)
+    fresh.sendall(route_frame(4))
+    assert read_response(fresh)["opaque"] == 4
+    for s in (good, bad, fresh):
+        s.close()
+
+
+def test_a_frame_at_the_limit_is_accepted(server: RemotingServer) -> None:
+    head = GOOD_HEAD
+    body = b"x" * (MAX_FRAME - 4 - len(head))
+    sock = connect(server)
+    sock.sendall(struct.pack(">ii", 4 + len(head) + len(body), len(head)) + head + body)
+    assert read_response(sock)["code"] == 0
+    sock.close()
+
+
+def test_pipelined_requests_are_all_answered_and_oneway_ones_not(server: RemotingServer) -> None:
+    sock = connect(server)
+    sock.sendall(b"".join(route_frame(i, flag=2 if i % 3 == 0 else 0) for i in range(1, 31)))
+    got = {read_response(sock)["opaque"] for _ in range(20)}
+    assert got == {i for i in range(1, 31) if i % 3 != 0}
+    sock.settimeout(0.3)
+    with pytest.raises(TimeoutError):
+        sock.recv(1)  # nothing more: the 10 oneway requests got no response
+    sock.close()
+
+
+def test_response_frames_from_a_peer_are_ignored(server: RemotingServer) -> None:
+    sock = connect(server)
+    sock.sendall(route_frame(7, flag=1) + route_frame(8))
+    assert read_response(sock)["opaque"] == 8
+    sock.close()
+
+
+def test_a_slow_request_does_not_hold_up_other_connections(server: RemotingServer, servicer: RouteOnly) -> None:
+    slow = connect(server)
+    slow.sendall(route_frame(1, topic="Slow"))
+    fast = connect(server)
+    start = time.monotonic()
+    fast.sendall(route_frame(2))
+    assert read_response(fast)["opaque"] == 2
+    assert time.monotonic() - start < 5
+    # ...nor later requests on its own connection (responses are matched by opaque, not order).
+    slow.sendall(route_frame(3))
+    assert read_response(slow)["opaque"] == 3
+    servicer.release.set()
+    assert read_response(slow)["opaque"] == 1
+    slow.close()
+    fast.close()
+
+
+def test_many_garbage_connections_at_once_leave_the_server_serving(server: RemotingServer) -> None:
+    socks = [connect(server) for _ in range(20)]
+    for i, s in enumerate(socks):
+        s.sendall(struct.pack(">i", 10) + bytes([i]) * 10)
+    assert all(closed_by_server(s) for s in socks)
+    sock = connect(server)
+    sock.sendall(route_frame(1))
+    assert read_response(sock)["code"] == 0
+    for s in socks + [sock]:
+        s.close()
+
+
+def test_stop_closes_connections_and_releases_the_port(grpc_port: int, tmp_path: Any) -> None:
+    remoting = RemotingServer(_cfg(grpc_port, tmp_path))
+    remoting.start()
+    port = remoting.port
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(route_frame(1))
+    assert read_response(sock)["code"] == 0
+    remoting.stop()
+    assert closed_by_server(sock)
+    sock.close()
+    again = RemotingServer(_cfg(grpc_port, tmp_path), listen_addr=f"127.0.0.1:{port}")
+    again.start()
+    again.stop()
+
+
+def test_start_on_a_busy_port_raises(server: RemotingServer, grpc_port: int, tmp_path: Any) -> None:
+    other = RemotingServer(_cfg(grpc_port, tmp_path), listen_addr=f"127.0.0.1:{server.port}")
+    with pytest.raises(OSError, match="cannot listen"):
+        other.start()
+    other.stop()  # harmless after a failed start
+
+
+@pytest.mark.parametrize("size", [3, 5])
+def test_local_deploy_configs_listen_on_9876_and_up(size: int) -> None:
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", f"local-{size}")
+    addrs = [config.load(os.path.join(root, f"n{i}.toml")).remoting_addr for i in range(1, size + 1)]
+    assert addrs == [f"127.0.0.1:{9875 + i}" for i in range(1, size + 1)]
