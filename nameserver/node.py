@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from nameserver import tlsconf
 from nameserver.config import NodeConfig
 from nameserver.liveness import HeartbeatBuffer, LivenessTable
 from nameserver.pb import api_pb2, api_pb2_grpc
@@ -78,7 +79,7 @@ class NameServerNode:
         self.liveness = LivenessTable()
         self.heartbeats = HeartbeatBuffer()
         self._stop = threading.Event()
-        self._channels: dict[str, tuple[grpc.Channel, api_pb2_grpc.NameServerStub]] = {}
+        self._channels: dict[str, grpc.Channel] = {}
         self._channels_lock = threading.Lock()
         self.expired_total = 0
         self.log = ReplicatedLog(
@@ -111,7 +112,7 @@ class NameServerNode:
         self.read_indexes.stop()
         self.log.close()
         with self._channels_lock:
-            for channel, _ in self._channels.values():
+            for channel in self._channels.values():
                 channel.close()
 
     # ---- reads ---------------------------------------------------------------------------------
@@ -141,7 +142,7 @@ class NameServerNode:
             "grpc_addr": self.cfg.grpc_addr,
             "role": self.log.role(),
             "leader_id": leader or "",
-            "leader_grpc_addr": self.cfg.grpc_of(leader) or "",
+            "leader_grpc_addr": self.grpc_of(leader) or "",
             "term": self.log.term(),
             "end_offset": self.log.end_offset,
             "commit_offset": self.log.commit_offset,
@@ -315,7 +316,7 @@ class NameServerNode:
         while True:
             leader = self.log.leader()
             if leader and leader != self.cfg.raft_addr:
-                addr = self.cfg.grpc_of(leader)
+                addr = self.grpc_of(leader)
                 if addr:
                     return self._stub(addr)
             if time.monotonic() >= deadline or self._stop.is_set():
@@ -323,13 +324,58 @@ class NameServerNode:
             time.sleep(0.05)
 
     def _stub(self, addr: str) -> api_pb2_grpc.NameServerStub:
+        return api_pb2_grpc.NameServerStub(self._channel(addr))
+
+    def admin_stub(self, addr: str) -> api_pb2_grpc.AdminStub:
+        return api_pb2_grpc.AdminStub(self._channel(addr))
+
+    def _channel(self, addr: str) -> grpc.Channel:
         with self._channels_lock:
             if addr not in self._channels:
                 opts = [("grpc.max_send_message_length", self.cfg.max_message_bytes),
                         ("grpc.max_receive_message_length", self.cfg.max_message_bytes)]
-                channel = grpc.insecure_channel(addr, options=opts)
-                self._channels[addr] = (channel, api_pb2_grpc.NameServerStub(channel))
-            return self._channels[addr][1]
+                # TLS and this node's peer credential when security is on (nameserver/tlsconf.py)
+                self._channels[addr] = tlsconf.peer_channel(self.cfg, addr, opts)
+            return self._channels[addr]
+
+    def grpc_of(self, raft_addr: str | None) -> str | None:
+        """A member's gRPC address: from the config, else from the member records added at runtime."""
+        if raft_addr is None:
+            return None
+        addr = self.cfg.grpc_of(raft_addr)
+        if addr:
+            return addr
+        with self.lock:
+            return self.state.member_grpc_addr(raft_addr)
+
+    # ---- membership ------------------------------------------------------------------------------
+
+    def add_member(self, raft_addr: str, grpc_addr: str, timeout: float) -> list[str]:
+        """Leader only: record how to reach the member, then add it to Raft (one change at a time)."""
+        deadline = time.monotonic() + timeout
+        if raft_addr in self.log.members():
+            raise MembershipError(f"{raft_addr} is already a member")
+        self.write(lambda s: translate.put_member(s, raft_addr, grpc_addr), timeout)
+        self.log.add_member(raft_addr, max(0.1, deadline - time.monotonic()))
+        log.info("member %s (gRPC %s) added", raft_addr, grpc_addr,
+                 extra={"event": "membership_change", "change": "add", "member": raft_addr})
+        return self.log.members()
+
+    def remove_member(self, raft_addr: str, timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        if raft_addr not in self.log.members():
+            raise MembershipError(f"{raft_addr} is not a member")
+        if raft_addr == self.cfg.raft_addr:
+            raise MembershipError("the leader cannot remove itself: transfer leadership first")
+        self.log.remove_member(raft_addr, timeout)
+        self.write(lambda s: translate.delete_member(s, raft_addr), max(0.1, deadline - time.monotonic()))
+        log.info("member %s removed", raft_addr,
+                 extra={"event": "membership_change", "change": "remove", "member": raft_addr})
+        return self.log.members()
+
+
+class MembershipError(Exception):
+    """A membership change that cannot be made as asked (the message says why)."""
 
 
 class OffsetNotReached(Exception):

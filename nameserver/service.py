@@ -19,6 +19,7 @@ from nameserver import validation
 from nameserver.node import (
     FORWARDED_HEADER,
     ClientRef,
+    MembershipError,
     NameServerNode,
     NotReady,
     OffsetNotReached,
@@ -90,6 +91,8 @@ def rpc(fn: Callable) -> Callable:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except TimeoutError as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"linearizable read: {exc}")
+        except MembershipError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except grpc.RpcError as exc:  # a forwarded call's status passes through unchanged
             if hasattr(exc, "code") and callable(exc.code):
                 context.abort(exc.code(), exc.details() or "forwarded call failed")
@@ -449,18 +452,75 @@ class AdminService(api_pb2_grpc.AdminServicer):
         return api_pb2.NodeStatus(**st)
 
     @rpc
-    def Members(self, request: api_pb2.MembersRequest, context: grpc.ServicerContext) -> api_pb2.MembersReply:
+    def Members(self, request: api_pb2.MembersRequest, context: grpc.ServicerContext | None
+                ) -> api_pb2.MembersReply:
         raft = self.node.log.raft_status()
         leader = self.node.log.leader()
+        leading = self.node.log.is_leader()
         members = []
-        for m in self.node.cfg.members:
-            me = m.raft_addr == self.node.cfg.raft_addr
-            connected = me or raft.get(f"partner_node_status_server_{m.raft_addr}") == 2
-            match = raft.get(f"match_idx_server_{m.raft_addr}", 0) if not me else self.node.log.end_offset
-            members.append(api_pb2.Member(node_id=m.raft_addr, grpc_addr=m.grpc_addr, is_self=me,
-                                          is_leader=m.raft_addr == leader, connected=connected,
-                                          match_offset=match if self.node.log.is_leader() else 0))
+        for addr in self.node.log.members():  # Raft's own view, changes at runtime included
+            me = addr == self.node.cfg.raft_addr
+            connected = me or raft.get(f"partner_node_status_server_{addr}") == 2
+            match = self.node.log.end_offset if me else raft.get(f"match_idx_server_{addr}", 0)
+            members.append(api_pb2.Member(node_id=addr, grpc_addr=self.node.grpc_of(addr) or "", is_self=me,
+                                          is_leader=addr == leader, connected=connected,
+                                          match_offset=match if leading else 0))
         return api_pb2.MembersReply(members=members)
+
+    def _on_leader(self, context: grpc.ServicerContext, method: str, request: Any, local: Callable[[float], Any]
+                   ) -> Any:
+        """Run an admin change on the leader: here when leading, else forwarded once."""
+        timeout = _timeout(context, 30.0)
+        if self.node.log.is_leader():
+            return local(timeout)
+        if _forwarded(context):
+            context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader (forwarded request)")
+        leader = self.node.grpc_of(self.node.log.leader())
+        if not leader:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "no leader elected")
+        return getattr(self.node.admin_stub(leader), method)(request, timeout=timeout,
+                                                            metadata=[(FORWARDED_HEADER, "1")])
+
+    def _member_reply(self) -> api_pb2.MemberChangeReply:
+        return api_pb2.MemberChangeReply(members=self.Members(api_pb2.MembersRequest(), None).members)
+
+    @rpc
+    def AddMember(self, request: api_pb2.MemberChangeRequest, context: grpc.ServicerContext
+                  ) -> api_pb2.MemberChangeReply:
+        validation.check_addr("node_id", request.node_id)
+        validation.check_addr("grpc_addr", request.grpc_addr)
+
+        def local(timeout: float) -> api_pb2.MemberChangeReply:
+            self.node.add_member(request.node_id, request.grpc_addr, timeout)
+            return self._member_reply()
+
+        return self._on_leader(context, "AddMember", request, local)
+
+    @rpc
+    def RemoveMember(self, request: api_pb2.MemberChangeRequest, context: grpc.ServicerContext
+                     ) -> api_pb2.MemberChangeReply:
+        validation.check_addr("node_id", request.node_id)
+
+        def local(timeout: float) -> api_pb2.MemberChangeReply:
+            self.node.remove_member(request.node_id, timeout)
+            return self._member_reply()
+
+        return self._on_leader(context, "RemoveMember", request, local)
+
+    @rpc
+    def TransferLeadership(self, request: api_pb2.TransferLeadershipRequest, context: grpc.ServicerContext
+                           ) -> api_pb2.TransferLeadershipReply:
+        if request.node_id:
+            validation.check_addr("node_id", request.node_id)
+
+        def local(timeout: float) -> api_pb2.TransferLeadershipReply:
+            self.node.log.transfer_leadership(request.node_id or None, timeout)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.node.log.is_leader():
+                time.sleep(0.05)
+            return api_pb2.TransferLeadershipReply(leader_id=self.node.log.leader() or "")
+
+        return self._on_leader(context, "TransferLeadership", request, local)
 
     @rpc
     def TakeSnapshot(self, request: api_pb2.TakeSnapshotRequest, context: grpc.ServicerContext

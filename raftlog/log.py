@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pysyncobj import SyncObjConf
+from pysyncobj import FAIL_REASON, SyncObjConf
 
 from raftlog.applier import Applied, Applier, StateMachine
 from raftlog.binding import RaftNode, SnapshotProgress
@@ -91,7 +91,7 @@ class ReplicatedLog:
             onStateChanged=self._on_state_changed,
             onReady=self._on_ready,
             password=cfg.password,
-            dynamicMembershipChange=False,
+            dynamicMembershipChange=True,  # members can be added/removed at runtime, one at a time
         )
         self.raft = RaftNode(cfg.self_addr, cfg.partners, conf, self.applier,
                              self._read_dump_meta, self.progress)
@@ -161,6 +161,37 @@ class ReplicatedLog:
 
     def wait_applied(self, offset: int, timeout: float) -> bool:
         return self.applier.wait_applied(offset, timeout)
+
+    # ---- membership (pysyncobj dynamic membership: one change at a time) ----------------------------
+
+    def members(self) -> list[str]:
+        """The Raft members as this node knows them (itself included)."""
+        return sorted([self.cfg.self_addr] + [n.id for n in self.raft.otherNodes])
+
+    def _await(self, start: Callable[[Callable], None], what: str, timeout: float) -> None:
+        done = threading.Event()
+        outcome: list[int] = []
+
+        def callback(_res: object, err: int) -> None:  # tick thread
+            outcome.append(err)
+            done.set()
+
+        start(callback)
+        if not done.wait(timeout):
+            raise ProposalError(f"{what}: no answer in {timeout:.1f}s", unknown_outcome=True)
+        if outcome[0] != FAIL_REASON.SUCCESS:
+            raise ProposalError(f"{what}: refused by Raft (reason {outcome[0]}: another change in "
+                                f"progress, or not the leader)", unknown_outcome=False)
+
+    def add_member(self, addr: str, timeout: float) -> None:
+        self._await(lambda cb: self.raft.addNodeToCluster(addr, callback=cb), f"add member {addr}", timeout)
+
+    def remove_member(self, addr: str, timeout: float) -> None:
+        self._await(lambda cb: self.raft.removeNodeFromCluster(addr, callback=cb), f"remove member {addr}",
+                    timeout)
+
+    def transfer_leadership(self, addr: str | None, timeout: float) -> None:
+        self._await(lambda cb: self.raft.transferLeadership(addr, callback=cb), "transfer leadership", timeout)
 
     def take_snapshot(self) -> None:
         self.raft.forceLogCompaction()

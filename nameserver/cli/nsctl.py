@@ -13,17 +13,19 @@ import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from google.protobuf.message import Message
 
+from nameserver import tlsconf
 from nameserver.cli import render
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 
 DEFAULT_ENDPOINTS = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 ENDPOINTS_ENV = "NSCTL_ENDPOINTS"
+TOKEN_ENV = "NSCTL_TOKEN"
 DEFAULT_TIMEOUT_S = 5.0
 # Stay well under gRPC's default 4 MiB receive limit: registrations with more topics than one chunk, or
 # bigger than this, go over the stream.
@@ -85,14 +87,33 @@ def _command_error(err: grpc.RpcError) -> CommandError:
 
 
 @dataclass(frozen=True)
+class Credentials:
+    """--tls-ca/--tls-cert/--tls-key and --token-file (or env NSCTL_TOKEN); the token is never printed."""
+
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
 class Context:
     endpoints: list[str]
     timeout: float
     json: bool
+    credentials: Credentials = field(default_factory=Credentials)
 
 
-def _call_one(endpoint: str, stub_class: StubClass, method: str, request: Any, timeout: float) -> Any:
-    with grpc.insecure_channel(endpoint) as channel:
+def open_channel(ctx: Context | None, endpoint: str, options: Any = ()) -> grpc.Channel:
+    """A channel to `endpoint` with the context's TLS files and token (plaintext when none)."""
+    c = ctx.credentials if ctx is not None else Credentials()
+    return tlsconf.open_channel(endpoint, ca_file=c.tls_ca, cert_file=c.tls_cert, key_file=c.tls_key,
+                                token=c.token, options=options)
+
+
+def _call_one(endpoint: str, stub_class: StubClass, method: str, request: Any, timeout: float,
+              ctx: Context | None = None) -> Any:
+    with open_channel(ctx, endpoint) as channel:
         stub = stub_class(channel)
         # A list is a client stream: a fresh iterator per attempt so a failover resends it whole.
         payload = iter(request) if isinstance(request, list) else request
@@ -104,7 +125,7 @@ def call_any(ctx: Context, stub_class: StubClass, method: str, request: Any) -> 
     failures: list[tuple[str, grpc.RpcError]] = []
     for endpoint in ctx.endpoints:
         try:
-            return endpoint, _call_one(endpoint, stub_class, method, request, ctx.timeout)
+            return endpoint, _call_one(endpoint, stub_class, method, request, ctx.timeout, ctx)
         except grpc.RpcError as err:
             if _status_code(err) not in _RETRYABLE:
                 raise _command_error(err) from None
@@ -114,9 +135,10 @@ def call_any(ctx: Context, stub_class: StubClass, method: str, request: Any) -> 
     raise CommandError(last_code, f"no endpoint answered ({tried})")
 
 
-def _call_or_error(endpoint: str, stub_class: StubClass, method: str, request: Any, timeout: float) -> Any:
+def _call_or_error(endpoint: str, stub_class: StubClass, method: str, request: Any, timeout: float,
+                   ctx: Context | None = None) -> Any:
     try:
-        return _call_one(endpoint, stub_class, method, request, timeout)
+        return _call_one(endpoint, stub_class, method, request, timeout, ctx)
     except grpc.RpcError as err:
         return err
 
@@ -125,7 +147,7 @@ def call_each(ctx: Context, stub_class: StubClass, method: str, request: Any) ->
     """Send one call to every endpoint in parallel; each result is a reply or the grpc.RpcError."""
     with ThreadPoolExecutor(max_workers=len(ctx.endpoints)) as pool:
         futures = [
-            pool.submit(_call_or_error, endpoint, stub_class, method, request, ctx.timeout)
+            pool.submit(_call_or_error, endpoint, stub_class, method, request, ctx.timeout, ctx)
             for endpoint in ctx.endpoints
         ]
         return [(endpoint, future.result()) for endpoint, future in zip(ctx.endpoints, futures, strict=True)]
@@ -236,6 +258,38 @@ def cmd_members(ctx: Context, args: argparse.Namespace) -> int:
     ]
     print(render.table(("NODE", "GRPC ADDR", "SELF", "LEADER", "CONNECTED", "MATCH"), rows))
     print(f"answered by {endpoint}")
+    return 0
+
+
+def _print_members(ctx: Context, reply: Any, what: str) -> int:
+    if ctx.json:
+        emit_json(render.to_dict(reply))
+        return 0
+    rows = [[m.node_id, m.grpc_addr, m.is_leader, m.connected] for m in reply.members]
+    print(render.table(("NODE", "GRPC ADDR", "LEADER", "CONNECTED"), rows))
+    print(what)
+    return 0
+
+
+def cmd_member_add(ctx: Context, args: argparse.Namespace) -> int:
+    req = api_pb2.MemberChangeRequest(node_id=args.node_id, grpc_addr=args.grpc_addr)
+    _, reply = call_any(ctx, api_pb2_grpc.AdminStub, "AddMember", req)
+    return _print_members(ctx, reply, f"added {args.node_id}")
+
+
+def cmd_member_remove(ctx: Context, args: argparse.Namespace) -> int:
+    req = api_pb2.MemberChangeRequest(node_id=args.node_id)
+    _, reply = call_any(ctx, api_pb2_grpc.AdminStub, "RemoveMember", req)
+    return _print_members(ctx, reply, f"removed {args.node_id}")
+
+
+def cmd_leader_transfer(ctx: Context, args: argparse.Namespace) -> int:
+    req = api_pb2.TransferLeadershipRequest(node_id=args.node_id or "")
+    _, reply = call_any(ctx, api_pb2_grpc.AdminStub, "TransferLeadership", req)
+    if ctx.json:
+        emit_json(render.to_dict(reply))
+    else:
+        print(f"leader is now {reply.leader_id or 'being elected'}")
     return 0
 
 
@@ -538,6 +592,11 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         help=f"comma-separated host:port list (env {ENDPOINTS_ENV}, default {DEFAULT_ENDPOINTS})",
     )
     parser.add_argument("--json", action="store_true", default=default(False), help="print JSON")
+    parser.add_argument("--tls-ca", default=default(None), help="CA certificate (PEM): use TLS")
+    parser.add_argument("--tls-cert", default=default(None), help="client certificate (PEM) for mutual TLS")
+    parser.add_argument("--tls-key", default=default(None), help="the client certificate's private key (PEM)")
+    parser.add_argument("--token-file", default=default(None),
+                        help=f"file holding a bearer token (env {TOKEN_ENV} holds one too)")
     parser.add_argument(
         "--timeout", type=float, default=default(DEFAULT_TIMEOUT_S), help="per-call deadline in seconds"
     )
@@ -653,6 +712,15 @@ def _add_admin_commands(b: _Builder, sub: Any) -> None:
     register.add_argument("topic")
     register.add_argument("--broker", action="append", required=True, help="broker name (repeatable)")
     _add_queue_options(register)
+    member = b.group(sub, "member", "cluster membership (one change at a time)")
+    add = b.command(member, "add", cmd_member_add, "add a started node to the cluster")
+    add.add_argument("node_id", help="the new node's Raft address (host:port)")
+    add.add_argument("--grpc-addr", required=True, help="the new node's gRPC address (host:port)")
+    b.command(member, "remove", cmd_member_remove, "remove a member (not the leader)").add_argument(
+        "node_id", help="the member's Raft address")
+    leader = b.group(sub, "leader", "leadership")
+    b.command(leader, "transfer", cmd_leader_transfer, "hand leadership to another member").add_argument(
+        "node_id", nargs="?", help="target member's Raft address (default: the most caught-up one)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -682,7 +750,21 @@ def parse_endpoints(flag: str | None) -> list[str]:
 def make_context(args: argparse.Namespace) -> Context:
     if args.timeout <= 0:
         raise UsageError("--timeout must be > 0")
-    return Context(endpoints=parse_endpoints(args.endpoints), timeout=args.timeout, json=args.json)
+    return Context(endpoints=parse_endpoints(args.endpoints), timeout=args.timeout, json=args.json,
+                   credentials=make_credentials(args))
+
+
+def make_credentials(args: argparse.Namespace) -> Credentials:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("--tls-cert and --tls-key go together")
+    token = os.environ.get(TOKEN_ENV) or None
+    if args.token_file:
+        try:
+            with open(args.token_file) as f:
+                token = f.read().strip() or None
+        except OSError as exc:
+            raise UsageError(f"--token-file: {exc}") from None
+    return Credentials(args.tls_ca, args.tls_cert, args.tls_key, token)
 
 
 def _exit_code(exit_: SystemExit) -> int:

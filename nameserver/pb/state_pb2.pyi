@@ -17,6 +17,7 @@ class RecordType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KV_CONFIG: _ClassVar[RecordType]
     QUEUE_BINDING: _ClassVar[RecordType]
     CLIENT_SESSION: _ClassVar[RecordType]
+    MEMBER: _ClassVar[RecordType]
 RECORD_TYPE_UNSPECIFIED: RecordType
 BROKER: RecordType
 BROKER_LIVE: RecordType
@@ -25,6 +26,7 @@ FILTER_SERVER: RecordType
 KV_CONFIG: RecordType
 QUEUE_BINDING: RecordType
 CLIENT_SESSION: RecordType
+MEMBER: RecordType
 
 class BrokerAddr(_message.Message):
     __slots__ = ("broker_id", "addr")
@@ -121,3 +123,9 @@ class ClientSession(_message.Message):
     reply: bytes
     last_write_ms: int
     def __init__(self, last_seq: _Optional[int] = ..., reply: _Optional[bytes] = ..., last_write_ms: _Optional[int] = ...) -> None: ...
+
+class MemberInfo(_message.Message):
+    __slots__ = ("grpc_addr",)
+    GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
+    grpc_addr: str
+    def __init__(self, grpc_addr: _Optional[str] = ...) -> None: ...

@@ -7,6 +7,7 @@
     kv/<namespace>/<key>           KvValue         (KVConfigManager)
     bind/<topic>/<queueId>         QueueBindingValue (new: which owner serves a queue; compare-and-set)
     session/<clientId>             ClientSession   (new: exactly-once writes, latest result per client)
+    member/<raftAddr>              MemberInfo      (new: gRPC address of a member added at runtime)
 
 Topic, broker and namespace names never contain '/', so the first '/' after a prefix ends the
 name; addresses and KV keys are the rest of the key verbatim (a KV key may contain anything).
@@ -24,6 +25,7 @@ FILTER_PREFIX = "filter/"
 KV_PREFIX = "kv/"
 BIND_PREFIX = "bind/"
 SESSION_PREFIX = "session/"
+MEMBER_PREFIX = "member/"
 
 BROKER_TYPE: int = state_pb2.BROKER
 LIVE_TYPE: int = state_pb2.BROKER_LIVE
@@ -32,6 +34,7 @@ FILTER_TYPE: int = state_pb2.FILTER_SERVER
 KV_TYPE: int = state_pb2.KV_CONFIG
 BIND_TYPE: int = state_pb2.QUEUE_BINDING
 SESSION_TYPE: int = state_pb2.CLIENT_SESSION
+MEMBER_TYPE: int = state_pb2.MEMBER
 
 # Record type per prefix (a key's type is implied by its prefix; records carry both).
 PREFIX_TYPES: dict[str, int] = {
@@ -42,6 +45,7 @@ PREFIX_TYPES: dict[str, int] = {
     KV_PREFIX: KV_TYPE,
     BIND_PREFIX: BIND_TYPE,
     SESSION_PREFIX: SESSION_TYPE,
+    MEMBER_PREFIX: MEMBER_TYPE,
 }
 
 
@@ -101,6 +105,10 @@ def bind_prefix(topic: str) -> str:
 
 def session_key(client_id: str) -> str:
     return SESSION_PREFIX + _nonempty("client id", client_id)
+
+
+def member_key(raft_addr: str) -> str:
+    return MEMBER_PREFIX + _nonempty("member", raft_addr)
 
 
 # ---- parsers (None when the key is not of that kind or malformed) ---------------------------------

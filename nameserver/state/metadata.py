@@ -421,3 +421,9 @@ class MetadataState:
     def sessions(self) -> list[tuple[str, int]]:
         """(client id, last write ms) of every session, for the leader's idle expiry."""
         return [(cid, s.last_write_ms) for cid, s in self._sessions.items()]
+
+    # ---- members added at runtime ----------------------------------------------------------------
+
+    def member_grpc_addr(self, raft_addr: str) -> str | None:
+        value = _decode(state_pb2.MemberInfo, self.kv.get(keys.member_key(raft_addr)))
+        return value.grpc_addr if value is not None else None

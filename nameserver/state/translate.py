@@ -391,3 +391,17 @@ def expire_sessions(state: MetadataState, now_ms: int, ttl_ms: int, max_sessions
         b.require(key)
         b.delete(keys.SESSION_TYPE, key)
     return b.build()
+
+
+# ---- members --------------------------------------------------------------------------------------
+
+def put_member(state: MetadataState, raft_addr: str, grpc_addr: str) -> Translation:
+    b = _Builder(state)
+    b.put(keys.MEMBER_TYPE, keys.member_key(raft_addr), state_pb2.MemberInfo(grpc_addr=grpc_addr))
+    return b.build()
+
+
+def delete_member(state: MetadataState, raft_addr: str) -> Translation:
+    b = _Builder(state)
+    b.delete(keys.MEMBER_TYPE, keys.member_key(raft_addr))
+    return b.build()

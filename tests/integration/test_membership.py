@@ -1,0 +1,134 @@
+"""Membership changes at runtime: a cluster grows 3 -> 4 -> 5 and shrinks back to 3 while taking writes."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import pytest
+
+from nameserver.cli import nsctl
+from nameserver.pb import api_pb2
+from tests.cluster import Cluster, NodeProc, retry
+
+pytestmark = pytest.mark.cluster
+
+
+class Writer:
+    """Keeps writing through random live nodes; records every acknowledged key."""
+
+    def __init__(self, nodes: list[NodeProc]) -> None:
+        self.nodes = nodes
+        self.acked: dict[str, int] = {}
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            node = self.nodes[i % len(self.nodes)]
+            try:
+                r = node.ns.PutKv(api_pb2.PutKvRequest(namespace="grow", key=f"k{i}", value=str(i)), timeout=3)
+                self.acked[f"k{i}"] = r.offset
+            except grpc.RpcError:
+                self.errors += 1
+            i += 1
+
+    def __enter__(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def members(node: NodeProc) -> list[str]:
+    try:
+        return sorted(m.node_id for m in node.admin.Members(api_pb2.MembersRequest(), timeout=5).members)
+    except grpc.RpcError:
+        return []  # still starting
+
+
+def test_grow_to_five_and_shrink_to_three_while_writing(make_cluster) -> None:
+    c: Cluster = make_cluster(5, start=False)
+    first3 = c.nodes[:3]
+    for n in first3:
+        c._write_config(n, first3)
+    c._write_config(c.nodes[3], c.nodes[:4])
+    c._write_config(c.nodes[4], c.nodes)
+    for n in first3:
+        c.start(n)
+    c.wait_ready(first3)
+    ids = lambda nodes: sorted(n.raft_addr for n in nodes)  # noqa: E731
+    with Writer(first3) as writer:
+        for new, size in ((c.nodes[3], 4), (c.nodes[4], 5)):
+            c.start(new)
+            if size == 4:  # any node accepts the change: a follower forwards it to the leader
+                retry(lambda n=new: first3[1].admin.AddMember(
+                    api_pb2.MemberChangeRequest(node_id=n.raft_addr, grpc_addr=n.grpc_addr), timeout=20), timeout=30)
+            else:  # the operator's way (docs/operations.md)
+                endpoints = ",".join(n.grpc_addr for n in first3)
+                assert nsctl.main(["--endpoints", endpoints, "--timeout", "20", "member", "add", new.raft_addr,
+                                   "--grpc-addr", new.grpc_addr]) == 0
+            c.wait_for(f"{size} members everywhere", lambda s=size: all(
+                len(members(n)) == s for n in c.nodes[:s]), timeout=30)
+            c.wait_converged(c.nodes[:size], timeout=60)
+        assert members(c.nodes[4]) == ids(c.nodes)
+        # the new members serve reads and accept writes (forwarded to the leader)
+        put = retry(lambda: c.nodes[4].ns.PutKv(api_pb2.PutKvRequest(namespace="grow", key="via-n5", value="x"),
+                                                  timeout=5))
+        got = c.nodes[3].ns.GetKv(api_pb2.GetKvRequest(namespace="grow", key="via-n5", min_offset=put.offset),
+                                  timeout=5)
+        assert got.value == "x"
+        # shrink back: remove two members that are not the leader, one at a time
+        for _ in range(2):
+            leader = c.leader()
+            victim = next(n for n in reversed(c.nodes) if n.alive and n is not leader)
+            assert nsctl.main(["--endpoints", leader.grpc_addr, "--timeout", "20", "member", "remove",
+                               victim.raft_addr]) == 0
+            c.kill(victim)
+            rest = [n for n in c.nodes if n.alive]
+            c.wait_for("membership shrunk", lambda r=rest: all(members(n) == ids(r) for n in r), timeout=30)
+        rest = [n for n in c.nodes if n.alive]
+        assert len(rest) == 3
+    sts = c.wait_converged(rest, timeout=60)
+    assert len({s.digest for s in sts}) == 1
+    table = rest[0].ns.ListKv(api_pb2.ListKvRequest(namespace="grow", min_offset=max(writer.acked.values())),
+                              timeout=10).table
+    assert set(writer.acked) <= set(table), "an acknowledged write was lost"
+    assert len(writer.acked) > 20
+    # the shrunk cluster still has a majority and takes writes
+    retry(lambda: rest[0].ns.PutKv(api_pb2.PutKvRequest(namespace="grow", key="after", value="y"), timeout=5))
+
+
+def test_membership_change_errors_are_clear(make_cluster) -> None:
+    c = make_cluster(3)
+    leader = c.wait_ready()
+    with pytest.raises(grpc.RpcError) as err:
+        leader.admin.AddMember(api_pb2.MemberChangeRequest(node_id=leader.raft_addr, grpc_addr=leader.grpc_addr),
+                               timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "already a member" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        leader.admin.RemoveMember(api_pb2.MemberChangeRequest(node_id="127.0.0.1:1"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "not a member" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        leader.admin.AddMember(api_pb2.MemberChangeRequest(node_id="no-port", grpc_addr="127.0.0.1:1"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "node_id" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        leader.admin.RemoveMember(api_pb2.MemberChangeRequest(node_id=leader.raft_addr), timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "transfer leadership" in err.value.details()
+    assert len(members(leader)) == 3
+
+
+def test_transfer_leadership(make_cluster) -> None:
+    c = make_cluster(3)
+    leader = c.wait_ready()
+    target = c.followers()[0]
+    c.wait_converged()
+    reply = retry(lambda: target.admin.TransferLeadership(api_pb2.TransferLeadershipRequest(
+        node_id=target.raft_addr), timeout=10))
+    assert reply.leader_id in (target.raft_addr, "")
+    c.wait_for("the target to lead", lambda: c.leader() is target, timeout=15)
+    assert leader.status().role != api_pb2.ROLE_LEADER
