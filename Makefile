@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run5 test test-slow lint proto setup clean-data
+.PHONY: run run5 test test-slow lint proto setup clean-data faults-consistency demo
 
 setup: $(STAMP)
 
@@ -21,12 +21,19 @@ run: setup
 run5: setup
 	$(PY) -m nameserver.cli.local --nodes 5
 
+demo: setup
+	$(PY) -m nameserver.cli.demo
+
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
+
+# The long consistency run: 20 x 60 s of kills and pauses with recorded histories (docs/consistency.md).
+faults-consistency: setup
+	LIN_RUNS=20 LIN_RUN_SECONDS=60 $(PY) -m pytest -q -s tests/faults/test_bindings_linearizable.py
 
 lint: setup
 	$(PY) -m ruff check .

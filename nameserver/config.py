@@ -18,6 +18,10 @@
     [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent)
     [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
     [archive]   dir = "archive"              (node-side log archive; off when absent)
+    [security]  mode = "dev" | "secure"      (secure: Raft password, TLS and [auth] are mandatory)
+    [tls]       cert_file, key_file, ca_file, client_auth = "none" | "require" (mutual TLS)
+    [auth]      tokens_file (TOML [tokens] "<sha256 hex of token>" = "role"), cert_roles = {CN or SAN = role},
+                peer_role ("peer"), peer_token_file / peer_token_env (this node's token for node-to-node calls)
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ from typing import Any
 
 class ConfigError(Exception):
     pass
+
+
+ROLES = ("broker", "client", "admin", "peer")  # what each may call: nameserver/auth.py
+SECURITY_MODES = ("dev", "secure")
+# grpcio can only ignore client certificates or require them: "request but do not require" is not exposed.
+CLIENT_AUTH = ("none", "require")
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class NodeConfig:
     snapshot_every_seconds: float = 300.0
     snapshots_kept: int = 3
     batch_append: bool = False
+    group_commit_linger_us: int = 2000  # how long the leader waits for more proposals to share an entry
     idle_noop_ms: int = 0          # leader appends a no-op when idle this long (KRaft: 500); 0: off
     password: str | None = field(default=None, repr=False)
     default_timeout_ms: int = 120_000
@@ -66,6 +77,24 @@ class NodeConfig:
     archive_dir: str = ""          # node-side log archive (Parquet segments); empty: off
     session_ttl_ms: int = 3_600_000  # exactly-once client sessions idle longer than this expire
     max_sessions: int = 100_000
+    security_mode: str = "dev"
+    tls_cert_file: str = ""        # this node's certificate: served, and presented to peers as client cert
+    tls_key_file: str = ""
+    tls_ca_file: str = ""          # verifies client certificates and peer nodes
+    tls_client_auth: str = "none"
+    auth_tokens: dict[str, str] = field(default_factory=dict, repr=False)  # sha256 hex of token -> role
+    cert_roles: dict[str, str] = field(default_factory=dict)  # certificate CN or SAN -> role
+    peer_role: str = "peer"        # the role trusted with node-to-node (forwarded) calls
+    peer_token: str | None = field(default=None, repr=False)  # sent to peers as a bearer token
+    remoting_role: str = ""        # the role remoting calls act as; empty: the node's own (peer) rights
+
+    @property
+    def tls_enabled(self) -> bool:
+        return bool(self.tls_cert_file)
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth_tokens or self.cert_roles)
 
     @property
     def partners(self) -> list[str]:
@@ -80,13 +109,14 @@ class NodeConfig:
 
 _SECTIONS: dict[str, tuple[str, ...]] = {
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
-             "snapshots_kept", "batch_append", "idle_noop_ms"),
+             "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us"),
     "liveness": ("default_timeout_ms", "scan_interval_ms", "forward_interval_ms"),
     "routes": ("order_message_enable", "zone_mode"),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
     "sessions": ("session_ttl_ms", "max_sessions"),
 }
 # Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.
+# ([remoting] role, [security], [tls] and [auth] are read by _security.)
 _LISTENERS = {"remoting": ("listen", "remoting_addr"), "metrics": ("listen", "metrics_addr"),
               "archive": ("dir", "archive_dir")}
 
@@ -116,7 +146,8 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         if key in doc.get(section, {}):
             kwargs[attr] = str(doc[section][key])
     raft = doc.get("raft", {})
-    kwargs["password"] = _secret(raft.get("password_file"), raft.get("password_env"), base)
+    kwargs["password"] = _secret(raft.get("password_file"), raft.get("password_env"), base, "raft.password")
+    _security(doc, base, kwargs)
     for key, value in (overrides or {}).items():
         if value is not None:
             kwargs[key] = value
@@ -135,21 +166,89 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         raise ConfigError("raft.election_min_ms must be positive and below raft.election_max_ms")
     if cfg.scan_interval_ms < 100:
         raise ConfigError("liveness.scan_interval_ms must be >= 100")
+    _check_security(cfg)
     return cfg
 
 
-def _secret(file_path: str | None, env_name: str | None, base: str) -> str | None:
+def _security(doc: dict[str, Any], base: str, kwargs: dict[str, Any]) -> None:
+    """[security], [tls], [auth] and [remoting] role into kwargs; files resolved against the config's dir."""
+    kwargs["security_mode"] = str(doc.get("security", {}).get("mode", "dev"))
+    tls, auth = doc.get("tls", {}), doc.get("auth", {})
+    for key in ("cert_file", "key_file", "ca_file"):
+        if tls.get(key):
+            kwargs[f"tls_{key}"] = _path(str(tls[key]), base)
+    kwargs["tls_client_auth"] = str(tls.get("client_auth", "none"))
+    if auth.get("tokens_file"):
+        kwargs["auth_tokens"] = _tokens(_path(str(auth["tokens_file"]), base))
+    roles = auth.get("cert_roles", {})
+    if not isinstance(roles, dict):
+        raise ConfigError("auth.cert_roles must be a table of identity = role")
+    kwargs["cert_roles"] = {str(k): str(v) for k, v in roles.items()}
+    kwargs["peer_role"] = str(auth.get("peer_role", "peer"))
+    kwargs["peer_token"] = _secret(auth.get("peer_token_file"), auth.get("peer_token_env"), base, "auth.peer_token")
+    kwargs["remoting_role"] = str(doc.get("remoting", {}).get("role", ""))
+
+
+def _tokens(path: str) -> dict[str, str]:
+    """The tokens file holds only SHA-256 hashes of tokens (`python -m nameserver.auth hash` makes one)."""
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f).get("tokens", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"auth.tokens_file: {exc}") from exc
+    out: dict[str, str] = {}
+    for digest, role in table.items():
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest.lower()):
+            # never echo the key: it may be a plaintext token pasted by mistake
+            raise ConfigError("auth.tokens_file: every key must be the SHA-256 hex digest of a token")
+        out[digest.lower()] = str(role)
+    return out
+
+
+def _check_security(cfg: NodeConfig) -> None:
+    if cfg.security_mode not in SECURITY_MODES:
+        raise ConfigError(f"security.mode must be one of {', '.join(SECURITY_MODES)}")
+    if cfg.tls_client_auth not in CLIENT_AUTH:
+        raise ConfigError(f"tls.client_auth must be one of {', '.join(CLIENT_AUTH)} (grpcio cannot make "
+                          "client certificates optional: use \"none\" with tokens, or \"require\")")
+    if bool(cfg.tls_cert_file) != bool(cfg.tls_key_file):
+        raise ConfigError("tls.cert_file and tls.key_file go together")
+    if cfg.tls_client_auth != "none" and not (cfg.tls_enabled and cfg.tls_ca_file):
+        raise ConfigError("tls.client_auth needs tls.cert_file, tls.key_file and tls.ca_file")
+    if cfg.cert_roles and cfg.tls_client_auth == "none":
+        raise ConfigError("auth.cert_roles needs client certificates: set tls.client_auth")
+    for where, role in ([("auth.tokens_file", r) for r in cfg.auth_tokens.values()]
+                        + [("auth.cert_roles", r) for r in cfg.cert_roles.values()]
+                        + [("auth.peer_role", cfg.peer_role)]
+                        + ([("remoting.role", cfg.remoting_role)] if cfg.remoting_role else [])):
+        if role not in ROLES:
+            raise ConfigError(f"{where}: unknown role {role!r} (roles: {', '.join(ROLES)})")
+    if cfg.security_mode == "secure":
+        if not cfg.password:
+            raise ConfigError('security.mode = "secure" needs a Raft password: set raft.password_file '
+                              "or raft.password_env")
+        if not cfg.tls_enabled:
+            raise ConfigError('security.mode = "secure" needs TLS: set tls.cert_file and tls.key_file')
+        if not cfg.auth_enabled:
+            raise ConfigError('security.mode = "secure" needs callers\' identities: set auth.tokens_file '
+                              "or auth.cert_roles")
+
+
+def _path(p: str, base: str) -> str:
+    return p if os.path.isabs(p) else os.path.join(base, p)
+
+
+def _secret(file_path: str | None, env_name: str | None, base: str, name: str) -> str | None:
     """Secrets come from a file or an environment variable, never from the config text itself."""
     if file_path:
-        p = file_path if os.path.isabs(file_path) else os.path.join(base, file_path)
         try:
-            with open(p) as f:
+            with open(_path(file_path, base)) as f:
                 return f.read().strip() or None
         except OSError as exc:
-            raise ConfigError(f"raft.password_file: {exc}") from exc
+            raise ConfigError(f"{name}_file: {exc}") from exc
     if env_name:
         value = os.environ.get(env_name)
         if not value:
-            raise ConfigError(f"raft.password_env: environment variable {env_name} is not set")
+            raise ConfigError(f"{name}_env: environment variable {env_name} is not set")
         return value
     return None

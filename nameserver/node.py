@@ -93,6 +93,7 @@ class NameServerNode:
                 election_min_s=cfg.election_min_ms / 1000,
                 election_max_s=cfg.election_max_ms / 1000,
                 batch_append=cfg.batch_append,
+                group_linger_s=cfg.group_commit_linger_us / 1e6,
                 password=cfg.password,
             ),
             StateMachineAdapter(self.state), self.store, self.lock)

@@ -1,0 +1,1 @@
+"""Benchmarks run against a live cluster (start one with `make run`)."""
