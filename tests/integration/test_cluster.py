@@ -283,3 +283,31 @@ def test_corrupt_snapshot_on_restart_is_refused_loudly(make_cluster) -> None:
     with pytest.raises(grpc.RpcError) as err:  # reads refuse rather than serve a state it cannot trust
         node.ns.GetKv(api_pb2.GetKvRequest(namespace="n", key="k1"), timeout=5)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_health_check_of_a_restarting_node_goes_not_serving_then_serving(make_cluster) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    c = make_cluster()
+    c.wait_ready()
+    node = c.followers()[0]
+    for i in range(200):
+        c.leader().ns.PutKv(api_pb2.PutKvRequest(namespace="h", key=f"k{i}", value="v" * 200), timeout=5)
+    c.kill(node)
+    c.start(node)
+    seen: list[int] = []
+    deadline = time.monotonic() + 30
+    with grpc.insecure_channel(node.grpc_addr) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline and health_pb2.HealthCheckResponse.SERVING not in seen:
+            try:  # the standard health service, as any gRPC tool or load balancer asks it
+                for msg in stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=10):
+                    seen.append(msg.status)
+                    if msg.status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+            except grpc.RpcError:
+                time.sleep(0.02)  # not listening yet
+    assert seen and seen[0] == health_pb2.HealthCheckResponse.NOT_SERVING, seen
+    assert seen[-1] == health_pb2.HealthCheckResponse.SERVING, seen
+    st = node.status()
+    assert st.ready and st.apply_offset >= 200

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 
 import grpc
 import pytest
@@ -207,3 +208,31 @@ def test_idle_sessions_expire_through_records(make_cluster) -> None:
                   metadata=[("x-client-id", "idle"), ("x-client-seq", "1")])
     assert node.status().keys == 2  # the KV and the client's session
     c.wait_for("the idle session to expire", lambda: node.status().keys == 1, timeout=10)
+
+
+def test_bind_retried_after_killing_the_leader_mid_call_applies_once(make_cluster) -> None:
+    """A must-not-exist bind applied twice would fail its retry; exactly-once returns the first result."""
+    c = make_cluster()
+    c.wait_ready()
+    for attempt in range(4):
+        leader = c.wait_ready([n for n in c.nodes if n.alive])
+        via = next(n for n in c.nodes if n.alive and n is not leader)
+        md = [("x-client-id", "mid-call"), ("x-client-seq", str(attempt + 1))]
+        req = api_pb2.BindQueueRequest(topic="Mid", queue_id=attempt, owner=f"owner-{attempt}")
+        future = via.ns.BindQueue.future(req, timeout=5, metadata=md)
+        time.sleep(0.001 * attempt)  # vary where the kill lands: before, during, after the commit
+        c.kill(leader)
+        try:
+            first = future.result()
+        except grpc.RpcError as exc:
+            assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), exc
+            first = None
+        survivors = [n for n in c.nodes if n is not leader]
+        again = retry(lambda s=survivors, r=req, m=md: s[0].ns.BindQueue(r, timeout=5, metadata=m), timeout=30)
+        assert again.binding.epoch == 1 and again.binding.owner == f"owner-{attempt}"  # applied exactly once
+        if first is not None:
+            assert again.offset == first.offset
+        got = survivors[1].ns.GetBinding(api_pb2.GetBindingRequest(topic="Mid", queue_id=attempt), timeout=10)
+        assert got.binding.epoch == 1 and got.binding.version == again.offset
+        c.start(leader)
+        c.wait_converged(c.nodes, timeout=60)
