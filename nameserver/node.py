@@ -334,7 +334,11 @@ class NameServerNode:
         with self._channels_lock:
             if addr not in self._channels:
                 opts = [("grpc.max_send_message_length", self.cfg.max_message_bytes),
-                        ("grpc.max_receive_message_length", self.cfg.max_message_bytes)]
+                        ("grpc.max_receive_message_length", self.cfg.max_message_bytes),
+                        # a restarted peer must be reachable again within a second, not after
+                        # gRPC's default exponential backoff (up to 120 s)
+                        ("grpc.initial_reconnect_backoff_ms", 100),
+                        ("grpc.max_reconnect_backoff_ms", 1000)]
                 # TLS and this node's peer credential when security is on (nameserver/tlsconf.py)
                 self._channels[addr] = tlsconf.peer_channel(self.cfg, addr, opts)
             return self._channels[addr]

@@ -10,6 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from nameserver import auth, tlsconf
 from nameserver.config import NodeConfig
 from nameserver.logservice import LogService
 from nameserver.metrics import IdleNoop, LeaderWatch, MetricsEndpoint, NodeMetrics
@@ -35,7 +36,11 @@ class Server:
                 ("grpc.so_reuseport", 0)]
         # Prometheus metrics (nameserver/metrics.py): RPCs are counted by an interceptor.
         self.metrics = NodeMetrics(self.node) if cfg.metrics_addr else None
-        interceptors = [self.metrics.interceptor()] if self.metrics is not None else []
+        interceptors: list[grpc.ServerInterceptor] = [self.metrics.interceptor()] if self.metrics is not None else []
+        # Auth runs inside metrics, so refused calls are counted too (nameserver/auth.py).
+        authz = auth.interceptor(cfg)
+        if authz is not None:
+            interceptors.append(authz)
         self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers,
                                                            thread_name_prefix="grpc"), options=opts,
                                 interceptors=interceptors)
@@ -46,7 +51,10 @@ class Server:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(SERVICE_NAMES + (health.SERVICE_NAME, reflection.SERVICE_NAME),
                                             self.grpc)
-        if self.grpc.add_insecure_port(cfg.grpc_addr) == 0:
+        creds = tlsconf.server_credentials(cfg)
+        port = (self.grpc.add_secure_port(cfg.grpc_addr, creds) if creds is not None
+                else self.grpc.add_insecure_port(cfg.grpc_addr))
+        if port == 0:
             raise OSError(f"cannot listen on {cfg.grpc_addr}")
         # Optional listeners started and stopped with the node (each has start() and stop()):
         # the RocketMQ remoting listener, the Prometheus endpoint, the log archiver.
@@ -69,8 +77,10 @@ class Server:
         for extra in self.extras:
             extra.start()
         self._health_thread.start()
-        log.info("node %s serving gRPC on %s (data in %s)", self.cfg.raft_addr, self.cfg.grpc_addr,
-                 self.cfg.data_dir)
+        log.info("node %s serving gRPC on %s (data in %s; security %s, TLS %s, client certificates %s, "
+                 "auth %s)", self.cfg.raft_addr, self.cfg.grpc_addr, self.cfg.data_dir, self.cfg.security_mode,
+                 "on" if self.cfg.tls_enabled else "off", self.cfg.tls_client_auth,
+                 "on" if self.cfg.auth_enabled else "off")
 
     def _set_health(self, ready: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING

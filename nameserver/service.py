@@ -242,12 +242,11 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def GetBrokerMemberGroup(self, request: api_pb2.GetBrokerMemberGroupRequest,
                              context: grpc.ServicerContext) -> api_pb2.GetBrokerMemberGroupReply:
         validation.validate_name(request.broker_name, "broker_name")
-        addrs, offset = self._read(
+        group, offset = self._read(
             context, lambda s: s.broker_member_group(request.cluster_name, request.broker_name),
             request.min_offset)
-        return api_pb2.GetBrokerMemberGroupReply(cluster_name=request.cluster_name,
-                                                 broker_name=request.broker_name, addrs=addrs,
-                                                 apply_offset=offset)
+        group.apply_offset = offset
+        return group
 
     # ---- KV ------------------------------------------------------------------------------------
 

@@ -42,6 +42,8 @@ class NodeProc:
     remoting_addr: str = ""  # host:port of the RocketMQ remoting listener when made with remoting=True
     proc: subprocess.Popen | None = None
     channel: grpc.Channel | None = field(default=None, repr=False)
+    # How tests reach the node (TLS, tokens) when the cluster was made with `connect=`; default plaintext.
+    connect: Callable[[str, list], grpc.Channel] | None = field(default=None, repr=False)
 
     @property
     def ns(self) -> api_pb2_grpc.NameServerStub:
@@ -53,8 +55,9 @@ class NodeProc:
 
     def _channel(self) -> grpc.Channel:
         if self.channel is None:
-            self.channel = grpc.insecure_channel(self.grpc_addr, options=[
-                ("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)])
+            opts = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+            self.channel = (self.connect(self.grpc_addr, opts) if self.connect is not None
+                            else grpc.insecure_channel(self.grpc_addr, options=opts))
         return self.channel
 
     def status(self, timeout: float = 1.0) -> api_pb2.NodeStatus | None:
@@ -70,8 +73,12 @@ class NodeProc:
 
 class Cluster:
     def __init__(self, root: str, size: int = 3, metrics: bool = False, remoting: bool = False,
-                 **settings: Any) -> None:
+                 security: dict | Callable[[NodeProc], dict] | None = None,
+                 connect: Callable[[str, list], grpc.Channel] | None = None, **settings: Any) -> None:
+        """`security`: extra TOML sections ({"tls": {...}, "raft": {"password_file": ...}}), or a function of
+        the node giving them; `connect(addr, options)`: the channel tests use to reach a node."""
         self.root = root
+        self.security = security
         self.settings = {"default_timeout_ms": 120000, "scan_interval_ms": 1000,
                          "snapshot_every_entries": 10000, "snapshot_every_seconds": 300} | settings
         ports = free_ports(2 * size)
@@ -83,13 +90,15 @@ class Cluster:
         for n, port in zip(self.nodes, free_ports(size) if remoting else [], strict=False):
             n.remoting_addr = f"127.0.0.1:{port}"
         for n in self.nodes:
+            n.connect = connect
             self._write_config(n)
 
-    def _write_config(self, node: NodeProc) -> None:
+    def _write_config(self, node: NodeProc, members: list[NodeProc] | None = None) -> None:
+        """Write a node's TOML; `members` (default: every node) is its initial cluster membership."""
         s = self.settings
         lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
                  f'data_dir = "{node.name}-data"', ""]
-        for m in self.nodes:
+        for m in members or self.nodes:
             lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"', ""]
         lines += ["[liveness]", f"default_timeout_ms = {s['default_timeout_ms']}",
                   f"scan_interval_ms = {s['scan_interval_ms']}", "",
@@ -103,6 +112,14 @@ class Cluster:
             lines.insert(lines.index("[raft]") + 1, "idle_noop_ms = 500")
         if node.remoting_addr:
             lines += ["[remoting]", f'listen = "{node.remoting_addr}"', ""]
+        sections = self.security(node) if callable(self.security) else self.security
+        for section, table in (sections or {}).items():
+            body = [f"{k} = {_toml(v)}" for k, v in table.items()]
+            if f"[{section}]" in lines:  # a section written above: add to it (TOML forbids a second header)
+                at = lines.index(f"[{section}]") + 1
+                lines[at:at] = body
+            else:
+                lines += [f"[{section}]", *body, ""]
         with open(node.config_path, "w") as f:
             f.write("\n".join(lines))
 
@@ -196,6 +213,16 @@ class Cluster:
     def followers(self) -> list[NodeProc]:
         leader = self.leader()
         return [n for n in self.nodes if n.alive and n is not leader]
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def register_request(cluster: str, name: str, addr: str, topics: list[str], broker_id: int = 0,

@@ -1,6 +1,7 @@
 """nsctl: the operator CLI of the Raft-replicated nameserver.
 
-    nsctl [--endpoints host:port,...] [--json] [--timeout SECONDS] COMMAND ...
+    nsctl [--endpoints host:port,...] [--json] [--timeout SECONDS] [--tls-ca CA [--tls-cert C --tls-key K]]
+          [--token-file FILE (or env NSCTL_TOKEN)] COMMAND ...
 
 Any node accepts any call (writes are forwarded to the leader), so a single call tries the endpoints in
 order until one answers; `status` asks every endpoint.
@@ -542,6 +543,12 @@ def cmd_broker_heartbeat(ctx: Context, args: argparse.Namespace) -> int:
     return 1 if reply.unknown_addrs else 0
 
 
+def cmd_broker_simulate(ctx: Context, args: argparse.Namespace) -> int:
+    from nameserver.cli import simulate
+
+    return simulate.run(ctx.endpoints, args, ctx.timeout)
+
+
 # ---- topics and permissions ----
 
 
@@ -698,6 +705,9 @@ def _add_broker_commands(b: _Builder, sub: Any) -> None:
     _add_broker_identity(unregister, with_id=True)
     heartbeat = b.command(broker, "heartbeat", cmd_broker_heartbeat, "send one heartbeat")
     _add_broker_identity(heartbeat, with_id=False)
+    from nameserver.cli import simulate  # the client library's broker fleet (docs/client.md)
+
+    simulate.add_arguments(b.command(broker, "simulate", cmd_broker_simulate, "run N simulated brokers"))
 
 
 def _add_admin_commands(b: _Builder, sub: Any) -> None:

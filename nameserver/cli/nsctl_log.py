@@ -20,7 +20,15 @@ from typing import Any
 
 import grpc
 
-from nameserver.cli.nsctl import CommandError, Context, UsageError, _status_code, _status_details, emit_json
+from nameserver.cli.nsctl import (
+    CommandError,
+    Context,
+    UsageError,
+    _status_code,
+    _status_details,
+    emit_json,
+    open_channel,
+)
 from nameserver.logservice import TO_OFFSET_HEADER
 from nameserver.pb import api_pb2, api_pb2_grpc
 
@@ -54,7 +62,7 @@ def _read_range(ctx: Context, out: str, first: int, last: int | None, batch: int
             break
         endpoint = ctx.endpoints[attempt % len(ctx.endpoints)]
         try:
-            with grpc.insecure_channel(endpoint, options=_CHANNEL_OPTIONS) as channel:
+            with open_channel(ctx, endpoint, _CHANNEL_OPTIONS) as channel:  # TLS and token as nsctl's
                 call = api_pb2_grpc.LogStub(channel).ReadLog(
                     api_pb2.ReadLogRequest(from_offset=cursor, to_offset=last or 0, max_batch=batch),
                     timeout=STREAM_TIMEOUT_S)
@@ -80,7 +88,8 @@ def _read_range(ctx: Context, out: str, first: int, last: int | None, batch: int
         upto = "the commit offset" if last is None else str(last)
         raise CommandError("UNAVAILABLE", f"offsets {cursor}..{upto} could not be exported "
                                           f"({'; '.join(errors)})")
-    result.ranges.append([first, last])
+    if last >= first:  # else the log ends before `first`: nothing to export yet
+        result.ranges.append([first, last])
 
 
 def cmd_log_export(ctx: Context, args: argparse.Namespace) -> int:
@@ -119,7 +128,7 @@ def cmd_state_dump(ctx: Context, args: argparse.Namespace) -> int:
     failures: list[str] = []
     for endpoint in ctx.endpoints:
         try:
-            info = _dump_from(endpoint, args.out, write_dump)
+            info = _dump_from(ctx, endpoint, args.out, write_dump)
         except grpc.RpcError as err:
             if os.path.exists(path):
                 os.unlink(path)  # a broken stream leaves no half dump behind
@@ -136,8 +145,8 @@ def cmd_state_dump(ctx: Context, args: argparse.Namespace) -> int:
     raise CommandError("UNAVAILABLE", f"no endpoint answered ({'; '.join(failures)})")
 
 
-def _dump_from(endpoint: str, out: str, write_dump: Any) -> Any:
-    with grpc.insecure_channel(endpoint, options=_CHANNEL_OPTIONS) as channel:
+def _dump_from(ctx: Context, endpoint: str, out: str, write_dump: Any) -> Any:
+    with open_channel(ctx, endpoint, _CHANNEL_OPTIONS) as channel:
         stream = api_pb2_grpc.LogStub(channel).DumpState(api_pb2.DumpStateRequest(), timeout=STREAM_TIMEOUT_S)
         first = next(stream)
 

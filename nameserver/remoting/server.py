@@ -12,8 +12,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import grpc
-
+from nameserver import tlsconf
 from nameserver.config import NodeConfig
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command, FrameError
@@ -45,9 +44,10 @@ class RemotingServer:
                  call_timeout_s: float | None = None) -> None:
         self.listen_addr = listen_addr or cfg.remoting_addr
         self.max_frame = max_frame_bytes
-        self._channel = grpc.insecure_channel(grpc_target or local_target(cfg.grpc_addr), options=[
+        # Our own gRPC endpoint, with the node's peer credential (TLS/auth) acting as [remoting] role.
+        self._channel = tlsconf.peer_channel(cfg, grpc_target or local_target(cfg.grpc_addr), options=[
             ("grpc.max_send_message_length", cfg.max_message_bytes),
-            ("grpc.max_receive_message_length", 256 << 20)])
+            ("grpc.max_receive_message_length", 256 << 20)], as_role=cfg.remoting_role)
         self.handlers = Handlers(self._channel, cfg, call_timeout_s or cfg.write_timeout_ms / 1000)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="remoting")
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -134,6 +134,10 @@ def test_kv_and_topic_admin_round_trip(make_cluster) -> None:
     listed = a.ns.ListKv(api_pb2.ListKvRequest(namespace="ORDER_TOPIC_CONFIG", min_offset=put.offset), timeout=5)
     assert dict(listed.table) == {"T1": "broker-a:4"}
     reg = a.ns.RegisterBroker(register_request("C", "broker-a", "10.0.0.1:10911", ["T1", "T2"]), timeout=10)
+    group = b.ns.GetBrokerMemberGroup(api_pb2.GetBrokerMemberGroupRequest(
+        cluster_name="C", broker_name="broker-a", min_offset=reg.offset), timeout=5)
+    assert [(x.broker_id, x.addr) for x in group.addrs] == [(0, "10.0.0.1:10911")]
+    assert group.apply_offset >= reg.offset
     wiped = a.ns.WipeWritePerm(api_pb2.BrokerPermRequest(broker_name="broker-a"), timeout=10)
     assert wiped.topic_count == 2
     route = b.ns.GetRoute(api_pb2.GetRouteRequest(topic="T1", min_offset=wiped.offset), timeout=5)
@@ -290,24 +294,37 @@ def test_health_check_of_a_restarting_node_goes_not_serving_then_serving(make_cl
 
     c = make_cluster()
     c.wait_ready()
-    node = c.followers()[0]
     for i in range(200):
         c.leader().ns.PutKv(api_pb2.PutKvRequest(namespace="h", key=f"k{i}", value="v" * 200), timeout=5)
-    c.kill(node)
-    c.start(node)
-    seen: list[int] = []
-    deadline = time.monotonic() + 30
-    with grpc.insecure_channel(node.grpc_addr) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while time.monotonic() < deadline and health_pb2.HealthCheckResponse.SERVING not in seen:
-            try:  # the standard health service, as any gRPC tool or load balancer asks it
-                for msg in stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=10):
-                    seen.append(msg.status)
-                    if msg.status == health_pb2.HealthCheckResponse.SERVING:
-                        break
-            except grpc.RpcError:
-                time.sleep(0.02)  # not listening yet
-    assert seen and seen[0] == health_pb2.HealthCheckResponse.NOT_SERVING, seen
-    assert seen[-1] == health_pb2.HealthCheckResponse.SERVING, seen
+    node, others = c.nodes[0], c.nodes[1:]
+    for n in c.nodes:
+        c.kill(n, signal.SIGTERM)
+    c.start(node)  # back alone: it cannot know it has caught up until a quorum answers
+    statuses: list[int] = []
+    opts = [("grpc.initial_reconnect_backoff_ms", 20), ("grpc.max_reconnect_backoff_ms", 100)]
+    with grpc.insecure_channel(node.grpc_addr, options=opts) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)  # the standard service any gRPC tool or balancer asks
+        request = health_pb2.HealthCheckRequest(service="")
+        c.wait_for("the restarted node to answer health checks",
+                   lambda: _health(stub, request) is not None, timeout=30)
+        stream = stub.Watch(request, timeout=60)
+        statuses.append(next(stream).status)
+        time.sleep(1.0)  # still alone: still not serving
+        for n in others:
+            c.start(n)
+        for msg in stream:
+            statuses.append(msg.status)
+            if msg.status == health_pb2.HealthCheckResponse.SERVING:
+                break
+        stream.cancel()
+    assert statuses[0] == health_pb2.HealthCheckResponse.NOT_SERVING, statuses
+    assert statuses[-1] == health_pb2.HealthCheckResponse.SERVING, statuses
     st = node.status()
     assert st.ready and st.apply_offset >= 200
+
+
+def _health(stub, request):
+    try:
+        return stub.Check(request, timeout=1).status
+    except grpc.RpcError:
+        return None

@@ -1,0 +1,196 @@
+"""Who may call what: roles from client certificates or bearer tokens, checked by a server interceptor.
+
+    broker  RegisterBroker, RegisterBrokerStream, UnregisterBroker, Heartbeat
+    client  GetRoute, GetClusterInfo, GetTopicList, GetBrokerMemberGroup, GetKv, ListKv, GetBinding,
+            ListBindings, Watch
+    admin   everything except ReadIndex (node-to-node only)
+    peer    everything: other nodes (forwarded writes, heartbeats, read indexes) and this node's
+            remoting listener
+
+Health checking and reflection stay open. A call without a credential fails UNAUTHENTICATED (so does a
+bad token); an authenticated caller without the right fails PERMISSION_DENIED. Either way the method
+never runs, so nothing changes. A follower authorizes the original caller, then forwards with its peer
+credential and the x-rip18-forwarded header; that header is honoured only from the peer role.
+
+`python -m nameserver.auth hash < token` prints the SHA-256 digest to put in the tokens file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from nameserver.config import ROLES, NodeConfig
+from nameserver.node import FORWARDED_HEADER
+from nameserver.pb import api_pb2
+from nameserver.tlsconf import AS_ROLE_HEADER, AUTHORIZATION
+
+_NS = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
+BROKER_METHODS = frozenset(f"/{_NS}/{m}" for m in (
+    "RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "Heartbeat"))
+CLIENT_METHODS = frozenset(f"/{_NS}/{m}" for m in (
+    "GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
+    "ListBindings", "Watch"))
+PEER_ONLY = frozenset({f"/{_NS}/ReadIndex"})
+OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
+                 "grpc.reflection.v1.ServerReflection")
+
+
+def allowed(role: str, method: str) -> bool:
+    """The role table. `method` is the full gRPC name, /package.Service/Method."""
+    if role == "peer":
+        return True
+    if role == "admin":
+        return method not in PEER_ONLY
+    if role == "broker":
+        return method in BROKER_METHODS
+    if role == "client":
+        return method in CLIENT_METHODS
+    return False
+
+
+def is_open(method: str) -> bool:
+    return method.lstrip("/").rpartition("/")[0] in OPEN_SERVICES
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.strip().encode()).hexdigest()
+
+
+class Denied(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Caller:
+    role: str
+    via: str  # "token" or "cert:<identity>", for messages (never the token itself)
+
+
+class Authorizer:
+    def __init__(self, cfg: NodeConfig) -> None:
+        self.tokens = dict(cfg.auth_tokens)
+        self.cert_roles = dict(cfg.cert_roles)
+        self.peer_role = cfg.peer_role
+
+    def caller(self, metadata: dict[str, str], auth_context: dict[str, list[bytes]]) -> Caller:
+        """A bearer token, when sent, decides; else the client certificate's CN, then its SANs."""
+        header = metadata.get(AUTHORIZATION)
+        if header is not None:
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Denied(grpc.StatusCode.UNAUTHENTICATED, "authorization must be 'Bearer <token>'")
+            role = self.tokens.get(hash_token(token))
+            if role is None:
+                raise Denied(grpc.StatusCode.UNAUTHENTICATED, "unknown token")
+            return Caller(role, "token")
+        names = [v.decode(errors="replace") for key in ("x509_common_name", "x509_subject_alternative_name")
+                 for v in auth_context.get(key, [])]
+        if not names:
+            raise Denied(grpc.StatusCode.UNAUTHENTICATED,
+                         "no credentials: send a client certificate or 'authorization: Bearer <token>'")
+        for name in names:
+            if name in self.cert_roles:
+                return Caller(self.cert_roles[name], f"cert:{name}")
+        # A certificate the CA signed is authenticated, but no role was granted to it.
+        raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"certificate {names[0]!r} has no role")
+
+    def check(self, method: str, metadata: dict[str, str], auth_context: dict[str, list[bytes]]) -> Caller | None:
+        """Raise Denied unless the call may run; the caller (None for open services)."""
+        if is_open(method):
+            return None
+        caller = self.caller(metadata, auth_context)
+        role = caller.role
+        is_peer = role == "peer" or role == self.peer_role
+        if FORWARDED_HEADER in metadata and not is_peer:
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED, "only peer nodes may send forwarded calls")
+        acting = metadata.get(AS_ROLE_HEADER)
+        if acting is not None:  # a peer speaking for a less trusted caller (the remoting listener)
+            if not is_peer or acting not in ROLES:
+                raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"cannot act as role {acting!r}")
+            role, is_peer = acting, acting == "peer"
+        if not (is_peer or allowed(role, method)):
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"role {role} ({caller.via}) may not call {method}")
+        return caller
+
+
+class AuthInterceptor(grpc.ServerInterceptor):
+    """Checks every call before its handler runs. Placed after the metrics interceptor so that refused
+    calls are still counted (by their status code)."""
+
+    def __init__(self, authorizer: Authorizer) -> None:
+        self.authorizer = authorizer
+
+    def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails
+                          ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or is_open(method):
+            return handler
+        metadata = {k: v for k, v in handler_call_details.invocation_metadata or () if isinstance(v, str)}
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(handler.unary_unary, method, metadata),
+                handler.request_deserializer, handler.response_serializer)
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                self._stream(handler.unary_stream, method, metadata),
+                handler.request_deserializer, handler.response_serializer)
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                self._unary(handler.stream_unary, method, metadata),
+                handler.request_deserializer, handler.response_serializer)
+        if handler.stream_stream:
+            return grpc.stream_stream_rpc_method_handler(
+                self._stream(handler.stream_stream, method, metadata),
+                handler.request_deserializer, handler.response_serializer)
+        return handler
+
+    def _check(self, method: str, metadata: dict[str, str], context: grpc.ServicerContext) -> None:
+        try:
+            self.authorizer.check(method, metadata, context.auth_context())
+        except Denied as exc:
+            context.abort(exc.code, str(exc))
+
+    def _unary(self, behavior: Callable, method: str, metadata: dict[str, str]) -> Callable:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            self._check(method, metadata, context)  # before a client stream is read at all
+            return behavior(request, context)
+
+        return wrapped
+
+    def _stream(self, behavior: Callable, method: str, metadata: dict[str, str]) -> Callable:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            self._check(method, metadata, context)
+            yield from behavior(request, context)
+
+        return wrapped
+
+
+def interceptor(cfg: NodeConfig) -> AuthInterceptor | None:
+    """None when [auth] is not configured (dev mode: every call is allowed)."""
+    return AuthInterceptor(Authorizer(cfg)) if cfg.auth_enabled else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["hash"]:
+        print("usage: python -m nameserver.auth hash < token-file", file=sys.stderr)
+        return 2
+    token = sys.stdin.read().strip()
+    if not token:
+        print("nameserver.auth: empty token on stdin", file=sys.stderr)
+        return 2
+    print(hash_token(token))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
