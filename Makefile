@@ -25,6 +25,7 @@ demo: setup
 	$(PY) -m nameserver.cli.demo
 
 test: setup
+	scripts/ensure-debian-package.sh default-jre-headless java   # PySpark (pipeline/) runs on a JVM
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 

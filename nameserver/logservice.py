@@ -10,14 +10,13 @@ under the state lock in O(keys) pointer copies, then sorted and chunked outside 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 
 import grpc
 
 from nameserver.node import NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
-from raftlog.history import Compacted, EntryHistory
+from raftlog.history import Compacted
 
 log = logging.getLogger("nameserver.logservice")
 
@@ -26,28 +25,9 @@ MAX_BATCH = 5000
 DUMP_CHUNK_ITEMS = 1000
 DUMP_CHUNK_BYTES = 1 << 20
 WAIT_CAP_S = 30.0
-SETTLE_S = 0.1
 # Initial metadata of ReadLog: the last offset the stream covers (to_offset, resolved) and the oldest kept.
 TO_OFFSET_HEADER = "x-log-to-offset"
 FIRST_KEPT_HEADER = "x-log-first-kept"
-
-
-def _settle(history: EntryHistory, to: int, wait_s: float = SETTLE_S) -> None:
-    """Let the apply thread finish recording entry `to` in the history ring.
-
-    The apply thread publishes its apply offset before it appends the entry to the ring, so a reader
-    woken by the offset can briefly miss the last entry. Appends are in order: once an entry at or past
-    `to` is in the ring, nothing <= `to` is missing. When none arrives within `wait_s`, the offsets up to
-    `to` after the last entry are pysyncobj's own (no entry of ours), and there is nothing to wait for.
-    """
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            if history.after(to - 1, limit=1):
-                return
-        except Compacted:
-            return  # the stream reports it
-        time.sleep(0.001)
 
 
 class LogService(api_pb2_grpc.LogServicer):
@@ -77,7 +57,6 @@ class LogService(api_pb2_grpc.LogServicer):
             context.set_trailing_metadata((("x-apply-offset", str(applier.apply_offset)),))
             context.abort(grpc.StatusCode.UNAVAILABLE,
                           f"node applied up to {applier.apply_offset}, below to_offset {to}")
-        _settle(applier.history, to)
         limit = min(request.max_batch or DEFAULT_BATCH, MAX_BATCH)
         context.send_initial_metadata(((TO_OFFSET_HEADER, str(to)),
                                        (FIRST_KEPT_HEADER, str(applier.history.first_kept))))

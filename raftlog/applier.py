@@ -169,6 +169,8 @@ class Applier:
         changes: list[Change] = []
         with self.lock:
             results = self.fsm.apply_entry(index, entry, changes)
+        applied = AppliedEntry(index, entry.term, data, tuple(changes))
+        self.history.append(applied)  # before the offset moves: a reader at that offset finds it here
         self._publish(index, entry.term)
         for batch, result in zip(entry.batches, results, strict=True):
             if batch.request_id:
@@ -177,8 +179,6 @@ class Applier:
                 if w is not None:
                     w.applied = Applied(index, result, entry.term)
                     w.event.set()
-        applied = AppliedEntry(index, entry.term, data, tuple(changes))
-        self.history.append(applied)
         for listener in self.entry_listeners:
             try:
                 listener(applied)

@@ -13,6 +13,7 @@ checks that its brokers exist, which depends on the state.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
@@ -43,6 +44,18 @@ class Translation:
     def empty(self) -> bool:
         """Nothing changed: do not propose; answer with the current apply offset."""
         return not self.batch.records
+
+
+# Request-id prefixes that tell an expiry from an unregister in the log (they write the same records);
+# the Spark report reads them (pipeline/records.py).
+EXPIRE_TAG = "expire/"
+UNREGISTER_TAG = "unregister/"
+
+
+def _tagged(t: Translation, tag: str) -> Translation:
+    if t.batch.records:
+        t.batch.request_id = tag + uuid.uuid4().hex
+    return t
 
 
 def canonical(msg: Message) -> bytes:
@@ -242,7 +255,7 @@ def unregister_broker(state: MetadataState, cluster_name: str, broker_name: str,
     b.delete(keys.LIVE_TYPE, lkey)
     b.delete(keys.FILTER_TYPE, keys.filter_key(broker_addr))
     _remove_addr(b, broker_name, broker_addr)
-    return b.build()
+    return _tagged(b.build(), UNREGISTER_TAG)
 
 
 def expire_broker(state: MetadataState, broker_addr: str, expected_live_version: int) -> Translation:
@@ -257,7 +270,7 @@ def expire_broker(state: MetadataState, broker_addr: str, expected_live_version:
     b.delete(keys.LIVE_TYPE, lkey)
     b.delete(keys.FILTER_TYPE, keys.filter_key(broker_addr))
     _remove_addr(b, live.broker_name, broker_addr)
-    return b.build()
+    return _tagged(b.build(), EXPIRE_TAG)
 
 
 # ---- KV config -------------------------------------------------------------------------------------

@@ -1,0 +1,208 @@
+"""`audit`: did every replica build the state the log says it should?
+
+The log compacted at an offset gives the expected state and digest. It is compared with what the
+nodes claim at that offset: live nodes' Status (digest at their apply offset), state dumps from
+`nsctl state dump` (stamped offset and digest, plus every key), or digests given by hand (from a
+snapshot, for example). For a dump the audit also recomputes the digest of its rows and names every
+key that differs from the log's state: missing on the node, extra on the node, or another value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import grpc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from nameserver.pb import api_pb2, api_pb2_grpc
+from pipeline.compact import state_at
+from pipeline.logdf import PipelineError, load_log
+from pipeline.segments import DUMP_META, read_dump_info
+from pipeline.session import join, read_text, write_text
+from pipeline.sparkdigest import digest_of
+
+SHOW_KEYS = 50
+
+
+@dataclass
+class Claim:
+    source: str          # "node 127.0.0.1:9101", "dump /path", "claim NAME"
+    offset: int
+    digest: str
+    dump: str | None = None
+
+
+@dataclass
+class Verdict:
+    source: str
+    offset: int
+    reported_digest: str
+    log_digest: str | None = None
+    match: bool | None = None         # None: not comparable (another offset than --at)
+    note: str = ""
+    rows_digest: str | None = None    # dumps: the digest of the dump's own rows
+    differing_keys: int | None = None
+    keys: list[dict[str, Any]] = field(default_factory=list)  # the first SHOW_KEYS differences
+
+    @property
+    def ok(self) -> bool:
+        return self.match is not False and self.differing_keys in (None, 0) and \
+            (self.rows_digest is None or self.rows_digest == self.reported_digest)
+
+
+@dataclass
+class AuditResult:
+    log: str
+    verdicts: list[Verdict]
+    keys_at: dict[int, int]   # offset -> live keys in the log's state
+
+    @property
+    def ok(self) -> bool:
+        return all(v.ok for v in self.verdicts) and any(v.match for v in self.verdicts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"log": self.log, "ok": self.ok, "keys_at": self.keys_at,
+                "verdicts": [{**asdict(v), "ok": v.ok} for v in self.verdicts]}
+
+
+@dataclass(frozen=True)
+class NodeAccess:
+    """How to reach nodes that require TLS and/or a bearer token (as nsctl's --tls-* and --token-file)."""
+
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+    def channel(self, endpoint: str) -> grpc.Channel:
+        if not (self.tls_ca or self.tls_cert):
+            return grpc.insecure_channel(endpoint)
+
+        def read(path: str | None) -> bytes | None:
+            if not path:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        creds = grpc.ssl_channel_credentials(read(self.tls_ca), read(self.tls_key), read(self.tls_cert))
+        return grpc.secure_channel(endpoint, creds)
+
+    @property
+    def metadata(self) -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {self.token}")] if self.token else []
+
+
+def node_claims(endpoints: list[str], access: NodeAccess | None = None, timeout: float = 5.0
+                ) -> tuple[list[Claim], list[Verdict]]:
+    access = access or NodeAccess()
+    claims, errors = [], []
+    for endpoint in endpoints:
+        try:
+            with access.channel(endpoint) as channel:
+                st = api_pb2_grpc.AdminStub(channel).Status(api_pb2.StatusRequest(), timeout=timeout,
+                                                            metadata=access.metadata)
+        except grpc.RpcError as err:
+            errors.append(Verdict(f"node {endpoint}", 0, "", note=f"unreachable: {err.code().name}", match=False))
+            continue
+        claims.append(Claim(f"node {st.node_id or endpoint} ({endpoint})", st.apply_offset, st.digest))
+    return claims, errors
+
+
+def dump_claim(spark: SparkSession, uri: str) -> Claim:
+    info = read_dump_info(read_text(spark, join(uri, DUMP_META)))
+    return Claim(f"dump {uri} (node {info.node})", info.offset, info.digest, dump=uri)
+
+
+def parse_claim(text: str) -> Claim:
+    m = re.fullmatch(r"([^=]+)=(\d+):([0-9a-f]{32})", text)
+    if not m:
+        raise PipelineError(f"--claim {text!r}: expected NAME=OFFSET:DIGEST (32 hex digits)")
+    return Claim(f"claim {m.group(1)}", int(m.group(2)), m.group(3))
+
+
+def key_diff(expected: DataFrame, dump: DataFrame) -> DataFrame:
+    """Keys whose value or version differ between the log's state and a dump, with the kind of difference."""
+    e = expected.select("key", F.col("value").alias("log_value"), F.col("version").alias("log_version"),
+                        F.col("type_name").alias("log_type"))
+    d = dump.select("key", F.col("value").alias("node_value"), F.col("version").alias("node_version"),
+                    F.col("type_name").alias("node_type"))
+    kind = (F.when(F.col("node_value").isNull(), "missing_on_node")
+            .when(F.col("log_value").isNull(), "extra_on_node")
+            .when(F.col("log_value") != F.col("node_value"), "value_differs")
+            .otherwise("version_differs"))
+    return (e.join(d, "key", "full_outer")
+            .where(F.col("log_value").isNull() | F.col("node_value").isNull()
+                   | (F.col("log_value") != F.col("node_value")) | (F.col("log_version") != F.col("node_version")))
+            .select("key", kind.alias("kind"), F.coalesce("log_type", "node_type").alias("type_name"),
+                    "log_version", "node_version", "log_value", "node_value"))
+
+
+def run_audit(spark: SparkSession, log_uri: str, at: int | None, endpoints: list[str], dumps: list[str],
+              claims: list[str], out: str | None = None, access: NodeAccess | None = None) -> AuditResult:
+    found, verdicts = node_claims(endpoints, access)
+    found += [dump_claim(spark, d) for d in dumps] + [parse_claim(c) for c in claims]
+    if not found and not verdicts:
+        raise PipelineError("nothing to audit against: give --endpoints, --dump or --claim")
+    log = load_log(spark, log_uri)
+    states: dict[int, tuple[DataFrame, str, int]] = {}
+    for claim in found:
+        if at is not None and claim.offset != at:
+            verdicts.append(Verdict(claim.source, claim.offset, claim.digest,
+                                    note=f"not comparable: at offset {claim.offset}, not {at}"))
+            continue
+        if claim.offset not in states:
+            if claim.offset > log.last:
+                verdicts.append(Verdict(claim.source, claim.offset, claim.digest, match=False,
+                                        note=f"beyond the log (ends at {log.last}): export further"))
+                continue
+            state, _ = state_at(spark, log, claim.offset)
+            state = state.persist()
+            states[claim.offset] = (state, *digest_of(state))
+        state, digest, _ = states[claim.offset]
+        verdict = Verdict(claim.source, claim.offset, claim.digest, digest, claim.digest == digest)
+        if claim.dump is not None:
+            _check_dump(spark, verdict, state, claim.dump, out)
+        verdicts.append(verdict)
+    result = AuditResult(log_uri, verdicts, {o: k for o, (_, _, k) in states.items()})
+    if out:
+        write_text(spark, join(out, "audit.json"), json.dumps(result.to_dict(), indent=1))
+    for state, _, _ in states.values():
+        state.unpersist()
+    return result
+
+
+def _check_dump(spark: SparkSession, verdict: Verdict, state: DataFrame, uri: str, out: str | None) -> None:
+    dump = spark.read.parquet(uri)
+    verdict.rows_digest = digest_of(dump)[0]
+    diff = key_diff(state, dump).persist()
+    verdict.differing_keys = diff.count()
+    shown = diff.orderBy("key").limit(SHOW_KEYS).select("key", "kind", "type_name", "log_version",
+                                                       "node_version").collect()
+    verdict.keys = [r.asDict() for r in shown]
+    if out and verdict.differing_keys:
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", uri.rstrip("/").rsplit("/", 1)[-1]) or "dump"
+        diff.write.mode("overwrite").parquet(join(out, f"diff-{name}"))
+    diff.unpersist()
+
+
+def render(result: AuditResult) -> str:
+    lines = [f"audit of {result.log}: {'OK' if result.ok else 'DIVERGENCE FOUND'}"]
+    for v in result.verdicts:
+        if v.match is None or v.log_digest is None:
+            lines.append(f"  {v.source}: {v.note}")
+            continue
+        verdict = "matches" if v.match else "DIFFERS from"
+        lines.append(f"  {v.source} at offset {v.offset}: digest {v.reported_digest} {verdict} the log's "
+                     f"{v.log_digest} ({result.keys_at.get(v.offset, 0)} keys)")
+        if v.rows_digest is not None and v.rows_digest != v.reported_digest:
+            lines.append(f"    the dump's rows hash to {v.rows_digest}, not to the digest stamped on it")
+        if v.differing_keys:
+            lines.append(f"    {v.differing_keys} key(s) differ from the log's state:")
+            for k in v.keys:
+                lines.append(f"      {k['key']}  {k['kind']}  (log version {k['log_version']}, "
+                             f"node version {k['node_version']})")
+    return "\n".join(lines)
