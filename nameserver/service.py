@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from nameserver import validation
+from nameserver.chunking import assemble_chunks, register_chunks, should_stream
 from nameserver.node import (
     FORWARDED_HEADER,
     ClientRef,
@@ -165,7 +166,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def RegisterBrokerStream(self, request_iterator: Iterator[api_pb2.RegisterBrokerChunk],
                              context: grpc.ServicerContext) -> api_pb2.RegisterBrokerReply:
-        request = _assemble_chunks(request_iterator)
+        request = assemble_chunks(request_iterator)
         validation.validate_register_broker(request)
         return self._register(request, context)
 
@@ -174,8 +175,8 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         default_ms = self.node.cfg.default_timeout_ms
 
         def forward(stub: Any, timeout: float, md: list) -> api_pb2.RegisterBrokerReply:
-            if request.ByteSize() > self.node.cfg.max_message_bytes // 2:
-                return stub.RegisterBrokerStream(_chunks(request), timeout=timeout, metadata=md)
+            if should_stream(request):
+                return stub.RegisterBrokerStream(iter(register_chunks(request)), timeout=timeout, metadata=md)
             return stub.RegisterBroker(request, timeout=timeout, metadata=md)
 
         def reply_of(res: WriteResult) -> api_pb2.RegisterBrokerReply:
@@ -534,35 +535,5 @@ class AdminService(api_pb2_grpc.AdminServicer):
             time.sleep(0.05)
         context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "snapshot did not finish in time")
 
-
-def _assemble_chunks(chunks: Iterator[api_pb2.RegisterBrokerChunk]) -> api_pb2.RegisterBrokerRequest:
-    request: api_pb2.RegisterBrokerRequest | None = None
-    for i, chunk in enumerate(chunks):
-        part = chunk.WhichOneof("part")
-        if i == 0:
-            if part != "header":
-                raise ValidationError("chunks[0]", "the first chunk must be the header")
-            request = api_pb2.RegisterBrokerRequest()
-            request.CopyFrom(chunk.header)
-        elif part == "topics":
-            assert request is not None
-            request.topics.extend(chunk.topics.topics)
-        else:
-            raise ValidationError(f"chunks[{i}]", "only the first chunk may be a header")
-        if request is not None and len(request.topics) > validation.MAX_TOPICS_PER_REGISTRATION:
-            raise TooLargeError("topics", f"more than {validation.MAX_TOPICS_PER_REGISTRATION} topics")
-    if request is None:
-        raise ValidationError("chunks", "empty registration stream")
-    return request
-
-
-def _chunks(request: api_pb2.RegisterBrokerRequest, per_chunk: int = 5000
-            ) -> Iterator[api_pb2.RegisterBrokerChunk]:
-    header = api_pb2.RegisterBrokerRequest()
-    header.CopyFrom(request)
-    del header.topics[:]
-    yield api_pb2.RegisterBrokerChunk(header=header)
-    for i in range(0, len(request.topics), per_chunk):
-        yield api_pb2.RegisterBrokerChunk(topics=api_pb2.TopicConfigs(topics=request.topics[i:i + per_chunk]))
 
 

@@ -21,6 +21,7 @@ import grpc
 from google.protobuf.message import Message
 
 from nameserver import tlsconf
+from nameserver.chunking import register_chunks, should_stream
 from nameserver.cli import render
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 
@@ -28,10 +29,7 @@ DEFAULT_ENDPOINTS = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 ENDPOINTS_ENV = "NSCTL_ENDPOINTS"
 TOKEN_ENV = "NSCTL_TOKEN"
 DEFAULT_TIMEOUT_S = 5.0
-# Stay well under gRPC's default 4 MiB receive limit: registrations with more topics than one chunk, or
-# bigger than this, go over the stream.
-STREAM_THRESHOLD_BYTES = 3 * 1024 * 1024
-STREAM_CHUNK_TOPICS = 5000
+# Registrations with more topics than one chunk, or over 3 MiB, go over the stream (nameserver.chunking).
 DIGEST_SHORT = 12
 
 # Codes that mean "this node could not answer": try the next endpoint. Anything else is the answer.
@@ -500,22 +498,10 @@ def build_register_request(args: argparse.Namespace) -> api_pb2.RegisterBrokerRe
     )
 
 
-def register_chunks(request: api_pb2.RegisterBrokerRequest) -> list[api_pb2.RegisterBrokerChunk]:
-    """The stream form: the header without topics, then TopicConfigs of STREAM_CHUNK_TOPICS each."""
-    header = api_pb2.RegisterBrokerRequest()
-    header.CopyFrom(request)
-    del header.topics[:]
-    chunks = [api_pb2.RegisterBrokerChunk(header=header)]
-    topics = list(request.topics)
-    for start in range(0, len(topics), STREAM_CHUNK_TOPICS):
-        part = api_pb2.TopicConfigs(topics=topics[start : start + STREAM_CHUNK_TOPICS])
-        chunks.append(api_pb2.RegisterBrokerChunk(topics=part))
-    return chunks
-
 
 def cmd_broker_register(ctx: Context, args: argparse.Namespace) -> int:
     request = build_register_request(args)
-    if args.stream or len(request.topics) > STREAM_CHUNK_TOPICS or request.ByteSize() > STREAM_THRESHOLD_BYTES:
+    if args.stream or should_stream(request):
         reply = ns_call(ctx, "RegisterBrokerStream", register_chunks(request))
     else:
         reply = ns_call(ctx, "RegisterBroker", request)

@@ -23,28 +23,14 @@ from typing import Any
 
 import grpc
 
+from nameserver.chunking import register_chunks, should_stream
 from nameserver.client.endpoints import EndpointPool
 from nameserver.client.errors import NameServerError, apply_offset_of, status_of
 from nameserver.client.retry import RETRYABLE_CODES, Deadline, RetryPolicy
 from nameserver.pb import api_pb2, state_pb2
 
-STREAM_CHUNK_TOPICS = 5000  # topics per RegisterBrokerStream chunk (and the threshold for streaming)
-STREAM_THRESHOLD_BYTES = 3 * 1024 * 1024
-
 _READ, _WRITE, _LEADER = "read", "write", "leader"
 
-
-def register_chunks(request: api_pb2.RegisterBrokerRequest) -> list[api_pb2.RegisterBrokerChunk]:
-    """The stream form of a registration: the header without topics, then chunks of 5,000 topics."""
-    header = api_pb2.RegisterBrokerRequest()
-    header.CopyFrom(request)
-    del header.topics[:]
-    chunks = [api_pb2.RegisterBrokerChunk(header=header)]
-    topics = list(request.topics)
-    for start in range(0, len(topics), STREAM_CHUNK_TOPICS):
-        part = api_pb2.TopicConfigs(topics=topics[start:start + STREAM_CHUNK_TOPICS])
-        chunks.append(api_pb2.RegisterBrokerChunk(topics=part))
-    return chunks
 
 
 class Client:
@@ -149,7 +135,7 @@ class Client:
     def register_broker(self, request: api_pb2.RegisterBrokerRequest, *, timeout: float | None = None
                         ) -> api_pb2.RegisterBrokerReply:
         """Register (or re-register) a broker; tables over 5,000 topics go over the client stream."""
-        if len(request.topics) > STREAM_CHUNK_TOPICS or request.ByteSize() > STREAM_THRESHOLD_BYTES:
+        if should_stream(request):
             return self._call("RegisterBrokerStream", register_chunks(request), _WRITE, timeout)
         return self._call("RegisterBroker", request, _WRITE, timeout)
 

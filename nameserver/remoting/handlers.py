@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
+from nameserver.chunking import register_chunks, should_stream
 from nameserver.config import NodeConfig
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import bodies, codes, registerbody
@@ -22,8 +23,6 @@ from nameserver.remoting.status import response_code, rpc_error_parts
 
 log = logging.getLogger("nameserver.remoting")
 
-STREAM_THRESHOLD = 5_000   # registrations with more topics go over RegisterBrokerStream
-STREAM_CHUNK = 5_000       # topics per stream message
 BIG_REGISTRATION_TIMEOUT_S = 60.0
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
@@ -65,14 +64,6 @@ def _fastjson(req: Command) -> bool:
     """Old clients (before 4.9.4) expect fastjson's unquoted numeric keys unless they opt out."""
     return req.version < codes.STANDARD_JSON_MIN_VERSION and not _bool(req, "acceptStandardJsonOnly")
 
-
-def _chunks(request: api_pb2.RegisterBrokerRequest) -> Iterator[api_pb2.RegisterBrokerChunk]:
-    head = api_pb2.RegisterBrokerRequest()
-    head.CopyFrom(request)
-    del head.topics[:]
-    yield api_pb2.RegisterBrokerChunk(header=head)
-    for i in range(0, len(request.topics), STREAM_CHUNK):
-        yield api_pb2.RegisterBrokerChunk(topics=api_pb2.TopicConfigs(topics=request.topics[i:i + STREAM_CHUNK]))
 
 
 def config_properties(cfg: NodeConfig) -> str:
@@ -188,11 +179,12 @@ class Handlers:
             ha_server_addr=req.ext("haServerAddr") or "", heartbeat_timeout_ms=_int(req, "heartbeatTimeoutMillis", 0),
             enable_acting_master=_bool(req, "enableActingMaster"), zone_name=req.ext("__ZONE_NAME") or "",
             data_version=body.data_version, topics=body.topics, filter_servers=body.filter_servers)
-        if len(request.topics) > STREAM_THRESHOLD:
+        if should_stream(request):
             # Tens of thousands of topics take seconds to translate and replicate: allow more time.
             timeout = max(self.timeout, BIG_REGISTRATION_TIMEOUT_S)
-            reply = self._call(lambda r, timeout: self.ns.RegisterBrokerStream(_chunks(r), timeout=timeout), request,
-                               timeout=timeout)
+            reply = self._call(
+                lambda r, timeout: self.ns.RegisterBrokerStream(iter(register_chunks(r)), timeout=timeout),
+                request, timeout=timeout)
         else:
             reply = self._call(self.ns.RegisterBroker, request)
         ext = {k: v for k, v in (("haServerAddr", reply.ha_server_addr), ("masterAddr", reply.master_addr)) if v}
