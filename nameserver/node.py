@@ -22,6 +22,7 @@ from nameserver.liveness import HeartbeatBuffer, LivenessTable
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.readindex import ReadIndexBatcher
 from nameserver.state import MetadataState, Translation, translate
+from nameserver.state.translate import CasFailed
 from nameserver.watch import WatchHub
 from raftlog.kvstate import KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
@@ -169,21 +170,34 @@ class NameServerNode:
         translator's own errors (ValidationError, CasFailed).
         """
         deadline = time.monotonic() + timeout
+        confirmed = False
         for _ in range(MAX_TRANSLATE_ATTEMPTS):
             if not self.log.is_leader():
                 raise NotLeader("this node is not the leader")
-            with self.lock:
-                if client is not None:
-                    replay = self._replay(client)
-                    if replay is not None:
-                        return replay
-                translation = translate_fn(self.state)
-                offset_now = self.state.kv.offset
-                records = len(translation.batch.records)
-                if records and client is not None and reply_of is not None:
-                    reply = reply_of(WriteResult(0, records, translation)).SerializeToString()
-                    translate.record_session(translation, self.state, client.client_id, client.seq, reply,
-                                             int(time.time() * 1000))
+            try:
+                with self.lock:
+                    if client is not None:
+                        replay = self._replay(client)
+                        if replay is not None:
+                            return replay
+                    translation = translate_fn(self.state)
+                    offset_now = self.state.kv.offset
+                    records = len(translation.batch.records)
+                    if records and client is not None and reply_of is not None:
+                        reply = reply_of(WriteResult(0, records, translation)).SerializeToString()
+                        translate.record_session(translation, self.state, client.client_id, client.seq, reply,
+                                                 int(time.time() * 1000))
+            except (CasFailed, SessionSuperseded):
+                # A compare-and-set refusal read from this node's state. That state can be stale: a
+                # new leader's apply may lag its commit index, and a paused old leader may not know it
+                # was deposed. Confirm once through the log (a barrier) before refusing, or the refusal
+                # would not be linearizable. Successes need no such care: preconditions are checked
+                # again at apply time.
+                if confirmed:
+                    raise
+                confirmed = True
+                self.log.barrier(max(0.1, deadline - time.monotonic()))
+                continue
             if not records:
                 return WriteResult(offset_now, 0, translation)
             left = deadline - time.monotonic()

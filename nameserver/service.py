@@ -27,12 +27,13 @@ from nameserver.node import (
     SessionSuperseded,
     WriteResult,
 )
-from nameserver.pb import api_pb2, api_pb2_grpc
-from nameserver.state import translate
+from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
+from nameserver.state import keys, translate
 from nameserver.state.translate import CasFailed
 from nameserver.validation import TooLargeError, ValidationError
 from nameserver.watch import Watcher, to_events
 from raftlog.history import Compacted
+from raftlog.pb import entry_pb2
 from raftlog.proposer import NotLeader, ProposalError
 
 log = logging.getLogger("nameserver.service")
@@ -141,7 +142,9 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         if res.replayed is not None:
             reply = reply_of(WriteResult(0, 0, None))  # an empty reply of the right type
             reply.ParseFromString(res.replayed)
-            reply.offset = res.offset
+            reply.offset = res.offset  # stored before the entry had an offset
+            if isinstance(reply, api_pb2.BindingReply) and reply.binding.owner:
+                reply.binding.version = res.offset
             return reply
         return reply_of(res)
 
@@ -317,14 +320,21 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
 
     # ---- queue bindings ----------------------------------------------------------------------------
 
-    def _binding_reply(self, topic: str, queue_id: int) -> Callable[[WriteResult], api_pb2.BindingReply]:
+    @staticmethod
+    def _binding_reply(topic: str, queue_id: int) -> Callable[[WriteResult], api_pb2.BindingReply]:
+        """The binding this write produced: from its own record, never re-read from the state (a
+        concurrent bind applied just after it would otherwise leak its owner and version in here).
+        Its version is the offset of the write's entry."""
+
         def reply_of(res: WriteResult) -> api_pb2.BindingReply:
             reply = api_pb2.BindingReply(offset=res.offset)
-            if res.translation is not None and res.offset:
-                with self.node.lock:
-                    binding = self.node.state.binding(topic, queue_id)
-                if binding is not None:
-                    reply.binding.CopyFrom(binding)
+            records = res.translation.batch.records if res.translation is not None else ()
+            key = keys.bind_key(topic, queue_id)
+            for rec in records:
+                if rec.key == key and rec.op == entry_pb2.OP_PUT:
+                    value = state_pb2.QueueBindingValue.FromString(rec.value)
+                    reply.binding.CopyFrom(api_pb2.QueueBinding(topic=topic, queue_id=queue_id, owner=value.owner,
+                                                                epoch=value.epoch, version=res.offset))
             return reply
 
         return reply_of
