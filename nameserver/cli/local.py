@@ -82,9 +82,17 @@ def main(argv: list[str] | None = None) -> int:
       .venv/bin/nsctl clusters
     Ctrl-C stops the cluster.
 """, flush=True)
-        while all(proc.poll() is None for _, proc in procs):
+        reported: set[str] = set()
+        while any(proc.poll() is None for _, proc in procs):
+            for name, proc in procs:
+                if proc.poll() is not None and name not in reported:
+                    # A killed node is part of the tour: the rest keep serving (a majority still can).
+                    reported.add(name)
+                    conf = os.path.join(conf_dir, f"{name}.toml")
+                    print(f"=== {name} exited (code {proc.returncode}); the others keep running. Restart it "
+                          f"with: .venv/bin/nameserver serve --config {os.path.relpath(conf, ROOT)}", flush=True)
             time.sleep(0.5)
-        print("a node exited; stopping the others", file=sys.stderr)
+        print("every node exited", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("\nstopping the cluster...", flush=True)

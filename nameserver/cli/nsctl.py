@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -120,15 +121,27 @@ def _call_one(endpoint: str, stub_class: StubClass, method: str, request: Any, t
 
 
 def call_any(ctx: Context, stub_class: StubClass, method: str, request: Any) -> tuple[str, Any]:
-    """Send one call to the first endpoint that answers; return (endpoint, reply)."""
-    failures: list[tuple[str, grpc.RpcError]] = []
-    for endpoint in ctx.endpoints:
-        try:
-            return endpoint, _call_one(endpoint, stub_class, method, request, ctx.timeout, ctx)
-        except grpc.RpcError as err:
-            if _status_code(err) not in _RETRYABLE:
-                raise _command_error(err) from None
-            failures.append((endpoint, err))
+    """Send one call to the first endpoint that answers; return (endpoint, reply).
+
+    Passes over the endpoints repeat, with a short backoff, until --timeout: right after a leader
+    dies the survivors still forward to it for a moment, and an election takes about a second.
+    (nsctl's writes are idempotent, so resending one whose outcome was unknown is safe.)
+    """
+    deadline = time.monotonic() + ctx.timeout
+    pause = 0.2
+    while True:
+        failures: list[tuple[str, grpc.RpcError]] = []
+        for endpoint in ctx.endpoints:
+            left = deadline - time.monotonic()
+            try:
+                return endpoint, _call_one(endpoint, stub_class, method, request, max(0.05, left), ctx)
+            except grpc.RpcError as err:
+                if _status_code(err) not in _RETRYABLE:
+                    raise _command_error(err) from None
+                failures.append((endpoint, err))
+        if deadline - time.monotonic() <= pause:
+            break
+        time.sleep(pause)
     last_code = _status_code(failures[-1][1]).name
     tried = "; ".join(f"{endpoint}: {_describe(err)}" for endpoint, err in failures)
     raise CommandError(last_code, f"no endpoint answered ({tried})")
