@@ -37,8 +37,7 @@ class LogService(api_pb2_grpc.LogServicer):
 
     def _check_ready(self, context: grpc.ServicerContext) -> None:
         if not self.node.log.ready:
-            reason = self.node.log.applier.failed or "loading its snapshot or replaying its log"
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"not ready: {reason}")
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"not ready: {self.node.not_ready_reason()}")
 
     def ReadLog(self, request: api_pb2.ReadLogRequest, context: grpc.ServicerContext
                 ) -> Iterator[api_pb2.LogBatch]:

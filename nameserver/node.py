@@ -122,13 +122,13 @@ class NameServerNode:
     def read(self, fn: Callable[[MetadataState], Any], min_offset: int, timeout: float) -> tuple[Any, int]:
         """Run `fn` on the local state once ready and applied to `min_offset`; (result, apply offset)."""
         if not self.log.ready:
-            raise NotReady(self._not_ready_reason())
+            raise NotReady(self.not_ready_reason())
         if min_offset and not self.log.wait_applied(min_offset, timeout):
             raise OffsetNotReached(self.log.apply_offset, min_offset)
         with self.lock:
             return fn(self.state), self.state.kv.offset
 
-    def _not_ready_reason(self) -> str:
+    def not_ready_reason(self) -> str:
         if self.log.applier.failed:
             return f"apply stopped: {self.log.applier.failed}"
         return "node is loading its snapshot or replaying its log"

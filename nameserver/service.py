@@ -388,7 +388,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         try:
             prefixes = validation.validate_watch(request)
             if not self.node.log.ready:
-                raise NotReady(self.node._not_ready_reason())
+                raise NotReady(self.node.not_ready_reason())
         except ValidationError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.field}: {exc.message}")
         except NotReady as exc:

@@ -336,8 +336,10 @@ def validate_watch(req: api_pb2.WatchRequest) -> tuple[str, ...]:
     for i, prefix in enumerate(req.key_prefixes):
         if len(prefix) > 1024:
             raise ValidationError(f"key_prefixes[{i}]", "at most 1024 characters")
+    from nameserver.state import keys  # here, not at the top: nameserver.state imports this module
+
     prefixes = list(req.key_prefixes)
     for i, topic in enumerate(req.topics):
         check_topic(f"topics[{i}]", topic)
-        prefixes += [f"topic/{topic}/", f"bind/{topic}/"]
+        prefixes += [keys.topic_prefix(topic), keys.bind_prefix(topic)]
     return tuple(prefixes) or ("",)

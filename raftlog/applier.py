@@ -66,7 +66,6 @@ class Applier:
         self._waiters_lock = threading.Lock()
         self._offset_cv = threading.Condition()
         self.apply_offset = 0
-        self.apply_term = 0
         self.last_apply_time = time.monotonic()
         self.failed: str | None = None  # set when apply stopped for good
         self.history = EntryHistory()
@@ -171,7 +170,7 @@ class Applier:
             results = self.fsm.apply_entry(index, entry, changes)
         applied = AppliedEntry(index, entry.term, data, tuple(changes))
         self.history.append(applied)  # before the offset moves: a reader at that offset finds it here
-        self._publish(index, entry.term)
+        self._publish(index)
         for batch, result in zip(entry.batches, results, strict=True):
             if batch.request_id:
                 with self._waiters_lock:
@@ -189,18 +188,16 @@ class Applier:
         if index > self.apply_offset:
             with self.lock:
                 self._set_fsm_offset(index)
-            self._publish(index, self.apply_term)
+            self._publish(index)
 
     def _set_fsm_offset(self, index: int) -> None:
         setter = getattr(self.fsm, "set_offset", None)
         if setter is not None:
             setter(index)
 
-    def _publish(self, index: int, term: int) -> None:
+    def _publish(self, index: int) -> None:
         with self._offset_cv:
             self.apply_offset = index
-            if term:
-                self.apply_term = term
             self.last_apply_time = time.monotonic()
             self._offset_cv.notify_all()
 
@@ -225,4 +222,4 @@ class Applier:
         self.history.reset(offset)
         log.info("restored snapshot at offset %d (digest %s)", offset, digest,
                  extra={"event": "snapshot_restored", "offset": offset, "digest": digest})
-        self._publish(offset, self.apply_term)
+        self._publish(offset)

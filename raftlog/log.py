@@ -12,8 +12,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pysyncobj import FAIL_REASON, SyncObjConf
 
@@ -42,11 +42,10 @@ class LogConfig:
     batch_append: bool = False                 # measured: sending per entry commits ~100x sooner
     group_linger_s: float = 0.002
     password: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
-class SnapshotStoreLike:
-    """What raftlog needs of snapshot.SnapshotStore (duck-typed; raftlog does not import it)."""
+class SnapshotStoreLike(Protocol):
+    """What raftlog needs of snapshot.SnapshotStore (raftlog does not import it)."""
 
     def write(self, offset: int, term: int, digest: str, items: Any, meta: bytes = b"") -> Any: ...
     def read_info(self, path: str) -> Any: ...
@@ -74,7 +73,6 @@ class ReplicatedLog:
         self.snapshot_time = 0.0
         self.snapshot_bytes = 0
         self._ready_target: int | None = None
-        self._snap_pool = threading.Thread  # one writer thread at a time (pysyncobj serializes)
         self.leader_listeners: list[Callable[[bool], None]] = []
         self._was_leader = False
         self.leader_changes = 0

@@ -62,7 +62,6 @@ class GroupCommitter:
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
         self.entries_appended = 0
         self.batches_appended = 0
-        self.last_entry_batches = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -139,7 +138,6 @@ class GroupCommitter:
 
         self.entries_appended += 1
         self.batches_appended += len(group)
-        self.last_entry_batches = len(group)
         try:
             self._append(data, on_result)
         except Exception as exc:
