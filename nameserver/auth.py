@@ -26,6 +26,7 @@ from typing import Any
 import grpc
 
 from nameserver.config import ROLES, NodeConfig
+from nameserver.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.node import FORWARDED_HEADER
 from nameserver.pb import api_pb2
 from nameserver.tlsconf import AS_ROLE_HEADER, AUTHORIZATION
@@ -135,23 +136,8 @@ class AuthInterceptor(grpc.ServerInterceptor):
         if handler is None or is_open(method):
             return handler
         metadata = {k: v for k, v in handler_call_details.invocation_metadata or () if isinstance(v, str)}
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, method, metadata),
-                handler.request_deserializer, handler.response_serializer)
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                self._stream(handler.unary_stream, method, metadata),
-                handler.request_deserializer, handler.response_serializer)
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                self._unary(handler.stream_unary, method, metadata),
-                handler.request_deserializer, handler.response_serializer)
-        if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(
-                self._stream(handler.stream_stream, method, metadata),
-                handler.request_deserializer, handler.response_serializer)
-        return handler
+        return wrap_handler(handler, lambda behavior, kind: (
+            self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, method, metadata))
 
     def _check(self, method: str, metadata: dict[str, str], context: grpc.ServicerContext) -> None:
         try:

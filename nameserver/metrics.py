@@ -44,6 +44,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from nameserver.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.node import FORWARDED_HEADER, NameServerNode
 from nameserver.pb import state_pb2
 from raftlog.history import AppliedEntry
@@ -320,23 +321,8 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
         service, method = _split_method(handler_call_details.method)
         if any(k == FORWARDED_HEADER for k, _ in handler_call_details.invocation_metadata or ()):
             self.m.forwarded.labels(method).inc()
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, service, method, "unary"),
-                handler.request_deserializer, handler.response_serializer)
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                self._stream(handler.unary_stream, service, method, "server_stream"),
-                handler.request_deserializer, handler.response_serializer)
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                self._unary(handler.stream_unary, service, method, "client_stream"),
-                handler.request_deserializer, handler.response_serializer)
-        if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(
-                self._stream(handler.stream_stream, service, method, "bidi_stream"),
-                handler.request_deserializer, handler.response_serializer)
-        return handler
+        return wrap_handler(handler, lambda behavior, kind: (
+            self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, service, method, kind))
 
     def _record(self, service: str, method: str, kind: str, code: str, t0: float) -> None:
         self.m.rpc_handled.labels(service, method, kind, code).inc()

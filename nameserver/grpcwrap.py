@@ -1,0 +1,31 @@
+"""Re-wrapping a gRPC method handler, for server interceptors (metrics, auth).
+
+grpc.ServerInterceptor hands over a handler of one of four kinds; an interceptor that wants to run
+code around the call must rebuild a handler of the same kind around its wrapped behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+
+# (handler attribute, kind label, factory); kinds whose response is a stream are in STREAMING_RESPONSE.
+_KINDS = (
+    ("unary_unary", "unary", grpc.unary_unary_rpc_method_handler),
+    ("unary_stream", "server_stream", grpc.unary_stream_rpc_method_handler),
+    ("stream_unary", "client_stream", grpc.stream_unary_rpc_method_handler),
+    ("stream_stream", "bidi_stream", grpc.stream_stream_rpc_method_handler),
+)
+STREAMING_RESPONSE = frozenset({"server_stream", "bidi_stream"})
+
+
+def wrap_handler(handler: grpc.RpcMethodHandler, wrap: Callable[[Callable, str], Callable]
+                 ) -> grpc.RpcMethodHandler:
+    """A handler of the same kind whose behaviour is `wrap(behaviour, kind)`."""
+    for attr, kind, factory in _KINDS:
+        behavior = getattr(handler, attr)
+        if behavior:
+            return factory(wrap(behavior, kind), request_deserializer=handler.request_deserializer,
+                           response_serializer=handler.response_serializer)
+    return handler
