@@ -326,7 +326,11 @@ class NameServerNode:
     # ---- forwarding ----------------------------------------------------------------------------
 
     def leader_stub(self, wait_s: float = 0.0) -> api_pb2_grpc.NameServerStub | None:
-        """A stub for the current leader's gRPC endpoint, waiting up to `wait_s` for one to appear."""
+        """A stub for the current leader's gRPC endpoint, waiting up to `wait_s` for one to appear.
+
+        None when none appeared in time, or as soon as this node itself won the election (the
+        caller then serves the request here with the time left).
+        """
         deadline = time.monotonic() + wait_s
         while True:
             leader = self.log.leader()
@@ -334,7 +338,7 @@ class NameServerNode:
                 addr = self.grpc_of(leader)
                 if addr:
                     return self._stub(addr)
-            if time.monotonic() >= deadline or self._stop.is_set():
+            if time.monotonic() >= deadline or self._stop.is_set() or self.log.is_leader():
                 return None
             time.sleep(0.05)
 
