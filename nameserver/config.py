@@ -10,7 +10,9 @@
     grpc_addr = "127.0.0.1:9101"
 
     [raft]      election_min_ms, election_max_ms, snapshot_every_entries, snapshot_every_seconds,
-                snapshots_kept, batch_append, idle_noop_ms, password_file / password_env
+                snapshots_kept, batch_append, idle_noop_ms, password_file / password_env,
+                fsync (true: the journal is on disk before an append is acknowledged; false trades
+                that durability for speed: docs/benchmarks.md measures the difference)
     [liveness]  default_timeout_ms (RocketMQ: 120000), scan_interval_ms (5000), forward_interval_ms
     [routes]    order_message_enable, zone_mode
     [grpc]      max_message_bytes, workers, write_timeout_ms
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -60,6 +62,7 @@ class NodeConfig:
     snapshot_every_seconds: float = 300.0
     snapshots_kept: int = 3
     batch_append: bool = False
+    fsync: bool = True
     group_commit_linger_us: int = 2000  # how long the leader waits for more proposals to share an entry
     idle_noop_ms: int = 0          # leader appends a no-op when idle this long (KRaft: 500); 0: off
     password: str | None = field(default=None, repr=False)
@@ -109,7 +112,7 @@ class NodeConfig:
 
 _SECTIONS: dict[str, tuple[str, ...]] = {
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
-             "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us"),
+             "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us", "fsync"),
     "liveness": ("default_timeout_ms", "scan_interval_ms", "forward_interval_ms"),
     "routes": ("order_message_enable", "zone_mode"),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
@@ -119,6 +122,26 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
 # ([remoting] role, [security], [tls] and [auth] are read by _security.)
 _LISTENERS = {"remoting": ("listen", "remoting_addr"), "metrics": ("listen", "metrics_addr"),
               "archive": ("dir", "archive_dir")}
+
+
+_DEFAULTS = {f.name: f.default for f in fields(NodeConfig)}
+
+
+def _typed(name: str, value: Any, default: Any) -> Any:
+    """`value` as the type of the setting's default, or a ConfigError naming the setting."""
+    kind = type(default)
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = default is None or isinstance(value, kind)
+    if not ok:
+        raise ConfigError(f"{name} must be {kind.__name__ if default is not None else 'set'}, "
+                          f"not {value!r}")
+    return float(value) if kind is float else value
 
 
 def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfig:
@@ -141,7 +164,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     for section, keys in _SECTIONS.items():
         for key in keys:
             if key in doc.get(section, {}):
-                kwargs[key] = doc[section][key]
+                kwargs[key] = _typed(f"{section}.{key}", doc[section][key], _DEFAULTS[key])
     for section, (key, attr) in _LISTENERS.items():
         if key in doc.get(section, {}):
             kwargs[attr] = str(doc[section][key])

@@ -96,6 +96,7 @@ class NameServerNode:
                 batch_append=cfg.batch_append,
                 group_linger_s=cfg.group_commit_linger_us / 1e6,
                 password=cfg.password,
+                fsync=cfg.fsync,
             ),
             StateMachineAdapter(self.state), self.store, self.lock)
         self.log.leader_listeners.append(self._on_leadership)

@@ -19,14 +19,31 @@ import os
 import threading
 from collections.abc import Callable
 
+import pysyncobj.syncobj
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.node import TCPNode
 
 from raftlog.applier import Applier
 from raftlog.codec import RaftEntry, encode_raft_meta
+from raftlog.journal import DurableJournal
 
 log = logging.getLogger("raftlog.binding")
+
+# pysyncobj builds its journal with a module-level createJournal(path) and offers no other hook:
+# route the paths we registered to our journals, anything else to pysyncobj's own.
+_journals: dict[str, DurableJournal] = {}
+_journals_lock = threading.Lock()
+_pysyncobj_create_journal = pysyncobj.syncobj.createJournal
+
+
+def _create_journal(path: str | None) -> object:
+    with _journals_lock:
+        journal = _journals.pop(path, None) if path else None
+    return journal if journal is not None else _pysyncobj_create_journal(path)
+
+
+pysyncobj.syncobj.createJournal = _create_journal
 
 
 class SnapshotProgress:
@@ -57,8 +74,9 @@ class RaftNode(SyncObj):
 
     def __init__(self, self_addr: str, partners: list[str], conf: SyncObjConf, applier: Applier,
                  read_dump_meta: Callable[[str], tuple[RaftEntry, RaftEntry, list[str]]],
-                 progress: SnapshotProgress) -> None:
+                 progress: SnapshotProgress, journal: DurableJournal) -> None:
         self._applier = applier
+        self.journal = journal
         self._read_dump_meta = read_dump_meta
         self._progress = progress
         self._enqueued = 0
@@ -66,7 +84,25 @@ class RaftNode(SyncObj):
         conf.serializer = self._serialize
         conf.deserializer = self._deserialize
         conf.serializeChecker = progress.check
-        super().__init__(self_addr, partners, conf=conf)
+        conf.journalFile = journal.path
+        with _journals_lock:
+            _journals[journal.path] = journal
+        try:
+            super().__init__(self_addr, partners, conf=conf)
+        finally:
+            with _journals_lock:
+                _journals.pop(journal.path, None)
+        # Durability: every message that leaves this node (an append acknowledgement, a vote, the
+        # leader's own appends) first syncs the journal, so nothing is acknowledged that a power
+        # loss could take back; one fdatasync covers every entry appended since the last one.
+        transport = self._SyncObj__transport
+        send = transport.send
+
+        def send_after_sync(node: object, message: object) -> object:
+            journal.sync()
+            return send(node, message)
+
+        transport.send = send_after_sync
         self.addOnTickCallback(self._on_tick)
 
     @replicated
@@ -82,6 +118,9 @@ class RaftNode(SyncObj):
             log.exception("could not enqueue an entry")
 
     def _on_tick(self) -> None:
+        # The leader counts its own log towards a commit: entries it appended this tick are
+        # durable before the next tick computes the commit index.
+        self.journal.sync()
         # Entries of pysyncobj's own (no-ops, membership) do not reach apply_entry_v1; keep the
         # apply offset moving past them so offsets line up with the Raft log.
         try:

@@ -20,6 +20,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf
 from raftlog.applier import Applied, Applier, StateMachine
 from raftlog.binding import RaftNode, SnapshotProgress
 from raftlog.codec import RaftEntry, decode_raft_meta
+from raftlog.journal import DurableJournal
 from raftlog.pb import entry_pb2
 from raftlog.proposer import GroupCommitter, NotLeader, ProposalError
 
@@ -48,6 +49,7 @@ class LogConfig:
     batch_append: bool = False                 # measured: sending per entry commits ~100x sooner
     group_linger_s: float = 0.002
     password: str | None = None
+    fsync: bool = True                         # sync the journal before acknowledging (raftlog/journal.py)
 
 
 class SnapshotStoreLike(Protocol):
@@ -71,6 +73,8 @@ class ReplicatedLog:
         self.dump_path = os.path.join(cfg.data_dir, "raft.dump")
         self.journal_path = os.path.join(cfg.data_dir, "raft.journal")
         self._cleanup_stale_files()
+        # Opened first: a corrupt journal stops the node before anything else starts.
+        self.journal = DurableJournal(self.journal_path, fsync=cfg.fsync)
         self.applier = Applier(fsm, state_lock)
         self.applier.snapshot_handler = self._write_snapshot
         self.applier.restore_handler = self._load_snapshot
@@ -99,14 +103,14 @@ class ReplicatedLog:
             dynamicMembershipChange=True,  # members can be added/removed at runtime, one at a time
         )
         self.raft = RaftNode(cfg.self_addr, cfg.partners, conf, self.applier,
-                             self._read_dump_meta, self.progress)
+                             self._read_dump_meta, self.progress, self.journal)
         self.committer = GroupCommitter(self.applier, self._append, self.is_leader, self.term,
                                         linger_s=cfg.group_linger_s)
         self.committer.start()
 
     def _cleanup_stale_files(self) -> None:
         for name in os.listdir(self.cfg.data_dir):
-            if ".restore-" in name or name == "raft.dump.tmp" or name == "raft.dump.1.tmp":
+            if ".restore-" in name or name in ("raft.dump.tmp", "raft.dump.1.tmp", "raft.journal.compact"):
                 os.unlink(os.path.join(self.cfg.data_dir, name))
 
     def close(self) -> None:

@@ -49,3 +49,21 @@ def test_password_comes_from_env_not_text(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("NS_TEST_PW", "s3cret")
     assert config.load(str(p)).password == "s3cret"
     assert "s3cret" not in repr(config.load(str(p)))
+
+
+def test_journal_fsync_is_on_by_default_and_can_be_turned_off(tmp_path) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD)
+    assert config.load(str(p)).fsync is True
+    p.write_text(GOOD + "[raft]\nfsync = false\n")
+    assert config.load(str(p)).fsync is False
+    p.write_text(GOOD + '[raft]\nfsync = "no"\n')
+    with pytest.raises(config.ConfigError, match="fsync"):
+        config.load(str(p))
+
+
+def test_a_setting_of_the_wrong_type_is_refused_by_name(tmp_path) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD.replace("default_timeout_ms = 3000", 'default_timeout_ms = "3s"'))
+    with pytest.raises(config.ConfigError, match="liveness.default_timeout_ms must be int"):
+        config.load(str(p))

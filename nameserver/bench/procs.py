@@ -1,0 +1,191 @@
+"""Start and stop a real local nameserver cluster for the benchmark harness.
+
+Each node is a `nameserver serve` process on free 127.0.0.1 ports, with its TOML, log and data
+directory under one root. The harness kills, pauses and restarts nodes through this class.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from nameserver.pb import api_pb2, api_pb2_grpc
+
+
+def free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return str(v)
+
+
+@dataclass
+class BenchNode:
+    name: str
+    raft_addr: str
+    grpc_addr: str
+    config_path: str
+    log_path: str
+    data_dir: str
+    proc: subprocess.Popen | None = None
+    channel: grpc.Channel | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc else 0
+
+    def ns(self) -> api_pb2_grpc.NameServerStub:
+        return api_pb2_grpc.NameServerStub(self._channel())
+
+    def admin(self) -> api_pb2_grpc.AdminStub:
+        return api_pb2_grpc.AdminStub(self._channel())
+
+    def _channel(self) -> grpc.Channel:
+        if self.channel is None:
+            self.channel = grpc.insecure_channel(self.grpc_addr, options=[
+                ("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
+                ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)])
+        return self.channel
+
+    def status(self, timeout: float = 1.0) -> api_pb2.NodeStatus | None:
+        try:
+            return self.admin().Status(api_pb2.StatusRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return None
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the node's process (Linux /proc)."""
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+
+@dataclass
+class LocalCluster:
+    """`size` nodes under `root`. `sections` adds TOML (e.g. {"raft": {"fsync": False}})."""
+
+    root: str
+    size: int = 3
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nodes: list[BenchNode] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        os.makedirs(self.root, exist_ok=True)
+        ports = free_ports(2 * self.size)
+        for i in range(self.size):
+            name = f"n{i + 1}"
+            self.nodes.append(BenchNode(name, f"127.0.0.1:{ports[2 * i]}", f"127.0.0.1:{ports[2 * i + 1]}",
+                                        os.path.join(self.root, f"{name}.toml"),
+                                        os.path.join(self.root, f"{name}.log"),
+                                        os.path.join(self.root, f"{name}-data")))
+        for n in self.nodes:
+            self._write_config(n)
+
+    def _write_config(self, node: BenchNode) -> None:
+        lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
+                 f'data_dir = "{node.data_dir}"', ""]
+        for m in self.nodes:
+            lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"', ""]
+        for section, table in self.sections.items():
+            lines += [f"[{section}]", *(f"{k} = {_toml(v)}" for k, v in table.items()), ""]
+        with open(node.config_path, "w") as f:
+            f.write("\n".join(lines))
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def start(self, node: BenchNode | None = None) -> None:
+        for n in [node] if node else self.nodes:
+            with open(n.log_path, "ab") as log:
+                n.proc = subprocess.Popen([sys.executable, "-m", "nameserver.cli.serve", "serve",
+                                           "--config", n.config_path],
+                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self, node: BenchNode, sig: int = signal.SIGKILL) -> None:
+        if node.proc and node.proc.poll() is None:
+            node.proc.send_signal(sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                node.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            if n.proc and n.proc.poll() is None:
+                n.proc.send_signal(signal.SIGCONT)
+                n.proc.terminate()
+        for n in self.nodes:
+            if n.proc:
+                try:
+                    n.proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    n.proc.kill()
+            if n.channel is not None:
+                n.channel.close()
+                n.channel = None
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- waiting -------------------------------------------------------------------------------
+
+    def leader(self, among: list[BenchNode] | None = None) -> BenchNode | None:
+        for n in among or self.nodes:
+            st = n.status(timeout=0.5) if n.proc and n.proc.poll() is None else None
+            if st is not None and st.role == api_pb2.ROLE_LEADER and st.ready:
+                return n
+        return None
+
+    def wait_ready(self, nodes: list[BenchNode] | None = None, timeout: float = 60.0) -> BenchNode:
+        """Wait until every node in `nodes` (default all) is ready and one of them leads."""
+        nodes = nodes or self.nodes
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            sts = [n.status(timeout=0.5) for n in nodes]
+            if all(s is not None and s.ready for s in sts):
+                for n, s in zip(nodes, sts, strict=True):
+                    if s.role == api_pb2.ROLE_LEADER:
+                        return n
+            for n in nodes:
+                if n.proc is not None and n.proc.poll() is not None:
+                    raise RuntimeError(f"{n.name} exited with {n.proc.returncode}; see {n.log_path}")
+            time.sleep(0.05)
+        raise TimeoutError(f"cluster not ready within {timeout}s; logs under {self.root}")
+
+    def wait_converged(self, nodes: list[BenchNode] | None = None, timeout: float = 120.0) -> list[api_pb2.NodeStatus]:
+        nodes = nodes or self.nodes
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            sts = [n.status(timeout=1.0) for n in nodes]
+            if all(s is not None for s in sts) and len({(s.apply_offset, s.digest) for s in sts}) == 1 \
+                    and all(s.commit_offset == s.apply_offset for s in sts):
+                return sts
+            time.sleep(0.1)
+        raise TimeoutError(f"nodes did not converge within {timeout}s; logs under {self.root}")
+
+
+__all__ = ["BenchNode", "LocalCluster", "free_ports"]

@@ -1,0 +1,210 @@
+"""The fsyncing Raft journal: durability hooks, recovery of torn tails, refusal of corruption."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from pysyncobj.journal import FileJournal
+from pysyncobj.transport import TCPTransport
+
+from raftlog import KVState, KVStateMachine, LogConfig, ReplicatedLog
+from raftlog.journal import EXIT_IO_ERROR, MAGIC, RECORD, DurableJournal, JournalCorrupt
+from raftlog.pb import entry_pb2
+from snapshot import SnapshotStore
+from tests.cluster import free_ports
+
+
+def fill(j: DurableJournal, n: int, first: int = 1, term: int = 1) -> None:
+    for i in range(first, first + n):
+        j.add(f"cmd-{i}".encode() * 3, i, term)
+
+
+def reopen(path: str) -> DurableJournal:
+    return DurableJournal(path)
+
+
+def test_entries_term_vote_and_commit_index_survive_reopen(tmp_path) -> None:
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path)
+    fill(j, 5)
+    j.setCurrentTerm(7, "127.0.0.1:1")
+    j.setRaftCommitIndex(4)
+    j._destroy()
+    k = reopen(path)
+    assert [e[1] for e in k[:]] == [1, 2, 3, 4, 5]
+    assert k[2] == (b"cmd-3" * 3, 3, 1)
+    assert (k.getCurrentTerm(), k.getVotedForNodeId(), k.getRaftCommitIndex()) == (7, "127.0.0.1:1", 4)
+
+
+def test_one_fdatasync_covers_every_entry_appended_since_the_last(tmp_path, monkeypatch) -> None:
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    j = DurableJournal(str(tmp_path / "raft.journal"))
+    fill(j, 10)
+    j.sync()
+    j.sync()  # nothing new: no second sync
+    assert len(calls) == 1 and j.syncs == 1
+    j.add(b"x", 11, 1)
+    j.sync()
+    assert len(calls) == 2
+
+
+def test_fsync_opt_out_still_writes_but_never_syncs(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(os, "fdatasync", lambda fd: pytest.fail("fdatasync with fsync off"))
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path, fsync=False)
+    fill(j, 3)
+    j.sync()
+    j._destroy()
+    assert len(reopen(path)) == 3
+
+
+@pytest.mark.parametrize("cut", [1, RECORD.size - 1, RECORD.size + 2])
+def test_torn_tail_is_dropped_with_a_warning(tmp_path, caplog, cut: int) -> None:
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path)
+    fill(j, 4)
+    j._destroy()
+    last = j._offsets[-1]
+    os.truncate(path, last + cut)  # the last record cut short, as by a crash mid-write
+    k = reopen(path)
+    assert [e[1] for e in k[:]] == [1, 2, 3]
+    assert "torn tail" in caplog.text and path in caplog.text
+    assert os.path.getsize(path) == last
+    k.add(b"again", 4, 2)  # appending after a repair continues cleanly
+    k._destroy()
+    assert [e[1] for e in reopen(path)[:]] == [1, 2, 3, 4]
+
+
+def test_last_record_with_a_bad_checksum_is_a_torn_tail(tmp_path) -> None:
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path)
+    fill(j, 3)
+    j._destroy()
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) - 2)
+        f.write(b"\xff\xff")
+    assert [e[1] for e in reopen(path)[:]] == [1, 2]
+
+
+def test_damage_before_the_end_is_refused_naming_file_and_offset(tmp_path) -> None:
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path)
+    fill(j, 6)
+    j._destroy()
+    bad = j._offsets[2]
+    with open(path, "r+b") as f:
+        f.seek(bad + RECORD.size + 1)
+        f.write(b"\x00\x01\x02")
+    with pytest.raises(JournalCorrupt) as err:
+        reopen(path)
+    assert path in str(err.value) and f"offset {bad}" in str(err.value)
+
+
+def test_not_a_journal_is_refused(tmp_path) -> None:
+    path = tmp_path / "raft.journal"
+    path.write_bytes(b"garbage that is no journal")
+    with pytest.raises(JournalCorrupt, match="bad header"):
+        reopen(str(path))
+
+
+def test_truncate_from_and_compact_to_survive_reopen(tmp_path) -> None:
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path)
+    fill(j, 10)
+    j.deleteEntriesFrom(7)  # a follower drops a conflicting suffix (entries 8..10)
+    j.add(b"new-8", 8, 2)
+    j.deleteEntriesTo(3)  # compaction after a snapshot keeps entries 4..8
+    j.add(b"new-9", 9, 2)
+    j._destroy()
+    k = reopen(path)
+    assert [(e[1], e[2]) for e in k[:]] == [(4, 1), (5, 1), (6, 1), (7, 1), (8, 2), (9, 2)]
+    assert k[4][0] == b"new-8"
+    assert not os.path.exists(path + ".compact")
+    k.clear()
+    k._destroy()
+    assert len(reopen(path)) == 0
+    with open(path, "rb") as f:
+        assert f.read() == MAGIC
+
+
+def test_a_pysyncobj_journal_is_converted(tmp_path) -> None:
+    path = str(tmp_path / "raft.journal")
+    old = FileJournal(path)
+    for i in range(1, 4):
+        old.add(f"old-{i}".encode(), i, 3)
+    old.setCurrentTerm(3, "127.0.0.1:9")
+    old._destroy()
+    j = reopen(path)
+    assert [e[0] for e in j[:]] == [b"old-1", b"old-2", b"old-3"]
+    assert (j.getCurrentTerm(), j.getVotedForNodeId()) == (3, "127.0.0.1:9")
+    j._destroy()
+    with open(path, "rb") as f:
+        assert f.read(len(MAGIC)) == MAGIC
+
+
+def test_an_append_that_cannot_be_written_stops_the_process(tmp_path) -> None:
+    # RLIMIT_FSIZE makes writes past a size fail (EFBIG) as a full disk would (ENOSPC)
+    script = textwrap.dedent(f"""
+        import logging, resource, signal
+        logging.basicConfig(level=logging.INFO)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        from raftlog.journal import DurableJournal
+        j = DurableJournal({str(tmp_path / "raft.journal")!r})
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        for i in range(1, 1000):
+            j.add(b"x" * 100, i, 1)
+        print("never reached")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert proc.returncode == EXIT_IO_ERROR, proc.stderr
+    assert "journal append failed" in proc.stderr and "never reached" not in proc.stdout
+
+
+def test_no_raft_message_leaves_a_node_before_its_journal_is_synced(tmp_path, monkeypatch) -> None:
+    """Every append acknowledgement (and every other Raft message) is sent with a clean journal."""
+    journals: list[DurableJournal] = []
+    unsynced: list[str] = []
+    sent = [0]
+    real_send = TCPTransport.send
+
+    def checking_send(self: TCPTransport, node: object, message: object) -> object:
+        # the binding wraps each node's transport.send; this is what its wrapper calls
+        sent[0] += 1
+        if self._syncObj.journal._dirty:
+            unsynced.append(repr(message)[:80])
+        return real_send(self, node, message)
+
+    monkeypatch.setattr(TCPTransport, "send", checking_send)
+    ports = free_ports(3)
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    logs = []
+    try:
+        for i, a in enumerate(addrs):
+            cfg = LogConfig(self_addr=a, partners=[b for b in addrs if b != a], data_dir=str(tmp_path / f"n{i}"))
+            rl = ReplicatedLog(cfg, KVStateMachine(KVState()), SnapshotStore(str(tmp_path / f"s{i}")),
+                               threading.RLock())
+            logs.append(rl)
+            journals.append(rl.journal)
+        deadline = time.monotonic() + 20
+        while not any(rl.is_leader() for rl in logs):
+            assert time.monotonic() < deadline, "no leader"
+            time.sleep(0.05)
+        leader = next(rl for rl in logs if rl.is_leader())
+        for i in range(50):
+            batch = entry_pb2.Batch(records=[entry_pb2.Record(type=1, key=f"k{i}", value=b"v")])
+            leader.propose(batch, 10)
+        assert sent[0] > 100
+        assert unsynced == []
+        assert all(j.syncs > 0 for j in journals)  # followers synced what they acknowledged
+    finally:
+        for rl in logs:
+            rl.close()
