@@ -253,7 +253,7 @@ class ReplicatedLog:
         return decode_raft_meta(self.store.read_info(path).meta)
 
     def _load_snapshot(self, staged_path: str, index: int) -> tuple[int, Any, str]:
-        info = self.store.import_file(staged_path)
+        info = self.store.import_file(staged_path, move=True)  # the staged hard link is not needed after
         info, items = self.store.load(info.path, verify=False)  # import_file verified it
         self.snapshot_offset = max(self.snapshot_offset, info.offset)
         self.snapshot_bytes = info.size_bytes

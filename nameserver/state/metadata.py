@@ -80,7 +80,9 @@ class MetadataState:
         self._cluster_brokers: dict[str, set[str]] = {}
         self._lives: dict[str, state_pb2.BrokerLive] = {}
         self._filters: dict[str, list[str]] = {}
-        self._topic_queues: dict[str, dict[str, state_pb2.QueueData]] = {}  # topic -> broker -> qd
+        # topic -> broker -> encoded QueueData (the KVState's own bytes). Decoded on read: a decoded
+        # protobuf message costs ~1.7 KB of upb arena, which at a million queue datas was ~1.6 GiB.
+        self._topic_queues: dict[str, dict[str, bytes]] = {}
         self._broker_topics: dict[str, set[str]] = {}
         # unit topic-list kind -> topic -> number of its queue datas qualifying (a topic counts when > 0)
         self._unit_topics: dict[int, dict[str, int]] = {kind: {} for kind in _UNIT_KINDS}
@@ -115,7 +117,7 @@ class MetadataState:
             parsed = keys.parse_topic_key(key)
             if parsed is not None:
                 self._remove_queue(*parsed)
-                self._add_queue(*parsed, _decode(state_pb2.QueueData, new))
+                self._add_queue(*parsed, new)
         elif key.startswith(keys.BROKER_PREFIX):
             name = keys.parse_broker_key(key)
             if name is not None:
@@ -157,9 +159,10 @@ class MetadataState:
         qmap = self._topic_queues.get(topic)
         if qmap is None:
             return
-        old = qmap.pop(broker, None)
-        if old is None:
+        raw = qmap.pop(broker, None)
+        if raw is None:
             return
+        old = _decode(state_pb2.QueueData, raw) or state_pb2.QueueData()
         if not qmap:
             del self._topic_queues[topic]
         topics = self._broker_topics.get(broker)
@@ -173,10 +176,11 @@ class MetadataState:
             if counts[topic] == 0:
                 del counts[topic]
 
-    def _add_queue(self, topic: str, broker: str, qd: state_pb2.QueueData | None) -> None:
+    def _add_queue(self, topic: str, broker: str, raw: bytes | None) -> None:
+        qd = _decode(state_pb2.QueueData, raw)
         if qd is None:
             return
-        self._topic_queues.setdefault(topic, {})[broker] = qd
+        self._topic_queues.setdefault(topic, {})[broker] = raw
         self._broker_topics.setdefault(broker, set()).add(topic)
         for kind in _unit_kinds(qd.topic_sys_flag):
             counts = self._unit_topics[kind]
@@ -228,7 +232,7 @@ class MetadataState:
             bd = self._brokers.get(name)
             if bd is not None:
                 route.broker_datas.append(bd)
-            route.queue_datas.append(qmap[name])
+            route.queue_datas.add().ParseFromString(qmap[name])
         if not route.broker_datas:
             return None
         if support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
@@ -364,13 +368,13 @@ class MetadataState:
         return len(self._topic_queues)
 
     def queue_data(self, topic: str, broker_name: str) -> state_pb2.QueueData | None:
-        qd = self._topic_queues.get(topic, {}).get(broker_name)
-        return _copy(qd) if qd is not None else None
+        raw = self._topic_queues.get(topic, {}).get(broker_name)
+        return _decode(state_pb2.QueueData, raw)
 
     def queue_datas(self, topic: str) -> list[state_pb2.QueueData]:
         """The topic's queue datas sorted by broker name."""
         qmap = self._topic_queues.get(topic, {})
-        return [_copy(qmap[name]) for name in sorted(qmap)]
+        return [_decode(state_pb2.QueueData, qmap[name]) or state_pb2.QueueData() for name in sorted(qmap)]
 
     def topic_brokers(self, topic: str) -> list[str]:
         return sorted(self._topic_queues.get(topic, ()))

@@ -1,0 +1,200 @@
+"""Benchmarks of a cluster's life cycle: failover, restart, catch-up, memory, huge registrations.
+
+    .venv/bin/python -m nameserver.bench.durability --root /tmp/nsbench --records 1000000 --json out.json
+
+Each measurement starts its own local 3-node cluster (nameserver/bench/procs.py) of real
+`nameserver serve` processes on 127.0.0.1 and times what an operator or a client would see:
+- failover: leader SIGKILL -> first write acknowledged through a surviving node (a client retrying
+  every 20 ms, as nameserver.client does), over N trials;
+- restart recovery: a follower killed with SIGKILL and restarted -> ready and caught up;
+- follower catch-up: a follower whose data directory was deleted -> converged (snapshot transfer);
+- resident memory of each node holding the records;
+- one broker registering 70,000 topics (streamed), and the route read of one of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from typing import Any
+
+import grpc
+
+from nameserver.bench.procs import BenchNode, LocalCluster
+from nameserver.chunking import register_chunks
+from nameserver.pb import api_pb2, state_pb2
+
+RETRY_EVERY_S = 0.02
+TOPICS_PER_BROKER = 10_000
+
+
+def percentile(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(p / 100 * (len(s) - 1)))))]
+
+
+def registration(broker: int, topics: int, prefix: str = "T", counter: int = 1) -> api_pb2.RegisterBrokerRequest:
+    return api_pb2.RegisterBrokerRequest(
+        cluster_name="BenchCluster", broker_name=f"broker-{broker}",
+        broker_addr=f"10.{broker // 65536 % 256}.{broker // 256 % 256}.{broker % 256}:10911", broker_id=0,
+        ha_server_addr="10.0.0.1:10912", heartbeat_timeout_ms=3_600_000,
+        data_version=state_pb2.DataVersion(counter=counter, timestamp=1_700_000_000_000),
+        topics=[api_pb2.TopicConfig(topic_name=f"{prefix}{broker}-{t}", read_queue_nums=4, write_queue_nums=4,
+                                    perm=6) for t in range(topics)])
+
+
+def register(node: BenchNode, req: api_pb2.RegisterBrokerRequest, timeout: float = 300) -> api_pb2.RegisterBrokerReply:
+    return node.ns().RegisterBrokerStream(iter(register_chunks(req)), timeout=timeout)
+
+
+def fill(cluster: LocalCluster, records: int) -> dict[str, Any]:
+    """Register brokers of TOPICS_PER_BROKER topics until the state holds `records` records."""
+    leader = cluster.wait_ready()
+    t0 = time.monotonic()
+    written, broker = 0, 0
+    while written < records:
+        topics = min(TOPICS_PER_BROKER, max(1, records - written - 2))
+        written += register(leader, registration(broker, topics)).records
+        broker += 1
+    seconds = time.monotonic() - t0
+    sts = cluster.wait_converged(timeout=600)
+    return {"records": written, "keys": sts[0].keys, "brokers": broker, "seconds": round(seconds, 1),
+            "records_per_s": round(written / seconds), "apply_offset": sts[0].apply_offset}
+
+
+def _write_until_acked(nodes: list[BenchNode], key: str, deadline: float) -> float:
+    """Put a KV through `nodes` in turn until one acknowledges; the time it was acknowledged."""
+    i = 0
+    while time.monotonic() < deadline:
+        node = nodes[i % len(nodes)]
+        i += 1
+        try:
+            node.ns().PutKv(api_pb2.PutKvRequest(namespace="bench", key=key, value="v"), timeout=1.0)
+            return time.monotonic()
+        except grpc.RpcError:
+            time.sleep(RETRY_EVERY_S)
+    raise TimeoutError(f"no write acknowledged for {key}")
+
+
+def failover(root: str, trials: int, sections: dict | None = None) -> dict[str, Any]:
+    """Leader SIGKILL to the first acknowledged write, `trials` times (the killed node rejoins)."""
+    times: list[float] = []
+    elections: list[int] = []
+    with LocalCluster(os.path.join(root, "failover"), sections=sections or {}) as c:
+        for trial in range(trials):
+            leader = c.wait_ready()
+            c.wait_converged()
+            term = leader.status().term
+            survivors = [n for n in c.nodes if n is not leader]
+            c.kill(leader)
+            t0 = time.monotonic()
+            acked = _write_until_acked(survivors, f"failover-{trial}", t0 + 30)
+            times.append(acked - t0)
+            new_leader = c.wait_ready(survivors)
+            elections.append(new_leader.status().term - term)
+            c.start(leader)
+    return {"trials": trials, "p50_s": round(percentile(times, 50), 3), "p99_s": round(percentile(times, 99), 3),
+            "max_s": round(max(times), 3), "min_s": round(min(times), 3),
+            "times_s": [round(t, 3) for t in times], "terms_per_failover": elections}
+
+
+def _ready_and_caught_up(c: LocalCluster, node: BenchNode, target: int, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = node.status(timeout=1.0)
+        if st is not None and st.ready and st.apply_offset >= target:
+            return time.monotonic()
+        if node.proc is not None and node.proc.poll() is not None:
+            raise RuntimeError(f"{node.name} exited; see {node.log_path}")
+        time.sleep(0.02)
+    raise TimeoutError(f"{node.name} not caught up within {timeout}s; see {node.log_path}")
+
+
+def recovery(root: str, records: int, sections: dict | None = None) -> dict[str, Any]:
+    """Fill to `records`, then time a follower's restart and a wiped follower's catch-up."""
+    out: dict[str, Any] = {}
+    with LocalCluster(os.path.join(root, "recovery"), sections=sections or {}) as c:
+        out["fill"] = fill(c, records)
+        leader = c.wait_ready()
+        out["rss_mib_after_fill"] = {n.name: n.rss_bytes() >> 20 for n in c.nodes}
+        for n in c.nodes:  # what a node restarting after a while finds: a snapshot, a short journal
+            n.admin().TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=300)
+        target = leader.status().commit_offset
+        follower = next(n for n in c.nodes if n is not leader)
+
+        c.kill(follower)
+        t0 = time.monotonic()
+        c.start(follower)
+        out["restart_recovery_s"] = round(_ready_and_caught_up(c, follower, target, 300) - t0, 2)
+        out["restart_rss_mib"] = follower.rss_bytes() >> 20
+
+        c.kill(follower)
+        shutil.rmtree(follower.data_dir)
+        t0 = time.monotonic()
+        c.start(follower)
+        out["catch_up_from_empty_s"] = round(_ready_and_caught_up(c, follower, target, 600) - t0, 2)
+        sts = c.wait_converged(timeout=300)
+        out["digests_equal"] = len({s.digest for s in sts}) == 1
+        out["rss_mib_after_catch_up"] = {n.name: n.rss_bytes() >> 20 for n in c.nodes}
+        out["snapshot_bytes"] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in
+                                    os.walk(os.path.join(follower.data_dir)) for f in fs if f.endswith(".mdb"))
+    return out
+
+
+def huge_registration(root: str, topics: int = 70_000, sections: dict | None = None) -> dict[str, Any]:
+    """One broker registering `topics` topics in one (streamed) registration, then a route read."""
+    with LocalCluster(os.path.join(root, "huge"), sections=sections or {}) as c:
+        leader = c.wait_ready()
+        follower = next(n for n in c.nodes if n is not leader)
+        req = registration(0, topics, prefix="Huge")
+        t0 = time.monotonic()
+        reply = register(follower, req)  # through a follower: forwarding included
+        seconds = time.monotonic() - t0
+        t1 = time.monotonic()
+        route = follower.ns().GetRoute(api_pb2.GetRouteRequest(topic=f"Huge0-{topics - 1}", min_offset=reply.offset),
+                                       timeout=30)
+        read_ms = (time.monotonic() - t1) * 1000
+        again = register(follower, req)  # unchanged DataVersion: nothing to write
+        return {"topics": topics, "request_bytes": req.ByteSize(), "seconds": round(seconds, 2),
+                "records": reply.records, "route_read_ms": round(read_ms, 2),
+                "route_queue_datas": len(route.route.queue_datas), "re_registration_records": again.records}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", default="", help="work directory (default: a new temporary one)")
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--failover-trials", type=int, default=20)
+    p.add_argument("--topics", type=int, default=70_000, help="topics of the single huge registration")
+    p.add_argument("--only", choices=("failover", "recovery", "huge"), action="append")
+    p.add_argument("--no-fsync", action="store_true", help="run the cluster with raft.fsync = false")
+    p.add_argument("--json", default="", help="write the results here too")
+    args = p.parse_args(argv)
+    root = args.root or tempfile.mkdtemp(prefix="nsbench-")
+    sections = {"raft": {"fsync": False}} if args.no_fsync else {}
+    only = set(args.only or ("failover", "recovery", "huge"))
+    results: dict[str, Any] = {}
+    if "failover" in only:
+        results["failover"] = failover(root, args.failover_trials, sections)
+        print(json.dumps({"failover": results["failover"]}), flush=True)
+    if "huge" in only:
+        results["huge_registration"] = huge_registration(root, args.topics, sections)
+        print(json.dumps({"huge_registration": results["huge_registration"]}), flush=True)
+    if "recovery" in only:
+        results["recovery"] = recovery(root, args.records, sections)
+        print(json.dumps({"recovery": results["recovery"]}), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # run the clusters' cleanup
+    sys.exit(main())
