@@ -1,11 +1,13 @@
 """The replicated log: record/entry format, pysyncobj binding, group commit, offsets, barrier."""
 
 from raftlog.digest import digest_hex, digest_of, pair_hash
+from raftlog.journal import DurableJournal, JournalCorrupt
 from raftlog.kvstate import Change, KVState, KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
 from raftlog.proposer import NotLeader, ProposalError
 
 __all__ = [
-    "Change", "KVState", "KVStateMachine", "LogConfig", "NotLeader", "ProposalError", "ReplicatedLog",
+    "Change", "DurableJournal", "JournalCorrupt", "KVState", "KVStateMachine", "LogConfig", "NotLeader",
+    "ProposalError", "ReplicatedLog",
     "digest_hex", "digest_of", "pair_hash",
 ]

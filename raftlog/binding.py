@@ -27,6 +27,7 @@ from pysyncobj.node import TCPNode
 from raftlog.applier import Applier
 from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
+from raftlog.prevote import PreVote
 
 log = logging.getLogger("raftlog.binding")
 
@@ -81,6 +82,8 @@ class RaftNode(SyncObj):
         self._progress = progress
         self._enqueued = 0
         self._restores = 0
+        self.real_election_deadline = 0.0
+        self.prevote: PreVote | None = None
         conf.serializer = self._serialize
         conf.deserializer = self._deserialize
         conf.serializeChecker = progress.check
@@ -103,7 +106,27 @@ class RaftNode(SyncObj):
             return send(node, message)
 
         transport.send = send_after_sync
+        self.prevote = PreVote(self, conf.raftMinTimeout, conf.raftMaxTimeout)
+        deliver = transport._onMessageReceivedCallback
+
+        def receive(node: object, message: object) -> None:
+            if not self.prevote.on_message(node, message):
+                deliver(node, message)
+
+        transport.setOnMessageReceivedCallback(receive)
         self.addOnTickCallback(self._on_tick)
+
+    # pysyncobj reads its election timer in one place, to decide whether to campaign. Reading it
+    # through this property lets the pre-vote decide (raftlog/prevote.py); writes go through.
+    @property
+    def _SyncObj__raftElectionDeadline(self) -> float:  # noqa: N802 (pysyncobj's mangled name)
+        if self.prevote is None or self.prevote.may_campaign():
+            return self.real_election_deadline
+        return float("inf")
+
+    @_SyncObj__raftElectionDeadline.setter
+    def _SyncObj__raftElectionDeadline(self, value: float) -> None:  # noqa: N802
+        self.real_election_deadline = value
 
     @replicated
     def apply_entry(self, data: bytes) -> None:
@@ -121,6 +144,11 @@ class RaftNode(SyncObj):
         # The leader counts its own log towards a commit: entries it appended this tick are
         # durable before the next tick computes the commit index.
         self.journal.sync()
+        try:
+            if self.prevote is not None:
+                self.prevote.on_tick()
+        except Exception:
+            log.exception("pre-vote tick failed")
         # Entries of pysyncobj's own (no-ops, membership) do not reach apply_entry_v1; keep the
         # apply offset moving past them so offsets line up with the Raft log.
         try:

@@ -50,7 +50,8 @@ class _Pending:
 class GroupCommitter:
     def __init__(self, applier: Applier, append: Callable[[bytes, Callable], None],
                  is_leader: Callable[[], bool], term: Callable[[], int],
-                 linger_s: float = 0.002, max_batches: int = 512, max_bytes: int = 4 << 20) -> None:
+                 linger_s: float = 0.002, max_batches: int = 512, max_bytes: int = 4 << 20,
+                 max_in_flight: int = 2) -> None:
         self._applier = applier
         self._append = append
         self._is_leader = is_leader
@@ -58,6 +59,13 @@ class GroupCommitter:
         self.linger_s = linger_s
         self.max_batches = max_batches
         self.max_bytes = max_bytes
+        # Entries appended but not yet applied. At the limit, new proposals wait and go out
+        # together in the next entry: under load each entry (one fsync, one message per follower,
+        # one pickle) carries many proposals instead of one.
+        self.max_in_flight = max_in_flight
+        self._in_flight = 0
+        self._flight_term = -1
+        self._flight = threading.Condition()
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
         self.entries_appended = 0
@@ -94,6 +102,12 @@ class GroupCommitter:
             first = self._queue.get()
             if first is None:
                 return
+            with self._flight:
+                term = self._term()
+                if term != self._flight_term:  # a new term: results of the old one may never come
+                    self._flight_term, self._in_flight = term, 0
+                # bounded, so a lost result callback cannot stall proposals for long
+                self._flight.wait_for(lambda: self._in_flight < self.max_in_flight, timeout=1.0)
             group = [first]
             size = first.size
             self._drain_into(group, size, None)
@@ -126,6 +140,9 @@ class GroupCommitter:
         data = encode_entry(entry)
 
         def on_result(_res: object, err: int) -> None:  # tick thread: O(group), no blocking
+            with self._flight:
+                self._in_flight = max(0, self._in_flight - 1)
+                self._flight.notify()
             if err == FAIL_REASON.SUCCESS:
                 return
             reason = _FAIL_NAMES.get(err, f"failure {err}")
@@ -138,9 +155,13 @@ class GroupCommitter:
 
         self.entries_appended += 1
         self.batches_appended += len(group)
+        with self._flight:
+            self._in_flight += 1
         try:
             self._append(data, on_result)
         except Exception as exc:
+            with self._flight:
+                self._in_flight = max(0, self._in_flight - 1)
             log.exception("append failed")
             for p in group:
                 p.failed = f"append failed: {exc}"

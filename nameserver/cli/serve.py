@@ -10,6 +10,7 @@ import threading
 
 from nameserver import config, logfmt
 from nameserver.server import Server
+from raftlog import JournalCorrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     log_handler.setFormatter(logfmt.make_formatter(log_format, {"node": cfg.raft_addr}))  # JSON lines name the node
     try:
         server = Server(cfg)
+    except JournalCorrupt as exc:
+        # acknowledged entries are unreadable: never serve from a log with a hole in it
+        logging.getLogger("nameserver").critical("refusing to start: %s", exc)
+        print(f"nameserver: refusing to start: {exc}", file=sys.stderr)
+        return 3
     except OSError as exc:
         print(f"nameserver: {exc}", file=sys.stderr)
         return 1

@@ -349,3 +349,19 @@ def test_server_reflection_lets_generic_tools_discover_and_call_the_api(make_clu
                               response_deserializer=resp_cls.FromString)
         status = call(req_cls(), timeout=5)
         assert status.ready and status.node_id == c.nodes[0].raft_addr
+
+
+def test_a_follower_paused_past_the_election_timeout_does_not_depose_the_leader(make_cluster) -> None:
+    """Pre-vote: a starved or cut-off follower asks before campaigning, and a live leader says no."""
+    c = make_cluster()
+    leader = c.wait_ready()
+    term = leader.status().term
+    follower = c.followers()[0]
+    follower.proc.send_signal(signal.SIGSTOP)
+    time.sleep(5.0)  # past the election timeout and pysyncobj's 3.5 s link timeout: the leader drops the link
+    retry(lambda: leader.ns.PutKv(api_pb2.PutKvRequest(namespace="p", key="during", value="v"), timeout=2))
+    follower.proc.send_signal(signal.SIGCONT)
+    time.sleep(3.0)  # its timer has long expired: without pre-vote it would campaign at term + 1
+    sts = c.wait_converged(c.nodes)
+    assert {s.term for s in sts} == {term}, [s.term for s in sts]
+    assert leader.status().role == api_pb2.ROLE_LEADER

@@ -1,0 +1,126 @@
+"""Pre-vote rules, against a stand-in for pysyncobj's private state (no sockets, a fake clock)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raftlog.prevote import CANDIDATE, FOLLOWER, LEADER, REQUEST, RESPONSE, PreVote
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def send(self, node: str, message: dict[str, Any]) -> None:
+        self.sent.append((node, message))
+
+
+class FakeRaft:
+    """The attributes PreVote reads, under pysyncobj's mangled names."""
+
+    def __init__(self) -> None:
+        self._SyncObj__raftState = FOLLOWER
+        self._SyncObj__raftCurrentTerm = 5
+        self._SyncObj__raftLeader = "L"
+        self._SyncObj__raftLog = [(b"", 10, 4), (b"", 11, 5)]
+        self._SyncObj__otherNodes = {"B", "C"}
+        self._SyncObj__selfNode = "A"
+        self._SyncObj__transferInProgress = False
+        self._SyncObj__transport = FakeTransport()
+        self.real_election_deadline = 100.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make() -> tuple[FakeRaft, PreVote, Clock]:
+    raft, clock = FakeRaft(), Clock()
+    return raft, PreVote(raft, 0.4, 1.4, clock=clock), clock
+
+
+def ask(pv: PreVote, term: int = 6, index: int = 11, log_term: int = 5) -> bool:
+    transport = pv.raft._SyncObj__transport
+    transport.sent.clear()
+    assert pv.on_message("B", {"type": REQUEST, "round": 1, "term": term, "last_log_index": index,
+                               "last_log_term": log_term})
+    (node, reply), = transport.sent
+    assert node == "B" and reply["type"] == RESPONSE and reply["round"] == 1
+    return reply["granted"]
+
+
+def test_no_vote_while_a_leader_was_heard_within_the_minimum_timeout() -> None:
+    raft, pv, clock = make()
+    clock.now = 10.0
+    assert not pv.on_message("L", {"type": "append_entries", "term": 5})  # passed on to pysyncobj
+    clock.now = 10.3
+    assert not ask(pv)
+    clock.now = 10.5
+    assert ask(pv)
+
+
+def test_a_leader_never_pre_votes() -> None:
+    raft, pv, _ = make()
+    raft._SyncObj__raftState = LEADER
+    assert not ask(pv)
+
+
+def test_no_vote_for_a_staler_log_or_a_term_that_is_not_ahead() -> None:
+    raft, pv, _ = make()
+    raft._SyncObj__raftLeader = None
+    assert ask(pv, index=11, log_term=5)
+    assert ask(pv, index=3, log_term=6)       # a newer last term wins whatever the index
+    assert not ask(pv, index=10, log_term=5)  # same last term, shorter
+    assert not ask(pv, index=99, log_term=4)  # older last term
+    assert not ask(pv, term=5)                # the asker's next term is not past ours
+
+
+def test_an_expired_timer_asks_first_and_campaigns_only_with_a_majority() -> None:
+    raft, pv, clock = make()
+    transport = raft._SyncObj__transport
+    clock.now = 50.0
+    pv.on_tick()  # timer (100) not expired
+    assert transport.sent == [] and not pv.may_campaign()
+    clock.now = 101.0
+    pv.on_tick()
+    assert sorted(n for n, _ in transport.sent) == ["B", "C"]
+    request = transport.sent[0][1]
+    assert request["term"] == 6 and (request["last_log_index"], request["last_log_term"]) == (11, 5)
+    assert 101.4 <= raft.real_election_deadline <= 102.4  # pushed back by a fresh random timeout
+    assert not pv.may_campaign()
+    pv.on_message("B", {"type": RESPONSE, "round": request["round"], "granted": False})
+    assert not pv.may_campaign()
+    pv.on_message("C", {"type": RESPONSE, "round": request["round"] - 1, "granted": True})  # an old round
+    assert not pv.may_campaign()
+    pv.on_message("C", {"type": RESPONSE, "round": request["round"], "granted": True})
+    assert pv.may_campaign() and raft.real_election_deadline == 0  # campaign at the next tick
+    # pysyncobj campaigned (term 6) and lost: the next attempt asks again
+    raft._SyncObj__raftState = CANDIDATE
+    raft._SyncObj__raftCurrentTerm = 6
+    raft.real_election_deadline = 103.0
+    assert not pv.may_campaign()
+    transport.sent.clear()
+    clock.now = 103.5
+    pv.on_tick()
+    assert len(transport.sent) == 2 and transport.sent[0][1]["term"] == 7
+
+
+def test_leadership_transfer_campaigns_without_asking() -> None:
+    raft, pv, _ = make()
+    raft.real_election_deadline = 0
+    raft._SyncObj__transferInProgress = True
+    assert pv.may_campaign()
+    pv.on_tick()
+    assert raft._SyncObj__transport.sent == []
+
+
+def test_a_single_node_needs_no_one_else() -> None:
+    raft, pv, clock = make()
+    raft._SyncObj__otherNodes = set()
+    clock.now = 200.0
+    pv.on_tick()
+    assert pv.may_campaign()
