@@ -1,0 +1,72 @@
+"""The comparative benchmark (nameserver/bench/compare.py) on real processes: ours, etcd and the echo ceiling.
+
+A short run (1 s per load, 1 and 4 clients) that must measure something on every side: every figure
+positive, no errors, and the records the harness counted equal to the records each cluster holds.
+etcd is installed when missing (Debian's etcd-server); if that is impossible the run fails with
+EtcdUnavailable, it is not skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from nameserver.bench.compare import markdown, run_compare
+
+pytestmark = pytest.mark.cluster
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(f"{pid}: {cmd}")
+    return found
+
+
+def _positive(load: dict, what: str) -> None:
+    assert load["errors"] == 0, f"{what}: {load.get('first_error')}"
+    for k in ("n", "per_s", "p50_ms", "p99_ms"):
+        assert load[k] > 0, f"{what}: {k} = {load[k]}"
+    assert load["p99_ms"] >= load["p50_ms"]
+
+
+def test_compare_short_run_measures_every_side(tmp_path) -> None:
+    res = run_compare(str(tmp_path), 1.0, [1, 4], read_threads=6, log=lambda s: None)
+    json.loads(json.dumps(res, allow_nan=False))  # plain JSON, no NaN: nothing went unmeasured
+    assert set(res) >= {"meta", "ours", "etcd", "ceiling", "ratios", "targets"}
+    assert res["meta"]["etcd_version"].startswith("3.")
+    for side in ("ours", "etcd", "ceiling"):
+        assert set(res[side]["registration"]) == {"1", "4"}
+        for c, load in res[side]["registration"].items():
+            _positive(load, f"{side} registration c={c}")
+            assert load["threads"] == int(c)
+        _positive(res[side]["route_reads"], f"{side} route reads")
+        assert len(res[side]["route_reads"]["per_node"]) == 3
+        assert all(n["per_s"] > 0 for n in res[side]["route_reads"]["per_node"].values())
+    for side in ("ours", "etcd"):
+        for c, load in res[side]["registration"].items():
+            assert load["records_per_s"] > 0
+            # every registration writes the broker's record and one per topic (ours: its first, one more)
+            assert load["records"] >= load["n"] * 9, f"{side} c={c}: {load['records']} records in {load['n']} ops"
+        check = res[side]["registration_check"]
+        assert check["counted"] > 0 and check["counted"] == check["in_cluster"], check
+        _positive(res[side]["linearizable_reads"], f"{side} linearizable reads")
+        watch = res[side]["watch"]
+        assert watch["writes"] > 10 and watch["missing"] == 0 and watch["p99_ms"] >= 0, watch
+    for c in ("1", "4"):
+        r = res["ratios"]["registration"][c]
+        assert r["records_per_s_ours_etcd"] > 0 and r["ops_per_s_ours_ceiling"] > 0
+    assert res["ratios"]["route_reads"]["per_s_ours_etcd"] > 0
+    table = markdown(res)
+    assert "| registration (8 topics, 9 records), 4 clients |" in table and "watch propagation" in table
+    assert not _processes_mentioning(res["meta"]["run_dir"]), "processes left running after the run"
