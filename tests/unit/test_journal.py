@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from pysyncobj import SyncObj
 from pysyncobj.journal import FileJournal
 from pysyncobj.transport import TCPTransport
 
@@ -170,20 +171,31 @@ def test_an_append_that_cannot_be_written_stops_the_process(tmp_path) -> None:
 
 
 def test_no_raft_message_leaves_a_node_before_its_journal_is_synced(tmp_path, monkeypatch) -> None:
-    """Every append acknowledgement (and every other Raft message) is sent with a clean journal."""
+    """Acknowledgements (every message but the leader's appends) leave with a clean journal, and no
+    message (an acknowledgement the leader would count) is read with unsynced entries."""
     journals: list[DurableJournal] = []
     unsynced: list[str] = []
     sent = [0]
+    read = [0]
     real_send = TCPTransport.send
+    real_receive = SyncObj._SyncObj__onMessageReceived
 
     def checking_send(self: TCPTransport, node: object, message: object) -> object:
         # the binding wraps each node's transport.send; this is what its wrapper calls
         sent[0] += 1
-        if self._syncObj.journal._dirty:
-            unsynced.append(repr(message)[:80])
+        if self._syncObj.journal._dirty and message.get("type") != "append_entries":
+            unsynced.append(f"sent {repr(message)[:80]}")
         return real_send(self, node, message)
 
+    def checking_receive(self: SyncObj, node: object, message: object) -> None:
+        # what the binding's receive wrapper delivers to, after its own checks
+        read[0] += 1
+        if self.journal._dirty:
+            unsynced.append(f"read {repr(message)[:80]}")
+        return real_receive(self, node, message)
+
     monkeypatch.setattr(TCPTransport, "send", checking_send)
+    monkeypatch.setattr(SyncObj, "_SyncObj__onMessageReceived", checking_receive)
     ports = free_ports(3)
     addrs = [f"127.0.0.1:{p}" for p in ports]
     logs = []
@@ -202,7 +214,7 @@ def test_no_raft_message_leaves_a_node_before_its_journal_is_synced(tmp_path, mo
         for i in range(50):
             batch = entry_pb2.Batch(records=[entry_pb2.Record(type=1, key=f"k{i}", value=b"v")])
             leader.propose(batch, 10)
-        assert sent[0] > 100
+        assert sent[0] > 100 and read[0] > 100
         assert unsynced == []
         assert all(j.syncs > 0 for j in journals)  # followers synced what they acknowledged
     finally:
