@@ -98,7 +98,7 @@ def run_compare(root: str, seconds: float, concurrency: list[int], sections: dic
         cluster.stop()
 
     log(f"etcd {result['meta']['etcd_version']}: 3 members under {run_dir}/etcd")
-    etcd = EtcdCluster(os.path.join(run_dir, "etcd"), binary=binary)
+    etcd = EtcdCluster(os.path.join(run_dir, "etcd"), binary=binary, max_txn_ops=max(128, topics + 1))
     try:
         etcd.start()
         etcd.wait_ready()

@@ -115,6 +115,9 @@ class EtcdCluster:
     size: int = 3
     members: list[EtcdMember] = field(default_factory=list)
     binary: str = ""
+    # etcd refuses a transaction of more than --max-txn-ops operations (default 128): a broker with
+    # more topics cannot register atomically at all. The harness raises it to fit the workload.
+    max_txn_ops: int = 128
 
     def __post_init__(self) -> None:
         os.makedirs(self.root, exist_ok=True)
@@ -135,7 +138,7 @@ class EtcdCluster:
                     "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
                     "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls", m.peer_url,
                     "--initial-cluster", initial, "--initial-cluster-state", "new",
-                    "--initial-cluster-token", token,
+                    "--initial-cluster-token", token, "--max-txn-ops", str(self.max_txn_ops),
                     "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn"]
             with open(m.log_path, "ab") as log:
                 # Own session: a Ctrl-C of the harness does not reach etcd before we stop it in order.

@@ -8,6 +8,8 @@ Pure and deterministic: no clocks, threads or I/O. Not thread-safe (the owner ho
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Iterable
 from typing import TypeVar
 
@@ -44,6 +46,14 @@ def _decode(cls: type[M], data: bytes | None) -> M | None:
     except DecodeError:
         return None
     return msg
+
+
+@functools.lru_cache(maxsize=4096)
+def _queue_sys_flag(raw: bytes) -> int | None:
+    """A queue data's topicSysFlag, or None when it does not parse. Cached: a broker's queue datas
+    are mostly byte-identical, and this is on every applied route record of every node."""
+    qd = _decode(state_pb2.QueueData, raw)
+    return None if qd is None else qd.topic_sys_flag
 
 
 def _unit_kinds(sys_flag: int) -> list[int]:
@@ -162,7 +172,6 @@ class MetadataState:
         raw = qmap.pop(broker, None)
         if raw is None:
             return
-        old = _decode(state_pb2.QueueData, raw) or state_pb2.QueueData()
         if not qmap:
             del self._topic_queues[topic]
         topics = self._broker_topics.get(broker)
@@ -170,19 +179,20 @@ class MetadataState:
             topics.discard(topic)
             if not topics:
                 del self._broker_topics[broker]
-        for kind in _unit_kinds(old.topic_sys_flag):
+        for kind in _unit_kinds(_queue_sys_flag(raw) or 0):
             counts = self._unit_topics[kind]
             counts[topic] -= 1
             if counts[topic] == 0:
                 del counts[topic]
 
     def _add_queue(self, topic: str, broker: str, raw: bytes | None) -> None:
-        qd = _decode(state_pb2.QueueData, raw)
-        if qd is None:
+        sys_flag = None if raw is None else _queue_sys_flag(raw)
+        if sys_flag is None:
             return
+        broker = sys.intern(broker)  # one string per broker name, not one per queue data
         self._topic_queues.setdefault(topic, {})[broker] = raw
         self._broker_topics.setdefault(broker, set()).add(topic)
-        for kind in _unit_kinds(qd.topic_sys_flag):
+        for kind in _unit_kinds(sys_flag):
             counts = self._unit_topics[kind]
             counts[topic] = counts.get(topic, 0) + 1
 
