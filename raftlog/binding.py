@@ -24,6 +24,7 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.node import TCPNode
 
+from raftlog.appendfilter import skip_known_entries
 from raftlog.applier import Applier
 from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
@@ -115,8 +116,15 @@ class RaftNode(SyncObj):
 
         def receive(node: object, message: object) -> None:
             journal.sync()
-            if not self.prevote.on_message(node, message):
-                deliver(node, message)
+            if self.prevote.on_message(node, message):
+                return
+            entries = self._SyncObj__raftLog
+            first, last = entries[0][1], entries[-1]
+
+            def term_at(index: int) -> int | None:
+                return entries[index - first][2] if first <= index <= last[1] else None
+
+            deliver(node, skip_known_entries(message, last[1], last[2], term_at))
 
         transport.setOnMessageReceivedCallback(receive)
         self.addOnTickCallback(self._on_tick)

@@ -104,6 +104,7 @@ class ReplicatedLog:
         )
         self.raft = RaftNode(cfg.self_addr, cfg.partners, conf, self.applier,
                              self._read_dump_meta, self.progress, self.journal)
+        self.raft.addOnTickCallback(self._check_ready)
         self.committer = GroupCommitter(self.applier, self._append, self.is_leader, self.term,
                                         linger_s=cfg.group_linger_s)
         self.committer.start()
@@ -220,7 +221,20 @@ class ReplicatedLog:
                 threading.Thread(target=listener, args=(leader,), daemon=True).start()
 
     def _on_ready(self) -> None:
-        self._ready_target = self.raft.raftLastApplied
+        if self._ready_target is None:
+            self._ready_target = self.raft.raftLastApplied
+
+    def _check_ready(self) -> None:
+        # Tick thread. pysyncobj's onReady fires only when its last-applied index EQUALS the
+        # leader's commit index at a tick. A node that restored a snapshot past the commit index
+        # its leader last reported, and then kept up under load, could miss that instant forever
+        # (a restarted node stayed "not ready" in a long fault run). Greater-or-equal is what
+        # readiness means.
+        if self._ready_target is not None:
+            return
+        leader_commit = self.raft._SyncObj__leaderCommitIndex
+        if leader_commit is not None and self.raft.raftLastApplied >= leader_commit:
+            self._ready_target = self.raft.raftLastApplied
 
     # ---- snapshots ----------------------------------------------------------------------------
 

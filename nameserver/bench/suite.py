@@ -1,0 +1,170 @@
+"""`nsctl bench`: every benchmark of docs/benchmarks.md in one run, with JSON and a markdown report.
+
+    .venv/bin/nsctl bench --json bench.json --report bench.md          # the full run (~25 minutes)
+    .venv/bin/nsctl bench --quick                                       # a smoke run (~4 minutes)
+
+Parts (each starts its own fresh clusters, one system under load at a time):
+- compare:    ours beside a 3-member etcd and a bare gRPC echo ceiling (nameserver/bench/compare.py),
+              once per --topics value;
+- fsync:      our registration throughput with raft.fsync on and off (the durability cost);
+- failover:   leader SIGKILL to the first acknowledged write, --failover-trials times;
+- huge:       one broker registering 70,000 topics;
+- recovery:   restart recovery, catch-up from empty and memory at --records records;
+- stability:  --stability-minutes of writes at 80% of the measured maximum, counting elections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import signal
+import sys
+import tempfile
+from typing import Any
+
+import grpc
+
+from nameserver.bench import compare, durability, stability
+from nameserver.bench.procs import LocalCluster
+from nameserver.bench.workloads import OursTarget, new_channel, run_load
+
+PARTS = ("compare", "fsync", "failover", "huge", "recovery", "stability")
+
+
+def fsync_cost(root: str, seconds: float, concurrency: list[int], topics: int) -> dict[str, Any]:
+    """Registration throughput of our cluster with the journal fsync on and off."""
+    out: dict[str, Any] = {}
+    for fsync in (True, False):
+        with LocalCluster(tempfile.mkdtemp(prefix="fsync-", dir=root), sections={"raft": {"fsync": fsync}}) as c:
+            c.wait_ready()
+            target = OursTarget(c, topics)
+
+            def make(i: int, target: OursTarget = target) -> tuple[grpc.Channel, Any]:
+                channel = new_channel(target.leader_endpoint())
+                return channel, target.registration_op(channel, i)
+
+            out["on" if fsync else "off"] = {str(n): run_load(make, n, seconds, server_pids=target.pids())
+                                             for n in concurrency}
+    return out
+
+
+def _machine() -> dict[str, Any]:
+    return {"cores": os.cpu_count(), "cpu": compare._cpu_model(), "python": platform.python_version(),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def report(r: dict[str, Any]) -> str:
+    m = r["meta"]
+    lines = [f"Run {m['date']} with `{m['command']}`; {m['machine']['cores']} cores ({m['machine']['cpu']}), "
+             f"Python {m['machine']['python']}, load average at start {m['machine']['load_average_at_start']}.", ""]
+    for key, res in r.get("compare", {}).items():
+        lines += [f"**Side by side, {key} topics per registration**", "", compare.markdown(res), ""]
+    if "fsync" in r:
+        lines += ["**The cost of the journal fsync** (registrations, "
+                  f"{r['meta']['fsync_topics']} topics each)", "",
+                  "| clients | fsync on: reg/s, p50 / p99 ms | fsync off: reg/s, p50 / p99 ms | on / off |",
+                  "|---|---|---|---|"]
+        for n, on in r["fsync"]["on"].items():
+            off = r["fsync"]["off"][n]
+            lines.append(f"| {n} | {on['per_s']:,.0f}, {on['p50_ms']:.2f} / {on['p99_ms']:.2f} | "
+                         f"{off['per_s']:,.0f}, {off['p50_ms']:.2f} / {off['p99_ms']:.2f} | "
+                         f"{on['per_s'] / off['per_s']:.2f} |")
+        lines.append("")
+    if "failover" in r:
+        f = r["failover"]
+        lines += [f"**Failover** (leader SIGKILL to the first acknowledged write, {f['trials']} trials): "
+                  f"p50 {f['p50_s']} s, p99 {f['p99_s']} s, max {f['max_s']} s, min {f['min_s']} s; "
+                  f"terms per failover {f['terms_per_failover']}.", ""]
+    if "huge_registration" in r:
+        h = r["huge_registration"]
+        lines += [f"**One registration of {h['topics']:,} topics** ({h['request_bytes']:,} bytes, streamed, "
+                  f"through a follower): {h['seconds']} s, {h['records']:,} records; a route read of one of "
+                  f"them {h['route_read_ms']} ms; re-registering it unchanged wrote {h['re_registration_records']} "
+                  "records.", ""]
+    if "recovery" in r:
+        v = r["recovery"]
+        fill = v["fill"]
+        lines += [f"**Recovery at {fill['records']:,} records** (filled in {fill['seconds']} s, "
+                  f"{fill['records_per_s']:,} records/s): restart (SIGKILL, restart, snapshot + journal) "
+                  f"{v['restart_recovery_s']} s; a follower with an empty data directory caught up in "
+                  f"{v['catch_up_from_empty_s']} s; digests equal: {v['digests_equal']}. Resident memory "
+                  f"(MiB): after the fill {v['rss_mib_after_fill']}, restarted node {v['restart_rss_mib']}, "
+                  f"after catch-up {v['rss_mib_after_catch_up']}; snapshot {v['snapshot_bytes'] >> 20} MiB.", ""]
+    if "stability" in r:
+        s = r["stability"]
+        ld = s["load"]
+        lines += [f"**Load stability**: {s['minutes']} min at {s['fraction']:.0%} of the measured maximum "
+                  f"({s['max_registrations_per_s']:,.0f} registrations/s with 64 clients): achieved "
+                  f"{ld['per_s']:,.0f}/s (target {ld['target_per_s']:,.0f}), p50 {ld['p50_ms']} / p99 "
+                  f"{ld['p99_ms']} ms, {ld['errors']} errors; **elections during the load: "
+                  f"{s['elections_during_load']}**; digests equal after: {s['digests_equal']}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="nsctl bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", default="", help="work directory (default: a new temporary one)")
+    p.add_argument("--only", action="append", choices=PARTS, help="run only these parts (repeatable)")
+    p.add_argument("--quick", action="store_true", help="short loads and small sizes: a smoke run")
+    p.add_argument("--seconds", type=float, default=10.0, help="duration of each throughput load")
+    p.add_argument("--concurrency", default="1,4,16,64")
+    p.add_argument("--topics", default="8,128", help="topics per registration for the comparison")
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--failover-trials", type=int, default=20)
+    p.add_argument("--stability-minutes", type=float, default=10.0)
+    p.add_argument("--json", default="", help="write every result here")
+    p.add_argument("--report", default="", help="write the markdown report here (it is printed too)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seconds, args.records, args.failover_trials, args.stability_minutes = 2.0, 100_000, 5, 0.5
+        args.concurrency, args.topics = "1,16", "8"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: every cluster is stopped
+    root = args.root or tempfile.mkdtemp(prefix="nsbench-")
+    os.makedirs(root, exist_ok=True)
+    parts = set(args.only or PARTS)
+    concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    topics = [int(t) for t in args.topics.split(",") if t.strip()]
+    r: dict[str, Any] = {"meta": {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": "nsctl bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "machine": _machine(), "root": root, "fsync_topics": topics[0]}}
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    if "compare" in parts:
+        r["compare"] = {str(t): compare.run_compare(root, args.seconds, concurrency, topics=t, log=log)
+                        for t in topics}
+    if "fsync" in parts:
+        log("fsync on/off")
+        r["fsync"] = fsync_cost(root, args.seconds, concurrency, topics[0])
+    if "failover" in parts:
+        log(f"failover x{args.failover_trials}")
+        r["failover"] = durability.failover(root, args.failover_trials)
+    if "huge" in parts:
+        log("70,000-topic registration")
+        r["huge_registration"] = durability.huge_registration(root)
+    if "recovery" in parts:
+        log(f"recovery at {args.records:,} records")
+        r["recovery"] = durability.recovery(root, args.records)
+    if "stability" in parts:
+        log(f"stability for {args.stability_minutes} min")
+        r["stability"] = stability.stability(root, args.stability_minutes,
+                                             probe_seconds=min(20.0, 4 * args.seconds))
+    text = report(r)
+    print(text)
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=2)
+    return 0
+
+
+__all__ = ["main", "report"]
