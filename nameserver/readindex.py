@@ -2,8 +2,11 @@
 
 Reads that arrive while a barrier is in flight wait for the next round: a barrier proposed before a
 read arrived could order before a write acknowledged before that read, so sharing it would be
-stale. The barrier commits only with a majority in the leader's current term, so a paused or
-partitioned old leader can never hand out an index (its barrier never applies; the read times out).
+stale. Up to `max_rounds` rounds are in flight at once (the group committer puts concurrent
+barriers into one entry), so a read waits for at most the barrier it needs, not for the previous
+round to finish first. The barrier commits only with a majority in the leader's current term,
+so a paused or partitioned old leader can never hand out an index (its barrier never applies; the
+read times out).
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ class _Ticket:
 
 
 class ReadIndexBatcher:
-    def __init__(self, barrier: Callable[[float], int], barrier_timeout_s: float = 5.0) -> None:
+    def __init__(self, barrier: Callable[[float], int], barrier_timeout_s: float = 5.0,
+                 max_rounds: int = 4) -> None:
         self._barrier = barrier
+        self._rounds = threading.BoundedSemaphore(max_rounds)
+        self._counts = threading.Lock()
         self._timeout = barrier_timeout_s
         self._cv = threading.Condition()
         self._waiting: list[_Ticket] = []
@@ -55,21 +61,29 @@ class ReadIndexBatcher:
 
     def _run(self) -> None:
         while True:
+            self._rounds.acquire()  # a round slot first: reads queue up meanwhile and share the round
             with self._cv:
                 while not self._waiting and not self._stop:
                     self._cv.wait()
                 if self._stop:
+                    self._rounds.release()
                     return
                 batch, self._waiting = self._waiting, []
-            try:
-                index = self._barrier(self._timeout)
-                for t in batch:
-                    t.index = index
-            except Exception as exc:
-                for t in batch:
-                    t.error = exc
+            threading.Thread(target=self._round, args=(batch,), name="read-index-round", daemon=True).start()
+
+    def _round(self, batch: list[_Ticket]) -> None:
+        try:
+            index = self._barrier(self._timeout)
+            for t in batch:
+                t.index = index
+        except Exception as exc:
+            for t in batch:
+                t.error = exc
+        finally:
+            self._rounds.release()
+        with self._counts:
             self.rounds += 1
             self.reads += len(batch)
             self.last_round_reads = len(batch)
-            for t in batch:
-                t.event.set()
+        for t in batch:
+            t.event.set()
