@@ -29,8 +29,18 @@ class AppliedEntry:
     changes: tuple[Change, ...]  # what applying it changed (failed batches change nothing)
 
 
+# What one Change costs in memory beyond the entry's bytes: ~90 bytes of object (tracemalloc) plus
+# the key and value copies it keeps alive once the state has moved on. Counting only the entry
+# bytes let a million-record history hold ~100-200 MB beyond its budget.
+CHANGE_OVERHEAD_BYTES = 200
+
+
+def _cost(item: AppliedEntry) -> int:
+    return len(item.data) + CHANGE_OVERHEAD_BYTES * len(item.changes)
+
+
 class EntryHistory:
-    def __init__(self, max_entries: int = 100_000, max_bytes: int = 256 << 20) -> None:
+    def __init__(self, max_entries: int = 100_000, max_bytes: int = 128 << 20) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -44,11 +54,11 @@ class EntryHistory:
         with self._lock:
             self._entries.append(item)
             self._offsets.append(item.offset)
-            self._bytes += len(item.data)
+            self._bytes += _cost(item)
             while self._entries and (len(self._entries) > self.max_entries or self._bytes > self.max_bytes):
                 old = self._entries.popleft()
                 self._offsets.popleft()
-                self._bytes -= len(old.data)
+                self._bytes -= _cost(old)
                 self._floor = old.offset
 
     def reset(self, offset: int) -> None:

@@ -82,8 +82,10 @@ def report(r: dict[str, Any]) -> str:
     if "huge_registration" in r:
         h = r["huge_registration"]
         lines += [f"**One registration of {h['topics']:,} topics** ({h['request_bytes']:,} bytes, streamed, "
-                  f"through a follower): {h['seconds']} s, {h['records']:,} records; a route read of one of "
-                  f"them {h['route_read_ms']} ms; re-registering it unchanged wrote {h['re_registration_records']} "
+                  f"through a follower): {h['seconds']} s, {h['records']:,} records; the first route read of one of "
+                  f"them on that follower (waiting, with min_offset, for it to apply the registration) "
+                  f"{h['route_read_ms']} ms, the next {h.get('route_read_after_ms', 'n/a')} ms; "
+                  f"re-registering it unchanged wrote {h['re_registration_records']} "
                   "records.", ""]
     if "recovery" in r:
         v = r["recovery"]
