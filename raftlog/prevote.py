@@ -10,7 +10,9 @@ me at term + 1?" without changing any term. A peer says yes only if it has not h
 leader within the minimum election timeout (it is not the leader itself) and the asker's log is
 at least as up to date as its own. Only with a majority of yeses does the node let pysyncobj's
 timer fire and run the real election; otherwise the timer is pushed back by a fresh random
-timeout. Leadership transfer (TimeoutNow) skips the pre-vote, as in etcd.
+timeout. The leader itself says yes to a log strictly newer than its own: that happens only when
+the leadership lacks entries (an operator's single-survivor recovery).
+Leadership transfer (TimeoutNow) skips the pre-vote, as in etcd.
 
 The gate is airtight: the binding makes pysyncobj's election timer attribute a property that
 reads as "never" unless `may_campaign()`, so pysyncobj cannot start an election behind our back
@@ -90,16 +92,20 @@ class PreVote:
         return False
 
     def _would_vote(self, request: dict[str, Any]) -> bool:
-        if self._get("raftState") == LEADER:
-            return False
-        if self._get("raftLeader") is not None and \
-                self.clock() - self.last_leader_contact < self.election_min_s:
-            return False  # a live leader: the asker is starved or cut off, not the cluster
         if request.get("term", -1) <= self._get("raftCurrentTerm"):
             return False
         index, term = self._last_log()
         their_index, their_term = request.get("last_log_index", -1), request.get("last_log_term", -1)
-        return their_term > term or (their_term == term and their_index >= index)
+        newer = their_term > term or (their_term == term and their_index > index)
+        if self._get("raftState") == LEADER:
+            # Only a log strictly newer than the leader's own: the asker holds entries this
+            # leadership lacks, which normal operation never produces but an operator's
+            # single-survivor recovery does (operations.md). Without this it could never campaign.
+            return newer
+        if self._get("raftLeader") is not None and \
+                self.clock() - self.last_leader_contact < self.election_min_s:
+            return False  # a live leader: the asker is starved or cut off, not the cluster
+        return newer or (their_term == term and their_index == index)
 
     def _majority(self) -> int:
         return (len(self._get("otherNodes")) + 1) // 2 + 1

@@ -124,3 +124,22 @@ def test_a_single_node_needs_no_one_else() -> None:
     clock.now = 200.0
     pv.on_tick()
     assert pv.may_campaign()
+
+
+def test_a_strictly_newer_log_than_the_leaders_gets_its_yes() -> None:
+    # a survivor with data rejoining nodes that elected a leader among themselves with empty logs
+    raft, pv, clock = make()
+    raft._SyncObj__raftState = LEADER
+    raft._SyncObj__raftLog = [(b"", 1, 1)]
+    raft._SyncObj__raftCurrentTerm = 1
+    assert ask(pv, term=4, index=30, log_term=3)
+    assert not ask(pv, term=4, index=1, log_term=1)  # merely as up to date: the leader stays
+
+
+def test_a_follower_with_a_live_leader_says_no_even_to_a_newer_log() -> None:
+    # a lagging follower must not help a starved, caught-up one depose the leader
+    raft, pv, clock = make()
+    clock.now = 10.0
+    pv.on_message("L", {"type": "append_entries", "term": 5})
+    clock.now = 10.1
+    assert not ask(pv, term=6, index=40, log_term=5)
