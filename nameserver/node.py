@@ -100,7 +100,7 @@ class NameServerNode:
             ),
             StateMachineAdapter(self.state), self.store, self.lock)
         self.log.leader_listeners.append(self._on_leadership)
-        self.read_indexes = ReadIndexBatcher(self.log.barrier)
+        self.read_indexes = ReadIndexBatcher(self.log.read_index)
         self.watches = WatchHub(max_watchers=cfg.max_watchers)
         self.log.applier.entry_listeners.append(self.watches.on_entry)
         self._threads = [

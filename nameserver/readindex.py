@@ -1,4 +1,8 @@
-"""Linearizable reads: a read index confirmed through the log, one barrier shared per round.
+"""Linearizable reads: one read index per round of concurrent reads.
+
+The index comes from `ReplicatedLog.read_index`: the leader's commit index, confirmed by a
+heartbeat round to a majority (raftlog/leadership.py), or a barrier through the log when that
+cannot answer yet. Below, "barrier" means that confirmation.
 
 Reads that arrive while a barrier is in flight wait for the next round: a barrier proposed before a
 read arrived could order before a write acknowledged before that read, so sharing it would be

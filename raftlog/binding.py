@@ -28,6 +28,7 @@ from raftlog.appendfilter import skip_known_entries
 from raftlog.applier import Applier
 from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
+from raftlog.leadership import LeadershipConfirmer
 from raftlog.prevote import PreVote
 
 log = logging.getLogger("raftlog.binding")
@@ -112,11 +113,12 @@ class RaftNode(SyncObj):
 
         transport.send = send_after_sync
         self.prevote = PreVote(self, conf.raftMinTimeout, conf.raftMaxTimeout)
+        self.leadership = LeadershipConfirmer(self)
         deliver = transport._onMessageReceivedCallback
 
         def receive(node: object, message: object) -> None:
             journal.sync()
-            if self.prevote.on_message(node, message):
+            if self.prevote.on_message(node, message) or self.leadership.on_message(node, message):
                 return
             entries = self._SyncObj__raftLog
             first, last = entries[0][1], entries[-1]
@@ -160,8 +162,9 @@ class RaftNode(SyncObj):
         try:
             if self.prevote is not None:
                 self.prevote.on_tick()
+                self.leadership.on_tick()
         except Exception:
-            log.exception("pre-vote tick failed")
+            log.exception("pre-vote or read-index tick failed")
         # Entries of pysyncobj's own (no-ops, membership) do not reach apply_entry_v1; keep the
         # apply offset moving past them so offsets line up with the Raft log.
         try:

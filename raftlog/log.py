@@ -21,6 +21,7 @@ from raftlog.applier import Applied, Applier, StateMachine
 from raftlog.binding import RaftNode, SnapshotProgress
 from raftlog.codec import RaftEntry, decode_raft_meta
 from raftlog.journal import DurableJournal
+from raftlog.leadership import NotConfirmed
 from raftlog.pb import entry_pb2
 from raftlog.proposer import GroupCommitter, NotLeader, ProposalError
 
@@ -168,6 +169,23 @@ class ReplicatedLog:
     def barrier(self, timeout: float) -> int:
         """Commit a no-op through the log and wait for its local apply; returns its offset."""
         return self.propose(entry_pb2.Batch(request_id=uuid.uuid4().hex), timeout).offset
+
+    def read_index(self, timeout: float) -> int:
+        """An index covering every write acknowledged before this call (leader only).
+
+        Confirmed by a heartbeat round (raftlog/leadership.py): no log entry, no fsync. Falls back
+        to a barrier when that cannot answer yet (no entry of this term committed). The caller
+        waits for the local apply to reach it.
+        """
+        if not self.is_leader():
+            raise NotLeader("this node is not the leader")
+        deadline = time.monotonic() + timeout
+        try:
+            return self.raft.leadership.read_index(timeout)
+        except NotConfirmed as exc:
+            if not self.is_leader():
+                raise NotLeader(f"this node is not the leader ({exc})") from None
+            return self.barrier(max(0.1, deadline - time.monotonic()))
 
     def wait_applied(self, offset: int, timeout: float) -> bool:
         return self.applier.wait_applied(offset, timeout)
