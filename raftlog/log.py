@@ -234,6 +234,10 @@ class ReplicatedLog:
         if leader != self._was_leader:
             self._was_leader = leader
             self.leader_changes += 1
+            if not leader:
+                # Entries this node appended and did not see commit may never be: answer their
+                # proposers now (outcome unknown) rather than at their deadline, so clients retry.
+                self.committer.abandon_in_flight("leadership lost before the entry committed (outcome unknown)")
             # Listeners run on their own thread: the tick thread must not wait on them.
             for listener in list(self.leader_listeners):
                 threading.Thread(target=listener, args=(leader,), daemon=True).start()

@@ -66,6 +66,8 @@ class GroupCommitter:
         self.max_in_flight = max_in_flight
         self._in_flight = 0
         self._flight_term = -1
+        self._groups: dict[int, list[_Pending]] = {}  # appended, result not yet known
+        self._group_ids = itertools.count(1)
         # Request ids only need to be unique among live proposals: a per-process random prefix and
         # a counter (uuid4 per proposal cost ~5% of a loaded leader's CPU in os.urandom).
         self._id_prefix = uuid.uuid4().hex[:12] + "-"
@@ -101,6 +103,21 @@ class GroupCommitter:
             return waiter.applied
         finally:
             self._applier.unregister(batch.request_id)
+
+    def abandon_in_flight(self, reason: str) -> None:
+        """Wake every proposer whose entry was appended but not yet committed (outcome unknown).
+
+        If the entry commits after all, the apply still happens; only the proposer stops waiting.
+        """
+        with self._flight:
+            groups, self._groups = list(self._groups.values()), {}
+            self._in_flight = 0
+            self._flight.notify()
+        for group in groups:
+            for p in group:
+                p.failed = reason
+                if p.event is not None:
+                    p.event.set()
 
     def _run(self) -> None:
         while True:
@@ -144,9 +161,12 @@ class GroupCommitter:
         entry.batches.extend(p.batch for p in group)
         data = encode_entry(entry)
 
+        gid = next(self._group_ids)
+
         def on_result(_res: object, err: int) -> None:  # tick thread: O(group), no blocking
             with self._flight:
                 self._in_flight = max(0, self._in_flight - 1)
+                self._groups.pop(gid, None)
                 self._flight.notify()
             if err == FAIL_REASON.SUCCESS:
                 return
@@ -162,11 +182,13 @@ class GroupCommitter:
         self.batches_appended += len(group)
         with self._flight:
             self._in_flight += 1
+            self._groups[gid] = group
         try:
             self._append(data, on_result)
         except Exception as exc:
             with self._flight:
                 self._in_flight = max(0, self._in_flight - 1)
+                self._groups.pop(gid, None)
             log.exception("append failed")
             for p in group:
                 p.failed = f"append failed: {exc}"

@@ -55,16 +55,27 @@ def register(node: BenchNode, req: api_pb2.RegisterBrokerRequest, timeout: float
 
 def fill(cluster: LocalCluster, records: int) -> dict[str, Any]:
     """Register brokers of TOPICS_PER_BROKER topics until the state holds `records` records."""
-    leader = cluster.wait_ready()
+    term0 = cluster.wait_ready().status().term
     t0 = time.monotonic()
-    written, broker = 0, 0
+    written, broker, retries = 0, 0, 0
     while written < records:
         topics = min(TOPICS_PER_BROKER, max(1, records - written - 2))
-        written += register(leader, registration(broker, topics)).records
+        req = registration(broker, topics)
+        while True:  # as a broker would: retry (idempotent: same DataVersion) on the current leader
+            try:
+                written += register(cluster.leader() or cluster.wait_ready(), req, timeout=60).records
+                break
+            except grpc.RpcError as exc:
+                if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
+                        or retries > 20:
+                    raise
+                retries += 1
+                time.sleep(0.2)
         broker += 1
     seconds = time.monotonic() - t0
     sts = cluster.wait_converged(timeout=600)
     return {"records": written, "keys": sts[0].keys, "brokers": broker, "seconds": round(seconds, 1),
+            "retried_registrations": retries, "elections": max(s.term for s in sts) - term0,
             "records_per_s": round(written / seconds), "apply_offset": sts[0].apply_offset}
 
 
