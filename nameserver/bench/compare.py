@@ -79,6 +79,9 @@ def run_compare(root: str, seconds: float, concurrency: list[int], sections: dic
             "clients, servers and (for ours and etcd) all 3 replicas share this machine's cores: "
             "client_cpu_cores near 1 means the Python client (GIL) is the bottleneck, not the server",
             "one system runs at a time; each is started fresh and stopped before the next",
+            "re-registration (unchanged): ours RegisterBroker with the broker's current DataVersion (the "
+            "leader refreshes liveness, appends nothing); etcd a Txn comparing the broker key's value, with "
+            "the puts in the failure branch (etcd runs any Txn holding a put through Raft and its WAL)",
             f"etcd's route read is one serializable range over topic/<t>/ ({ROUTE_BROKERS} queue datas); ours "
             "also resolves the broker datas: etcd would need a second read per broker for the same reply",
             f"ceiling: {ECHO_SERVERS} bare grpcio echo server processes (one per node, same worker pool as a "
@@ -138,6 +141,10 @@ def ratios(r: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             "records_per_s_ours_etcd": _ratio(o["records_per_s"], e["records_per_s"]),
             "p99_ours_etcd": _ratio(o["p99_ms"], e["p99_ms"]),
             "ops_per_s_ours_ceiling": _ratio(o["per_s"], x["per_s"])}
+    out["reregistration"] = {
+        c: {"ops_per_s_ours_etcd": _ratio(o["per_s"], etcd["reregistration"][c]["per_s"]),
+            "ops_per_s_ours_ceiling": _ratio(o["per_s"], ceil["reregistration"][c]["per_s"])}
+        for c, o in ours.get("reregistration", {}).items() if c in etcd.get("reregistration", {})}
     for w in ("route_reads", "linearizable_reads"):
         out[w] = {"per_s_ours_etcd": _ratio(ours[w]["per_s"], etcd[w]["per_s"]),
                   "p99_ours_etcd": _ratio(ours[w]["p99_ms"], etcd[w]["p99_ms"]),
@@ -185,6 +192,12 @@ def markdown(r: dict[str, Any]) -> str:
                     f"**{_n(o['records_per_s'])} records/s** ({_n(o['per_s'])} reg/s), {_lat(o)} | "
                     f"**{_n(e['records_per_s'])} records/s** ({_n(e['per_s'])} txn/s), {_lat(e)} | "
                     f"{_n(x['per_s'])} calls/s, {_lat(x)} | {_r(q['records_per_s_ours_etcd'])} | "
+                    f"{_r(q['ops_per_s_ours_ceiling'])} |")
+    for c, o in ours.get("reregistration", {}).items():
+        e, x, q = etcd["reregistration"][c], ceil["reregistration"][c], rat["reregistration"][c]
+        rows.append(f"| re-registration, unchanged ({t} topics), {c} client{'s' if c != '1' else ''} | "
+                    f"**{_n(o['per_s'])} reg/s**, {_lat(o)} | **{_n(e['per_s'])} txn/s**, {_lat(e)} | "
+                    f"{_n(x['per_s'])} calls/s, {_lat(x)} | {_r(q['ops_per_s_ours_etcd'])} | "
                     f"{_r(q['ops_per_s_ours_ceiling'])} |")
     rt = m["read_threads"]
     for w, label in (("route_reads", "route read, eventual"), ("linearizable_reads", "linearizable read")):

@@ -241,6 +241,11 @@ class Target(ABC):
         """Count, from the system itself, the records the registration loads committed after `mark`."""
         return {}
 
+    def reregistration_op(self, channel: grpc.Channel, worker: int) -> Op:
+        """The steady state of a fleet: the worker's broker registers again, unchanged (RocketMQ
+        brokers do this every 30 s). Only after registration_op ran for this worker."""
+        raise NotImplementedError
+
     # reads
     def setup_reads(self) -> None:  # noqa: B027 (optional hook: echo has nothing to set up)
         """Write the route and binding data the read loads read, and wait until every node has it."""
@@ -322,6 +327,17 @@ class OursTarget(Target):
             reply = stub.RegisterBroker(registration_request(name, addr, prefix, self.topics, counter), timeout=10)
             self.counters[worker] = counter
             return reply.records
+
+        return op
+
+    def reregistration_op(self, channel: grpc.Channel, worker: int) -> Op:
+        stub = api_pb2_grpc.NameServerStub(channel)
+        name, addr, prefix = _reg_names(worker)
+        request = registration_request(name, addr, prefix, self.topics, self.counters[worker])
+
+        def op() -> int:
+            # unchanged DataVersion: the leader refreshes liveness, appends nothing
+            return stub.RegisterBroker(request, timeout=10).records
 
         return op
 
@@ -503,6 +519,25 @@ class EtcdTarget(Target):
 
         return op
 
+    def reregistration_op(self, channel: grpc.Channel, worker: int) -> Op:
+        kv = rpc_pb2_grpc.KVStub(channel)
+        name, addr, prefix = _reg_names(worker)
+        full = self._registration_txn(name, addr, prefix, self.counters[worker], 0)
+        live = full.success[0].request_put.value
+        # write only if the broker changed: compare its value; the puts sit in the failure branch
+        txn = rpc_pb2.TxnRequest(
+            compare=[rpc_pb2.Compare(key=f"broker/{name}".encode(), target=rpc_pb2.Compare.VALUE,
+                                     result=rpc_pb2.Compare.EQUAL, value=live)],
+            failure=list(full.success))
+
+        def op() -> int:
+            reply = kv.Txn(txn, timeout=10)
+            if not reply.succeeded:
+                raise RuntimeError(f"broker/{name} changed under an unchanged re-registration")
+            return 0
+
+        return op
+
     def registration_check(self, mark: Any) -> dict[str, Any]:
         """Sum the versions of the bench brokers' keys on a follower (linearizable): a key's version
         counts the puts since its creation, so the sum is every put the registrations committed."""
@@ -651,6 +686,9 @@ class EchoTarget(Target):
     def registration_op(self, channel: grpc.Channel, worker: int) -> Op:
         return self._echo(channel, self.reg_payload)
 
+    def reregistration_op(self, channel: grpc.Channel, worker: int) -> Op:
+        return self._echo(channel, self.reg_payload)
+
     def route_read_op(self, channel: grpc.Channel, worker: int) -> Op:
         return self._echo(channel, self.read_payload)
 
@@ -682,6 +720,13 @@ def run_target(target: Target, seconds: float, concurrency: list[int], read_thre
             out["registration_check"] = check
             log(f"  {target.name} registration check: counted {check['counted']}, in cluster "
                 f"{check['in_cluster']} ({check['method']})")
+        out["reregistration"] = {}
+        for c in concurrency:  # workers 0..c-1 registered above (every concurrency starts at worker 0)
+            leader = target.leader_endpoint()
+            res = run_load(lambda i, ep=leader: _with_channel(ep, target.reregistration_op, i), c, seconds, pids)
+            out["reregistration"][str(c)] = res
+            log(f"  {target.name} unchanged re-registration c={c}: {res['per_s']:.0f} ops/s, "
+                f"p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, records {res['records']}, errors {res['errors']}")
     target.setup_reads()
     names = target.endpoints()
     endpoint_of, node_of = _spread(list(names), names)
