@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run5 test test-slow lint proto setup clean-data faults-consistency demo
+.PHONY: run run5 test test-slow lint proto setup clean-data faults-consistency demo bench bench-quick
 
 setup: $(STAMP)
 
@@ -35,6 +35,13 @@ test-slow: setup
 # The long consistency run: 20 x 60 s of kills and pauses with recorded histories (docs/consistency.md).
 faults-consistency: setup
 	LIN_RUNS=20 LIN_RUN_SECONDS=60 $(PY) -m pytest -q -s tests/faults/test_bindings_linearizable.py
+
+# The benchmark suite beside etcd and a gRPC echo ceiling (docs/benchmarks.md; about 30 minutes).
+bench: setup
+	mkdir -p data && $(PY) -m nameserver.bench.suite --json data/bench.json --report data/bench.md
+
+bench-quick: setup
+	$(PY) -m nameserver.bench.suite --quick
 
 lint: setup
 	$(PY) -m ruff check .
