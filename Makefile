@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run5 test test-slow lint proto setup clean-data faults-consistency demo bench bench-quick
+.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency demo bench bench-quick
 
 setup: $(STAMP)
 
@@ -31,6 +31,11 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
+
+# The long fault suite (docs/faults.md; about 30 minutes, needs root: network namespaces, tmpfs):
+# kills, pauses, partitions, delay, full disk, corruption, each for minutes instead of seconds.
+faults: setup
+	FAULTS_LONG=1 LIN_RUN_SECONDS=60 $(PY) -m pytest -q -s tests/faults
 
 # The long consistency run: 20 x 60 s of kills and pauses with recorded histories (docs/consistency.md).
 faults-consistency: setup

@@ -110,6 +110,18 @@ class ReplicatedLog:
                                         linger_s=cfg.group_linger_s)
         self.committer.start()
 
+    def _same_file_as(self, path: str) -> str:
+        """'(the same file as snapshots/snap-...mdb) ' when the store holds a hard link of `path`."""
+        directory = getattr(self.store, "directory", None)
+        try:
+            inode = os.stat(path).st_ino
+            for name in sorted(os.listdir(directory)) if directory else []:
+                if os.stat(os.path.join(directory, name)).st_ino == inode:
+                    return f"(the same file as {os.path.join(directory, name)}) "
+        except OSError:
+            pass
+        return ""
+
     def _cleanup_stale_files(self) -> None:
         for name in os.listdir(self.cfg.data_dir):
             if ".restore-" in name or name in ("raft.dump.tmp", "raft.dump.1.tmp", "raft.journal.compact"):
@@ -289,7 +301,13 @@ class ReplicatedLog:
         return decode_raft_meta(self.store.read_info(path).meta)
 
     def _load_snapshot(self, staged_path: str, index: int) -> tuple[int, Any, str]:
-        info = self.store.import_file(staged_path, move=True)  # the staged hard link is not needed after
+        try:
+            # the staged hard link is not needed after (move=True)
+            info = self.store.import_file(staged_path, move=True)
+        except Exception as exc:
+            # Name the files an operator can look at, not the staging copies the store made.
+            raise RuntimeError(f"corrupt snapshot at offset {index}: {self.dump_path} "
+                               f"{self._same_file_as(staged_path)}is damaged ({exc})") from exc
         info, items = self.store.load(info.path, verify=False)  # import_file verified it
         self.snapshot_offset = max(self.snapshot_offset, info.offset)
         self.snapshot_bytes = info.size_bytes

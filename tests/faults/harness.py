@@ -113,14 +113,21 @@ class Workload:
 
 @dataclass
 class Nemesis:
-    """Cycles faults: SIGKILL then restart, or SIGSTOP past the election timeout then SIGCONT."""
+    """Cycles faults: SIGKILL then restart, or SIGSTOP past the election timeout then SIGCONT.
+
+    `faults` is the cycle, in order: "kill-leader", "pause-leader" (the current leader), or any other
+    "kill-..."/"pause-..." name ("kill-follower", "kill-any", ...: a node chosen at random, any role).
+    """
 
     cluster: Cluster
     pause_s: float = 3.0
     down_s: float = 2.0
     settle_s: float = 2.0
     seed: int = 7
+    faults: tuple[str, ...] = ("kill-leader", "pause-leader", "kill-follower", "pause-follower")
     log: list[str] = field(default_factory=list)
+    # (start, end, fault, node name) per injected fault, in time.monotonic() seconds
+    events: list[tuple[float, float, str, str]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -142,12 +149,13 @@ class Nemesis:
 
     def _run(self) -> None:
         rng = random.Random(self.seed)
-        faults = ["kill-leader", "pause-leader", "kill-follower", "pause-follower"]
+        faults = list(self.faults)
         i = 0
         while not self._stop.wait(self.settle_s):
             fault = faults[i % len(faults)]
             i += 1
             node = self._target(rng, fault.endswith("leader"))
+            started = time.monotonic()
             if fault.startswith("kill"):
                 self.cluster.kill(node)
                 self.log.append(f"{time.monotonic():.1f} kill -9 {node.name} ({fault})")
@@ -159,3 +167,4 @@ class Nemesis:
                 self._stop.wait(self.pause_s)
                 node.proc.send_signal(signal.SIGCONT)
             self.log.append(f"{time.monotonic():.1f} healed {node.name}")
+            self.events.append((started, time.monotonic(), fault, node.name))
