@@ -121,6 +121,9 @@ class RaftNode(SyncObj):
             if self.prevote.on_message(node, message) or self.leadership.on_message(node, message):
                 return
             entries = self._SyncObj__raftLog
+            if len(entries) == 0:
+                deliver(node, message)
+                return
             first, last = entries[0][1], entries[-1]
 
             def term_at(index: int) -> int | None:

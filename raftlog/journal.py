@@ -188,7 +188,10 @@ class DurableJournal(Journal):
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802
         # Compaction after a snapshot: write the kept entries to a new file and rename it over,
         # so a crash leaves either the old journal or the new one, never half of each.
-        kept = self._entries[entryTo:]
+        # Never empty: pysyncobj finishes compacting for an (asynchronous) snapshot of index N even
+        # when, meanwhile, a snapshot installed from the leader replaced the log with a shorter one,
+        # and an empty log breaks every later tick (seen in a 10-minute load run).
+        kept = self._entries[min(entryTo, max(0, len(self._entries) - 1)):]
         tmp = self.path + ".compact"
         try:
             offsets = self._write_file(tmp, kept)

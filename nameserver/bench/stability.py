@@ -26,6 +26,7 @@ import grpc
 from nameserver.bench.consistency import summary
 from nameserver.bench.procs import LocalCluster
 from nameserver.bench.workloads import OursTarget, new_channel, run_load
+from nameserver.pb import api_pb2
 
 
 def paced_load(target: OursTarget, rate_per_s: float, threads: int, seconds: float) -> dict[str, Any]:
@@ -125,8 +126,15 @@ def stability(root: str, minutes: float, fraction: float = 0.8, probe_seconds: f
         watch.start()
         load = paced_load(target, fraction * max_rate, threads, minutes * 60)
         watch.stop()
-        sts = c.wait_converged(timeout=120)
-        return {"max_registrations_per_s": max_rate, "probe": probe, "fraction": fraction,
+        try:
+            sts = c.wait_converged(timeout=120)
+        except TimeoutError:
+            sts = [n.status(timeout=2.0) or api_pb2.NodeStatus() for n in c.nodes]
+        return {"converged": len({(s.apply_offset, s.digest) for s in sts}) == 1,
+                "final_status": {n.name: {"apply": s.apply_offset, "commit": s.commit_offset, "ready": s.ready,
+                                          "term": s.term, "apply_error": s.apply_error}
+                                 for n, s in zip(c.nodes, sts, strict=True)},
+                "max_registrations_per_s": max_rate, "probe": probe, "fraction": fraction,
                 "minutes": minutes, "load": load, "terms_before": terms_before,
                 "elections_during_load": watch.elections, "term_changes": watch.changes,
                 "status_polls_unanswered": watch.unreachable, "digests_equal": len({s.digest for s in sts}) == 1,

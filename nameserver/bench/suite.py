@@ -139,34 +139,39 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    if "compare" in parts:
-        r["compare"] = {str(t): compare.run_compare(root, args.seconds, concurrency, topics=t, log=log)
-                        for t in topics}
-    if "fsync" in parts:
-        log("fsync on/off")
-        r["fsync"] = fsync_cost(root, args.seconds, concurrency, topics[0])
-    if "failover" in parts:
-        log(f"failover x{args.failover_trials}")
-        r["failover"] = durability.failover(root, args.failover_trials)
-    if "huge" in parts:
-        log("70,000-topic registration")
-        r["huge_registration"] = durability.huge_registration(root)
-    if "recovery" in parts:
-        log(f"recovery at {args.records:,} records")
-        r["recovery"] = durability.recovery(root, args.records)
-    if "stability" in parts:
-        log(f"stability for {args.stability_minutes} min")
-        r["stability"] = stability.stability(root, args.stability_minutes,
-                                             probe_seconds=min(20.0, 4 * args.seconds))
+    def save() -> None:  # after every part: a failure later never loses what was measured
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(r, f, indent=2)
+
+    steps: list[tuple[str, str, Any]] = [
+        ("compare", "compare", lambda: {str(t): compare.run_compare(root, args.seconds, concurrency, topics=t, log=log)
+                                        for t in topics}),
+        ("fsync", "fsync", lambda: fsync_cost(root, args.seconds, concurrency, topics[0])),
+        ("failover", "failover", lambda: durability.failover(root, args.failover_trials)),
+        ("huge", "huge_registration", lambda: durability.huge_registration(root)),
+        ("recovery", "recovery", lambda: durability.recovery(root, args.records)),
+        ("stability", "stability", lambda: stability.stability(root, args.stability_minutes,
+                                                               probe_seconds=min(20.0, 4 * args.seconds))),
+    ]
+    for part, key, run in steps:
+        if part not in parts:
+            continue
+        log(f"== {part}")
+        try:
+            r[key] = run()
+        except Exception as exc:  # recorded and reported: a failed part is a finding, not a crash
+            log(f"{part} failed: {exc!r}")
+            r.setdefault("failed", {})[part] = repr(exc)
+        save()
     text = report(r)
+    if "failed" in r:
+        text += "\n**Failed parts:** " + "; ".join(f"{k}: {v}" for k, v in r["failed"].items()) + "\n"
     print(text)
     if args.report:
         with open(args.report, "w") as f:
             f.write(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(r, f, indent=2)
-    return 0
+    return 1 if "failed" in r else 0
 
 
 __all__ = ["main", "report"]

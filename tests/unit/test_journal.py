@@ -220,3 +220,14 @@ def test_no_raft_message_leaves_a_node_before_its_journal_is_synced(tmp_path, mo
     finally:
         for rl in logs:
             rl.close()
+
+
+def test_compaction_past_the_end_keeps_the_last_entry(tmp_path) -> None:
+    # pysyncobj may finish compacting for a snapshot after a leader's snapshot shortened the log
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path)
+    fill(j, 2, first=39993)
+    j.deleteEntriesTo(60)
+    assert [e[1] for e in j[:]] == [39994]
+    j._destroy()
+    assert [e[1] for e in reopen(path)[:]] == [39994]
