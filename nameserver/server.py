@@ -17,7 +17,7 @@ from nameserver.metrics import IdleNoop, LeaderWatch, MetricsEndpoint, NodeMetri
 from nameserver.node import NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
-from nameserver.service import AdminService, NameServerService
+from nameserver.service import AdminService, DecodeGuard, NameServerService
 
 log = logging.getLogger("nameserver.server")
 
@@ -41,6 +41,7 @@ class Server:
         authz = auth.interceptor(cfg)
         if authz is not None:
             interceptors.append(authz)
+        interceptors.append(DecodeGuard())  # undecodable request bytes: INVALID_ARGUMENT, not INTERNAL
         self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers,
                                                            thread_name_prefix="grpc"), options=opts,
                                 interceptors=interceptors)

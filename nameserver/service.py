@@ -103,6 +103,65 @@ def rpc(fn: Callable) -> Callable:
     return wrapper
 
 
+class _Undecodable:
+    """Stands in for a request whose bytes did not parse (the servicer never sees it)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _lenient(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # protobuf's DecodeError, or invalid UTF-8 in a string field
+            return _Undecodable(str(exc) or type(exc).__name__)
+    return parse
+
+
+def _refuse(context: grpc.ServicerContext, method: str, bad: _Undecodable) -> None:
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {method} request: {bad.reason}")
+
+
+class DecodeGuard(grpc.ServerInterceptor):
+    """Request bytes that do not parse get INVALID_ARGUMENT naming the request, where gRPC itself
+    answers INTERNAL ("Exception deserializing request!") and logs a traceback per call."""
+
+    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
+        handler = continuation(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        method = details.method.rsplit("/", 1)[-1]
+        if handler.request_streaming:
+            def stream(behavior: Callable) -> Callable:
+                def checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+                    def items() -> Iterator[Any]:
+                        for item in requests:
+                            if isinstance(item, _Undecodable):
+                                _refuse(context, method, item)
+                            yield item
+                    return behavior(items(), context)
+                return checked
+            wrap = stream
+        else:
+            def unary(behavior: Callable) -> Callable:
+                def checked(request: Any, context: grpc.ServicerContext) -> Any:
+                    if isinstance(request, _Undecodable):
+                        _refuse(context, method, request)
+                    return behavior(request, context)
+                return checked
+            wrap = unary
+        for attr, factory in (("unary_unary", grpc.unary_unary_rpc_method_handler),
+                              ("unary_stream", grpc.unary_stream_rpc_method_handler),
+                              ("stream_unary", grpc.stream_unary_rpc_method_handler),
+                              ("stream_stream", grpc.stream_stream_rpc_method_handler)):
+            behavior = getattr(handler, attr)
+            if behavior:
+                return factory(wrap(behavior), request_deserializer=_lenient(handler.request_deserializer),
+                               response_serializer=handler.response_serializer)
+        return handler
+
+
 class NameServerService(api_pb2_grpc.NameServerServicer):
     def __init__(self, node: NameServerNode) -> None:
         self.node = node
@@ -356,6 +415,8 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
 
     def _consistent_read(self, context: grpc.ServicerContext, consistency: int, min_offset: int,
                          fn: Callable) -> tuple[Any, int]:
+        if min_offset < 0:  # before the read index: a refused read must not cost a barrier in the log
+            raise ValidationError("min_offset", "must be >= 0")
         if consistency == api_pb2.LINEARIZABLE:
             timeout = _timeout(context, self.default_timeout)
             index = self.node.linearizable_index(timeout)
@@ -524,6 +585,11 @@ class AdminService(api_pb2_grpc.AdminServicer):
             validation.check_addr("node_id", request.node_id)
 
         def local(timeout: float) -> api_pb2.TransferLeadershipReply:
+            # Raft refuses an unknown target as if busy (UNAVAILABLE: retry): say what is wrong instead.
+            if request.node_id and request.node_id not in self.node.log.members():
+                raise MembershipError(f"{request.node_id} is not a member")
+            if request.node_id == self.node.cfg.raft_addr:  # already there: nothing to move
+                return api_pb2.TransferLeadershipReply(leader_id=self.node.cfg.raft_addr)
             self.node.log.transfer_leadership(request.node_id or None, timeout)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self.node.log.is_leader():

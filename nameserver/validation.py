@@ -27,20 +27,37 @@ MAX_TOPICS_PER_REGISTRATION = 200_000  # a 70k-topic broker fits with room to sp
 MAX_FILTER_SERVERS = 1_024
 MAX_HEARTBEATS_PER_REQUEST = 10_000
 MAX_QUEUE_DATAS_PER_TOPIC = 10_000  # one per broker name
-MAX_KV_NAMESPACE_LEN = 255
-MAX_KV_KEY_BYTES = 4_096
+MAX_STATE_KEY_BYTES = 511          # LMDB's key size: every state key must fit in a snapshot
+MAX_KV_NAMESPACE_LEN = 255          # bytes in UTF-8
+# "kv/<namespace>/<key>" must fit MAX_STATE_KEY_BYTES: the key gets what the namespace leaves.
+MAX_KV_KEY_BYTES = MAX_STATE_KEY_BYTES - len("kv/") - len("/") - 1
 MAX_KV_VALUE_BYTES = 1 << 20        # 1 MiB
 
 TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")      # RocketMQ TopicValidator.VALID_PATTERN_STR
 NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_.-]+")      # broker / cluster / zone names
 _LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")  # DNS label ('_' tolerated)
 _PORT = re.compile(r"[0-9]{1,5}")
+_SCOPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # an IPv6 zone: an interface name or number
+
+
+MAX_QUOTED = 64        # a bad value is quoted in a message up to this many characters
+MAX_MESSAGE = 1024     # the message rides in the gRPC status trailer (16 KiB of metadata at most)
+
+
+def _quoted(value: str) -> str:
+    """A value for an error message, shortened: echoing a huge input whole would make the status
+    trailer exceed gRPC's metadata limit, and the client would get RESOURCE_EXHAUSTED instead."""
+    if len(value) <= MAX_QUOTED:
+        return repr(value)
+    return f"{value[:MAX_QUOTED]!r}... ({len(value)} characters)"
 
 
 class ValidationError(Exception):
     """A request field is invalid. `field` is its path in the request, `message` says why."""
 
     def __init__(self, field: str, message: str) -> None:
+        if len(message) > MAX_MESSAGE:  # a backstop for messages that quote input unshortened
+            message = message[:MAX_MESSAGE] + "..."
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
@@ -81,27 +98,34 @@ def check_addr(field: str, addr: str) -> None:
         end = addr.find("]")
         host, rest = (addr[1:end], addr[end + 1:]) if end > 0 else ("", "")
         if not rest.startswith(":"):
-            raise ValidationError(field, f"address {addr!r} is not [ipv6]:port")
+            raise ValidationError(field, f"address {_quoted(addr)} is not [ipv6]:port")
         try:
             ipaddress.IPv6Address(host)
         except ValueError:
-            raise ValidationError(field, f"address {addr!r}: {host!r} is not an IPv6 literal") from None
+            raise ValidationError(field, f"address {_quoted(addr)}: {_quoted(host)} is not an IPv6 literal") from None
+        # Python accepts any scope ID ("%" + anything, any length); an interface name is enough, and an
+        # unbounded one would make state keys (live/<addr>) too long for a snapshot.
+        scope = host.partition("%")[2]
+        if scope and not _SCOPE.fullmatch(scope):
+            raise ValidationError(field, f"address {_quoted(addr)}: the scope ID must be 1..64 of letters, "
+                                         "digits, '_', '.', '-'")
         port = rest[1:]
     else:
         host, sep, port = addr.rpartition(":")
         if not sep or not host:
-            raise ValidationError(field, f"address {addr!r} is not host:port")
+            raise ValidationError(field, f"address {_quoted(addr)} is not host:port")
         if ":" in host:
-            raise ValidationError(field, f"address {addr!r}: write IPv6 literals in brackets ([::1]:port)")
+            raise ValidationError(field, f"address {_quoted(addr)}: write IPv6 literals in brackets ([::1]:port)")
         if re.fullmatch(r"[0-9.]+", host):
             try:
                 ipaddress.IPv4Address(host)
             except ValueError:
-                raise ValidationError(field, f"address {addr!r}: {host!r} is not an IPv4 address") from None
+                raise ValidationError(field, f"address {_quoted(addr)}: {_quoted(host)} is not an IPv4 "
+                                             "address") from None
         elif len(host) > MAX_HOST_LEN or not all(_LABEL.fullmatch(label) for label in host.split(".")):
-            raise ValidationError(field, f"address {addr!r}: {host!r} is not a valid hostname")
+            raise ValidationError(field, f"address {_quoted(addr)}: {_quoted(host)} is not a valid hostname")
     if not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
-        raise ValidationError(field, f"address {addr!r}: port must be 1..65535")
+        raise ValidationError(field, f"address {_quoted(addr)}: port must be 1..65535")
 
 
 def _check_range(field: str, value: int, low: int, high: int) -> None:
@@ -151,15 +175,19 @@ def check_kv(namespace: str, key: str | None = None, value: str | None = None) -
     """KV namespace (non-empty, no '/'), key (non-empty) and value (may be empty), with size bounds."""
     if not namespace:
         raise ValidationError("namespace", "must not be empty")
-    if len(namespace) > MAX_KV_NAMESPACE_LEN:
-        raise ValidationError("namespace", f"longer than {MAX_KV_NAMESPACE_LEN} characters")
+    ns_bytes = len(namespace.encode())
+    if ns_bytes > MAX_KV_NAMESPACE_LEN:
+        raise ValidationError("namespace", f"longer than {MAX_KV_NAMESPACE_LEN} bytes in UTF-8")
     if "/" in namespace:
         raise ValidationError("namespace", "must not contain '/'")
     if key is not None:
         if not key:
             raise ValidationError("key", "must not be empty")
-        if len(key.encode()) > MAX_KV_KEY_BYTES:
-            raise TooLargeError("key", f"longer than {MAX_KV_KEY_BYTES} bytes")
+        # A longer state key would be accepted here, then fail every snapshot from then on.
+        room = MAX_STATE_KEY_BYTES - len("kv/") - len("/") - ns_bytes
+        if len(key.encode()) > room:
+            raise TooLargeError("key", f"longer than {room} bytes in UTF-8 (namespace and key share "
+                                       f"{MAX_STATE_KEY_BYTES - 4} bytes)")
     if value is not None and len(value.encode()) > MAX_KV_VALUE_BYTES:
         raise TooLargeError("value", f"longer than {MAX_KV_VALUE_BYTES} bytes")
 

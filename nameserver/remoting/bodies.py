@@ -22,16 +22,25 @@ def parse_json(body: bytes, what: str) -> Any:
         raise BodyError(f"{what} body is not JSON: {exc}") from None
 
 
-def _int(obj: Mapping[str, Any], name: str, what: str, default: int = 0) -> int:
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _int(obj: Mapping[str, Any], name: str, what: str, default: int = 0, bounds: tuple[int, int] = INT32) -> int:
+    """An integer field (a JSON number or numeric string) within the Java type's range: Java's
+    parseInt/parseLong refuse more, and our protobuf fields could not hold it."""
     value = obj.get(name, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise BodyError(f"{what}.{name} is not an integer: {value!r}")
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise BodyError(f"{what}.{name} is not an integer: {value!r}") from None
+    if not bounds[0] <= number <= bounds[1]:
+        raise BodyError(f"{what}.{name} is out of range: {number}")
+    return number
 
 
 def _object(value: Any, what: str) -> Mapping[str, Any]:
@@ -100,8 +109,9 @@ def encode(obj: Any, fastjson: bool = False) -> bytes:
 
 def parse_data_version(obj: Any, what: str = "dataVersion") -> state_pb2.DataVersion:
     doc = _object(obj, what)
-    return state_pb2.DataVersion(counter=_int(doc, "counter", what), timestamp=_int(doc, "timestamp", what),
-                                 state_version=_int(doc, "stateVersion", what))
+    return state_pb2.DataVersion(counter=_int(doc, "counter", what, bounds=INT64),
+                                 timestamp=_int(doc, "timestamp", what, bounds=INT64),
+                                 state_version=_int(doc, "stateVersion", what, bounds=INT64))
 
 
 def parse_queue_datas(body: bytes) -> list[state_pb2.QueueData]:

@@ -51,9 +51,12 @@ def _int(req: Command, name: str, default: int | None = None) -> int:
             raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is null")
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is not an integer: {value!r}") from None
+    if not bodies.INT64[0] <= number <= bodies.INT64[1]:  # Java's Long; our int64 fields could not hold it
+        raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is out of range: {number}")
+    return number
 
 
 def _bool(req: Command, name: str) -> bool:

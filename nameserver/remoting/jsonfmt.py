@@ -48,7 +48,24 @@ def _write(obj: Any, fastjson: bool, out: list[str]) -> None:
 
 
 def loads(text: str) -> Any:
-    """Standard JSON, or fastjson's with unquoted object keys."""
+    """Standard JSON, or fastjson's with unquoted object keys.
+
+    Every failure is a ValueError: nesting too deep for the parser (RecursionError) and strings with a
+    lone surrogate escape ("\\ud800", which no UTF-8 encoder accepts later on) included."""
+    try:
+        doc = _loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if _SURROGATE_ESCAPE.search(text) and _has_surrogate(doc):
+        raise ValueError("JSON string with a lone surrogate (\\ud800-\\udfff escape)")
+    return doc
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # only such escapes can produce a surrogate
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _loads(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -56,6 +73,22 @@ def loads(text: str) -> Any:
         if quoted == text:
             raise
         return json.loads(quoted)
+
+
+def _has_surrogate(doc: Any) -> bool:
+    # Iterative: the document may be nested as deeply as the parser allowed.
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATES.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _quote_bare_keys(text: str) -> str:

@@ -1,0 +1,1 @@
+"""Fuzzing: hypothesis properties and atheris targets (docs/fuzzing.md)."""
