@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from nameserver.bench.procs import free_ports
+from nameserver.bench.procs import free_ports, rss_bytes
 from nameserver.pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -100,11 +100,7 @@ class EtcdMember:
             return None
 
     def rss_bytes(self) -> int:
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
+        return rss_bytes(self.pid)
 
 
 @dataclass

@@ -32,6 +32,15 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def _toml(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -75,12 +84,7 @@ class BenchNode:
             return None
 
     def rss_bytes(self) -> int:
-        """Resident memory of the node's process (Linux /proc)."""
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
+        return rss_bytes(self.pid)
 
 
 @dataclass
@@ -188,4 +192,4 @@ class LocalCluster:
         raise TimeoutError(f"nodes did not converge within {timeout}s; logs under {self.root}")
 
 
-__all__ = ["BenchNode", "LocalCluster", "free_ports"]
+__all__ = ["BenchNode", "LocalCluster", "free_ports", "rss_bytes"]
