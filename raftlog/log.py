@@ -99,7 +99,6 @@ class ReplicatedLog:
             logCompactionMinEntries=cfg.snapshot_every_entries,
             logCompactionMinTime=cfg.snapshot_every_seconds,
             onStateChanged=self._on_state_changed,
-            onReady=self._on_ready,
             password=cfg.password,
             dynamicMembershipChange=True,  # members can be added/removed at runtime, one at a time
         )
@@ -254,12 +253,8 @@ class ReplicatedLog:
             for listener in list(self.leader_listeners):
                 threading.Thread(target=listener, args=(leader,), daemon=True).start()
 
-    def _on_ready(self) -> None:
-        if self._ready_target is None:
-            self._ready_target = self.raft.raftLastApplied
-
     def _check_ready(self) -> None:
-        # Tick thread. pysyncobj's onReady fires only when its last-applied index EQUALS the
+        # Tick thread; replaces pysyncobj's onReady, which fires only when its last-applied index EQUALS the
         # leader's commit index at a tick. A node that restored a snapshot past the commit index
         # its leader last reported, and then kept up under load, could miss that instant forever
         # (a restarted node stayed "not ready" in a long fault run). Greater-or-equal is what

@@ -64,9 +64,8 @@ class GroupCommitter:
         # together in the next entry: under load each entry (one fsync, one message per follower,
         # one pickle) carries many proposals instead of one.
         self.max_in_flight = max_in_flight
-        self._in_flight = 0
         self._flight_term = -1
-        self._groups: dict[int, list[_Pending]] = {}  # appended, result not yet known
+        self._groups: dict[int, list[_Pending]] = {}  # in flight: appended, result not yet known
         self._group_ids = itertools.count(1)
         # Request ids only need to be unique among live proposals: a per-process random prefix and
         # a counter (uuid4 per proposal cost ~5% of a loaded leader's CPU in os.urandom).
@@ -111,7 +110,6 @@ class GroupCommitter:
         """
         with self._flight:
             groups, self._groups = list(self._groups.values()), {}
-            self._in_flight = 0
             self._flight.notify()
         for group in groups:
             for p in group:
@@ -127,9 +125,10 @@ class GroupCommitter:
             with self._flight:
                 term = self._term()
                 if term != self._flight_term:  # a new term: results of the old one may never come
-                    self._flight_term, self._in_flight = term, 0
+                    self._flight_term = term
+                    self._groups.clear()
                 # bounded, so a lost result callback cannot stall proposals for long
-                self._flight.wait_for(lambda: self._in_flight < self.max_in_flight, timeout=1.0)
+                self._flight.wait_for(lambda: len(self._groups) < self.max_in_flight, timeout=1.0)
             group = [first]
             size = first.size
             self._drain_into(group, size, None)
@@ -165,7 +164,6 @@ class GroupCommitter:
 
         def on_result(_res: object, err: int) -> None:  # tick thread: O(group), no blocking
             with self._flight:
-                self._in_flight = max(0, self._in_flight - 1)
                 self._groups.pop(gid, None)
                 self._flight.notify()
             if err == FAIL_REASON.SUCCESS:
@@ -181,13 +179,11 @@ class GroupCommitter:
         self.entries_appended += 1
         self.batches_appended += len(group)
         with self._flight:
-            self._in_flight += 1
             self._groups[gid] = group
         try:
             self._append(data, on_result)
         except Exception as exc:
             with self._flight:
-                self._in_flight = max(0, self._in_flight - 1)
                 self._groups.pop(gid, None)
             log.exception("append failed")
             for p in group:

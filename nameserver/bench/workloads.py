@@ -241,10 +241,10 @@ class Target(ABC):
         """Count, from the system itself, the records the registration loads committed after `mark`."""
         return {}
 
+    @abstractmethod
     def reregistration_op(self, channel: grpc.Channel, worker: int) -> Op:
         """The steady state of a fleet: the worker's broker registers again, unchanged (RocketMQ
         brokers do this every 30 s). Only after registration_op ran for this worker."""
-        raise NotImplementedError
 
     # reads
     def setup_reads(self) -> None:  # noqa: B027 (optional hook: echo has nothing to set up)
