@@ -12,11 +12,18 @@ bad token); an authenticated caller without the right fails PERMISSION_DENIED. E
 never runs, so nothing changes. A follower authorizes the original caller, then forwards with its peer
 credential and the x-rip18-forwarded header; that header is honoured only from the peer role.
 
+Exactly-once sessions belong to the authenticated caller: `session_owner()` names the caller of the
+call being served (a token's hash or a certificate's name, hashed), and a client id is only ever looked
+up within its owner's sessions, so one caller cannot read or poison another's (x-client-id reuse).
+A follower forwards the owner in x-rip18-session-owner; the leader honours it only on a forwarded call
+from the peer role.
+
 `python -m nameserver.auth hash < token` prints the SHA-256 digest to put in the tokens file.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import sys
 from collections.abc import Callable, Iterator
@@ -38,6 +45,7 @@ CLIENT_METHODS = frozenset(f"/{_NS}/{m}" for m in (
     "GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
     "ListBindings", "Watch"))
 PEER_ONLY = frozenset({f"/{_NS}/ReadIndex"})
+SESSION_OWNER_HEADER = "x-rip18-session-owner"
 OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
                  "grpc.reflection.v1.ServerReflection")
 
@@ -73,6 +81,29 @@ class Denied(Exception):
 class Caller:
     role: str
     via: str  # "token" or "cert:<identity>", for messages (never the token itself)
+    identity: str = ""  # who it is, stably: "token:<sha256>" or "cert:<name>" (owns its sessions)
+    is_peer: bool = False
+
+
+# The caller of the call this thread is serving (set by the interceptor around the handler).
+_current: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("rip18_caller", default=None)
+
+
+def current_caller() -> Caller | None:
+    """The authenticated caller of the call being served; None when [auth] is off."""
+    return _current.get()
+
+
+def session_owner(metadata: dict[str, str], forwarded: bool) -> str:
+    """Whose exactly-once sessions this call may use: a short stable name of the caller's identity
+    ("" when [auth] is off and nobody forwarded one). A forwarded call from a peer carries the original
+    caller's owner; from anyone else the header is ignored."""
+    caller = _current.get()
+    if forwarded and (caller is None or caller.is_peer):
+        return metadata.get(SESSION_OWNER_HEADER, "")
+    if caller is None:
+        return ""
+    return hashlib.sha256(caller.identity.encode()).hexdigest()[:16]
 
 
 class Authorizer:
@@ -88,10 +119,11 @@ class Authorizer:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 raise Denied(grpc.StatusCode.UNAUTHENTICATED, "authorization must be 'Bearer <token>'")
-            role = self.tokens.get(hash_token(token))
+            digest = hash_token(token)
+            role = self.tokens.get(digest)
             if role is None:
                 raise Denied(grpc.StatusCode.UNAUTHENTICATED, "unknown token")
-            return Caller(role, "token")
+            return Caller(role, "token", f"token:{digest}", self._is_peer(role))
         names = [v.decode(errors="replace") for key in ("x509_common_name", "x509_subject_alternative_name")
                  for v in auth_context.get(key, [])]
         if not names:
@@ -99,17 +131,20 @@ class Authorizer:
                          "no credentials: send a client certificate or 'authorization: Bearer <token>'")
         for name in names:
             if name in self.cert_roles:
-                return Caller(self.cert_roles[name], f"cert:{name}")
+                role = self.cert_roles[name]
+                return Caller(role, f"cert:{name}", f"cert:{name}", self._is_peer(role))
         # A certificate the CA signed is authenticated, but no role was granted to it.
         raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"certificate {names[0]!r} has no role")
+
+    def _is_peer(self, role: str) -> bool:
+        return role == "peer" or role == self.peer_role
 
     def check(self, method: str, metadata: dict[str, str], auth_context: dict[str, list[bytes]]) -> Caller | None:
         """Raise Denied unless the call may run; the caller (None for open services)."""
         if is_open(method):
             return None
         caller = self.caller(metadata, auth_context)
-        role = caller.role
-        is_peer = role == "peer" or role == self.peer_role
+        role, is_peer = caller.role, caller.is_peer
         if FORWARDED_HEADER in metadata and not is_peer:
             raise Denied(grpc.StatusCode.PERMISSION_DENIED, "only peer nodes may send forwarded calls")
         acting = metadata.get(AS_ROLE_HEADER)
@@ -139,20 +174,26 @@ class AuthInterceptor(grpc.ServerInterceptor):
         return wrap_handler(handler, lambda behavior, kind: (
             self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, method, metadata))
 
-    def _check(self, method: str, metadata: dict[str, str], context: grpc.ServicerContext) -> None:
+    def _check(self, method: str, metadata: dict[str, str], context: grpc.ServicerContext) -> Caller | None:
         try:
-            self.authorizer.check(method, metadata, context.auth_context())
+            return self.authorizer.check(method, metadata, context.auth_context())
         except Denied as exc:
             context.abort(exc.code, str(exc))
+            raise  # abort raises; this line is for the type checker
 
     def _unary(self, behavior: Callable, method: str, metadata: dict[str, str]) -> Callable:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
-            self._check(method, metadata, context)  # before a client stream is read at all
-            return behavior(request, context)
+            token = _current.set(self._check(method, metadata, context))  # before a client stream is read
+            try:
+                return behavior(request, context)
+            finally:
+                _current.reset(token)
 
         return wrapped
 
     def _stream(self, behavior: Callable, method: str, metadata: dict[str, str]) -> Callable:
+        # Server-streaming calls are reads (Watch, log export): no session, so no caller to publish
+        # (a context variable cannot safely span a generator's suspensions).
         def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             self._check(method, metadata, context)
             yield from behavior(request, context)

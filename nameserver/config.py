@@ -17,6 +17,11 @@
     [routes]    order_message_enable, zone_mode
     [grpc]      max_message_bytes, workers, write_timeout_ms
     [sessions]  session_ttl_ms, max_sessions (exactly-once client sessions)
+    [limits]    what one caller can hold of a node (docs/operations.md, "Security"): max_wait_ms,
+                max_waiting_reads, remoting_max_connections, remoting_idle_timeout_ms,
+                remoting_frame_timeout_ms, remoting_reply_timeout_ms, grpc_max_connections,
+                grpc_handshake_timeout_ms, grpc_idle_timeout_ms, grpc_max_concurrent_rpcs,
+                metrics_max_connections, metrics_timeout_ms, reserved_fds
     [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent)
     [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
     [archive]   dir = "archive"              (node-side log archive; off when absent)
@@ -90,6 +95,20 @@ class NodeConfig:
     peer_role: str = "peer"        # the role trusted with node-to-node (forwarded) calls
     peer_token: str | None = field(default=None, repr=False)  # sent to peers as a bearer token
     remoting_role: str = ""        # the role remoting calls act as; empty: the node's own (peer) rights
+    # [limits]: no caller, authenticated or not, can hold more of a node than these.
+    max_wait_ms: int = 30_000      # longest any call waits server-side (min_offset, read index, a write)
+    max_waiting_reads: int = 16    # reads waiting for min_offset at once; more fail RESOURCE_EXHAUSTED
+    remoting_max_connections: int = 4096
+    remoting_idle_timeout_ms: int = 120_000   # RocketMQ's serverChannelMaxIdleTimeSeconds
+    remoting_frame_timeout_ms: int = 30_000   # a frame, once begun, must arrive whole within this
+    remoting_reply_timeout_ms: int = 30_000   # replies a client leaves unread this long close it
+    grpc_max_connections: int = 4096
+    grpc_handshake_timeout_ms: int = 10_000   # a connection that never speaks HTTP/2 is closed
+    grpc_idle_timeout_ms: int = 300_000       # connections without calls are closed (clients reconnect)
+    grpc_max_concurrent_rpcs: int = 1024      # calls running or queued; more fail RESOURCE_EXHAUSTED
+    metrics_max_connections: int = 16
+    metrics_timeout_ms: int = 10_000          # a scrape must send its request within this
+    reserved_fds: int = 64         # descriptors no connection may take: the journal and snapshots need them
 
     @property
     def tls_enabled(self) -> bool:
@@ -117,7 +136,12 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "routes": ("order_message_enable", "zone_mode"),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
     "sessions": ("session_ttl_ms", "max_sessions"),
+    "limits": ("max_wait_ms", "max_waiting_reads", "remoting_max_connections", "remoting_idle_timeout_ms",
+               "remoting_frame_timeout_ms", "remoting_reply_timeout_ms", "grpc_max_connections",
+               "grpc_handshake_timeout_ms", "grpc_idle_timeout_ms", "grpc_max_concurrent_rpcs",
+               "metrics_max_connections", "metrics_timeout_ms", "reserved_fds"),
 }
+LIMITS = _SECTIONS["limits"]
 # Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.
 # ([remoting] role, [security], [tls] and [auth] are read by _security.)
 _LISTENERS = {"remoting": ("listen", "remoting_addr"), "metrics": ("listen", "metrics_addr"),
@@ -189,6 +213,9 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         raise ConfigError("raft.election_min_ms must be positive and below raft.election_max_ms")
     if cfg.scan_interval_ms < 100:
         raise ConfigError("liveness.scan_interval_ms must be >= 100")
+    for key in LIMITS:
+        if getattr(cfg, key) <= 0:
+            raise ConfigError(f"limits.{key} must be positive")
     _check_security(cfg)
     return cfg
 
@@ -247,6 +274,11 @@ def _check_security(cfg: NodeConfig) -> None:
         if role not in ROLES:
             raise ConfigError(f"{where}: unknown role {role!r} (roles: {', '.join(ROLES)})")
     if cfg.security_mode == "secure":
+        if cfg.remoting_addr and not cfg.remoting_role:
+            # The remoting protocol carries no credentials: every remoting caller gets this role.
+            raise ConfigError('security.mode = "secure" with [remoting] listen needs [remoting] role: the '
+                              "rights every (unauthenticated) remoting caller gets, e.g. \"client\" or "
+                              "\"broker\"")
         if not cfg.password:
             raise ConfigError('security.mode = "secure" needs a Raft password: set raft.password_file '
                               "or raft.password_env")

@@ -52,7 +52,7 @@ class LogService(api_pb2_grpc.LogServicer):
         to = request.to_offset or self.node.log.commit_offset
         left = context.time_remaining()
         wait_s = WAIT_CAP_S if left is None else max(0.0, min(left, WAIT_CAP_S))
-        if not applier.wait_applied(to, wait_s):
+        if not applier.wait_applied(to, wait_s, context.is_active):
             context.set_trailing_metadata((("x-apply-offset", str(applier.apply_offset)),))
             context.abort(grpc.StatusCode.UNAVAILABLE,
                           f"node applied up to {applier.apply_offset}, below to_offset {to}")

@@ -376,17 +376,45 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class MetricsEndpoint:
-    """Serves a registry at http://addr/metrics. Binds in the constructor so a busy port fails early."""
+    """Serves a registry at http://addr/metrics. Binds in the constructor so a busy port fails early.
 
-    def __init__(self, registry: CollectorRegistry, addr: str) -> None:
+    At most `max_connections` scrapes are served at once (a thread each); more are closed at accept.
+    A connection must send its request within `timeout_s`, so idle connections cannot pile up threads."""
+
+    def __init__(self, registry: CollectorRegistry, addr: str, max_connections: int = 16,
+                 timeout_s: float = 10.0) -> None:
         host, port = parse_listen(addr)
+        slots = threading.BoundedSemaphore(max_connections)
+        self.refused_total = 0
+        endpoint = self
+
+        class _Handler(_QuietHandler):
+            timeout = timeout_s  # socket timeout for reading the request and writing the reply
 
         class _Server(ThreadingMixIn, WSGIServer):
             daemon_threads = True
+            block_on_close = False
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
+            def process_request(self, request: Any, client_address: Any) -> None:
+                if not slots.acquire(blocking=False):
+                    endpoint.refused_total += 1
+                    self.shutdown_request(request)
+                    return
+                try:
+                    super().process_request(request, client_address)
+                except Exception:
+                    slots.release()
+                    raise
+
+            def process_request_thread(self, request: Any, client_address: Any) -> None:
+                try:
+                    super().process_request_thread(request, client_address)
+                finally:
+                    slots.release()
+
         try:
-            self._httpd = make_server(host, port, make_wsgi_app(registry), _Server, handler_class=_QuietHandler)
+            self._httpd = make_server(host, port, make_wsgi_app(registry), _Server, handler_class=_Handler)
         except OSError as exc:
             raise OSError(f"cannot listen on {addr} for metrics: {exc}") from exc
         self.addr = addr

@@ -23,6 +23,7 @@ from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.readindex import ReadIndexBatcher
 from nameserver.state import MetadataState, Translation, translate
 from nameserver.state.translate import CasFailed
+from nameserver.validation import TooLargeError
 from nameserver.watch import WatchHub
 from raftlog.kvstate import KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
@@ -60,10 +61,17 @@ class WriteResult:
 
 @dataclass(frozen=True)
 class ClientRef:
-    """Exactly-once identity of a write (gRPC metadata x-client-id / x-client-seq)."""
+    """Exactly-once identity of a write (gRPC metadata x-client-id / x-client-seq), within the sessions
+    of its authenticated owner (nameserver/auth.py session_owner; "" when auth is off)."""
 
     client_id: str
     seq: int
+    owner: str = ""
+
+    @property
+    def session_id(self) -> str:
+        """The session's key in the state: two callers sending the same client id never share one."""
+        return f"{self.owner}.{self.client_id}" if self.owner else self.client_id
 
 
 class SessionSuperseded(Exception):
@@ -83,6 +91,7 @@ class NameServerNode:
         self._channels: dict[str, grpc.Channel] = {}
         self._channels_lock = threading.Lock()
         self.expired_total = 0
+        self._waiting_reads = threading.BoundedSemaphore(cfg.max_waiting_reads)
         self.log = ReplicatedLog(
             LogConfig(
                 self_addr=cfg.raft_addr,
@@ -120,12 +129,23 @@ class NameServerNode:
 
     # ---- reads ---------------------------------------------------------------------------------
 
-    def read(self, fn: Callable[[MetadataState], Any], min_offset: int, timeout: float) -> tuple[Any, int]:
-        """Run `fn` on the local state once ready and applied to `min_offset`; (result, apply offset)."""
+    def read(self, fn: Callable[[MetadataState], Any], min_offset: int, timeout: float,
+             alive: Callable[[], bool] | None = None) -> tuple[Any, int]:
+        """Run `fn` on the local state once ready and applied to `min_offset`; (result, apply offset).
+
+        At most limits.max_waiting_reads reads wait at once (a waiting read holds a server thread);
+        one beyond that fails TooLargeError at once. A wait ends early when `alive()` turns false."""
         if not self.log.ready:
             raise NotReady(self.not_ready_reason())
-        if min_offset and not self.log.wait_applied(min_offset, timeout):
-            raise OffsetNotReached(self.log.apply_offset, min_offset)
+        if min_offset > self.log.apply_offset:
+            if not self._waiting_reads.acquire(blocking=False):
+                raise TooLargeError("min_offset", f"{self.cfg.max_waiting_reads} reads are already waiting for "
+                                    "offsets not yet applied here (limits.max_waiting_reads); retry later")
+            try:
+                if not self.log.wait_applied(min_offset, timeout, alive):
+                    raise OffsetNotReached(self.log.apply_offset, min_offset)
+            finally:
+                self._waiting_reads.release()
         with self.lock:
             return fn(self.state), self.state.kv.offset
 
@@ -186,7 +206,7 @@ class NameServerNode:
                     records = len(translation.batch.records)
                     if records and client is not None and reply_of is not None:
                         reply = reply_of(WriteResult(0, records, translation)).SerializeToString()
-                        translate.record_session(translation, self.state, client.client_id, client.seq, reply,
+                        translate.record_session(translation, self.state, client.session_id, client.seq, reply,
                                                  int(time.time() * 1000))
             except (CasFailed, SessionSuperseded):
                 # A compare-and-set refusal read from this node's state. That state can be stale: a
@@ -194,10 +214,14 @@ class NameServerNode:
                 # was deposed. Confirm once through the log (a barrier) before refusing, or the refusal
                 # would not be linearizable. Successes need no such care: preconditions are checked
                 # again at apply time.
+                # The confirmation is a read index (a heartbeat round to a majority), not a barrier
+                # entry: a refused write must leave the log as it found it.
                 if confirmed:
                     raise
                 confirmed = True
-                self.log.barrier(max(0.1, deadline - time.monotonic()))
+                left = max(0.1, deadline - time.monotonic())
+                if not self.log.wait_applied(self.read_indexes.read_index(left), left):
+                    raise ProposalError("could not confirm the refusal in time", unknown_outcome=False) from None
                 continue
             if not records:
                 return WriteResult(offset_now, 0, translation)
@@ -213,7 +237,7 @@ class NameServerNode:
         raise ProposalError("write kept conflicting with concurrent writes or timed out", unknown_outcome=False)
 
     def _replay(self, client: ClientRef) -> WriteResult | None:
-        found = self.state.session(client.client_id)
+        found = self.state.session(client.session_id)
         if found is None:
             return None
         session, version = found

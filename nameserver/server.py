@@ -10,7 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from nameserver import auth, tlsconf
+from nameserver import auth, fdlimits, tlsconf
 from nameserver.config import NodeConfig
 from nameserver.logservice import LogService
 from nameserver.metrics import IdleNoop, LeaderWatch, MetricsEndpoint, NodeMetrics
@@ -18,6 +18,7 @@ from nameserver.node import NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
 from nameserver.service import AdminService, DecodeGuard, NameServerService
+from raftlog import FD_RESERVE
 
 log = logging.getLogger("nameserver.server")
 
@@ -30,10 +31,17 @@ SERVICE_NAMES = (
 class Server:
     def __init__(self, cfg: NodeConfig) -> None:
         self.cfg = cfg
+        # Descriptors first: connection limits that fit the open-file limit, and a reserve that no
+        # connection can take, so a flood is refused at the door and never stops the journal.
+        self.budget = fdlimits.budget(cfg, fdlimits.raise_nofile())
+        FD_RESERVE.hold(cfg.reserved_fds)
         self.node = NameServerNode(cfg)
         opts = [("grpc.max_send_message_length", cfg.max_message_bytes),
                 ("grpc.max_receive_message_length", cfg.max_message_bytes),
-                ("grpc.so_reuseport", 0)]
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_allowed_incoming_connections", self.budget.grpc),
+                ("grpc.server_handshake_timeout_ms", cfg.grpc_handshake_timeout_ms),
+                ("grpc.max_connection_idle_ms", cfg.grpc_idle_timeout_ms)]
         # Prometheus metrics (nameserver/metrics.py): RPCs are counted by an interceptor.
         self.metrics = NodeMetrics(self.node) if cfg.metrics_addr else None
         interceptors: list[grpc.ServerInterceptor] = [self.metrics.interceptor()] if self.metrics is not None else []
@@ -44,7 +52,8 @@ class Server:
         interceptors.append(DecodeGuard())  # undecodable request bytes: INVALID_ARGUMENT, not INTERNAL
         self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers,
                                                            thread_name_prefix="grpc"), options=opts,
-                                interceptors=interceptors)
+                                interceptors=interceptors,
+                                maximum_concurrent_rpcs=cfg.grpc_max_concurrent_rpcs)
         api_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.node), self.grpc)
         api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node), self.grpc)
         api_pb2_grpc.add_LogServicer_to_server(LogService(self.node), self.grpc)  # log export, state dump
@@ -61,11 +70,14 @@ class Server:
         # the RocketMQ remoting listener, the Prometheus endpoint, the log archiver.
         self.extras: list = [LeaderWatch(self.node.log, self.metrics)]  # one log line per leader change
         if self.metrics is not None:
-            self.extras.append(MetricsEndpoint(self.metrics.registry, cfg.metrics_addr))
+            self.extras.append(MetricsEndpoint(self.metrics.registry, cfg.metrics_addr,
+                                               max_connections=self.budget.metrics,
+                                               timeout_s=cfg.metrics_timeout_ms / 1000))
         if cfg.idle_noop_ms:  # keeps apply lag meaningful when nothing changes (KRaft's idle no-op)
             self.extras.append(IdleNoop(self.node.log, self.metrics, interval_s=cfg.idle_noop_ms / 1000))
         if cfg.remoting_addr:
-            self.extras.append(RemotingServer(cfg))  # RocketMQ remoting protocol (nameserver/remoting)
+            # RocketMQ remoting protocol (nameserver/remoting)
+            self.extras.append(RemotingServer(cfg, max_connections=self.budget.remoting))
         if cfg.archive_dir:  # Parquet log segments as entries commit (imports pyarrow only when on)
             from nameserver.archive import LogArchiver
             self.extras.append(LogArchiver(self.node.log.applier, cfg.archive_dir))

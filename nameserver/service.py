@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from nameserver import validation
+from nameserver import auth, validation
 from nameserver.chunking import assemble_chunks, register_chunks, should_stream
 from nameserver.node import (
     FORWARDED_HEADER,
@@ -48,7 +48,8 @@ def _forwarded(context: grpc.ServicerContext) -> bool:
 
 
 def _client_ref(context: grpc.ServicerContext) -> ClientRef | None:
-    """The exactly-once identity from metadata, validated; None when the caller sent none."""
+    """The exactly-once identity from metadata, validated, within its caller's sessions; None when the
+    caller sent none."""
     md = dict(context.invocation_metadata())
     cid, seq = md.get(CLIENT_ID_HEADER), md.get(CLIENT_SEQ_HEADER)
     if cid is None and seq is None:
@@ -57,12 +58,15 @@ def _client_ref(context: grpc.ServicerContext) -> ClientRef | None:
         raise ValidationError(CLIENT_ID_HEADER, "must be 1..64 printable characters without '/'")
     if seq is None or not seq.isdigit() or int(seq) <= 0 or int(seq) >= 1 << 63:
         raise ValidationError(CLIENT_SEQ_HEADER, "must be a positive integer")
-    return ClientRef(cid, int(seq))
+    return ClientRef(cid, int(seq), auth.session_owner(md, FORWARDED_HEADER in md))
 
 
-def _timeout(context: grpc.ServicerContext, default: float) -> float:
+def _timeout(context: grpc.ServicerContext, default: float, cap: float) -> float:
+    """How long this call may wait here: its own deadline, never more than the node's limits.max_wait_ms
+    (a call without a deadline reports an effectively infinite one; `default` is for callers that say
+    nothing at all)."""
     left = context.time_remaining()
-    return default if left is None else max(0.0, min(left, 3600.0))
+    return min(default, cap) if left is None else max(0.0, min(left, cap))
 
 
 def rpc(fn: Callable) -> Callable:
@@ -166,6 +170,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def __init__(self, node: NameServerNode) -> None:
         self.node = node
         self.default_timeout = node.cfg.write_timeout_ms / 1000
+        self.max_wait = node.cfg.max_wait_ms / 1000
 
     # ---- write plumbing ------------------------------------------------------------------------
 
@@ -173,7 +178,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                reply_of: Callable[[WriteResult], Any], forward: Callable | None = None) -> Any:
         """Apply a write here when leading, else forward it; returns the method's reply."""
         client = _client_ref(context)
-        timeout = _timeout(context, self.default_timeout)
+        timeout = _timeout(context, self.default_timeout, self.max_wait)
         deadline = time.monotonic() + timeout
         if self.node.log.is_leader():
             try:
@@ -191,6 +196,8 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         left = max(0.1, deadline - time.monotonic())
         md = [(FORWARDED_HEADER, "1")] + [(k, v) for k, v in context.invocation_metadata()
                                           if k in (CLIENT_ID_HEADER, CLIENT_SEQ_HEADER)]
+        if client is not None and client.owner:
+            md.append((auth.SESSION_OWNER_HEADER, client.owner))
         if forward is not None:
             return forward(stub, left, md)
         return getattr(stub, method)(request, timeout=left, metadata=md)
@@ -215,7 +222,9 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def _read(self, context: grpc.ServicerContext, fn: Callable, min_offset: int) -> tuple[Any, int]:
         if min_offset < 0:
             raise ValidationError("min_offset", "must be >= 0")
-        return self.node.read(fn, min_offset, _timeout(context, self.default_timeout))
+        # A read waiting for min_offset stops when its caller goes away, not at its deadline.
+        return self.node.read(fn, min_offset, _timeout(context, self.default_timeout, self.max_wait),
+                              alive=context.is_active)
 
     # ---- broker side ---------------------------------------------------------------------------
 
@@ -418,7 +427,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         if min_offset < 0:  # before the read index: a refused read must not cost a barrier in the log
             raise ValidationError("min_offset", "must be >= 0")
         if consistency == api_pb2.LINEARIZABLE:
-            timeout = _timeout(context, self.default_timeout)
+            timeout = _timeout(context, self.default_timeout, self.max_wait)
             index = self.node.linearizable_index(timeout)
             min_offset = max(min_offset, index)
         elif consistency != api_pb2.SERIALIZABLE:
@@ -507,7 +516,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def ReadIndex(self, request: api_pb2.ReadIndexRequest, context: grpc.ServicerContext) -> api_pb2.ReadIndexReply:
         if not self.node.log.is_leader():
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
-        index = self.node.read_indexes.read_index(_timeout(context, self.default_timeout))
+        index = self.node.read_indexes.read_index(_timeout(context, self.default_timeout, self.max_wait))
         return api_pb2.ReadIndexReply(read_index=index)
 
 
@@ -541,7 +550,7 @@ class AdminService(api_pb2_grpc.AdminServicer):
     def _on_leader(self, context: grpc.ServicerContext, method: str, request: Any, local: Callable[[float], Any]
                    ) -> Any:
         """Run an admin change on the leader: here when leading, else forwarded once."""
-        timeout = _timeout(context, 30.0)
+        timeout = _timeout(context, 30.0, max(30.0, self.node.cfg.max_wait_ms / 1000))
         if self.node.log.is_leader():
             return local(timeout)
         if _forwarded(context):
@@ -604,7 +613,7 @@ class AdminService(api_pb2_grpc.AdminServicer):
         before = self.node.log.snapshot_offset
         target = self.node.log.apply_offset
         self.node.log.take_snapshot()
-        deadline = time.monotonic() + _timeout(context, 60.0)
+        deadline = time.monotonic() + _timeout(context, 60.0, max(60.0, self.node.cfg.max_wait_ms / 1000))
         while time.monotonic() < deadline:
             if self.node.log.snapshot_offset > before or (before and before >= target):
                 return api_pb2.TakeSnapshotReply(offset=self.node.log.snapshot_offset)

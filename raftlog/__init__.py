@@ -1,13 +1,14 @@
 """The replicated log: record/entry format, pysyncobj binding, group commit, offsets, barrier."""
 
 from raftlog.digest import digest_hex, digest_of, pair_hash
+from raftlog.fdreserve import RESERVE as FD_RESERVE
 from raftlog.journal import DurableJournal, JournalCorrupt
 from raftlog.kvstate import Change, KVState, KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
 from raftlog.proposer import NotLeader, ProposalError
 
 __all__ = [
-    "Change", "DurableJournal", "JournalCorrupt", "KVState", "KVStateMachine", "LogConfig", "NotLeader",
+    "FD_RESERVE", "Change", "DurableJournal", "JournalCorrupt", "KVState", "KVStateMachine", "LogConfig", "NotLeader",
     "ProposalError", "ReplicatedLog",
     "digest_hex", "digest_of", "pair_hash",
 ]

@@ -22,6 +22,7 @@ from raftlog.kvstate import Change
 from raftlog.pb import entry_pb2
 
 log = logging.getLogger("raftlog.apply")
+ALIVE_CHECK_S = 0.2  # how soon a waiter notices that its caller went away
 
 
 class StateMachine(Protocol):
@@ -111,15 +112,16 @@ class Applier:
         with self._waiters_lock:
             self._waiters.pop(request_id, None)
 
-    def wait_applied(self, offset: int, timeout: float) -> bool:
-        """Block until the apply offset reaches `offset` (read-your-writes, barriers)."""
+    def wait_applied(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool:
+        """Block until the apply offset reaches `offset` (read-your-writes, barriers). False at the
+        timeout, or (checked every ALIVE_CHECK_S) once `alive()` says the waiter's caller has gone."""
         deadline = time.monotonic() + timeout
         with self._offset_cv:
             while self.apply_offset < offset:
                 left = deadline - time.monotonic()
-                if left <= 0 or self.failed:
+                if left <= 0 or self.failed or (alive is not None and not alive()):
                     return False
-                self._offset_cv.wait(left)
+                self._offset_cv.wait(left if alive is None else min(left, ALIVE_CHECK_S))
             return True
 
     def fail(self, reason: str) -> None:

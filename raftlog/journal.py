@@ -37,6 +37,8 @@ from typing import Any
 
 from pysyncobj.journal import Journal
 
+from raftlog.fdreserve import RESERVE
+
 log = logging.getLogger("raftlog.journal")
 
 MAGIC = b"NSJOURN1"
@@ -194,11 +196,11 @@ class DurableJournal(Journal):
         kept = self._entries[min(entryTo, max(0, len(self._entries) - 1)):]
         tmp = self.path + ".compact"
         try:
-            offsets = self._write_file(tmp, kept)
+            offsets = RESERVE.opening(lambda: self._write_file(tmp, kept))
             os.close(self._fd)
             os.replace(tmp, self.path)
-            _fsync_dir(self.path)
-            self._fd = os.open(self.path, os.O_RDWR)
+            RESERVE.opening(lambda: _fsync_dir(self.path))
+            self._fd = RESERVE.opening(lambda: os.open(self.path, os.O_RDWR))
         except OSError as exc:
             _io_failed("compaction", self.path, exc)
         self._entries = kept
@@ -293,15 +295,20 @@ class DurableJournal(Journal):
 
     def _store_meta(self) -> None:
         tmp = self.meta_path + ".tmp"
-        try:
+
+        def write() -> None:
             with open(tmp, "wb") as f:
                 f.write(json.dumps(self.meta).encode())
                 f.flush()
                 if self.fsync:
                     os.fsync(f.fileno())
+
+        try:
+            # Descriptors held in reserve: a flood of connections must not stop the node here.
+            RESERVE.opening(write)
             os.replace(tmp, self.meta_path)
             if self.fsync:
-                _fsync_dir(self.meta_path)
+                RESERVE.opening(lambda: _fsync_dir(self.meta_path))
         except OSError as exc:
             _io_failed("term/vote store", self.meta_path, exc)
         self._meta_saved = True

@@ -198,8 +198,8 @@ class ReplicatedLog:
                 raise NotLeader(f"this node is not the leader ({exc})") from None
             return self.barrier(max(0.1, deadline - time.monotonic()))
 
-    def wait_applied(self, offset: int, timeout: float) -> bool:
-        return self.applier.wait_applied(offset, timeout)
+    def wait_applied(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool:
+        return self.applier.wait_applied(offset, timeout, alive)
 
     # ---- membership (pysyncobj dynamic membership: one change at a time) ----------------------------
 

@@ -22,6 +22,9 @@ class Command:
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     serialize_type: int = codes.SERIALIZE_JSON  # how the header arrived (responses are always JSON)
+    # A header that framed correctly but holds a field no handler may act on (an extFields value that
+    # is an object or an array): the request is answered with this remark and never handled.
+    invalid: str | None = None
 
     @property
     def is_response(self) -> bool:

@@ -44,18 +44,23 @@ def encode(cmd: Command, serialize_type: int = codes.SERIALIZE_JSON) -> bytes:
             + head + cmd.body)
 
 
-async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME) -> bytes | None:
+async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME, idle_s: float | None = None,
+               frame_s: float | None = None) -> bytes | None:
     """The next frame's payload; None at a clean end of stream (between frames).
 
-    Raises FrameError for a bad length and asyncio.IncompleteReadError for a stream cut mid-frame."""
-    prefix = await reader.read(4)
+    `idle_s` bounds the wait for a frame to begin, `frame_s` the time a begun frame may take to arrive
+    whole (a slow sender holds a connection no longer than that). Raises FrameError for a bad length,
+    asyncio.IncompleteReadError for a stream cut mid-frame, and TimeoutError."""
+    async with asyncio.timeout(idle_s):
+        prefix = await reader.read(4)
     if not prefix:
         return None
-    if len(prefix) < 4:
-        prefix += await reader.readexactly(4 - len(prefix))
-    total = _INT32.unpack(prefix)[0]
-    if total < 4:
-        raise FrameError(f"frame length {total} is below the minimum of 4")
-    if total > max_frame:
-        raise FrameError(f"frame length {total} exceeds the {max_frame}-byte limit")
-    return await reader.readexactly(total)
+    async with asyncio.timeout(frame_s):
+        if len(prefix) < 4:
+            prefix += await reader.readexactly(4 - len(prefix))
+        total = _INT32.unpack(prefix)[0]
+        if total < 4:
+            raise FrameError(f"frame length {total} is below the minimum of 4")
+        if total > max_frame:
+            raise FrameError(f"frame length {total} exceeds the {max_frame}-byte limit")
+        return await reader.readexactly(total)

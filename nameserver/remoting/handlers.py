@@ -6,7 +6,6 @@ validation with the field named, writes forwarded to the Raft leader, the same e
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import grpc
 
 from nameserver.chunking import register_chunks, should_stream
-from nameserver.config import NodeConfig
+from nameserver.config import LIMITS, NodeConfig
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import bodies, codes, registerbody
 from nameserver.remoting.bodies import BodyError
@@ -69,18 +68,30 @@ def _fastjson(req: Command) -> bool:
 
 
 
+# GET_NAMESRV_CONFIG lists these settings and nothing else: a list of what may be shown, never a list
+# of what to hide, so a secret added to NodeConfig later cannot leak by default. No token, hash, role
+# map, password or file path is on it.
+PUBLIC_SETTINGS = (
+    "raft_addr", "grpc_addr", "members", "election_min_ms", "election_max_ms", "snapshot_every_entries",
+    "snapshot_every_seconds", "snapshots_kept", "batch_append", "fsync", "group_commit_linger_us",
+    "idle_noop_ms", "default_timeout_ms", "scan_interval_ms", "forward_interval_ms", "order_message_enable",
+    "zone_mode", "max_message_bytes", "workers", "max_watchers", "write_timeout_ms", "remoting_addr",
+    "metrics_addr", "session_ttl_ms", "max_sessions", "security_mode", "tls_client_auth",
+) + LIMITS
+
+
 def config_properties(cfg: NodeConfig) -> str:
-    """The node's configuration as Java properties text (GET_NAMESRV_CONFIG); secrets left out."""
+    """The node's public settings as Java properties text (GET_NAMESRV_CONFIG)."""
     lines = []
-    for f in dataclasses.fields(cfg):
-        if f.name == "password":
-            continue
-        value = getattr(cfg, f.name)
-        if f.name == "members":
+    for name in PUBLIC_SETTINGS:
+        value = getattr(cfg, name)
+        if name == "members":
             value = ",".join(f"{m.raft_addr}/{m.grpc_addr}" for m in value)
         elif isinstance(value, bool):
             value = "true" if value else "false"
-        lines.append(f"{f.name}={value}")
+        lines.append(f"{name}={value}")
+    lines += [f"tls_enabled={'true' if cfg.tls_enabled else 'false'}",
+              f"auth_enabled={'true' if cfg.auth_enabled else 'false'}"]
     return "\n".join(sorted(lines)) + "\n"
 
 
@@ -121,6 +132,8 @@ class Handlers:
         return sorted(self._table)
 
     def handle(self, req: Command) -> Command:
+        if req.invalid is not None:
+            return req.response(codes.SYSTEM_ERROR, req.invalid)
         fn = self._table.get(req.code)
         if fn is None:
             return req.response(codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")

@@ -20,8 +20,13 @@ _INT16 = struct.Struct(">h")
 _FIXED = struct.Struct(">hbhii")
 
 
+class _NotScalar(Exception):
+    pass
+
+
 def _ext_value(value: Any) -> str | None:
-    # Java's extFields is Map<String, String>; other clients put typed values in it.
+    # Java's extFields is Map<String, String>; other clients put typed scalars in it (the C++ client
+    # sends queueId as a number). Objects and arrays are no client's: refused, never stored as text.
     if value is None:
         return None
     if isinstance(value, bool):
@@ -30,7 +35,7 @@ def _ext_value(value: Any) -> str | None:
         return value
     if isinstance(value, int | float):
         return str(value)
-    return json.dumps(value, separators=(",", ":"))
+    raise _NotScalar
 
 
 def _int(doc: dict, name: str, default: int | None = None) -> int:
@@ -60,12 +65,22 @@ def decode_json(data: bytes) -> Command:
         raise FrameError("header field 'extFields' is not an object")
     remark = doc.get("remark")
     language = doc.get("language", "OTHER")
+    fields: dict[str, str] = {}
+    invalid = None
+    for key, raw in ext.items():
+        try:
+            value = _ext_value(raw)
+        except _NotScalar:
+            invalid = invalid or (f"the custom field <{str(key)[:64]}> must be a string, number, boolean or "
+                                  f"null, not a JSON {'object' if isinstance(raw, dict) else 'array'}")
+            continue
+        if value is not None:
+            fields[str(key)] = value
     return Command(
         code=_int(doc, "code"), language=language if isinstance(language, str) else str(language),
         version=_int(doc, "version", 0), opaque=_int(doc, "opaque", 0), flag=_int(doc, "flag", 0),
-        remark=None if remark is None else str(remark),
-        ext_fields={str(k): v for k, raw in ext.items() if (v := _ext_value(raw)) is not None},
-        serialize_type=codes.SERIALIZE_JSON)
+        remark=None if remark is None else str(remark), ext_fields=fields,
+        serialize_type=codes.SERIALIZE_JSON, invalid=invalid)
 
 
 def encode_json(cmd: Command) -> bytes:

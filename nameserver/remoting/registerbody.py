@@ -18,8 +18,11 @@ from typing import Any
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.remoting import bodies
 from nameserver.remoting.bodies import BodyError
+from nameserver.validation import MAX_TOPICS_PER_REGISTRATION
 
-MAX_INFLATED = 512 << 20  # a 70k-topic body inflates to a few MiB; this bounds a zip bomb
+# A 70k-topic body inflates to a few MiB; 200,000 topics with long names and attributes stay well
+# under this. It bounds a zip bomb before anything is parsed.
+MAX_INFLATED = 64 << 20
 _INT32 = struct.Struct(">i")
 
 
@@ -55,6 +58,8 @@ def _decode_json(body: bytes) -> RegisterBody:
     table = wrapper.get("topicConfigTable") or {}
     if not isinstance(table, dict):
         raise BodyError("topicConfigTable is not a JSON object")
+    if len(table) > MAX_TOPICS_PER_REGISTRATION:  # the gRPC path's limit, checked before any topic is built
+        raise BodyError(f"topicConfigTable: more than {MAX_TOPICS_PER_REGISTRATION} topics in one registration")
     for name, tc in table.items():
         if not isinstance(tc, dict):
             raise BodyError(f"topicConfigTable[{name!r}] is not a JSON object")
@@ -110,6 +115,10 @@ def _decode_compressed(body: bytes) -> RegisterBody:
     out.data_version.CopyFrom(bodies.parse_data_version(bodies.parse_json(src.chunk("dataVersion"),
                                                                           "dataVersion")))
     count = src.int32("topic count")
+    # Checked on the declared count, before inflating a single topic (the gRPC stream's limit).
+    if count > MAX_TOPICS_PER_REGISTRATION:
+        raise BodyError(f"compressed RegisterBrokerBody declares {count} topics: more than "
+                        f"{MAX_TOPICS_PER_REGISTRATION} topics in one registration")
     for i in range(count):
         out.topics.append(_topic_line(src.chunk(f"topic config {i}"), i))
     out.filter_servers = _string_list(bodies.parse_json(src.chunk("filter server list"), "filterServerList"),

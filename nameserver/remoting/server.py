@@ -3,6 +3,14 @@
 A connection that sends a malformed frame (bad or oversize length, truncated, undecodable header) is
 closed with one log line; other connections never notice. Requests on one connection are handled
 concurrently (responses carry the request's opaque); oneway requests get no response.
+
+What one connection can hold is bounded ([limits] in the node's TOML):
+- at most MAX_INFLIGHT_PER_CONNECTION requests, counted until their reply has left (written and
+  drained), so a client that never reads its replies stops being read itself (TCP backpressure), and
+  is closed when a reply stays unread for remoting_reply_timeout_ms;
+- a frame, once begun, arrives whole within remoting_frame_timeout_ms (slow senders);
+- a connection silent for remoting_idle_timeout_ms is closed (RocketMQ closes idle channels too);
+- beyond remoting_max_connections, new connections are closed at once.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from nameserver import tlsconf
@@ -20,7 +29,8 @@ from nameserver.remoting.handlers import Handlers
 
 log = logging.getLogger("nameserver.remoting")
 
-MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up to one frame)
+MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up to one frame and its reply)
+WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained
 _ANY_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
@@ -41,9 +51,15 @@ def local_target(grpc_addr: str) -> str:
 class RemotingServer:
     def __init__(self, cfg: NodeConfig, listen_addr: str | None = None, grpc_target: str | None = None,
                  max_frame_bytes: int = frame.DEFAULT_MAX_FRAME, workers: int = 16,
-                 call_timeout_s: float | None = None) -> None:
+                 call_timeout_s: float | None = None, max_connections: int | None = None) -> None:
         self.listen_addr = listen_addr or cfg.remoting_addr
         self.max_frame = max_frame_bytes
+        self.max_connections = max_connections or cfg.remoting_max_connections
+        self.idle_s = cfg.remoting_idle_timeout_ms / 1000
+        self.frame_s = cfg.remoting_frame_timeout_ms / 1000
+        self.reply_s = cfg.remoting_reply_timeout_ms / 1000
+        self.refused_total = 0  # connections closed at accept (over the limit)
+        self._refusal_logged = 0.0
         # Our own gRPC endpoint, with the node's peer credential (TLS/auth) acting as [remoting] role.
         self._channel = tlsconf.peer_channel(cfg, grpc_target or local_target(cfg.grpc_addr), options=[
             ("grpc.max_send_message_length", cfg.max_message_bytes),
@@ -117,13 +133,23 @@ class RemotingServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         peer_s = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if len(self._writers) >= self.max_connections:
+            self.refused_total += 1
+            now = time.monotonic()
+            if now - self._refusal_logged > 10:  # one line per 10 s, however many are refused
+                self._refusal_logged = now
+                log.warning("remoting: %d connections open (limits.remoting_max_connections); refusing new "
+                            "ones, such as %s (%d refused so far)", len(self._writers), peer_s, self.refused_total)
+            writer.transport.abort()
+            return
+        writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         self._writers.add(writer)
         slots = asyncio.Semaphore(MAX_INFLIGHT_PER_CONNECTION)
         tasks: set[asyncio.Task] = set()
         try:
             while True:
                 try:
-                    payload = await frame.read(reader, self.max_frame)
+                    payload = await frame.read(reader, self.max_frame, self.idle_s, self.frame_s)
                     if payload is None:
                         break
                     cmd = frame.decode(payload)
@@ -133,6 +159,10 @@ class RemotingServer:
                 except asyncio.IncompleteReadError as exc:
                     log.warning("remoting: closing connection from %s: truncated frame (%d of %s bytes)",
                                 peer_s, len(exc.partial), exc.expected)
+                    break
+                except TimeoutError:
+                    log.info("remoting: closing connection from %s: idle for %.0f s, or a frame took longer "
+                             "than %.0f s to arrive", peer_s, self.idle_s, self.frame_s)
                     break
                 except ConnectionError:
                     break
@@ -150,6 +180,8 @@ class RemotingServer:
 
     async def _dispatch(self, cmd: Command, writer: asyncio.StreamWriter, slots: asyncio.Semaphore,
                         peer: str) -> None:
+        # The slot is held until the reply has been drained: replies nobody reads count against the
+        # connection's in-flight requests, so its reader stops (backpressure) instead of queueing more.
         try:
             loop = asyncio.get_running_loop()
             try:
@@ -157,13 +189,18 @@ class RemotingServer:
             except Exception as exc:  # a handler bug answers SYSTEM_ERROR, never kills the server
                 log.exception("remoting: request code %d from %s failed", cmd.code, peer)
                 resp = cmd.response(codes.SYSTEM_ERROR, f"internal error: {exc}")
+            log.debug("remoting: %s code %d opaque %d -> %d", peer, cmd.code, cmd.opaque, resp.code)
+            if cmd.is_oneway or writer.is_closing():
+                return
+            try:
+                writer.write(frame.encode(resp))
+                async with asyncio.timeout(self.reply_s):
+                    await writer.drain()
+            except TimeoutError:
+                log.warning("remoting: closing connection from %s: its replies went unread for %.0f s",
+                            peer, self.reply_s)
+                writer.transport.abort()
+            except (ConnectionError, RuntimeError) as exc:
+                log.info("remoting: could not answer %s (code %d): %s", peer, cmd.code, exc)
         finally:
             slots.release()
-        log.debug("remoting: %s code %d opaque %d -> %d", peer, cmd.code, cmd.opaque, resp.code)
-        if cmd.is_oneway or writer.is_closing():
-            return
-        try:
-            writer.write(frame.encode(resp))
-            await writer.drain()
-        except (ConnectionError, RuntimeError) as exc:
-            log.info("remoting: could not answer %s (code %d): %s", peer, cmd.code, exc)

@@ -36,7 +36,7 @@ class StandIn:
             self.state.kv.apply_entry(offset, entry)
             history.append(AppliedEntry(offset, 1, encode_entry(entry), ()))
         applier = SimpleNamespace(history=history, failed=None, apply_offset=last,
-                                  wait_applied=lambda offset, timeout: offset <= last)
+                                  wait_applied=lambda offset, timeout, alive=None: offset <= last)
         self.log = SimpleNamespace(ready=True, commit_offset=last, applier=applier)
 
 
