@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency demo bench bench-quick
+.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency demo bench bench-quick security
 
 setup: $(STAMP)
 
@@ -41,6 +41,11 @@ faults: setup
 faults-consistency: setup
 	LIN_RUNS=20 LIN_RUN_SECONDS=60 $(PY) -m pytest -q -s tests/faults/test_bindings_linearizable.py
 
+# The attack suite at full size (docs/operations.md, "The attack suite"): tens of thousands of
+# connections, 5-million-topic bodies, default limits; make test runs its short version.
+security: setup
+	SECURITY_LONG=1 $(PY) -m pytest -q tests/security
+
 # The benchmark suite beside etcd and a gRPC echo ceiling (docs/benchmarks.md; about 30 minutes).
 bench: setup
 	mkdir -p data && $(PY) -m nameserver.bench.suite --json data/bench.json --report data/bench.md
@@ -56,3 +61,12 @@ proto: setup
 
 clean-data:
 	rm -rf data/local-3 data/local-5
+
+# Apache RocketMQ's own brokers, clients and mqadmin (4.9.x and 5.x, jars from Maven Central cached in
+# tests/interop/.jars) against a real 3-node cluster: tests/interop. interop-setup only fetches the jars.
+.PHONY: interop interop-setup
+interop-setup: setup
+	$(PY) -m tests.interop.jars
+
+interop: interop-setup
+	RMQ_INTEROP=1 $(PY) -m pytest -q --timeout 900 tests/interop -m 'interop or not interop'

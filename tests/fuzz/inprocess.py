@@ -79,7 +79,8 @@ class LocalNode:
         self.liveness = LivenessTable()
         self.entries: list[tuple[int, bytes]] = []  # (offset, serialized Entry): the log, for replays
 
-    def read(self, fn: Callable[[MetadataState], Any], min_offset: int, timeout: float) -> tuple[Any, int]:
+    def read(self, fn: Callable[[MetadataState], Any], min_offset: int, timeout: float,
+             alive: Callable[[], bool] | None = None) -> tuple[Any, int]:
         if min_offset > self.state.offset:
             raise OffsetNotReached(self.state.offset, min_offset)
         return fn(self.state), self.state.offset
