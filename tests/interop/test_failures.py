@@ -1,0 +1,68 @@
+"""Kills under real traffic: a master broker, then our Raft leader (each test has its own deployment)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .conftest import Deployment
+from .traffic import create_topic, finish_producer, start_consumer, start_producer
+
+pytestmark = pytest.mark.interop
+
+# How soon a SIGKILLed broker must leave the routes. 5.x brokers announce heartbeatTimeoutMillis =
+# brokerNotActiveTimeoutMillis (10 s); 4.9 brokers announce none, and the stock NameServer drops a broker
+# the moment its channel closes (onChannelDestroy). 10 s, plus one scan and slack.
+BROKER_GONE_WITHIN_S = 15.0
+
+
+def test_master_sigkill_leaves_routes_and_producer_keeps_sending(fresh: Deployment) -> None:
+    d = fresh
+    d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}})
+    topic = "InteropMasterKill"
+    create_topic(d, topic)
+    p = start_producer(d, topic, 400, interval_ms=50, prefix="mk")
+    p.wait_line(lambda ln: ln.startswith("SENT "), timeout=60)
+    time.sleep(3)
+    d.brokers["b0"].proc.kill()  # broker-b has no slave: its queues must leave every route
+    killed = time.monotonic()
+    d.wait_route(topic, lambda r: r is not None and {q["brokerName"] for q in r["queueDatas"]} == {"broker-a"},
+                 timeout=180)
+    gone_after = time.monotonic() - killed
+    at_gone = len(p.snapshot())
+    res = finish_producer(p, timeout=300)
+    failed_after = [ln for ln in res.lines[at_gone:] if ln.startswith("FAIL ")]
+    assert not failed_after, f"sends failed after the route dropped broker-b: {failed_after[:5]}"
+    d.wait_brokers({"broker-a": {0, 1}}, timeout=5)
+    assert gone_after <= BROKER_GONE_WITHIN_S, (
+        f"broker-b left the routes {gone_after:.1f} s after its SIGKILL (want <= {BROKER_GONE_WITHIN_S} s); "
+        f"{len(res.failed)} sends failed in all")
+
+
+def test_raft_leader_sigkill_during_traffic(fresh: Deployment) -> None:
+    d = fresh
+    d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}})
+    topic = "InteropLeaderKill"
+    create_topic(d, topic)
+    c = start_consumer(d, topic, "interop-cg-leaderkill", "lk1")
+    c.wait_owning()
+    p = start_producer(d, topic, 300, interval_ms=50, prefix="lk")
+    p.wait_line(lambda ln: ln.startswith("SENT "), timeout=60)
+    time.sleep(2)
+    leader = d.ours.leader()
+    assert leader is not None
+    d.ours.kill(leader)
+    killed = time.monotonic()
+    survivors = [n for n in d.ours.nodes if n is not leader]
+    d.ours.wait_ready(survivors, timeout=30)
+    res = finish_producer(p, timeout=300)
+    assert not res.failed, f"{len(res.failed)} sends failed beyond the client's retries: {res.failed[:5]}"
+    c.wait_received(set(res.sent), timeout=120)
+    # a broker-side change after the kill (a new topic: new DataVersion) registers through the survivors
+    alive = [n.remoting_addr for n in survivors]
+    create_topic(d, "InteropAfterLeaderKill", namesrv=";".join(alive))
+    d.wait_route("InteropAfterLeaderKill", addrs=alive, timeout=60)
+    d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, addrs=alive, timeout=30)
+    assert time.monotonic() - killed < 240
+    c.proc.stop()

@@ -1,0 +1,120 @@
+"""Apache RocketMQ's mqadmin (org.apache.rocketmq.tools.command.MQAdminStartup) against our 3 remoting ports."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from . import remoting
+from .conftest import CLUSTER, Deployment
+from .traffic import create_topic
+
+pytestmark = pytest.mark.interop
+
+
+def _ok(r) -> str:
+    assert r.returncode == 0, f"mqadmin exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    assert "Exception" not in r.stdout, r.stdout
+    return r.stdout
+
+
+def test_cluster_list(deployment: Deployment) -> None:
+    d = deployment
+    out = _ok(d.rmq.mqadmin("clusterList", namesrv=d.namesrv))
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith(CLUSTER)]
+    got = sorted((r[1], r[2], r[3]) for r in rows)
+    b = d.brokers
+    assert got == sorted([("broker-a", "0", b["a0"].addr), ("broker-a", "1", b["a1"].addr),
+                          ("broker-b", "0", b["b0"].addr)]), out
+
+
+def test_topic_list_and_topic_route(deployment: Deployment) -> None:
+    d = deployment
+    out = _ok(d.rmq.mqadmin("topicList", namesrv=d.namesrv))
+    topics = set(out.split())
+    assert {"TBW102", "SELF_TEST_TOPIC", CLUSTER, "broker-a", "broker-b"} <= topics, out
+    out = _ok(d.rmq.mqadmin("topicRoute", "-t", "broker-b", namesrv=d.namesrv))
+    route = json.loads(out[out.index("{"):])
+    assert [q["brokerName"] for q in route["queueDatas"]] == ["broker-b"]
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": d.brokers["b0"].addr}
+
+
+def test_update_topic_then_delete_topic(deployment: Deployment) -> None:
+    d = deployment
+    topic = "InteropAdminTopic"
+    create_topic(d, topic, queues=3)  # updateTopic -c: created on both masters, registered on every node
+    for addr in d.addrs:
+        qds = remoting.route(addr, topic)["queueDatas"]
+        assert sorted((q["brokerName"], q["readQueueNums"], q["writeQueueNums"]) for q in qds) == [
+            ("broker-a", 3, 3), ("broker-b", 3, 3)]
+    out = _ok(d.rmq.mqadmin("deleteTopic", "-c", CLUSTER, "-t", topic, namesrv=d.namesrv))
+    assert "success" in out, out
+    d.wait_route(topic, lambda r: r is None, timeout=30)
+
+
+def test_kv_config_update_get_delete(deployment: Deployment) -> None:
+    d = deployment
+    ns, key = "INTEROP_NS", "interopKey"
+    _ok(d.rmq.mqadmin("updateKvConfig", "-s", ns, "-k", key, "-v", "v1", namesrv=d.namesrv))
+    for addr in d.addrs:  # mqadmin has no getKvConfig: GET_KV_CONFIG (101) and GET_KVLIST_BY_NAMESPACE (219)
+        r = remoting.call(addr, 101, {"namespace": ns, "key": key})
+        assert (r.code, r.ext_fields.get("value")) == (0, "v1"), (addr, r)
+        r = remoting.call(addr, 219, {"namespace": ns})
+        assert r.code == 0 and json.loads(r.body) == {"table": {key: "v1"}}, (addr, r)
+    _ok(d.rmq.mqadmin("deleteKvConfig", "-s", ns, "-k", key, namesrv=d.namesrv))
+    for addr in d.addrs:
+        r = remoting.call(addr, 101, {"namespace": ns, "key": key})
+        assert r.code == 22, (addr, r)
+
+
+def test_kv_list_of_emptied_namespace_is_an_empty_table(deployment: Deployment) -> None:
+    """Stock NameServer: 219 on a namespace whose last key was deleted answers SUCCESS with {"table":{}}
+    (KVConfigManager keeps the emptied map). Ours answers 22 QUERY_NOT_FOUND."""
+    d = deployment
+    ns = "INTEROP_NS_EMPTIED"
+    _ok(d.rmq.mqadmin("updateKvConfig", "-s", ns, "-k", "k", "-v", "v", namesrv=d.namesrv))
+    _ok(d.rmq.mqadmin("deleteKvConfig", "-s", ns, "-k", "k", namesrv=d.namesrv))
+    r = remoting.call(d.addrs[0], 219, {"namespace": ns})
+    assert r.code == 0 and json.loads(r.body or b"{}").get("table") == {}, (r.code, r.remark, r.body)
+
+
+def test_wipe_and_add_write_perm(deployment: Deployment) -> None:
+    d = deployment
+    out = _ok(d.rmq.mqadmin("wipeWritePerm", "-b", "broker-b", namesrv=d.namesrv))
+    counts = [int(x) for x in re.findall(r"OK, (\d+)", out)]
+    assert len(counts) == 3 and counts[0] > 0, out  # one line per name server in -n
+    d.wait_route("broker-b", lambda r: r is not None and all(not q["perm"] & 2 for q in r["queueDatas"]),
+                 timeout=20)
+    out = _ok(d.rmq.mqadmin("addWritePerm", "-b", "broker-b", namesrv=d.namesrv))
+    counts = [int(x) for x in re.findall(r"OK, (\d+)", out)]
+    assert len(counts) == 3 and counts[0] > 0, out
+    d.wait_route("broker-b", lambda r: r is not None and all(q["perm"] & 6 == 6 for q in r["queueDatas"]),
+                 timeout=20)
+
+
+def test_broker_status_through_our_cluster_info(deployment: Deployment) -> None:
+    d = deployment
+    out = _ok(d.rmq.mqadmin("brokerStatus", "-c", CLUSTER, namesrv=d.namesrv))
+    for b in d.brokers.values():
+        assert b.addr in out, out
+    assert "brokerVersionDesc" in out, out
+
+
+def test_get_namesrv_config_lists_every_node_with_namesrv_config_keys(deployment: Deployment) -> None:
+    """getNamesrvConfig asks each address of -n. The stock NameServer answers NamesrvConfig's keys
+    (orderMessageEnable, ...); ours answers our own TOML keys."""
+    d = deployment
+    out = _ok(d.rmq.mqadmin("getNamesrvConfig", namesrv=d.namesrv))
+    for addr in d.addrs:
+        assert addr in out, out
+    assert "orderMessageEnable" in out, out
+
+
+def test_update_namesrv_config(deployment: Deployment) -> None:
+    """Stock: SUCCESS and the key changes. Ours refuses 318 with NO_PERMISSION (by design, for now)."""
+    d = deployment
+    out = _ok(d.rmq.mqadmin("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "false",
+                            namesrv=d.namesrv))
+    assert "success" in out.lower(), out

@@ -1,0 +1,114 @@
+"""Real RocketMQ brokers (4.9.x and 5.x) register with our 3 remoting ports; routes agree on every node,
+read over remoting and over gRPC."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from nameserver.pb import api_pb2
+
+from . import remoting
+from .conftest import CLUSTER, Deployment
+
+# Topics every broker creates at start (TopicConfigManager): the default topic, the self-test topic, and
+# topics named after its cluster and its broker name.
+CORE_TOPICS = ["TBW102", "SELF_TEST_TOPIC", CLUSTER, "broker-a", "broker-b"]
+
+
+def _remoting_view(route: dict | None) -> tuple:
+    if route is None:
+        return ()
+    qds = sorted((q["brokerName"], q["readQueueNums"], q["writeQueueNums"], q["perm"], q["topicSysFlag"])
+                 for q in route["queueDatas"])
+    bds = sorted((b["brokerName"], b["cluster"], tuple(sorted((int(i), a) for i, a in b["brokerAddrs"].items())))
+                 for b in route["brokerDatas"])
+    return tuple(qds), tuple(bds)
+
+
+def _grpc_view(node, topic: str) -> tuple:
+    import grpc
+
+    try:
+        r = node.ns.GetRoute(api_pb2.GetRouteRequest(topic=topic), timeout=5).route
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            return ()
+        raise
+    qds = sorted((q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
+                 for q in r.queue_datas)
+    bds = sorted((b.broker_name, b.cluster, tuple(sorted((a.broker_id, a.addr) for a in b.addrs)))
+                 for b in r.broker_datas)
+    return tuple(qds), tuple(bds)
+
+
+def test_brokers_register_and_every_node_serves_the_same_routes(deployment: Deployment) -> None:
+    d = deployment
+    a0, a1, b0 = d.brokers["a0"], d.brokers["a1"], d.brokers["b0"]
+    d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}})
+    info = remoting.cluster_info(d.addrs[0])
+    assert info["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": a0.addr, "1": a1.addr}
+    assert info["brokerAddrTable"]["broker-b"]["brokerAddrs"] == {"0": b0.addr}
+    assert sorted(info["clusterAddrTable"][CLUSTER]) == ["broker-a", "broker-b"]
+
+    for topic in CORE_TOPICS:
+        d.wait_route(topic)
+    topics = set(CORE_TOPICS)
+    for addr in d.addrs:
+        r = remoting.call(addr, 206)  # GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+        assert r.code == 0, r.remark
+        topics |= set(json.loads(r.body)["topicList"])
+    for topic in sorted(topics):
+        views = {("remoting", a): _remoting_view(remoting.route(a, topic)) for a in d.addrs}
+        views |= {("grpc", n.grpc_addr): _grpc_view(n, topic) for n in d.ours.nodes}
+        assert len(set(views.values())) == 1, f"{topic}: nodes disagree: {views}"
+        assert views[("remoting", d.addrs[0])], f"{topic}: no route"
+    # the broker-named topics route to their broker, with the slave's address in broker-a's data
+    qds, bds = _remoting_view(remoting.route(d.addrs[1], "broker-a"))
+    assert [q[0] for q in qds] == ["broker-a"]
+    assert bds[0][2] == ((0, a0.addr), (1, a1.addr))
+
+
+@pytest.mark.interop
+def test_brokers_stay_registered_across_heartbeats(deployment: Deployment) -> None:
+    """Over 3 registration periods of broker-b (10 s, forceRegister off: QUERY_DATA_VERSION first; on 5.x
+    also BROKER_HEARTBEAT every second) and one of broker-a (30 s), nothing expires or changes."""
+    d = deployment
+    before = {a: remoting.cluster_info(a) for a in d.addrs}
+    time.sleep(35)
+    d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, timeout=5)
+    after = {a: remoting.cluster_info(a) for a in d.addrs}
+    assert before == after
+    for b in d.brokers.values():
+        assert b.alive, b.proc.tail()
+        assert not [ln for ln in b.proc.snapshot() if "Failed to register" in ln]
+
+
+@pytest.mark.interop
+def test_compressed_registration(deployment: Deployment) -> None:
+    """A broker with compressedRegister=true registers (a zlib RegisterBrokerBody, `compressed=true`)."""
+    d = deployment
+    c = d.rmq.broker("broker-c", d.namesrv, 0, CLUSTER, extra={"compressedRegister": "true"})
+    try:
+        d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}, "broker-c": {0}}, timeout=60)
+        d.wait_route("broker-c", timeout=30)
+    finally:
+        c.proc.stop()
+    d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, timeout=30)  # its shutdown unregistered it
+
+
+@pytest.mark.interop
+def test_broker_named_like_a_host_registers(deployment: Deployment) -> None:
+    """RocketMQ's default broker name is the host name, which may hold `.`; the broker then owns a topic of
+    that name (brokerTopicEnable). The stock NameServer validates nothing in REGISTER_BROKER."""
+    d = deployment
+    c = d.rmq.broker("host.example", d.namesrv, 0, CLUSTER)
+    try:
+        d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}, "host.example": {0}}, timeout=60)
+        d.wait_route("TBW102", lambda r: r is not None and "host.example" in
+                     {q["brokerName"] for q in r["queueDatas"]}, timeout=30)
+    finally:
+        c.proc.stop()
+    d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, timeout=30)
