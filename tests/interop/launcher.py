@@ -14,6 +14,7 @@ files from home/conf; -Dinterop.log names the log file).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -34,7 +35,11 @@ JAVA_SRC = os.path.join(HERE, "java", "InteropClient.java")
 # Java 17 flags: RocketMQ's mapped files and netty reach into java.nio/sun.nio.ch; a small, fast-starting JVM.
 JAVA_OPENS = ["--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
               "--add-opens", "java.base/java.lang=ALL-UNNAMED", "--add-opens", "java.base/java.util=ALL-UNNAMED",
-              "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED"]
+              "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED",
+              # MappedFile.clean() calls jdk.internal.ref.Cleaner: without this a broker's shutdown hook dies
+              # in the store's shutdown, before it unregisters from the nameservers
+              "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
+              "--add-exports", "java.base/jdk.internal.ref=ALL-UNNAMED"]
 JAVA_SMALL = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k", "-XX:-UsePerfData",
               "-Djava.net.preferIPv4Stack=true"]
 
@@ -327,3 +332,19 @@ class RocketMQ:
         base = {"rocketmq.client.rebalance.waitInterval": "2000"}
         jp = self.start_java("InteropClient", [mode, *args], name, heap="128m", cp=cp, props=base | (props or {}))
         return jp
+
+    # ---- the 5.x proxy ---------------------------------------------------------------------------
+
+    def proxy(self, namesrv: str, cluster: str = "InteropCluster", name: str = "proxy") -> tuple[JavaProc, str]:
+        """RocketMQ 5's proxy in cluster mode (routes from `namesrv`); returns (process, gRPC "host:port")."""
+        grpc_port, remoting_port = free_ports(2)
+        conf = os.path.join(self._dir(f"home-{name}"), "rmq-proxy.json")
+        with open(conf, "w") as f:
+            f.write(json.dumps({"rocketMQClusterName": cluster, "namesrvAddr": namesrv, "proxyMode": "cluster",
+                                "grpcServerPort": grpc_port, "remotingListenPort": remoting_port,
+                                "enableTopicMessageTypeCheck": False}))
+        jp = self.start_java("org.apache.rocketmq.proxy.ProxyStartup", ["-pc", conf, "-pm", "cluster"], name,
+                             heap="256m")
+        addr = f"127.0.0.1:{grpc_port}"
+        wait_port(addr, 120, jp)
+        return jp, addr

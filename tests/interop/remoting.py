@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import socket
 from typing import Any
 
@@ -11,6 +10,8 @@ from fakebroker import read_frame
 
 from nameserver.remoting import frame
 from nameserver.remoting.command import Command
+
+from .recorder import parse_body
 
 _opaque = itertools.count(1)
 
@@ -33,15 +34,16 @@ def call(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = 
 
 
 def route(addr: str, topic: str) -> dict[str, Any] | None:
-    """TopicRouteData as a dict (standard JSON: version 479 asks for it), or None for TOPIC_NOT_EXIST."""
+    """TopicRouteData as a dict, or None for TOPIC_NOT_EXIST. Bodies are read in standard JSON or fastjson's
+    form (the stock 4.9 NameServer writes integer map keys unquoted)."""
     r = call(addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
     if r.code == 17:
         return None
     assert r.code == 0, (r.code, r.remark)
-    return json.loads(r.body)
+    return parse_body(r.body)
 
 
 def cluster_info(addr: str) -> dict[str, Any]:
     r = call(addr, GET_BROKER_CLUSTER_INFO)
     assert r.code == 0, (r.code, r.remark)
-    return json.loads(r.body)
+    return parse_body(r.body)
