@@ -16,7 +16,10 @@ from nameserver.pb import api_pb2, state_pb2
 
 # ---- limits ----------------------------------------------------------------------------------------
 
-MAX_TOPIC_NAME_LEN = 127            # RocketMQ TopicValidator.TOPIC_MAX_LENGTH
+# RocketMQ's TopicValidator allows 127 characters for a topic an operator creates, but brokers register
+# more: retry and DLQ topics are "%RETRY%"/"%DLQ%" + a group name of up to 255 characters. The bound
+# keeps "topic/<topic>/<broker name>" within a snapshot's 511-byte key.
+MAX_TOPIC_NAME_LEN = 300
 MAX_NAME_LEN = 127                  # broker, cluster and zone names (ours, same as topics)
 MAX_HOST_LEN = 253                  # DNS name limit
 MAX_QUEUE_NUMS = 65535              # read/write queue numbers per topic per broker (ours)
@@ -33,7 +36,10 @@ MAX_KV_NAMESPACE_LEN = 255          # bytes in UTF-8
 MAX_KV_KEY_BYTES = MAX_STATE_KEY_BYTES - len("kv/") - len("/") - 1
 MAX_KV_VALUE_BYTES = 1 << 20        # 1 MiB
 
-TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")      # RocketMQ TopicValidator.VALID_PATTERN_STR
+# RocketMQ TopicValidator's characters ('%', '|', '_', '-', letters, digits), plus what real brokers
+# register beside them: '.' in the topic named after the broker (its default name is the host name)
+# and '+' in 5.x POP retry topics ("%RETRY%group+topic"). The stock NameServer checks nothing.
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_.+-]+")
 NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_.-]+")      # broker / cluster / zone names
 _LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")  # DNS label ('_' tolerated)
 _PORT = re.compile(r"[0-9]{1,5}")
@@ -75,8 +81,8 @@ def check_topic(field: str, topic: str) -> None:
     if len(topic) > MAX_TOPIC_NAME_LEN:
         raise ValidationError(field, f"topic name longer than {MAX_TOPIC_NAME_LEN} characters")
     if not TOPIC_PATTERN.fullmatch(topic):
-        raise ValidationError(field, f"topic name {topic!r} may only contain letters, digits, "
-                                     "'%', '|', '_', '-'")
+        raise ValidationError(field, f"topic name {_quoted(topic)} may only contain letters, digits, "
+                                     "'%', '|', '_', '-', '.', '+'")
 
 
 def check_name(field: str, name: str, what: str = "name") -> None:

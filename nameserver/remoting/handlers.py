@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from nameserver import validation
 from nameserver.chunking import register_chunks, should_stream
 from nameserver.config import LIMITS, NodeConfig
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
@@ -189,6 +190,7 @@ class Handlers:
         if crc != 0 and registerbody.crc32(req.body) != crc:
             return req.response(codes.SYSTEM_ERROR, "crc32 not match")
         body = registerbody.decode(req.body, _bool(req, "compressed"))
+        body.topics = self._storable_topics(body.topics, req.ext("brokerName") or "?")
         request = api_pb2.RegisterBrokerRequest(
             cluster_name=_need(req, "clusterName"), broker_name=_need(req, "brokerName"),
             broker_addr=_need(req, "brokerAddr"), broker_id=_int(req, "brokerId"),
@@ -207,6 +209,28 @@ class Handlers:
         # RocketMQ answers with the ORDER_TOPIC_CONFIG namespace's KVTable, or no body when it is empty.
         body_out = bodies.encode(bodies.kv_table(reply.order_topic_config)) if reply.order_topic_config else b""
         return req.response(ext_fields=ext, body=body_out)
+
+    def _storable_topics(self, topics: list[api_pb2.TopicConfig], broker: str) -> list[api_pb2.TopicConfig]:
+        """The topics we can store. The stock NameServer checks none, and a broker whose registration
+        is refused expires; so a topic we cannot hold is left out (with a warning), never the broker."""
+        kept: list[api_pb2.TopicConfig] = []
+        seen: set[str] = set()
+        dropped: list[str] = []
+        for i, tc in enumerate(topics):
+            try:
+                validation.check_topic_config(f"topicConfigTable[{i}].", tc)
+            except validation.ValidationError as exc:
+                dropped.append(str(exc))
+                continue
+            if tc.topic_name in seen:
+                dropped.append(f"topicConfigTable[{i}]: duplicate topic {tc.topic_name!r}")
+                continue
+            seen.add(tc.topic_name)
+            kept.append(tc)
+        if dropped:
+            log.warning("remoting: broker %s registered %d topic(s) this nameserver cannot store; left out, "
+                        "the rest registered: %s", broker[:128], len(dropped), "; ".join(dropped[:3]))
+        return kept
 
     def unregister_broker(self, req: Command) -> Command:
         self._call(self.ns.UnregisterBroker, api_pb2.UnregisterBrokerRequest(

@@ -382,6 +382,19 @@ def test_103_plain_json_from_a_slave_gets_master_and_ha_addresses(client: Client
     assert (req.broker_id, req.data_version.counter, [t.topic_name for t in req.topics]) == (1, 2, ["T1"])
 
 
+@pytest.mark.parametrize("compressed", [True, False])
+def test_103_a_topic_we_cannot_store_is_left_out_never_the_broker(client: Client, fake: FakeNameServer,
+                                                                    compressed: bool) -> None:
+    # The stock NameServer checks no topic. A refused registration does not refresh liveness, so the
+    # broker would expire: one odd topic must cost that topic only.
+    odd = ["a/b", "x" * 400, "ü"]
+    body = register_body(["T1", *odd, "host-1.example.com", "%RETRY%" + "g" * 255], compressed=compressed)
+    resp, _ = client.call(103, REGISTER_EXT | {"compressed": str(compressed).lower()}, body)
+    assert resp["code"] == 0, resp
+    assert [t.topic_name for t in fake.only("RegisterBroker").topics] == [
+        "T1", "host-1.example.com", "%RETRY%" + "g" * 255]
+
+
 def test_103_crc_mismatch_is_refused_before_any_call(client: Client, fake: FakeNameServer) -> None:
     body = register_body(["T1"])
     resp, _ = client.call(103, REGISTER_EXT | {"compressed": "true", "bodyCrc32": str(crc32(body) ^ 1)}, body)
