@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from nameserver import tlsconf
 from nameserver.config import NodeConfig
 from nameserver.liveness import HeartbeatBuffer, LivenessTable
-from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.readindex import ReadIndexBatcher
 from nameserver.state import MetadataState, Translation, translate
 from nameserver.state.translate import CasFailed
@@ -314,11 +314,19 @@ class NameServerNode:
             except Exception:
                 log.exception("expiry scan failed")
 
-    def heartbeat(self, beats: Iterable[api_pb2.BrokerHeartbeat]) -> list[str]:
-        """Refresh liveness (leader) or buffer for the leader (follower). Returns unknown addresses."""
+    def heartbeat(self, beats: Iterable[api_pb2.BrokerHeartbeat],
+                  versions: dict[str, state_pb2.DataVersion] | None = None) -> list[str]:
+        """Refresh liveness (leader) or buffer for the leader (follower). Returns unknown addresses;
+        fills `versions` with the DataVersion held for each known one."""
         beats = list(beats)
+        unknown = []
         with self.lock:
-            unknown = [b.broker_addr for b in beats if self.state.broker_live(b.broker_addr) is None]
+            for b in beats:
+                live = self.state.broker_live(b.broker_addr)
+                if live is None:
+                    unknown.append(b.broker_addr)
+                elif versions is not None:
+                    versions[b.broker_addr] = live.data_version
         if self.log.is_leader():
             for b in beats:
                 self.liveness.touch(b.broker_addr)

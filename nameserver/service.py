@@ -277,7 +277,9 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def Heartbeat(self, request: api_pb2.HeartbeatRequest, context: grpc.ServicerContext
                   ) -> api_pb2.HeartbeatReply:
         validation.validate_heartbeat(request)
-        return api_pb2.HeartbeatReply(unknown_addrs=self.node.heartbeat(request.heartbeats))
+        versions: dict[str, state_pb2.DataVersion] = {}
+        unknown = self.node.heartbeat(request.heartbeats, versions)
+        return api_pb2.HeartbeatReply(unknown_addrs=unknown, data_versions=versions)
 
     # ---- reads ---------------------------------------------------------------------------------
 

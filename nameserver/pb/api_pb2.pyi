@@ -153,10 +153,19 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, heartbeats: _Optional[_Iterable[_Union[BrokerHeartbeat, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("unknown_addrs",)
+    __slots__ = ("unknown_addrs", "data_versions")
+    class DataVersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _state_pb2.DataVersion
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_state_pb2.DataVersion, _Mapping]] = ...) -> None: ...
     UNKNOWN_ADDRS_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     unknown_addrs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, unknown_addrs: _Optional[_Iterable[str]] = ...) -> None: ...
+    data_versions: _containers.MessageMap[str, _state_pb2.DataVersion]
+    def __init__(self, unknown_addrs: _Optional[_Iterable[str]] = ..., data_versions: _Optional[_Mapping[str, _state_pb2.DataVersion]] = ...) -> None: ...
 
 class GetRouteRequest(_message.Message):
     __slots__ = ("topic", "min_offset", "zone_name")

@@ -101,7 +101,6 @@ class Handlers:
         self.ns = api_pb2_grpc.NameServerStub(channel)
         self.cfg = cfg
         self.timeout = timeout_s
-        self._watch_missing_logged = False
         self._table: dict[int, Callable[[Command], Command]] = {
             codes.PUT_KV_CONFIG: self.put_kv,
             codes.GET_KV_CONFIG: self.get_kv,
@@ -238,54 +237,27 @@ class Handlers:
             broker_addr=_need(req, "brokerAddr"), broker_id=_int(req, "brokerId")))
         return req.response()
 
-    def _heartbeat(self, req: Command) -> bool:
-        """Refresh the address's liveness; False when the nameserver does not know it."""
-        addr = _need(req, "brokerAddr")
-        reply = self._call(self.ns.Heartbeat, api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(
-            cluster_name=req.ext("clusterName") or "", broker_name=req.ext("brokerName") or "", broker_addr=addr)]))
-        return addr not in reply.unknown_addrs
+    def _heartbeat(self, req: Command) -> api_pb2.HeartbeatReply:
+        """Refresh the address's liveness; the reply says whether it is known and its DataVersion."""
+        return self._call(self.ns.Heartbeat, api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(
+            cluster_name=req.ext("clusterName") or "", broker_name=req.ext("brokerName") or "",
+            broker_addr=_need(req, "brokerAddr"))]))
 
     def broker_heartbeat(self, req: Command) -> Command:
         self._heartbeat(req)
         return req.response()
 
     def query_data_version(self, req: Command) -> Command:
+        # One point read per call (acting-master brokers send this every second to every nameserver).
         theirs = (bodies.parse_data_version(bodies.parse_json(req.body, "DataVersion"))
                   if req.body else state_pb2.DataVersion())
-        ours = self._stored_data_version(_need(req, "brokerAddr")) if self._heartbeat(req) else None
-        # Unknown (or not comparable): "changed", so the broker registers in full.
+        reply = self._heartbeat(req)
+        addr = _need(req, "brokerAddr")
+        ours = reply.data_versions.get(addr)
+        # Unknown: "changed", so the broker registers in full.
         changed = ours is None or ours != theirs
         return req.response(ext_fields={"changed": "true" if changed else "false"},
                             body=bodies.encode(bodies.data_version(ours)) if ours is not None else b"")
-
-    def _stored_data_version(self, addr: str) -> state_pb2.DataVersion | None:
-        """The DataVersion this node holds for a broker address, read through Watch's initial listing
-        (the gRPC API has no point read of live/<addr>). None when absent or Watch is unavailable."""
-        key = f"live/{addr}"
-        # A short progress interval bounds the wait if the listing's end is only marked by a progress message.
-        stream = self.ns.Watch(api_pb2.WatchRequest(key_prefixes=[key], start_offset=0, progress_interval_ms=200),
-                               timeout=self.timeout)
-        found: state_pb2.DataVersion | None = None
-        try:
-            for msg in stream:
-                for ev in msg.events:
-                    if ev.key == key and not ev.deleted:
-                        live = state_pb2.BrokerLive()
-                        live.ParseFromString(ev.value)
-                        found = live.data_version
-                if msg.initial_state_done or not msg.initial_state:
-                    break
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-                raise
-            if not self._watch_missing_logged:
-                log.warning("remoting: the gRPC Watch call is not implemented; QUERY_DATA_VERSION answers "
-                            "changed=true for every known broker")
-                self._watch_missing_logged = True
-            return None
-        finally:
-            stream.cancel()
-        return found
 
     def broker_member_group(self, req: Command) -> Command:
         reply = self._call(self.ns.GetBrokerMemberGroup, api_pb2.GetBrokerMemberGroupRequest(
