@@ -10,6 +10,10 @@ snapshot writer has put a complete LMDB snapshot of the state at exactly that in
 the dump file. pysyncobj then drops the log up to there and streams that file to lagging
 followers, whose `deserializer` reads only the file's Raft bookkeeping (fast) and hands the file
 to their apply thread to load.
+
+The Raft port: pysyncobj's connections are replaced by raftlog/peerguard.py's guarded ones (frame
+size limit; with a password, limits on unauthenticated connections), installed below the same way
+as the journal hook.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import threading
 from collections.abc import Callable
 
 import pysyncobj.syncobj
+import pysyncobj.tcp_server
+import pysyncobj.transport
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.node import TCPNode
@@ -29,6 +35,8 @@ from raftlog.applier import Applier
 from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
 from raftlog.leadership import LeadershipConfirmer
+from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
+from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
 from raftlog.prevote import PreVote
 
 log = logging.getLogger("raftlog.binding")
@@ -47,6 +55,15 @@ def _create_journal(path: str | None) -> object:
 
 
 pysyncobj.syncobj.createJournal = _create_journal
+
+# pysyncobj's TCP server (accepted connections) and transport (outgoing ones) import TcpConnection
+# by name, the transport TcpServer too: point them at the guarded subclasses. The transport class
+# goes to SyncObj (RaftNode).
+if PEERGUARD_ENABLED:
+    pysyncobj.tcp_server.TcpConnection = GuardedTcpConnection
+    pysyncobj.transport.TcpConnection = GuardedTcpConnection
+    pysyncobj.transport.TcpServer = GuardedTcpServer
+_transport_class = GuardedTransport if PEERGUARD_ENABLED else pysyncobj.transport.TCPTransport
 
 
 class SnapshotProgress:
@@ -93,7 +110,7 @@ class RaftNode(SyncObj):
         with _journals_lock:
             _journals[journal.path] = journal
         try:
-            super().__init__(self_addr, partners, conf=conf)
+            super().__init__(self_addr, partners, conf=conf, transportClass=_transport_class)
         finally:
             with _journals_lock:
                 _journals.pop(journal.path, None)

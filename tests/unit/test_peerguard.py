@@ -1,0 +1,250 @@
+"""raftlog/peerguard.py in-process: real sockets against real pysyncobj nodes using the guarded transport."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pysyncobj.tcp_server
+import pysyncobj.transport
+import pytest
+from pysyncobj import SyncObj, SyncObjConf, replicated
+
+import raftlog.binding  # noqa: F401  (installs the guard, as the product does)
+from raftlog import peerguard
+from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
+from tests.cluster import free_ports
+
+PASSWORD = "peerguard-test-password"
+
+
+class Store(SyncObj):
+    # Generous Raft timeouts: the nodes of these tests share one process (one GIL), and pysyncobj's
+    # tick thread spends about a second pickling, compressing and encrypting a 10 MiB entry for each
+    # follower; with the defaults that alone starts elections (guard or not).
+    def __init__(self, addr: str, partners: list[str], password: str | None) -> None:
+        conf = SyncObjConf(password=password, connectionRetryTime=0.5, raftMinTimeout=3.0, raftMaxTimeout=6.0,
+                           connectionTimeout=15.0)
+        super().__init__(addr, partners, conf=conf, transportClass=GuardedTransport)
+        self.sizes: list[int] = []
+        self.last: bytes = b""
+
+    @replicated
+    def put(self, data: bytes) -> None:
+        self.sizes.append(len(data))
+        self.last = data[:64]
+
+
+@pytest.fixture
+def make_nodes() -> Iterator[Callable[..., list[Store]]]:
+    made: list[Store] = []
+
+    def make(count: int = 1, password: str | None = PASSWORD) -> list[Store]:
+        addrs = [f"127.0.0.1:{p}" for p in free_ports(count)]
+        nodes = [Store(a, [b for b in addrs if b != a], password) for a in addrs]
+        made.extend(nodes)
+        for n in nodes:
+            n.waitBinded()
+        return nodes
+
+    yield make
+    for n in made:
+        n.destroy_synchronous()
+
+
+def transport(node: Store) -> GuardedTransport:
+    return node._SyncObj__transport
+
+
+def port(node: Store) -> tuple[str, int]:
+    host, p = node.selfNode.address.rsplit(":", 1)
+    return host, int(p)
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the node closed `sock` (EOF or reset), or None if it stayed open that long."""
+    t0 = time.monotonic()
+    sock.settimeout(0.05)
+    while time.monotonic() - t0 < seconds:
+        try:
+            if sock.recv(65536) == b"":
+                return time.monotonic() - t0
+        except TimeoutError:
+            continue
+        except OSError:
+            return time.monotonic() - t0
+    return None
+
+
+def put_together(leader: Store, items: list[bytes]) -> None:
+    """Propose `items` within one tick so pysyncobj sends them in ONE append_entries frame.
+
+    (pysyncobj splits a lone entry of 64 KiB or more into 64 KiB pieces, but a batch is the entries
+    from nextIndex up to and including the one that crosses 64 KiB: a small entry then a big one
+    travel whole, in one frame.)"""
+    done = threading.Event()
+
+    def once() -> None:
+        if not done.is_set():
+            done.set()
+            for item in items:
+                leader.put(item, sync=False)
+
+    leader.addOnTickCallback(once)
+    assert done.wait(5)
+    leader.removeOnTickCallback(once)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_binding_installs_the_guard() -> None:
+    assert peerguard.ENABLED
+    assert pysyncobj.tcp_server.TcpConnection is GuardedTcpConnection
+    assert pysyncobj.transport.TcpConnection is GuardedTcpConnection
+    assert pysyncobj.transport.TcpServer is GuardedTcpServer
+
+
+@pytest.mark.parametrize("length", [0x7FFFFFFF, peerguard.PREAUTH_MAX_FRAME + 1, -1, -0x80000000])
+def test_oversize_or_negative_length_is_dropped_before_the_body(make_nodes, length: int, caplog) -> None:
+    (node,) = make_nodes(1)
+    caplog.set_level(logging.WARNING, logger="raftlog.peerguard")
+    with socket.create_connection(port(node), timeout=2) as sock:
+        sock.sendall(struct.pack("i", length))
+        try:
+            for _ in range(64):
+                sock.sendall(bytes(64 << 10))  # zeros; a reset ends it
+        except OSError:
+            pass
+        assert closed_within(sock, 2.0) is not None
+    assert transport(node).warner.counts == {"preauth-frame": 1}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "127.0.0.1:" in lines[0] and str(length) in lines[0]
+
+
+def test_without_a_password_only_the_frame_limit_applies(make_nodes) -> None:
+    (node,) = make_nodes(1, password=None)
+    with socket.create_connection(port(node), timeout=2) as silent, \
+            socket.create_connection(port(node), timeout=2) as big:
+        big.sendall(struct.pack("i", peerguard.MAX_FRAME + 1))
+        assert closed_within(big, 2.0) is not None
+        # a legal (if large) frame length is buffered, and a silent connection is left alone
+        with socket.create_connection(port(node), timeout=2) as legal:
+            legal.sendall(struct.pack("i", 1 << 20) + bytes(1000))
+            assert closed_within(legal, 0.5) is None
+        assert closed_within(silent, 0.5) is None
+    assert transport(node).warner.counts == {"frame-size": 1}
+
+
+def test_preauth_budget(make_nodes, monkeypatch) -> None:
+    # With the defaults the budget is a backstop: a connection is read one frame at a time before it
+    # authenticates and the first frame that does not decrypt drops it. Shrink it to see it act.
+    monkeypatch.setattr(peerguard, "PREAUTH_BUDGET", 100)
+    (node,) = make_nodes(1)
+    with socket.create_connection(port(node), timeout=2) as sock:
+        sock.sendall(struct.pack("i", 200) + bytes(80))  # 84 bytes: within the budget
+        assert closed_within(sock, 0.3) is None
+        sock.sendall(bytes(40))  # 124
+        assert closed_within(sock, 2.0) is not None
+    assert transport(node).warner.counts == {"preauth-budget": 1}
+
+
+def test_undecryptable_first_frame_is_dropped(make_nodes) -> None:
+    (node,) = make_nodes(1)
+    with socket.create_connection(port(node), timeout=2) as sock:
+        sock.sendall(struct.pack("i", 300) + bytes(300))
+        assert closed_within(sock, 2.0) is not None
+    assert transport(node).warner.counts == {"preauth-bad-frame": 1}
+
+
+def test_preauth_deadline_closes_silent_and_trickling_connections(make_nodes, monkeypatch) -> None:
+    monkeypatch.setattr(peerguard, "PREAUTH_DEADLINE_S", 0.5)
+    monkeypatch.setattr(peerguard, "SWEEP_EVERY_S", 0.05)
+    (node,) = make_nodes(1)
+    silent = socket.create_connection(port(node), timeout=2)
+    trickle = socket.create_connection(port(node), timeout=2)
+    try:
+        t0 = time.monotonic()
+        wait_until(lambda: transport(node).preauth_connections == 2, 2.0, "both accepted")
+        header = struct.pack("i", 100)
+        for i in range(4):  # the header a byte at a time, then the body slowly: never a complete frame
+            trickle.sendall(header[i:i + 1])
+            time.sleep(0.05)
+        for _ in range(20):
+            try:
+                trickle.sendall(b"\0")
+            except OSError:
+                break
+            time.sleep(0.05)
+        assert closed_within(silent, 2.0) is not None
+        assert closed_within(trickle, 2.0) is not None
+        assert time.monotonic() - t0 < 0.5 + 1.0
+    finally:
+        silent.close()
+        trickle.close()
+    assert transport(node).warner.counts == {"preauth-deadline": 2}
+    assert transport(node).preauth_connections == 0
+    assert not transport(node)._unknownConnections
+
+
+def test_connection_cap(make_nodes, monkeypatch) -> None:
+    monkeypatch.setattr(peerguard, "MAX_PREAUTH_CONNECTIONS", 3)
+    (node,) = make_nodes(1)
+    socks = [socket.create_connection(port(node), timeout=2) for _ in range(5)]
+    try:
+        wait_until(lambda: transport(node).warner.counts.get("preauth-connections") == 2, 2.0, "two refused")
+        assert transport(node).preauth_connections == 3
+        assert sum(closed_within(s, 0.3) is not None for s in socks) == 2
+        # freeing a slot (the client leaves) admits the next one
+        open_ = [s for s in socks if closed_within(s, 0.01) is None]
+        open_[0].close()
+        wait_until(lambda: transport(node).preauth_connections == 2, 2.0, "a slot freed")
+        extra = socket.create_connection(port(node), timeout=2)
+        socks.append(extra)
+        wait_until(lambda: transport(node).preauth_connections == 3, 2.0, "the next one admitted")
+        assert closed_within(extra, 0.3) is None
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_authenticated_peers_replicate_a_10_mib_entry_past_the_deadline(make_nodes, monkeypatch) -> None:
+    monkeypatch.setattr(peerguard, "PREAUTH_DEADLINE_S", 0.5)
+    monkeypatch.setattr(peerguard, "SWEEP_EVERY_S", 0.05)
+    nodes = make_nodes(3)
+    wait_until(lambda: any(n._isLeader() for n in nodes) and all(n.isReady() for n in nodes), 30, "a leader")
+    leader = next(n for n in nodes if n._isLeader())
+    time.sleep(1.0)  # well past the pre-authentication deadline
+    # incompressible: pickled (protocol 2 inflates bytes >= 0x80) and encrypted, a ~19.6 MiB frame
+    big = os.urandom(10 << 20)
+    t0 = time.monotonic()
+    put_together(leader, [b"small", big])
+    wait_until(lambda: all(n.sizes == [5, 10 << 20] for n in nodes), 60, "every node applied it")
+    took = time.monotonic() - t0
+    assert all(n.last == big[:64] for n in nodes)
+    for n in nodes:
+        assert transport(n).warner.counts == {}, transport(n).warner.counts
+        assert transport(n).preauth_connections == 0
+    assert took < 30, took
+
+
+def test_the_frame_limit_applies_to_authenticated_peers(make_nodes, monkeypatch) -> None:
+    monkeypatch.setattr(peerguard, "MAX_FRAME", 1 << 20)
+    nodes = make_nodes(2)
+    wait_until(lambda: any(n._isLeader() for n in nodes) and all(n.isReady() for n in nodes), 30, "a leader")
+    leader = next(n for n in nodes if n._isLeader())
+    follower = next(n for n in nodes if n is not leader)
+    put_together(leader, [b"x", os.urandom(2 << 20)])  # one frame of ~4 MiB
+    wait_until(lambda: transport(follower).warner.counts.get("frame-size", 0) >= 1, 10, "the frame refused")
+    assert (2 << 20) not in follower.sizes
