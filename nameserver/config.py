@@ -14,7 +14,7 @@
                 fsync (true: the journal is on disk before an append is acknowledged; false trades
                 that durability for speed: docs/benchmarks.md measures the difference)
     [liveness]  default_timeout_ms (RocketMQ: 120000), scan_interval_ms (5000), forward_interval_ms
-    [routes]    order_message_enable, zone_mode
+    [routes]    order_message_enable
     [grpc]      max_message_bytes, workers, write_timeout_ms
     [sessions]  session_ttl_ms, max_sessions (exactly-once client sessions)
     [limits]    what one caller can hold of a node (docs/operations.md, "Security"): max_wait_ms,
@@ -75,7 +75,6 @@ class NodeConfig:
     scan_interval_ms: int = 5_000
     forward_interval_ms: int = 100
     order_message_enable: bool = False
-    zone_mode: bool = False
     max_message_bytes: int = 8 << 20
     workers: int = 64
     max_watchers: int = 32         # each open watch holds a gRPC worker thread
@@ -133,7 +132,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
              "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us", "fsync"),
     "liveness": ("default_timeout_ms", "scan_interval_ms", "forward_interval_ms"),
-    "routes": ("order_message_enable", "zone_mode"),
+    "routes": ("order_message_enable",),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
     "sessions": ("session_ttl_ms", "max_sessions"),
     "limits": ("max_wait_ms", "max_waiting_reads", "remoting_max_connections", "remoting_idle_timeout_ms",

@@ -289,7 +289,9 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         validation.validate_topic_name(request.topic, "topic")
         cfg = self.node.cfg
         route, offset = self._read(context, lambda s: s.route(
-            request.topic, zone_name=request.zone_name, zone_mode=cfg.zone_mode,
+            # A zone name is the caller's own opt-in (RocketMQ's ZoneRouteRPCHook filters whenever the
+            # client sends __ZONE_MODE and __ZONE_NAME, whatever the nameserver's configuration).
+            request.topic, zone_name=request.zone_name,
             order_message_enable=cfg.order_message_enable), request.min_offset)
         if route is None:
             context.set_trailing_metadata((("x-apply-offset", str(offset)),))

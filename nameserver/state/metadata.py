@@ -254,9 +254,8 @@ class MetadataState:
 
     # ---- route reads -------------------------------------------------------------------------
 
-    def route(self, topic: str, zone_name: str = "", zone_mode: bool = False,
-              order_message_enable: bool = False, support_acting_master: bool = False
-              ) -> api_pb2.TopicRoute | None:
+    def route(self, topic: str, zone_name: str = "", order_message_enable: bool = False,
+              support_acting_master: bool = False) -> api_pb2.TopicRoute | None:
         """RocketMQ pickupTopicRouteData (+ the zone filter hook); None means TOPIC_NOT_EXIST."""
         qmap = self._topic_queues.get(topic)
         if not qmap:
@@ -271,7 +270,7 @@ class MetadataState:
             return None
         if support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
             self._acting_master_view(route)
-        if zone_mode and zone_name:
+        if zone_name:
             self._zone_filter(route, zone_name)
         for bd in route.broker_datas:
             for ba in bd.addrs:

@@ -124,15 +124,15 @@ def test_route_without_broker_data_is_topic_not_exist() -> None:
 
 def test_zone_mode_keeps_own_zone_and_masterless_groups() -> None:
     state = sample_state()
-    route = state.route("TopicA", zone_name="Z2", zone_mode=True)
+    route = state.route("TopicA", zone_name="Z2")
     assert [bd.broker_name for bd in route.broker_datas] == ["broker-b"]
     assert [qd.broker_name for qd in route.queue_datas] == ["broker-b"]
     assert dict(route.filter_server_table) == {}  # broker-a's filter server went with it
-    # zone name without zone mode: no filtering
-    assert len(state.route("TopicA", zone_name="z2").broker_datas) == 2
+    # no zone name: no filtering
+    assert len(state.route("TopicA").broker_datas) == 2
     # a group with no master is kept whatever its zone (consumers fall back to its slave)
     apply(state, batch(broker("c1", "broker-a", {1: "10.0.0.2:10911"}, zone="z1")))
-    route = state.route("TopicA", zone_name="z2", zone_mode=True)
+    route = state.route("TopicA", zone_name="z2")
     assert [bd.broker_name for bd in route.broker_datas] == ["broker-a", "broker-b"]
 
 
