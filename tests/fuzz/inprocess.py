@@ -98,8 +98,15 @@ class LocalNode:
         self.entries.append((offset, entry.SerializeToString(deterministic=True)))
         return WriteResult(offset, len(tr.batch.records), tr)
 
-    def heartbeat(self, beats: Any) -> list[str]:
-        return [b.broker_addr for b in beats if self.state.broker_live(b.broker_addr) is None]
+    def heartbeat(self, beats: Any, versions: dict | None = None) -> list[str]:
+        unknown = []
+        for b in beats:
+            live = self.state.broker_live(b.broker_addr)
+            if live is None:
+                unknown.append(b.broker_addr)
+            elif versions is not None:
+                versions[b.broker_addr] = live.data_version
+        return unknown
 
     def linearizable_index(self, timeout: float) -> int:
         # As the real node: a read index costs a barrier (an empty batch) through the log.
