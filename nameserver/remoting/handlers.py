@@ -194,7 +194,9 @@ class Handlers:
             cluster_name=_need(req, "clusterName"), broker_name=_need(req, "brokerName"),
             broker_addr=_need(req, "brokerAddr"), broker_id=_int(req, "brokerId"),
             ha_server_addr=req.ext("haServerAddr") or "", heartbeat_timeout_ms=_int(req, "heartbeatTimeoutMillis", 0),
-            enable_acting_master=_bool(req, "enableActingMaster"), zone_name=req.ext("__ZONE_NAME") or "",
+            # a missing field (brokers before 5) is kept apart from false: see translate.register_broker
+            enable_acting_master=None if req.ext("enableActingMaster") is None else _bool(req, "enableActingMaster"),
+            zone_name=req.ext("__ZONE_NAME") or "",
             data_version=body.data_version, topics=body.topics, filter_servers=body.filter_servers)
         if should_stream(request):
             # Tens of thousands of topics take seconds to translate and replicate: allow more time.

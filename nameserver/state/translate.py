@@ -211,11 +211,14 @@ def register_broker(state: MetadataState, req: api_pb2.RegisterBrokerRequest, de
         b.delete(keys.FILTER_TYPE, fkey)
 
     is_master = bid == MASTER_ID
-    acting = (not is_master and req.enable_acting_master and MASTER_ID not in addrs and bid == min(addrs))
-    if is_master or acting:
+    # RocketMQ 5's prime slave: with the master absent, the lowest-id slave of a broker new enough to
+    # send enableActingMaster (true or false) registers the group's topics; read-only when acting.
+    prime_slave = (not is_master and req.HasField("enable_acting_master") and MASTER_ID not in addrs
+                   and bid == min(addrs))
+    if is_master or prime_slave:
         # Topic data is rewritten on first registration or when the broker's DataVersion changed.
         changed = register_first or old_live is None or old_live.data_version != req.data_version
-        _register_topics(b, req, changed, acting, delete_missing_topics)
+        _register_topics(b, req, changed, prime_slave and req.enable_acting_master, delete_missing_topics)
 
     tr = b.build()
     if not is_master and MASTER_ID in addrs:

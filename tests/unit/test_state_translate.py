@@ -29,7 +29,7 @@ def apply(state: MetadataState, tr: Translation) -> entry_pb2.BatchResult:
 
 
 def reg(name: str = "broker-a", addr: str = M, bid: int = 0, counter: int = 1, cluster: str = "c1",
-        topics: dict[str, int] | None = None, ha: str = "", acting: bool = False, state_version: int = 0,
+        topics: dict[str, int] | None = None, ha: str = "", acting: bool | None = None, state_version: int = 0,
         filters: tuple[str, ...] = ()) -> api_pb2.RegisterBrokerRequest:
     """A registration; topics maps topic name -> perm (4 queues each)."""
     req = api_pb2.RegisterBrokerRequest(cluster_name=cluster, broker_name=name, broker_addr=addr,
@@ -144,6 +144,18 @@ def test_slave_before_master_gets_no_master_addr() -> None:
     tr = register(state, reg(addr=S, bid=1))
     assert tr.master_addr == "" and tr.ha_server_addr == ""
     assert state.topic_count() == 0  # not a master, not an acting master
+
+
+@pytest.mark.parametrize("acting", [False, True])
+def test_prime_slave_registers_topics_when_the_master_is_absent(acting: bool) -> None:
+    # RocketMQ 5: a broker that sends enableActingMaster (even false) is new enough; with the master
+    # absent its lowest-id slave registers the group's topics (read-only only when acting).
+    state = MetadataState()
+    register(state, reg(addr=S, bid=1, acting=acting, topics={"TopicA": 6}))
+    assert state.queue_data("TopicA", "broker-a").perm == (4 if acting else 6)
+    # a higher-id slave is not the prime slave
+    register(state, reg(addr="10.0.0.9:10911", bid=2, acting=acting, topics={"Other": 6}))
+    assert not state.has_topic("Other")
 
 
 def test_reply_carries_order_topic_config() -> None:
