@@ -25,6 +25,7 @@ log = logging.getLogger("nameserver.remoting")
 
 BIG_REGISTRATION_TIMEOUT_S = 60.0
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+UNKNOWN_BROKER = "is not registered"  # RegisterTopic's refusal of a queue data naming an unknown broker
 
 
 class RequestError(Exception):
@@ -314,8 +315,15 @@ class Handlers:
 
     def register_topic(self, req: Command) -> Command:
         queue_datas = bodies.parse_queue_datas(req.body) if req.body else []
-        self._call(self.ns.RegisterTopic, api_pb2.RegisterTopicRequest(topic=_need(req, "topic"),
-                                                                      queue_datas=queue_datas))
+        try:
+            self._call(self.ns.RegisterTopic, api_pb2.RegisterTopicRequest(topic=_need(req, "topic"),
+                                                                          queue_datas=queue_datas))
+        except RequestError as exc:
+            if UNKNOWN_BROKER not in exc.remark:
+                raise
+            # RocketMQ ignores a 217 naming a broker it does not know and answers SUCCESS; so do we
+            # (nothing was written: our RegisterTopic is all or nothing).
+            log.info("remoting: 217 for topic %s ignored: %s", req.ext("topic"), exc.remark[:200])
         return req.response()
 
     # ---- nameserver configuration ----------------------------------------------------------------

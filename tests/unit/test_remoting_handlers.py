@@ -530,6 +530,16 @@ def test_217_register_topic_reads_a_fastjson_route_body(client: Client, fake: Fa
     assert fake.only("RegisterTopic") == api_pb2.RegisterTopicRequest(topic="T", queue_datas=[QUEUE_A])
 
 
+def test_217_naming_an_unknown_broker_is_success_as_in_rocketmq(client: Client, fake: FakeNameServer) -> None:
+    fake.fail["RegisterTopic"] = (grpc.StatusCode.INVALID_ARGUMENT,
+                                  "queue_datas[0].broker_name: broker 'broker-a' is not registered")
+    resp, _ = client.call(217, {"topic": "T"}, FASTJSON_ROUTE, version=63)
+    assert resp["code"] == 0
+    fake.fail["RegisterTopic"] = (grpc.StatusCode.INVALID_ARGUMENT, "topic: topic name must not be empty")
+    resp, _ = client.call(217, {"topic": "T"}, FASTJSON_ROUTE, version=63)
+    assert resp["code"] == 1  # any other refusal still says why
+
+
 # ---- configuration, unknown codes -------------------------------------------------------------------
 
 def test_318_update_config_is_refused_with_a_reason(client: Client) -> None:
