@@ -94,6 +94,12 @@ def config_properties(cfg: NodeConfig) -> str:
         lines.append(f"{name}={value}")
     lines += [f"tls_enabled={'true' if cfg.tls_enabled else 'false'}",
               f"auth_enabled={'true' if cfg.auth_enabled else 'false'}"]
+    # The same, under the names of RocketMQ's NamesrvConfig where one of ours means the same thing
+    # (mqadmin getNamesrvConfig users look for these).
+    lines += [f"orderMessageEnable={'true' if cfg.order_message_enable else 'false'}",
+              f"scanNotActiveBrokerInterval={cfg.scan_interval_ms}",
+              "enableTopicList=true", "returnOrderTopicConfigToBroker=true",
+              "deleteTopicWithBrokerRegistration=false", "supportActingMaster=false"]
     return "\n".join(sorted(lines)) + "\n"
 
 
