@@ -5,6 +5,12 @@ it; followers forward heartbeats in batches). A scan every `scan_interval` appen
 records for addresses silent past their timeout, each guarded by the version of the address's
 registration the scan saw, so a stale expiry can never wipe a fresh re-registration. A node that
 becomes leader grants every broker a fresh timeout: a failover never mass-expels brokers.
+
+Remoting connections, as RocketMQ uses them: every node's remoting listener reports which brokers
+hold a connection to it (ChannelTable, at the leader). When the last known connection from a broker
+closes, the broker is expired at the next scan instead of at its timeout (RocketMQ unregisters on
+channel close). A node that crashes never reports its connections closed: those brokers fall back
+to their timeout, as does every broker after a failover until its next heartbeat re-reports them.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+
+from nameserver.pb import api_pb2
 
 
 class LivenessTable:
@@ -31,6 +39,11 @@ class LivenessTable:
     def forget(self, addr: str) -> None:
         with self._lock:
             self._last.pop(addr, None)
+
+    def disconnect(self, addr: str) -> None:
+        """Its last connection closed: expired at the next scan, unless it is heard from first."""
+        with self._lock:
+            self._last[addr] = float("-inf")
 
     def grant_grace(self) -> None:
         """Start every broker's clock afresh (on becoming leader)."""
@@ -60,18 +73,52 @@ class LivenessTable:
             return len(self._last)
 
 
-class HeartbeatBuffer:
-    """Heartbeats a follower received, waiting for the next batched forward to the leader."""
+class ChannelTable:
+    """Leader: which nodes hold a remoting connection from each broker address."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[str, tuple[str, str]] = {}  # addr -> (cluster, broker name)
+        self._nodes: dict[str, set[str]] = {}
 
-    def add(self, addr: str, cluster: str, broker_name: str) -> None:
+    def opened(self, addr: str, node: str) -> None:
         with self._lock:
-            self._pending[addr] = (cluster, broker_name)
+            self._nodes.setdefault(addr, set()).add(node)
 
-    def drain(self) -> dict[str, tuple[str, str]]:
+    def closed(self, addr: str, node: str) -> bool:
+        """True when this was the last connection known from `addr` (a close from a node not known
+        to hold one, as after a failover, proves nothing)."""
+        with self._lock:
+            nodes = self._nodes.get(addr)
+            if nodes is None or node not in nodes:
+                return False
+            nodes.discard(node)
+            if nodes:
+                return False
+            del self._nodes[addr]
+            return True
+
+    def forget(self, addr: str) -> None:
+        with self._lock:
+            self._nodes.pop(addr, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._nodes.clear()
+
+
+class HeartbeatBuffer:
+    """Heartbeats a follower received, waiting for the next batched forward to the leader: the latest
+    per (address, reporting node), so a connection's close is never hidden by a plain heartbeat."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, str], api_pb2.BrokerHeartbeat] = {}
+
+    def add(self, beat: api_pb2.BrokerHeartbeat) -> None:
+        with self._lock:
+            self._pending[(beat.broker_addr, beat.channel_node)] = beat
+
+    def drain(self) -> list[api_pb2.BrokerHeartbeat]:
         with self._lock:
             out, self._pending = self._pending, {}
-        return out
+        return list(out.values())

@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 
 from nameserver import tlsconf
 from nameserver.config import NodeConfig
-from nameserver.liveness import HeartbeatBuffer, LivenessTable
+from nameserver.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.readindex import ReadIndexBatcher
 from nameserver.state import MetadataState, Translation, translate
@@ -87,6 +87,8 @@ class NameServerNode:
         self.store = SnapshotStore(os.path.join(cfg.data_dir, "snapshots"), keep=cfg.snapshots_kept)
         self.liveness = LivenessTable()
         self.heartbeats = HeartbeatBuffer()
+        self.channels = ChannelTable()
+        self._scan_now = threading.Event()  # a broker's last connection closed: scan without waiting
         self._stop = threading.Event()
         self._channels: dict[str, grpc.Channel] = {}
         self._channels_lock = threading.Lock()
@@ -121,6 +123,7 @@ class NameServerNode:
 
     def close(self) -> None:
         self._stop.set()
+        self._scan_now.set()
         self.read_indexes.stop()
         self.log.close()
         with self._channels_lock:
@@ -277,6 +280,7 @@ class NameServerNode:
 
     def _on_leadership(self, is_leader: bool) -> None:
         if is_leader:
+            self.channels.clear()  # re-reported by each broker's next heartbeat through remoting
             self.liveness.grant_grace()
             log.info("became leader at term %d: every broker gets a fresh timeout", self.log.term())
         else:
@@ -301,13 +305,19 @@ class NameServerNode:
                 removed += 1
                 self.expired_total += 1
                 self.liveness.forget(addr)
-                log.info("expired broker %s (silent past its timeout) at offset %d", addr, res.offset,
+                self.channels.forget(addr)
+                log.info("expired broker %s (silent past its timeout, or its last connection closed) at "
+                         "offset %d", addr, res.offset,
                          extra={"event": "broker_expired", "broker_addr": addr, "offset": res.offset})
         return removed
 
     def _scan_loop(self) -> None:
         interval = self.cfg.scan_interval_ms / 1000
-        while not self._stop.wait(interval):
+        while not self._stop.is_set():
+            self._scan_now.wait(interval)
+            self._scan_now.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.scan_once()
                 self.expire_sessions()
@@ -328,12 +338,23 @@ class NameServerNode:
                 elif versions is not None:
                     versions[b.broker_addr] = live.data_version
         if self.log.is_leader():
-            for b in beats:
-                self.liveness.touch(b.broker_addr)
+            self._heard(beats)
         else:
             for b in beats:
-                self.heartbeats.add(b.broker_addr, b.cluster_name, b.broker_name)
+                self.heartbeats.add(b)
         return unknown
+
+    def _heard(self, beats: Iterable[api_pb2.BrokerHeartbeat]) -> None:
+        """Leader: refresh liveness, and keep count of the brokers' remoting connections."""
+        for b in beats:
+            if b.channel_closed:
+                if self.channels.closed(b.broker_addr, b.channel_node):
+                    self.liveness.disconnect(b.broker_addr)
+                    self._scan_now.set()
+                continue
+            self.liveness.touch(b.broker_addr)
+            if b.channel_node:
+                self.channels.opened(b.broker_addr, b.channel_node)
 
     def _forward_heartbeats_loop(self) -> None:
         interval = self.cfg.forward_interval_ms / 1000
@@ -342,15 +363,12 @@ class NameServerNode:
             if not pending:
                 continue
             if self.log.is_leader():
-                for addr in pending:
-                    self.liveness.touch(addr)
+                self._heard(pending)
                 continue
             stub = self.leader_stub()
             if stub is None:
                 continue  # no leader: the next leader grants fresh timeouts anyway
-            req = api_pb2.HeartbeatRequest(heartbeats=[
-                api_pb2.BrokerHeartbeat(broker_addr=a, cluster_name=c, broker_name=n)
-                for a, (c, n) in pending.items()])
+            req = api_pb2.HeartbeatRequest(heartbeats=pending)
             try:
                 stub.Heartbeat(req, timeout=2, metadata=[(FORWARDED_HEADER, "1")])
             except grpc.RpcError as exc:

@@ -92,12 +92,17 @@ class FakeBroker:
         self.addr = f"{host}:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="fakebroker", daemon=True)
         self._opaque = itertools.count(1)
+        # One connection per nameserver, kept open as a real broker keeps its channel (RocketMQ and we
+        # unregister a broker when its channel closes).
+        self._channels: dict[str, socket.socket] = {}
+        self._channel_lock = threading.Lock()
 
     def start(self) -> FakeBroker:
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        self.close_channels()
         if self._thread.is_alive():  # shutdown() waits for serve_forever, which never ran otherwise
             self._server.shutdown()
         self._server.server_close()
@@ -153,17 +158,37 @@ class FakeBroker:
 
     # ---- the nameserver-facing side (what a broker sends every nameserver) ---------------------------
 
+    def close_channels(self) -> None:
+        """Close every connection to a nameserver (as a broker process that exits)."""
+        with self._channel_lock:
+            for sock in self._channels.values():
+                sock.close()
+            self._channels.clear()
+
     def call(self, ns_addr: str, code: int, ext: dict[str, str], body: bytes = b"", oneway: bool = False,
              timeout: float = 30.0) -> Command | None:
-        """One request to a nameserver over a fresh connection; the response (None when oneway)."""
+        """One request to a nameserver over this broker's connection to it; the response (None when
+        oneway). Calls are serialized per broker, one at a time, so replies need no matching."""
         req = Command(code=code, language="JAVA", version=479, opaque=next(self._opaque), flag=2 if oneway else 0,
                       ext_fields=ext, body=body)
         host, port = ns_addr.rsplit(":", 1)
-        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-            sock.sendall(frame.encode(req))
+        with self._channel_lock:
+            sock = self._channels.get(ns_addr)
+            if sock is None:
+                sock = self._channels[ns_addr] = socket.create_connection((host, int(port)), timeout=timeout)
+            sock.settimeout(timeout)
+            try:
+                sock.sendall(frame.encode(req))
+                payload = None if oneway else read_frame(sock)
+            except OSError:
+                sock.close()
+                del self._channels[ns_addr]
+                raise
             if oneway:
                 return None
-            payload = read_frame(sock)
+            if payload is None:
+                sock.close()
+                del self._channels[ns_addr]
         assert payload is not None, f"{ns_addr} closed the connection instead of answering code {code}"
         resp = frame.decode(payload)
         assert resp.opaque == req.opaque and resp.is_response

@@ -137,14 +137,18 @@ class UnregisterBrokerRequest(_message.Message):
     def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., broker_id: _Optional[int] = ...) -> None: ...
 
 class BrokerHeartbeat(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_addr")
+    __slots__ = ("cluster_name", "broker_name", "broker_addr", "channel_node", "channel_closed")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_NODE_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_CLOSED_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_addr: str
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ...) -> None: ...
+    channel_node: str
+    channel_closed: bool
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., channel_node: _Optional[str] = ..., channel_closed: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("heartbeats",)

@@ -7,6 +7,7 @@ validation with the field named, writes forwarded to the Raft leader, the same e
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,8 @@ log = logging.getLogger("nameserver.remoting")
 BIG_REGISTRATION_TIMEOUT_S = 60.0
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 UNKNOWN_BROKER = "is not registered"  # RegisterTopic's refusal of a queue data naming an unknown broker
+# The requests by which a broker makes a connection its own (RocketMQ's brokerLiveTable channel).
+BROKER_CHANNEL_CODES = frozenset({codes.REGISTER_BROKER, codes.BROKER_HEARTBEAT, codes.QUERY_DATA_VERSION})
 
 
 class RequestError(Exception):
@@ -108,6 +111,8 @@ class Handlers:
         self.ns = api_pb2_grpc.NameServerStub(channel)
         self.cfg = cfg
         self.timeout = timeout_s
+        self._bound: dict[str, tuple[object, api_pb2.BrokerHeartbeat]] = {}  # broker addr -> its connection
+        self._bound_lock = threading.Lock()
         self._table: dict[int, Callable[[Command], Command]] = {
             codes.PUT_KV_CONFIG: self.put_kv,
             codes.GET_KV_CONFIG: self.get_kv,
@@ -138,14 +143,18 @@ class Handlers:
     def supported_codes(self) -> list[int]:
         return sorted(self._table)
 
-    def handle(self, req: Command) -> Command:
+    def handle(self, req: Command, conn: object | None = None) -> Command:
+        """Answer one request; `conn` identifies the connection it came on (see connection_closed)."""
         if req.invalid is not None:
             return req.response(codes.SYSTEM_ERROR, req.invalid)
         fn = self._table.get(req.code)
         if fn is None:
             return req.response(codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
         try:
-            return fn(req)
+            resp = fn(req)
+            if conn is not None and resp.code == codes.SUCCESS and req.code in BROKER_CHANNEL_CODES:
+                self._bind(req, conn)
+            return resp
         except RequestError as exc:
             return req.response(exc.code, exc.remark)
         except BodyError as exc:
@@ -153,6 +162,42 @@ class Handlers:
         except grpc.RpcError as exc:
             status, details = rpc_error_parts(exc)
             return req.response(response_code(status), details)
+
+    # ---- brokers' connections (RocketMQ unregisters a broker when its channel closes) ----------------
+
+    def _bind(self, req: Command, conn: object) -> None:
+        """A broker spoke on `conn`: it is the broker's connection to this node. The leader hears of it
+        from every 904 and 322 (their heartbeat names this node) and after every registration, so a
+        new leader learns it within one registration period."""
+        beat = self._beat(req)
+        with self._bound_lock:
+            self._bound[beat.broker_addr] = (conn, beat)
+        if req.code == codes.REGISTER_BROKER:
+            self._report([beat])
+
+    def _beat(self, req: Command) -> api_pb2.BrokerHeartbeat:
+        return api_pb2.BrokerHeartbeat(cluster_name=req.ext("clusterName") or "",
+                                       broker_name=req.ext("brokerName") or "", broker_addr=_need(req, "brokerAddr"),
+                                       channel_node=self.cfg.raft_addr)
+
+    def connection_closed(self, conn: object) -> None:
+        """The connection closed: the leader unregisters each broker whose every connection is gone."""
+        with self._bound_lock:
+            gone = [beat for addr, (c, beat) in self._bound.items() if c is conn]
+            for beat in gone:
+                del self._bound[beat.broker_addr]
+        if gone:
+            closed = [api_pb2.BrokerHeartbeat(cluster_name=b.cluster_name, broker_name=b.broker_name,
+                                              broker_addr=b.broker_addr, channel_node=b.channel_node,
+                                              channel_closed=True) for b in gone]
+            self._report(closed)
+
+    def _report(self, beats: list[api_pb2.BrokerHeartbeat]) -> None:
+        try:
+            self.ns.Heartbeat(api_pb2.HeartbeatRequest(heartbeats=beats), timeout=self.timeout)
+        except grpc.RpcError as exc:  # the broker's own timeout still applies
+            log.info("remoting: could not report %d broker connection(s) to the leader: %s", len(beats),
+                     rpc_error_parts(exc)[1])
 
     def _call(self, method: Callable[..., Any], request: Any, not_found: int = codes.SYSTEM_ERROR,
               not_found_remark: str | None = None, timeout: float | None = None) -> Any:
@@ -248,9 +293,7 @@ class Handlers:
 
     def _heartbeat(self, req: Command) -> api_pb2.HeartbeatReply:
         """Refresh the address's liveness; the reply says whether it is known and its DataVersion."""
-        return self._call(self.ns.Heartbeat, api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(
-            cluster_name=req.ext("clusterName") or "", broker_name=req.ext("brokerName") or "",
-            broker_addr=_need(req, "brokerAddr"))]))
+        return self._call(self.ns.Heartbeat, api_pb2.HeartbeatRequest(heartbeats=[self._beat(req)]))
 
     def broker_heartbeat(self, req: Command) -> Command:
         self._heartbeat(req)

@@ -16,6 +16,7 @@ What one connection can hold is bounded ([limits] in the node's TOML):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -144,6 +145,7 @@ class RemotingServer:
             return
         writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         self._writers.add(writer)
+        conn = object()  # this connection, as the handlers know it (brokers' channels)
         slots = asyncio.Semaphore(MAX_INFLIGHT_PER_CONNECTION)
         tasks: set[asyncio.Task] = set()
         try:
@@ -171,21 +173,24 @@ class RemotingServer:
                     log.debug("remoting: ignoring a response frame from %s (opaque %d)", peer_s, cmd.opaque)
                     continue
                 await slots.acquire()
-                task = asyncio.create_task(self._dispatch(cmd, writer, slots, peer_s))
+                task = asyncio.create_task(self._dispatch(cmd, writer, slots, peer_s, conn))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
         finally:
             self._writers.discard(writer)
             writer.close()
+            # Brokers that spoke on it lose this connection (off the loop: it is a gRPC call).
+            with contextlib.suppress(RuntimeError):  # the pool is shut down: the node is stopping
+                asyncio.get_running_loop().run_in_executor(self._pool, self.handlers.connection_closed, conn)
 
     async def _dispatch(self, cmd: Command, writer: asyncio.StreamWriter, slots: asyncio.Semaphore,
-                        peer: str) -> None:
+                        peer: str, conn: object) -> None:
         # The slot is held until the reply has been drained: replies nobody reads count against the
         # connection's in-flight requests, so its reader stops (backpressure) instead of queueing more.
         try:
             loop = asyncio.get_running_loop()
             try:
-                resp = await loop.run_in_executor(self._pool, self.handlers.handle, cmd)
+                resp = await loop.run_in_executor(self._pool, self.handlers.handle, cmd, conn)
             except Exception as exc:  # a handler bug answers SYSTEM_ERROR, never kills the server
                 log.exception("remoting: request code %d from %s failed", cmd.code, peer)
                 resp = cmd.response(codes.SYSTEM_ERROR, f"internal error: {exc}")

@@ -148,6 +148,39 @@ def test_broker_side_codes_take_the_raft_path(make_cluster) -> None:
         broker.stop()
 
 
+def test_a_broker_whose_connections_all_close_leaves_the_routes(make_cluster) -> None:
+    """RocketMQ unregisters a broker the moment its channel closes; we do when every node's channel
+    from it has closed (one node losing its connection proves nothing about the broker)."""
+    c = make_cluster(remoting=True, default_timeout_ms=120_000)  # far beyond this test: no expiry by timeout
+    c.wait_ready()
+    broker = FakeBroker(name="broker-z", cluster="ClusterZ").start()
+    other = FakeBroker(name="broker-w", cluster="ClusterZ").start()
+    try:
+        for n in c.nodes:  # a broker registers with every nameserver, each over its own connection
+            assert broker.register(n.remoting_addr, ["TopicZ"]).code == 0
+            assert other.register(n.remoting_addr, ["TopicW"]).code == 0
+        wait_route(broker, c.nodes[0].remoting_addr, "TopicZ")
+        # one node's connection closes (that node restarted, say): the broker stays
+        sock = broker._channels.pop(c.nodes[1].remoting_addr)
+        sock.close()
+        time.sleep(3.0)  # three scans
+        assert broker.call(c.nodes[2].remoting_addr, 105, {"topic": "TopicZ"}).code == 0
+        # the broker process exits: every connection closes, and it leaves the routes within a scan
+        t0 = time.monotonic()
+        broker.close_channels()
+        deadline = time.monotonic() + 10
+        while other.call(c.nodes[0].remoting_addr, 105, {"topic": "TopicZ"}).code != 17:
+            assert time.monotonic() < deadline, "the broker is still routed 10 s after its connections closed"
+            time.sleep(0.1)
+        took = time.monotonic() - t0
+        assert took < 1.0 + 2.0, f"unregistered {took:.1f} s after its connections closed (scan interval 1 s)"
+        # the other broker, still connected, is untouched
+        assert other.call(c.nodes[0].remoting_addr, 105, {"topic": "TopicW"}).code == 0
+    finally:
+        broker.stop()
+        other.stop()
+
+
 def test_broker_with_70000_topics_registers_over_remoting(make_cluster) -> None:
     c = make_cluster(remoting=True)
     c.wait_ready()

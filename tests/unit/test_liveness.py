@@ -1,4 +1,5 @@
-from nameserver.liveness import HeartbeatBuffer, LivenessTable
+from nameserver.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
+from nameserver.pb import api_pb2
 
 
 class FakeClock:
@@ -39,10 +40,42 @@ def test_unregistered_addresses_are_forgotten() -> None:
     assert len(table) == 1
 
 
-def test_heartbeat_buffer_coalesces_per_address() -> None:
+def beat(addr: str, node: str = "", closed: bool = False) -> api_pb2.BrokerHeartbeat:
+    return api_pb2.BrokerHeartbeat(broker_addr=addr, cluster_name="c", broker_name="b", channel_node=node,
+                                   channel_closed=closed)
+
+
+def test_heartbeat_buffer_coalesces_per_address_and_node() -> None:
     buf = HeartbeatBuffer()
-    buf.add("a:1", "c", "b")
-    buf.add("a:1", "c", "b")
-    buf.add("z:1", "c", "y")
-    assert buf.drain() == {"a:1": ("c", "b"), "z:1": ("c", "y")}
-    assert buf.drain() == {}
+    buf.add(beat("a:1"))
+    buf.add(beat("a:1"))
+    buf.add(beat("z:1"))
+    buf.add(beat("z:1", "n1", closed=True))  # a close is kept apart from plain heartbeats
+    assert buf.drain() == [beat("a:1"), beat("z:1"), beat("z:1", "n1", closed=True)]
+    assert buf.drain() == []
+    buf.add(beat("a:1", "n1"))
+    buf.add(beat("a:1", "n1", closed=True))  # the latest state of a node's connection wins
+    assert buf.drain() == [beat("a:1", "n1", closed=True)]
+
+
+def test_channel_table_reports_the_last_close_only() -> None:
+    t = ChannelTable()
+    t.opened("a:1", "n1")
+    t.opened("a:1", "n2")
+    assert not t.closed("a:1", "n1")  # still connected to n2
+    assert t.closed("a:1", "n2")      # the last one
+    assert not t.closed("a:1", "n2")  # already gone
+    assert not t.closed("b:1", "n1")  # never known (e.g. after a failover): proves nothing
+    t.opened("c:1", "n1")
+    t.clear()
+    assert not t.closed("c:1", "n1")
+
+
+def test_disconnect_expires_at_the_next_scan_unless_heard_again() -> None:
+    table = LivenessTable(FakeClock())
+    table.touch("a:1")
+    table.touch("b:1")
+    table.disconnect("a:1")
+    table.disconnect("b:1")
+    table.touch("b:1")  # reconnected and heard from
+    assert table.expired([("a:1", 120_000, 1), ("b:1", 120_000, 2)]) == [("a:1", 1)]

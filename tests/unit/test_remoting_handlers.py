@@ -470,7 +470,7 @@ def test_904_oneway_heartbeat_gets_no_response(client: Client, fake: FakeNameSer
     resp, _ = client.call(206)  # the next frame on the connection is the 206 answer, not one for 904
     assert resp["opaque"] != 41
     assert fake.only("Heartbeat") == api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(
-        cluster_name="DefaultCluster", broker_name="broker-a", broker_addr=ADDR_A0)])
+        cluster_name="DefaultCluster", broker_name="broker-a", broker_addr=ADDR_A0, channel_node="127.0.0.1:1")])
 
 
 def test_904_two_way_heartbeat_is_answered(client: Client) -> None:
@@ -501,6 +501,22 @@ def test_322_unknown_broker_is_changed_without_body(client: Client, fake: FakeNa
     resp, body = client.call(322, QDV_EXT | {"brokerAddr": "10.9.9.9:10911"}, b'{"counter":1,"timestamp":1}')
     assert (resp["extFields"], body) == ({"changed": "true"}, b"")
     assert [m for m, _ in fake.calls] == ["Heartbeat"]
+
+
+def test_a_brokers_connection_closing_is_reported(server: RemotingServer, fake: FakeNameServer) -> None:
+    # RocketMQ unregisters a broker when its channel closes: the node reports it, naming itself
+    c = Client(server.port)
+    c.call(103, REGISTER_EXT, register_body(["T1"], compressed=False))
+    opened = [r for m, r in fake.calls if m == "Heartbeat"]
+    assert [(b.broker_addr, b.channel_node, b.channel_closed) for r in opened for b in r.heartbeats] == [
+        (ADDR_A0, "127.0.0.1:1", False)]
+    c.close()
+    deadline = time.monotonic() + 5
+    while len([m for m, _ in fake.calls if m == "Heartbeat"]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    closed = [r for m, r in fake.calls if m == "Heartbeat"][1]
+    assert [(b.broker_addr, b.channel_node, b.channel_closed) for b in closed.heartbeats] == [
+        (ADDR_A0, "127.0.0.1:1", True)]
 
 
 def test_322_bad_body_is_1(client: Client) -> None:
