@@ -75,7 +75,7 @@ def test_reregistration_writes_only_what_changed(make_cluster) -> None:
     (lambda r: setattr(r, "broker_addr", "10.0.0.1:70000"), "broker_addr"),
     (lambda r: setattr(r, "broker_id", -1), "broker_id"),
     (lambda r: setattr(r.topics[1], "topic_name", "bad/topic"), "topics[1].topic_name"),
-    (lambda r: setattr(r.topics[2], "topic_name", "x" * 128), "topics[2].topic_name"),
+    (lambda r: setattr(r.topics[2], "topic_name", "x" * 301), "topics[2].topic_name"),
     (lambda r: setattr(r.topics[0], "perm", 9), "topics[0].perm"),
     (lambda r: setattr(r.topics[0], "read_queue_nums", -1), "topics[0].read_queue_nums"),
     (lambda r: setattr(r, "heartbeat_timeout_ms", 5), "heartbeat_timeout_ms"),
