@@ -394,6 +394,7 @@ class MetricsEndpoint:
         class _Server(ThreadingMixIn, WSGIServer):
             daemon_threads = True
             block_on_close = False
+            request_queue_size = 128  # socketserver's 5 left a burst of scrapers waiting on SYN retries
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
             def process_request(self, request: Any, client_address: Any) -> None:
