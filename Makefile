@@ -66,6 +66,8 @@ clean-data:
 # tests/interop/.jars) against a real 3-node cluster: tests/interop. interop-setup only fetches the jars.
 .PHONY: interop interop-setup
 interop-setup: setup
+	scripts/ensure-debian-package.sh openjdk-17-jdk-headless java javac   # brokers; javac for the test client
+	scripts/ensure-debian-package.sh maven mvn
 	$(PY) -m tests.interop.jars
 
 interop: interop-setup

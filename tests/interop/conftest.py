@@ -134,7 +134,7 @@ def deploy(version: str, root: str, stock: bool = False, slave: bool = True, bro
     return d
 
 
-@pytest.fixture(scope="module", params=jars.LINES, ids=lambda v: LINE_IDS.get(v, v))
+@pytest.fixture(scope="session", params=jars.LINES, ids=lambda v: LINE_IDS.get(v, v))
 def line(request: pytest.FixtureRequest) -> str:
     try:
         jars.ensure(request.param)
@@ -143,9 +143,10 @@ def line(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def deployment(line: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    """Shared by a module's tests (on one line): ours + broker-a (master, slave) + broker-b, registered."""
+    """Shared by every test of one line (pytest runs a line's tests together): ours + broker-a (master,
+    slave) + broker-b, registered. Tests that change it put it back (topics deleted, extra brokers stopped)."""
     d = deploy(line, str(tmp_path_factory.mktemp(f"interop-{LINE_IDS.get(line, line)}")))
     try:
         d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}})

@@ -286,8 +286,8 @@ class RocketMQ:
             "registerNameServerPeriod": "30000",
         }
         if self.is5:
-            conf |= {"timerWheelEnable": "false", "enableControllerMode": "false",
-                     "useServerSideResetOffset": "true"}
+            # (timerWheelEnable stays on: with it off, the broker's DELETE_TOPIC handler throws an NPE)
+            conf |= {"enableControllerMode": "false", "useServerSideResetOffset": "true"}
         conf |= extra or {}
         conf_path = os.path.join(self._dir(f"home-{proc_name}"), "broker.conf")
         with open(conf_path, "w") as f:

@@ -16,29 +16,36 @@ from . import jars
 PACKAGE = "rocketmq-python-client==5.1.2"
 
 SCRIPT = r"""
-import json, sys, time
+import json, sys, threading, time
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 endpoints, topic, group, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 config = ClientConfiguration(endpoints, Credentials())
 consumer = SimpleConsumer(config, group, {topic: FilterExpression()})
 consumer.startup()
-producer = Producer(config, (topic,))
-producer.startup()
-sent, failed = [], []
-for i in range(count):
-    m = Message()
-    m.topic = topic
-    m.body = ("py5 %d" % i).encode()
-    m.tag = "tag"
-    m.keys = "py5-%d" % i
-    try:
-        r = producer.send(m)
-        sent.append(r.message_id)
-    except Exception as e:
-        failed.append(repr(e))
-producer.shutdown()
-got, deadline = {}, time.time() + 90
-while len(got) < len(sent) and time.time() < deadline:
+sent, failed, done = [], [], threading.Event()
+
+def produce():
+    # A new group's first POP starts at the queues' max offset: the sends wait until receiving has begun.
+    time.sleep(5)
+    producer = Producer(config, (topic,))
+    producer.startup()
+    for i in range(count):
+        m = Message()
+        m.topic = topic
+        m.body = ("py5 %d" % i).encode()
+        m.tag = "tag"
+        m.keys = "py5-%d" % i
+        try:
+            sent.append(producer.send(m).message_id)
+        except Exception as e:
+            failed.append(repr(e))
+    producer.shutdown()
+    done.set()
+
+time.sleep(3)  # the client's settings reach the proxy over its telemetry stream; a receive before that fails
+threading.Thread(target=produce, daemon=True).start()
+got, deadline = {}, time.time() + 120
+while (not done.is_set() or len(got) < len(sent)) and time.time() < deadline:
     try:
         msgs = consumer.receive(32, 15)
     except Exception as e:

@@ -227,6 +227,10 @@ def response_fields(resp: Command | None, aliases: dict[str, str]) -> dict[str, 
 def signature(req: Command, aliases: dict[str, str]) -> tuple:
     ext = tuple(sorted((k, _alias(v, aliases)) for k, v in req.ext_fields.items()
                        if k not in VOLATILE_REQUEST_FIELDS))
+    if req.code == 322:  # QUERY_DATA_VERSION: the answer depends on the DataVersion asked about
+        body = parse_body(req.body)
+        if isinstance(body, dict) and "counter" in body:
+            ext += (("<dataVersion.counter>", str(body["counter"])),)
     return req.code, ext
 
 

@@ -48,7 +48,9 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
             upstream = ours.nodes[0].remoting_addr
         rec = Recorder(upstream, "stock" if stock else "ours").start()
         d = Deployment(rmq, ours, rec.addr)
-        start_brokers(d)
+        start_brokers(d, slave=False)  # masters first, then the slave: its first answer names its master
+        d.wait_brokers({"broker-a": {0}, "broker-b": {0}}, addrs=[upstream])
+        d.brokers["a1"] = rmq.broker("broker-a", rec.addr, 1, CLUSTER)
         d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, addrs=[upstream])
         for t in ("broker-a", "broker-b", CLUSTER):
             d.wait_route(t, addrs=[upstream])
@@ -97,6 +99,7 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
         create_topic(d, "DiffTopic", namesrv=ns)
         produce(d, "DiffTopic", 10, prefix="diff", namesrv=ns)
         rmq.mqadmin("deleteTopic", "-c", CLUSTER, "-t", "DiffTopic", namesrv=ns)
+        time.sleep(12)  # one more QUERY_DATA_VERSION round of broker-b (10 s) after its topics changed
         aliases = {upstream: "<namesrv>", rec.addr: "<namesrv>", rmq.root: "<root>"} | aliases_c
         for b in d.brokers.values():
             aliases[b.addr] = f"<{b.name}-{b.broker_id}>"

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.interop
 def _ok(r) -> str:
     assert r.returncode == 0, f"mqadmin exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
     assert "Exception" not in r.stdout, r.stdout
+    assert "Exception" not in r.stderr, f"{r.stdout}\n{r.stderr[-3000:]}"
     return r.stdout
 
 

@@ -90,6 +90,9 @@ def test_brokers_stay_registered_across_heartbeats(deployment: Deployment) -> No
 def test_compressed_registration(deployment: Deployment) -> None:
     """A broker with compressedRegister=true registers (a zlib RegisterBrokerBody, `compressed=true`)."""
     d = deployment
+    if d.rmq.is5:
+        pytest.skip("RocketMQ 5.5.0's broker sends a zlib body with compressed=false in the header; the stock "
+                    "5.5.0 NameServer refuses it too (Failed to decode RegisterBrokerBody; test_differential)")
     c = d.rmq.broker("broker-c", d.namesrv, 0, CLUSTER, extra={"compressedRegister": "true"})
     try:
         d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}, "broker-c": {0}}, timeout=60)

@@ -17,7 +17,7 @@ def create_topic(d: Deployment, topic: str, queues: int = 4, brokers: tuple[str,
                       namesrv=namesrv or d.namesrv)
     assert r.returncode == 0 and "success" in r.stdout, f"updateTopic failed:\n{r.stdout}\n{r.stderr}"
     d.wait_route(topic, lambda rt: rt is not None and {q["brokerName"] for q in rt["queueDatas"]} >= set(brokers),
-                 timeout=60)
+                 addrs=namesrv.split(";") if namesrv else None, timeout=60)
 
 
 @dataclass
