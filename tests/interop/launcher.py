@@ -65,13 +65,20 @@ def _read(path: str) -> str | None:
         return None
 
 
+_handed_out: set[int] = set()  # ports given to brokers of this process: free now, bound only once the JVM is up
+_ports_lock = threading.Lock()
+
+
 def broker_ports() -> tuple[int, int]:
     """(listenPort, haListenPort): a broker also listens on listenPort - 2 (its VIP channel), so all three
-    must be free."""
-    for _ in range(200):
-        (p,) = free_ports(1)
-        if p > 2000 and _port_free(p - 2) and _port_free(p + 1):
-            return p, p + 1
+    must be free, and none handed to another broker that may not have bound it yet."""
+    with _ports_lock:
+        for _ in range(200):
+            (p,) = free_ports(1)
+            trio = {p - 2, p, p + 1}
+            if p > 2000 and not trio & _handed_out and _port_free(p - 2) and _port_free(p + 1):
+                _handed_out.update(trio)
+                return p, p + 1
     raise RuntimeError("no free broker ports")
 
 

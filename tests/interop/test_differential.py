@@ -110,6 +110,8 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
         for b in brokers:
             b.proc.stop(grace=30)
         time.sleep(0.5)
+        if rec.undecodable:
+            print(f"{'stock' if stock else 'ours'}: {len(rec.undecodable)} frames our codec could not decode")
         return rec.snapshot(), aliases, rec.snapshot()
     finally:
         if rec is not None:
