@@ -17,7 +17,7 @@ import grpc
 from google.protobuf.message import Message
 
 from nameserver.config import NodeConfig
-from nameserver.liveness import LivenessTable
+from nameserver.liveness import ChannelTable, LivenessTable
 from nameserver.node import OffsetNotReached, WriteResult
 from nameserver.pb import api_pb2
 from nameserver.service import NameServerService
@@ -77,6 +77,7 @@ class LocalNode:
         self.lock = threading.RLock()
         self.log = _Log(self)
         self.liveness = LivenessTable()
+        self.channels = ChannelTable()
         self.entries: list[tuple[int, bytes]] = []  # (offset, serialized Entry): the log, for replays
 
     def read(self, fn: Callable[[MetadataState], Any], min_offset: int, timeout: float,
