@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -237,7 +238,15 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def RegisterBrokerStream(self, request_iterator: Iterator[api_pb2.RegisterBrokerChunk],
                              context: grpc.ServicerContext) -> api_pb2.RegisterBrokerReply:
-        request = assemble_chunks(request_iterator)
+        # A slow sender holds a server thread while its stream arrives: at most limits.max_wait_ms
+        # (or its own deadline), then the call is cancelled.
+        timer = threading.Timer(_timeout(context, self.max_wait, self.max_wait), context.cancel)
+        timer.daemon = True
+        timer.start()
+        try:
+            request = assemble_chunks(request_iterator)
+        finally:
+            timer.cancel()
         validation.validate_register_broker(request)
         return self._register(request, context)
 

@@ -18,6 +18,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import zlib
@@ -203,6 +204,28 @@ def test_5_slow_sender_is_dropped(sec: Secure) -> None:
         t0 = time.monotonic()
         assert s.recv(1) == b""  # closed by the node
         assert time.monotonic() - t0 < frame_s + 3
+
+
+def test_5_slow_grpc_stream_is_cancelled(sec: Secure) -> None:
+    """A registration stream that sends its header and then nothing holds a server thread only until
+    limits.max_wait_ms."""
+    node = sec.cluster.followers()[0]
+    max_wait_s = _limit("max_wait_ms", 30_000) / 1000
+    stall = threading.Event()
+
+    def chunks() -> Iterator[api_pb2.RegisterBrokerChunk]:
+        yield api_pb2.RegisterBrokerChunk(header=register_request("C5", "slow", "10.5.0.1:10911", []))
+        stall.wait(max_wait_s + 30)  # never sends the rest (until the test ends)
+
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            sec.stub(node, "broker").RegisterBrokerStream(chunks())  # no deadline
+        took = time.monotonic() - t0
+        assert err.value.code() == grpc.StatusCode.CANCELLED, err.value
+        assert took < max_wait_s + 3, f"a stalled stream held the server {took:.1f} s (limit {max_wait_s} s)"
+    finally:
+        stall.set()
 
 
 # ---- 6: a compressed registration declaring millions of topics --------------------------------------
