@@ -51,6 +51,9 @@ class FakeContext:
     def is_active(self) -> bool:
         return True
 
+    def cancel(self) -> None:  # a stalled registration stream's timer (never fires here: streams are lists)
+        pass
+
 
 class _Log:
     """The part of ReplicatedLog the service reads: always the ready leader."""
