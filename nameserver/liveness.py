@@ -8,7 +8,7 @@ becomes leader grants every broker a fresh timeout: a failover never mass-expels
 
 Remoting connections, as RocketMQ uses them: every node's remoting listener reports which brokers
 hold a connection to it (ChannelTable, at the leader). When the last known connection from a broker
-closes, the broker is expired at the next scan instead of at its timeout (RocketMQ unregisters on
+closes, the broker is expired after a short grace instead of at its timeout (RocketMQ unregisters on
 channel close). A node that crashes never reports its connections closed: those brokers fall back
 to their timeout, as does every broker after a failover until its next heartbeat re-reports them.
 """
@@ -29,21 +29,24 @@ class LivenessTable:
         self._clock = clock
         self._lock = threading.Lock()
         self._last: dict[str, float] = {}
+        self._doomed: dict[str, float] = {}  # addr -> when it expires unless heard from first
         self._grace_from = clock()
 
     def touch(self, addr: str) -> None:
         now = self._clock()
         with self._lock:
             self._last[addr] = now
+            self._doomed.pop(addr, None)
 
     def forget(self, addr: str) -> None:
         with self._lock:
             self._last.pop(addr, None)
 
-    def disconnect(self, addr: str) -> None:
-        """Its last connection closed: expired at the next scan, unless it is heard from first."""
+    def disconnect(self, addr: str, grace_s: float) -> None:
+        """Its last known connection closed: expired once `grace_s` has passed, unless it is heard from
+        first (another node's report of a live connection may still be on its way)."""
         with self._lock:
-            self._last[addr] = float("-inf")
+            self._doomed[addr] = self._clock() + grace_s
 
     def grant_grace(self) -> None:
         """Start every broker's clock afresh (on becoming leader)."""
@@ -61,8 +64,11 @@ class LivenessTable:
         with self._lock:
             for addr, timeout_ms, version in registered:
                 last = self._last.get(addr, self._grace_from)
-                if now - last > timeout_ms / 1000.0:
+                doom = self._doomed.get(addr)
+                if now - last > timeout_ms / 1000.0 or (doom is not None and now >= doom):
                     out.append((addr, version))
+            for addr in [a for a in self._doomed if a not in {r[0] for r in registered}]:
+                del self._doomed[addr]
             live = {addr for addr, _, _ in registered}
             for addr in [a for a in self._last if a not in live]:
                 del self._last[addr]  # unregistered elsewhere: do not grow forever

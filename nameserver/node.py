@@ -349,8 +349,13 @@ class NameServerNode:
         for b in beats:
             if b.channel_closed:
                 if self.channels.closed(b.broker_addr, b.channel_node):
-                    self.liveness.disconnect(b.broker_addr)
-                    self._scan_now.set()
+                    # Not at once: another node's report of a live connection may still be in its
+                    # forward buffer (every forward_interval_ms).
+                    grace = max(1.0, 10 * self.cfg.forward_interval_ms / 1000)
+                    self.liveness.disconnect(b.broker_addr, grace)
+                    timer = threading.Timer(grace + 0.05, self._scan_now.set)
+                    timer.daemon = True
+                    timer.start()
                 continue
             self.liveness.touch(b.broker_addr)
             if b.channel_node:

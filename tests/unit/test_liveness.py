@@ -71,11 +71,14 @@ def test_channel_table_reports_the_last_close_only() -> None:
     assert not t.closed("c:1", "n1")
 
 
-def test_disconnect_expires_at_the_next_scan_unless_heard_again() -> None:
-    table = LivenessTable(FakeClock())
+def test_disconnect_expires_after_the_grace_unless_heard_again() -> None:
+    clock = FakeClock()
+    table = LivenessTable(clock)
     table.touch("a:1")
     table.touch("b:1")
-    table.disconnect("a:1")
-    table.disconnect("b:1")
-    table.touch("b:1")  # reconnected and heard from
+    table.disconnect("a:1", 1.0)
+    table.disconnect("b:1", 1.0)
+    assert table.expired([("a:1", 120_000, 1), ("b:1", 120_000, 2)]) == []  # within the grace
+    table.touch("b:1")  # another node's connection reported in time
+    clock.t += 1.5
     assert table.expired([("a:1", 120_000, 1), ("b:1", 120_000, 2)]) == [("a:1", 1)]
