@@ -175,3 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["main", "report"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
