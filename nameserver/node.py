@@ -329,14 +329,8 @@ class NameServerNode:
         """Refresh liveness (leader) or buffer for the leader (follower). Returns unknown addresses;
         fills `versions` with the DataVersion held for each known one."""
         beats = list(beats)
-        unknown = []
         with self.lock:
-            for b in beats:
-                live = self.state.broker_live(b.broker_addr)
-                if live is None:
-                    unknown.append(b.broker_addr)
-                elif versions is not None:
-                    versions[b.broker_addr] = live.data_version
+            unknown = self.state.data_versions((b.broker_addr for b in beats), versions)
         if self.log.is_leader():
             self._heard(beats)
         else:

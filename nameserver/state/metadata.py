@@ -372,6 +372,19 @@ class MetadataState:
         live = self._lives.get(broker_addr)
         return _copy(live) if live is not None else None
 
+    def data_versions(self, addrs: Iterable[str], versions: dict[str, state_pb2.DataVersion] | None = None
+                      ) -> list[str]:
+        """The addresses not registered; fills `versions` with the DataVersion of the registered ones
+        (a heartbeat's reply: RocketMQ's QUERY_DATA_VERSION compares it)."""
+        unknown = []
+        for addr in addrs:
+            live = self._lives.get(addr)
+            if live is None:
+                unknown.append(addr)
+            elif versions is not None:
+                versions[addr] = _copy(live.data_version)
+        return unknown
+
     def live_version(self, broker_addr: str) -> int:
         """Version (offset of last write) of live/<addr>; 0 when not registered."""
         return self.kv.version(keys.live_key(broker_addr))

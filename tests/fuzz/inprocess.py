@@ -103,14 +103,7 @@ class LocalNode:
         return WriteResult(offset, len(tr.batch.records), tr)
 
     def heartbeat(self, beats: Any, versions: dict | None = None) -> list[str]:
-        unknown = []
-        for b in beats:
-            live = self.state.broker_live(b.broker_addr)
-            if live is None:
-                unknown.append(b.broker_addr)
-            elif versions is not None:
-                versions[b.broker_addr] = live.data_version
-        return unknown
+        return self.state.data_versions((b.broker_addr for b in beats), versions)
 
     def linearizable_index(self, timeout: float) -> int:
         # As the real node: a read index costs a barrier (an empty batch) through the log.
