@@ -304,8 +304,7 @@ class NameServerNode:
             if res.records:
                 removed += 1
                 self.expired_total += 1
-                self.liveness.forget(addr)
-                self.channels.forget(addr)
+                self.forget_broker(addr)
                 log.info("expired broker %s (silent past its timeout, or its last connection closed) at "
                          "offset %d", addr, res.offset,
                          extra={"event": "broker_expired", "broker_addr": addr, "offset": res.offset})
@@ -337,6 +336,11 @@ class NameServerNode:
             for b in beats:
                 self.heartbeats.add(b)
         return unknown
+
+    def forget_broker(self, addr: str) -> None:
+        """An unregistered address: no clock and no connections to keep for it."""
+        self.liveness.forget(addr)
+        self.channels.forget(addr)
 
     def _heard(self, beats: Iterable[api_pb2.BrokerHeartbeat]) -> None:
         """Leader: refresh liveness, and keep count of the brokers' remoting connections."""

@@ -279,8 +279,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         validation.validate_unregister_broker(request)
         reply = self._write_reply(context, "UnregisterBroker", request, lambda s: translate.unregister_broker(
             s, request.cluster_name, request.broker_name, request.broker_addr, request.broker_id))
-        self.node.liveness.forget(request.broker_addr)
-        self.node.channels.forget(request.broker_addr)
+        self.node.forget_broker(request.broker_addr)
         return reply
 
     @rpc

@@ -17,7 +17,7 @@ import grpc
 from google.protobuf.message import Message
 
 from nameserver.config import NodeConfig
-from nameserver.liveness import ChannelTable, LivenessTable
+from nameserver.liveness import LivenessTable
 from nameserver.node import OffsetNotReached, WriteResult
 from nameserver.pb import api_pb2
 from nameserver.service import NameServerService
@@ -80,7 +80,6 @@ class LocalNode:
         self.lock = threading.RLock()
         self.log = _Log(self)
         self.liveness = LivenessTable()
-        self.channels = ChannelTable()
         self.entries: list[tuple[int, bytes]] = []  # (offset, serialized Entry): the log, for replays
 
     def read(self, fn: Callable[[MetadataState], Any], min_offset: int, timeout: float,
@@ -101,6 +100,9 @@ class LocalNode:
         assert result.applied, f"fresh translation refused at apply: {result}"
         self.entries.append((offset, entry.SerializeToString(deterministic=True)))
         return WriteResult(offset, len(tr.batch.records), tr)
+
+    def forget_broker(self, addr: str) -> None:
+        self.liveness.forget(addr)
 
     def heartbeat(self, beats: Any, versions: dict | None = None) -> list[str]:
         return self.state.data_versions((b.broker_addr for b in beats), versions)
