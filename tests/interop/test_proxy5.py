@@ -16,10 +16,9 @@ pytestmark = pytest.mark.interop
 N = 20
 
 
-def test_python_grpc_client_through_the_proxy(deployment: Deployment, tmp_path) -> None:
+@pytest.mark.parametrize("line", [jars.LINE_5], indirect=True)  # 4.9 has no proxy: not collected there
+def test_python_grpc_client_through_the_proxy(line: str, deployment: Deployment, tmp_path) -> None:
     d = deployment
-    if not jars.is_5x(d.version):
-        pytest.skip("RocketMQ 4.9 has no proxy")
     topic = "InteropProxyTopic"
     create_topic(d, topic)
     proxy, endpoint = d.rmq.proxy(d.namesrv)
