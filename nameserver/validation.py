@@ -23,6 +23,7 @@ MAX_TOPIC_NAME_LEN = 300
 MAX_NAME_LEN = 127                  # broker, cluster and zone names (ours, same as topics)
 MAX_HOST_LEN = 253                  # DNS name limit
 MAX_QUEUE_NUMS = 65535              # read/write queue numbers per topic per broker (ours)
+MAX_LOGICAL_QUEUES = 65535          # a static topic's logical queues (RIP-21 queue mapping)
 MAX_PERM = 7                        # read 4 | write 2 | inherit 1
 MIN_HEARTBEAT_TIMEOUT_MS = 1_000
 MAX_HEARTBEAT_TIMEOUT_MS = 3_600_000  # 0 = the server's default
@@ -151,6 +152,24 @@ def check_topic_config(prefix: str, tc: api_pb2.TopicConfig) -> None:
     """One TopicConfig; prefix is its path with a trailing dot, e.g. 'topics[3].'."""
     check_topic(f"{prefix}topic_name", tc.topic_name)
     check_queue_numbers(prefix, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag)
+    if tc.HasField("mapping"):
+        check_queue_mapping(f"{prefix}mapping.", tc.mapping)
+
+
+def check_queue_mapping(prefix: str, m: state_pb2.QueueMapping) -> None:
+    """A static topic's queue mapping (RIP-21): non-negative numbers, a bounded id map and scope."""
+    if not 0 <= m.total_queues <= MAX_LOGICAL_QUEUES:
+        raise ValidationError(f"{prefix}total_queues", f"must be 0..{MAX_LOGICAL_QUEUES}, got {m.total_queues}")
+    if m.epoch < 0:
+        raise ValidationError(f"{prefix}epoch", f"must be >= 0, got {m.epoch}")
+    if len(m.scope.encode("utf-8")) > MAX_NAME_LEN:
+        raise ValidationError(f"{prefix}scope", f"longer than {MAX_NAME_LEN} bytes")
+    if len(m.curr_id_map) > MAX_LOGICAL_QUEUES:
+        raise ValidationError(f"{prefix}curr_id_map", f"more than {MAX_LOGICAL_QUEUES} entries")
+    for logical, physical in m.curr_id_map.items():
+        if logical < 0 or physical < 0:
+            raise ValidationError(f"{prefix}curr_id_map",
+                                  f"queue ids must be >= 0, got {logical} -> {physical}")
 
 
 def check_topic_configs(topics: Iterable[api_pb2.TopicConfig], field: str = "topics",
@@ -297,6 +316,9 @@ def validate_broker_perm(req: api_pb2.BrokerPermRequest) -> None:
 def check_queue_data(prefix: str, qd: state_pb2.QueueData) -> None:
     check_name(f"{prefix}broker_name", qd.broker_name, "broker name")
     check_queue_numbers(prefix, qd.read_queue_nums, qd.write_queue_nums, qd.perm, qd.topic_sys_flag)
+    if qd.HasField("mapping"):
+        raise ValidationError(f"{prefix}mapping", "a static topic's queue mapping comes with the broker's "
+                              "registration, not with RegisterTopic")
 
 
 def validate_register_topic(req: api_pb2.RegisterTopicRequest) -> None:

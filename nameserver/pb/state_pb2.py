@@ -24,15 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19nameserver/pb/state.proto\x12\x13rip18.nameserver.v1\"-\n\nBrokerAddr\x12\x11\n\tbroker_id\x18\x01 \x01(\x03\x12\x0c\n\x04\x61\x64\x64r\x18\x02 \x01(\t\"\x8e\x01\n\nBrokerData\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12.\n\x05\x61\x64\x64rs\x18\x03 \x03(\x0b\x32\x1f.rip18.nameserver.v1.BrokerAddr\x12\x1c\n\x14\x65nable_acting_master\x18\x04 \x01(\x08\x12\x0c\n\x04zone\x18\x05 \x01(\t\"H\n\x0b\x44\x61taVersion\x12\x0f\n\x07\x63ounter\x18\x01 \x01(\x03\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12\x15\n\rstate_version\x18\x03 \x01(\x03\"\xd6\x01\n\nBrokerLive\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\x12\x16\n\x0eha_server_addr\x18\x05 \x01(\t\x12\x36\n\x0c\x64\x61ta_version\x18\x06 \x01(\x0b\x32 .rip18.nameserver.v1.DataVersion\x12\x1c\n\x14heartbeat_timeout_ms\x18\x07 \x01(\x03\x12\x0c\n\x04zone\x18\x08 \x01(\t\"y\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\"\x1e\n\rFilterServers\x12\r\n\x05\x61\x64\x64rs\x18\x01 \x03(\t\"\x18\n\x07KvValue\x12\r\n\x05value\x18\x01 \x01(\t\"1\n\x11QueueBindingValue\x12\r\n\x05owner\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"G\n\rClientSession\x12\x10\n\x08last_seq\x18\x01 \x01(\x04\x12\r\n\x05reply\x18\x02 \x01(\x0c\x12\x15\n\rlast_write_ms\x18\x03 \x01(\x03\"\x1f\n\nMemberInfo\x12\x11\n\tgrpc_addr\x18\x01 \x01(\t*\xac\x01\n\nRecordType\x12\x1b\n\x17RECORD_TYPE_UNSPECIFIED\x10\x00\x12\n\n\x06\x42ROKER\x10\x01\x12\x0f\n\x0b\x42ROKER_LIVE\x10\x02\x12\x0f\n\x0bTOPIC_QUEUE\x10\x03\x12\x11\n\rFILTER_SERVER\x10\x04\x12\r\n\tKV_CONFIG\x10\x05\x12\x11\n\rQUEUE_BINDING\x10\x06\x12\x12\n\x0e\x43LIENT_SESSION\x10\x07\x12\n\n\x06MEMBER\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19nameserver/pb/state.proto\x12\x13rip18.nameserver.v1\"-\n\nBrokerAddr\x12\x11\n\tbroker_id\x18\x01 \x01(\x03\x12\x0c\n\x04\x61\x64\x64r\x18\x02 \x01(\t\"\x8e\x01\n\nBrokerData\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12.\n\x05\x61\x64\x64rs\x18\x03 \x03(\x0b\x32\x1f.rip18.nameserver.v1.BrokerAddr\x12\x1c\n\x14\x65nable_acting_master\x18\x04 \x01(\x08\x12\x0c\n\x04zone\x18\x05 \x01(\t\"H\n\x0b\x44\x61taVersion\x12\x0f\n\x07\x63ounter\x18\x01 \x01(\x03\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12\x15\n\rstate_version\x18\x03 \x01(\x03\"\xd6\x01\n\nBrokerLive\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\x12\x16\n\x0eha_server_addr\x18\x05 \x01(\t\x12\x36\n\x0c\x64\x61ta_version\x18\x06 \x01(\x0b\x32 .rip18.nameserver.v1.DataVersion\x12\x1c\n\x14heartbeat_timeout_ms\x18\x07 \x01(\x03\x12\x0c\n\x04zone\x18\x08 \x01(\t\"\xad\x01\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\x12\x32\n\x07mapping\x18\x06 \x01(\x0b\x32!.rip18.nameserver.v1.QueueMapping\"\xca\x01\n\x0cQueueMapping\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x14\n\x0ctotal_queues\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\r\n\x05\x64irty\x18\x04 \x01(\x08\x12\x45\n\x0b\x63urr_id_map\x18\x05 \x03(\x0b\x32\x30.rip18.nameserver.v1.QueueMapping.CurrIdMapEntry\x1a\x30\n\x0e\x43urrIdMapEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\x1e\n\rFilterServers\x12\r\n\x05\x61\x64\x64rs\x18\x01 \x03(\t\"\x18\n\x07KvValue\x12\r\n\x05value\x18\x01 \x01(\t\"1\n\x11QueueBindingValue\x12\r\n\x05owner\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"G\n\rClientSession\x12\x10\n\x08last_seq\x18\x01 \x01(\x04\x12\r\n\x05reply\x18\x02 \x01(\x0c\x12\x15\n\rlast_write_ms\x18\x03 \x01(\x03\"\x1f\n\nMemberInfo\x12\x11\n\tgrpc_addr\x18\x01 \x01(\t*\xac\x01\n\nRecordType\x12\x1b\n\x17RECORD_TYPE_UNSPECIFIED\x10\x00\x12\n\n\x06\x42ROKER\x10\x01\x12\x0f\n\x0b\x42ROKER_LIVE\x10\x02\x12\x0f\n\x0bTOPIC_QUEUE\x10\x03\x12\x11\n\rFILTER_SERVER\x10\x04\x12\r\n\tKV_CONFIG\x10\x05\x12\x11\n\rQUEUE_BINDING\x10\x06\x12\x12\n\x0e\x43LIENT_SESSION\x10\x07\x12\n\n\x06MEMBER\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'nameserver.pb.state_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RECORDTYPE']._serialized_start=872
-  _globals['_RECORDTYPE']._serialized_end=1044
+  _globals['_QUEUEMAPPING_CURRIDMAPENTRY']._loaded_options = None
+  _globals['_QUEUEMAPPING_CURRIDMAPENTRY']._serialized_options = b'8\001'
+  _globals['_RECORDTYPE']._serialized_start=1130
+  _globals['_RECORDTYPE']._serialized_end=1302
   _globals['_BROKERADDR']._serialized_start=50
   _globals['_BROKERADDR']._serialized_end=95
   _globals['_BROKERDATA']._serialized_start=98
@@ -41,16 +43,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DATAVERSION']._serialized_end=314
   _globals['_BROKERLIVE']._serialized_start=317
   _globals['_BROKERLIVE']._serialized_end=531
-  _globals['_QUEUEDATA']._serialized_start=533
-  _globals['_QUEUEDATA']._serialized_end=654
-  _globals['_FILTERSERVERS']._serialized_start=656
-  _globals['_FILTERSERVERS']._serialized_end=686
-  _globals['_KVVALUE']._serialized_start=688
-  _globals['_KVVALUE']._serialized_end=712
-  _globals['_QUEUEBINDINGVALUE']._serialized_start=714
-  _globals['_QUEUEBINDINGVALUE']._serialized_end=763
-  _globals['_CLIENTSESSION']._serialized_start=765
-  _globals['_CLIENTSESSION']._serialized_end=836
-  _globals['_MEMBERINFO']._serialized_start=838
-  _globals['_MEMBERINFO']._serialized_end=869
+  _globals['_QUEUEDATA']._serialized_start=534
+  _globals['_QUEUEDATA']._serialized_end=707
+  _globals['_QUEUEMAPPING']._serialized_start=710
+  _globals['_QUEUEMAPPING']._serialized_end=912
+  _globals['_QUEUEMAPPING_CURRIDMAPENTRY']._serialized_start=864
+  _globals['_QUEUEMAPPING_CURRIDMAPENTRY']._serialized_end=912
+  _globals['_FILTERSERVERS']._serialized_start=914
+  _globals['_FILTERSERVERS']._serialized_end=944
+  _globals['_KVVALUE']._serialized_start=946
+  _globals['_KVVALUE']._serialized_end=970
+  _globals['_QUEUEBINDINGVALUE']._serialized_start=972
+  _globals['_QUEUEBINDINGVALUE']._serialized_end=1021
+  _globals['_CLIENTSESSION']._serialized_start=1023
+  _globals['_CLIENTSESSION']._serialized_end=1094
+  _globals['_MEMBERINFO']._serialized_start=1096
+  _globals['_MEMBERINFO']._serialized_end=1127
 # @@protoc_insertion_point(module_scope)

@@ -81,18 +81,41 @@ class BrokerLive(_message.Message):
     def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., data_version: _Optional[_Union[DataVersion, _Mapping]] = ..., heartbeat_timeout_ms: _Optional[int] = ..., zone: _Optional[str] = ...) -> None: ...
 
 class QueueData(_message.Message):
-    __slots__ = ("broker_name", "read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag")
+    __slots__ = ("broker_name", "read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag", "mapping")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     TOPIC_SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    MAPPING_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
     topic_sys_flag: int
-    def __init__(self, broker_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ...) -> None: ...
+    mapping: QueueMapping
+    def __init__(self, broker_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ..., mapping: _Optional[_Union[QueueMapping, _Mapping]] = ...) -> None: ...
+
+class QueueMapping(_message.Message):
+    __slots__ = ("scope", "total_queues", "epoch", "dirty", "curr_id_map")
+    class CurrIdMapEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DIRTY_FIELD_NUMBER: _ClassVar[int]
+    CURR_ID_MAP_FIELD_NUMBER: _ClassVar[int]
+    scope: str
+    total_queues: int
+    epoch: int
+    dirty: bool
+    curr_id_map: _containers.ScalarMap[int, int]
+    def __init__(self, scope: _Optional[str] = ..., total_queues: _Optional[int] = ..., epoch: _Optional[int] = ..., dirty: _Optional[bool] = ..., curr_id_map: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class FilterServers(_message.Message):
     __slots__ = ("addrs",)

@@ -65,7 +65,16 @@ def queue_data(qd: state_pb2.QueueData) -> dict[str, Any]:
             "topicSysFlag": qd.topic_sys_flag, "writeQueueNums": qd.write_queue_nums}
 
 
-def topic_route(route: api_pb2.TopicRoute) -> dict[str, Any]:
+def queue_mapping(topic: str, broker_name: str, m: state_pb2.QueueMapping) -> dict[str, Any]:
+    """RocketMQ's TopicQueueMappingInfo (RIP-21 static topics)."""
+    out: dict[str, Any] = {"bname": broker_name, "currIdMap": dict(sorted(m.curr_id_map.items())),
+                           "dirty": m.dirty, "epoch": m.epoch, "topic": topic, "totalQueues": m.total_queues}
+    if m.scope:
+        out["scope"] = m.scope
+    return out
+
+
+def topic_route(route: api_pb2.TopicRoute, topic: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {
         "brokerDatas": [broker_data(bd) for bd in route.broker_datas],
         "filterServerTable": {addr: list(fs.addrs) for addr, fs in route.filter_server_table.items()},
@@ -73,6 +82,10 @@ def topic_route(route: api_pb2.TopicRoute) -> dict[str, Any]:
     }
     if route.order_topic_conf:
         out["orderTopicConf"] = route.order_topic_conf
+    mappings = {qd.broker_name: queue_mapping(topic, qd.broker_name, qd.mapping)
+                for qd in route.queue_datas if qd.HasField("mapping")}
+    if mappings:  # RocketMQ leaves the field out (null) for a topic without static queues
+        out["topicQueueMappingByBroker"] = mappings
     return out
 
 
@@ -129,6 +142,20 @@ def parse_queue_datas(body: bytes) -> list[state_pb2.QueueData]:
             write_queue_nums=_int(qd, "writeQueueNums", what), perm=_int(qd, "perm", what),
             topic_sys_flag=_int(qd, "topicSysFlag", what)))
     return out
+
+
+def parse_queue_mapping(obj: Any, what: str) -> tuple[str, str, state_pb2.QueueMapping]:
+    """A TopicQueueMappingInfo: (topic, bname, mapping). currIdMap keys may be quoted or not."""
+    doc = _object(obj, what)
+    ids = doc.get("currIdMap") or {}
+    if not isinstance(ids, dict):
+        raise BodyError(f"{what}.currIdMap is not a JSON object")
+    mapping = state_pb2.QueueMapping(scope=str(doc.get("scope") or ""), total_queues=_int(doc, "totalQueues", what),
+                                     epoch=_int(doc, "epoch", what, bounds=INT64), dirty=doc.get("dirty") is True)
+    for logical in ids:
+        key = _int({"id": logical}, "id", f"{what}.currIdMap key")
+        mapping.curr_id_map[key] = _int(ids, logical, f"{what}.currIdMap")
+    return str(doc.get("topic") or ""), str(doc.get("bname") or ""), mapping
 
 
 def topic_config(doc: Mapping[str, Any], name: str, what: str) -> api_pb2.TopicConfig:

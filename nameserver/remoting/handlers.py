@@ -241,7 +241,12 @@ class Handlers:
         if crc != 0 and registerbody.crc32(req.body) != crc:
             return req.response(codes.SYSTEM_ERROR, "crc32 not match")
         body = registerbody.decode(req.body, _bool(req, "compressed"))
-        body.topics = self._storable_topics(body.topics, req.ext("brokerName") or "?")
+        broker = req.ext("brokerName") or "?"
+        ignored = body.attach_mappings(broker)
+        if ignored:
+            log.warning("remoting: broker %s: %d static-topic queue mapping(s) ignored: %s", broker[:128],
+                        len(ignored), "; ".join(ignored[:3]))
+        body.topics = self._storable_topics(body.topics, broker)
         request = api_pb2.RegisterBrokerRequest(
             cluster_name=_need(req, "clusterName"), broker_name=_need(req, "brokerName"),
             broker_addr=_need(req, "brokerAddr"), broker_id=_int(req, "brokerId"),
@@ -324,7 +329,7 @@ class Handlers:
         zone = (req.ext("__ZONE_NAME") or "") if _bool(req, "__ZONE_MODE") else ""
         reply = self._call(self.ns.GetRoute, api_pb2.GetRouteRequest(topic=topic, zone_name=zone),
                            codes.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}")
-        return req.response(body=bodies.encode(bodies.topic_route(reply.route), _fastjson(req)))
+        return req.response(body=bodies.encode(bodies.topic_route(reply.route, topic), _fastjson(req)))
 
     def cluster_info(self, req: Command) -> Command:
         reply = self._call(self.ns.GetClusterInfo, api_pb2.GetClusterInfoRequest())

@@ -4,8 +4,10 @@ Compressed (`compressed=true`): a zlib stream of
     int32 length + DataVersion JSON
     int32 topic count, then per topic: int32 length + "name readQ writeQ perm filterType [attributesJSON]"
     int32 length + filter server list JSON
-    (5.x) int32 count + that many (int32 length + TopicQueueMappingInfo JSON)   -- read and ignored
+    (5.x) int32 count + that many (int32 length + TopicQueueMappingInfo JSON)
 The compressed form carries no topicSysFlag: like RocketMQ, such topics register with flag 0.
+Plain 5.x bodies carry the static-topic queue mappings as topicConfigSerializeWrapper.topicQueueMappingInfoMap
+(topic -> TopicQueueMappingInfo). Either way a mapping rides on its topic's TopicConfig (attach_mappings).
 """
 
 from __future__ import annotations
@@ -31,6 +33,23 @@ class RegisterBody:
     data_version: state_pb2.DataVersion = field(default_factory=state_pb2.DataVersion)
     topics: list[api_pb2.TopicConfig] = field(default_factory=list)
     filter_servers: list[str] = field(default_factory=list)
+    # RIP-21 static topics: topic -> (bname, mapping), as the broker sent them
+    mappings: dict[str, tuple[str, state_pb2.QueueMapping]] = field(default_factory=dict)
+
+    def attach_mappings(self, broker_name: str) -> list[str]:
+        """Put each queue mapping on its topic's config; what could not be attached, as messages. RocketMQ
+        files a mapping under its bname, which a broker sets to its own name."""
+        by_name = {tc.topic_name: tc for tc in self.topics}
+        ignored = []
+        for topic, (bname, mapping) in self.mappings.items():
+            tc = by_name.get(topic)
+            if tc is None:
+                ignored.append(f"queue mapping of {topic!r}: the broker registered no such topic")
+            elif bname and bname != broker_name:
+                ignored.append(f"queue mapping of {topic!r}: bname {bname!r} is not the broker's name")
+            else:
+                tc.mapping.CopyFrom(mapping)
+        return ignored
 
 
 def crc32(body: bytes) -> int:
@@ -65,6 +84,12 @@ def _decode_json(body: bytes) -> RegisterBody:
             raise BodyError(f"topicConfigTable[{name!r}] is not a JSON object")
         out.topics.append(bodies.topic_config(tc, str(name), f"topicConfigTable[{name!r}]"))
     out.filter_servers = _string_list(doc.get("filterServerList"), "filterServerList")
+    infos = wrapper.get("topicQueueMappingInfoMap") or {}
+    if not isinstance(infos, dict):
+        raise BodyError("topicQueueMappingInfoMap is not a JSON object")
+    for name, info in infos.items():
+        _, bname, mapping = bodies.parse_queue_mapping(info, f"topicQueueMappingInfoMap[{name!r}]")
+        out.mappings[str(name)] = (bname, mapping)
     return out
 
 
@@ -123,9 +148,11 @@ def _decode_compressed(body: bytes) -> RegisterBody:
         out.topics.append(_topic_line(src.chunk(f"topic config {i}"), i))
     out.filter_servers = _string_list(bodies.parse_json(src.chunk("filter server list"), "filterServerList"),
                                       "filterServerList")
-    if not src.done:  # 5.x appends static-topic queue mappings; we do not serve them
+    if not src.done:  # 5.x appends the static-topic queue mappings
         for i in range(src.int32("topic queue mapping count")):
-            src.chunk(f"topic queue mapping {i}")
+            what = f"topic queue mapping {i}"
+            topic, bname, mapping = bodies.parse_queue_mapping(bodies.parse_json(src.chunk(what), what), what)
+            out.mappings[topic] = (bname, mapping)
     return out
 
 

@@ -120,9 +120,13 @@ def _broker_data(cluster: str, name: str, addrs: dict[int, str], acting: bool, z
     return bd
 
 
-def _queue_data(broker_name: str, read: int, write: int, perm: int, sys_flag: int) -> state_pb2.QueueData:
-    return state_pb2.QueueData(broker_name=broker_name, read_queue_nums=read, write_queue_nums=write,
-                               perm=perm, topic_sys_flag=sys_flag)
+def _queue_data(broker_name: str, read: int, write: int, perm: int, sys_flag: int,
+                mapping: state_pb2.QueueMapping | None = None) -> state_pb2.QueueData:
+    qd = state_pb2.QueueData(broker_name=broker_name, read_queue_nums=read, write_queue_nums=write,
+                             perm=perm, topic_sys_flag=sys_flag)
+    if mapping is not None:
+        qd.mapping.CopyFrom(mapping)
+    return qd
 
 
 def _wipe_write_of_group(b: _Builder, broker_name: str) -> None:
@@ -244,7 +248,8 @@ def _register_topics(b: _Builder, req: api_pb2.RegisterBrokerRequest, changed: b
             continue
         perm = tc.perm & ~PERM_WRITE if acting else tc.perm  # an acting master is read-only
         b.put(keys.TOPIC_TYPE, keys.topic_key(tc.topic_name, name),
-              _queue_data(name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag))
+              _queue_data(name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag,
+                          tc.mapping if tc.HasField("mapping") else None))
 
 
 def unregister_broker(state: MetadataState, cluster_name: str, broker_name: str, broker_addr: str,
@@ -331,9 +336,11 @@ def register_topic(state: MetadataState, topic: str, queue_datas: list[state_pb2
                                   f"broker {qd.broker_name!r} is not registered")
         b.require(keys.broker_key(qd.broker_name))  # it must still exist when this applies
     for qd in queue_datas:
+        # A static topic's queue mapping stays: it is the broker's, and only its registration changes it.
+        old = state.queue_data(topic, qd.broker_name)
         b.put(keys.TOPIC_TYPE, keys.topic_key(topic, qd.broker_name),
               _queue_data(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, qd.perm,
-                          qd.topic_sys_flag))
+                          qd.topic_sys_flag, old.mapping if old is not None and old.HasField("mapping") else None))
     return b.build()
 
 

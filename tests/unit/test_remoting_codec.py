@@ -209,3 +209,69 @@ def test_header_module_round_trips_remark_and_unicode() -> None:
     back = header.decode_rocketmq(header.encode_rocketmq(cmd))
     assert (back.code, back.language, back.version, back.opaque, back.flag, back.remark, back.ext_fields) == (
         1, "CPP", 3, 4, 2, "ré", {"k": "vé"})
+
+
+# ---- RIP-21 static topics: queue mappings in, topicQueueMappingByBroker out --------------------------
+
+MAPPING_INFO = {"bname": "broker-a", "currIdMap": {"0": 0, "1": 1}, "dirty": False, "epoch": 1700000000123,
+                "scope": "__global__", "topic": "ST", "totalQueues": 4}
+
+
+def test_plain_register_body_attaches_static_topic_mappings_to_their_topics() -> None:
+    body = json.dumps({"topicConfigSerializeWrapper": {
+        "dataVersion": {"counter": 1, "timestamp": 2},
+        "topicConfigTable": {"ST": {"perm": 6, "readQueueNums": 2, "writeQueueNums": 2},
+                             "Plain": {"perm": 6, "readQueueNums": 1, "writeQueueNums": 1}},
+        "topicQueueMappingInfoMap": {"ST": MAPPING_INFO, "Gone": MAPPING_INFO | {"topic": "Gone"}}}}).encode()
+    decoded = registerbody.decode(body, compressed=False)
+    ignored = decoded.attach_mappings("broker-a")
+    assert ignored == ["queue mapping of 'Gone': the broker registered no such topic"]
+    st, plain = decoded.topics
+    assert st.HasField("mapping") and not plain.HasField("mapping")
+    assert (st.mapping.total_queues, st.mapping.epoch, st.mapping.scope, dict(st.mapping.curr_id_map)) == (
+        4, 1700000000123, "__global__", {0: 0, 1: 1})
+    other = registerbody.decode(body, compressed=False)
+    assert "queue mapping of 'ST': bname 'broker-a' is not the broker's name" in other.attach_mappings("broker-b")
+    assert not other.topics[0].HasField("mapping")
+
+
+def test_compressed_register_body_reads_static_topic_mappings() -> None:
+    def chunk(data: bytes) -> bytes:
+        return struct.pack(">i", len(data)) + data
+
+    info = json.dumps(MAPPING_INFO | {"currIdMap": {"2": 0}}).encode()
+    raw = (chunk(b'{"counter":2,"timestamp":5}') + struct.pack(">i", 1) + chunk(b"ST 1 1 6 SINGLE_TAG {}")
+           + chunk(b"[]") + struct.pack(">i", 1) + chunk(info))
+    decoded = registerbody.decode(zlib.compress(raw), compressed=True)
+    assert decoded.attach_mappings("broker-a") == []
+    assert dict(decoded.topics[0].mapping.curr_id_map) == {2: 0}
+
+
+@pytest.mark.parametrize("info, message", [
+    (MAPPING_INFO | {"currIdMap": {"x": 1}}, "currIdMap key"),
+    (MAPPING_INFO | {"currIdMap": [1]}, "currIdMap is not a JSON object"),
+    (MAPPING_INFO | {"totalQueues": "many"}, "totalQueues is not an integer"),
+    ("nope", "is not a JSON object"),
+])
+def test_bad_static_topic_mappings_raise_body_error(info: object, message: str) -> None:
+    body = json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": {},
+                                                       "topicQueueMappingInfoMap": {"ST": info}}}).encode()
+    with pytest.raises(BodyError, match=message):
+        registerbody.decode(body, compressed=False)
+
+
+def test_route_body_carries_topic_queue_mapping_by_broker_only_for_static_topics() -> None:
+    from nameserver.pb import api_pb2, state_pb2
+
+    mapping = state_pb2.QueueMapping(scope="__global__", total_queues=4, epoch=7, curr_id_map={1: 0, 0: 1})
+    route = api_pb2.TopicRoute(queue_datas=[
+        state_pb2.QueueData(broker_name="broker-a", perm=6, read_queue_nums=2, write_queue_nums=2, mapping=mapping),
+        state_pb2.QueueData(broker_name="broker-b", perm=6, read_queue_nums=2, write_queue_nums=2)])
+    doc = json.loads(bodies.encode(bodies.topic_route(route, "ST")))
+    assert doc["topicQueueMappingByBroker"] == {"broker-a": {
+        "bname": "broker-a", "currIdMap": {"0": 1, "1": 0}, "dirty": False, "epoch": 7, "scope": "__global__",
+        "topic": "ST", "totalQueues": 4}}
+    assert all("mapping" not in qd for qd in doc["queueDatas"])  # RocketMQ's QueueData has no such field
+    assert b'"currIdMap":{0:1,1:0}' in bodies.encode(bodies.topic_route(route, "ST"), fastjson=True)
+    del route.queue_datas[0]
+    assert "topicQueueMappingByBroker" not in json.loads(bodies.encode(bodies.topic_route(route, "ST")))

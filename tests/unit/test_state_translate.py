@@ -364,3 +364,45 @@ def test_seventy_thousand_topics() -> None:
     assert gone.records == n + 2
     assert apply(state, gone).applied
     assert state.topic_count() == 0 and len(state.kv) == 0
+
+
+def test_static_topic_queue_mapping_is_stored_served_and_kept() -> None:
+    """RIP-21: a registration's queue mapping lands on the topic's queue data, reaches the route, survives
+    wipe/add write perm and a 217 for the topic, changes only with a new DataVersion, and leaves with
+    the broker's queues."""
+    state = MetadataState()
+    req = reg(topics={"ST": 6, "Plain": 6})
+    req.topics[0].mapping.CopyFrom(state_pb2.QueueMapping(scope="__global__", total_queues=8, epoch=5,
+                                                           curr_id_map={0: 0, 1: 1}))
+    register(state, req)
+    (qd,) = state.route("ST").queue_datas
+    assert (qd.mapping.total_queues, dict(qd.mapping.curr_id_map)) == (8, {0: 0, 1: 1})
+    assert not state.route("Plain").queue_datas[0].HasField("mapping")
+    assert register_broker(state, req, TIMEOUT).empty  # unchanged DataVersion: nothing written
+    apply(state, wipe_write_perm(state, "broker-a"))
+    apply(state, register_topic(state, "ST", [state_pb2.QueueData(broker_name="broker-a", read_queue_nums=2,
+                                                                  write_queue_nums=2, perm=6)]))
+    (qd,) = state.route("ST").queue_datas
+    assert (qd.read_queue_nums, qd.mapping.epoch) == (2, 5)
+    newer = reg(counter=2, topics={"ST": 6})
+    newer.topics[0].mapping.CopyFrom(state_pb2.QueueMapping(total_queues=8, epoch=6, curr_id_map={0: 0}))
+    tr = register(state, newer)
+    assert ("OP_PUT", "topic/ST/broker-a") in record_keys(tr)
+    assert dict(state.route("ST").queue_datas[0].mapping.curr_id_map) == {0: 0}
+    apply(state, unregister_broker(state, "c1", "broker-a", M, 0))
+    assert state.route("ST") is None
+
+
+def test_static_topic_mapping_is_validated_and_not_accepted_from_register_topic() -> None:
+    from nameserver.validation import check_topic_configs, validate_register_topic
+
+    tc = api_pb2.TopicConfig(topic_name="ST", read_queue_nums=1, write_queue_nums=1, perm=6)
+    tc.mapping.curr_id_map[-1] = 0
+    with pytest.raises(ValidationError) as err:
+        check_topic_configs([tc])
+    assert err.value.field == "topics[0].mapping.curr_id_map"
+    qd = state_pb2.QueueData(broker_name="broker-a", read_queue_nums=1, write_queue_nums=1, perm=6)
+    qd.mapping.total_queues = 1
+    with pytest.raises(ValidationError) as err:
+        validate_register_topic(api_pb2.RegisterTopicRequest(topic="ST", queue_datas=[qd]))
+    assert err.value.field == "queue_datas[0].mapping"
