@@ -360,8 +360,10 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def ListKv(self, request: api_pb2.ListKvRequest, context: grpc.ServicerContext) -> api_pb2.ListKvReply:
         validation.validate_kv_namespace(request.namespace)
-        table, offset = self._read(context, lambda s: s.kv_list(request.namespace), request.min_offset)
-        return api_pb2.ListKvReply(table=table, apply_offset=offset)
+        (table, exists), offset = self._read(
+            context, lambda s: (s.kv_list(request.namespace), s.kv_namespace_exists(request.namespace)),
+            request.min_offset)
+        return api_pb2.ListKvReply(table=table, apply_offset=offset, namespace_exists=exists)
 
     # ---- topics and permissions ------------------------------------------------------------------
 

@@ -331,7 +331,7 @@ class ListKvRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., min_offset: _Optional[int] = ...) -> None: ...
 
 class ListKvReply(_message.Message):
-    __slots__ = ("table", "apply_offset")
+    __slots__ = ("table", "apply_offset", "namespace_exists")
     class TableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -341,9 +341,11 @@ class ListKvReply(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TABLE_FIELD_NUMBER: _ClassVar[int]
     APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_EXISTS_FIELD_NUMBER: _ClassVar[int]
     table: _containers.ScalarMap[str, str]
     apply_offset: int
-    def __init__(self, table: _Optional[_Mapping[str, str]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+    namespace_exists: bool
+    def __init__(self, table: _Optional[_Mapping[str, str]] = ..., apply_offset: _Optional[int] = ..., namespace_exists: _Optional[bool] = ...) -> None: ...
 
 class BrokerPermRequest(_message.Message):
     __slots__ = ("broker_name",)

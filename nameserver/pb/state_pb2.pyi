@@ -18,6 +18,7 @@ class RecordType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     QUEUE_BINDING: _ClassVar[RecordType]
     CLIENT_SESSION: _ClassVar[RecordType]
     MEMBER: _ClassVar[RecordType]
+    KV_NAMESPACE: _ClassVar[RecordType]
 RECORD_TYPE_UNSPECIFIED: RecordType
 BROKER: RecordType
 BROKER_LIVE: RecordType
@@ -27,6 +28,7 @@ KV_CONFIG: RecordType
 QUEUE_BINDING: RecordType
 CLIENT_SESSION: RecordType
 MEMBER: RecordType
+KV_NAMESPACE: RecordType
 
 class BrokerAddr(_message.Message):
     __slots__ = ("broker_id", "addr")
@@ -128,6 +130,10 @@ class KvValue(_message.Message):
     VALUE_FIELD_NUMBER: _ClassVar[int]
     value: str
     def __init__(self, value: _Optional[str] = ...) -> None: ...
+
+class KvNamespace(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class QueueBindingValue(_message.Message):
     __slots__ = ("owner", "epoch")

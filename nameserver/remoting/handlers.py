@@ -230,7 +230,7 @@ class Handlers:
     def list_kv(self, req: Command) -> Command:
         namespace = _need(req, "namespace")
         reply = self._call(self.ns.ListKv, api_pb2.ListKvRequest(namespace=namespace))
-        if not reply.table:
+        if not reply.table and not reply.namespace_exists:  # an emptied namespace answers {"table":{}}
             return req.response(codes.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
         return req.response(body=bodies.encode(bodies.kv_table(reply.table)))
 

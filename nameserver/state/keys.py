@@ -5,6 +5,7 @@
     topic/<topic>/<brokerName>     QueueData       (topicQueueTable)
     filter/<brokerAddr>            FilterServers   (filterServerTable)
     kv/<namespace>/<key>           KvValue         (KVConfigManager)
+    kvns/<namespace>               KvNamespace     (KVConfigManager's namespace table: kept when emptied)
     bind/<topic>/<queueId>         QueueBindingValue (new: which owner serves a queue; compare-and-set)
     session/<clientId>             ClientSession   (new: exactly-once writes, latest result per client)
     member/<raftAddr>              MemberInfo      (new: gRPC address of a member added at runtime)
@@ -23,6 +24,7 @@ LIVE_PREFIX = "live/"
 TOPIC_PREFIX = "topic/"
 FILTER_PREFIX = "filter/"
 KV_PREFIX = "kv/"
+KV_NAMESPACE_PREFIX = "kvns/"
 BIND_PREFIX = "bind/"
 SESSION_PREFIX = "session/"
 MEMBER_PREFIX = "member/"
@@ -32,6 +34,7 @@ LIVE_TYPE: int = state_pb2.BROKER_LIVE
 TOPIC_TYPE: int = state_pb2.TOPIC_QUEUE
 FILTER_TYPE: int = state_pb2.FILTER_SERVER
 KV_TYPE: int = state_pb2.KV_CONFIG
+KV_NAMESPACE_TYPE: int = state_pb2.KV_NAMESPACE
 BIND_TYPE: int = state_pb2.QUEUE_BINDING
 SESSION_TYPE: int = state_pb2.CLIENT_SESSION
 MEMBER_TYPE: int = state_pb2.MEMBER
@@ -43,6 +46,7 @@ PREFIX_TYPES: dict[str, int] = {
     TOPIC_PREFIX: TOPIC_TYPE,
     FILTER_PREFIX: FILTER_TYPE,
     KV_PREFIX: KV_TYPE,
+    KV_NAMESPACE_PREFIX: KV_NAMESPACE_TYPE,
     BIND_PREFIX: BIND_TYPE,
     SESSION_PREFIX: SESSION_TYPE,
     MEMBER_PREFIX: MEMBER_TYPE,
@@ -94,6 +98,10 @@ def kv_prefix(namespace: str) -> str:
     return f"{KV_PREFIX}{_name('namespace', namespace)}/"
 
 
+def kv_namespace_key(namespace: str) -> str:
+    return KV_NAMESPACE_PREFIX + _name("namespace", namespace)
+
+
 def bind_key(topic: str, queue_id: int) -> str:
     return f"{BIND_PREFIX}{_name('topic', topic)}/{int(queue_id)}"
 
@@ -142,6 +150,11 @@ def parse_topic_key(key: str) -> tuple[str, str] | None:
     if not sep or not topic or not broker or "/" in broker:
         return None
     return topic, broker
+
+
+def parse_kv_namespace_key(key: str) -> str | None:
+    rest = _tail(key, KV_NAMESPACE_PREFIX)
+    return rest if rest and "/" not in rest else None
 
 
 def parse_kv_key(key: str) -> tuple[str, str] | None:

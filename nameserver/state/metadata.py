@@ -97,6 +97,7 @@ class MetadataState:
         # unit topic-list kind -> topic -> number of its queue datas qualifying (a topic counts when > 0)
         self._unit_topics: dict[int, dict[str, int]] = {kind: {} for kind in _UNIT_KINDS}
         self._kv: dict[str, dict[str, str]] = {}
+        self._kv_namespaces: set[str] = set()  # kvns/ records: namespaces ever written
         self._bindings: dict[str, dict[int, state_pb2.QueueBindingValue]] = {}  # topic -> queue id -> binding
         self._sessions: dict[str, state_pb2.ClientSession] = {}
 
@@ -176,6 +177,13 @@ class MetadataState:
             parsed_kv = keys.parse_kv_key(key)
             if parsed_kv is not None:
                 self._set_kv(*parsed_kv, _decode(state_pb2.KvValue, new))
+        elif key.startswith(keys.KV_NAMESPACE_PREFIX):
+            namespace = keys.parse_kv_namespace_key(key)
+            if namespace is not None:
+                if new is None:
+                    self._kv_namespaces.discard(namespace)
+                else:
+                    self._kv_namespaces.add(namespace)
         elif key.startswith(keys.BIND_PREFIX):
             parsed_bind = keys.parse_bind_key(key)
             if parsed_bind is not None:
@@ -440,6 +448,10 @@ class MetadataState:
     def kv_list(self, namespace: str) -> dict[str, str]:
         """A copy of one namespace's table (empty when the namespace has no keys)."""
         return dict(self._kv.get(namespace, {}))
+
+    def kv_namespace_exists(self, namespace: str) -> bool:
+        """A key was put in it, even if all are deleted since (RocketMQ keeps emptied namespaces)."""
+        return namespace in self._kv_namespaces or namespace in self._kv
 
     def kv_namespaces(self) -> list[str]:
         return sorted(self._kv)

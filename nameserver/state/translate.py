@@ -286,6 +286,8 @@ def expire_broker(state: MetadataState, broker_addr: str, expected_live_version:
 def put_kv(state: MetadataState, namespace: str, key: str, value: str) -> Translation:
     b = _Builder(state)
     b.put(keys.KV_TYPE, keys.kv_key(namespace, key), state_pb2.KvValue(value=value))
+    # The namespace outlives its keys (RocketMQ keeps an emptied one); written once, a no-op after.
+    b.put(keys.KV_NAMESPACE_TYPE, keys.kv_namespace_key(namespace), state_pb2.KvNamespace())
     return b.build()
 
 

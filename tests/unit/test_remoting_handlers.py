@@ -132,7 +132,8 @@ class FakeNameServer(api_pb2_grpc.NameServerServicer):
 
     def ListKv(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._rec("ListKv", request, context)
-        return api_pb2.ListKvReply(table=self.kv.get(request.namespace, {}))
+        return api_pb2.ListKvReply(table=self.kv.get(request.namespace, {}),
+                                   namespace_exists=request.namespace in self.kv)
 
     def WipeWritePerm(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._rec("WipeWritePerm", request, context)
@@ -349,6 +350,9 @@ def test_kv_codes(client: Client, fake: FakeNameServer) -> None:
     assert (resp["code"], body) == (0, b'{"table":{"TopicTest":"broker-a:4"}}')
     resp, body = client.call(219, {"namespace": "EMPTY"})
     assert (resp["code"], resp["remark"], body) == (22, "No config item, Namespace: EMPTY", b"")
+    fake.kv["EMPTIED"] = {}  # its last key was deleted: RocketMQ answers an empty table
+    resp, body = client.call(219, {"namespace": "EMPTIED"})
+    assert (resp["code"], body) == (0, b'{"table":{}}')
 
     resp, _ = client.call(100, {"namespace": "NS"})
     assert (resp["code"], resp["remark"]) == (1, "the custom field <key> is null")

@@ -334,14 +334,21 @@ def test_register_topic_requires_known_brokers() -> None:
 def test_kv_put_and_delete_diff() -> None:
     state = MetadataState()
     tr = put_kv(state, "ns", "a/b", "v1")
-    assert record_keys(tr) == [("OP_PUT", "kv/ns/a/b")]
+    assert record_keys(tr) == [("OP_PUT", "kv/ns/a/b"), ("OP_PUT", "kvns/ns")]  # the namespace, once
     assert apply(state, tr).applied
     assert put_kv(state, "ns", "a/b", "v1").empty
+    assert record_keys(put_kv(state, "ns", "c", "v")) == [("OP_PUT", "kv/ns/c")]
     assert apply(state, put_kv(state, "ns", "a/b", "")).applied  # an empty value is a value
     assert state.kv_get("ns", "a/b") == ""
     assert delete_kv(state, "ns", "missing").empty
     assert apply(state, delete_kv(state, "ns", "a/b")).applied
     assert state.kv_get("ns", "a/b") is None
+    # RocketMQ keeps an emptied namespace: it lists as an empty table, and never-written ones do not exist
+    assert state.kv_list("ns") == {} and state.kv_namespace_exists("ns")
+    assert not state.kv_namespace_exists("never")
+    copy = MetadataState()
+    copy.restore(state.offset, state.kv.items())
+    assert copy.kv_namespace_exists("ns") and copy.digest_hex == state.digest_hex
 
 
 def test_seventy_thousand_topics() -> None:
