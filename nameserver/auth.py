@@ -2,7 +2,7 @@
 
     broker  RegisterBroker, RegisterBrokerStream, UnregisterBroker, Heartbeat
     client  GetRoute, GetClusterInfo, GetTopicList, GetBrokerMemberGroup, GetKv, ListKv, GetBinding,
-            ListBindings, Watch
+            ListBindings, Watch, GetSettings
     admin   everything except ReadIndex (node-to-node only)
     peer    everything: other nodes (forwarded writes, heartbeats, read indexes) and this node's
             remoting listener
@@ -43,7 +43,7 @@ BROKER_METHODS = frozenset(f"/{_NS}/{m}" for m in (
     "RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "Heartbeat"))
 CLIENT_METHODS = frozenset(f"/{_NS}/{m}" for m in (
     "GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
-    "ListBindings", "Watch"))
+    "ListBindings", "Watch", "GetSettings"))
 PEER_ONLY = frozenset({f"/{_NS}/ReadIndex"})
 SESSION_OWNER_HEADER = "x-rip18-session-owner"
 OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",

@@ -29,7 +29,7 @@ from nameserver.node import (
     WriteResult,
 )
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
-from nameserver.state import keys, translate
+from nameserver.state import MetadataState, keys, settings, translate
 from nameserver.state.translate import CasFailed
 from nameserver.validation import TooLargeError, ValidationError
 from nameserver.watch import Watcher, to_events
@@ -301,7 +301,8 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
             # A zone name is the caller's own opt-in (RocketMQ's ZoneRouteRPCHook filters whenever the
             # client sends __ZONE_MODE and __ZONE_NAME, whatever the nameserver's configuration).
             request.topic, zone_name=request.zone_name,
-            order_message_enable=cfg.order_message_enable), request.min_offset)
+            order_message_enable=s.setting_on(settings.ORDER_MESSAGE_ENABLE, cfg.order_message_enable),
+            support_acting_master=s.setting_on(settings.SUPPORT_ACTING_MASTER, False)), request.min_offset)
         if route is None:
             context.set_trailing_metadata((("x-apply-offset", str(offset)),))
             context.abort(grpc.StatusCode.NOT_FOUND, f"topic {request.topic} does not exist")
@@ -319,8 +320,18 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                      ) -> api_pb2.GetTopicListReply:
         if request.kind == api_pb2.TOPIC_LIST_BY_CLUSTER:
             validation.validate_name(request.cluster_name, "cluster_name")
-        topics, offset = self._read(context, lambda s: s.topic_list(request.kind, request.cluster_name),
-                                    request.min_offset)
+        switch = settings.ENABLE_ALL_TOPIC_LIST if request.kind == api_pb2.TOPIC_LIST_ALL else (
+            None if request.kind == api_pb2.TOPIC_LIST_SYSTEM else settings.ENABLE_TOPIC_LIST)
+
+        def topic_list(s: MetadataState) -> list[str] | None:
+            if switch is not None and not s.setting_on(switch, True):
+                return None
+            return s.topic_list(request.kind, request.cluster_name)
+
+        topics, offset = self._read(context, topic_list, request.min_offset)
+        if topics is None:  # RocketMQ answers SYSTEM_ERROR "disable"
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"disable: this topic list is turned off "
+                          f"(replicated setting {switch}=false)")
         return api_pb2.GetTopicListReply(topics=topics, apply_offset=offset)
 
     @rpc
@@ -364,6 +375,23 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
             context, lambda s: (s.kv_list(request.namespace), s.kv_namespace_exists(request.namespace)),
             request.min_offset)
         return api_pb2.ListKvReply(table=table, apply_offset=offset, namespace_exists=exists)
+
+    # ---- replicated settings ---------------------------------------------------------------------
+
+    @rpc
+    def UpdateSettings(self, request: api_pb2.UpdateSettingsRequest, context: grpc.ServicerContext
+                       ) -> api_pb2.WriteReply:
+        values = settings.canonical_values(request.settings)
+        return self._write_reply(context, "UpdateSettings", request,
+                                 lambda s: translate.update_settings(s, values))
+
+    @rpc
+    def GetSettings(self, request: api_pb2.GetSettingsRequest, context: grpc.ServicerContext
+                    ) -> api_pb2.GetSettingsReply:
+        stored, offset = self._read(context, lambda s: s.stored_settings(), request.min_offset)
+        return api_pb2.GetSettingsReply(
+            settings=settings.effective(stored, self.node.cfg.order_message_enable), stored=sorted(stored),
+            apply_offset=offset)
 
     # ---- topics and permissions ------------------------------------------------------------------
 

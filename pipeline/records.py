@@ -24,6 +24,7 @@ VALUE_MESSAGES: dict[int, type[Message]] = {
     state_pb2.FILTER_SERVER: state_pb2.FilterServers,
     state_pb2.KV_CONFIG: state_pb2.KvValue,
     state_pb2.KV_NAMESPACE: state_pb2.KvNamespace,
+    state_pb2.SETTING: state_pb2.SettingValue,
     state_pb2.QUEUE_BINDING: state_pb2.QueueBindingValue,
     state_pb2.CLIENT_SESSION: state_pb2.ClientSession,
 }

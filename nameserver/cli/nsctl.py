@@ -465,6 +465,29 @@ def cmd_kv_list(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_settings_get(ctx: Context, args: argparse.Namespace) -> int:
+    reply = ns_call(ctx, "GetSettings", api_pb2.GetSettingsRequest(min_offset=args.min_offset))
+    if ctx.json:
+        emit_json(render.to_dict(reply))
+        return 0
+    stored = set(reply.stored)
+    rows = [(name, "true" if on else "false", "log" if name in stored else "default")
+            for name, on in sorted(reply.settings.items())]
+    print(render.table(("SETTING", "VALUE", "FROM"), rows))
+    print(served_at(reply.apply_offset))
+    return 0
+
+
+def cmd_settings_set(ctx: Context, args: argparse.Namespace) -> int:
+    values = {}
+    for item in args.assignments:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"nsctl settings set: {item!r} is not NAME=VALUE")
+        values[name.strip()] = value.strip()
+    return emit_write(ctx, ns_call(ctx, "UpdateSettings", api_pb2.UpdateSettingsRequest(settings=values)))
+
+
 # ---- brokers ----
 
 
@@ -683,6 +706,14 @@ def _add_kv_commands(b: _Builder, sub: Any) -> None:
     _add_min_offset(listing)
 
 
+def _add_settings_commands(b: _Builder, sub: Any) -> None:
+    group = b.group(sub, "settings", "replicated settings (RocketMQ NamesrvConfig switches, set through the log)")
+    get = b.command(group, "get", cmd_settings_get, "every setting, its value and whether the log set it")
+    _add_min_offset(get)
+    put = b.command(group, "set", cmd_settings_set, "set settings on every node, e.g. orderMessageEnable=true")
+    put.add_argument("assignments", nargs="+", metavar="NAME=VALUE")
+
+
 def _add_register_options(parser: argparse.ArgumentParser) -> None:
     _add_broker_identity(parser, with_id=True)
     parser.add_argument("--ha-addr", default="", help="HA server address HOST:PORT")
@@ -740,6 +771,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_commands(builder, sub)
     _add_read_commands(builder, sub)
     _add_kv_commands(builder, sub)
+    _add_settings_commands(builder, sub)
     _add_broker_commands(builder, sub)
     _add_admin_commands(builder, sub)
     from nameserver.cli.nsctl_log import add_log_commands  # log export, state dump (nsctl_log imports this module)

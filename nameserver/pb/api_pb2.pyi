@@ -347,6 +347,42 @@ class ListKvReply(_message.Message):
     namespace_exists: bool
     def __init__(self, table: _Optional[_Mapping[str, str]] = ..., apply_offset: _Optional[int] = ..., namespace_exists: _Optional[bool] = ...) -> None: ...
 
+class UpdateSettingsRequest(_message.Message):
+    __slots__ = ("settings",)
+    class SettingsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    settings: _containers.ScalarMap[str, str]
+    def __init__(self, settings: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GetSettingsRequest(_message.Message):
+    __slots__ = ("min_offset",)
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    min_offset: int
+    def __init__(self, min_offset: _Optional[int] = ...) -> None: ...
+
+class GetSettingsReply(_message.Message):
+    __slots__ = ("settings", "stored", "apply_offset")
+    class SettingsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bool
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bool] = ...) -> None: ...
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    settings: _containers.ScalarMap[str, bool]
+    stored: _containers.RepeatedScalarFieldContainer[str]
+    apply_offset: int
+    def __init__(self, settings: _Optional[_Mapping[str, bool]] = ..., stored: _Optional[_Iterable[str]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+
 class BrokerPermRequest(_message.Message):
     __slots__ = ("broker_name",)
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]

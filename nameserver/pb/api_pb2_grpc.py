@@ -114,6 +114,16 @@ class NameServerStub:
                 request_serializer=nameserver_dot_pb_dot_api__pb2.DeleteTopicRequest.SerializeToString,
                 response_deserializer=nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
                 _registered_method=True)
+        self.UpdateSettings = channel.unary_unary(
+                '/rip18.nameserver.v1.NameServer/UpdateSettings',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.UpdateSettingsRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
+                _registered_method=True)
+        self.GetSettings = channel.unary_unary(
+                '/rip18.nameserver.v1.NameServer/GetSettings',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.GetSettingsRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.GetSettingsReply.FromString,
+                _registered_method=True)
         self.BindQueue = channel.unary_unary(
                 '/rip18.nameserver.v1.NameServer/BindQueue',
                 request_serializer=nameserver_dot_pb_dot_api__pb2.BindQueueRequest.SerializeToString,
@@ -250,6 +260,19 @@ class NameServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateSettings(self, request, context):
+        """Replicated settings: RocketMQ NamesrvConfig switches set through the log (nameserver/state/settings.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSettings(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def BindQueue(self, request, context):
         """Queue bindings (elastic scaling: which broker owns a queue). Compare-and-set on the key's
         version; reads are linearizable unless the request asks for SERIALIZABLE.
@@ -372,6 +395,16 @@ def add_NameServerServicer_to_server(servicer, server):
                     servicer.DeleteTopic,
                     request_deserializer=nameserver_dot_pb_dot_api__pb2.DeleteTopicRequest.FromString,
                     response_serializer=nameserver_dot_pb_dot_api__pb2.WriteReply.SerializeToString,
+            ),
+            'UpdateSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSettings,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.UpdateSettingsRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.WriteReply.SerializeToString,
+            ),
+            'GetSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSettings,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.GetSettingsRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.GetSettingsReply.SerializeToString,
             ),
             'BindQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.BindQueue,
@@ -836,6 +869,60 @@ class NameServer:
             '/rip18.nameserver.v1.NameServer/DeleteTopic',
             nameserver_dot_pb_dot_api__pb2.DeleteTopicRequest.SerializeToString,
             nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.NameServer/UpdateSettings',
+            nameserver_dot_pb_dot_api__pb2.UpdateSettingsRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.NameServer/GetSettings',
+            nameserver_dot_pb_dot_api__pb2.GetSettingsRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.GetSettingsReply.FromString,
             options,
             channel_credentials,
             insecure,

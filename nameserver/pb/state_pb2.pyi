@@ -19,6 +19,7 @@ class RecordType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CLIENT_SESSION: _ClassVar[RecordType]
     MEMBER: _ClassVar[RecordType]
     KV_NAMESPACE: _ClassVar[RecordType]
+    SETTING: _ClassVar[RecordType]
 RECORD_TYPE_UNSPECIFIED: RecordType
 BROKER: RecordType
 BROKER_LIVE: RecordType
@@ -29,6 +30,7 @@ QUEUE_BINDING: RecordType
 CLIENT_SESSION: RecordType
 MEMBER: RecordType
 KV_NAMESPACE: RecordType
+SETTING: RecordType
 
 class BrokerAddr(_message.Message):
     __slots__ = ("broker_id", "addr")
@@ -134,6 +136,12 @@ class KvValue(_message.Message):
 class KvNamespace(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class SettingValue(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: str
+    def __init__(self, value: _Optional[str] = ...) -> None: ...
 
 class QueueBindingValue(_message.Message):
     __slots__ = ("owner", "epoch")

@@ -85,9 +85,31 @@ PUBLIC_SETTINGS = (
 ) + LIMITS
 
 
-def config_properties(cfg: NodeConfig) -> str:
-    """The node's public settings as Java properties text (GET_NAMESRV_CONFIG)."""
-    lines = []
+# RocketMQ's DefaultRequestProcessor refuses UPDATE_NAMESRV_CONFIG naming one of these with NO_PERMISSION.
+CONFIG_BLACK_LIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java properties text as RocketMQ's 318 body carries it: `key=value` (or `key: value`, `key value`)
+    lines; blank lines and `#`/`!` comments skipped. Line continuations and escapes are not needed here:
+    every replicated setting is a boolean."""
+    out = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":"), line.find(" ")) if i >= 0), default=len(line))
+        key, rest = line[:cut].strip(), line[cut:].strip()
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].strip()
+        out[key] = rest
+    return out
+
+
+def config_properties(cfg: NodeConfig, replicated: dict[str, bool]) -> str:
+    """GET_NAMESRV_CONFIG as Java properties text: the replicated settings under RocketMQ's NamesrvConfig
+    names (their effective values), then the node's public settings."""
+    lines = [f"{name}={'true' if on else 'false'}" for name, on in replicated.items()]
     for name in PUBLIC_SETTINGS:
         value = getattr(cfg, name)
         if name == "members":
@@ -97,12 +119,8 @@ def config_properties(cfg: NodeConfig) -> str:
         lines.append(f"{name}={value}")
     lines += [f"tls_enabled={'true' if cfg.tls_enabled else 'false'}",
               f"auth_enabled={'true' if cfg.auth_enabled else 'false'}"]
-    # The same, under the names of RocketMQ's NamesrvConfig where one of ours means the same thing
-    # (mqadmin getNamesrvConfig users look for these).
-    lines += [f"orderMessageEnable={'true' if cfg.order_message_enable else 'false'}",
-              f"scanNotActiveBrokerInterval={cfg.scan_interval_ms}",
-              "enableTopicList=true", "returnOrderTopicConfigToBroker=true",
-              "deleteTopicWithBrokerRegistration=false", "supportActingMaster=false"]
+    # Node-local, under NamesrvConfig's name for the same thing (mqadmin getNamesrvConfig users look for it).
+    lines.append(f"scanNotActiveBrokerInterval={cfg.scan_interval_ms}")
     return "\n".join(sorted(lines)) + "\n"
 
 
@@ -383,8 +401,18 @@ class Handlers:
     # ---- nameserver configuration ----------------------------------------------------------------
 
     def update_config(self, req: Command) -> Command:
-        return req.response(codes.NO_PERMISSION, "updating the nameserver configuration at run time is not "
-                            "supported: edit the node's TOML file and restart the node")
+        """RocketMQ's NamesrvConfig switches, replicated through the log (UpdateSettings): every node
+        answers the new value, and it survives restarts. Node-local settings are refused, naming the key."""
+        try:
+            properties = parse_properties(req.body.decode("utf-8")) if req.body else {}
+        except UnicodeDecodeError:
+            raise RequestError(codes.SYSTEM_ERROR, "string2Properties error: the body is not UTF-8") from None
+        if CONFIG_BLACK_LIST & properties.keys():
+            raise RequestError(codes.NO_PERMISSION, "Can not update config in black list.")
+        if properties:  # an empty body changes nothing (RocketMQ answers SUCCESS too)
+            self._call(self.ns.UpdateSettings, api_pb2.UpdateSettingsRequest(settings=properties))
+        return req.response()
 
     def get_config(self, req: Command) -> Command:
-        return req.response(body=config_properties(self.cfg).encode("utf-8"))
+        reply = self._call(self.ns.GetSettings, api_pb2.GetSettingsRequest())
+        return req.response(body=config_properties(self.cfg, dict(reply.settings)).encode("utf-8"))

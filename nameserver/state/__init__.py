@@ -1,6 +1,6 @@
 """The nameserver's replicated state (MetadataState) and the leader's request translation."""
 
-from nameserver.state import keys
+from nameserver.state import keys, settings
 from nameserver.state.metadata import (
     MASTER_ID,
     ORDER_TOPIC_CONFIG,
@@ -28,6 +28,7 @@ from nameserver.state.translate import (
     register_topic,
     release_queue,
     unregister_broker,
+    update_settings,
     wipe_write_perm,
 )
 
@@ -56,6 +57,8 @@ __all__ = [
     "register_broker",
     "register_topic",
     "release_queue",
+    "settings",
     "unregister_broker",
+    "update_settings",
     "wipe_write_perm",
 ]

@@ -6,6 +6,7 @@
     filter/<brokerAddr>            FilterServers   (filterServerTable)
     kv/<namespace>/<key>           KvValue         (KVConfigManager)
     kvns/<namespace>               KvNamespace     (KVConfigManager's namespace table: kept when emptied)
+    setting/<name>                 SettingValue    (NamesrvConfig switches, replicated: settings.py)
     bind/<topic>/<queueId>         QueueBindingValue (new: which owner serves a queue; compare-and-set)
     session/<clientId>             ClientSession   (new: exactly-once writes, latest result per client)
     member/<raftAddr>              MemberInfo      (new: gRPC address of a member added at runtime)
@@ -25,6 +26,7 @@ TOPIC_PREFIX = "topic/"
 FILTER_PREFIX = "filter/"
 KV_PREFIX = "kv/"
 KV_NAMESPACE_PREFIX = "kvns/"
+SETTING_PREFIX = "setting/"
 BIND_PREFIX = "bind/"
 SESSION_PREFIX = "session/"
 MEMBER_PREFIX = "member/"
@@ -35,6 +37,7 @@ TOPIC_TYPE: int = state_pb2.TOPIC_QUEUE
 FILTER_TYPE: int = state_pb2.FILTER_SERVER
 KV_TYPE: int = state_pb2.KV_CONFIG
 KV_NAMESPACE_TYPE: int = state_pb2.KV_NAMESPACE
+SETTING_TYPE: int = state_pb2.SETTING
 BIND_TYPE: int = state_pb2.QUEUE_BINDING
 SESSION_TYPE: int = state_pb2.CLIENT_SESSION
 MEMBER_TYPE: int = state_pb2.MEMBER
@@ -47,6 +50,7 @@ PREFIX_TYPES: dict[str, int] = {
     FILTER_PREFIX: FILTER_TYPE,
     KV_PREFIX: KV_TYPE,
     KV_NAMESPACE_PREFIX: KV_NAMESPACE_TYPE,
+    SETTING_PREFIX: SETTING_TYPE,
     BIND_PREFIX: BIND_TYPE,
     SESSION_PREFIX: SESSION_TYPE,
     MEMBER_PREFIX: MEMBER_TYPE,
@@ -102,6 +106,10 @@ def kv_namespace_key(namespace: str) -> str:
     return KV_NAMESPACE_PREFIX + _name("namespace", namespace)
 
 
+def setting_key(name: str) -> str:
+    return SETTING_PREFIX + _name("setting", name)
+
+
 def bind_key(topic: str, queue_id: int) -> str:
     return f"{BIND_PREFIX}{_name('topic', topic)}/{int(queue_id)}"
 
@@ -154,6 +162,11 @@ def parse_topic_key(key: str) -> tuple[str, str] | None:
 
 def parse_kv_namespace_key(key: str) -> str | None:
     rest = _tail(key, KV_NAMESPACE_PREFIX)
+    return rest if rest and "/" not in rest else None
+
+
+def parse_setting_key(key: str) -> str | None:
+    rest = _tail(key, SETTING_PREFIX)
     return rest if rest and "/" not in rest else None
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
@@ -70,6 +70,14 @@ def _unit_kinds(sys_flag: int) -> list[int]:
     return kinds
 
 
+def _put_or_pop(index: dict[str, Any], key: str, value: Any) -> None:
+    """An index entry follows its record: set to the decoded value, or gone with the record."""
+    if value is None:
+        index.pop(key, None)
+    else:
+        index[key] = value
+
+
 def _copy(msg: M) -> M:
     out = type(msg)()
     out.CopyFrom(msg)
@@ -98,6 +106,7 @@ class MetadataState:
         self._unit_topics: dict[int, dict[str, int]] = {kind: {} for kind in _UNIT_KINDS}
         self._kv: dict[str, dict[str, str]] = {}
         self._kv_namespaces: set[str] = set()  # kvns/ records: namespaces ever written
+        self._settings: dict[str, str] = {}  # setting/ records: name -> "true"/"false"
         self._bindings: dict[str, dict[int, state_pb2.QueueBindingValue]] = {}  # topic -> queue id -> binding
         self._sessions: dict[str, state_pb2.ClientSession] = {}
 
@@ -160,11 +169,7 @@ class MetadataState:
         elif key.startswith(keys.LIVE_PREFIX):
             addr = keys.parse_live_key(key)
             if addr is not None:
-                live = _decode(state_pb2.BrokerLive, new)
-                if live is None:
-                    self._lives.pop(addr, None)
-                else:
-                    self._lives[addr] = live
+                _put_or_pop(self._lives, addr, _decode(state_pb2.BrokerLive, new))
         elif key.startswith(keys.FILTER_PREFIX):
             addr = keys.parse_filter_key(key)
             if addr is not None:
@@ -184,6 +189,11 @@ class MetadataState:
                     self._kv_namespaces.discard(namespace)
                 else:
                     self._kv_namespaces.add(namespace)
+        elif key.startswith(keys.SETTING_PREFIX):
+            name = keys.parse_setting_key(key)
+            if name is not None:
+                setting = _decode(state_pb2.SettingValue, new)
+                _put_or_pop(self._settings, name, None if setting is None else setting.value)
         elif key.startswith(keys.BIND_PREFIX):
             parsed_bind = keys.parse_bind_key(key)
             if parsed_bind is not None:
@@ -191,11 +201,7 @@ class MetadataState:
         elif key.startswith(keys.SESSION_PREFIX):
             client = keys.parse_session_key(key)
             if client is not None:
-                session = _decode(state_pb2.ClientSession, new)
-                if session is None:
-                    self._sessions.pop(client, None)
-                else:
-                    self._sessions[client] = session
+                _put_or_pop(self._sessions, client, _decode(state_pb2.ClientSession, new))
 
     def _remove_queue(self, topic: str, broker: str) -> None:
         qmap = self._topic_queues.get(topic)
@@ -448,6 +454,16 @@ class MetadataState:
     def kv_list(self, namespace: str) -> dict[str, str]:
         """A copy of one namespace's table (empty when the namespace has no keys)."""
         return dict(self._kv.get(namespace, {}))
+
+    # ---- replicated settings ---------------------------------------------------------------------
+
+    def stored_settings(self) -> dict[str, str]:
+        """The settings set through the log (name -> "true"/"false"); see settings.effective."""
+        return dict(self._settings)
+
+    def setting_on(self, name: str, default: bool) -> bool:
+        value = self._settings.get(name)
+        return default if value is None else value == "true"
 
     def kv_namespace_exists(self, namespace: str) -> bool:
         """A key was put in it, even if all are deleted since (RocketMQ keeps emptied namespaces)."""

@@ -14,12 +14,13 @@ checks that its brokers exist, which depends on the state.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
 from nameserver.pb import api_pb2, state_pb2
-from nameserver.state import keys
+from nameserver.state import keys, settings
 from nameserver.state.metadata import MASTER_ID, ORDER_TOPIC_CONFIG, PERM_READ, PERM_WRITE, MetadataState
 from nameserver.validation import ValidationError
 from raftlog.pb import entry_pb2
@@ -163,10 +164,11 @@ def _remove_addr(b: _Builder, broker_name: str, addr: str) -> None:
 
 # ---- brokers ---------------------------------------------------------------------------------------
 
-def register_broker(state: MetadataState, req: api_pb2.RegisterBrokerRequest, default_timeout_ms: int,
-                    delete_missing_topics: bool = False) -> Translation:
-    """RocketMQ registerBroker as a diff. delete_missing_topics mirrors deleteTopicWithBrokerRegistration
-    (off by default, as upstream): drop this group's topics absent from a (master's) full registration."""
+def register_broker(state: MetadataState, req: api_pb2.RegisterBrokerRequest, default_timeout_ms: int
+                    ) -> Translation:
+    """RocketMQ registerBroker as a diff. The replicated setting deleteTopicWithBrokerRegistration (off by
+    default, as upstream) drops this group's topics absent from a (master's) changed registration, unless
+    it holds static-topic queue mappings (as upstream)."""
     b = _Builder(state)
     name, addr, bid = req.broker_name, req.broker_addr, req.broker_id
     lkey, bkey = keys.live_key(addr), keys.broker_key(name)
@@ -222,14 +224,17 @@ def register_broker(state: MetadataState, req: api_pb2.RegisterBrokerRequest, de
     if is_master or prime_slave:
         # Topic data is rewritten on first registration or when the broker's DataVersion changed.
         changed = register_first or old_live is None or old_live.data_version != req.data_version
-        _register_topics(b, req, changed, prime_slave and req.enable_acting_master, delete_missing_topics)
+        delete_missing = (state.setting_on(settings.DELETE_TOPIC_WITH_BROKER_REGISTRATION, False)
+                          and not any(tc.HasField("mapping") for tc in req.topics))
+        _register_topics(b, req, changed, prime_slave and req.enable_acting_master, delete_missing)
 
     tr = b.build()
     if not is_master and MASTER_ID in addrs:
         master_live = state.broker_live(addrs[MASTER_ID])
         if master_live is not None:
             tr.master_addr, tr.ha_server_addr = addrs[MASTER_ID], master_live.ha_server_addr
-    tr.order_topic_config = state.kv_list(ORDER_TOPIC_CONFIG)
+    if state.setting_on(settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER, True):
+        tr.order_topic_config = state.kv_list(ORDER_TOPIC_CONFIG)
     return tr
 
 
@@ -288,6 +293,14 @@ def put_kv(state: MetadataState, namespace: str, key: str, value: str) -> Transl
     b.put(keys.KV_TYPE, keys.kv_key(namespace, key), state_pb2.KvValue(value=value))
     # The namespace outlives its keys (RocketMQ keeps an emptied one); written once, a no-op after.
     b.put(keys.KV_NAMESPACE_TYPE, keys.kv_namespace_key(namespace), state_pb2.KvNamespace())
+    return b.build()
+
+
+def update_settings(state: MetadataState, values: Mapping[str, str]) -> Translation:
+    """Set replicated settings (settings.py); values must already be canonical ("true"/"false")."""
+    b = _Builder(state)
+    for name in sorted(values):
+        b.put(keys.SETTING_TYPE, keys.setting_key(name), state_pb2.SettingValue(value=values[name]))
     return b.build()
 
 

@@ -91,11 +91,12 @@ def call(channel: grpc.Channel, m: Method, request: Message | bytes | list, time
 
 
 WRITES = {"RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "PutKv", "DeleteKv", "WipeWritePerm",
-          "AddWritePerm", "RegisterTopic", "DeleteTopic", "BindQueue", "ReleaseQueue"}
+          "AddWritePerm", "RegisterTopic", "DeleteTopic", "BindQueue", "ReleaseQueue", "UpdateSettings"}
 # Besides OK, INVALID_ARGUMENT and RESOURCE_EXHAUSTED (bad input, size bounds), what each method may
 # answer whatever the input (docs/api.md). Waits for an offset are handled by waits_for_offset.
 EXTRA: dict[str, set[grpc.StatusCode]] = {
     "GetRoute": {C.NOT_FOUND}, "GetKv": {C.NOT_FOUND},
+    "GetTopicList": {C.FAILED_PRECONDITION},  # a list turned off by a replicated setting (enableTopicList)
     "BindQueue": {C.FAILED_PRECONDITION}, "ReleaseQueue": {C.FAILED_PRECONDITION},
     # A watch is endless: idle (a long progress interval), it hits our deadline; a compacted start offset.
     "Watch": {C.OUT_OF_RANGE, C.DEADLINE_EXCEEDED},

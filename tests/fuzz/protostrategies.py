@@ -72,7 +72,8 @@ def int_values(ftype: int) -> st.SearchStrategy[int]:
 
 def _scalar(field: FieldDescriptor, plausible: bool) -> st.SearchStrategy[Any]:
     t = field.type
-    hints = HINTS.get(field.name)
+    # Hints are per field name, for string fields (a map<int32, int32>'s "key" is no KV key).
+    hints = HINTS.get(field.name) if t == F.TYPE_STRING else None
     if plausible and hints:
         return st.sampled_from(hints)
     if plausible and t in _INT_RANGES:

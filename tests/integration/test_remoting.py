@@ -132,6 +132,23 @@ def test_broker_side_codes_take_the_raft_path(make_cluster) -> None:
         cluster = json.loads(broker.call(third.remoting_addr, 106, {}).body)
         assert cluster["clusterAddrTable"] == {"ClusterX": ["broker-x"]}
 
+        # UPDATE_NAMESRV_CONFIG through one node is a replicated setting: every node answers by it.
+        assert broker.call(a.remoting_addr, 100, {"namespace": "ORDER_TOPIC_CONFIG", "key": "TopicX1",
+                                                  "value": "broker-x:2"}).code == 0
+        assert "orderTopicConf" not in json.loads(broker.call(a.remoting_addr, 105, {"topic": "TopicX1"}).body)
+        assert broker.call(a.remoting_addr, 318, {}, b"orderMessageEnable=true\nenableAllTopicList=false\n").code == 0
+        c.wait_converged()
+        for n in c.nodes:
+            route = json.loads(broker.call(n.remoting_addr, 105, {"topic": "TopicX1"}).body)
+            assert route["orderTopicConf"] == "broker-x:2", n.remoting_addr
+            resp = broker.call(n.remoting_addr, 206, {})
+            assert resp.code == 1 and resp.remark.startswith("disable"), (resp.code, resp.remark)
+            text = broker.call(n.remoting_addr, 319, {}).body.decode()
+            assert "orderMessageEnable=true\n" in text and "enableAllTopicList=false\n" in text
+        resp = broker.call(b.remoting_addr, 318, {}, b"listenPort=9999\n")
+        assert resp.code == 1 and "listenPort" in resp.remark
+        assert broker.call(b.remoting_addr, 318, {}, b"enableAllTopicList=true\n").code == 0
+
         # Bad input: the gRPC validation message comes back as SYSTEM_ERROR's remark.
         resp = broker.call(b.remoting_addr, 103, broker.header() | {"brokerAddr": "not-an-address"})
         assert resp.code == 1 and "broker_addr" in resp.remark

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
@@ -72,8 +73,8 @@ def test_kv_config_update_get_delete(deployment: Deployment) -> None:
 
 
 def test_kv_list_of_emptied_namespace_is_an_empty_table(deployment: Deployment) -> None:
-    """Stock NameServer: 219 on a namespace whose last key was deleted answers SUCCESS with {"table":{}}
-    (KVConfigManager keeps the emptied map). Ours answers 22 QUERY_NOT_FOUND."""
+    """As the stock NameServer: 219 on a namespace whose last key was deleted answers SUCCESS with
+    {"table":{}} (KVConfigManager keeps the emptied map)."""
     d = deployment
     ns = "INTEROP_NS_EMPTIED"
     _ok(d.rmq.mqadmin("updateKvConfig", "-s", ns, "-k", "k", "-v", "v", namesrv=d.namesrv))
@@ -106,7 +107,7 @@ def test_broker_status_through_our_cluster_info(deployment: Deployment) -> None:
 
 def test_get_namesrv_config_lists_every_node_with_namesrv_config_keys(deployment: Deployment) -> None:
     """getNamesrvConfig asks each address of -n. The stock NameServer answers NamesrvConfig's keys
-    (orderMessageEnable, ...); ours answers our own TOML keys."""
+    (orderMessageEnable, ...); ours answers the replicated ones under those names, and our TOML keys."""
     d = deployment
     out = _ok(d.rmq.mqadmin("getNamesrvConfig", namesrv=d.namesrv))
     for addr in d.addrs:
@@ -115,7 +116,14 @@ def test_get_namesrv_config_lists_every_node_with_namesrv_config_keys(deployment
 
 
 def test_update_namesrv_config(deployment: Deployment) -> None:
-    """Stock: SUCCESS and the key changes. Ours refuses 318 with NO_PERMISSION (by design, for now)."""
+    """updateNamesrvConfig sends 318 to each address of -n; ours replicates it, so asking one node is
+    enough for all three to answer the new value (getNamesrvConfig asks each)."""
     d = deployment
-    r = d.rmq.mqadmin("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "false", namesrv=d.namesrv)
-    assert "success" in r.stdout.lower(), f"{r.stdout}\n{r.stderr[-3000:]}"
+    for value in ("true", "false"):
+        r = d.rmq.mqadmin("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", value, namesrv=d.addrs[0])
+        assert "success" in r.stdout.lower(), f"{r.stdout}\n{r.stderr[-3000:]}"
+        deadline = time.monotonic() + 10  # the others apply it within a heartbeat or two
+        for addr in d.addrs:
+            while f"orderMessageEnable={value}\n" not in (text := remoting.call(addr, 319).body.decode()):
+                assert time.monotonic() < deadline, (addr, text)
+                time.sleep(0.2)

@@ -22,7 +22,7 @@ NS = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
 ALL_METHODS = [f"/{s.full_name}/{m.name}" for s in api_pb2.DESCRIPTOR.services_by_name.values() for m in s.methods]
 BROKER = {"RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "Heartbeat"}
 CLIENT = {"GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
-          "ListBindings", "Watch"}
+          "ListBindings", "Watch", "GetSettings"}
 TOKENS = {"broker": "tok-broker-1", "client": "tok-client-1", "admin": "tok-admin-1", "peer": "tok-peer-1"}
 
 

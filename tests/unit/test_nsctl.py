@@ -43,6 +43,15 @@ class FakeNameServer(api_pb2_grpc.NameServerServicer):
         self.offset += 1
         return api_pb2.WriteReply(offset=self.offset, records=records)
 
+    def UpdateSettings(self, request: Any, context: grpc.ServicerContext) -> api_pb2.WriteReply:
+        self._record("UpdateSettings", request, context)
+        return self._write(len(request.settings))
+
+    def GetSettings(self, request: Any, context: grpc.ServicerContext) -> api_pb2.GetSettingsReply:
+        self._record("GetSettings", request, context)
+        return api_pb2.GetSettingsReply(settings={"orderMessageEnable": True, "enableTopicList": True},
+                                        stored=["orderMessageEnable"], apply_offset=12)
+
     def RegisterBroker(self, request: Any, context: grpc.ServicerContext) -> api_pb2.RegisterBrokerReply:
         self._record("RegisterBroker", request, context)
         return api_pb2.RegisterBrokerReply(offset=7, records=len(request.topics) + 2)
@@ -376,6 +385,21 @@ def test_topics_cluster_implies_kind(capsys: Capsys, node: FakeNode) -> None:
     ((_, request),) = node.ns.calls
     assert request.kind == api_pb2.TOPIC_LIST_BY_CLUSTER and request.cluster_name == "c1"
     assert out.splitlines() == ["t1", "t2", "2 topics, served at apply offset 11"]
+
+
+# ---- settings ----
+
+
+def test_settings_set_and_get(capsys: Capsys, node: FakeNode) -> None:
+    code, out, _ = run(capsys, node.endpoint, "settings", "set", "orderMessageEnable=true", "enableTopicList = false")
+    assert code == 0 and out.strip() == "offset 101 (2 records)"
+    ((_, request),) = node.ns.calls
+    assert dict(request.settings) == {"orderMessageEnable": "true", "enableTopicList": "false"}
+    code, out, _ = run(capsys, node.endpoint, "settings", "get")
+    assert code == 0
+    assert [ln.split() for ln in out.splitlines()[1:3]] == [["enableTopicList", "true", "default"],
+                                                             ["orderMessageEnable", "true", "log"]]
+    assert out.splitlines()[-1] == "served at apply offset 12"
 
 
 # ---- kv ----

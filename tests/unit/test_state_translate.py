@@ -14,7 +14,9 @@ from nameserver.state import (
     put_kv,
     register_broker,
     register_topic,
+    settings,
     unregister_broker,
+    update_settings,
     wipe_write_perm,
 )
 from nameserver.validation import ValidationError
@@ -120,10 +122,38 @@ def test_delete_missing_topics_option() -> None:
     register(state, reg(topics={"TopicA": 6, "TopicB": 6}))
     kept = register_broker(state, reg(counter=2, topics={"TopicA": 6}), TIMEOUT)
     assert record_keys(kept) == [("OP_PUT", f"live/{M}")]  # upstream default: keep
-    tr = register_broker(state, reg(counter=2, topics={"TopicA": 6}), TIMEOUT, delete_missing_topics=True)
+    apply(state, update_settings(state, {settings.DELETE_TOPIC_WITH_BROKER_REGISTRATION: "true"}))
+    static = reg(counter=2, topics={"TopicA": 6})
+    static.topics[0].mapping.total_queues = 4  # a broker with static topics keeps its topics (as upstream)
+    assert ("OP_DELETE", "topic/TopicB/broker-a") not in record_keys(register_broker(state, static, TIMEOUT))
+    tr = register_broker(state, reg(counter=2, topics={"TopicA": 6}), TIMEOUT)
     assert ("OP_DELETE", "topic/TopicB/broker-a") in record_keys(tr)
     assert apply(state, tr).applied
     assert not state.has_topic("TopicB")
+
+
+def test_settings_are_records_with_defaults_and_change_registration_replies() -> None:
+    state = MetadataState()
+    apply(state, put_kv(state, ORDER_TOPIC_CONFIG, "TopicA", "broker-a:4"))
+    assert register(state, reg()).order_topic_config == {"TopicA": "broker-a:4"}  # RocketMQ's default: true
+    tr = update_settings(state, {settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER: "false"})
+    assert record_keys(tr) == [("OP_PUT", "setting/returnOrderTopicConfigToBroker")]
+    apply(state, tr)
+    assert update_settings(state, {settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER: "false"}).empty
+    assert register_broker(state, reg(counter=2), TIMEOUT).order_topic_config == {}
+    assert state.stored_settings() == {"returnOrderTopicConfigToBroker": "false"}
+    eff = settings.effective(state.stored_settings(), order_message_enable=True)
+    assert eff[settings.ORDER_MESSAGE_ENABLE] and not eff[settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER]
+    assert eff[settings.ENABLE_TOPIC_LIST] and not eff[settings.SUPPORT_ACTING_MASTER]
+    copy = MetadataState()
+    copy.restore(state.offset, state.kv.items())
+    assert copy.stored_settings() == state.stored_settings()
+    with pytest.raises(ValidationError, match="node-local") as err:
+        settings.canonical_values({"listenPort": "9876"})
+    assert err.value.field == "settings" and "'listenPort'" in err.value.message
+    with pytest.raises(ValidationError, match="true or false"):
+        settings.canonical_values({settings.ENABLE_TOPIC_LIST: "yes"})
+    assert settings.canonical_values({settings.ENABLE_TOPIC_LIST: " FALSE "}) == {"enableTopicList": "false"}
 
 
 def test_master_and_slave() -> None:
