@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from . import remoting
+from . import jars, remoting
 from .conftest import CLUSTER, Deployment
 from .recorder import parse_body
-from .traffic import create_topic
+from .traffic import create_topic, produce
 
 pytestmark = pytest.mark.interop
 
@@ -127,3 +127,31 @@ def test_update_namesrv_config(deployment: Deployment) -> None:
             while f"orderMessageEnable={value}\n" not in (text := remoting.call(addr, 319).body.decode()):
                 assert time.monotonic() < deadline, (addr, text)
                 time.sleep(0.2)
+
+
+@pytest.mark.parametrize("line", [jars.LINE_5], indirect=True)  # static topics (RIP-21) are 5.x only
+def test_static_topic_route_carries_queue_mappings(line: str, deployment: Deployment) -> None:
+    """`mqadmin updateStaticTopic` makes both masters hold a logical-queue mapping; they re-register with it,
+    and every node's route carries topicQueueMappingByBroker covering every logical queue once. A real
+    producer then sends through the static topic's route."""
+    d = deployment
+    topic, total = "InteropStaticTopic", 4
+    _ok(d.rmq.mqadmin("updateStaticTopic", "-c", CLUSTER, "-t", topic, "-qn", str(total), namesrv=d.namesrv))
+    try:
+        routes = d.wait_route(topic, lambda r: r is not None and len(r.get("topicQueueMappingByBroker") or {}) == 2,
+                              timeout=60)
+        for addr, route in routes.items():
+            mappings = route["topicQueueMappingByBroker"]
+            assert set(mappings) == {"broker-a", "broker-b"}, (addr, mappings)
+            logical = []
+            for bname, info in mappings.items():
+                assert (info["bname"], info["topic"], info["totalQueues"]) == (bname, topic, total), info
+                logical += [int(k) for k in info["currIdMap"]]
+            assert sorted(logical) == list(range(total)), (addr, mappings)  # each logical queue exactly once
+        out = _ok(d.rmq.mqadmin("topicRoute", "-t", topic, namesrv=d.namesrv))
+        assert "topicQueueMappingByBroker" in out, out
+        res = produce(d, topic, 8, prefix="static")
+        assert not res.failed and len(res.sent) == 8, res.lines[-20:]
+    finally:
+        _ok(d.rmq.mqadmin("deleteTopic", "-c", CLUSTER, "-t", topic, namesrv=d.namesrv))
+    d.wait_route(topic, lambda r: r is None, timeout=30)
