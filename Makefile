@@ -64,11 +64,16 @@ clean-data:
 
 # Apache RocketMQ's own brokers, clients and mqadmin (4.9.x and 5.x, jars from Maven Central cached in
 # tests/interop/.jars) against a real 3-node cluster: tests/interop. interop-setup only fetches the jars.
-.PHONY: interop interop-setup
+.PHONY: interop interop-setup rocketmq-tour
 interop-setup: setup
 	scripts/ensure-debian-package.sh openjdk-17-jdk-headless java javac   # brokers; javac for the test client
 	scripts/ensure-debian-package.sh maven mvn
 	$(PY) -m tests.interop.jars
+
+# With `make run` going in another terminal: a real broker, producer, consumer and mqadmin against it
+# (README, "With real RocketMQ"). `.venv/bin/python -m tests.interop.tour mqadmin CMD ...` runs any mqadmin.
+rocketmq-tour: interop-setup
+	$(PY) -m tests.interop.tour
 
 interop: interop-setup
 	RMQ_INTEROP=1 $(PY) -m pytest -q --timeout 900 tests/interop -m 'interop or not interop'

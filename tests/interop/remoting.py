@@ -6,10 +6,9 @@ import itertools
 import socket
 from typing import Any
 
-from fakebroker import read_frame
-
 from nameserver.remoting import frame
 from nameserver.remoting.command import Command
+from tests.fakebroker import read_frame
 
 from .recorder import parse_body
 
