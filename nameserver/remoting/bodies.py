@@ -105,8 +105,12 @@ def kv_table(table: Mapping[str, str]) -> dict[str, Any]:
     return {"table": dict(table)}
 
 
-def data_version(dv: state_pb2.DataVersion) -> dict[str, Any]:
-    return {"counter": dv.counter, "stateVersion": dv.state_version, "timestamp": dv.timestamp}
+def data_version(dv: state_pb2.DataVersion, with_state_version: bool = True) -> dict[str, Any]:
+    """DataVersion; RocketMQ before 5 has no stateVersion field."""
+    out = {"counter": dv.counter, "timestamp": dv.timestamp}
+    if with_state_version:
+        out["stateVersion"] = dv.state_version
+    return dict(sorted(out.items()))
 
 
 def member_group(reply: api_pb2.GetBrokerMemberGroupReply) -> dict[str, Any]:

@@ -25,6 +25,8 @@ from nameserver.remoting.status import response_code, rpc_error_parts
 log = logging.getLogger("nameserver.remoting")
 
 BIG_REGISTRATION_TIMEOUT_S = 60.0
+# RocketMQ appends this to the 17 remark (FAQUrl.suggestTodo); clients and scripts may match on the text.
+FAQ_SUGGESTION = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 UNKNOWN_BROKER = "is not registered"  # RegisterTopic's refusal of a queue data naming an unknown broker
 # The requests by which a broker makes a connection its own (RocketMQ's brokerLiveTable channel).
@@ -331,8 +333,12 @@ class Handlers:
         ours = reply.data_versions.get(addr)
         # Unknown: "changed", so the broker registers in full.
         changed = ours is None or ours != theirs
-        return req.response(ext_fields={"changed": "true" if changed else "false"},
-                            body=bodies.encode(bodies.data_version(ours)) if ours is not None else b"")
+        body = b""
+        if ours is not None:
+            # Answer in the broker's dialect: brokers before 5 have no stateVersion in their DataVersion.
+            with_state = not req.body or b'"stateVersion"' in req.body
+            body = bodies.encode(bodies.data_version(ours, with_state_version=with_state))
+        return req.response(ext_fields={"changed": "true" if changed else "false"}, body=body)
 
     def broker_member_group(self, req: Command) -> Command:
         reply = self._call(self.ns.GetBrokerMemberGroup, api_pb2.GetBrokerMemberGroupRequest(
@@ -346,7 +352,8 @@ class Handlers:
         # RocketMQ's ZoneRouteRPCHook: the client opts in per request (the node must run in zone mode too).
         zone = (req.ext("__ZONE_NAME") or "") if _bool(req, "__ZONE_MODE") else ""
         reply = self._call(self.ns.GetRoute, api_pb2.GetRouteRequest(topic=topic, zone_name=zone),
-                           codes.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}")
+                           codes.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}"
+                           f"{FAQ_SUGGESTION}")
         return req.response(body=bodies.encode(bodies.topic_route(reply.route, topic), _fastjson(req)))
 
     def cluster_info(self, req: Command) -> Command:

@@ -276,7 +276,8 @@ def test_105_old_version_can_ask_for_standard_json(client: Client) -> None:
 
 def test_105_unknown_topic_is_17_and_missing_topic_is_1(client: Client) -> None:
     resp, body = client.call(105, {"topic": "Nope"})
-    assert (resp["code"], resp["remark"], body) == (17, "No topic route info in name server for the topic: Nope",
+    assert (resp["code"], resp["remark"], body) == (17, "No topic route info in name server for the topic: Nope"
+                                                    "\nSee http://rocketmq.apache.org/docs/faq/ for further details.",
                                                     b"")
     resp, _ = client.call(105, {})
     assert (resp["code"], resp["remark"]) == (1, "the custom field <topic> is null")
@@ -510,6 +511,13 @@ def test_322_other_version_is_changed(client: Client) -> None:
     resp, body = client.call(322, QDV_EXT, b'{"counter":8,"stateVersion":0,"timestamp":1700000000000}')
     assert resp["extFields"] == {"changed": "true"}
     assert body == b'{"counter":7,"stateVersion":0,"timestamp":1700000000000}'
+
+
+def test_322_answers_a_4_9_broker_without_state_version(client: Client) -> None:
+    """A broker before 5 sends a DataVersion without stateVersion, and gets one back in the same form."""
+    resp, body = client.call(322, QDV_EXT, b'{"counter":7,"timestamp":1700000000000}')
+    assert resp["extFields"] == {"changed": "false"}
+    assert body == b'{"counter":7,"timestamp":1700000000000}'
 
 
 def test_322_unknown_broker_is_changed_without_body(client: Client, fake: FakeNameServer) -> None:
