@@ -50,5 +50,6 @@ LANGUAGES = ("JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTH
 
 # MQVersion.Version.V4_9_4.ordinal(): clients at or above it get standard JSON route bodies.
 STANDARD_JSON_MIN_VERSION = 401
+V5_0_0 = 413  # MQVersion.Version.V5_0_0.ordinal(): clients and brokers of the 5.x line send this or more
 # The version we stamp on responses (RocketMQ 5.3.x; clients do not interpret it).
 SERVER_VERSION = 479

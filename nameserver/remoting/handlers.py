@@ -25,8 +25,14 @@ from nameserver.remoting.status import response_code, rpc_error_parts
 log = logging.getLogger("nameserver.remoting")
 
 BIG_REGISTRATION_TIMEOUT_S = 60.0
-# RocketMQ appends this to the 17 remark (FAQUrl.suggestTodo); clients and scripts may match on the text.
-FAQ_SUGGESTION = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+# RocketMQ appends this to the 17 remark (FAQUrl.suggestTodo), with the FAQ's address of its line; clients
+# and scripts may match on the text. A request from the 5.x line gets 5.x's address.
+FAQ_URL_4 = "http://rocketmq.apache.org/docs/faq/"
+FAQ_URL_5 = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+
+
+def _faq_suggestion(req: Command) -> str:
+    return f"\nSee {FAQ_URL_5 if req.version >= codes.V5_0_0 else FAQ_URL_4} for further details."
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 UNKNOWN_BROKER = "is not registered"  # RegisterTopic's refusal of a queue data naming an unknown broker
 # The requests by which a broker makes a connection its own (RocketMQ's brokerLiveTable channel).
@@ -343,7 +349,9 @@ class Handlers:
     def broker_member_group(self, req: Command) -> Command:
         reply = self._call(self.ns.GetBrokerMemberGroup, api_pb2.GetBrokerMemberGroupRequest(
             cluster_name=req.ext("clusterName") or "", broker_name=_need(req, "brokerName")))
-        return req.response(body=bodies.encode(bodies.member_group(reply), _fastjson(req)))
+        # RocketMQ 5's answer carries its response factory's default remark; so does ours.
+        return req.response(body=bodies.encode(bodies.member_group(reply), _fastjson(req)),
+                            remark="not set any response code")
 
     # ---- client reads --------------------------------------------------------------------------
 
@@ -353,7 +361,7 @@ class Handlers:
         zone = (req.ext("__ZONE_NAME") or "") if _bool(req, "__ZONE_MODE") else ""
         reply = self._call(self.ns.GetRoute, api_pb2.GetRouteRequest(topic=topic, zone_name=zone),
                            codes.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}"
-                           f"{FAQ_SUGGESTION}")
+                           f"{_faq_suggestion(req)}")
         return req.response(body=bodies.encode(bodies.topic_route(reply.route, topic), _fastjson(req)))
 
     def cluster_info(self, req: Command) -> Command:

@@ -26,6 +26,7 @@ from nameserver.validation import MAX_TOPICS_PER_REGISTRATION
 # under this. It bounds a zip bomb before anything is parsed.
 MAX_INFLATED = 64 << 20
 _INT32 = struct.Struct(">i")
+ZLIB_HEADER = b"\x78"  # CMF byte of a zlib stream with a 32 KiB window (what java.util.zip.Deflater writes)
 
 
 @dataclass
@@ -60,7 +61,9 @@ def crc32(body: bytes) -> int:
 def decode(body: bytes, compressed: bool) -> RegisterBody:
     if not body:
         return RegisterBody()  # RocketMQ: no body means DataVersion 0/0 and no topics
-    return _decode_compressed(body) if compressed else _decode_json(body)
+    # RocketMQ 5.5.0 brokers with compressedRegister=true send a zlib body but compressed=false in the
+    # header, and the stock 5.5.0 NameServer refuses them. A JSON body never starts with zlib's 0x78.
+    return _decode_compressed(body) if compressed or body[:1] == ZLIB_HEADER else _decode_json(body)
 
 
 def _decode_json(body: bytes) -> RegisterBody:

@@ -5,7 +5,8 @@ These tests are collected only when RMQ_INTEROP is set (they start JVMs and fetc
     make interop          # everything, both lines (RMQ_INTEROP=1 ... -m 'interop or not interop')
     RMQ_INTEROP=1 .venv/bin/python -m pytest -q tests/interop -m 'not interop'   # the short version
 
-Every test is parametrized over both RocketMQ lines (tests/interop/jars.py LINES: 4.9.x and 5.x).
+Every test is parametrized over both RocketMQ lines (tests/interop/jars.py LINES: 4.9.x and 5.x); RMQ_LINES
+narrows that (make test: RMQ_LINES=5.x, the short version on one line).
 """
 
 from __future__ import annotations
@@ -26,6 +27,18 @@ if not os.environ.get("RMQ_INTEROP"):
 
 LINE_IDS = {jars.LINE_4: "4.9", jars.LINE_5: "5.x"}
 CLUSTER = "InteropCluster"
+
+
+def selected_lines() -> tuple[str, ...]:
+    """RMQ_LINES picks lines by id or version ("5.x", "4.9.7,5.x"); unset: both. make test runs 5.x only."""
+    wanted = [w.strip() for w in os.environ.get("RMQ_LINES", "").split(",") if w.strip()]
+    if not wanted:
+        return jars.LINES
+    by_name = {v: v for v in jars.LINES} | {i: v for v, i in LINE_IDS.items()}
+    unknown = [w for w in wanted if w not in by_name]
+    if unknown:
+        raise pytest.UsageError(f"RMQ_LINES: unknown line(s) {unknown}; known: {sorted(by_name)}")
+    return tuple(dict.fromkeys(by_name[w] for w in wanted))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -132,6 +145,19 @@ def deploy(version: str, root: str, stock: bool = False, slave: bool = True, bro
         d.stop()
         raise
     return d
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect (not skip) the tests of lines RMQ_LINES leaves out, whatever parametrized them."""
+    lines = selected_lines()
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        line = callspec.params.get("line") if callspec is not None else None
+        (drop if line is not None and line not in lines else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session", params=jars.LINES, ids=lambda v: LINE_IDS.get(v, v))

@@ -13,22 +13,54 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
+from dataclasses import dataclass
 
 import pytest
 
-from . import remoting
+from . import jars, remoting
 from .conftest import CLUSTER, Deployment, start_brokers, start_ours
 from .launcher import RocketMQ
-from .recorder import Exchange, Recorder, compare, exchange_json, render
+from .recorder import Difference, Exchange, Recorder, compare, exchange_json, render
 from .traffic import create_topic, produce
 
 pytestmark = pytest.mark.interop
 
-# Differences docs/remoting.md already explains (kept out of the failure, still listed).
-EXPLAINED: dict[int, str] = {
-    318: "UPDATE_NAMESRV_CONFIG is refused with NO_PERMISSION by design (docs/remoting.md)",
-}
+@dataclass(frozen=True)
+class Explained:
+    """A difference docs/remoting.md explains ("Still different"). It covers a Difference only when the code
+    matches, the line matches (empty: both), the request holds `request`'s fields, and every differing
+    field path matches `paths`; anything else still fails the test."""
+    code: int
+    why: str
+    lines: tuple[str, ...] = ()
+    paths: str = r".*"
+    request: tuple[tuple[str, str], ...] = ()
+
+    def covers(self, line: str, d: Difference) -> bool:
+        if d.code != self.code or (self.lines and line not in self.lines) or d.kind != "fields":
+            return False
+        if any(d.request.get(k) != v for k, v in self.request):
+            return False
+        return all(re.fullmatch(self.paths, p) for p in d.fields)
+
+
+UNANSWERED_ON_4_9 = r"<no response>|code|remark|body(\..*)?"  # 4.9.7 sends nothing for codes it lacks
+EXPLAINED: list[Explained] = [
+    Explained(319, "our public settings and RocketMQ's replicated switches, not the Java server's settings",
+              paths=r"body\..+"),
+    Explained(304, "brokerAddr: the lowest-id address of the first broker name, so every node answers the same",
+              paths=r"body\.brokerAddr"),
+    *[Explained(code, "BrokerData on 4.9.7 has no enableActingMaster; one body for both lines",
+                lines=(jars.LINE_4,), paths=r"body\..*\.enableActingMaster") for code in (105, 106)],
+    *[Explained(code, "4.9.7 does not answer a code it lacks (the client times out); we answer as 5.x does",
+                lines=(jars.LINE_4,), paths=UNANSWERED_ON_4_9) for code in (217, 313, 901, 999)],
+    Explained(105, "4.9.7 never answered the 217 that registered this topic (above), so it has no route",
+              lines=(jars.LINE_4,), request=(("topic", "DiffRegTopic2"),)),
+    Explained(105, "4.9.7 has no zone filter (ZoneRouteRPCHook came with 5.x); we filter as 5.x does",
+              lines=(jars.LINE_4,), request=(("__ZONE_MODE", "true"),)),
+]
 
 
 def _route_body(broker: str) -> bytes:
@@ -88,14 +120,15 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
                 remoting.call(ns, code, ext, body, version=version[0] if version else 479, timeout=5)
             except (OSError, AssertionError) as exc:  # recorded as "<no response>"
                 print(f"{'stock' if stock else 'ours'}: probe {code} {ext}: {exc!r}")
-        # a compressed registration (compressedRegister=true), then its shutdown's UNREGISTER_BROKER
-        c = rmq.broker("broker-c", ns, 0, CLUSTER, extra={"compressedRegister": "true"})
-        try:
-            d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}, "broker-c": {0}}, addrs=[upstream], timeout=30)
-        except AssertionError as exc:
-            print(f"{'stock' if stock else 'ours'}: broker-c (compressed) did not register: {str(exc)[:300]}")
-        aliases_c = {c.addr: "<broker-c-0>", c.ha_addr: "<broker-c-0-ha>"}
-        c.proc.stop(grace=30)
+        # a compressed registration (compressedRegister=true), then its shutdown's UNREGISTER_BROKER. 4.9.7
+        # only: 5.5.0 marks its zlib body compressed=false, which the stock 5.5.0 NameServer refuses (we
+        # read it: test_routes.py::test_compressed_registration), and its cluster would then differ.
+        aliases_c = {}
+        if not rmq.is5:
+            c = rmq.broker("broker-c", ns, 0, CLUSTER, extra={"compressedRegister": "true"})
+            d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}, "broker-c": {0}}, addrs=[upstream], timeout=60)
+            aliases_c = {c.addr: "<broker-c-0>", c.ha_addr: "<broker-c-0-ha>"}
+            c.proc.stop(grace=30)
         create_topic(d, "DiffTopic", namesrv=ns)
         produce(d, "DiffTopic", 10, prefix="diff", namesrv=ns)
         rmq.mqadmin("deleteTopic", "-c", CLUSTER, "-t", "DiffTopic", namesrv=ns)
@@ -105,6 +138,10 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
             aliases[b.addr] = f"<{b.name}-{b.broker_id}>"
             aliases[b.ha_addr] = f"<{b.name}-{b.broker_id}-ha>"
         brokers = list(d.brokers.values())
+        # Up to here the sequence is deterministic. During shutdown the brokers' periodic requests race
+        # their own unregistrations differently on each side, so of the shutdown only the
+        # UNREGISTER_BROKER exchanges are compared.
+        before = rec.snapshot()
         for b in brokers:  # brokers shut down first: UNREGISTER_BROKER reaches the nameserver
             b.proc.signal(15)
         for b in brokers:
@@ -112,7 +149,9 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
         time.sleep(0.5)
         if rec.undecodable:
             print(f"{'stock' if stock else 'ours'}: {len(rec.undecodable)} frames our codec could not decode")
-        return rec.snapshot(), aliases, rec.snapshot()
+        everything = rec.snapshot()
+        unregisters = [ex for ex in everything[len(before):] if ex.request.code == 104]
+        return before + unregisters, aliases, everything
     finally:
         if rec is not None:
             rec.stop()
@@ -121,6 +160,7 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
             ours.stop()
 
 
+@pytest.mark.timeout(1200)  # two whole scenarios, each with JVMs starting and stopping
 def test_stock_namesrv_and_ours_answer_alike(line: str, tmp_path) -> None:
     stock, stock_aliases, _ = scenario(line, str(tmp_path / "stock"), stock=True)
     ours, our_aliases, _ = scenario(line, str(tmp_path / "ours"), stock=False)
@@ -139,5 +179,5 @@ def test_stock_namesrv_and_ours_answer_alike(line: str, tmp_path) -> None:
             with open(os.path.join(out, f"recording-{line}-{side}.jsonl"), "w") as f:
                 for ex in exs:
                     f.write(json.dumps(exchange_json(ex, aliases), default=str) + "\n")
-    unexplained = [d for d in diffs if d.code not in EXPLAINED]
-    assert not unexplained, report
+    unexplained = [d for d in diffs if not any(e.covers(line, d) for e in EXPLAINED)]
+    assert not unexplained, "unexplained differences:\n" + render(unexplained) + "\n\n" + report

@@ -164,6 +164,13 @@ def test_compressed_register_body_decodes_with_attributes_containing_spaces() ->
     assert decoded.filter_servers == ["10.0.0.1:30000"]
 
 
+def test_a_zlib_body_marked_uncompressed_decodes_as_compressed() -> None:
+    """RocketMQ 5.5.0 with compressedRegister=true sets compressed=false in the header."""
+    body = register_body(["T1"], counter=3, compressed=True)
+    decoded = registerbody.decode(body, compressed=False)
+    assert [t.topic_name for t in decoded.topics] == ["T1"] and decoded.data_version.counter == 3
+
+
 def test_old_broker_topic_config_wrapper_body_decodes() -> None:
     body = b'{"dataVersion":{"counter":1,"timestamp":2},"topicConfigTable":{"T":{"perm":6,"readQueueNums":1,' \
            b'"writeQueueNums":1,"topicSysFlag":1}}}'

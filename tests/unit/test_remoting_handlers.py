@@ -275,9 +275,12 @@ def test_105_old_version_can_ask_for_standard_json(client: Client) -> None:
 
 
 def test_105_unknown_topic_is_17_and_missing_topic_is_1(client: Client) -> None:
+    resp, _ = client.call(105, {"topic": "Nope"}, version=404)  # a 4.9.7 client: 4.x's FAQ address
+    assert resp["remark"].endswith("\nSee http://rocketmq.apache.org/docs/faq/ for further details.")
     resp, body = client.call(105, {"topic": "Nope"})
     assert (resp["code"], resp["remark"], body) == (17, "No topic route info in name server for the topic: Nope"
-                                                    "\nSee http://rocketmq.apache.org/docs/faq/ for further details.",
+                                                    "\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ for "
+                                                    "further details.",
                                                     b"")
     resp, _ = client.call(105, {})
     assert (resp["code"], resp["remark"]) == (1, "the custom field <topic> is null")
