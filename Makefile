@@ -24,10 +24,14 @@ run5: setup
 demo: setup
 	$(PY) -m nameserver.cli.demo
 
+# The short interop version runs too: Apache RocketMQ 5.5.0's brokers and Java clients against a 3-node
+# cluster (tests/interop, its tests not marked `interop`; the jars come from Maven Central on first use).
 test: setup
 	scripts/ensure-debian-package.sh default-jre-headless java   # PySpark (pipeline/) runs on a JVM
+	scripts/ensure-debian-package.sh openjdk-17-jdk-headless java javac   # RocketMQ; javac for its test client
+	scripts/ensure-debian-package.sh maven mvn
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	RMQ_INTEROP=1 RMQ_LINES=5.x $(PY) -m pytest -q -m 'not slow and not interop'
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
