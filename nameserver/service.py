@@ -295,7 +295,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def GetRoute(self, request: api_pb2.GetRouteRequest, context: grpc.ServicerContext
                  ) -> api_pb2.GetRouteReply:
-        validation.validate_topic_name(request.topic, "topic")
+        validation.validate_get_route(request)
         cfg = self.node.cfg
         route, offset = self._read(context, lambda s: s.route(
             # A zone name is the caller's own opt-in (RocketMQ's ZoneRouteRPCHook filters whenever the
@@ -311,6 +311,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def GetClusterInfo(self, request: api_pb2.GetClusterInfoRequest, context: grpc.ServicerContext
                        ) -> api_pb2.GetClusterInfoReply:
+        validation.validate_get_cluster_info(request)
         info, offset = self._read(context, lambda s: s.cluster_info(), request.min_offset)
         info.apply_offset = offset
         return info
@@ -318,8 +319,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def GetTopicList(self, request: api_pb2.GetTopicListRequest, context: grpc.ServicerContext
                      ) -> api_pb2.GetTopicListReply:
-        if request.kind == api_pb2.TOPIC_LIST_BY_CLUSTER:
-            validation.validate_name(request.cluster_name, "cluster_name")
+        validation.validate_get_topic_list(request)
         switch = settings.ENABLE_ALL_TOPIC_LIST if request.kind == api_pb2.TOPIC_LIST_ALL else (
             None if request.kind == api_pb2.TOPIC_LIST_SYSTEM else settings.ENABLE_TOPIC_LIST)
 
@@ -337,7 +337,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def GetBrokerMemberGroup(self, request: api_pb2.GetBrokerMemberGroupRequest,
                              context: grpc.ServicerContext) -> api_pb2.GetBrokerMemberGroupReply:
-        validation.validate_name(request.broker_name, "broker_name")
+        validation.validate_get_broker_member_group(request)
         group, offset = self._read(
             context, lambda s: s.broker_member_group(request.cluster_name, request.broker_name),
             request.min_offset)
@@ -354,7 +354,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
 
     @rpc
     def GetKv(self, request: api_pb2.GetKvRequest, context: grpc.ServicerContext) -> api_pb2.GetKvReply:
-        validation.validate_kv_key(request.namespace, request.key)
+        validation.validate_get_kv(request)
         value, offset = self._read(context, lambda s: s.kv_get(request.namespace, request.key),
                                    request.min_offset)
         if value is None:
@@ -364,13 +364,13 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def DeleteKv(self, request: api_pb2.DeleteKvRequest, context: grpc.ServicerContext
                  ) -> api_pb2.WriteReply:
-        validation.validate_kv_key(request.namespace, request.key)
+        validation.validate_delete_kv(request)
         return self._write_reply(context, "DeleteKv", request,
                                  lambda s: translate.delete_kv(s, request.namespace, request.key))
 
     @rpc
     def ListKv(self, request: api_pb2.ListKvRequest, context: grpc.ServicerContext) -> api_pb2.ListKvReply:
-        validation.validate_kv_namespace(request.namespace)
+        validation.validate_list_kv(request)
         (table, exists), offset = self._read(
             context, lambda s: (s.kv_list(request.namespace), s.kv_namespace_exists(request.namespace)),
             request.min_offset)
@@ -397,7 +397,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
 
     def _perm(self, context: grpc.ServicerContext, method: str, request: api_pb2.BrokerPermRequest,
               fn: Callable) -> api_pb2.BrokerPermReply:
-        validation.validate_name(request.broker_name, "broker_name")
+        validation.validate_broker_perm(request)
         return self._write(context, method, request, lambda s: fn(s, request.broker_name),
                            lambda res: api_pb2.BrokerPermReply(
                                topic_count=res.translation.count if res.translation else 0, offset=res.offset))
@@ -422,9 +422,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def DeleteTopic(self, request: api_pb2.DeleteTopicRequest, context: grpc.ServicerContext
                     ) -> api_pb2.WriteReply:
-        validation.validate_topic_name(request.topic, "topic")
-        if request.cluster_name:
-            validation.validate_name(request.cluster_name, "cluster_name")
+        validation.validate_delete_topic(request)
         return self._write_reply(context, "DeleteTopic", request,
                                  lambda s: translate.delete_topic(s, request.topic, request.cluster_name))
 

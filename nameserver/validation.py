@@ -352,14 +352,6 @@ def validate_name(name: str, field: str) -> None:
     check_name(field, name, field.rsplit(".", 1)[-1].replace("_", " "))
 
 
-def validate_kv_namespace(namespace: str) -> None:
-    check_kv(namespace)
-
-
-def validate_kv_key(namespace: str, key: str) -> None:
-    check_kv(namespace, key)
-
-
 # ---- queue bindings -------------------------------------------------------------------------------
 
 def validate_queue_id(queue_id: int, field: str = "queue_id") -> None:

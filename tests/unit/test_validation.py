@@ -204,10 +204,9 @@ def test_error_hierarchy() -> None:
 def test_value_first_shorthands() -> None:
     v.validate_topic_name("T")
     v.validate_name("broker-a", "broker_name")
-    v.validate_kv_key("ns", "k")
     assert field_of(lambda: v.validate_topic_name("a b", "topic")) == "topic"
     assert field_of(lambda: v.validate_name("", "cluster_name")) == "cluster_name"
     with pytest.raises(v.ValidationError, match="cluster name must not be empty"):
         v.validate_name("", "cluster_name")
-    assert field_of(lambda: v.validate_kv_namespace("a/b")) == "namespace"
-    assert field_of(lambda: v.validate_kv_key("ns", "")) == "key"
+    assert field_of(lambda: v.check_kv("a/b")) == "namespace"
+    assert field_of(lambda: v.check_kv("ns", "")) == "key"
