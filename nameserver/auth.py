@@ -32,11 +32,10 @@ from typing import Any
 
 import grpc
 
+from nameserver import headers
 from nameserver.config import ROLES, NodeConfig
 from nameserver.grpcwrap import STREAMING_RESPONSE, wrap_handler
-from nameserver.node import FORWARDED_HEADER
 from nameserver.pb import api_pb2
-from nameserver.tlsconf import AS_ROLE_HEADER, AUTHORIZATION
 
 _NS = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
 BROKER_METHODS = frozenset(f"/{_NS}/{m}" for m in (
@@ -45,7 +44,6 @@ CLIENT_METHODS = frozenset(f"/{_NS}/{m}" for m in (
     "GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
     "ListBindings", "Watch", "GetSettings"))
 PEER_ONLY = frozenset({f"/{_NS}/ReadIndex"})
-SESSION_OWNER_HEADER = "x-rip18-session-owner"
 OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
                  "grpc.reflection.v1.ServerReflection")
 
@@ -100,7 +98,7 @@ def session_owner(metadata: dict[str, str], forwarded: bool) -> str:
     caller's owner; from anyone else the header is ignored."""
     caller = _current.get()
     if forwarded and (caller is None or caller.is_peer):
-        return metadata.get(SESSION_OWNER_HEADER, "")
+        return metadata.get(headers.SESSION_OWNER, "")
     if caller is None:
         return ""
     return hashlib.sha256(caller.identity.encode()).hexdigest()[:16]
@@ -114,7 +112,7 @@ class Authorizer:
 
     def caller(self, metadata: dict[str, str], auth_context: dict[str, list[bytes]]) -> Caller:
         """A bearer token, when sent, decides; else the client certificate's CN, then its SANs."""
-        header = metadata.get(AUTHORIZATION)
+        header = metadata.get(headers.AUTHORIZATION)
         if header is not None:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
@@ -145,9 +143,9 @@ class Authorizer:
             return None
         caller = self.caller(metadata, auth_context)
         role, is_peer = caller.role, caller.is_peer
-        if FORWARDED_HEADER in metadata and not is_peer:
+        if headers.FORWARDED in metadata and not is_peer:
             raise Denied(grpc.StatusCode.PERMISSION_DENIED, "only peer nodes may send forwarded calls")
-        acting = metadata.get(AS_ROLE_HEADER)
+        acting = metadata.get(headers.AS_ROLE)
         if acting is not None:  # a peer speaking for a less trusted caller (the remoting listener)
             if not is_peer or acting not in ROLES:
                 raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"cannot act as role {acting!r}")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import grpc
 
+from nameserver import headers
 from nameserver.node import NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
 from raftlog.history import Compacted
@@ -26,8 +27,6 @@ DUMP_CHUNK_ITEMS = 1000
 DUMP_CHUNK_BYTES = 1 << 20
 WAIT_CAP_S = 30.0
 # Initial metadata of ReadLog: the last offset the stream covers (to_offset, resolved) and the oldest kept.
-TO_OFFSET_HEADER = "x-log-to-offset"
-FIRST_KEPT_HEADER = "x-log-first-kept"
 
 
 class LogService(api_pb2_grpc.LogServicer):
@@ -53,12 +52,12 @@ class LogService(api_pb2_grpc.LogServicer):
         left = context.time_remaining()
         wait_s = WAIT_CAP_S if left is None else max(0.0, min(left, WAIT_CAP_S))
         if not applier.wait_applied(to, wait_s, context.is_active):
-            context.set_trailing_metadata((("x-apply-offset", str(applier.apply_offset)),))
+            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(applier.apply_offset)),))
             context.abort(grpc.StatusCode.UNAVAILABLE,
                           f"node applied up to {applier.apply_offset}, below to_offset {to}")
         limit = min(request.max_batch or DEFAULT_BATCH, MAX_BATCH)
-        context.send_initial_metadata(((TO_OFFSET_HEADER, str(to)),
-                                       (FIRST_KEPT_HEADER, str(applier.history.first_kept))))
+        context.send_initial_metadata(((headers.LOG_TO_OFFSET, str(to)),
+                                       (headers.LOG_FIRST_KEPT, str(applier.history.first_kept))))
         cursor = start - 1
         while cursor < to and context.is_active():
             try:

@@ -44,8 +44,9 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from nameserver import headers
 from nameserver.grpcwrap import STREAMING_RESPONSE, wrap_handler
-from nameserver.node import FORWARDED_HEADER, NameServerNode
+from nameserver.node import NameServerNode
 from nameserver.pb import state_pb2
 from raftlog.history import AppliedEntry
 from raftlog.proposer import ProposalError
@@ -319,7 +320,7 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
         if handler is None:
             return None  # unknown method: gRPC answers UNIMPLEMENTED itself
         service, method = _split_method(handler_call_details.method)
-        if any(k == FORWARDED_HEADER for k, _ in handler_call_details.invocation_metadata or ()):
+        if any(k == headers.FORWARDED for k, _ in handler_call_details.invocation_metadata or ()):
             self.m.forwarded.labels(method).inc()
         return wrap_handler(handler, lambda behavior, kind: (
             self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, service, method, kind))

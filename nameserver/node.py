@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from nameserver import tlsconf
+from nameserver import headers, tlsconf
 from nameserver.config import NodeConfig
 from nameserver.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
@@ -32,7 +32,6 @@ from snapshot import SnapshotStore
 
 log = logging.getLogger("nameserver.node")
 
-FORWARDED_HEADER = "x-rip18-forwarded"
 MAX_TRANSLATE_ATTEMPTS = 5
 
 
@@ -261,7 +260,7 @@ class NameServerNode:
                 return self.read_indexes.read_index(timeout)
             raise NotLeader("no leader to confirm a read index")
         reply = stub.ReadIndex(api_pb2.ReadIndexRequest(), timeout=max(0.1, timeout),
-                               metadata=[(FORWARDED_HEADER, "1")])
+                               metadata=[(headers.FORWARDED, "1")])
         return reply.read_index
 
     def expire_sessions(self) -> int:
@@ -373,7 +372,7 @@ class NameServerNode:
                 continue  # no leader: the next leader grants fresh timeouts anyway
             req = api_pb2.HeartbeatRequest(heartbeats=pending)
             try:
-                stub.Heartbeat(req, timeout=2, metadata=[(FORWARDED_HEADER, "1")])
+                stub.Heartbeat(req, timeout=2, metadata=[(headers.FORWARDED, "1")])
             except grpc.RpcError as exc:
                 log.debug("heartbeat forward failed: %s", exc.code())
 

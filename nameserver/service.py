@@ -16,10 +16,9 @@ from typing import Any
 
 import grpc
 
-from nameserver import auth, validation
+from nameserver import auth, headers, validation
 from nameserver.chunking import assemble_chunks, register_chunks, should_stream
 from nameserver.node import (
-    FORWARDED_HEADER,
     ClientRef,
     MembershipError,
     NameServerNode,
@@ -40,26 +39,24 @@ from raftlog.proposer import NotLeader, ProposalError
 log = logging.getLogger("nameserver.service")
 
 LEADER_WAIT_S = 3.0  # how long a write waits for an election before giving up
-CLIENT_ID_HEADER = "x-client-id"
-CLIENT_SEQ_HEADER = "x-client-seq"
 
 
 def _forwarded(context: grpc.ServicerContext) -> bool:
-    return any(k == FORWARDED_HEADER for k, _ in context.invocation_metadata())
+    return any(k == headers.FORWARDED for k, _ in context.invocation_metadata())
 
 
 def _client_ref(context: grpc.ServicerContext) -> ClientRef | None:
     """The exactly-once identity from metadata, validated, within its caller's sessions; None when the
     caller sent none."""
     md = dict(context.invocation_metadata())
-    cid, seq = md.get(CLIENT_ID_HEADER), md.get(CLIENT_SEQ_HEADER)
+    cid, seq = md.get(headers.CLIENT_ID), md.get(headers.CLIENT_SEQ)
     if cid is None and seq is None:
         return None
     if not cid or len(cid) > 64 or not cid.isprintable() or "/" in cid:
-        raise ValidationError(CLIENT_ID_HEADER, "must be 1..64 printable characters without '/'")
+        raise ValidationError(headers.CLIENT_ID, "must be 1..64 printable characters without '/'")
     if seq is None or not seq.isdigit() or int(seq) <= 0 or int(seq) >= 1 << 63:
-        raise ValidationError(CLIENT_SEQ_HEADER, "must be a positive integer")
-    return ClientRef(cid, int(seq), auth.session_owner(md, FORWARDED_HEADER in md))
+        raise ValidationError(headers.CLIENT_SEQ, "must be a positive integer")
+    return ClientRef(cid, int(seq), auth.session_owner(md, headers.FORWARDED in md))
 
 
 def _timeout(context: grpc.ServicerContext, default: float, cap: float) -> float:
@@ -84,13 +81,13 @@ def rpc(fn: Callable) -> Callable:
         except NotReady as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"not ready: {exc}")
         except OffsetNotReached as exc:
-            context.set_trailing_metadata((("x-apply-offset", str(exc.apply_offset)),))
+            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(exc.apply_offset)),))
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except ProposalError as exc:
             what = "outcome unknown" if exc.unknown_outcome else "not applied"
             context.abort(grpc.StatusCode.UNAVAILABLE, f"write {what}: {exc}")
         except CasFailed as exc:
-            context.set_trailing_metadata((("x-current-version", str(exc.current)),))
+            context.set_trailing_metadata(((headers.CURRENT_VERSION, str(exc.current)),))
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except SessionSuperseded as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
@@ -195,10 +192,10 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                 return self._apply_write(translate_fn, reply_of, client, max(0.1, deadline - time.monotonic()))
             context.abort(grpc.StatusCode.UNAVAILABLE, "no leader elected (is a majority of nodes up?)")
         left = max(0.1, deadline - time.monotonic())
-        md = [(FORWARDED_HEADER, "1")] + [(k, v) for k, v in context.invocation_metadata()
-                                          if k in (CLIENT_ID_HEADER, CLIENT_SEQ_HEADER)]
+        md = [(headers.FORWARDED, "1")] + [(k, v) for k, v in context.invocation_metadata()
+                                          if k in (headers.CLIENT_ID, headers.CLIENT_SEQ)]
         if client is not None and client.owner:
-            md.append((auth.SESSION_OWNER_HEADER, client.owner))
+            md.append((headers.SESSION_OWNER, client.owner))
         if forward is not None:
             return forward(stub, left, md)
         return getattr(stub, method)(request, timeout=left, metadata=md)
@@ -304,7 +301,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
             order_message_enable=s.setting_on(settings.ORDER_MESSAGE_ENABLE, cfg.order_message_enable),
             support_acting_master=s.setting_on(settings.SUPPORT_ACTING_MASTER, False)), request.min_offset)
         if route is None:
-            context.set_trailing_metadata((("x-apply-offset", str(offset)),))
+            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(offset)),))
             context.abort(grpc.StatusCode.NOT_FOUND, f"topic {request.topic} does not exist")
         return api_pb2.GetRouteReply(route=route, apply_offset=offset)
 
@@ -600,7 +597,7 @@ class AdminService(api_pb2_grpc.AdminServicer):
         if not leader:
             context.abort(grpc.StatusCode.UNAVAILABLE, "no leader elected")
         return getattr(self.node.admin_stub(leader), method)(request, timeout=timeout,
-                                                            metadata=[(FORWARDED_HEADER, "1")])
+                                                            metadata=[(headers.FORWARDED, "1")])
 
     def _member_reply(self) -> api_pb2.MemberChangeReply:
         return api_pb2.MemberChangeReply(members=self.Members(api_pb2.MembersRequest(), None).members)

@@ -13,10 +13,8 @@ from typing import Any
 
 import grpc
 
+from nameserver import headers
 from nameserver.config import NodeConfig
-
-AUTHORIZATION = "authorization"
-AS_ROLE_HEADER = "x-rip18-as-role"  # a peer acting for a less privileged caller (the remoting listener)
 
 Options = Sequence[tuple[str, Any]]
 
@@ -96,13 +94,13 @@ def open_channel(target: str, *, ca_file: str | None = None, cert_file: str | No
         channel = grpc.insecure_channel(target, options=list(options))
     md = list(extra_metadata or [])
     if token:
-        md.append((AUTHORIZATION, f"Bearer {token}"))
+        md.append((headers.AUTHORIZATION, f"Bearer {token}"))
     return grpc.intercept_channel(channel, _MetadataInterceptor(md)) if md else channel
 
 
 def peer_channel(cfg: NodeConfig, target: str, options: Options = (), as_role: str = "") -> grpc.Channel:
     """A channel to a node (this one or a peer) carrying this node's peer credential."""
-    md = [(AS_ROLE_HEADER, as_role)] if as_role and cfg.auth_enabled else []
+    md = [(headers.AS_ROLE, as_role)] if as_role and cfg.auth_enabled else []
     if not cfg.tls_enabled:
         return open_channel(target, token=cfg.peer_token if cfg.auth_enabled else None,
                             extra_metadata=md, options=options)

@@ -18,6 +18,7 @@ import grpc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from nameserver import headers
 from nameserver.pb import api_pb2, api_pb2_grpc
 from pipeline.compact import state_at
 from pipeline.logdf import PipelineError, load_log
@@ -93,7 +94,7 @@ class NodeAccess:
 
     @property
     def metadata(self) -> list[tuple[str, str]]:
-        return [("authorization", f"Bearer {self.token}")] if self.token else []
+        return [(headers.AUTHORIZATION, f"Bearer {self.token}")] if self.token else []
 
 
 def node_claims(endpoints: list[str], access: NodeAccess | None = None, timeout: float = 5.0

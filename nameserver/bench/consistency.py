@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import grpc
 
+from nameserver import headers
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 
@@ -104,7 +105,7 @@ def run(endpoints: list[str], seconds: float) -> dict[str, object]:
         nodes.ns[leader].PutKv(api_pb2.PutKvRequest(namespace="bench", key="k", value=str(time.time())), timeout=5)
 
     def once_write() -> None:
-        md = [("x-client-id", cid), ("x-client-seq", str(next(counter)))]
+        md = [(headers.CLIENT_ID, cid), (headers.CLIENT_SEQ, str(next(counter)))]
         nodes.ns[leader].PutKv(api_pb2.PutKvRequest(namespace="bench", key="k", value=str(time.time())),
                                timeout=5, metadata=md)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from nameserver import headers
 from nameserver.cli.nsctl import (
     CommandError,
     Context,
@@ -29,7 +30,6 @@ from nameserver.cli.nsctl import (
     emit_json,
     open_channel,
 )
-from nameserver.logservice import TO_OFFSET_HEADER
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 STREAM_TIMEOUT_S = 3600.0
@@ -67,7 +67,7 @@ def _read_range(ctx: Context, out: str, first: int, last: int | None, batch: int
                     api_pb2.ReadLogRequest(from_offset=cursor, to_offset=last or 0, max_batch=batch),
                     timeout=STREAM_TIMEOUT_S)
                 if last is None:
-                    last = int(dict(call.initial_metadata())[TO_OFFSET_HEADER])
+                    last = int(dict(call.initial_metadata())[headers.LOG_TO_OFFSET])
                 for message in call:
                     for e in message.entries:
                         writer.add(e.offset, e.term, e.entry)

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from nameserver import headers
 from nameserver.chunking import register_chunks, should_stream
 from nameserver.client.endpoints import EndpointPool
 from nameserver.client.errors import NameServerError, apply_offset_of, status_of
@@ -96,7 +97,7 @@ class Client:
         deadline = Deadline(timeout if timeout is not None else self.timeout)
         if kind == _WRITE:
             with self._write_lock:
-                md = (("x-client-id", self.client_id), ("x-client-seq", str(next(self._seq))))
+                md = ((headers.CLIENT_ID, self.client_id), (headers.CLIENT_SEQ, str(next(self._seq))))
                 return self._attempts(method, request, kind, deadline, md, stub)
         return self._attempts(method, request, kind, deadline, (), stub)
 

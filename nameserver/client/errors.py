@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from nameserver import headers
+
 
 class NameServerError(Exception):
     """A call that failed for good: a non-retryable status, or retries exhausted by the deadline.
@@ -36,6 +38,6 @@ def apply_offset_of(err: grpc.RpcError) -> int | None:
     if not callable(trailers):
         return None
     for key, value in trailers() or ():
-        if key == "x-apply-offset" and str(value).isdigit():
+        if key == headers.APPLY_OFFSET and str(value).isdigit():
             return int(value)
     return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import grpc
 from google.protobuf.message import Message
 
+from nameserver import headers
 from nameserver.pb import api_pb2
 
 C = grpc.StatusCode
@@ -130,7 +131,7 @@ def allowed(m: Method, request: Message | None, applied: int, on_leader: bool) -
 
 def field_names(m: Method) -> set[str]:
     """Top-level names an INVALID_ARGUMENT detail may start with for this method."""
-    names = {f.name for f in m.request.DESCRIPTOR.fields} | {"x-client-id", "x-client-seq", "request"}
+    names = {f.name for f in m.request.DESCRIPTOR.fields} | {headers.CLIENT_ID, headers.CLIENT_SEQ, "request"}
     if m.client_streaming:  # the stream is reassembled into a RegisterBrokerRequest
         names |= {f.name for f in api_pb2.RegisterBrokerRequest.DESCRIPTOR.fields} | {"chunks"}
     return names

@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError, Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nameserver import validation
+from nameserver import headers, validation
 from nameserver.pb import api_pb2
 from raftlog.digest import digest_hex, digest_of
 from tests.cluster import Cluster, NodeProc
@@ -80,8 +80,8 @@ def client_metadata() -> st.SearchStrategy[tuple[tuple[str, str], ...]]:
     ascii_text = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=70)
     cid = st.one_of(st.sampled_from(["fuzz-a", "fuzz-b"]), ascii_text)
     seq = st.one_of(st.integers(1, 5).map(str), ascii_text)
-    pair = st.tuples(st.tuples(st.just("x-client-id"), cid), st.tuples(st.just("x-client-seq"), seq))
-    return st.one_of(st.just(()), pair, st.tuples(st.tuples(st.just("x-client-seq"), seq)))
+    pair = st.tuples(st.tuples(st.just(headers.CLIENT_ID), cid), st.tuples(st.just(headers.CLIENT_SEQ), seq))
+    return st.one_of(st.just(()), pair, st.tuples(st.tuples(st.just(headers.CLIENT_SEQ), seq)))
 
 
 def request_strategy(m: Method) -> st.SearchStrategy:

@@ -28,9 +28,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from nameserver import tlsconf
+from nameserver import headers, tlsconf
 from nameserver.auth import hash_token
-from nameserver.node import FORWARDED_HEADER
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command
@@ -305,16 +304,16 @@ def test_spoofed_node_headers_are_refused(mode: Mode) -> None:
         ns = api_pb2_grpc.NameServerStub(channel)
         before = _digest(leader)
         code, _ = _code(lambda: ns.PutKv(api_pb2.PutKvRequest(namespace="SEC", key="spoof", value="x"),
-                                         timeout=T, metadata=[(FORWARDED_HEADER, "1")]))
+                                         timeout=T, metadata=[(headers.FORWARDED, "1")]))
         assert code == grpc.StatusCode.PERMISSION_DENIED
         code, _ = _code(lambda: ns.ReadIndex(api_pb2.ReadIndexRequest(), timeout=T,
-                                             metadata=[(tlsconf.AS_ROLE_HEADER, "peer")]))
+                                             metadata=[(headers.AS_ROLE, "peer")]))
         assert code == grpc.StatusCode.PERMISSION_DENIED
         assert _digest(leader) == before
     # a peer may act as a lesser role: then it has only that role's rights
     with mode.identities["peer"][0](leader.grpc_addr, []) as channel:
         ns = api_pb2_grpc.NameServerStub(channel)
-        as_client = [(tlsconf.AS_ROLE_HEADER, "client")]
+        as_client = [(headers.AS_ROLE, "client")]
         assert _code(lambda: ns.GetRoute(api_pb2.GetRouteRequest(topic="SecBase"), timeout=T,
                                          metadata=as_client))[0] == grpc.StatusCode.OK
         assert _code(lambda: ns.PutKv(api_pb2.PutKvRequest(namespace="SEC", key="as", value="x"), timeout=T,
@@ -333,7 +332,7 @@ def test_transport_and_side_doors(mode: Mode, pki: Pki) -> None:
         # a plaintext client to a TLS node fails, whatever credential it carries
         with grpc.insecure_channel(node.grpc_addr) as ch:
             code, _ = _code(lambda: api_pb2_grpc.AdminStub(ch).Status(api_pb2.StatusRequest(), timeout=3,
-                            metadata=[("authorization", f"Bearer {pki.tokens['admin']}")]))
+                            metadata=[(headers.AUTHORIZATION, f"Bearer {pki.tokens['admin']}")]))
         assert code == grpc.StatusCode.UNAVAILABLE
     if mode.name == "mtls":  # a client certificate from another CA is rejected in the handshake
         with cert_channel(pki, "rogue")(node.grpc_addr, []) as ch:

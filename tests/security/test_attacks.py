@@ -28,6 +28,7 @@ from typing import Any
 import grpc
 import pytest
 
+from nameserver import headers
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import codes
 from tests.cluster import ROOT, Cluster, NodeProc, register_request
@@ -307,8 +308,8 @@ def test_8_client_id_reuse_reaches_only_the_callers_own_sessions(sec: Secure) ->
     def register(node: NodeProc, role: str, cid: str, seq: int, counter: int) -> api_pb2.RegisterBrokerReply:
         req = register_request("C8", f"{role}-{node.name}", f"10.8.0.{len(role)}:10911", [f"T8-{role}"],
                                counter=counter, timeout_ms=600_000)
-        return sec.stub(node, role).RegisterBroker(req, timeout=10, metadata=[("x-client-id", cid),
-                                                                              ("x-client-seq", str(seq))])
+        return sec.stub(node, role).RegisterBroker(req, timeout=10, metadata=[(headers.CLIENT_ID, cid),
+                                                                              (headers.CLIENT_SEQ, str(seq))])
 
     for node in (leader, follower):  # directly, and across the forwarding path
         cid = f"victim-{node.name}"
@@ -340,7 +341,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_9_rejected_writes_never_append(dev: Cluster) -> None:
     leader = dev.wait_ready(timeout=30)
     follower = dev.followers()[0]
-    md = [("x-client-id", "stale"), ("x-client-seq", "100")]
+    md = [(headers.CLIENT_ID, "stale"), (headers.CLIENT_SEQ, "100")]
     leader.ns.PutKv(api_pb2.PutKvRequest(namespace="S9", key="k", value="v"), timeout=10, metadata=md)
     dev.wait_converged(timeout=20)
     before = leader.status()
@@ -348,7 +349,7 @@ def test_9_rejected_writes_never_append(dev: Cluster) -> None:
     for node in (leader, follower) * 10:
         with pytest.raises(grpc.RpcError) as err:
             node.ns.PutKv(api_pb2.PutKvRequest(namespace="S9", key="k2", value="v"), timeout=10,
-                          metadata=[("x-client-id", "stale"), ("x-client-seq", "50")])
+                          metadata=[(headers.CLIENT_ID, "stale"), (headers.CLIENT_SEQ, "50")])
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     after = leader.status()
     assert after is not None and after.end_offset == before.end_offset, (

@@ -12,10 +12,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from nameserver import auth, config, tlsconf
+from nameserver import auth, config, headers, tlsconf
 from nameserver.auth import Authorizer, Denied, allowed, hash_token
 from nameserver.config import Member, NodeConfig
-from nameserver.node import FORWARDED_HEADER
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 NS = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
@@ -34,7 +33,7 @@ def _cfg(**kw: Any) -> NodeConfig:
 
 
 def _bearer(role: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {TOKENS[role]}"}
+    return {headers.AUTHORIZATION: f"Bearer {TOKENS[role]}"}
 
 
 @pytest.mark.parametrize("method", ALL_METHODS)
@@ -54,7 +53,8 @@ def test_identity_from_tokens() -> None:
     with pytest.raises(Denied) as exc:
         a.check(f"/{NS}/PutKv", _bearer("broker"), {})
     assert exc.value.code == grpc.StatusCode.PERMISSION_DENIED
-    for md in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic abc"}, {"authorization": "Bearer "}):
+    auth_key = headers.AUTHORIZATION
+    for md in ({}, {auth_key: "Bearer wrong"}, {auth_key: "Basic abc"}, {auth_key: "Bearer "}):
         with pytest.raises(Denied) as exc:
             a.check(f"/{NS}/GetRoute", md, {})
         assert exc.value.code == grpc.StatusCode.UNAUTHENTICATED
@@ -75,16 +75,16 @@ def test_identity_from_certificates() -> None:
 
 def test_node_headers_are_honoured_from_peers_only() -> None:
     a = Authorizer(_cfg())
-    fwd = {FORWARDED_HEADER: "1"}
+    fwd = {headers.FORWARDED: "1"}
     assert a.check(f"/{NS}/PutKv", _bearer("peer") | fwd, {}).role == "peer"
     with pytest.raises(Denied) as exc:
         a.check(f"/{NS}/PutKv", _bearer("admin") | fwd, {})
     assert exc.value.code == grpc.StatusCode.PERMISSION_DENIED
-    as_client = {tlsconf.AS_ROLE_HEADER: "client"}
+    as_client = {headers.AS_ROLE: "client"}
     a.check(f"/{NS}/GetRoute", _bearer("peer") | as_client, {})
     refused = [(f"/{NS}/PutKv", _bearer("peer") | as_client),  # acting as client: a client's rights
-               (f"/{NS}/ReadIndex", _bearer("admin") | {tlsconf.AS_ROLE_HEADER: "peer"}),  # no self-promotion
-               (f"/{NS}/GetRoute", _bearer("peer") | {tlsconf.AS_ROLE_HEADER: "root"})]  # unknown role
+               (f"/{NS}/ReadIndex", _bearer("admin") | {headers.AS_ROLE: "peer"}),  # no self-promotion
+               (f"/{NS}/GetRoute", _bearer("peer") | {headers.AS_ROLE: "root"})]  # unknown role
     for method, md in refused:
         with pytest.raises(Denied) as exc:
             a.check(method, md, {})

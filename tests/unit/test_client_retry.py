@@ -8,6 +8,7 @@ from typing import Any
 import grpc
 import pytest
 
+from nameserver import headers
 from nameserver.client import Client, EndpointPool, NameServerError, RetryPolicy, parse_endpoints
 from nameserver.pb import api_pb2
 
@@ -83,9 +84,9 @@ def test_a_write_retried_after_an_unknown_outcome_keeps_its_sequence() -> None:
                                 api_pb2.WriteReply(offset=43, records=1)])
     assert client.put_kv("NS", "k", "v").offset == 42
     client.put_kv("NS", "k", "w")
-    seqs = [int(md["x-client-seq"]) for _, _, _, md in stub.calls]
+    seqs = [int(md[headers.CLIENT_SEQ]) for _, _, _, md in stub.calls]
     assert seqs[0] == seqs[1] == seqs[2] < seqs[3]
-    assert {md["x-client-id"] for _, _, _, md in stub.calls} == {client.client_id}
+    assert {md[headers.CLIENT_ID] for _, _, _, md in stub.calls} == {client.client_id}
     assert stub.calls[0][0] == "n1:1" and stub.calls[1][0] != "n1:1"  # moved off the failing leader
     assert client.retries == 2
 
@@ -101,7 +102,7 @@ def test_non_retryable_status_raises_at_once() -> None:
 def test_reads_carry_the_highest_offset_seen_and_rotate_nodes() -> None:
     route = api_pb2.GetRouteReply(apply_offset=50)
     client, stub = make_client([api_pb2.WriteReply(offset=40, records=1), route,
-                                FakeRpcError(grpc.StatusCode.UNAVAILABLE, "behind", (("x-apply-offset", "45"),)),
+                                FakeRpcError(grpc.StatusCode.UNAVAILABLE, "behind", ((headers.APPLY_OFFSET, "45"),)),
                                 route])
     client.put_kv("NS", "k", "v")
     client.get_route("T")

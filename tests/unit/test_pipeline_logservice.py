@@ -10,8 +10,9 @@ import grpc
 import pyarrow.parquet as pq
 import pytest
 
+from nameserver import headers
 from nameserver.cli import nsctl
-from nameserver.logservice import TO_OFFSET_HEADER, LogService
+from nameserver.logservice import LogService
 from nameserver.pb import api_pb2, api_pb2_grpc
 from pipeline.segments import covered_ranges
 from raftlog.codec import encode_entry
@@ -67,7 +68,7 @@ def _read(addr: str, **kw) -> tuple[dict, list[list[int]]]:
 def test_read_log_streams_bounded_batches_from_an_offset(serve) -> None:
     addr = serve(StandIn(30, skip=(10,)))
     md, batches = _read(addr, from_offset=5, max_batch=8)
-    assert md[TO_OFFSET_HEADER] == "30"
+    assert md[headers.LOG_TO_OFFSET] == "30"
     assert [len(b) for b in batches] == [8, 8, 8, 1]
     assert [o for b in batches for o in b] == [o for o in range(5, 31) if o != 10]
     _, batches = _read(addr, from_offset=28, to_offset=29)

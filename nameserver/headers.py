@@ -1,0 +1,28 @@
+"""Every gRPC metadata key the nameserver, its clients and its tools send or read: one place, so a name
+cannot drift between a sender and a reader.
+
+Request metadata
+    x-client-id, x-client-seq   exactly-once writes: who is writing, and its write number (client.py)
+    authorization               "Bearer <token>" ([auth] tokens)
+    x-rip18-forwarded           a follower forwarded this write or read index (honoured from peers only)
+    x-rip18-session-owner       the original caller's session owner, on a forwarded write (peers only)
+    x-rip18-as-role             a peer acting for a less privileged caller (the remoting listener)
+
+Trailing metadata
+    x-apply-offset              the node's apply offset, on a read it could not serve yet (and NOT_FOUND)
+    x-current-version           a binding's version, on a failed compare-and-set
+    x-log-to-offset             the offset a ReadLog stream was served up to
+    x-log-first-kept            the first offset a node's log still holds (ReadLog OUT_OF_RANGE)
+"""
+
+CLIENT_ID = "x-client-id"
+CLIENT_SEQ = "x-client-seq"
+AUTHORIZATION = "authorization"
+FORWARDED = "x-rip18-forwarded"
+SESSION_OWNER = "x-rip18-session-owner"
+AS_ROLE = "x-rip18-as-role"
+
+APPLY_OFFSET = "x-apply-offset"
+CURRENT_VERSION = "x-current-version"
+LOG_TO_OFFSET = "x-log-to-offset"
+LOG_FIRST_KEPT = "x-log-first-kept"
