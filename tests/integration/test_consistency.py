@@ -9,6 +9,7 @@ import time
 import grpc
 import pytest
 
+from nameserver import headers
 from nameserver.pb import api_pb2
 from tests.cluster import register_request, retry
 
@@ -88,7 +89,7 @@ def test_min_offset_beyond_the_log_fails_with_the_nodes_offset(make_cluster) -> 
     assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     if err.value.code() == grpc.StatusCode.UNAVAILABLE:
         trailers = dict(err.value.trailing_metadata())
-        assert int(trailers["x-apply-offset"]) > 0
+        assert int(trailers[headers.APPLY_OFFSET]) > 0
 
 
 def collect(stream, stop: threading.Event, out: list) -> None:
@@ -169,7 +170,7 @@ def test_retried_write_after_leader_kill_applies_once(make_cluster) -> None:
     c = make_cluster()
     leader = c.wait_ready()
     follower = c.followers()[0]
-    md = [("x-client-id", "client-42"), ("x-client-seq", "1")]
+    md = [(headers.CLIENT_ID, "client-42"), (headers.CLIENT_SEQ, "1")]
     req = register_request("C", "broker-x", "10.0.0.5:10911", ["T1", "T2"])
     first = retry(lambda: follower.ns.RegisterBroker(req, timeout=10, metadata=md))
     assert first.records > 0
@@ -182,7 +183,7 @@ def test_retried_write_after_leader_kill_applies_once(make_cluster) -> None:
     assert third.offset == first.offset
     assert c.leader(survivors).status().end_offset == end  # nothing appended for the retries
     # a KV write retried with the same id is not applied twice either
-    kv_md = [("x-client-id", "client-42"), ("x-client-seq", "2")]
+    kv_md = [(headers.CLIENT_ID, "client-42"), (headers.CLIENT_SEQ, "2")]
     p1 = retry(lambda: survivors[0].ns.PutKv(api_pb2.PutKvRequest(namespace="once", key="k", value="1"),
                                               timeout=5, metadata=kv_md))
     survivors[1].ns.PutKv(api_pb2.PutKvRequest(namespace="once", key="k", value="changed"), timeout=5)
@@ -190,14 +191,14 @@ def test_retried_write_after_leader_kill_applies_once(make_cluster) -> None:
     assert p2.offset == p1.offset
     got = survivors[0].ns.GetKv(api_pb2.GetKvRequest(namespace="once", key="k", min_offset=p2.offset), timeout=5)
     assert got.value == "changed"  # the retry did not overwrite the later write
-    old = [("x-client-id", "client-42"), ("x-client-seq", "1")]
+    old = [(headers.CLIENT_ID, "client-42"), (headers.CLIENT_SEQ, "1")]
     with pytest.raises(grpc.RpcError) as err:
         survivors[0].ns.PutKv(api_pb2.PutKvRequest(namespace="once", key="k", value="x"), timeout=5, metadata=old)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    bad = [("x-client-id", "client-42"), ("x-client-seq", "zero")]
+    bad = [(headers.CLIENT_ID, "client-42"), (headers.CLIENT_SEQ, "zero")]
     with pytest.raises(grpc.RpcError) as err:
         survivors[0].ns.PutKv(api_pb2.PutKvRequest(namespace="once", key="k", value="x"), timeout=5, metadata=bad)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "x-client-seq" in err.value.details()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and headers.CLIENT_SEQ in err.value.details()
 
 
 def test_idle_sessions_expire_through_records(make_cluster) -> None:
@@ -205,9 +206,9 @@ def test_idle_sessions_expire_through_records(make_cluster) -> None:
     c.wait_ready()
     node = c.nodes[0]
     node.ns.PutKv(api_pb2.PutKvRequest(namespace="s", key="k", value="v"), timeout=5,
-                  metadata=[("x-client-id", "idle"), ("x-client-seq", "1")])
-    assert node.status().keys == 2  # the KV and the client's session
-    c.wait_for("the idle session to expire", lambda: node.status().keys == 1, timeout=10)
+                  metadata=[(headers.CLIENT_ID, "idle"), (headers.CLIENT_SEQ, "1")])
+    assert node.status().keys == 3  # the KV, its namespace and the client's session
+    c.wait_for("the idle session to expire", lambda: node.status().keys == 2, timeout=10)
 
 
 def test_bind_retried_after_killing_the_leader_mid_call_applies_once(make_cluster) -> None:
@@ -217,7 +218,7 @@ def test_bind_retried_after_killing_the_leader_mid_call_applies_once(make_cluste
     for attempt in range(4):
         leader = c.wait_ready([n for n in c.nodes if n.alive])
         via = next(n for n in c.nodes if n.alive and n is not leader)
-        md = [("x-client-id", "mid-call"), ("x-client-seq", str(attempt + 1))]
+        md = [(headers.CLIENT_ID, "mid-call"), (headers.CLIENT_SEQ, str(attempt + 1))]
         req = api_pb2.BindQueueRequest(topic="Mid", queue_id=attempt, owner=f"owner-{attempt}")
         future = via.ns.BindQueue.future(req, timeout=5, metadata=md)
         time.sleep(0.001 * attempt)  # vary where the kill lands: before, during, after the commit
