@@ -151,6 +151,10 @@ class NameServerNode:
         with self.lock:
             return fn(self.state), self.state.kv.offset
 
+    def catch_up(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool:
+        """Wait (bounded) until this node has applied `offset`; False when it has not in time."""
+        return self.log.wait_applied(offset, timeout, alive)
+
     def not_ready_reason(self) -> str:
         if self.log.applier.failed:
             return f"apply stopped: {self.log.applier.failed}"

@@ -39,6 +39,7 @@ from raftlog.proposer import NotLeader, ProposalError
 log = logging.getLogger("nameserver.service")
 
 LEADER_WAIT_S = 3.0  # how long a write waits for an election before giving up
+FORWARD_CATCH_UP_S = 2.0  # how long a forwarded write waits for this node to apply it before answering
 
 
 def _forwarded(context: grpc.ServicerContext) -> bool:
@@ -196,9 +197,16 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                                           if k in (headers.CLIENT_ID, headers.CLIENT_SEQ)]
         if client is not None and client.owner:
             md.append((headers.SESSION_OWNER, client.owner))
-        if forward is not None:
-            return forward(stub, left, md)
-        return getattr(stub, method)(request, timeout=left, metadata=md)
+        reply = forward(stub, left, md) if forward is not None else getattr(stub, method)(
+            request, timeout=left, metadata=md)
+        offset = getattr(reply, "offset", 0)
+        if offset:
+            # Read-your-writes on this node, as on the leader: answer once this node has applied the
+            # write too (a broker that registered through us asks us for its routes next). Bounded: a
+            # follower cut off from the leader still answers; the write itself is done.
+            self.node.catch_up(offset, min(FORWARD_CATCH_UP_S, max(0.0, deadline - time.monotonic())),
+                               context.is_active)
+        return reply
 
     def _apply_write(self, translate_fn: Callable, reply_of: Callable[[WriteResult], Any],
                      client: ClientRef | None, timeout: float) -> Any:

@@ -79,6 +79,10 @@ def test_write_on_one_node_then_read_with_its_offset_on_another_sees_it(make_clu
                                                       timeout=10))
         got = reader.ns.GetKv(api_pb2.GetKvRequest(namespace="ryw", key=f"k{i}", min_offset=put.offset), timeout=10)
         assert got.value == str(i) and got.apply_offset >= put.offset
+        # The node that answered a write has applied it: a plain read there (no min_offset) sees it, as
+        # a broker that registered through a follower asks that follower for its routes next.
+        same = writer.ns.GetKv(api_pb2.GetKvRequest(namespace="ryw", key=f"k{i}"), timeout=10)
+        assert same.value == str(i) and same.apply_offset >= put.offset
 
 
 def test_min_offset_beyond_the_log_fails_with_the_nodes_offset(make_cluster) -> None:
