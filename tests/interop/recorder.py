@@ -116,11 +116,13 @@ class Recorder:
                 payload = _recv_exactly(src, int.from_bytes(prefix, "big"))
                 if payload is None:
                     break
+                # Recorded before it is forwarded: else the answer can come back (and find no request
+                # to pair with) before the request is on record.
+                self._record(cid, payload)
                 try:
                     dst.sendall(prefix + payload)
                 except OSError:
                     break
-                self._record(cid, payload)
         finally:
             for s in (src, dst):
                 with contextlib.suppress(OSError):

@@ -275,7 +275,7 @@ def test_105_old_version_can_ask_for_standard_json(client: Client) -> None:
 
 
 def test_105_unknown_topic_is_17_and_missing_topic_is_1(client: Client) -> None:
-    resp, _ = client.call(105, {"topic": "Nope"}, version=404)  # a 4.9.7 client: 4.x's FAQ address
+    resp, _ = client.call(105, {"topic": "Nope"}, version=407)  # a 4.9.7 client: 4.x's FAQ address
     assert resp["remark"].endswith("\nSee http://rocketmq.apache.org/docs/faq/ for further details.")
     resp, body = client.call(105, {"topic": "Nope"})
     assert (resp["code"], resp["remark"], body) == (17, "No topic route info in name server for the topic: Nope"
