@@ -22,7 +22,7 @@
                 remoting_frame_timeout_ms, remoting_reply_timeout_ms, grpc_max_connections,
                 grpc_handshake_timeout_ms, grpc_idle_timeout_ms, grpc_max_concurrent_rpcs,
                 metrics_max_connections, metrics_timeout_ms, reserved_fds
-    [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent)
+    [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent), role, tls
     [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
     [archive]   dir = "archive"              (node-side log archive; off when absent)
     [security]  mode = "dev" | "secure"      (secure: Raft password, TLS and [auth] are mandatory)
@@ -47,6 +47,7 @@ ROLES = ("broker", "client", "admin", "peer")  # what each may call: nameserver/
 SECURITY_MODES = ("dev", "secure")
 # grpcio can only ignore client certificates or require them: "request but do not require" is not exposed.
 CLIENT_AUTH = ("none", "require")
+REMOTING_TLS_MODES = ("off", "permissive", "enforcing")  # RocketMQ's tls.server.mode
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class NodeConfig:
     peer_role: str = "peer"        # the role trusted with node-to-node (forwarded) calls
     peer_token: str | None = field(default=None, repr=False)  # sent to peers as a bearer token
     remoting_role: str = ""        # the role remoting calls act as; empty: the node's own (peer) rights
+    remoting_tls: str = ""         # off | permissive | enforcing; empty: permissive with [tls], else off
     # [limits]: no caller, authenticated or not, can hold more of a node than these.
     max_wait_ms: int = 30_000      # longest any call waits server-side (min_offset, read index, a write)
     max_waiting_reads: int = 16    # reads waiting for min_offset at once; more fail RESOURCE_EXHAUSTED
@@ -112,6 +114,12 @@ class NodeConfig:
     @property
     def tls_enabled(self) -> bool:
         return bool(self.tls_cert_file)
+
+    @property
+    def remoting_tls_mode(self) -> str:
+        """RocketMQ's tls.server.mode for the remoting port: the key's value, else permissive when the
+        node has a certificate (plain and TLS clients on one port, as RocketMQ's default), else off."""
+        return self.remoting_tls or ("permissive" if self.tls_enabled else "off")
 
     @property
     def auth_enabled(self) -> bool:
@@ -142,7 +150,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
 }
 LIMITS = _SECTIONS["limits"]
 # Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.
-# ([remoting] role, [security], [tls] and [auth] are read by _security.)
+# ([remoting] role and tls, [security], [tls] and [auth] are read by _security.)
 _LISTENERS = {"remoting": ("listen", "remoting_addr"), "metrics": ("listen", "metrics_addr"),
               "archive": ("dir", "archive_dir")}
 
@@ -220,7 +228,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
 
 
 def _security(doc: dict[str, Any], base: str, kwargs: dict[str, Any]) -> None:
-    """[security], [tls], [auth] and [remoting] role into kwargs; files resolved against the config's dir."""
+    """[security], [tls], [auth] and [remoting] role and tls into kwargs; files resolved against the config's dir."""
     kwargs["security_mode"] = str(doc.get("security", {}).get("mode", "dev"))
     tls, auth = doc.get("tls", {}), doc.get("auth", {})
     for key in ("cert_file", "key_file", "ca_file"):
@@ -236,6 +244,7 @@ def _security(doc: dict[str, Any], base: str, kwargs: dict[str, Any]) -> None:
     kwargs["peer_role"] = str(auth.get("peer_role", "peer"))
     kwargs["peer_token"] = _secret(auth.get("peer_token_file"), auth.get("peer_token_env"), base, "auth.peer_token")
     kwargs["remoting_role"] = str(doc.get("remoting", {}).get("role", ""))
+    kwargs["remoting_tls"] = str(doc.get("remoting", {}).get("tls", ""))
 
 
 def _tokens(path: str) -> dict[str, str]:
@@ -272,6 +281,11 @@ def _check_security(cfg: NodeConfig) -> None:
                         + ([("remoting.role", cfg.remoting_role)] if cfg.remoting_role else [])):
         if role not in ROLES:
             raise ConfigError(f"{where}: unknown role {role!r} (roles: {', '.join(ROLES)})")
+    if cfg.remoting_tls and cfg.remoting_tls not in REMOTING_TLS_MODES:
+        raise ConfigError(f"remoting.tls must be one of {', '.join(REMOTING_TLS_MODES)}, got {cfg.remoting_tls!r}")
+    if cfg.remoting_tls in ("permissive", "enforcing") and not cfg.tls_enabled:
+        raise ConfigError(f'remoting.tls = "{cfg.remoting_tls}" needs the node\'s certificate: set tls.cert_file '
+                          "and tls.key_file")
     if cfg.security_mode == "secure":
         if cfg.remoting_addr and not cfg.remoting_role:
             # The remoting protocol carries no credentials: every remoting caller gets this role.

@@ -11,6 +11,13 @@ What one connection can hold is bounded ([limits] in the node's TOML):
 - a frame, once begun, arrives whole within remoting_frame_timeout_ms (slow senders);
 - a connection silent for remoting_idle_timeout_ms is closed (RocketMQ closes idle channels too);
 - beyond remoting_max_connections, new connections are closed at once.
+
+TLS ([remoting] tls, RocketMQ's tls.server.mode): "permissive" (the default when the node has a
+certificate) peeks at each new connection's first byte and speaks TLS when it is a handshake record
+(0x16), plain otherwise, so plain and `tls.enable=true` clients share the port; "enforcing" closes a
+connection that does not start a handshake; "off" never speaks TLS. A failed handshake closes that
+connection only. The peek and the handshake are bounded by remoting_frame_timeout_ms, and connections
+still in them count against remoting_max_connections.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import ssl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +41,7 @@ log = logging.getLogger("nameserver.remoting")
 
 MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up to one frame and its reply)
 WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained
+TLS_HANDSHAKE_RECORD = 0x16    # the first byte of every TLS ClientHello
 _ANY_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
@@ -73,6 +83,10 @@ class RemotingServer:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self.tls_mode = cfg.remoting_tls_mode
+        self._ssl = tls_server_context(cfg) if self.tls_mode != "off" else None
+        self._opening = 0  # accepted connections still in the TLS peek or handshake
+        self._listener: socket.socket | None = None  # with TLS, the listening socket (no asyncio.Server)
         self.port = 0  # the bound port (useful with port 0)
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -91,9 +105,15 @@ class RemotingServer:
         self._loop = loop
         try:
             host, port = split_addr(self.listen_addr)
-            self._server = loop.run_until_complete(
-                asyncio.start_server(self._serve, host or None, port, reuse_address=True))
-            self.port = self._server.sockets[0].getsockname()[1]
+            if self._ssl is None:
+                self._server = loop.run_until_complete(
+                    asyncio.start_server(self._serve, host or None, port, reuse_address=True))
+            else:  # connections are accepted here and peeked at before a stream is made of them
+                family = socket.AF_INET6 if ":" in host else socket.AF_INET
+                self._listener = socket.create_server((host, port), family=family, backlog=1024)
+                loop.create_task(self._accept_loop(self._listener))
+            self.port = (self._listener.getsockname() if self._listener is not None
+                         else self._server.sockets[0].getsockname())[1]
         except (OSError, ValueError) as exc:
             self._error = exc
             self._ready.set()
@@ -120,14 +140,86 @@ class RemotingServer:
         self._channel.close()
 
     async def _close(self) -> None:
-        assert self._server is not None
-        self._server.close()
+        if self._server is not None:
+            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         for writer in list(self._writers):
             writer.close()
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ---- TLS: accept, peek, maybe handshake -----------------------------------------------------
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        listener.setblocking(False)
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # out of descriptors, or closing
+                if listener.fileno() < 0:
+                    return
+                log.warning("remoting: accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            loop.create_task(self._open(sock))
+
+    async def _open(self, sock: socket.socket) -> None:
+        """Peek at the first byte; make a plain or TLS stream of the connection and serve it."""
+        loop = asyncio.get_running_loop()
+        peer = sock.getpeername() if sock.fileno() >= 0 else ("?", 0)
+        peer_s = f"{peer[0]}:{peer[1]}"
+        if len(self._writers) + self._opening >= self.max_connections:
+            self.refused_total += 1
+            sock.close()
+            return
+        self._opening += 1
+        try:
+            try:
+                first = await asyncio.wait_for(self._peek(loop, sock), self.frame_s)
+            except (TimeoutError, OSError):
+                sock.close()
+                return
+            tls = first == TLS_HANDSHAKE_RECORD
+            if not tls and self.tls_mode == "enforcing":
+                log.warning("remoting: closing connection from %s: not TLS ([remoting] tls = \"enforcing\")",
+                            peer_s)
+                sock.close()
+                return
+            reader = asyncio.StreamReader(limit=2 ** 16)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            try:
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: protocol, sock, ssl=self._ssl if tls else None,
+                    ssl_handshake_timeout=self.frame_s if tls else None)
+            except (ssl.SSLError, OSError, TimeoutError) as exc:
+                log.warning("remoting: closing connection from %s: TLS handshake failed: %s", peer_s, exc)
+                sock.close()
+                return
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        finally:
+            self._opening -= 1
+        await self._serve(reader, writer)
+
+    @staticmethod
+    async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> int | None:
+        """The connection's first byte, left unread; None when it closes before sending one."""
+        sock.setblocking(False)
+        while True:
+            ready = loop.create_future()
+            loop.add_reader(sock.fileno(), ready.set_result, None)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(sock.fileno())
+            try:
+                data = sock.recv(1, socket.MSG_PEEK)
+            except BlockingIOError:
+                continue
+            return data[0] if data else None
 
     # ---- connections ---------------------------------------------------------------------------
 
@@ -209,3 +301,15 @@ class RemotingServer:
                 log.info("remoting: could not answer %s (code %d): %s", peer, cmd.code, exc)
         finally:
             slots.release()
+
+
+def tls_server_context(cfg: NodeConfig) -> ssl.SSLContext:
+    """The remoting port's TLS: the node's own certificate; client certificates required and verified
+    against tls.ca_file when tls.client_auth = "require"."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
+    if cfg.tls_client_auth == "require":
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(cfg.tls_ca_file)
+    return ctx

@@ -67,3 +67,22 @@ def test_a_setting_of_the_wrong_type_is_refused_by_name(tmp_path) -> None:
     p.write_text(GOOD.replace("default_timeout_ms = 3000", 'default_timeout_ms = "3s"'))
     with pytest.raises(config.ConfigError, match="liveness.default_timeout_ms must be int"):
         config.load(str(p))
+
+
+def test_remoting_tls_mode_defaults_with_the_certificate_and_is_checked(tmp_path) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD)
+    assert config.load(str(p)).remoting_tls_mode == "off"
+    (tmp_path / "n.crt").write_text("x")
+    (tmp_path / "n.key").write_text("x")
+    tls = '[tls]\ncert_file = "n.crt"\nkey_file = "n.key"\n'
+    p.write_text(GOOD + tls)
+    assert config.load(str(p)).remoting_tls_mode == "permissive"  # RocketMQ's default tls.server.mode
+    p.write_text(GOOD + tls + '[remoting]\ntls = "enforcing"\n')
+    assert config.load(str(p)).remoting_tls_mode == "enforcing"
+    p.write_text(GOOD + tls + '[remoting]\ntls = "strict"\n')
+    with pytest.raises(config.ConfigError, match="remoting.tls must be one of off, permissive, enforcing"):
+        config.load(str(p))
+    p.write_text(GOOD + '[remoting]\ntls = "permissive"\n')
+    with pytest.raises(config.ConfigError, match="remoting.tls.*tls.cert_file"):
+        config.load(str(p))
