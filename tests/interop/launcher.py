@@ -271,7 +271,7 @@ class RocketMQ:
 
     def broker(self, name: str, namesrv: str, broker_id: int = 0, cluster: str = "InteropCluster",
                extra: dict[str, str] | None = None, wait: bool = True,
-               heap: str = "256m") -> Broker:
+               heap: str = "256m", props: dict[str, str] | None = None) -> Broker:
         """Start a broker: brokerId 0 is the master, >= 1 a slave (which finds its master through the nameserver)."""
         port, ha = broker_ports()
         proc_name = f"{name}-{broker_id}"
@@ -302,7 +302,8 @@ class RocketMQ:
         conf_path = os.path.join(self._dir(f"home-{proc_name}"), "broker.conf")
         with open(conf_path, "w") as f:
             f.write("\n".join(f"{k}={v}" for k, v in conf.items()) + "\n")
-        jp = self.start_java("org.apache.rocketmq.broker.BrokerStartup", ["-c", conf_path], proc_name, heap=heap)
+        jp = self.start_java("org.apache.rocketmq.broker.BrokerStartup", ["-c", conf_path], proc_name, heap=heap,
+                             props=props)
         b = Broker(jp, cluster, name, broker_id, f"127.0.0.1:{port}", f"127.0.0.1:{ha}", conf_path, store)
         if wait:
             jp.wait_line(lambda ln: "boot success" in ln, timeout=120)
@@ -310,11 +311,12 @@ class RocketMQ:
 
     # ---- mqadmin -------------------------------------------------------------------------------
 
-    def mqadmin(self, *args: str, namesrv: str, timeout: float = 90.0) -> subprocess.CompletedProcess:
+    def mqadmin(self, *args: str, namesrv: str, timeout: float = 90.0, props: dict[str, str] | None = None
+                ) -> subprocess.CompletedProcess:
         """Run org.apache.rocketmq.tools.command.MQAdminStartup with `-n namesrv`; output captured (text)."""
         self._n += 1
         cmd = self.java_cmd("org.apache.rocketmq.tools.command.MQAdminStartup", [*args, "-n", namesrv],
-                            f"mqadmin{self._n}", heap="96m")
+                            f"mqadmin{self._n}", heap="96m", props=props)
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               cwd=self._dir(f"home-mqadmin{self._n}"))
 
