@@ -68,7 +68,7 @@ clean-data:
 
 # Apache RocketMQ's own brokers, clients and mqadmin (4.9.x and 5.x, jars from Maven Central cached in
 # tests/interop/.jars) against a real 3-node cluster: tests/interop. interop-setup only fetches the jars.
-.PHONY: interop interop-setup rocketmq-tour
+.PHONY: interop interop-setup rocketmq-tour bench-remoting
 interop-setup: setup
 	scripts/ensure-debian-package.sh openjdk-17-jdk-headless java javac   # brokers; javac for the test client
 	scripts/ensure-debian-package.sh maven mvn
@@ -78,6 +78,11 @@ interop-setup: setup
 # (README, "With real RocketMQ"). `.venv/bin/python -m tests.interop.tour mqadmin CMD ...` runs any mqadmin.
 rocketmq-tour: interop-setup
 	$(PY) -m tests.interop.tour
+
+# The remoting port beside Apache RocketMQ's stock NameServer, one load generator for both
+# (docs/benchmarks.md, "Remoting: ours vs the stock RocketMQ NameServer"; about 3 minutes).
+bench-remoting: interop-setup
+	mkdir -p data && $(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json
 
 interop: interop-setup
 	RMQ_INTEROP=1 $(PY) -m pytest -q --timeout 900 tests/interop -m 'interop or not interop'
