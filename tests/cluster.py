@@ -7,7 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +204,17 @@ class Cluster:
     def followers(self) -> list[NodeProc]:
         leader = self.leader()
         return [n for n in self.nodes if n.alive and n is not leader]
+
+
+@contextmanager
+def running(cluster: Cluster, timeout: float = 30.0) -> Iterator[Cluster]:
+    """Start `cluster` and wait until it is ready; stopped on the way out, also when starting failed."""
+    cluster.start()
+    try:
+        cluster.wait_ready(timeout=timeout)
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def _toml(value: Any) -> str:

@@ -60,7 +60,9 @@ def run(endpoints: list[str], args: argparse.Namespace, timeout: float = 10.0) -
           f"heartbeat every {args.interval:g} s; Ctrl-C stops", flush=True)
     try:
         while args.duration <= 0 or time.monotonic() - started < args.duration:
-            time.sleep(min(5.0, args.duration or 5.0))
+            # every 5 s, and once more at the end of --duration (not up to 5 s past it)
+            left = args.duration - (time.monotonic() - started) if args.duration > 0 else 5.0
+            time.sleep(min(5.0, max(0.0, left)))
             print(_summary(agents, time.monotonic() - started, client), flush=True)
     except KeyboardInterrupt:
         pass

@@ -7,18 +7,27 @@ import glob
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import grpc
 import pytest
 
 from nameserver.pb import api_pb2, state_pb2
-from tests.cluster import register_request, retry
+from tests.cluster import Cluster, register_request, retry, running
 
 pytestmark = pytest.mark.cluster
 
 
 def topics(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One 1-node cluster shared by the tests whose calls are all refused or read-only: none changes its
+    state (each checks that itself), so they do not disturb one another."""
+    with running(Cluster(str(tmp_path_factory.mktemp("single")), 1)) as c:
+        yield c
 
 
 def test_routes_registered_through_a_follower_are_readable_on_every_node(make_cluster) -> None:
@@ -80,10 +89,8 @@ def test_reregistration_writes_only_what_changed(make_cluster) -> None:
     (lambda r: setattr(r.topics[0], "read_queue_nums", -1), "topics[0].read_queue_nums"),
     (lambda r: setattr(r, "heartbeat_timeout_ms", 5), "heartbeat_timeout_ms"),
 ])
-def test_bad_registrations_name_the_field_and_change_nothing(make_cluster, mutate, field) -> None:
-    c = make_cluster(1)
-    c.wait_ready()
-    node = c.nodes[0]
+def test_bad_registrations_name_the_field_and_change_nothing(single, mutate, field) -> None:
+    node = single.nodes[0]
     before = node.status()
     req = register_request("C", "broker-a", "10.0.0.1:10911", topics("T", 3))
     mutate(req)
@@ -97,9 +104,8 @@ def test_bad_registrations_name_the_field_and_change_nothing(make_cluster, mutat
     assert node.status().ready  # still serving
 
 
-def test_other_bad_inputs_name_the_field(make_cluster) -> None:
-    c = make_cluster(1)
-    c.wait_ready()
+def test_other_bad_inputs_name_the_field(single) -> None:
+    c = single
     ns = c.nodes[0].ns
     before = c.nodes[0].status().end_offset
     cases = [
@@ -330,13 +336,12 @@ def _health(stub, request):
         return None
 
 
-def test_server_reflection_lets_generic_tools_discover_and_call_the_api(make_cluster) -> None:
+def test_server_reflection_lets_generic_tools_discover_and_call_the_api(single) -> None:
     """What grpcurl does: discover services and message types by reflection, then call one."""
     from google.protobuf import descriptor_pool, message_factory
     from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-    c = make_cluster(1)
-    c.wait_ready()
+    c = single
     with grpc.insecure_channel(c.nodes[0].grpc_addr) as ch:
         db = ProtoReflectionDescriptorDatabase(ch)
         services = set(db.get_services())

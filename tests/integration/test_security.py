@@ -408,9 +408,13 @@ def test_nsctl_with_tls_and_tokens(mode: Mode, pki: Pki) -> None:
     read = subprocess.run([*base, *client, "kv", "get", "SEC", "nsctl"], capture_output=True, text=True,
                           cwd=ROOT, env=client_env, timeout=60)
     assert read.returncode == 0 and "yes" in read.stdout, read.stderr
-    anonymous = subprocess.run([*base, "kv", "get", "SEC", "nsctl"], capture_output=True, text=True, cwd=ROOT,
-                               env=env, timeout=60)
+    # No credential: refused at once in plaintext (UNAUTHENTICATED); over TLS the plaintext handshake fails
+    # (UNAVAILABLE), which nsctl retries until --timeout, so a short one (the later --timeout wins).
+    anonymous = subprocess.run([*base, "--timeout", "2", "kv", "get", "SEC", "nsctl"], capture_output=True,
+                               text=True, cwd=ROOT, env=env, timeout=60)
     assert anonymous.returncode == 1, anonymous.stdout
+    assert ("UNAVAILABLE" if mode.name != "tokens-plaintext" else "UNAUTHENTICATED") in anonymous.stderr, \
+        anonymous.stderr
     for secret in pki.secrets:
         assert secret not in ok.stdout + ok.stderr + denied.stderr + read.stdout + read.stderr
 
