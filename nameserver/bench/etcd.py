@@ -147,20 +147,32 @@ class EtcdCluster:
                 member.proc.wait(timeout=30)
 
     def stop(self) -> None:
+        """Stop every member: the followers, then the leader. A leader stopped together with its
+        followers first tries to hand its leadership to one of them, and waits out etcd's request
+        timeout (about 7 s) when they are gone; alone, with no peer left, it stops at once."""
         for m in self.members:
             if m.proc and m.proc.poll() is None:
                 m.proc.send_signal(signal.SIGCONT)
-                m.proc.terminate()
+        leader = self.leader()
+        self._terminate([m for m in self.members if m is not leader])
+        self._terminate([leader] if leader is not None else [])
         for m in self.members:
+            if m.channel is not None:
+                m.channel.close()
+                m.channel = None
+
+    @staticmethod
+    def _terminate(members: list[EtcdMember]) -> None:
+        for m in members:
+            if m.proc and m.proc.poll() is None:
+                m.proc.terminate()
+        for m in members:
             if m.proc:
                 try:
                     m.proc.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     m.proc.kill()
                     m.proc.wait(timeout=15)
-            if m.channel is not None:
-                m.channel.close()
-                m.channel = None
 
     def __enter__(self) -> EtcdCluster:
         self.start()

@@ -1,6 +1,6 @@
 """The comparative benchmark (nameserver/bench/compare.py) on real processes: ours, etcd and the echo ceiling.
 
-A short run (1 s per load, 1 and 4 clients) that must measure something on every side: every figure
+A short run (0.5 s per load, 1 and 4 clients) that must measure something on every side: every figure
 positive, no errors, and the records the harness counted equal to the records each cluster holds.
 etcd is installed when missing (Debian's etcd-server); if that is impossible the run fails with
 EtcdUnavailable, it is not skipped.
@@ -41,7 +41,7 @@ def _positive(load: dict, what: str) -> None:
 
 
 def test_compare_short_run_measures_every_side(tmp_path) -> None:
-    res = run_compare(str(tmp_path), 1.0, [1, 4], read_threads=6, log=lambda s: None)
+    res = run_compare(str(tmp_path), 0.5, [1, 4], read_threads=6, log=lambda s: None)
     json.loads(json.dumps(res, allow_nan=False))  # plain JSON, no NaN: nothing went unmeasured
     assert set(res) >= {"meta", "ours", "etcd", "ceiling", "ratios", "targets"}
     assert res["meta"]["etcd_version"].startswith("3.")
