@@ -25,3 +25,14 @@ def make_cluster(tmp_path):
     yield make
     for c in made:
         c.stop()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] Spark session for every Spark test of the run (tests/unit/test_pipeline_spark.py,
+    tests/integration/test_pipeline.py): starting one costs seconds, and its JVM's first jobs are slow."""
+    from pipeline.session import spark_session
+
+    session = spark_session("local[2]", "test-pipeline", {"spark.sql.shuffle.partitions": "4"})
+    yield session
+    session.stop()

@@ -15,20 +15,12 @@ from pipeline.audit import run_audit
 from pipeline.compact import run_compact
 from pipeline.report import ReportOptions, run_report
 from pipeline.segments import DUMP_FILE, covered_ranges
-from pipeline.session import spark_session
 from tests.cluster import register_request, retry
 
 # PySpark 4.1 calls pandas 3 with a deprecated keyword: noise, not a problem of ours.
 pytestmark = [pytest.mark.cluster, pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
 ROW_ID = ["offset", "batch_index", "record_index", "key", "op", "entry_id"]
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local[2]", "test-pipeline-cluster", {"spark.sql.shuffle.partitions": "4"})
-    yield session
-    session.stop()
 
 
 def _topics(prefix: str, n: int) -> list[str]:

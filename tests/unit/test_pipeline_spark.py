@@ -18,20 +18,12 @@ from pipeline.logdf import PipelineError, load_log
 from pipeline.replay import replay
 from pipeline.report import ReportOptions, run_report
 from pipeline.segments import DUMP_FILE, DUMP_META, SegmentWriter, write_dump
-from pipeline.session import spark_session
 from pipeline.synth import FleetSpec, generate
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2
 
 # PySpark 4.1 calls pandas 3 with a deprecated keyword: noise, not a problem of ours.
 pytestmark = pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local[2]", "test-pipeline", {"spark.sql.shuffle.partitions": "4"})
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
