@@ -32,9 +32,9 @@ from tests.faults.scenario import Run, pick, read_log, timeout_for, wait_exit
 
 pytestmark = pytest.mark.cluster
 
-RUN_BEFORE_S = pick(4.0, 20.0)  # workload before the kill: the journal gets many records
-DOWN_S = pick(1.5, 10.0)        # the node stays down while the others go on
-AFTER_S = pick(3.0, 20.0)       # workload after the restart, before the final checks
+RUN_BEFORE_S = pick(2.5, 20.0)  # workload before the kill: the journal gets many records
+DOWN_S = pick(1.0, 10.0)        # the node stays down while the others go on
+AFTER_S = pick(2.0, 20.0)       # workload after the restart, before the final checks
 
 # raftlog/journal.py's format: b"NSJOURN1", then per record u32 length | u32 crc32 | u64 index |
 # u64 term | command. Parsed here independently, so a change of format shows up as a test failure.

@@ -61,7 +61,7 @@ def test_full_disk_on_one_node(role: str, tmpfs, fault_cluster, make_run) -> Non
     leader = c.wait_ready(timeout=30)
     run = make_run(c)
     run.start()
-    time.sleep(2)
+    time.sleep(1)  # the workload going before the fill
     leader = c.wait_for("a leader", c.leader, timeout=30)
     target = leader if role == "leader" else next(n for n in c.nodes if n is not leader)
     others = {n.name for n in c.nodes if n is not target}
@@ -92,6 +92,6 @@ def test_full_disk_on_one_node(role: str, tmpfs, fault_cluster, make_run) -> Non
     if not target.alive:
         c.start(target)
     healed = time.monotonic()
-    time.sleep(2)
+    time.sleep(1)  # the workload keeps running across the heal
     run.stop()
     run.verify(healed_at=healed)

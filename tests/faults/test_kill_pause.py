@@ -12,7 +12,8 @@ from tests.faults.scenario import SEED, pick, timeout_for
 
 pytestmark = pytest.mark.cluster
 
-SECONDS = (15, 300)
+# Short: 12 s, room for three faults of the cycle (kill, leader pause, kill: 10.5 s with the settles).
+SECONDS = (12, 300)
 
 
 @pytest.mark.timeout(timeout_for(*SECONDS))
