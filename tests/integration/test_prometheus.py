@@ -26,7 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nameserver.pb import api_pb2
-from tests.cluster import ROOT, Cluster, free_ports, register_request
+from tests.cluster import ROOT, Cluster, free_ports, register_request, running
 
 pytestmark = pytest.mark.cluster
 
@@ -105,22 +105,25 @@ scrape_configs:
         return {r["metric"].get("instance", ""): float(r["value"][1]) for r in data["result"]}
 
 
-@pytest.fixture
-def prom_cluster(make_cluster, tmp_path) -> Iterator[tuple[Cluster, Prometheus]]:
-    cluster = make_cluster(3, start=False, metrics=True)
+@pytest.fixture(scope="module")
+def prom_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Prometheus]]:
+    """One cluster and one Prometheus for the module: Prometheus hands its first targets to the scrapers
+    only after about 5 s. The tests run in file order; each expects only what the ones before it did, and
+    the failover test, which kills the leader, is last."""
+    root = tmp_path_factory.mktemp("prom")
+    cluster = Cluster(str(root), 3, metrics=True)
     for node in cluster.nodes:
         with open(node.config_path, "a") as f:
             f.write('\n[log]\nformat = "json"\n')
-    cluster.start()
-    cluster.wait_ready()
-    prom_root = tmp_path / "prometheus"
-    prom_root.mkdir()
-    prom = Prometheus(str(prom_root), [n.metrics_addr for n in cluster.nodes])
-    try:
-        wait(cluster, prom, "prometheus to be ready", prom.ready, timeout=60)
-        yield cluster, prom
-    finally:
-        prom.stop()
+    with running(cluster):
+        prom_root = root / "prometheus"
+        prom_root.mkdir()
+        prom = Prometheus(str(prom_root), [n.metrics_addr for n in cluster.nodes])
+        try:
+            wait(cluster, prom, "prometheus to be ready", prom.ready, timeout=60)
+            yield cluster, prom
+        finally:
+            prom.stop()
 
 
 def wait(cluster: Cluster, prom: Prometheus, what: str, cond: Callable[[], Any], timeout: float = 30.0) -> Any:
