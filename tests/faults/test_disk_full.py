@@ -4,7 +4,8 @@ Expected (raftlog/journal.py): the node cannot persist, so it must not acknowled
 clear error ("No space left on device" in its log, exit code 74 = EX_IOERR) or stays up without
 acknowledging. The other two keep serving writes. Once space is freed and the node restarted (if it
 exited), it catches up: every check of tests/faults/scenario.py. Run with the full-disk node as a
-follower and as the leader.
+follower and as the leader: both fail in the same journal append; the leader's case also needs an
+election, so make test runs it alone, and make test-slow and make faults (FAULTS_LONG=1) run both.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 import pytest
 
 from tests.cluster import NodeProc
-from tests.faults.scenario import pick, read_log, timeout_for, wait_exit
+from tests.faults.scenario import LONG, pick, read_log, timeout_for, wait_exit
 
 pytestmark = pytest.mark.cluster
 
@@ -52,7 +53,7 @@ def _data_dir(root: str, node: NodeProc) -> str:
 
 
 @pytest.mark.timeout(timeout_for(HOLD_S, HOLD_S))
-@pytest.mark.parametrize("role", ["follower", "leader"])
+@pytest.mark.parametrize("role", [pytest.param("follower", marks=() if LONG else pytest.mark.slow), "leader"])
 def test_full_disk_on_one_node(role: str, tmpfs, fault_cluster, make_run) -> None:
     c = fault_cluster(start=False)
     for n in c.nodes:  # every node on a tmpfs: which one leads is known only after the election
