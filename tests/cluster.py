@@ -46,7 +46,11 @@ class NodeProc:
 
     def _channel(self) -> grpc.Channel:
         if self.channel is None:
-            opts = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+            opts = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20),
+                    # A node that is starting, or restarted after a kill, is found within 0.1-1 s, not
+                    # after gRPC's default reconnect backoff (1 s, growing to 120 s while it is down).
+                    ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                    ("grpc.max_reconnect_backoff_ms", 1000)]
             self.channel = (self.connect(self.grpc_addr, opts) if self.connect is not None
                             else grpc.insecure_channel(self.grpc_addr, options=opts))
         return self.channel
