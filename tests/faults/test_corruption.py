@@ -147,8 +147,8 @@ def test_corrupted_snapshot_on_restart(fault_cluster, make_run) -> None:
             target.ns.GetKv(api_pb2.GetKvRequest(namespace="ledger", key="w0-0000000"), timeout=5)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         others = {n.name for n in c.nodes if n is not target}
-        time.sleep(2)
-        assert run.ledger.acked_between(restarted, time.monotonic(), others), "the others stopped serving"
+        c.wait_for("a write acknowledged through the others since the restart (they keep serving)",
+                   lambda: run.ledger.acked_between(restarted, time.monotonic(), others), timeout=10)
         healed = _rejoin_from_scratch(c, target)
     elif got == "exited":
         assert target.proc is not None and target.proc.returncode != 0
