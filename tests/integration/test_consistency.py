@@ -5,15 +5,24 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import grpc
 import pytest
 
 from nameserver import headers
 from nameserver.pb import api_pb2
-from tests.cluster import register_request, retry
+from tests.cluster import Cluster, register_request, retry, running
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One 3-node cluster for the tests that only read and write their own keys (topics T and Race,
+    namespaces ryw and w) and kill nothing."""
+    with running(Cluster(str(tmp_path_factory.mktemp("shared")), 3)) as c:
+        yield c
 
 
 def bind(ns, topic: str, qid: int, owner: str, expected: int, **kw) -> api_pb2.BindingReply:
@@ -21,8 +30,8 @@ def bind(ns, topic: str, qid: int, owner: str, expected: int, **kw) -> api_pb2.B
                         timeout=10, **kw)
 
 
-def test_bindings_compare_and_set_and_linearizable_reads(make_cluster) -> None:
-    c = make_cluster()
+def test_bindings_compare_and_set_and_linearizable_reads(shared: Cluster) -> None:
+    c = shared
     c.wait_ready()
     a, b = c.followers()
     first = retry(lambda: bind(a.ns, "T", 0, "broker-a", 0))
@@ -50,8 +59,8 @@ def test_bindings_compare_and_set_and_linearizable_reads(make_cluster) -> None:
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_concurrent_binds_of_one_queue_have_exactly_one_winner(make_cluster) -> None:
-    c = make_cluster()
+def test_concurrent_binds_of_one_queue_have_exactly_one_winner(shared: Cluster) -> None:
+    c = shared
     c.wait_ready()
     outcomes: list[str] = []
 
@@ -70,8 +79,8 @@ def test_concurrent_binds_of_one_queue_have_exactly_one_winner(make_cluster) -> 
     assert outcomes.count("won") == 1 and outcomes.count("FAILED_PRECONDITION") == 8
 
 
-def test_write_on_one_node_then_read_with_its_offset_on_another_sees_it(make_cluster) -> None:
-    c = make_cluster()
+def test_write_on_one_node_then_read_with_its_offset_on_another_sees_it(shared: Cluster) -> None:
+    c = shared
     c.wait_ready()
     for i in range(30):
         writer, reader = c.nodes[i % 3], c.nodes[(i + 1) % 3]
@@ -106,8 +115,8 @@ def collect(stream, stop: threading.Event, out: list) -> None:
         out.append(exc)
 
 
-def test_watch_pushes_changes_and_resumes_without_gaps_or_duplicates(make_cluster) -> None:
-    c = make_cluster()
+def test_watch_pushes_changes_and_resumes_without_gaps_or_duplicates(shared: Cluster) -> None:
+    c = shared
     c.wait_ready()
     a, b = c.followers()
     first = retry(lambda: a.ns.PutKv(api_pb2.PutKvRequest(namespace="w", key="k0", value="0"), timeout=10))
