@@ -1,6 +1,6 @@
 """Who may call what: roles from client certificates or bearer tokens, checked by a server interceptor.
 
-    broker  RegisterBroker, RegisterBrokerStream, UnregisterBroker, Heartbeat
+    broker  RegisterBroker, RegisterBrokerStream, UnregisterBroker, Heartbeat, GetSettings
     client  GetRoute, GetClusterInfo, GetTopicList, GetBrokerMemberGroup, GetKv, ListKv, GetBinding,
             ListBindings, Watch, GetSettings
     admin   everything except ReadIndex (node-to-node only)
@@ -38,8 +38,10 @@ from nameserver.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.pb import api_pb2
 
 _NS = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
+# GetSettings is every role's: the replicated settings are public (docs/operations.md), and a remoting
+# listener acting as "broker" answers GET_NAMESRV_CONFIG with them.
 BROKER_METHODS = frozenset(f"/{_NS}/{m}" for m in (
-    "RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "Heartbeat"))
+    "RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "Heartbeat", "GetSettings"))
 CLIENT_METHODS = frozenset(f"/{_NS}/{m}" for m in (
     "GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
     "ListBindings", "Watch", "GetSettings"))

@@ -19,7 +19,7 @@ from nameserver.pb import api_pb2, api_pb2_grpc
 
 NS = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
 ALL_METHODS = [f"/{s.full_name}/{m.name}" for s in api_pb2.DESCRIPTOR.services_by_name.values() for m in s.methods]
-BROKER = {"RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "Heartbeat"}
+BROKER = {"RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "Heartbeat", "GetSettings"}
 CLIENT = {"GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
           "ListBindings", "Watch", "GetSettings"}
 TOKENS = {"broker": "tok-broker-1", "client": "tok-client-1", "admin": "tok-admin-1", "peer": "tok-peer-1"}
