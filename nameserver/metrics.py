@@ -140,6 +140,13 @@ class NodeMetrics:
         self.rpc_seconds = Histogram(
             "nameserver_grpc_handling_seconds", "Time to complete a gRPC call on this node (streams: the "
             "stream's lifetime).", ["service", "method", "type"], buckets=RPC_BUCKETS, registry=self.registry)
+        self.remoting_handled = Counter(
+            "nameserver_remoting_handled", "RocketMQ remoting requests answered on this node, by request "
+            "code (\"other\": a code the node does not serve) and response code (0: SUCCESS).",
+            ["request", "response"], registry=self.registry)
+        self.remoting_seconds = Histogram(
+            "nameserver_remoting_handling_seconds", "Time from a remoting request's frame to its answer on "
+            "this node.", ["request"], buckets=RPC_BUCKETS, registry=self.registry)
         self.forwarded = Counter(
             "nameserver_forwarded_requests_received", "Calls this node received from a follower that "
             "forwarded them (header x-rip18-forwarded): writes, heartbeats and read indexes sent to the "
@@ -161,6 +168,11 @@ class NodeMetrics:
 
     def interceptor(self) -> grpc.ServerInterceptor:
         return RpcMetricsInterceptor(self)
+
+    def observe_remoting(self, request: str, response: int, seconds: float) -> None:
+        """The remoting listener's observer: remoting requests never pass the gRPC interceptor."""
+        self.remoting_handled.labels(request, str(response)).inc()
+        self.remoting_seconds.labels(request).observe(seconds)
 
     # Apply thread: O(changes) dictionary counting, nothing that blocks.
     def on_entry(self, entry: AppliedEntry) -> None:

@@ -54,7 +54,8 @@ class Server:
                                                            thread_name_prefix="grpc"), options=opts,
                                 interceptors=interceptors,
                                 maximum_concurrent_rpcs=cfg.grpc_max_concurrent_rpcs)
-        api_pb2_grpc.add_NameServerServicer_to_server(NameServerService(self.node), self.grpc)
+        self.service = NameServerService(self.node)
+        api_pb2_grpc.add_NameServerServicer_to_server(self.service, self.grpc)
         api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node), self.grpc)
         api_pb2_grpc.add_LogServicer_to_server(LogService(self.node), self.grpc)  # log export, state dump
         self.health = health.HealthServicer()
@@ -77,7 +78,9 @@ class Server:
             self.extras.append(IdleNoop(self.node.log, self.metrics, interval_s=cfg.idle_noop_ms / 1000))
         if cfg.remoting_addr:
             # RocketMQ remoting protocol (nameserver/remoting)
-            self.extras.append(RemotingServer(cfg, max_connections=self.budget.remoting))
+            self.extras.append(RemotingServer(
+                cfg, self.service, max_connections=self.budget.remoting,
+                observer=self.metrics.observe_remoting if self.metrics is not None else None))
         if cfg.archive_dir:  # Parquet log segments as entries commit (imports pyarrow only when on)
             from nameserver.archive import LogArchiver
             self.extras.append(LogArchiver(self.node.log.applier, cfg.archive_dir))

@@ -1,7 +1,8 @@
-"""Request handlers: each remoting request becomes the equivalent call on this node's own gRPC API.
+"""Request handlers: each remoting request becomes the equivalent call on this node's gRPC service.
 
-Going through gRPC (not the node object) gives the remoting port exactly the gRPC semantics:
-validation with the field named, writes forwarded to the Raft leader, the same errors.
+The service is called in-process (nameserver/inprocess.py), not over gRPC and not through the node
+object, so the remoting port has exactly the gRPC semantics: validation with the field named, writes
+forwarded to the Raft leader, the same errors, the same role table.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import grpc
 from nameserver import validation
 from nameserver.chunking import register_chunks, should_stream
 from nameserver.config import LIMITS, NodeConfig
-from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
+from nameserver.pb import api_pb2, state_pb2
 from nameserver.remoting import bodies, codes, registerbody
 from nameserver.remoting.bodies import BodyError
 from nameserver.remoting.command import Command
 from nameserver.remoting.status import response_code, rpc_error_parts
 
 log = logging.getLogger("nameserver.remoting")
+
+NAMESERVER_SERVICE = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
 
 BIG_REGISTRATION_TIMEOUT_S = 60.0
 # RocketMQ appends this to the 17 remark (FAQUrl.suggestTodo), with the FAQ's address of its line; clients
@@ -133,8 +136,8 @@ def config_properties(cfg: NodeConfig, replicated: dict[str, bool]) -> str:
 
 
 class Handlers:
-    def __init__(self, channel: grpc.Channel, cfg: NodeConfig, timeout_s: float) -> None:
-        self.ns = api_pb2_grpc.NameServerStub(channel)
+    def __init__(self, ns: Any, cfg: NodeConfig, timeout_s: float) -> None:
+        self.ns = ns  # NameServer's calls, stub-style: ns.GetRoute(request, timeout=...)
         self.cfg = cfg
         self.timeout = timeout_s
         self._bound: dict[str, tuple[object, api_pb2.BrokerHeartbeat]] = {}  # broker addr -> its connection

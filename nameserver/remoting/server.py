@@ -29,20 +29,21 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from nameserver import tlsconf
 from nameserver.config import NodeConfig
+from nameserver.inprocess import InProcessStub
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command, FrameError
-from nameserver.remoting.handlers import Handlers
+from nameserver.remoting.handlers import NAMESERVER_SERVICE, Handlers
 
 log = logging.getLogger("nameserver.remoting")
 
 MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up to one frame and its reply)
 WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained
 TLS_HANDSHAKE_RECORD = 0x16    # the first byte of every TLS ClientHello
-_ANY_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -53,16 +54,11 @@ def split_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def local_target(grpc_addr: str) -> str:
-    """Our own gRPC endpoint as a client reaches it (a wildcard listen address means loopback)."""
-    host, port = split_addr(grpc_addr)
-    return f"127.0.0.1:{port}" if host in _ANY_HOSTS else grpc_addr
-
-
 class RemotingServer:
-    def __init__(self, cfg: NodeConfig, listen_addr: str | None = None, grpc_target: str | None = None,
+    def __init__(self, cfg: NodeConfig, servicer: Any, listen_addr: str | None = None,
                  max_frame_bytes: int = frame.DEFAULT_MAX_FRAME, workers: int = 16,
-                 call_timeout_s: float | None = None, max_connections: int | None = None) -> None:
+                 call_timeout_s: float | None = None, max_connections: int | None = None,
+                 observer: Callable[[str, int, float], None] | None = None) -> None:
         self.listen_addr = listen_addr or cfg.remoting_addr
         self.max_frame = max_frame_bytes
         self.max_connections = max_connections or cfg.remoting_max_connections
@@ -71,11 +67,15 @@ class RemotingServer:
         self.reply_s = cfg.remoting_reply_timeout_ms / 1000
         self.refused_total = 0  # connections closed at accept (over the limit)
         self._refusal_logged = 0.0
-        # Our own gRPC endpoint, with the node's peer credential (TLS/auth) acting as [remoting] role.
-        self._channel = tlsconf.peer_channel(cfg, grpc_target or local_target(cfg.grpc_addr), options=[
-            ("grpc.max_send_message_length", cfg.max_message_bytes),
-            ("grpc.max_receive_message_length", 256 << 20)], as_role=cfg.remoting_role)
-        self.handlers = Handlers(self._channel, cfg, call_timeout_s or cfg.write_timeout_ms / 1000)
+        # The node's gRPC servicer, called in-process; with [auth] on, every call has [remoting] role's
+        # rights (the protocol carries no credentials).
+        role = (cfg.remoting_role or "peer") if cfg.auth_enabled else ""
+        self.handlers = Handlers(InProcessStub(servicer, NAMESERVER_SERVICE, role), cfg,
+                                 call_timeout_s or cfg.write_timeout_ms / 1000)
+        # Told of every answered request: (request code, or "other" for one we do not serve, so a
+        # client cannot grow the label set; response code; seconds from frame to answer).
+        self.observer = observer
+        self._served = frozenset(self.handlers.supported_codes)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="remoting")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -137,7 +137,6 @@ class RemotingServer:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._channel.close()
 
     async def _close(self) -> None:
         if self._server is not None:
@@ -281,11 +280,15 @@ class RemotingServer:
         # connection's in-flight requests, so its reader stops (backpressure) instead of queueing more.
         try:
             loop = asyncio.get_running_loop()
+            started = time.monotonic()
             try:
                 resp = await loop.run_in_executor(self._pool, self.handlers.handle, cmd, conn)
             except Exception as exc:  # a handler bug answers SYSTEM_ERROR, never kills the server
                 log.exception("remoting: request code %d from %s failed", cmd.code, peer)
                 resp = cmd.response(codes.SYSTEM_ERROR, f"internal error: {exc}")
+            if self.observer is not None:
+                self.observer(str(cmd.code) if cmd.code in self._served else "other", resp.code,
+                              time.monotonic() - started)
             log.debug("remoting: %s code %d opaque %d -> %d", peer, cmd.code, cmd.opaque, resp.code)
             if cmd.is_oneway or writer.is_closing():
                 return

@@ -28,10 +28,12 @@ from nameserver import logfmt
 from nameserver.config import Member, NodeConfig
 from nameserver.metrics import IdleNoop, LeaderWatch, MetricsEndpoint, entry_summary, parse_listen
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
+from nameserver.remoting import RemotingServer, codes
 from nameserver.server import Server
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2
 from tests.cluster import ROOT, free_ports, register_request
+from tests.security.attacks import remoting_call
 
 REQUIRED_GAUGES = ("nameserver_log_end_offset", "nameserver_commit_offset", "nameserver_apply_offset",
                    "nameserver_snapshot_offset")
@@ -75,7 +77,7 @@ class Single:
         raft, addr = f"127.0.0.1:{raft_port}", f"127.0.0.1:{grpc_port}"
         self.cfg = NodeConfig(raft_addr=raft, grpc_addr=addr, data_dir=os.path.join(root, "data"),
                               members=[Member(raft, addr)], metrics_addr="127.0.0.1:0", idle_noop_ms=500,
-                              election_min_ms=400, election_max_ms=600)
+                              election_min_ms=400, election_max_ms=600, remoting_addr="127.0.0.1:0")
         self.server = Server(self.cfg)
         self.server.start()
         self.channel = grpc.insecure_channel(addr)
@@ -187,6 +189,30 @@ def test_rpc_counts_and_latency_by_method_and_code(single: Single) -> None:
     inf = value(samples, "nameserver_grpc_handling_seconds_bucket", service=ns_service, method="GetRoute",
                 type="unary", le="+Inf")
     assert inf == 5
+
+
+def test_remoting_requests_are_counted_by_request_and_response_code(single: Single) -> None:
+    """Remoting requests call the service in-process, so the gRPC interceptor never sees them: the
+    listener's own observer counts them, and a code nobody serves is "other" (a bounded label set)."""
+    remoting = next(e for e in single.server.extras if isinstance(e, RemotingServer))
+    addr = f"127.0.0.1:{remoting.port}"
+    single.ns.RegisterBroker(register_request("C", "b1", "10.0.0.1:10911", ["T1"]), timeout=10)
+    assert remoting_call(addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == codes.SUCCESS
+    assert remoting_call(addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == codes.SUCCESS
+    assert remoting_call(addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "Nope"}).code == codes.TOPIC_NOT_EXIST
+    for code in (12345, 54321):
+        assert remoting_call(addr, code).code == codes.REQUEST_CODE_NOT_SUPPORTED
+    samples = scrape(single.port)
+    route = str(codes.GET_ROUTEINFO_BY_TOPIC)
+    assert value(samples, "nameserver_remoting_handled_total", request=route, response="0") == 2
+    assert value(samples, "nameserver_remoting_handled_total", request=route,
+                 response=str(codes.TOPIC_NOT_EXIST)) == 1
+    assert value(samples, "nameserver_remoting_handled_total", request="other",
+                 response=str(codes.REQUEST_CODE_NOT_SUPPORTED)) == 2
+    assert value(samples, "nameserver_remoting_handling_seconds_count", request=route) == 3
+    # ... and none of them as a gRPC call
+    assert value(samples, "nameserver_grpc_handled_total", service="rip18.nameserver.v1.NameServer",
+                 method="GetRoute", type="unary", code="OK") is None
 
 
 def test_server_stream_is_timed_until_it_ends(single: Single) -> None:

@@ -11,7 +11,6 @@ import struct
 import time
 import zlib
 from collections.abc import Iterator
-from concurrent import futures
 from typing import Any
 
 import grpc
@@ -209,19 +208,13 @@ def fake() -> Iterator[FakeNameServer]:
 
 @pytest.fixture
 def server(fake: FakeNameServer, tmp_path: Any) -> Iterator[RemotingServer]:
-    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[
-        ("grpc.max_receive_message_length", 64 << 20)])
-    api_pb2_grpc.add_NameServerServicer_to_server(fake, grpc_server)
-    port = grpc_server.add_insecure_port("127.0.0.1:0")
-    grpc_server.start()
-    cfg = NodeConfig(raft_addr="127.0.0.1:1", grpc_addr=f"127.0.0.1:{port}", data_dir=str(tmp_path),
-                     members=[Member("127.0.0.1:1", f"127.0.0.1:{port}")], remoting_addr="127.0.0.1:0",
+    cfg = NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:2", data_dir=str(tmp_path),
+                     members=[Member("127.0.0.1:1", "127.0.0.1:2")], remoting_addr="127.0.0.1:0",
                      password="secret-password")
-    remoting = RemotingServer(cfg)
+    remoting = RemotingServer(cfg, fake)
     remoting.start()
     yield remoting
     remoting.stop()
-    grpc_server.stop(0).wait()
 
 
 @pytest.fixture

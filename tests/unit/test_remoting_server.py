@@ -11,7 +11,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from typing import Any
 
 import grpc
@@ -43,28 +42,18 @@ def servicer() -> RouteOnly:
     return RouteOnly()
 
 
-def _cfg(grpc_port: int, tmp_path: Any) -> NodeConfig:
-    addr = f"127.0.0.1:{grpc_port}"
+def _cfg(tmp_path: Any) -> NodeConfig:
+    addr = "127.0.0.1:2"
     return NodeConfig(raft_addr="127.0.0.1:1", grpc_addr=addr, data_dir=str(tmp_path),
                       members=[Member("127.0.0.1:1", addr)], remoting_addr="127.0.0.1:0")
 
 
 @pytest.fixture
-def grpc_port(servicer: RouteOnly) -> Iterator[int]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    api_pb2_grpc.add_NameServerServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield port
-    servicer.release.set()
-    server.stop(0).wait()
-
-
-@pytest.fixture
-def server(grpc_port: int, tmp_path: Any) -> Iterator[RemotingServer]:
-    remoting = RemotingServer(_cfg(grpc_port, tmp_path), max_frame_bytes=MAX_FRAME)
+def server(servicer: RouteOnly, tmp_path: Any) -> Iterator[RemotingServer]:
+    remoting = RemotingServer(_cfg(tmp_path), servicer, max_frame_bytes=MAX_FRAME)
     remoting.start()
     yield remoting
+    servicer.release.set()
     remoting.stop()
 
 
@@ -198,8 +187,8 @@ def test_many_garbage_connections_at_once_leave_the_server_serving(server: Remot
         s.close()
 
 
-def test_stop_closes_connections_and_releases_the_port(grpc_port: int, tmp_path: Any) -> None:
-    remoting = RemotingServer(_cfg(grpc_port, tmp_path))
+def test_stop_closes_connections_and_releases_the_port(servicer: RouteOnly, tmp_path: Any) -> None:
+    remoting = RemotingServer(_cfg(tmp_path), servicer)
     remoting.start()
     port = remoting.port
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -208,13 +197,13 @@ def test_stop_closes_connections_and_releases_the_port(grpc_port: int, tmp_path:
     remoting.stop()
     assert closed_by_server(sock)
     sock.close()
-    again = RemotingServer(_cfg(grpc_port, tmp_path), listen_addr=f"127.0.0.1:{port}")
+    again = RemotingServer(_cfg(tmp_path), servicer, listen_addr=f"127.0.0.1:{port}")
     again.start()
     again.stop()
 
 
-def test_start_on_a_busy_port_raises(server: RemotingServer, grpc_port: int, tmp_path: Any) -> None:
-    other = RemotingServer(_cfg(grpc_port, tmp_path), listen_addr=f"127.0.0.1:{server.port}")
+def test_start_on_a_busy_port_raises(server: RemotingServer, servicer: RouteOnly, tmp_path: Any) -> None:
+    other = RemotingServer(_cfg(tmp_path), servicer, listen_addr=f"127.0.0.1:{server.port}")
     with pytest.raises(OSError, match="cannot listen"):
         other.start()
     other.stop()  # harmless after a failed start
