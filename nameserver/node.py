@@ -242,6 +242,22 @@ class NameServerNode:
                      applied.result.failed_key_version)
         raise ProposalError("write kept conflicting with concurrent writes or timed out", unknown_outcome=False)
 
+    def unchanged_here(self, translate_fn: Callable[[MetadataState], Translation]) -> WriteResult | None:
+        """A follower's answer to a write that changes nothing, or None (forward it to the leader).
+
+        Only while this node has applied everything it knows to be committed, so its state is at most
+        one leader heartbeat behind the leader's. An unchanged re-registration (every broker sends one
+        to every node every 30 s) is answered here; its liveness goes to the leader with the buffered
+        heartbeats. The narrow race it leaves (the leader expires the broker during that heartbeat)
+        is the one a plain heartbeat has, and the broker's next registration repairs it."""
+        if not self.log.ready or self.log.apply_offset < self.log.commit_offset:
+            return None
+        with self.lock:
+            translation = translate_fn(self.state)
+            if translation.batch.records:
+                return None
+            return WriteResult(self.state.kv.offset, 0, translation)
+
     def _replay(self, client: ClientRef) -> WriteResult | None:
         found = self.state.session(client.session_id)
         if found is None:

@@ -272,8 +272,15 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                 offset=res.offset, records=res.records, master_addr=t.master_addr,
                 ha_server_addr=t.ha_server_addr, order_topic_config=t.order_topic_config)
 
-        reply = self._write(context, "RegisterBroker", request,
-                            lambda s: translate.register_broker(s, request, default_ms), reply_of, forward)
+        translate_fn = lambda s: translate.register_broker(s, request, default_ms)  # noqa: E731
+        if not self.node.log.is_leader() and not _forwarded(context) and _client_ref(context) is None:
+            unchanged = self.node.unchanged_here(translate_fn)
+            if unchanged is not None:  # nothing to write: a heartbeat, answered here
+                self.node.heartbeat([api_pb2.BrokerHeartbeat(
+                    cluster_name=request.cluster_name, broker_name=request.broker_name,
+                    broker_addr=request.broker_addr)])
+                return reply_of(unchanged)
+        reply = self._write(context, "RegisterBroker", request, translate_fn, reply_of, forward)
         if self.node.log.is_leader():
             self.node.liveness.touch(request.broker_addr)
         return reply

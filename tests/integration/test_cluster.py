@@ -7,10 +7,12 @@ import glob
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from nameserver.pb import api_pb2, state_pb2
 from tests.cluster import Cluster, register_request, retry, running
@@ -56,18 +58,35 @@ def test_routes_registered_through_a_follower_are_readable_on_every_node(make_cl
     assert len({s.digest for s in sts}) == 1 and sts[0].keys > 200
 
 
+def _forwarded_registrations(node) -> float:
+    with urllib.request.urlopen(f"http://{node.metrics_addr}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "nameserver_forwarded_requests_received_total"
+               and sample.labels.get("method") in ("RegisterBroker", "RegisterBrokerStream"))
+
+
 def test_reregistration_writes_only_what_changed(make_cluster) -> None:
-    c = make_cluster()
+    c = make_cluster(metrics=True, scan_interval_ms=500)
     leader = c.wait_ready()
     ns = c.followers()[0].ns
-    req = register_request("C", "broker-a", "10.0.0.1:10911", topics("T", 50))
+    timeout_ms = 3000
+    req = register_request("C", "broker-a", "10.0.0.1:10911", topics("T", 50), timeout_ms=timeout_ms)
     first = retry(lambda: ns.RegisterBroker(req, timeout=10))
     c.wait_converged()
-    end_before = leader.status().end_offset
-    again = ns.RegisterBroker(req, timeout=10)
-    assert again.records == 0
-    time.sleep(0.5)
-    assert leader.status().end_offset == end_before  # nothing entered the log
+    digest_before = leader.status().digest
+    forwarded_before = _forwarded_registrations(leader)
+    # Unchanged re-registrations through a follower, past the broker's heartbeat timeout: answered by
+    # the follower itself (never forwarded), nothing enters the log, and they keep the broker alive.
+    t_end = time.monotonic() + 2 * timeout_ms / 1000
+    while time.monotonic() < t_end:
+        again = ns.RegisterBroker(req, timeout=10)
+        assert again.records == 0 and again.offset >= first.offset
+        time.sleep(0.5)
+    assert _forwarded_registrations(leader) == forwarded_before
+    route = leader.ns.GetRoute(api_pb2.GetRouteRequest(topic="T1"), timeout=5)
+    assert [b.broker_name for b in route.route.broker_datas] == ["broker-a"]
+    assert leader.status().digest == digest_before  # no record changed (the log holds idle no-ops only)
     changed = register_request("C", "broker-a", "10.0.0.1:10911", topics("T", 50) + ["T-new"], counter=2)
     changed.topics[3].perm = 4
     reply = ns.RegisterBroker(changed, timeout=10)

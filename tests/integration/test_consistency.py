@@ -120,6 +120,7 @@ def test_watch_pushes_changes_and_resumes_without_gaps_or_duplicates(shared: Clu
     c.wait_ready()
     a, b = c.followers()
     first = retry(lambda: a.ns.PutKv(api_pb2.PutKvRequest(namespace="w", key="k0", value="0"), timeout=10))
+    b.ns.GetKv(api_pb2.GetKvRequest(namespace="w", key="k0", min_offset=first.offset), timeout=10)  # b has it
     # from now: current state first, then live changes, pushed from another node
     stream = b.ns.Watch(api_pb2.WatchRequest(key_prefixes=["kv/w/"], progress_interval_ms=200), timeout=30)
     got: list = []
