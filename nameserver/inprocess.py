@@ -12,7 +12,6 @@ table (auth.allowed) before the method runs, with the interceptor's message.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -50,7 +49,7 @@ class LocalContext:
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._metadata = tuple(metadata)
         self._trailing: tuple[tuple[str, str], ...] = ()
-        self._cancelled = threading.Event()
+        self._cancelled = False  # set by cancel() from any thread (a plain store)
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
@@ -59,10 +58,10 @@ class LocalContext:
         return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
 
     def is_active(self) -> bool:
-        return not self._cancelled.is_set() and (self._deadline is None or time.monotonic() < self._deadline)
+        return not self._cancelled and (self._deadline is None or time.monotonic() < self._deadline)
 
     def cancel(self) -> None:
-        self._cancelled.set()
+        self._cancelled = True
 
     def set_trailing_metadata(self, metadata: Metadata) -> None:
         self._trailing = tuple(metadata)

@@ -20,6 +20,7 @@ from nameserver.config import LIMITS, NodeConfig
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.remoting import bodies, codes, registerbody
 from nameserver.remoting.bodies import BodyError
+from nameserver.remoting.bodycache import BodyCache
 from nameserver.remoting.command import Command
 from nameserver.remoting.status import response_code, rpc_error_parts
 
@@ -142,6 +143,7 @@ class Handlers:
         self.timeout = timeout_s
         self._bound: dict[str, tuple[object, api_pb2.BrokerHeartbeat]] = {}  # broker addr -> its connection
         self._bound_lock = threading.Lock()
+        self.route_bodies = BodyCache()  # 105's JSON, reused while a topic's route is unchanged
         self._table: dict[int, Callable[[Command], Command]] = {
             codes.PUT_KV_CONFIG: self.put_kv,
             codes.GET_KV_CONFIG: self.get_kv,
@@ -365,7 +367,10 @@ class Handlers:
         reply = self._call(self.ns.GetRoute, api_pb2.GetRouteRequest(topic=topic, zone_name=zone),
                            codes.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}"
                            f"{_faq_suggestion(req)}")
-        return req.response(body=bodies.encode(bodies.topic_route(reply.route, topic), _fastjson(req)))
+        fastjson = _fastjson(req)
+        body = self.route_bodies.get(topic, fastjson, reply.route.SerializeToString(deterministic=True),
+                                     lambda: bodies.encode(bodies.topic_route(reply.route, topic), fastjson))
+        return req.response(body=body)
 
     def cluster_info(self, req: Command) -> Command:
         reply = self._call(self.ns.GetClusterInfo, api_pb2.GetClusterInfoRequest())

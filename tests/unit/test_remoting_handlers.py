@@ -37,6 +37,7 @@ class FakeNameServer(api_pb2_grpc.NameServerServicer):
         self.kv: dict[str, dict[str, str]] = {"ORDER_TOPIC_CONFIG": {"TopicTest": "broker-a:4"}}
         self.lives = {ADDR_A0: LIVE_VERSION}
         self.watch = True
+        self.route_perm = 6
         self.watch_ended = 0
 
     def _rec(self, method: str, request: Any, context: grpc.ServicerContext) -> None:
@@ -104,6 +105,7 @@ class FakeNameServer(api_pb2_grpc.NameServerServicer):
         if request.topic != "TopicTest":
             context.abort(grpc.StatusCode.NOT_FOUND, f"topic {request.topic} does not exist")
         route = api_pb2.TopicRoute(broker_datas=[BROKER_A], queue_datas=[QUEUE_A])
+        route.queue_datas[0].perm = self.route_perm
         return api_pb2.GetRouteReply(route=route, apply_offset=9)
 
     def GetClusterInfo(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -249,6 +251,20 @@ def test_105_java_json_header_gets_standard_json(client: Client) -> None:
     client.send_raw(struct.pack(">ii", 4 + len(head), len(head)) + head)
     resp, body = client.read()
     assert (resp["code"], resp["opaque"], body) == (0, 1, STANDARD_ROUTE)
+
+
+def test_105_answers_each_route_change_and_each_dialect(client: Client, fake: FakeNameServer,
+                                                       server: RemotingServer) -> None:
+    """Route bodies are reused only while the route's bytes are the same, per JSON dialect."""
+    standard = lambda: client.call(105, {"topic": "TopicTest"}, version=479)[1]  # noqa: E731
+    fast = lambda: client.call(105, {"topic": "TopicTest"}, version=63)[1]  # noqa: E731
+    assert (standard(), standard(), fast()) == (STANDARD_ROUTE, STANDARD_ROUTE, FASTJSON_ROUTE)
+    assert (server.handlers.route_bodies.misses, server.handlers.route_bodies.hits) == (2, 1)
+    fake.route_perm = 4  # the write permission wiped
+    assert standard() == STANDARD_ROUTE.replace(b'"perm":6', b'"perm":4')
+    assert fast() == FASTJSON_ROUTE.replace(b'"perm":6', b'"perm":4')
+    fake.route_perm = 6
+    assert standard() == STANDARD_ROUTE
 
 
 def test_105_java_binary_header_gets_a_json_response(client: Client) -> None:
