@@ -31,6 +31,8 @@ test: setup
 	scripts/ensure-debian-package.sh openjdk-17-jdk-headless java javac   # RocketMQ; javac for its test client
 	scripts/ensure-debian-package.sh maven mvn
 	$(PY) -m ruff check .
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 	RMQ_INTEROP=1 RMQ_LINES=5.x $(PY) -m pytest -q -m 'not slow and not interop'
 
 test-slow: setup
@@ -59,6 +61,8 @@ bench-quick: setup
 
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 proto: setup
 	PYTHON=$(PY) scripts/gen_proto.sh

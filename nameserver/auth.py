@@ -26,9 +26,9 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -112,7 +112,7 @@ class Authorizer:
         self.cert_roles = dict(cfg.cert_roles)
         self.peer_role = cfg.peer_role
 
-    def caller(self, metadata: dict[str, str], auth_context: dict[str, list[bytes]]) -> Caller:
+    def caller(self, metadata: dict[str, str], auth_context: Mapping[str, Iterable[bytes]]) -> Caller:
         """A bearer token, when sent, decides; else the client certificate's CN, then its SANs."""
         header = metadata.get(headers.AUTHORIZATION)
         if header is not None:
@@ -139,7 +139,8 @@ class Authorizer:
     def _is_peer(self, role: str) -> bool:
         return role == "peer" or role == self.peer_role
 
-    def check(self, method: str, metadata: dict[str, str], auth_context: dict[str, list[bytes]]) -> Caller | None:
+    def check(self, method: str, metadata: dict[str, str], auth_context: Mapping[str, Iterable[bytes]]
+              ) -> Caller | None:
         """Raise Denied unless the call may run; the caller (None for open services)."""
         if is_open(method):
             return None
@@ -176,7 +177,9 @@ class AuthInterceptor(grpc.ServerInterceptor):
 
     def _check(self, method: str, metadata: dict[str, str], context: grpc.ServicerContext) -> Caller | None:
         try:
-            return self.authorizer.check(method, metadata, context.auth_context())
+            # grpc's stubs say Mapping[str, bytes]; the real auth context maps names to lists of values
+            auth_context = cast(Mapping[str, Iterable[bytes]], context.auth_context())
+            return self.authorizer.check(method, metadata, auth_context)
         except Denied as exc:
             context.abort(exc.code, str(exc))
             raise  # abort raises; this line is for the type checker

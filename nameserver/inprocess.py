@@ -38,7 +38,7 @@ class LocalRpcError(grpc.RpcError):
     def details(self) -> str:
         return self._details
 
-    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+    def trailing_metadata(self) -> Any:  # grpc's stubs type it as their private _Metadatum tuples
         return self._trailing
 
 

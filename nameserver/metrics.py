@@ -309,7 +309,7 @@ def _split_method(full: str) -> tuple[str, str]:
 
 def _code_name(context: grpc.ServicerContext, failed: bool) -> str:
     try:
-        code = context.code()
+        code = context.code()  # type: ignore[attr-defined]  # grpc's real context has it; its stubs do not
         active = context.is_active()
     except Exception:
         code, active = None, True

@@ -5,6 +5,7 @@ The gRPC layer (nameserver/service.py) is a thin shell over this class.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -315,7 +316,8 @@ class NameServerNode:
         removed = 0
         for addr, version in self.liveness.expired(registered):
             try:
-                res = self.write(lambda s, a=addr, v=version: translate.expire_broker(s, a, v),
+                res = self.write(functools.partial(translate.expire_broker, broker_addr=addr,
+                                                   expected_live_version=version),
                                  self.cfg.write_timeout_ms / 1000)
             except (NotLeader, ProposalError) as exc:
                 log.warning("expiry of %s not committed: %s", addr, exc)

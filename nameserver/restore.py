@@ -10,8 +10,8 @@ also writes the Raft journal's metadata: current term = T, commit index = the sn
 What it does, on a stopped node, with the node's own config:
   1. refuses a non-empty data directory (or moves it aside with --force; nothing is deleted);
   2. verifies the snapshot file (checksums, stamped digest) and imports it under snapshots/;
-  3. links it as raft/raft.dump, the file pysyncobj loads at start-up;
-  4. writes raft/raft.journal(.meta) with the snapshot's term and offset.
+  3. seeds raft/ from it (raftlog.seed_from_snapshot): the snapshot linked where the log loads it, the
+     journal's term and commit index set to the snapshot's.
 Restore every member from the same file, then start them all (docs/operations.md).
 """
 
@@ -23,9 +23,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from pysyncobj.journal import createJournal
-
 from nameserver import config
+from raftlog import seed_from_snapshot
 from snapshot import SnapshotStore
 from snapshot.format import SnapshotCorrupt
 
@@ -60,16 +59,7 @@ def restore(cfg: config.NodeConfig, snapshot_file: str, force: bool = False) -> 
         info = store.import_file(snapshot_file)  # verifies the whole file first
     except SnapshotCorrupt as exc:
         raise RestoreError(f"{snapshot_file} is not a valid snapshot: {exc.reason}") from exc
-    raft_dir = os.path.join(data_dir, "raft")
-    os.makedirs(raft_dir, exist_ok=True)
-    store.link_to(info, os.path.join(raft_dir, "raft.dump"))
-    journal = createJournal(os.path.join(raft_dir, "raft.journal"))
-    try:
-        journal.setRaftCommitIndex(info.offset)
-        journal.setCurrentTerm(info.term, None)  # stores both, synchronously
-        journal.flush()
-    finally:
-        journal._destroy()
+    seed_from_snapshot(os.path.join(data_dir, "raft"), store, info)
     return Restored(data_dir, str(info.path), info.offset, info.term, info.digest, moved)
 
 

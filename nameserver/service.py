@@ -49,7 +49,7 @@ def _forwarded(context: grpc.ServicerContext) -> bool:
 def _client_ref(context: grpc.ServicerContext) -> ClientRef | None:
     """The exactly-once identity from metadata, validated, within its caller's sessions; None when the
     caller sent none."""
-    md = dict(context.invocation_metadata())
+    md = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}  # binary (-bin) values: none of ours
     cid, seq = md.get(headers.CLIENT_ID), md.get(headers.CLIENT_SEQ)
     if cid is None and seq is None:
         return None

@@ -73,7 +73,7 @@ class _MetadataInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamCli
 
 
 class _CallDetails(grpc.ClientCallDetails):
-    def __init__(self, method: str, timeout: float | None, metadata: list, credentials: Any,
+    def __init__(self, method: str, timeout: float | None, metadata: Any, credentials: Any,
                  wait_for_ready: bool | None, compression: Any) -> None:
         self.method = method
         self.timeout = timeout

@@ -6,9 +6,10 @@ from raftlog.journal import DurableJournal, JournalCorrupt
 from raftlog.kvstate import Change, KVState, KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
 from raftlog.proposer import NotLeader, ProposalError
+from raftlog.seed import seed_from_snapshot
 
 __all__ = [
     "FD_RESERVE", "Change", "DurableJournal", "JournalCorrupt", "KVState", "KVStateMachine", "LogConfig", "NotLeader",
     "ProposalError", "ReplicatedLog",
-    "digest_hex", "digest_of", "pair_hash",
+    "digest_hex", "digest_of", "pair_hash", "seed_from_snapshot",
 ]

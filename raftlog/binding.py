@@ -130,13 +130,13 @@ class RaftNode(SyncObj):
             return send(node, message)
 
         transport.send = send_after_sync
-        self.prevote = PreVote(self, conf.raftMinTimeout, conf.raftMaxTimeout)
-        self.leadership = LeadershipConfirmer(self)
+        self.prevote = prevote = PreVote(self, conf.raftMinTimeout, conf.raftMaxTimeout)
+        self.leadership = leadership = LeadershipConfirmer(self)
         deliver = transport._onMessageReceivedCallback
 
         def receive(node: object, message: object) -> None:
             journal.sync()
-            if self.prevote.on_message(node, message) or self.leadership.on_message(node, message):
+            if prevote.on_message(node, message) or leadership.on_message(node, message):
                 return
             entries = self._SyncObj__raftLog
             if len(entries) == 0:

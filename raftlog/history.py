@@ -75,7 +75,7 @@ class EntryHistory:
             if offset < self._floor:
                 raise Compacted(offset + 1, self._floor + 1)
             i = bisect.bisect_right(self._offsets, offset)
-            out = []
+            out: list[AppliedEntry] = []
             while i < len(self._entries) and len(out) < limit:
                 e = self._entries[i]
                 if upto is not None and e.offset > upto:

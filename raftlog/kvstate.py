@@ -101,7 +101,7 @@ class KVState:
             if old_item is None:
                 return
             del self._values[rec.key]
-            self._digest ^= pair_hash(rec.key, old)
+            self._digest ^= pair_hash(rec.key, old_item[0])
             new = None
         else:
             new = bytes(rec.value)

@@ -123,7 +123,8 @@ class LeadershipConfirmer:
                                                "term": message.get("term"), "yes": follows})
             return True
         if kind == ANSWER:
-            rnd = self._rounds.get(message.get("id"))
+            rid = message.get("id")
+            rnd = self._rounds.get(rid) if isinstance(rid, int) else None
             if rnd is not None and message.get("yes") and message.get("term") == rnd.term:
                 rnd.yes.add(node)
                 self._check(message["id"])

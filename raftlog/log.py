@@ -24,6 +24,7 @@ from raftlog.journal import DurableJournal
 from raftlog.leadership import NotConfirmed
 from raftlog.pb import entry_pb2
 from raftlog.proposer import GroupCommitter, NotLeader, ProposalError
+from raftlog.seed import DUMP_NAME, JOURNAL_NAME
 
 log = logging.getLogger("raftlog")
 
@@ -58,10 +59,10 @@ class SnapshotStoreLike(Protocol):
 
     def write(self, offset: int, term: int, digest: str, items: Any, meta: bytes = b"") -> Any: ...
     def read_info(self, path: str) -> Any: ...
-    def import_file(self, src_path: str) -> Any: ...
+    def import_file(self, src_path: str, *, move: bool = False) -> Any: ...
     def load(self, path: str, verify: bool = True) -> tuple[Any, Any]: ...
-    def link_to(self, info: Any, dest_path: str) -> None: ...
-    def prune(self, keep: int) -> None: ...
+    def link_to(self, info: Any, dest_path: str) -> object: ...
+    def prune(self, keep: int) -> object: ...
 
 
 class ReplicatedLog:
@@ -71,8 +72,8 @@ class ReplicatedLog:
         self.fsm = fsm
         self.store = store
         os.makedirs(cfg.data_dir, exist_ok=True)
-        self.dump_path = os.path.join(cfg.data_dir, "raft.dump")
-        self.journal_path = os.path.join(cfg.data_dir, "raft.journal")
+        self.dump_path = os.path.join(cfg.data_dir, DUMP_NAME)
+        self.journal_path = os.path.join(cfg.data_dir, JOURNAL_NAME)
         self._cleanup_stale_files()
         # Opened first: a corrupt journal stops the node before anything else starts.
         self.journal = DurableJournal(self.journal_path, fsync=cfg.fsync)
@@ -111,7 +112,7 @@ class ReplicatedLog:
 
     def _same_file_as(self, path: str) -> str:
         """'(the same file as snapshots/snap-...mdb) ' when the store holds a hard link of `path`."""
-        directory = getattr(self.store, "directory", None)
+        directory: str = getattr(self.store, "directory", None) or ""
         try:
             inode = os.stat(path).st_ino
             for name in sorted(os.listdir(directory)) if directory else []:

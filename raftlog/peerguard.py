@@ -41,12 +41,14 @@ measure the attack without it, never for a deployment.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
 import struct
 import time
 import zlib
+from typing import cast
 
 import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj.poller import POLL_EVENT_TYPE
@@ -84,7 +86,7 @@ WARN_EVERY_S = 10.0
 ENABLED = os.environ.get("RAFTLOG_PEERGUARD", "on").lower() not in ("off", "0", "false", "no")
 
 _unpack_from = struct.Struct("i").unpack_from
-_EAGAIN = (socket.errno.EAGAIN, socket.errno.EWOULDBLOCK)
+_EAGAIN = (errno.EAGAIN, errno.EWOULDBLOCK)
 _READ_WRITE_ERROR = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR
 
 
@@ -111,7 +113,9 @@ class _Warner:
 _default_warner = _Warner()
 
 
-def _peer_of(sock: socket.socket | None) -> str:
+def _peer_of(sock: object) -> str:
+    if not isinstance(sock, socket.socket):
+        return "?"
     try:
         host, port = sock.getpeername()[:2]
         return f"{host}:{port}"
@@ -121,6 +125,11 @@ def _peer_of(sock: socket.socket | None) -> str:
 
 class GuardedTcpConnection(TcpConnection):
     """pysyncobj's TcpConnection with the limits above; the authenticated fast path stays lean."""
+
+    # pysyncobj's own attributes this class touches (untyped there; mangled names are its private state)
+    _TcpConnection__writeBuffer: bytes | bytearray
+    _TcpConnection__readBuffer: bytes | bytearray
+    recvLastTimestamp: float
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         self._pg_owner: GuardedTransport | None = None
@@ -264,7 +273,7 @@ class GuardedTcpConnection(TcpConnection):
         return end <= MAX_FRAME
 
     def _TcpConnection__processParseMessage(self) -> object:  # noqa: N802
-        buf = self._TcpConnection__readBuffer
+        buf = cast(bytearray, self._TcpConnection__readBuffer)  # __processRead made it one
         have = len(buf)
         if have < 4:
             return None

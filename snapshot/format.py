@@ -23,9 +23,10 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from io import BufferedIOBase
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO
+from typing import Any
 
 import lmdb
 
@@ -131,7 +132,7 @@ _P_META = 0x08
 _META_STRUCT = struct.Struct("<10xH4xII16xI92xQQ")  # flags, magic, version, psize, last_pg, txnid
 
 
-def _hash_prefix(f: BinaryIO, length: int) -> bytes:
+def _hash_prefix(f: BufferedIOBase, length: int) -> bytes:
     """blake2b-256 of the first `length` bytes of an open file."""
     h = hashlib.blake2b(digest_size=32)
     buf = bytearray(_CHUNK)
@@ -180,7 +181,7 @@ def inspect_file(path: Path, hash_bytes: bool) -> _Layout:
         raise SnapshotCorrupt(path, f"cannot read file: {exc.strerror or exc}") from exc
 
 
-def _check_structure(path: Path, f: BinaryIO, size: int) -> _Layout:
+def _check_structure(path: Path, f: BufferedIOBase, size: int) -> _Layout:
     first = f.read(_META_STRUCT.size)
     if len(first) < _META_STRUCT.size:
         raise SnapshotCorrupt(path, f"not an LMDB file: only {size} bytes")
@@ -195,7 +196,7 @@ def _check_structure(path: Path, f: BinaryIO, size: int) -> _Layout:
     return _Layout(size=size, lmdb_bytes=lmdb_bytes)
 
 
-def _read_trailer(path: Path, f: BinaryIO, size: int) -> int:
+def _read_trailer(path: Path, f: BufferedIOBase, size: int) -> int:
     if size < _TRAILER.size:
         raise SnapshotCorrupt(path, f"truncated: only {size} bytes")
     f.seek(size - _TRAILER.size)
@@ -210,7 +211,7 @@ def _read_trailer(path: Path, f: BinaryIO, size: int) -> int:
     return lmdb_bytes
 
 
-def _check_hash(path: Path, f: BinaryIO, lmdb_bytes: int) -> None:
+def _check_hash(path: Path, f: BufferedIOBase, lmdb_bytes: int) -> None:
     f.seek(lmdb_bytes)
     expected = _TRAILER.unpack(f.read(_TRAILER.size))[4]
     if _hash_prefix(f, lmdb_bytes) != expected:
@@ -266,7 +267,7 @@ class SnapshotFile:
     def info(self) -> SnapshotInfo:
         return self.header.info(self.path, self.size)
 
-    def _sub_db(self, name: bytes) -> object:
+    def _sub_db(self, name: bytes) -> Any:  # lmdb's _Database (private in its stubs)
         try:
             return self.env.open_db(name, create=False)
         except lmdb.NotFoundError as exc:
@@ -283,13 +284,14 @@ class SnapshotFile:
         missing = [n.decode() for n, v in fields.items() if v is None]
         if missing:
             raise SnapshotCorrupt(self.path, f"meta is missing {', '.join(missing)}")
-        if fields[b"format"] != str(FORMAT_VERSION).encode():
-            raise SnapshotCorrupt(self.path, f"unsupported snapshot format {fields[b'format'][:20]!r} "
+        present = {n: v for n, v in fields.items() if v is not None}
+        if present[b"format"] != str(FORMAT_VERSION).encode():
+            raise SnapshotCorrupt(self.path, f"unsupported snapshot format {present[b'format'][:20]!r} "
                                              f"(this code reads {FORMAT_VERSION})")
-        stored = fields.pop(b"header_checksum")
-        if header_checksum(fields).encode("ascii") != stored:  # type: ignore[arg-type]
+        stored = present.pop(b"header_checksum")
+        if header_checksum(present).encode("ascii") != stored:
             raise SnapshotCorrupt(self.path, "meta checksum mismatch (meta damaged)")
-        return self._parse_header(fields)  # type: ignore[arg-type]
+        return self._parse_header(present)
 
     def _parse_header(self, f: dict[bytes, bytes]) -> Header:
         try:

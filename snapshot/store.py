@@ -15,6 +15,7 @@ is safe to call from the Raft tick thread.
 
 from __future__ import annotations
 
+import builtins  # SnapshotStore.list shadows the builtin inside the class
 import errno
 import fcntl
 import logging
@@ -227,10 +228,10 @@ class SnapshotStore:
 
     # ---- housekeeping ----------------------------------------------------------------------------
 
-    def prune(self, keep: int | None = None) -> list[Path]:
+    def prune(self, keep: int | None = None) -> builtins.list[Path]:
         """Delete all but the newest `keep` snapshots (default: the store's keep); return what went."""
         keep = self.keep if keep is None else _check_keep(keep)
-        removed: list[Path] = []
+        removed: builtins.list[Path] = []
         with self._lock:
             for path in self._snapshot_paths()[keep:]:
                 path.unlink(missing_ok=True)
@@ -294,9 +295,9 @@ class SnapshotStore:
 
     # ---- internals -------------------------------------------------------------------------------
 
-    def _snapshot_paths(self) -> list[Path]:
+    def _snapshot_paths(self) -> builtins.list[Path]:
         """Canonical snapshot paths, newest first (by offset, then term)."""
-        found: list[tuple[int, int, Path]] = []
+        found: builtins.list[tuple[int, int, Path]] = []
         for entry in os.scandir(self.directory):
             parsed = parse_snapshot_name(entry.name)
             if parsed is not None and entry.is_file():

@@ -376,7 +376,7 @@ class Handlers:
         reply = self._call(self.ns.GetClusterInfo, api_pb2.GetClusterInfoRequest())
         return req.response(body=bodies.encode(bodies.cluster_info(reply), _fastjson(req)))
 
-    def _topic_list(self, kind: int) -> Callable[[Command], Command]:
+    def _topic_list(self, kind: api_pb2.TopicListKind) -> Callable[[Command], Command]:
         def handler(req: Command) -> Command:
             cluster = _need(req, "cluster") if kind == api_pb2.TOPIC_LIST_BY_CLUSTER else ""
             reply = self._call(self.ns.GetTopicList, api_pb2.GetTopicListRequest(kind=kind, cluster_name=cluster))

@@ -112,8 +112,10 @@ class RemotingServer:
                 family = socket.AF_INET6 if ":" in host else socket.AF_INET
                 self._listener = socket.create_server((host, port), family=family, backlog=1024)
                 loop.create_task(self._accept_loop(self._listener))
-            self.port = (self._listener.getsockname() if self._listener is not None
-                         else self._server.sockets[0].getsockname())[1]
+            if self._listener is not None:
+                self.port = self._listener.getsockname()[1]
+            elif self._server is not None:
+                self.port = self._server.sockets[0].getsockname()[1]
         except (OSError, ValueError) as exc:
             self._error = exc
             self._ready.set()

@@ -60,7 +60,7 @@ def _unit_kinds(sys_flag: int) -> list[int]:
     """The unit topic-list kinds one queue data's topicSysFlag qualifies for."""
     unit = bool(sys_flag & SYS_FLAG_UNIT)
     sub = bool(sys_flag & SYS_FLAG_UNIT_SUB)
-    kinds = []
+    kinds: list[int] = []
     if unit:
         kinds.append(api_pb2.TOPIC_LIST_UNIT)
     if sub:
@@ -225,7 +225,7 @@ class MetadataState:
 
     def _add_queue(self, topic: str, broker: str, raw: bytes | None) -> None:
         sys_flag = None if raw is None else _queue_sys_flag(raw)
-        if sys_flag is None:
+        if raw is None or sys_flag is None:
             return
         broker = sys.intern(broker)  # one string per broker name, not one per queue data
         self._topic_queues.setdefault(topic, {})[broker] = raw

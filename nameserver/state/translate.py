@@ -14,7 +14,7 @@ checks that its brokers exist, which depends on the state.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
@@ -341,7 +341,7 @@ def add_write_perm(state: MetadataState, broker_name: str) -> Translation:
     return _set_write_perm(state, broker_name, wipe=False)
 
 
-def register_topic(state: MetadataState, topic: str, queue_datas: list[state_pb2.QueueData]) -> Translation:
+def register_topic(state: MetadataState, topic: str, queue_datas: Sequence[state_pb2.QueueData]) -> Translation:
     """Put a topic's queue data per broker name; every broker must be registered (else
     ValidationError naming queue_datas[i].broker_name, where RocketMQ silently ignores the request)."""
     b = _Builder(state)

@@ -1,0 +1,39 @@
+"""The import contracts ([tool.importlinter] in pyproject.toml) hold, and they can fail: the same check
+on a copy of the tree with one wrong-way import (raftlog importing the nameserver) is refused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cluster import ROOT
+
+PACKAGES = ("raftlog", "snapshot", "nameserver", "pipeline")
+LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
+
+
+def _lint_imports(root: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([LINT_IMPORTS, "--no-cache"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_tree_keeps_every_contract() -> None:
+    res = _lint_imports(ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 broken" in res.stdout
+
+
+def test_a_wrong_way_import_breaks_a_contract(tmp_path: Path) -> None:
+    for pkg in PACKAGES:
+        shutil.copytree(Path(ROOT) / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(Path(ROOT) / "pyproject.toml", tmp_path / "pyproject.toml")
+    digest = tmp_path / "raftlog" / "digest.py"
+    digest.write_text(digest.read_text() + "\nimport nameserver.node  # noqa: E402,F401 (deliberately wrong)\n")
+    res = _lint_imports(tmp_path)
+    assert res.returncode != 0, res.stdout
+    assert "raftlog and snapshot know nothing of the nameserver or the pipeline BROKEN" in res.stdout
+    assert "raftlog.digest -> nameserver.node" in res.stdout
