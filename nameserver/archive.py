@@ -11,7 +11,6 @@ On start the archiver resumes after the last segment in its directory: no segmen
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -26,9 +25,9 @@ READ_LIMIT = 2000
 
 
 class LogArchiver:
-    def __init__(self, applier: Any, directory: str, rows_per_segment: int = 100_000,
+    def __init__(self, log: Any, directory: str, rows_per_segment: int = 100_000,
                  max_age_s: float = 60.0) -> None:
-        self.applier = applier  # raftlog Applier: .history, .entry_listeners
+        self.log = log  # raftlog's ReplicatedLog facade: subscribe(), history
         self.directory = directory
         self.rows_per_segment = rows_per_segment
         self.max_age_s = max_age_s
@@ -40,13 +39,14 @@ class LogArchiver:
         self.error: str | None = None
         self._cursor = 0           # last offset handed to the writer (or skipped over as a gap)
         self._pending_since = 0.0  # monotonic time the oldest unwritten entry arrived
+        self._subscription: Any = None
 
     def start(self) -> None:
         covered = covered_ranges(self.directory)
         last = covered[-1][1] if covered else 0
         self.writer = SegmentWriter(self.directory, last + 1, self.rows_per_segment)
         self._cursor = last
-        self.applier.entry_listeners.append(self._on_entry)
+        self._subscription = self.log.subscribe(self._on_entry)
         self._thread.start()
         log.info("archiving the log to %s from offset %d", self.directory, last + 1)
 
@@ -54,8 +54,8 @@ class LogArchiver:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=30)
-        with contextlib.suppress(ValueError):
-            self.applier.entry_listeners.remove(self._on_entry)
+        if self._subscription is not None:
+            self._subscription.close()
 
     def _on_entry(self, entry: AppliedEntry) -> None:  # apply thread: O(1), never blocks
         self._wake.set()
@@ -85,7 +85,7 @@ class LogArchiver:
         assert self.writer is not None
         while True:
             try:
-                entries = self.applier.history.after(self._cursor, limit=READ_LIMIT)
+                entries = self.log.history.after(self._cursor, limit=READ_LIMIT)
             except Compacted as exc:
                 self._skip_gap(exc.first_kept)
                 continue

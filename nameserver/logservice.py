@@ -46,22 +46,22 @@ class LogService(api_pb2_grpc.LogServicer):
         if request.to_offset and request.to_offset < request.from_offset:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "to_offset: must be 0 or >= from_offset")
         self._check_ready(context)
-        applier = self.node.log.applier
+        rlog = self.node.log
         start = max(request.from_offset, 1)
         to = request.to_offset or self.node.log.commit_offset
         left = context.time_remaining()
         wait_s = WAIT_CAP_S if left is None else max(0.0, min(left, WAIT_CAP_S))
-        if not applier.wait_applied(to, wait_s, context.is_active):
-            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(applier.apply_offset)),))
+        if not rlog.wait_applied(to, wait_s, context.is_active):
+            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(rlog.apply_offset)),))
             context.abort(grpc.StatusCode.UNAVAILABLE,
-                          f"node applied up to {applier.apply_offset}, below to_offset {to}")
+                          f"node applied up to {rlog.apply_offset}, below to_offset {to}")
         limit = min(request.max_batch or DEFAULT_BATCH, MAX_BATCH)
         context.send_initial_metadata(((headers.LOG_TO_OFFSET, str(to)),
-                                       (headers.LOG_FIRST_KEPT, str(applier.history.first_kept))))
+                                       (headers.LOG_FIRST_KEPT, str(rlog.history.first_kept))))
         cursor = start - 1
         while cursor < to and context.is_active():
             try:
-                entries = applier.history.after(cursor, limit=limit, upto=to)
+                entries = rlog.history.after(cursor, limit=limit, upto=to)
             except Compacted as exc:
                 context.abort(grpc.StatusCode.OUT_OF_RANGE,
                               f"offset {exc.requested} is no longer kept on this node (oldest kept: "

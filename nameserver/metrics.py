@@ -164,7 +164,7 @@ class NodeMetrics:
         self.leader_changes_seen = 0
         self.idle_noops = 0
         self.registry.register(_NodeCollector(self))
-        node.log.applier.entry_listeners.append(self.on_entry)
+        self.subscription = node.log.subscribe(self.on_entry)
 
     def interceptor(self) -> grpc.ServerInterceptor:
         return RpcMetricsInterceptor(self)
@@ -260,8 +260,9 @@ class _NodeCollector(Collector):
                     "(it serves reads), else 0.", 1 if st["ready"] else 0)
         yield gauge("nameserver_apply_stopped", "1 if this node's apply thread stopped on an error (see its "
                     "log and status), else 0.", 1 if st["apply_error"] else 0)
+        stats = node.log.stats()
         yield gauge("nameserver_apply_queue_length", "Committed entries waiting for the apply thread.",
-                    node.log.applier.queued())
+                    stats.apply_queue)
         yield counter("nameserver_leader_changes_seen", "Leader changes this node has seen (a new leader or "
                       "a new term with a leader), the first leader included.", m.leader_changes_seen)
         yield counter("nameserver_leadership_transitions", "Times this node became or stopped being the "
@@ -273,11 +274,10 @@ class _NodeCollector(Collector):
         for (rtype, op), n in sorted(dict(m.records_applied).items()):
             records.add_metric([rtype, op], n)
         yield records
-        committer = node.log.committer
         yield counter("nameserver_proposals", "Batches this node proposed as leader (group commit input).",
-                      committer.batches_appended)
+                      stats.batches_proposed)
         yield counter("nameserver_proposed_entries", "Log entries this node appended as leader (group commit "
-                      "output).", committer.entries_appended)
+                      "output).", stats.entries_proposed)
         yield counter("nameserver_idle_noops", "Empty entries this node appended as an idle leader so apply "
                       "lag stays measurable.", m.idle_noops)
         yield counter("nameserver_brokers_expired", "Broker addresses this node expired as leader (silent "
@@ -472,9 +472,9 @@ class IdleNoop:
     def tick(self) -> bool:
         """One check; True when a no-op was committed."""
         rlog = self.log
-        if not (rlog.is_leader() and rlog.ready and rlog.raft.hasQuorum):
+        if not (rlog.is_leader() and rlog.ready and rlog.has_quorum):
             return False  # a leader without a majority would only pile up uncommitted entries
-        if time.monotonic() - rlog.applier.last_apply_time < self.interval_s:
+        if rlog.stats().seconds_since_apply < self.interval_s:
             return False
         try:
             rlog.barrier(max(1.0, 4 * self.interval_s))

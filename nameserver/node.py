@@ -113,7 +113,7 @@ class NameServerNode:
         self.log.leader_listeners.append(self._on_leadership)
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
         self.watches = WatchHub(max_watchers=cfg.max_watchers)
-        self.log.applier.entry_listeners.append(self.watches.on_entry)
+        self._watch_feed = self.log.subscribe(self.watches.on_entry)
         self._threads = [
             threading.Thread(target=self._scan_loop, name="expiry-scan", daemon=True),
             threading.Thread(target=self._forward_heartbeats_loop, name="heartbeat-forward", daemon=True),
@@ -157,8 +157,8 @@ class NameServerNode:
         return self.log.wait_applied(offset, timeout, alive)
 
     def not_ready_reason(self) -> str:
-        if self.log.applier.failed:
-            return f"apply stopped: {self.log.applier.failed}"
+        if self.log.apply_error:
+            return f"apply stopped: {self.log.apply_error}"
         return "node is loading its snapshot or replaying its log"
 
     def status(self) -> dict[str, Any]:
@@ -181,8 +181,8 @@ class NameServerNode:
             "ready": self.log.ready,
             "snapshot_offset": self.log.snapshot_offset,
             "keys": keys,
-            "has_quorum": self.log.raft.hasQuorum,
-            "apply_error": self.log.applier.failed or "",
+            "has_quorum": self.log.has_quorum,
+            "apply_error": self.log.apply_error,
         }
 
     # ---- writes (leader) -------------------------------------------------------------------------

@@ -83,7 +83,7 @@ class Server:
                 observer=self.metrics.observe_remoting if self.metrics is not None else None))
         if cfg.archive_dir:  # Parquet log segments as entries commit (imports pyarrow only when on)
             from nameserver.archive import LogArchiver
-            self.extras.append(LogArchiver(self.node.log.applier, cfg.archive_dir))
+            self.extras.append(LogArchiver(self.node.log, cfg.archive_dir))
         self._stop = threading.Event()
         self._health_thread = threading.Thread(target=self._health_loop, name="health", daemon=True)
 

@@ -531,7 +531,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         if request.start_offset > 0:
             last = request.start_offset
             try:  # replay what this node kept, then switch to the live feed (de-duplicated by offset)
-                while batch := self.node.log.applier.history.after(last, limit=500):
+                while batch := self.node.log.history.after(last, limit=500):
                     for entry in batch:
                         events = to_events(entry.changes, watcher.prefixes)
                         if events:

@@ -2,14 +2,15 @@
 
 from raftlog.digest import digest_hex, digest_of, pair_hash
 from raftlog.fdreserve import RESERVE as FD_RESERVE
+from raftlog.history import AppliedEntry
 from raftlog.journal import DurableJournal, JournalCorrupt
 from raftlog.kvstate import Change, KVState, KVStateMachine
-from raftlog.log import LogConfig, ReplicatedLog
+from raftlog.log import LogConfig, LogStats, ReplicatedLog, Subscription
 from raftlog.proposer import NotLeader, ProposalError
 from raftlog.seed import seed_from_snapshot
 
 __all__ = [
-    "FD_RESERVE", "Change", "DurableJournal", "JournalCorrupt", "KVState", "KVStateMachine", "LogConfig", "NotLeader",
-    "ProposalError", "ReplicatedLog",
+    "FD_RESERVE", "AppliedEntry", "Change", "DurableJournal", "JournalCorrupt", "KVState", "KVStateMachine",
+    "LogConfig", "LogStats", "NotLeader", "ProposalError", "ReplicatedLog", "Subscription",
     "digest_hex", "digest_of", "pair_hash", "seed_from_snapshot",
 ]

@@ -6,6 +6,7 @@ majority; apply offset = last index built into the state. apply <= commit <= end
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -20,6 +21,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf
 from raftlog.applier import Applied, Applier, StateMachine
 from raftlog.binding import RaftNode, SnapshotProgress
 from raftlog.codec import RaftEntry, decode_raft_meta
+from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.journal import DurableJournal
 from raftlog.leadership import NotConfirmed
 from raftlog.pb import entry_pb2
@@ -29,6 +31,31 @@ from raftlog.seed import DUMP_NAME, JOURNAL_NAME
 log = logging.getLogger("raftlog")
 
 ROLE_FOLLOWER, ROLE_CANDIDATE, ROLE_LEADER = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class LogStats:
+    """Counters and gauges of the log, read without locks (each a plain value one thread writes)."""
+
+    batches_proposed: int        # proposals this node group-committed as leader
+    entries_proposed: int        # log entries those became
+    apply_queue: int             # committed entries waiting for the apply thread
+    seconds_since_apply: float   # since the apply thread last applied an entry (or started)
+    has_quorum: bool             # this node hears from a majority
+    apply_error: str             # why apply stopped for good ("" while it runs)
+
+
+class Subscription:
+    """A listener registered with ReplicatedLog.subscribe(); close() unregisters it (idempotent)."""
+
+    def __init__(self, listeners: list[Callable[[AppliedEntry], None]],
+                 listener: Callable[[AppliedEntry], None]) -> None:
+        self._listeners, self._listener = listeners, listener
+        listeners.append(listener)
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(self._listener)
 
 
 @dataclass
@@ -172,6 +199,34 @@ class ReplicatedLog:
 
     def raft_status(self) -> dict:
         return self.raft.getStatus()
+
+    @property
+    def has_quorum(self) -> bool:
+        return bool(self.raft.hasQuorum)
+
+    @property
+    def apply_error(self) -> str:
+        """Why apply stopped for good; "" while it runs."""
+        return self.applier.failed or ""
+
+    def stats(self) -> LogStats:
+        return LogStats(batches_proposed=self.committer.batches_appended,
+                        entries_proposed=self.committer.entries_appended,
+                        apply_queue=self.applier.queued(),
+                        seconds_since_apply=time.monotonic() - self.applier.last_apply_time,
+                        has_quorum=self.has_quorum, apply_error=self.apply_error)
+
+    # ---- applied entries: listeners and the recent history -------------------------------------
+
+    def subscribe(self, listener: Callable[[AppliedEntry], None]) -> Subscription:
+        """Call `listener` on the apply thread after each applied entry (it must not block); close the
+        returned Subscription to stop."""
+        return Subscription(self.applier.entry_listeners, listener)
+
+    @property
+    def history(self) -> EntryHistory:
+        """The recent applied entries (a bounded ring): after(), first_kept. Read only."""
+        return self.applier.history
 
     # ---- writes and reads ----------------------------------------------------------------------
 

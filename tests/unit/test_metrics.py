@@ -30,6 +30,7 @@ from nameserver.metrics import IdleNoop, LeaderWatch, MetricsEndpoint, entry_sum
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import RemotingServer, codes
 from nameserver.server import Server
+from raftlog import LogStats
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2
 from tests.cluster import ROOT, free_ports, register_request
@@ -336,16 +337,10 @@ class FakeLog:
     class _Cfg:
         self_addr = "n1"
 
-    class _Raft:
-        hasQuorum = True
-
-    class _Applier:
-        last_apply_time = 0.0
-
     def __init__(self) -> None:
         self.cfg = self._Cfg()
-        self.raft = self._Raft()
-        self.applier = self._Applier()
+        self.has_quorum = True
+        self.last_apply_time = 0.0
         self.current_leader: str | None = None
         self.current_term = 0
         self.leading = False
@@ -363,8 +358,13 @@ class FakeLog:
 
     def barrier(self, timeout: float) -> int:
         self.barriers += 1
-        self.applier.last_apply_time = time.monotonic()
+        self.last_apply_time = time.monotonic()
         return self.barriers
+
+    def stats(self) -> LogStats:
+        return LogStats(batches_proposed=0, entries_proposed=0, apply_queue=0,
+                        seconds_since_apply=time.monotonic() - self.last_apply_time,
+                        has_quorum=self.has_quorum, apply_error="")
 
 
 def test_leader_watch_logs_one_line_per_leader_change(caplog: pytest.LogCaptureFixture) -> None:
@@ -391,12 +391,12 @@ def test_idle_noop_only_on_an_idle_leader_with_quorum() -> None:
     noop = IdleNoop(fake, interval_s=0.2)  # type: ignore[arg-type]
     assert not noop.tick()                      # follower
     fake.leading = True
-    fake.applier.last_apply_time = time.monotonic()
+    fake.last_apply_time = time.monotonic()
     assert not noop.tick()                      # just applied something: not idle
-    fake.applier.last_apply_time = time.monotonic() - 1
-    fake.raft.hasQuorum = False
+    fake.last_apply_time = time.monotonic() - 1
+    fake.has_quorum = False
     assert not noop.tick()                      # no majority: the no-op could not commit
-    fake.raft.hasQuorum = True
+    fake.has_quorum = True
     assert noop.tick() and fake.barriers == 1
     assert not noop.tick()                      # the no-op itself made the node busy again
 

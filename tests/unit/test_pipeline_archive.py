@@ -10,15 +10,19 @@ from nameserver.archive import LogArchiver
 from pipeline.segments import covered_ranges
 from raftlog.codec import encode_entry
 from raftlog.history import AppliedEntry, EntryHistory
+from raftlog.log import Subscription
 from raftlog.pb import entry_pb2
 
 
-class FakeApplier:
-    """What the archiver uses of raftlog's Applier: the history ring and the entry listeners."""
+class FakeLog:
+    """What the archiver uses of raftlog's ReplicatedLog: the history ring and subscribe()."""
 
     def __init__(self, max_entries: int = 1000) -> None:
         self.history = EntryHistory(max_entries=max_entries)
         self.entry_listeners: list = []
+
+    def subscribe(self, listener) -> Subscription:
+        return Subscription(self.entry_listeners, listener)
 
     def apply(self, offset: int, records: int = 1) -> None:
         entry = entry_pb2.Entry(term=1, leader_time_ms=offset, batches=[entry_pb2.Batch(records=[
@@ -42,7 +46,7 @@ def _offsets(directory: str) -> list[int]:
 
 def test_archiver_writes_segments_resumes_and_never_rewrites(tmp_path) -> None:
     d = str(tmp_path / "archive")
-    applier = FakeApplier()
+    applier = FakeLog()
     arch = LogArchiver(applier, d, rows_per_segment=10, max_age_s=0.2)
     arch.start()
     for o in range(1, 26):
@@ -67,7 +71,7 @@ def test_archiver_writes_segments_resumes_and_never_rewrites(tmp_path) -> None:
 
 def test_archiver_skips_a_gap_it_can_no_longer_read_and_says_so(tmp_path) -> None:
     d = str(tmp_path / "archive")
-    applier = FakeApplier(max_entries=5)
+    applier = FakeLog(max_entries=5)
     arch = LogArchiver(applier, d, rows_per_segment=1000, max_age_s=0.1)
     for o in range(1, 21):  # applied before the archiver started: only 16..20 are still in the ring
         applier.apply(o)
@@ -79,7 +83,7 @@ def test_archiver_skips_a_gap_it_can_no_longer_read_and_says_so(tmp_path) -> Non
 
 
 def test_listener_never_blocks_the_apply_thread(tmp_path) -> None:
-    applier = FakeApplier(max_entries=100_000)
+    applier = FakeLog(max_entries=100_000)
     arch = LogArchiver(applier, str(tmp_path / "a"), rows_per_segment=1_000_000, max_age_s=60)
     arch.start()
     t0 = time.perf_counter()

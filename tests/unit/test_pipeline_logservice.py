@@ -22,7 +22,7 @@ from raftlog.pb import entry_pb2
 
 
 class StandIn:
-    """What LogService uses of a NameServerNode: log (ready, offsets, applier) and the locked state."""
+    """What LogService uses of a NameServerNode: log (ready, offsets, history) and the locked state."""
 
     def __init__(self, last: int, keep: int = 1000, skip: tuple[int, ...] = ()) -> None:
         self.lock = threading.RLock()
@@ -36,9 +36,9 @@ class StandIn:
                 entry_pb2.Record(type=5, key=f"kv/ns/k{offset % 7}", value=b"\n\x01" + bytes([65 + offset % 26]))])])
             self.state.kv.apply_entry(offset, entry)
             history.append(AppliedEntry(offset, 1, encode_entry(entry), ()))
-        applier = SimpleNamespace(history=history, failed=None, apply_offset=last,
-                                  wait_applied=lambda offset, timeout, alive=None: offset <= last)
-        self.log = SimpleNamespace(ready=True, commit_offset=last, applier=applier)
+        self.log = SimpleNamespace(ready=True, commit_offset=last, history=history, apply_error="",
+                                   apply_offset=last,
+                                   wait_applied=lambda offset, timeout, alive=None: offset <= last)
 
 
 @pytest.fixture
