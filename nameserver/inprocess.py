@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import grpc
 
 from nameserver import auth
+from nameserver.nowait import WouldBlock
 
 log = logging.getLogger("nameserver.inprocess")
 
@@ -95,7 +96,7 @@ class InProcessStub:
                                     f"role {self._role} (remoting) may not call {full}")
             try:
                 return method(request, LocalContext(timeout, metadata))
-            except grpc.RpcError:
+            except (grpc.RpcError, WouldBlock):  # WouldBlock: the caller retries where it may wait
                 raise
             except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
                 log.exception("in-process call %s failed", full)

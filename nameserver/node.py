@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 from nameserver import headers, tlsconf
 from nameserver.config import NodeConfig
 from nameserver.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
+from nameserver.nowait import WouldBlock, waiting_allowed
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.readindex import ReadIndexBatcher
 from nameserver.state import MetadataState, Translation, translate
@@ -140,6 +141,13 @@ class NameServerNode:
         one beyond that fails TooLargeError at once. A wait ends early when `alive()` turns false."""
         if not self.log.ready:
             raise NotReady(self.not_ready_reason())
+        if not waiting_allowed():  # an inline caller on an event loop: never wait (nameserver/nowait.py)
+            if min_offset > self.log.apply_offset or not self.lock.acquire(blocking=False):
+                raise WouldBlock("the state is busy or the offset is not applied yet")
+            try:
+                return fn(self.state), self.state.kv.offset
+            finally:
+                self.lock.release()
         if min_offset > self.log.apply_offset:
             if not self._waiting_reads.acquire(blocking=False):
                 raise TooLargeError("min_offset", f"{self.cfg.max_waiting_reads} reads are already waiting for "

@@ -34,7 +34,7 @@ from raftlog import LogStats
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2
 from tests.cluster import ROOT, free_ports, register_request
-from tests.security.attacks import remoting_call
+from tests.security.attacks import read_reply, remoting_call, remoting_frame
 
 REQUIRED_GAUGES = ("nameserver_log_end_offset", "nameserver_commit_offset", "nameserver_apply_offset",
                    "nameserver_snapshot_offset")
@@ -214,6 +214,32 @@ def test_remoting_requests_are_counted_by_request_and_response_code(single: Sing
     # ... and none of them as a gRPC call
     assert value(samples, "nameserver_grpc_handled_total", service="rip18.nameserver.v1.NameServer",
                  method="GetRoute", type="unary", code="OK") is None
+
+
+def test_route_reads_inline_never_wait_for_a_busy_state(single: Single) -> None:
+    """Route reads are answered on the remoting loop thread only while the node's state is free: with
+    the state lock held (as by a long translation), the read goes to a worker and waits there, and the
+    loop keeps answering other connections meanwhile."""
+    remoting = next(e for e in single.server.extras if isinstance(e, RemotingServer))
+    host, port = "127.0.0.1", remoting.port
+    single.ns.RegisterBroker(register_request("C", "b1", "10.0.0.1:10911", ["T1"]), timeout=10)
+    assert remoting_call(f"{host}:{port}", codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == codes.SUCCESS
+    assert remoting.inline_fallbacks == 0  # answered inline
+    lock = single.server.node.lock
+    with socket.create_connection((host, port), timeout=10) as a, socket.create_connection((host, port),
+                                                                                          timeout=10) as b:
+        with lock:
+            a.sendall(remoting_frame(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}, opaque=7))
+            wait_for("the read to go to a worker", lambda: remoting.inline_fallbacks == 1, timeout=5)
+            b.sendall(remoting_frame(12345, opaque=8))  # the loop is free: another connection is answered
+            assert read_reply(b).code == codes.REQUEST_CODE_NOT_SUPPORTED
+            a.settimeout(0.3)
+            with pytest.raises(TimeoutError):
+                read_reply(a)  # the read waits for the state, on its worker
+            a.settimeout(10)
+        reply = read_reply(a)
+        assert (reply.code, reply.opaque) == (codes.SUCCESS, 7)
+        assert b'"brokerName":"b1"' in reply.body
 
 
 def test_server_stream_is_timed_until_it_ends(single: Single) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from nameserver import config
 from nameserver.config import Member, NodeConfig
+from nameserver.nowait import WouldBlock, waiting_allowed
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import RemotingServer
 
@@ -33,6 +34,8 @@ class RouteOnly(api_pb2_grpc.NameServerServicer):
 
     def GetRoute(self, request: Any, context: grpc.ServicerContext) -> Any:
         if request.topic == "Slow":
+            if not waiting_allowed():  # the node's contract: never wait under no_wait() (loop thread)
+                raise WouldBlock("slow")
             self.release.wait(10)
         return api_pb2.GetRouteReply(route=ROUTE)
 
