@@ -78,6 +78,32 @@ class LogService(api_pb2_grpc.LogServicer):
                 cursor = e.offset
             yield batch
 
+    def DigestAt(self, request: api_pb2.DigestAtRequest, context: grpc.ServicerContext
+                 ) -> api_pb2.DigestAtReply:
+        """The digest right after `offset`: an exported log's last offset is a cut every live node can
+        be compared at, however far it has moved on since (idle no-ops move it twice a second)."""
+        if request.offset < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "offset: must be >= 0")
+        self._check_ready(context)
+        rlog = self.node.log
+        left = context.time_remaining()
+        # answer before the caller's deadline, so it learns how far behind this node is
+        wait_s = WAIT_CAP_S if left is None else max(0.0, min(left - 0.5, WAIT_CAP_S))
+        if not rlog.wait_applied(request.offset, wait_s, context.is_active):
+            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(rlog.apply_offset)),))
+            context.abort(grpc.StatusCode.UNAVAILABLE,
+                          f"node applied up to {rlog.apply_offset}, below offset {request.offset}")
+        with self.node.lock:
+            kv = self.node.state.kv
+            digest = kv.digest_at(request.offset)
+            first = kv.first_digest_offset
+        if digest is None:
+            context.abort(grpc.StatusCode.OUT_OF_RANGE,
+                          f"offset {request.offset} is older than this node's digest history (oldest: {first}); "
+                          "audit a newer export, or compare a state dump")
+        return api_pb2.DigestAtReply(offset=request.offset, digest=digest, apply_offset=rlog.apply_offset,
+                                     first_kept=first)
+
     def DumpState(self, request: api_pb2.DumpStateRequest, context: grpc.ServicerContext
                   ) -> Iterator[api_pb2.StateChunk]:
         self._check_ready(context)

@@ -1,7 +1,8 @@
 """`audit`: did every replica build the state the log says it should?
 
 The log compacted at an offset gives the expected state and digest. It is compared with what the
-nodes claim at that offset: live nodes' Status (digest at their apply offset), state dumps from
+nodes claim at that offset: live nodes' digest at the log's last offset (Log.DigestAt: a consistent
+cut, however far a busy or idle node has moved on since the export), state dumps from
 `nsctl state dump` (stamped offset and digest, plus every key), or digests given by hand (from a
 snapshot, for example). For a dump the audit also recomputes the digest of its rows and names every
 key that differs from the log's state: missing on the node, extra on the node, or another value.
@@ -97,20 +98,31 @@ class NodeAccess:
         return [(headers.AUTHORIZATION, f"Bearer {self.token}")] if self.token else []
 
 
-def node_claims(endpoints: list[str], access: NodeAccess | None = None, timeout: float = 5.0
+def node_claims(endpoints: list[str], at: int, access: NodeAccess | None = None, timeout: float = 5.0
                 ) -> tuple[list[Claim], list[Verdict]]:
+    """Each live node's digest at offset `at` (a consistent cut: the log's last offset, or --at), however
+    far the node has moved on. A node that cannot answer for `at` (not applied yet, or older than its
+    digest history) is not comparable; only an unreachable node fails the audit."""
     access = access or NodeAccess()
-    claims, errors = [], []
+    claims, verdicts = [], []
     for endpoint in endpoints:
+        source, reached = f"node {endpoint}", False
         try:
             with access.channel(endpoint) as channel:
                 st = api_pb2_grpc.AdminStub(channel).Status(api_pb2.StatusRequest(), timeout=timeout,
                                                             metadata=access.metadata)
+                source, reached = f"node {st.node_id or endpoint} ({endpoint})", True
+                reply = api_pb2_grpc.LogStub(channel).DigestAt(api_pb2.DigestAtRequest(offset=at),
+                                                               timeout=timeout, metadata=access.metadata)
         except grpc.RpcError as err:
-            errors.append(Verdict(f"node {endpoint}", 0, "", note=f"unreachable: {err.code().name}", match=False))
+            code = err.code()
+            if reached and code in (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNAVAILABLE):
+                verdicts.append(Verdict(source, at, "", note=f"not comparable: {err.details()}"))
+            else:
+                verdicts.append(Verdict(source, 0, "", note=f"unreachable: {code.name}", match=False))
             continue
-        claims.append(Claim(f"node {st.node_id or endpoint} ({endpoint})", st.apply_offset, st.digest))
-    return claims, errors
+        claims.append(Claim(source, reply.offset, reply.digest))
+    return claims, verdicts
 
 
 def dump_claim(spark: SparkSession, uri: str) -> Claim:
@@ -144,11 +156,11 @@ def key_diff(expected: DataFrame, dump: DataFrame) -> DataFrame:
 
 def run_audit(spark: SparkSession, log_uri: str, at: int | None, endpoints: list[str], dumps: list[str],
               claims: list[str], out: str | None = None, access: NodeAccess | None = None) -> AuditResult:
-    found, verdicts = node_claims(endpoints, access)
-    found += [dump_claim(spark, d) for d in dumps] + [parse_claim(c) for c in claims]
-    if not found and not verdicts:
+    if not (endpoints or dumps or claims):
         raise PipelineError("nothing to audit against: give --endpoints, --dump or --claim")
     log = load_log(spark, log_uri)
+    found, verdicts = node_claims(endpoints, log.last if at is None else at, access) if endpoints else ([], [])
+    found += [dump_claim(spark, d) for d in dumps] + [parse_claim(c) for c in claims]
     states: dict[int, tuple[DataFrame, str, int]] = {}
     for claim in found:
         if at is not None and claim.offset != at:
@@ -156,9 +168,9 @@ def run_audit(spark: SparkSession, log_uri: str, at: int | None, endpoints: list
                                     note=f"not comparable: at offset {claim.offset}, not {at}"))
             continue
         if claim.offset not in states:
-            if claim.offset > log.last:
-                verdicts.append(Verdict(claim.source, claim.offset, claim.digest, match=False,
-                                        note=f"beyond the log (ends at {log.last}): export further"))
+            if claim.offset > log.last:  # not a divergence: the log cannot say what the state is there
+                verdicts.append(Verdict(claim.source, claim.offset, claim.digest, note=f"not comparable: at "
+                                        f"offset {claim.offset}, beyond the log (ends at {log.last}): export further"))
                 continue
             state, _ = state_at(spark, log, claim.offset)
             state = state.persist()

@@ -10,6 +10,8 @@ Applications (the nameserver) add derived indexes through `listeners`, called on
 
 from __future__ import annotations
 
+import bisect
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -31,6 +33,9 @@ class Change:
     new: bytes | None
 
 
+DIGEST_HISTORY = 50_000  # entries whose digest a node can still give (an audit's cut must be newer)
+
+
 class KVState:
     """The replicated map. Not thread-safe: one apply thread writes, readers hold the owner's lock."""
 
@@ -39,6 +44,9 @@ class KVState:
         self._digest = 0
         self.offset = 0  # the last offset applied (the apply offset)
         self.listeners: list[ChangeListener] = []
+        # (offset, digest) after each recent entry: the digest at a past offset, for auditing a live
+        # node at the offset an exported log ends (a consistent cut). Not part of the state.
+        self._digests: deque[tuple[int, int]] = deque([(0, 0)], maxlen=DIGEST_HISTORY)
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -64,6 +72,21 @@ class KVState:
     def digest_hex(self) -> str:
         return digest_hex(self._digest)
 
+    def digest_at(self, offset: int) -> str | None:
+        """The digest right after applying `offset`, or None when that is older than the ring. The
+        caller checks that `offset` is applied (offsets without entries of ours, pysyncobj's own, take
+        the digest of the last entry before them)."""
+        digests = self._digests
+        if not digests or offset < digests[0][0]:
+            return None
+        i = bisect.bisect_right(digests, offset, key=lambda item: item[0])
+        return digest_hex(digests[i - 1][1])
+
+    @property
+    def first_digest_offset(self) -> int:
+        """The oldest offset digest_at() answers for."""
+        return self._digests[0][0] if self._digests else self.offset
+
     def items(self) -> Iterator[tuple[str, bytes, int, int]]:
         """(key, value, version, type) for every live key, in no particular order."""
         for key, (value, version, rtype) in self._values.items():
@@ -82,6 +105,7 @@ class KVState:
         for batch in entry.batches:
             results.append(self.apply_batch(offset, batch, changes))
         self.offset = offset
+        self._digests.append((offset, self._digest))
         return results
 
     def apply_batch(self, offset: int, batch: entry_pb2.Batch, changes: list[Change] | None = None
@@ -124,6 +148,8 @@ class KVState:
             self._values[key] = (value, version, rtype)
             self._digest ^= pair_hash(key, value)
         self.offset = offset
+        self._digests.clear()
+        self._digests.append((offset, self._digest))
 
 
 class KVStateMachine:

@@ -675,6 +675,24 @@ class DumpStateRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class DigestAtRequest(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class DigestAtReply(_message.Message):
+    __slots__ = ("offset", "digest", "apply_offset", "first_kept")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FIRST_KEPT_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    digest: str
+    apply_offset: int
+    first_kept: int
+    def __init__(self, offset: _Optional[int] = ..., digest: _Optional[str] = ..., apply_offset: _Optional[int] = ..., first_kept: _Optional[int] = ...) -> None: ...
+
 class StateItem(_message.Message):
     __slots__ = ("key", "value", "version", "type")
     KEY_FIELD_NUMBER: _ClassVar[int]

@@ -1116,6 +1116,11 @@ class LogStub:
                 request_serializer=nameserver_dot_pb_dot_api__pb2.DumpStateRequest.SerializeToString,
                 response_deserializer=nameserver_dot_pb_dot_api__pb2.StateChunk.FromString,
                 _registered_method=True)
+        self.DigestAt = channel.unary_unary(
+                '/rip18.nameserver.v1.Log/DigestAt',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.DigestAtRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.DigestAtReply.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -1134,6 +1139,15 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DigestAt(self, request, context):
+        """The state's digest right after applying `offset` (from a ring of recent digests): a consistent cut
+        for auditing a live cluster. UNAVAILABLE when this node has not applied it in time (trailer
+        x-rip18-apply-offset); OUT_OF_RANGE when it is older than the ring.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1146,6 +1160,11 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.DumpState,
                     request_deserializer=nameserver_dot_pb_dot_api__pb2.DumpStateRequest.FromString,
                     response_serializer=nameserver_dot_pb_dot_api__pb2.StateChunk.SerializeToString,
+            ),
+            'DigestAt': grpc.unary_unary_rpc_method_handler(
+                    servicer.DigestAt,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.DigestAtRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.DigestAtReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1203,6 +1222,33 @@ class Log:
             '/rip18.nameserver.v1.Log/DumpState',
             nameserver_dot_pb_dot_api__pb2.DumpStateRequest.SerializeToString,
             nameserver_dot_pb_dot_api__pb2.StateChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DigestAt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Log/DigestAt',
+            nameserver_dot_pb_dot_api__pb2.DigestAtRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.DigestAtReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -15,6 +15,7 @@ from nameserver.cli import nsctl
 from nameserver.logservice import LogService
 from nameserver.pb import api_pb2, api_pb2_grpc
 from pipeline.segments import covered_ranges
+from raftlog import kvstate
 from raftlog.codec import encode_entry
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.kvstate import KVState
@@ -29,13 +30,16 @@ class StandIn:
         self.cfg = SimpleNamespace(max_message_bytes=1 << 20)
         self.state = SimpleNamespace(kv=KVState())
         history = EntryHistory(max_entries=keep)
+        self.digests = {0: self.state.kv.digest_hex}  # the digest after each offset, as applied
         for offset in range(1, last + 1):
             if offset in skip:
+                self.digests[offset] = self.digests[offset - 1]
                 continue  # a pysyncobj no-op: no entry of ours
             entry = entry_pb2.Entry(term=1, leader_time_ms=offset, batches=[entry_pb2.Batch(records=[
                 entry_pb2.Record(type=5, key=f"kv/ns/k{offset % 7}", value=b"\n\x01" + bytes([65 + offset % 26]))])])
             self.state.kv.apply_entry(offset, entry)
             history.append(AppliedEntry(offset, 1, encode_entry(entry), ()))
+            self.digests[offset] = self.state.kv.digest_hex
         self.log = SimpleNamespace(ready=True, commit_offset=last, history=history, apply_error="",
                                    apply_offset=last,
                                    wait_applied=lambda offset, timeout, alive=None: offset <= last)
@@ -96,6 +100,33 @@ def test_dump_state_is_one_consistent_copy_in_chunks(serve) -> None:
     items = [(i.key, i.value, i.version, i.type) for c in chunks for i in c.items]
     assert items == sorted(node.state.kv.items())
     assert {(c.apply_offset, c.digest) for c in chunks} == {(30, node.state.kv.digest_hex)}
+
+
+def test_digest_at_gives_the_digest_right_after_any_applied_offset(serve) -> None:
+    node = StandIn(30, skip=(10, 11))
+    addr = serve(node)
+    with grpc.insecure_channel(addr) as ch:
+        stub = api_pb2_grpc.LogStub(ch)
+        for offset in range(0, 31):  # pysyncobj's own offsets (10, 11) give the digest before them
+            reply = stub.DigestAt(api_pb2.DigestAtRequest(offset=offset), timeout=5)
+            assert (reply.offset, reply.digest, reply.apply_offset) == (offset, node.digests[offset], 30)
+        assert len(set(node.digests.values())) > 20  # the offsets really have different digests
+        for offset, code, text in [(-1, grpc.StatusCode.INVALID_ARGUMENT, "offset"),
+                                   (31, grpc.StatusCode.UNAVAILABLE, "below offset 31")]:
+            with pytest.raises(grpc.RpcError) as err:
+                stub.DigestAt(api_pb2.DigestAtRequest(offset=offset), timeout=1.0)
+            assert err.value.code() == code and text in err.value.details()
+
+
+def test_digest_at_older_than_the_ring_is_out_of_range(serve, monkeypatch) -> None:
+    monkeypatch.setattr(kvstate, "DIGEST_HISTORY", 5)
+    addr = serve(StandIn(30))
+    with grpc.insecure_channel(addr) as ch:
+        stub = api_pb2_grpc.LogStub(ch)
+        assert stub.DigestAt(api_pb2.DigestAtRequest(offset=26), timeout=5).first_kept == 26
+        with pytest.raises(grpc.RpcError) as err:
+            stub.DigestAt(api_pb2.DigestAtRequest(offset=25), timeout=5)
+        assert err.value.code() == grpc.StatusCode.OUT_OF_RANGE and "oldest: 26" in err.value.details()
 
 
 def test_export_moves_on_to_a_node_that_still_has_the_offsets(serve, tmp_path) -> None:
