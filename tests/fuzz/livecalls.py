@@ -102,6 +102,7 @@ EXTRA: dict[str, set[grpc.StatusCode]] = {
     # A watch is endless: idle (a long progress interval), it hits our deadline; a compacted start offset.
     "Watch": {C.OUT_OF_RANGE, C.DEADLINE_EXCEEDED},
     "ReadLog": {C.OUT_OF_RANGE},
+    "DigestAt": {C.OUT_OF_RANGE},  # older than the node's digest ring
     "AddMember": {C.FAILED_PRECONDITION}, "RemoveMember": {C.FAILED_PRECONDITION},
     # Raft may refuse while a previous transfer is still in progress: retryable.
     "TransferLeadership": {C.FAILED_PRECONDITION, C.UNAVAILABLE},
@@ -115,6 +116,8 @@ def waits_for_offset(m: Method, request: Message | None, applied: int) -> bool:
         return False
     if m.name == "ReadLog":
         return request.to_offset > applied
+    if m.name == "DigestAt":
+        return request.offset > applied
     return getattr(request, "min_offset", 0) > applied
 
 
