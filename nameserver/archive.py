@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from pipeline.segments import SegmentWriter, covered_ranges
+from nameserver.logformat.segments import SegmentWriter, covered_ranges
 from raftlog.history import AppliedEntry, Compacted
 
 log = logging.getLogger("nameserver.archive")

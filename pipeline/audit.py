@@ -20,10 +20,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from nameserver import headers
+from nameserver.logformat.segments import DUMP_META, read_dump_info
 from nameserver.pb import api_pb2, api_pb2_grpc
 from pipeline.compact import state_at
 from pipeline.logdf import PipelineError, load_log
-from pipeline.segments import DUMP_META, read_dump_info
 from pipeline.session import join, read_text, write_text
 from pipeline.sparkdigest import digest_of
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from pipeline.segments import covered_ranges
+from nameserver.logformat.segments import covered_ranges
 
 
 def _timed(results: dict[str, Any], name: str, fn: Callable[[], Any]) -> Any:
@@ -41,8 +41,8 @@ def machine() -> str:
 
 
 def run_bench(records: int, work: str, master: str, conf: dict[str, str]) -> dict[str, Any]:
+    from nameserver.logformat.segments import write_dump
     from pipeline.replay import replay
-    from pipeline.segments import write_dump
     from pipeline.synth import FleetSpec, generate
 
     log_dir, dump_dir = os.path.join(work, "log"), os.path.join(work, "replay-dump")

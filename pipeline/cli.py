@@ -92,10 +92,10 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
 
 
 def make_zip(out: str) -> str:
-    """pipeline/, raftlog's codec, digest and pb, nameserver/pb: what executors import."""
+    """pipeline/, raftlog's codec, digest and pb, nameserver/pb and the log format: what executors import."""
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for pkg in ("pipeline", "raftlog/pb", "nameserver/pb"):
+        for pkg in ("pipeline", "raftlog/pb", "nameserver/pb", "nameserver/logformat"):
             for name in sorted(os.listdir(os.path.join(ROOT, pkg))):
                 if name.endswith(".py"):
                     z.write(os.path.join(ROOT, pkg, name), f"{pkg}/{name}")

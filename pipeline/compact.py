@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from nameserver.logformat.segments import PUT
 from pipeline.logdf import Log, applied_records, load_log
-from pipeline.segments import PUT
 from pipeline.session import join, write_text
 from pipeline.sparkdigest import digest_of
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.segments import PUT, merge, overlaps, parse_segment_name, ranges_of, uncovered
+from nameserver.logformat.segments import PUT, merge, overlaps, parse_segment_name, ranges_of, uncovered
 from pipeline.session import join, list_names
 
 BatchId = tuple[int, int]  # (offset, batch_index)

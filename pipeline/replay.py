@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow.parquet as pq
 
-from pipeline.segments import DELETE, covered_ranges, segment_name
+from nameserver.logformat.segments import DELETE, covered_ranges, segment_name
 from raftlog.codec import decode_entry, encode_entry
 from raftlog.kvstate import KVState
 from raftlog.pb import entry_pb2

@@ -21,9 +21,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from nameserver.logformat.records import EXPIRE_TAG, UNREGISTER_TAG
+from nameserver.logformat.segments import DELETE, PUT
 from pipeline.logdf import Log, applied_records, load_log
-from pipeline.records import EXPIRE_TAG, UNREGISTER_TAG
-from pipeline.segments import DELETE, PUT
 from pipeline.session import join
 
 POS = ("offset", "batch_index", "record_index")

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
+from nameserver.logformat.records import EXPIRE_TAG, UNREGISTER_TAG
+from nameserver.logformat.segments import SegmentWriter
 from nameserver.pb import state_pb2
-from pipeline.records import EXPIRE_TAG, UNREGISTER_TAG
-from pipeline.segments import SegmentWriter
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2
 

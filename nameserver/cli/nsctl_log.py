@@ -51,7 +51,7 @@ class ExportResult:
 def _read_range(ctx: Context, out: str, first: int, last: int | None, batch: int, rows: int,
                 result: ExportResult) -> None:
     """Export [first, last] (last None: the commit offset the first answering node reports)."""
-    from pipeline.segments import SegmentWriter
+    from nameserver.logformat.segments import SegmentWriter
 
     writer = SegmentWriter(out, first, rows)
     cursor = first  # the next offset wanted
@@ -93,7 +93,7 @@ def _read_range(ctx: Context, out: str, first: int, last: int | None, batch: int
 
 
 def cmd_log_export(ctx: Context, args: argparse.Namespace) -> int:
-    from pipeline.segments import covered_ranges, merge, uncovered
+    from nameserver.logformat.segments import covered_ranges, merge, uncovered
 
     if args.from_offset < 1:
         raise UsageError("--from must be >= 1")
@@ -120,7 +120,7 @@ def cmd_log_export(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_state_dump(ctx: Context, args: argparse.Namespace) -> int:
-    from pipeline.segments import DUMP_FILE, write_dump
+    from nameserver.logformat.segments import DUMP_FILE, write_dump
 
     path = os.path.join(args.out, DUMP_FILE)
     if os.path.exists(path):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
+from nameserver.logformat.records import EXPIRE_TAG, UNREGISTER_TAG
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.state import keys, settings
 from nameserver.state.metadata import MASTER_ID, ORDER_TOPIC_CONFIG, PERM_READ, PERM_WRITE, MetadataState
@@ -48,9 +49,7 @@ class Translation:
 
 
 # Request-id prefixes that tell an expiry from an unregister in the log (they write the same records);
-# the Spark report reads them (pipeline/records.py).
-EXPIRE_TAG = "expire/"
-UNREGISTER_TAG = "unregister/"
+# defined with the log's format, which the Spark report reads too.
 
 
 def _tagged(t: Translation, tag: str) -> Translation:

@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from nameserver.cli import nsctl
+from nameserver.logformat.segments import DUMP_FILE, covered_ranges
 from nameserver.pb import api_pb2, state_pb2
 from pipeline.audit import run_audit
 from pipeline.compact import run_compact
 from pipeline.report import ReportOptions, run_report
-from pipeline.segments import DUMP_FILE, covered_ranges
 from tests.cluster import register_request, retry
 
 # PySpark 4.1 calls pandas 3 with a deprecated keyword: noise, not a problem of ours.

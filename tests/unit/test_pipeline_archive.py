@@ -7,7 +7,7 @@ import time
 import pyarrow.parquet as pq
 
 from nameserver.archive import LogArchiver
-from pipeline.segments import covered_ranges
+from nameserver.logformat.segments import covered_ranges
 from raftlog.codec import encode_entry
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.log import Subscription

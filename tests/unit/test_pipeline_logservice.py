@@ -12,9 +12,9 @@ import pytest
 
 from nameserver import headers
 from nameserver.cli import nsctl
+from nameserver.logformat.segments import covered_ranges
 from nameserver.logservice import LogService
 from nameserver.pb import api_pb2, api_pb2_grpc
-from pipeline.segments import covered_ranges
 from raftlog import kvstate
 from raftlog.codec import encode_entry
 from raftlog.history import AppliedEntry, EntryHistory

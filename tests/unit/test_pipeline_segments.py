@@ -8,8 +8,8 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
+from nameserver.logformat import records, segments
 from nameserver.pb import state_pb2
-from pipeline import records, segments
 from pipeline.replay import replay
 from pipeline.synth import FleetSpec, generate
 from raftlog.codec import encode_entry

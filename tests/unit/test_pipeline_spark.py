@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from nameserver.logformat.segments import DUMP_FILE, DUMP_META, SegmentWriter, write_dump
 from nameserver.pb import state_pb2
 from pipeline import cli, logdf
 from pipeline.audit import run_audit
@@ -17,7 +18,6 @@ from pipeline.compact import run_compact
 from pipeline.logdf import PipelineError, load_log
 from pipeline.replay import replay
 from pipeline.report import ReportOptions, run_report
-from pipeline.segments import DUMP_FILE, DUMP_META, SegmentWriter, write_dump
 from pipeline.synth import FleetSpec, generate
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2

@@ -58,13 +58,13 @@ def to_jsonable(msg: Message) -> dict[str, Any]:
     return out
 
 
-def _scalar(field: FieldDescriptor, value: Any) -> Any:
+def _scalar(field: Any, value: Any) -> Any:  # a FieldDescriptor (python or upb: the stubs tell them apart)
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         return to_jsonable(value)
     if field.type == FieldDescriptor.TYPE_BYTES:
         return base64.b64encode(value).decode()
     if field.type == FieldDescriptor.TYPE_ENUM:
-        enum = field.enum_type.values_by_number.get(value)
+        enum = field.enum_type.values_by_number.get(value) if field.enum_type is not None else None
         return enum.name if enum is not None else value
     return value
 

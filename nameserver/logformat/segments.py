@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.records import type_name, value_json
+from nameserver.logformat.records import type_name, value_json
 from raftlog.codec import decode_entry
 from raftlog.pb import entry_pb2
 
