@@ -1,4 +1,4 @@
-"""Node-side log archiver: writes the log as Parquet segments (pipeline/segments.py) as entries commit.
+"""Node-side log archiver: writes the log as Parquet segments (nameserver/logformat/segments.py) as entries commit.
 
 On with `[archive] dir = "..."`. The apply thread only sets an event (O(1), never blocks); a writer
 thread reads the applied entries from the node's history ring (bounded by entries and bytes) and cuts

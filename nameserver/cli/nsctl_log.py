@@ -3,7 +3,7 @@
     nsctl log export --from N [--to M] --out DIR    # M omitted: up to the commit offset at call time
     nsctl state dump --out DIR                      # the first endpoint that answers; pin one with --endpoints
 
-Export writes segments `log-<first>-<last>.parquet` (pipeline/segments.py). It fills only the parts of
+Export writes segments `log-<first>-<last>.parquet` (nameserver/logformat/segments.py). It fills only the parts of
 [N, M] that no segment in DIR covers, so a second run resumes where the first stopped and never writes
 a segment twice. A stream that breaks keeps every entry received (they are complete) and the export goes
 on from the next offset with the next endpoint; OUT_OF_RANGE (the node no longer keeps those offsets)
