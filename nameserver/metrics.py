@@ -1,4 +1,4 @@
-"""Prometheus metrics of one node, its /metrics HTTP endpoint, the idle no-op and the leader watch.
+"""Prometheus metrics of one node, its /metrics HTTP endpoint and the leader watch.
 
 Gauges are read from the node when Prometheus scrapes (a custom collector), so serving RPCs and
 applying entries take no extra lock for them. Counters that must see every event are cheap in-memory
@@ -7,9 +7,9 @@ counts: records applied by type (an entry listener on the apply thread), RPCs by
 
 Apply lag, KRaft style: every entry carries its proposing leader's wall clock (Entry.leader_time_ms),
 and `nameserver_apply_lag_seconds` = now - that time for the newest entry this node has applied. So
-that the lag stays meaningful when nothing changes, the leader appends an empty entry (IdleNoop) when
-nothing has been applied for IDLE_NOOP_S (500 ms, KRaft's interval). A healthy node's lag is then
-below ~IDLE_NOOP_S plus the commit latency; a follower cut off from the leader sees it grow. Wall
+that the lag stays meaningful when nothing changes, the leader appends an empty entry
+(nameserver/idlenoop.py) when nothing has been applied for 500 ms (KRaft's interval). A healthy node's lag is then
+below ~500 ms plus the commit latency; a follower cut off from the leader sees it grow. Wall
 clocks of different hosts are compared, so clock skew adds to (or hides) lag on followers. The
 server runs IdleNoop whenever the metrics endpoint is on (nameserver/server.py).
 
@@ -49,7 +49,6 @@ from nameserver.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.node import NameServerNode
 from nameserver.pb import state_pb2
 from raftlog.history import AppliedEntry
-from raftlog.proposer import ProposalError
 from snapshot.store import parse_snapshot_name
 
 if TYPE_CHECKING:
@@ -60,7 +59,6 @@ log = logging.getLogger("nameserver.metrics")
 # `*_created` series double the counter series and no dashboard or alert here reads them.
 disable_created_metrics()
 
-IDLE_NOOP_S = 0.5            # KRaft's metadata.max.idle.interval.ms default
 LEADER_POLL_S = 0.1
 
 RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -168,6 +166,10 @@ class NodeMetrics:
 
     def interceptor(self) -> grpc.ServerInterceptor:
         return RpcMetricsInterceptor(self)
+
+    def count_idle_noop(self) -> None:
+        """The idle no-op's observer (nameserver/idlenoop.py)."""
+        self.idle_noops += 1
 
     def observe_remoting(self, request: str, response: int, seconds: float) -> None:
         """The remoting listener's observer: remoting requests never pass the gRPC interceptor."""
@@ -450,48 +452,6 @@ class MetricsEndpoint:
 
 
 # ---- background helpers ------------------------------------------------------------------------
-
-class IdleNoop:
-    """Leader only: append an empty entry when nothing has been applied for `interval_s` (KRaft)."""
-
-    def __init__(self, rlog: ReplicatedLog, metrics: NodeMetrics | None = None,
-                 interval_s: float = IDLE_NOOP_S) -> None:
-        self.log = rlog
-        self.metrics = metrics
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="idle-noop", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def tick(self) -> bool:
-        """One check; True when a no-op was committed."""
-        rlog = self.log
-        if not (rlog.is_leader() and rlog.ready and rlog.has_quorum):
-            return False  # a leader without a majority would only pile up uncommitted entries
-        if rlog.stats().seconds_since_apply < self.interval_s:
-            return False
-        try:
-            rlog.barrier(max(1.0, 4 * self.interval_s))
-        except ProposalError as exc:
-            log.debug("idle no-op not committed: %s", exc)
-            return False
-        if self.metrics is not None:
-            self.metrics.idle_noops += 1
-        return True
-
-    def _run(self) -> None:
-        while not self._stop.wait(min(0.1, self.interval_s)):
-            try:
-                self.tick()
-            except Exception:
-                log.exception("idle no-op failed")
-
 
 class LeaderWatch:
     """Logs one line per leader change this node sees, and counts them (etcd's leader_changes_seen).

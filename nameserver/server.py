@@ -12,8 +12,9 @@ from grpc_reflection.v1alpha import reflection
 
 from nameserver import auth, fdlimits, tlsconf
 from nameserver.config import NodeConfig
+from nameserver.idlenoop import IdleNoop
 from nameserver.logservice import LogService
-from nameserver.metrics import IdleNoop, LeaderWatch, MetricsEndpoint, NodeMetrics
+from nameserver.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
 from nameserver.node import NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
@@ -75,7 +76,8 @@ class Server:
                                                max_connections=self.budget.metrics,
                                                timeout_s=cfg.metrics_timeout_ms / 1000))
         if cfg.idle_noop_ms:  # keeps apply lag meaningful when nothing changes (KRaft's idle no-op)
-            self.extras.append(IdleNoop(self.node.log, self.metrics, interval_s=cfg.idle_noop_ms / 1000))
+            self.extras.append(IdleNoop(self.node.log, interval_s=cfg.idle_noop_ms / 1000,
+                                        on_noop=self.metrics.count_idle_noop if self.metrics else None))
         if cfg.remoting_addr:
             # RocketMQ remoting protocol (nameserver/remoting)
             self.extras.append(RemotingServer(

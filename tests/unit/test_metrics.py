@@ -26,7 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nameserver import logfmt
 from nameserver.config import Member, NodeConfig
-from nameserver.metrics import IdleNoop, LeaderWatch, MetricsEndpoint, entry_summary, parse_listen
+from nameserver.idlenoop import IdleNoop
+from nameserver.metrics import LeaderWatch, MetricsEndpoint, entry_summary, parse_listen
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import RemotingServer, codes
 from nameserver.server import Server
