@@ -49,6 +49,7 @@ from nameserver.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.node import NameServerNode
 from nameserver.pb import state_pb2
 from raftlog.history import AppliedEntry
+from raftlog.roles import Role
 from snapshot.store import parse_snapshot_name
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ class _NodeCollector(Collector):
                         "the newest entry this node has applied.", lag)
         yield gauge("nameserver_raft_term", "Current Raft term as seen by this node.", st["term"])
         yield gauge("nameserver_is_leader", "1 if this node is the Raft leader, else 0.",
-                    1 if st["role"] == 2 else 0)
+                    1 if st["role"] == Role.LEADER else 0)
         yield gauge("nameserver_has_quorum", "1 if this node hears from a majority (pysyncobj), else 0.",
                     1 if st["has_quorum"] else 0)
         yield gauge("nameserver_ready", "1 once this node has loaded its snapshot and replayed its log "

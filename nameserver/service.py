@@ -35,9 +35,12 @@ from nameserver.watch import Watcher, to_events
 from raftlog.history import Compacted
 from raftlog.pb import entry_pb2
 from raftlog.proposer import NotLeader, ProposalError
+from raftlog.roles import Role
 
 log = logging.getLogger("nameserver.service")
 
+_API_ROLE = {Role.FOLLOWER: api_pb2.ROLE_FOLLOWER, Role.CANDIDATE: api_pb2.ROLE_CANDIDATE,
+             Role.LEADER: api_pb2.ROLE_LEADER}
 LEADER_WAIT_S = 3.0  # how long a write waits for an election before giving up
 FORWARD_CATCH_UP_S = 2.0  # how long a forwarded write waits for this node to apply it before answering
 
@@ -580,8 +583,7 @@ class AdminService(api_pb2_grpc.AdminServicer):
     @rpc
     def Status(self, request: api_pb2.StatusRequest, context: grpc.ServicerContext) -> api_pb2.NodeStatus:
         st = self.node.status()
-        st["role"] = {0: api_pb2.ROLE_FOLLOWER, 1: api_pb2.ROLE_CANDIDATE,
-                      2: api_pb2.ROLE_LEADER}.get(st["role"], api_pb2.ROLE_UNKNOWN)
+        st["role"] = _API_ROLE.get(st["role"], api_pb2.ROLE_UNKNOWN)
         return api_pb2.NodeStatus(**st)
 
     @rpc

@@ -23,9 +23,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftlog.roles import Role
+
 PING = "ns_read_index"
 ANSWER = "ns_read_index_ack"
-LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
+LEADER = Role.LEADER
 
 
 class NotConfirmed(Exception):

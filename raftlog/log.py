@@ -26,11 +26,11 @@ from raftlog.journal import DurableJournal
 from raftlog.leadership import NotConfirmed
 from raftlog.pb import entry_pb2
 from raftlog.proposer import GroupCommitter, NotLeader, ProposalError
+from raftlog.roles import Role
 from raftlog.seed import DUMP_NAME, JOURNAL_NAME
 
 log = logging.getLogger("raftlog")
 
-ROLE_FOLLOWER, ROLE_CANDIDATE, ROLE_LEADER = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -188,8 +188,8 @@ class ReplicatedLog:
         node = self.raft._getLeader()
         return node.id if node is not None else None
 
-    def role(self) -> int:
-        return self.raft._SyncObj__raftState
+    def role(self) -> Role:
+        return Role(self.raft._SyncObj__raftState)
 
     @property
     def ready(self) -> bool:
@@ -297,7 +297,7 @@ class ReplicatedLog:
     # ---- pysyncobj callbacks (tick thread) -------------------------------------------------------
 
     def _on_state_changed(self, old: int, new: int) -> None:
-        leader = new == ROLE_LEADER
+        leader = new == Role.LEADER
         if leader != self._was_leader:
             self._was_leader = leader
             self.leader_changes += 1

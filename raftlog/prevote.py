@@ -30,11 +30,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raftlog.roles import Role
+
 log = logging.getLogger("raftlog.prevote")
 
 REQUEST = "ns_pre_vote"
 RESPONSE = "ns_pre_vote_response"
-FOLLOWER, CANDIDATE, LEADER = 0, 1, 2  # pysyncobj's _RAFT_STATE
+FOLLOWER, CANDIDATE, LEADER = Role.FOLLOWER, Role.CANDIDATE, Role.LEADER
 
 
 class PreVote:
