@@ -30,6 +30,7 @@ test: setup
 	scripts/ensure-debian-package.sh default-jre-headless java   # PySpark (pipeline/) runs on a JVM
 	scripts/ensure-debian-package.sh openjdk-17-jdk-headless java javac   # RocketMQ; javac for its test client
 	scripts/ensure-debian-package.sh maven mvn
+	scripts/ensure-debian-package.sh golang-go go   # porcupine, the linearizability cross-check (tests/linearizability)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports

@@ -29,9 +29,11 @@ from tests.cluster import Cluster, NodeProc
 from tests.faults.harness import Workload
 from tests.faults.ledger import AckLedger
 from tests.linearizability.checker import INF, Op, Result, check, check_key
+from tests.linearizability.porcupine import check_with_porcupine
 
 LONG = os.environ.get("FAULTS_LONG", "") not in ("", "0")
 SEED = int(os.environ.get("FAULTS_SEED", "11"))
+PORCUPINE_TIMEOUT_S = 120.0  # per history; it answers in well under a second on the short runs
 RECHECK_BUDGET = 3_000_000  # states, for a key the checker's default 300,000 left inconclusive
 
 
@@ -145,6 +147,10 @@ class Run:
         check_s = time.monotonic() - t0
         bad = [(r.key, r.detail) for r in results if not r.ok]
         assert not bad, f"binding history not linearizable: {bad}; histories: {self._dump([k for k, _ in bad])}"
+        # ... and porcupine, the checker etcd uses, agrees on every segment's history
+        theirs = check_with_porcupine([w.history.ops for w in self.segments], timeout_s=PORCUPINE_TIMEOUT_S)
+        assert theirs == ["ok"] * len(self.segments), f"porcupine disagrees with our checker: {theirs}; " \
+            f"histories: {self._dump(sorted({o.key for w in self.segments for o in w.history.ops}))}"
         # 5. nothing unexpected
         unexpected = [u for w in self.segments for u in w.unexpected]
         assert not unexpected, unexpected[:5]
@@ -155,6 +161,7 @@ class Run:
             "binding_keys": len(results),
             "checker_states": sum(r.explored for r in results),
             "check_s": round(check_s, 2),
+            "porcupine": "ok",
             "ledger": self.ledger.summary(),
             "acked": len(acked),
             "ready_after_heal_s": round(ready_s, 1),
