@@ -37,15 +37,15 @@ from nameserver.config import ROLES, NodeConfig
 from nameserver.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.pb import api_pb2
 
-_NS = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
+NAMESERVER_SERVICE = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
 # GetSettings is every role's: the replicated settings are public (docs/operations.md), and a remoting
 # listener acting as "broker" answers GET_NAMESRV_CONFIG with them.
-BROKER_METHODS = frozenset(f"/{_NS}/{m}" for m in (
+BROKER_METHODS = frozenset(f"/{NAMESERVER_SERVICE}/{m}" for m in (
     "RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "Heartbeat", "GetSettings"))
-CLIENT_METHODS = frozenset(f"/{_NS}/{m}" for m in (
+CLIENT_METHODS = frozenset(f"/{NAMESERVER_SERVICE}/{m}" for m in (
     "GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
     "ListBindings", "Watch", "GetSettings"))
-PEER_ONLY = frozenset({f"/{_NS}/ReadIndex"})
+PEER_ONLY = frozenset({f"/{NAMESERVER_SERVICE}/ReadIndex"})
 OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
                  "grpc.reflection.v1.ServerReflection")
 

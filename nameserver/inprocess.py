@@ -70,9 +70,6 @@ class LocalContext:
     def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
         raise LocalRpcError(code, details, self._trailing)
 
-    def auth_context(self) -> dict[str, list[bytes]]:
-        return {}
-
 
 class InProcessStub:
     """`stub.Method(request, timeout=None, metadata=())` calls `servicer.Method(request, LocalContext)`.

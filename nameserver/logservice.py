@@ -38,6 +38,17 @@ class LogService(api_pb2_grpc.LogServicer):
         if not self.node.log.ready:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"not ready: {self.node.not_ready_reason()}")
 
+    def _wait_applied(self, context: grpc.ServicerContext, offset: int, field: str, margin_s: float = 0.0) -> None:
+        """Wait (within the call's deadline less `margin_s`, at most WAIT_CAP_S) for this node to apply
+        `offset`; else UNAVAILABLE with the node's apply offset in the trailer."""
+        rlog = self.node.log
+        left = context.time_remaining()
+        wait_s = WAIT_CAP_S if left is None else max(0.0, min(left - margin_s, WAIT_CAP_S))
+        if not rlog.wait_applied(offset, wait_s, context.is_active):
+            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(rlog.apply_offset)),))
+            context.abort(grpc.StatusCode.UNAVAILABLE,
+                          f"node applied up to {rlog.apply_offset}, below {field} {offset}")
+
     def ReadLog(self, request: api_pb2.ReadLogRequest, context: grpc.ServicerContext
                 ) -> Iterator[api_pb2.LogBatch]:
         for name in ("from_offset", "to_offset", "max_batch"):
@@ -49,12 +60,7 @@ class LogService(api_pb2_grpc.LogServicer):
         rlog = self.node.log
         start = max(request.from_offset, 1)
         to = request.to_offset or self.node.log.commit_offset
-        left = context.time_remaining()
-        wait_s = WAIT_CAP_S if left is None else max(0.0, min(left, WAIT_CAP_S))
-        if not rlog.wait_applied(to, wait_s, context.is_active):
-            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(rlog.apply_offset)),))
-            context.abort(grpc.StatusCode.UNAVAILABLE,
-                          f"node applied up to {rlog.apply_offset}, below to_offset {to}")
+        self._wait_applied(context, to, "to_offset")
         limit = min(request.max_batch or DEFAULT_BATCH, MAX_BATCH)
         context.send_initial_metadata(((headers.LOG_TO_OFFSET, str(to)),
                                        (headers.LOG_FIRST_KEPT, str(rlog.history.first_kept))))
@@ -86,13 +92,8 @@ class LogService(api_pb2_grpc.LogServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "offset: must be >= 0")
         self._check_ready(context)
         rlog = self.node.log
-        left = context.time_remaining()
         # answer before the caller's deadline, so it learns how far behind this node is
-        wait_s = WAIT_CAP_S if left is None else max(0.0, min(left - 0.5, WAIT_CAP_S))
-        if not rlog.wait_applied(request.offset, wait_s, context.is_active):
-            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(rlog.apply_offset)),))
-            context.abort(grpc.StatusCode.UNAVAILABLE,
-                          f"node applied up to {rlog.apply_offset}, below offset {request.offset}")
+        self._wait_applied(context, request.offset, "offset", margin_s=0.5)
         with self.node.lock:
             kv = self.node.state.kv
             digest = kv.digest_at(request.offset)

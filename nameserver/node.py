@@ -144,21 +144,25 @@ class NameServerNode:
         if not waiting_allowed():  # an inline caller on an event loop: never wait (nameserver/nowait.py)
             if min_offset > self.log.apply_offset or not self.lock.acquire(blocking=False):
                 raise WouldBlock("the state is busy or the offset is not applied yet")
-            try:
-                return fn(self.state), self.state.kv.offset
-            finally:
-                self.lock.release()
-        if min_offset > self.log.apply_offset:
-            if not self._waiting_reads.acquire(blocking=False):
-                raise TooLargeError("min_offset", f"{self.cfg.max_waiting_reads} reads are already waiting for "
-                                    "offsets not yet applied here (limits.max_waiting_reads); retry later")
-            try:
-                if not self.log.wait_applied(min_offset, timeout, alive):
-                    raise OffsetNotReached(self.log.apply_offset, min_offset)
-            finally:
-                self._waiting_reads.release()
-        with self.lock:
+        else:
+            self._wait_for(min_offset, timeout, alive)
+            self.lock.acquire()
+        try:
             return fn(self.state), self.state.kv.offset
+        finally:
+            self.lock.release()
+
+    def _wait_for(self, min_offset: int, timeout: float, alive: Callable[[], bool] | None) -> None:
+        if min_offset <= self.log.apply_offset:
+            return
+        if not self._waiting_reads.acquire(blocking=False):
+            raise TooLargeError("min_offset", f"{self.cfg.max_waiting_reads} reads are already waiting for "
+                                "offsets not yet applied here (limits.max_waiting_reads); retry later")
+        try:
+            if not self.log.wait_applied(min_offset, timeout, alive):
+                raise OffsetNotReached(self.log.apply_offset, min_offset)
+        finally:
+            self._waiting_reads.release()
 
     def catch_up(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool:
         """Wait (bounded) until this node has applied `offset`; False when it has not in time."""

@@ -26,8 +26,6 @@ from nameserver.remoting.status import response_code, rpc_error_parts
 
 log = logging.getLogger("nameserver.remoting")
 
-NAMESERVER_SERVICE = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
-
 BIG_REGISTRATION_TIMEOUT_S = 60.0
 # RocketMQ appends this to the 17 remark (FAQUrl.suggestTodo), with the FAQ's address of its line; clients
 # and scripts may match on the text. A request from the 5.x line gets 5.x's address.

@@ -33,12 +33,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from nameserver.auth import NAMESERVER_SERVICE
 from nameserver.config import NodeConfig
 from nameserver.inprocess import InProcessStub
 from nameserver.nowait import WouldBlock, no_wait
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command, FrameError
-from nameserver.remoting.handlers import NAMESERVER_SERVICE, Handlers
+from nameserver.remoting.handlers import Handlers
 
 log = logging.getLogger("nameserver.remoting")
 
