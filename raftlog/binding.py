@@ -164,6 +164,11 @@ class RaftNode(SyncObj):
     def _SyncObj__raftElectionDeadline(self, value: float) -> None:  # noqa: N802
         self.real_election_deadline = value
 
+    def tick_thread(self) -> threading.Thread | None:
+        """pysyncobj's auto-tick thread (None before it started); close() joins it after destroy()."""
+        thread: threading.Thread | None = self._SyncObj__thread
+        return thread
+
     @replicated
     def apply_entry(self, data: bytes) -> None:
         # The only replicated method, ever: the Entry inside carries its own format version, so

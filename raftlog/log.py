@@ -111,6 +111,7 @@ class ReplicatedLog:
         self.snapshot_offset = 0
         self.snapshot_time = 0.0
         self.snapshot_bytes = 0
+        self._snapshot_writer: threading.Thread | None = None
         self._ready_target: int | None = None
         self.leader_listeners: list[Callable[[bool], None]] = []
         self._was_leader = False
@@ -155,11 +156,20 @@ class ReplicatedLog:
                 os.unlink(os.path.join(self.cfg.data_dir, name))
 
     def close(self) -> None:
+        """Stop and wait: when this returns no thread of this log touches its files or its port, so the
+        same data directory can be opened again at once (pysyncobj's destroy() only asks its tick
+        thread to stop at its next tick; a restart that raced it ran two Raft nodes on one journal)."""
         self.committer.stop()
         try:
             self.raft.destroy()
+            tick = self.raft.tick_thread()
+            if tick is not None and tick is not threading.current_thread():
+                tick.join(timeout=10)
         finally:
             self.applier.stop()
+            writer = self._snapshot_writer
+            if writer is not None and writer is not threading.current_thread():
+                writer.join(timeout=30)
 
     # ---- offsets and roles -------------------------------------------------------------------
 
@@ -346,7 +356,8 @@ class ReplicatedLog:
             finally:
                 self.progress.finish(ok)
 
-        threading.Thread(target=write, name="snapshot-writer", daemon=True).start()
+        self._snapshot_writer = threading.Thread(target=write, name="snapshot-writer", daemon=True)
+        self._snapshot_writer.start()
 
     def _read_dump_meta(self, path: str) -> tuple[RaftEntry, RaftEntry, list[str]]:
         return decode_raft_meta(self.store.read_info(path).meta)
