@@ -40,7 +40,8 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, Python {platform.python_version()}"
 
 
-def run_bench(records: int, work: str, master: str, conf: dict[str, str]) -> dict[str, Any]:
+def run_bench(records: int, work: str, master: str, conf: dict[str, str], executor_python: str | None = None
+              ) -> dict[str, Any]:
     from nameserver.logformat.segments import write_dump
     from pipeline.replay import replay
     from pipeline.synth import FleetSpec, generate
@@ -67,7 +68,8 @@ def run_bench(records: int, work: str, master: str, conf: dict[str, str]) -> dic
     from pipeline.report import ReportOptions, run_report
     from pipeline.session import spark_session
 
-    spark = _timed(times, "spark session start", lambda: spark_session(master, "rip18-bench", conf))
+    spark = _timed(times, "spark session start", lambda: spark_session(master, "rip18-bench", conf,
+                                                                                executor_python))
     comp = _timed(times, "compact", lambda: run_compact(spark, log_dir, None, os.path.join(work, "compact"),
                                                         overwrite=True))
     info["compact"] = asdict(comp)

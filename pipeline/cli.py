@@ -1,7 +1,8 @@
 """`python -m pipeline JOB ...` (or `spark-submit pipeline/__main__.py JOB ...`).
 
 Jobs: compact, audit, report (Spark); synth (write a synthetic log); bench (the 10M-record measurement);
-zip (package the pipeline for spark-submit --py-files). Exit 0 on success, 1 when an audit finds a
+standalone (start/stop a Spark standalone cluster here); zip (package the pipeline for spark-submit
+--py-files). Exit 0 on success, 1 when an audit finds a
 divergence, 2 on bad input.
 """
 
@@ -11,10 +12,7 @@ import argparse
 import json
 import os
 import sys
-import zipfile
 from typing import Any
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _spark_options(p: argparse.ArgumentParser) -> None:
@@ -22,6 +20,8 @@ def _spark_options(p: argparse.ArgumentParser) -> None:
                    help="Spark master (default local[*]; under spark-submit, spark-submit's)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)")
     p.add_argument("--driver-memory", default=None, help="e.g. 4g (embedded Spark: the whole job's memory)")
+    p.add_argument("--executor-python", default=None,
+                   help="the Python executors run on a cluster master (default: PYSPARK_PYTHON, else python3)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -73,6 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work", required=True, help="local work directory (the log is kept and reused)")
     _spark_options(p)
 
+    p = sub.add_parser("standalone", help="start or stop a Spark standalone cluster (master + workers) here")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--dir", default="build/spark", help="state, logs, work dirs and the executors' Python")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--cores", type=int, default=1, help="cores per worker")
+    p.add_argument("--memory", default="1536m", help="memory per worker (executors take 1g by default)")
+    p.add_argument("--port", type=int, default=7077, help="the master's port (spark://127.0.0.1:PORT)")
+    p.add_argument("--executor-venv", default=None, help="where to make the executors' Python "
+                                                           "(default DIR/executor-python)")
+
     p = sub.add_parser("zip", help="package the pipeline and its codec for spark-submit --py-files")
     p.add_argument("--out", default="build/pipeline.zip")
     return parser
@@ -91,21 +101,6 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
     print(json.dumps(data, indent=1, default=str) if args.json else text)
 
 
-def make_zip(out: str) -> str:
-    """pipeline/, raftlog's codec, digest and pb, nameserver/pb and the log format: what executors import."""
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for pkg in ("pipeline", "raftlog/pb", "nameserver/pb", "nameserver/logformat"):
-            for name in sorted(os.listdir(os.path.join(ROOT, pkg))):
-                if name.endswith(".py"):
-                    z.write(os.path.join(ROOT, pkg, name), f"{pkg}/{name}")
-        for mod in ("raftlog/digest.py", "raftlog/codec.py", "nameserver/__init__.py"):
-            z.write(os.path.join(ROOT, mod), mod)
-        # raftlog's own __init__ pulls in pysyncobj; the executors need only the codec and the digest.
-        z.writestr("raftlog/__init__.py", '"""raftlog codec and digest only (pipeline zip)."""\n')
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     if args.job == "synth":
         from pipeline.synth import FleetSpec, generate
@@ -117,7 +112,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {res.records:,} records in {res.entries:,} entries (offsets 1..{res.last_offset}, "
               f"{res.failed_batches} raced batches) as {res.segments} segment(s) in {res.out}")
         return 0
+    if args.job == "standalone":
+        return _standalone(args)
     if args.job == "zip":
+        from pipeline.ship import make_zip
+
         print(make_zip(args.out))
         return 0
     from pipeline.session import spark_session
@@ -125,13 +124,34 @@ def run(args: argparse.Namespace) -> int:
     if args.job == "bench":
         from pipeline.bench import run_bench
 
-        run_bench(args.records, args.work, args.master or "local[*]", _conf(args))
+        run_bench(args.records, args.work, args.master or "local[*]", _conf(args), args.executor_python)
         return 0
-    spark = spark_session(args.master, f"rip18-{args.job}", _conf(args))
+    spark = spark_session(args.master, f"rip18-{args.job}", _conf(args), args.executor_python)
     try:
         return _spark_job(spark, args)
     finally:
         spark.stop()
+
+
+def _standalone(args: argparse.Namespace) -> int:
+    from pipeline import standalone
+
+    if args.action == "start":
+        try:
+            c = standalone.start(args.dir, args.workers, args.cores, args.memory, args.port, venv=args.executor_venv)
+        except standalone.StandaloneError as exc:
+            print(f"pipeline: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{c.master_url} with {args.workers} worker(s) of {args.cores} core(s) (web UI {c.web_url})\n"
+              f"run a job there: python -m pipeline compact --master {c.master_url} "
+              f"--executor-python {c.executor_python} --log DIR")
+        return 0
+    if args.action == "stop":
+        print("stopped" if standalone.stop(args.dir) else f"no cluster runs from {args.dir}")
+        return 0
+    c = standalone.load(args.dir)
+    print(json.dumps(c.__dict__, indent=1) if c else f"no cluster runs from {args.dir}")
+    return 0 if c else 1
 
 
 def _spark_job(spark: Any, args: argparse.Namespace) -> int:

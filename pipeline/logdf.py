@@ -4,16 +4,18 @@ A batch applies unless one of its preconditions fails: `key` must be at `version
 entry that last wrote it, 0 when absent) when the batch applies, exactly as KVState.apply_batch checks
 it. Whether a check holds depends on which earlier batches applied, and a key's checks form chains
 (every registration checks the live/ record the previous one wrote), so the answer is sequential by
-nature. Spark extracts the conditional core, the checks plus the writes to checked keys (a fraction of
-the log), sorts it, and the driver walks it once keeping one version per checked key; the failed batches
-(rare: leader-side races) are then removed from the log in Spark. See docs/pipeline.md for its cost.
+nature, but only within a connected component of keys (keys that share a batch): broker groups, queue
+bindings and KV keys are independent of each other. Spark extracts the conditional core, the checks plus
+the writes to checked keys (a fraction of the log), finds its components, and walks each group of
+components in order in an executor, keeping one version per checked key; the failed batches (rare:
+leader-side races) are then removed from the log in Spark. See docs/pipeline.md for its cost.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -21,7 +23,7 @@ from nameserver.logformat.segments import PUT, merge, overlaps, parse_segment_na
 from pipeline.session import join, list_names
 
 BatchId = tuple[int, int]  # (offset, batch_index)
-CHUNK_EVENTS = 2_000_000  # conditional-core events brought to the driver at a time
+WALK_GROUPS_PER_CORE = 4  # groups of components walked per core (a big component takes one group)
 
 
 class PipelineError(Exception):
@@ -97,42 +99,77 @@ def _batch_df(spark: SparkSession, ids: set[BatchId]) -> DataFrame:
     return F.broadcast(spark.createDataFrame(sorted(ids), "offset long, batch_index int"))
 
 
-def _offset_ranges(events: DataFrame) -> list[tuple[int | None, int | None]]:
-    """Consecutive offset ranges (lo exclusive, hi inclusive) of about CHUNK_EVENTS events each."""
-    parts = math.ceil(events.count() / CHUNK_EVENTS)
-    if parts <= 1:
-        return [(None, None)]
-    cuts = sorted({int(c) for c in events.approxQuantile("offset", [i / parts for i in range(1, parts)], 0.001)})
-    bounds: list[int | None] = [None, *cuts, None]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
+def _key_components(spark: SparkSession, events: DataFrame) -> DataFrame:
+    """(key, component) for every key that shares a batch with another key of the conditional core.
 
-
-def failed_batches(events: DataFrame) -> set[BatchId]:
-    """Replay the checks in log order against the versions the applied writes leave (KVState's rule).
-
-    The conditional core comes to the driver as Arrow, sorted, one offset range at a time (bounded driver
-    memory: about CHUNK_EVENTS events), and is walked once. Everything else stays in Spark.
+    Two keys belong together when one batch checks or writes both: whether that batch applies depends on
+    the one and decides the other. Each batch links its keys to its smallest key; the distinct links (a
+    few per key however long the log: the same broker group re-registers the same keys) come to the driver,
+    where a union-find joins them. Components are numbered largest first. Keys absent here stand alone.
     """
+    anchors = events.groupBy("offset", "batch_index").agg(F.min("key").alias("anchor"))
+    links = (events.join(anchors, ["offset", "batch_index"]).where(F.col("key") != F.col("anchor"))
+             .select("anchor", "key").distinct().toArrow())
+    parent: dict[str, str] = {}
+
+    def root(k: str) -> str:
+        r = parent.setdefault(k, k)
+        while r != parent[r]:
+            r = parent[r]
+        while parent[k] != r:  # path compression
+            parent[k], k = r, parent[k]
+        return r
+
+    for a, k in zip(links.column("anchor").to_pylist(), links.column("key").to_pylist(), strict=True):
+        ra, rk = root(a), root(k)
+        if ra != rk:
+            parent[rk] = ra
+    members: dict[str, list[str]] = {}
+    for k in parent:
+        members.setdefault(root(k), []).append(k)
+    keys: list[str] = []
+    ids: list[int] = []
+    for i, group in enumerate(sorted(members.values(), key=len, reverse=True)):
+        keys += group
+        ids += [i] * len(group)
+    return spark.createDataFrame(pd.DataFrame({"key": pd.Series(keys, dtype="object"),
+                                               "component": pd.Series(ids, dtype="int64")}),
+                                 "key string, component long")
+
+
+def _walk_group(pdf: pd.DataFrame) -> pd.DataFrame:
+    """Walk whole components in log order, as KVState checks them; the failed batches (in an executor)."""
+    pdf = pdf.sort_values(["offset", "batch_index", "kind", "record_index"], kind="mergesort")
     versions: dict[str, int] = {}
     failed: set[BatchId] = set()
-    for lo, hi in _offset_ranges(events):
-        part = events
-        if lo is not None:
-            part = part.where(F.col("offset") > lo)
-        if hi is not None:
-            part = part.where(F.col("offset") <= hi)
-        ordered = (part.orderBy("offset", "batch_index", "kind", "record_index")
-                   .select("offset", "batch_index", "kind", "key", "wver", "expect"))
-        for batch in ordered.toArrow().to_batches(max_chunksize=100_000):
-            offsets, batches, kinds, keys, wvers, expects = (c.to_pylist() for c in batch.columns)
-            for offset, b, kind, key, wver, expect in zip(offsets, batches, kinds, keys, wvers, expects,
-                                                          strict=True):
-                if kind == 0:
-                    if versions.get(key, 0) != expect:
-                        failed.add((offset, b))
-                elif (offset, b) not in failed:
-                    versions[key] = wver
-    return failed
+    for offset, b, kind, key, wver, expect in zip(pdf["offset"].tolist(), pdf["batch_index"].tolist(),
+                                                  pdf["kind"].tolist(), pdf["key"].tolist(),
+                                                  pdf["wver"].tolist(), pdf["expect"].tolist(), strict=True):
+        if kind == 0:
+            if versions.get(key, 0) != int(expect):
+                failed.add((offset, b))
+        elif (offset, b) not in failed:
+            versions[key] = int(wver)
+    rows = sorted(failed)
+    return pd.DataFrame({"offset": pd.Series([r[0] for r in rows], dtype="int64"),
+                         "batch_index": pd.Series([r[1] for r in rows], dtype="int32")})
+
+
+def failed_batches(spark: SparkSession, events: DataFrame) -> set[BatchId]:
+    """Replay the checks in log order against the versions the applied writes leave (KVState's rule).
+
+    The walk is sequential only within a connected component of keys (see _key_components): components
+    are independent, so they are spread over WALK_GROUPS_PER_CORE groups per core, and each group is
+    walked in an executor (applyInPandas). Grouping components together is always correct (a coarser
+    partition); splitting one is not, so a key's component decides its group.
+    """
+    groups = max(1, spark.sparkContext.defaultParallelism * WALK_GROUPS_PER_CORE)
+    component = F.coalesce(F.col("component"), F.xxhash64("key"))
+    tagged = (events.join(_key_components(spark, events), "key", "left")
+              .withColumn("group", F.pmod(component, F.lit(groups))))
+    walked = (tagged.select("group", "offset", "batch_index", "kind", "record_index", "key", "wver", "expect")
+              .groupBy("group").applyInPandas(_walk_group, "offset long, batch_index int"))
+    return {(int(r["offset"]), int(r["batch_index"])) for r in walked.collect()}
 
 
 def applied_records(spark: SparkSession, df: DataFrame) -> Applied:
@@ -141,7 +178,7 @@ def applied_records(spark: SparkSession, df: DataFrame) -> Applied:
         return Applied(df)
     events = events.persist()
     try:
-        failed = failed_batches(events)
+        failed = failed_batches(spark, events)
     finally:
         events.unpersist()
     applied = df if not failed else df.join(_batch_df(spark, failed), ["offset", "batch_index"], "left_anti")

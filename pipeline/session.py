@@ -29,10 +29,20 @@ def local_cores(master: str) -> int | None:
     return None
 
 
+def _loopback(master: str) -> bool:
+    host = master.split("://", 1)[-1].split(",")[0].rsplit(":", 1)[0]
+    return host in ("127.0.0.1", "localhost", "[::1]")
+
+
 def spark_session(master: str | None = None, app: str = "rip18-pipeline",
-                  conf: dict[str, str] | None = None) -> SparkSession:
+                  conf: dict[str, str] | None = None, executor_python: str | None = None) -> SparkSession:
+    """The session for a job. With a cluster master (spark://, yarn, k8s://...) and no spark-submit, the
+    executors run `executor_python` (default: PYSPARK_PYTHON, else python3) and the session ships the
+    pipeline to them (pipeline/ship.py)."""
     builder = SparkSession.builder.appName(app)
     chosen = master or (None if _UNDER_SPARK_SUBMIT else DEFAULT_MASTER)
+    if executor_python:
+        os.environ["PYSPARK_PYTHON"] = executor_python  # read once, when the SparkContext starts
     settings = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -45,12 +55,19 @@ def spark_session(master: str | None = None, app: str = "rip18-pipeline",
             # Embedded: workers run this interpreter (it has the project installed); few shuffle partitions.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             settings["spark.sql.shuffle.partitions"] = str(max(4, 4 * cores))
-            settings["spark.ui.showConsoleProgress"] = "false"
+        elif _loopback(chosen):  # a cluster on this machine: the executors call the driver back here
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            settings["spark.driver.host"] = settings["spark.driver.bindAddress"] = "127.0.0.1"
+        settings["spark.ui.showConsoleProgress"] = "false"  # a batch tool: the result is what it prints
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("PIPELINE_SPARK_LOG_LEVEL", "ERROR"))
+    if chosen is not None and local_cores(chosen) is None:
+        from pipeline.ship import ship
+
+        ship(spark)
     return spark
 
 

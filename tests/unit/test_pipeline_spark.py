@@ -42,9 +42,24 @@ def test_compaction_equals_the_nodes_replay_at_every_offset_tried(spark, fleet_l
         got = run_compact(spark, log, at, None)
         assert (got.digest, got.keys) == (expected.digest, expected.keys), at
     assert got.failed_batches == synth.failed_batches
-    monkeypatch.setattr(logdf, "CHUNK_EVENTS", 2000)  # the precondition walk in several offset ranges
-    chunked = run_compact(spark, log, None, None)
-    assert (chunked.digest, chunked.failed_batches) == (got.digest, got.failed_batches)
+    # The walk's grouping of components changes nothing: one group for all, or many
+    for per_core in (1, 25):
+        monkeypatch.setattr(logdf, "WALK_GROUPS_PER_CORE", per_core)
+        regrouped = run_compact(spark, log, None, None)
+        assert (regrouped.digest, regrouped.failed_batches) == (got.digest, got.failed_batches), per_core
+
+
+def test_keys_sharing_a_batch_form_one_component_and_groups_split_the_walk(spark, fleet_log) -> None:
+    log, _ = fleet_log
+    events = logdf._precondition_events(load_log(spark, log).df)
+    assert events is not None
+    comps = {r["key"]: r["component"] for r in logdf._key_components(spark, events).collect()}
+    # a registration checks its live/ record and its group's broker/ record and writes its topics
+    group = next(k.split("/", 1)[1] for k in comps if k.startswith("broker/"))
+    members = [k for k in comps if k == f"broker/{group}" or (k.startswith("topic/") and k.endswith(f"/{group}"))]
+    assert len(members) > 2 and len({comps[k] for k in members}) == 1
+    # the fleet's clusters share no batch: at least one component per cluster
+    assert len(set(comps.values())) >= 2
 
 
 def test_precondition_failures_cascade_exactly_as_kvstate_applies_them(spark, tmp_path) -> None:
