@@ -10,6 +10,7 @@ key that differs from the log's state: missing on the node, extra on the node, o
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -125,6 +126,24 @@ def node_claims(endpoints: list[str], at: int, access: NodeAccess | None = None,
     return claims, verdicts
 
 
+def fetch_dump(endpoint: str, out: str, access: NodeAccess | None = None, timeout: float = 600.0) -> Claim:
+    """A live node's whole state as a dump in `out` (Log.DumpState: a consistent copy at its apply offset)."""
+    from nameserver.logformat.segments import write_dump
+
+    access = access or NodeAccess()
+    with access.channel(endpoint) as channel:
+        stream = api_pb2_grpc.LogStub(channel).DumpState(api_pb2.DumpStateRequest(), timeout=timeout,
+                                                         metadata=access.metadata)
+        first = next(stream)
+
+        def items() -> Any:
+            for chunk in itertools.chain([first], stream):
+                yield from ((i.key, i.value, i.version, i.type) for i in chunk.items)
+
+        info = write_dump(out, items(), first.apply_offset, first.digest, endpoint)
+    return Claim(f"dump of node {endpoint}", info.offset, info.digest, dump=out)
+
+
 def dump_claim(spark: SparkSession, uri: str) -> Claim:
     info = read_dump_info(read_text(spark, join(uri, DUMP_META)))
     return Claim(f"dump {uri} (node {info.node})", info.offset, info.digest, dump=uri)
@@ -178,7 +197,7 @@ def run_audit(spark: SparkSession, log_uri: str, at: int | None, endpoints: list
         state, digest, _ = states[claim.offset]
         verdict = Verdict(claim.source, claim.offset, claim.digest, digest, claim.digest == digest)
         if claim.dump is not None:
-            _check_dump(spark, verdict, state, claim.dump, out)
+            check_dump(spark, verdict, state, claim.dump, out)
         verdicts.append(verdict)
     result = AuditResult(log_uri, verdicts, {o: k for o, (_, _, k) in states.items()})
     if out:
@@ -188,7 +207,7 @@ def run_audit(spark: SparkSession, log_uri: str, at: int | None, endpoints: list
     return result
 
 
-def _check_dump(spark: SparkSession, verdict: Verdict, state: DataFrame, uri: str, out: str | None) -> None:
+def check_dump(spark: SparkSession, verdict: Verdict, state: DataFrame, uri: str, out: str | None) -> None:
     dump = spark.read.parquet(uri)
     verdict.rows_digest = digest_of(dump)[0]
     diff = key_diff(state, dump).persist()

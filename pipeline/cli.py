@@ -1,14 +1,15 @@
 """`python -m pipeline JOB ...` (or `spark-submit pipeline/__main__.py JOB ...`).
 
-Jobs: compact, audit, report (Spark); synth (write a synthetic log); bench (the 10M-record measurement);
-standalone (start/stop a Spark standalone cluster here); zip (package the pipeline for spark-submit
---py-files). Exit 0 on success, 1 when an audit finds a
+Jobs: compact, audit, watch (the continuous audit), report (Spark); synth (write a synthetic log);
+bench (the 10M-record measurement); standalone (start/stop a Spark standalone cluster here); zip
+(package the pipeline for spark-submit --py-files). Exit 0 on success, 1 when an audit finds a
 divergence, 2 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -23,6 +24,23 @@ def _spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor-python", default=None,
                    help="the Python executors run on a cluster master (default: PYSPARK_PYTHON, else python3)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _access_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tls-ca", default=None, help="CA certificate (PEM) of nodes serving TLS")
+    p.add_argument("--tls-cert", default=None, help="client certificate (PEM) for mutual TLS")
+    p.add_argument("--tls-key", default=None, help="its private key (PEM)")
+    p.add_argument("--token-file", default=None, help="file holding a bearer token (env NSCTL_TOKEN too)")
+
+
+def _access(args: argparse.Namespace) -> Any:
+    from pipeline.audit import NodeAccess
+
+    token = os.environ.get("NSCTL_TOKEN") or None
+    if args.token_file:
+        with open(args.token_file) as f:
+            token = f.read().strip() or None
+    return NodeAccess(args.tls_ca, args.tls_cert, args.tls_key, token)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,10 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--claim", action="append", default=[], metavar="NAME=OFFSET:DIGEST",
                    help="a digest from elsewhere (a snapshot, a ticket)")
     p.add_argument("--out", default=None, help="write audit.json and the differing keys (Parquet) here")
-    p.add_argument("--tls-ca", default=None, help="CA certificate (PEM) of nodes serving TLS")
-    p.add_argument("--tls-cert", default=None, help="client certificate (PEM) for mutual TLS")
-    p.add_argument("--tls-key", default=None, help="its private key (PEM)")
-    p.add_argument("--token-file", default=None, help="file holding a bearer token (env NSCTL_TOKEN too)")
+    _access_options(p)
+    _spark_options(p)
+
+    p = sub.add_parser("watch", help="the continuous audit: follow a segment directory, audit each new cut, "
+                                     "serve Prometheus metrics")
+    p.add_argument("--log", required=True, help="the directory segments appear in ([archive] dir, or exports)")
+    p.add_argument("--endpoints", required=True, help="comma-separated node gRPC addresses")
+    p.add_argument("--work", required=True, help="local directory for the last cut's state, dumps, audit.json")
+    p.add_argument("--interval", type=float, default=15.0, help="seconds between rounds")
+    p.add_argument("--metrics", default="127.0.0.1:9464", help="serve /metrics here (HOST:PORT; '' for none)")
+    p.add_argument("--rounds", type=int, default=None, help="stop after this many rounds (default: never)")
+    _access_options(p)
     _spark_options(p)
 
     p = sub.add_parser("report", help="broker sessions, flapping, topic churn, volume; Parquet + HTML")
@@ -133,6 +159,24 @@ def run(args: argparse.Namespace) -> int:
         spark.stop()
 
 
+def _watch(spark: Any, args: argparse.Namespace) -> int:
+    import threading
+
+    from pipeline.logdf import PipelineError
+    from pipeline.watch import Watcher, WatchOptions, serve_metrics
+
+    endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
+    if not endpoints:
+        raise PipelineError("--endpoints: give at least one node address")
+    watcher = Watcher(spark, WatchOptions(args.log, endpoints, args.work, args.interval, _access(args)))
+    if args.metrics:
+        serve_metrics(watcher.registry, args.metrics)
+        print(f"metrics on http://{args.metrics}/metrics", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the watch
+        watcher.run(threading.Event(), args.rounds)
+    return 0
+
+
 def _standalone(args: argparse.Namespace) -> int:
     from pipeline import standalone
 
@@ -164,17 +208,14 @@ def _spark_job(spark: Any, args: argparse.Namespace) -> int:
               + (f"; written to {c.out}" if c.out else ""))
         return 0
     if args.job == "audit":
-        from pipeline.audit import NodeAccess, render, run_audit
+        from pipeline.audit import render, run_audit
 
         endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
-        token = os.environ.get("NSCTL_TOKEN") or None
-        if args.token_file:
-            with open(args.token_file) as f:
-                token = f.read().strip() or None
-        access = NodeAccess(args.tls_ca, args.tls_cert, args.tls_key, token)
-        result = run_audit(spark, args.log, args.at, endpoints, args.dump, args.claim, args.out, access)
+        result = run_audit(spark, args.log, args.at, endpoints, args.dump, args.claim, args.out, _access(args))
         _emit(args, result.to_dict(), render(result))
         return 0 if result.ok else 1
+    if args.job == "watch":
+        return _watch(spark, args)
     from pipeline.report import ReportOptions, run_report
 
     out = run_report(spark, args.log, args.out, ReportOptions(args.flap_ends, args.flap_window_s, args.top))

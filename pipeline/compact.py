@@ -32,11 +32,36 @@ class Compaction:
     out: str | None = None
 
 
-def state_at(spark: SparkSession, log: Log, at: int) -> tuple[DataFrame, int]:
-    """(state DataFrame, number of batches whose preconditions failed) as of offset `at`."""
-    log.require_covered(1, at)
-    applied = applied_records(spark, log.df.where(F.col("offset") <= at))
-    latest = (applied.df.groupBy("key")
+@dataclass
+class Base:
+    """A state table (compact's columns) known to be the state at `offset`: where an incremental
+    compaction starts instead of offset 1."""
+
+    offset: int
+    state: DataFrame
+
+
+def _base_records(base: Base) -> DataFrame:
+    # As records: a key's latest PUT at its version; any record of the log after the base sorts later.
+    return base.state.select(F.col("version").alias("offset"), F.lit(-1).alias("batch_index"),
+                             F.lit(-1).alias("record_index"), F.lit(PUT).alias("op"), "type", "type_name",
+                             "key", "value", "value_json")
+
+
+def state_at(spark: SparkSession, log: Log, at: int, base: Base | None = None) -> tuple[DataFrame, int]:
+    """(state DataFrame, number of batches whose preconditions failed) as of offset `at`; from `base`
+    on when given (only the log after it is read)."""
+    start = base.offset + 1 if base is not None else 1
+    log.require_covered(start, at)
+    df = log.df.where(F.col("offset") <= at)
+    if base is not None:
+        df = df.where(F.col("offset") > base.offset)
+    applied = applied_records(spark, df, base.state if base else None, base.offset if base else 0)
+    records = applied.df.select("offset", "batch_index", "record_index", "op", "type", "type_name", "key",
+                                "value", "value_json")
+    if base is not None:
+        records = records.unionByName(_base_records(base))
+    latest = (records.groupBy("key")
               .agg(F.max(F.struct("offset", "batch_index", "record_index", "op", "type", "type_name",
                                   "value", "value_json")).alias("r")))
     state = latest.where(F.col("r.op") == PUT).select(

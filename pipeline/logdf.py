@@ -155,30 +155,45 @@ def _walk_group(pdf: pd.DataFrame) -> pd.DataFrame:
                          "batch_index": pd.Series([r[1] for r in rows], dtype="int32")})
 
 
-def failed_batches(spark: SparkSession, events: DataFrame) -> set[BatchId]:
+def failed_batches(spark: SparkSession, events: DataFrame, seeds: DataFrame | None = None) -> set[BatchId]:
     """Replay the checks in log order against the versions the applied writes leave (KVState's rule).
 
     The walk is sequential only within a connected component of keys (see _key_components): components
     are independent, so they are spread over WALK_GROUPS_PER_CORE groups per core, and each group is
     walked in an executor (applyInPandas). Grouping components together is always correct (a coarser
-    partition); splitting one is not, so a key's component decides its group.
+    partition); splitting one is not, so a key's component decides its group. `seeds` are the versions
+    checked keys start from (writes at the base offset, in the events' columns); they join their key's
+    component.
     """
     groups = max(1, spark.sparkContext.defaultParallelism * WALK_GROUPS_PER_CORE)
     component = F.coalesce(F.col("component"), F.xxhash64("key"))
-    tagged = (events.join(_key_components(spark, events), "key", "left")
+    walked_events = events if seeds is None else events.unionByName(seeds)
+    tagged = (walked_events.join(_key_components(spark, events), "key", "left")
               .withColumn("group", F.pmod(component, F.lit(groups))))
     walked = (tagged.select("group", "offset", "batch_index", "kind", "record_index", "key", "wver", "expect")
               .groupBy("group").applyInPandas(_walk_group, "offset long, batch_index int"))
     return {(int(r["offset"]), int(r["batch_index"])) for r in walked.collect()}
 
 
-def applied_records(spark: SparkSession, df: DataFrame) -> Applied:
+def _seeds(base: DataFrame, base_offset: int, events: DataFrame) -> DataFrame:
+    """The base state's versions of the keys the events check or write, as writes at the base offset."""
+    return (base.join(events.select("key").distinct(), "key", "left_semi")
+            .select("key", F.lit(base_offset).cast("long").alias("offset"), F.lit(-1).alias("batch_index"),
+                    F.lit(-1).alias("record_index"), F.col("version").alias("wver"), F.lit(1).alias("kind"),
+                    F.lit(None).cast("long").alias("expect")))
+
+
+def applied_records(spark: SparkSession, df: DataFrame, base: DataFrame | None = None, base_offset: int = 0
+                    ) -> Applied:
+    """The records of `df` whose batches applied. With `base` (a state table at `base_offset`, earlier
+    than every offset in `df`), checks start from the base's versions instead of an empty state."""
     events = _precondition_events(df)
     if events is None:
         return Applied(df)
     events = events.persist()
     try:
-        failed = failed_batches(spark, events)
+        seeds = _seeds(base, base_offset, events) if base is not None else None
+        failed = failed_batches(spark, events, seeds)
     finally:
         events.unpersist()
     applied = df if not failed else df.join(_batch_df(spark, failed), ["offset", "batch_index"], "left_anti")

@@ -86,9 +86,15 @@ def test_prometheus_example_config_is_valid_and_scrapes_the_local_nodes() -> Non
     assert res.returncode == 0, res.stdout + res.stderr
     with open(os.path.join(PROM_DIR, "prometheus.yml")) as f:
         doc = yaml.safe_load(f)
-    targets = {t for sc in doc["scrape_configs"] for st in sc["static_configs"] for t in st["targets"]}
+    targets = {sc["job_name"]: {t for st in sc["static_configs"] for t in st["targets"]}
+               for sc in doc["scrape_configs"]}
     local3 = {config.load(os.path.join(DEPLOY, "local-3", f"n{i}.toml")).metrics_addr for i in (1, 2, 3)}
-    assert targets == local3
+    assert targets["nameserver"] == local3
+    # the continuous audit's default --metrics address
+    from pipeline.cli import build_parser
+
+    watch = build_parser().parse_args(["watch", "--log", "x", "--endpoints", "y", "--work", "z"])
+    assert targets["pipeline-audit"] == {watch.metrics}
 
 
 # ---- Grafana -------------------------------------------------------------------------------------

@@ -49,6 +49,26 @@ def test_compaction_equals_the_nodes_replay_at_every_offset_tried(spark, fleet_l
         assert (regrouped.digest, regrouped.failed_batches) == (got.digest, got.failed_batches), per_core
 
 
+def test_compaction_continued_from_an_earlier_state_equals_one_from_the_start(spark, fleet_log) -> None:
+    """The continuous audit compacts cut by cut: the state at N plus the log after N is the state at M."""
+    from pipeline.compact import Base, state_at
+    from pipeline.sparkdigest import digest_of
+
+    log_dir, synth = fleet_log
+    log = load_log(spark, log_dir)
+    cuts = [synth.last_offset // 4, synth.last_offset // 2, synth.last_offset - 3, synth.last_offset]
+    base: Base | None = None
+    failed = 0
+    for at in cuts:
+        state, failed_here = state_at(spark, log, at, base)
+        state = state.localCheckpoint()  # as the watcher reads its last cut back
+        _, expected = replay(log_dir, upto=at)
+        assert digest_of(state) == (expected.digest, expected.keys), at
+        failed += failed_here
+        base = Base(at, state)
+    assert failed == synth.failed_batches  # each raced batch failed in exactly one cut
+
+
 def test_keys_sharing_a_batch_form_one_component_and_groups_split_the_walk(spark, fleet_log) -> None:
     log, _ = fleet_log
     events = logdf._precondition_events(load_log(spark, log).df)
