@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,7 +25,7 @@ from pyspark.sql import functions as F
 from nameserver import headers
 from nameserver.logformat.segments import DUMP_META, read_dump_info
 from nameserver.pb import api_pb2, api_pb2_grpc
-from pipeline.compact import state_at
+from pipeline.compact import Base, state_at
 from pipeline.logdf import PipelineError, load_log
 from pipeline.session import join, read_text, write_text
 from pipeline.sparkdigest import digest_of
@@ -37,6 +39,7 @@ class Claim:
     offset: int
     digest: str
     dump: str | None = None
+    endpoint: str | None = None  # a live node's address
 
 
 @dataclass
@@ -122,7 +125,7 @@ def node_claims(endpoints: list[str], at: int, access: NodeAccess | None = None,
             else:
                 verdicts.append(Verdict(source, 0, "", note=f"unreachable: {code.name}", match=False))
             continue
-        claims.append(Claim(source, reply.offset, reply.digest))
+        claims.append(Claim(source, reply.offset, reply.digest, endpoint=endpoint))
     return claims, verdicts
 
 
@@ -142,6 +145,55 @@ def fetch_dump(endpoint: str, out: str, access: NodeAccess | None = None, timeou
 
         info = write_dump(out, items(), first.apply_offset, first.digest, endpoint)
     return Claim(f"dump of node {endpoint}", info.offset, info.digest, dump=out)
+
+
+def fetch_tail(endpoints: list[str], first: int, last: int, out: str, access: NodeAccess | None = None,
+               timeout: float = 600.0) -> None:
+    """Export offsets first..last (Log.ReadLog) as segments in the local directory `out`, from the first
+    endpoint that has them all."""
+    from nameserver.logformat.segments import SegmentWriter
+
+    access = access or NodeAccess()
+    errors = []
+    for endpoint in endpoints:
+        writer = SegmentWriter(out, first)
+        try:
+            with access.channel(endpoint) as channel:
+                for message in api_pb2_grpc.LogStub(channel).ReadLog(
+                        api_pb2.ReadLogRequest(from_offset=first, to_offset=last), timeout=timeout,
+                        metadata=access.metadata):
+                    for e in message.entries:
+                        writer.add(e.offset, e.term, e.entry)
+            writer.flush(last)
+            return
+        except grpc.RpcError as err:
+            errors.append(f"{endpoint}: {err.code().name}: {err.details()}")
+        finally:
+            for name in os.listdir(out) if os.path.isdir(out) else []:
+                if name.startswith("."):  # a segment the broken stream left half written
+                    os.unlink(os.path.join(out, name))
+    raise PipelineError(f"offsets {first}..{last} could not be read from any node ({'; '.join(errors)})")
+
+
+def _name_node_keys(spark: SparkSession, verdict: Verdict, endpoint: str, healthy: list[str], log_uri: str,
+                    base: Base, scratch: str, access: NodeAccess | None) -> None:
+    """A live node differs at the cut: dump its state, read the log on to the dump's offset from healthy
+    nodes, and compare key by key; the differing keys go on the node's verdict."""
+    try:
+        dump = fetch_dump(endpoint, os.path.join(scratch, "dump"), access)
+        uris = [log_uri]
+        if dump.offset > base.offset:
+            tail = os.path.join(scratch, "tail")
+            fetch_tail(healthy or [endpoint], base.offset + 1, dump.offset, tail, access)
+            uris.append(tail)
+        state, _ = state_at(spark, load_log(spark, uris, upto=dump.offset), dump.offset, base)
+    except (grpc.RpcError, PipelineError, StopIteration) as exc:
+        verdict.note = f"its keys could not be named: {exc}"
+        return
+    named = Verdict(dump.source, dump.offset, dump.digest)
+    check_dump(spark, named, state, dump.dump or "", None)
+    verdict.differing_keys, verdict.keys = named.differing_keys, named.keys
+    verdict.note = f"differing keys from its state dump at offset {dump.offset}"
 
 
 def dump_claim(spark: SparkSession, uri: str) -> Claim:
@@ -181,6 +233,7 @@ def run_audit(spark: SparkSession, log_uri: str, at: int | None, endpoints: list
     found, verdicts = node_claims(endpoints, log.last if at is None else at, access) if endpoints else ([], [])
     found += [dump_claim(spark, d) for d in dumps] + [parse_claim(c) for c in claims]
     states: dict[int, tuple[DataFrame, str, int]] = {}
+    diverged: list[tuple[Verdict, str]] = []
     for claim in found:
         if at is not None and claim.offset != at:
             verdicts.append(Verdict(claim.source, claim.offset, claim.digest,
@@ -198,7 +251,15 @@ def run_audit(spark: SparkSession, log_uri: str, at: int | None, endpoints: list
         verdict = Verdict(claim.source, claim.offset, claim.digest, digest, claim.digest == digest)
         if claim.dump is not None:
             check_dump(spark, verdict, state, claim.dump, out)
+        elif claim.endpoint and not verdict.match:
+            diverged.append((verdict, claim.endpoint))
         verdicts.append(verdict)
+    healthy = [c.endpoint for c in found if c.endpoint and c.digest == states.get(c.offset, (None, ""))[1]]
+    for verdict, endpoint in diverged:
+        with tempfile.TemporaryDirectory(prefix="rip18-audit-") as scratch:
+            state, _, _ = states[verdict.offset]
+            _name_node_keys(spark, verdict, endpoint, healthy, log_uri, Base(verdict.offset, state), scratch,
+                            access)
     result = AuditResult(log_uri, verdicts, {o: k for o, (_, _, k) in states.items()})
     if out:
         write_text(spark, join(out, "audit.json"), json.dumps(result.to_dict(), indent=1))
@@ -232,6 +293,8 @@ def render(result: AuditResult) -> str:
                      f"{v.log_digest} ({result.keys_at.get(v.offset, 0)} keys)")
         if v.rows_digest is not None and v.rows_digest != v.reported_digest:
             lines.append(f"    the dump's rows hash to {v.rows_digest}, not to the digest stamped on it")
+        if v.note and v.match is False:
+            lines.append(f"    {v.note}")
         if v.differing_keys:
             lines.append(f"    {v.differing_keys} key(s) differ from the log's state:")
             for k in v.keys:

@@ -19,7 +19,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from nameserver.logformat.segments import PUT, merge, overlaps, parse_segment_name, ranges_of, uncovered
+from nameserver.logformat.segments import PUT, merge, overlaps, parse_segment_name, uncovered
 from pipeline.session import join, list_names
 
 BatchId = tuple[int, int]  # (offset, batch_index)
@@ -52,24 +52,29 @@ class Log:
                                 f"(nsctl log export --from A --to B --out {self.uri})")
 
 
-def load_log(spark: SparkSession, uri: str, upto: int | None = None) -> Log:
-    """The segments under `uri` (only those starting at or before `upto`), as one DataFrame."""
-    names = list_names(spark, uri)
-    ranges = ranges_of(names)
+def load_log(spark: SparkSession, uri: str | list[str], upto: int | None = None) -> Log:
+    """The segments under `uri` (or under several directories: together they must not overlap), only
+    those starting at or before `upto`, as one DataFrame."""
+    uris = [uri] if isinstance(uri, str) else uri
+    by_range: dict[tuple[int, int], str] = {}
+    for u in uris:
+        for n in list_names(spark, u):
+            r = parse_segment_name(n)
+            if r is not None:
+                by_range[r] = join(u, n)
+    ranges = sorted(by_range)
     if not ranges:
-        raise PipelineError(f"{uri} holds no log segments (log-<first>-<last>.parquet)")
+        raise PipelineError(f"{uris[0]} holds no log segments (log-<first>-<last>.parquet)")
     for i, (a, b) in enumerate(ranges):
         if overlaps(ranges[:i], a, b):
-            raise PipelineError(f"segments in {uri} overlap at {a}..{b}: remove the duplicate")
+            raise PipelineError(f"segments in {uris[0]} overlap at {a}..{b}: remove the duplicate")
     chosen = [(a, b) for a, b in ranges if upto is None or a <= upto]
     if not chosen:
-        raise PipelineError(f"{uri} has no segment at or before offset {upto}")
-    by_range = {r: n for n in names if (r := parse_segment_name(n)) is not None}
-    paths = [join(uri, by_range[r]) for r in chosen]
-    df = spark.read.parquet(*paths)
+        raise PipelineError(f"{uris[0]} has no segment at or before offset {upto}")
+    df = spark.read.parquet(*[by_range[r] for r in chosen])
     if upto is not None:
         df = df.where(F.col("offset") <= upto)
-    return Log(uri, df, merge(chosen))
+    return Log(uris[0], df, merge(chosen))
 
 
 @dataclass

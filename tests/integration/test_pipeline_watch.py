@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nameserver.cli import nsctl
 from nameserver.pb import api_pb2, state_pb2
+from pipeline.audit import render, run_audit
 from pipeline.watch import Watcher, WatchOptions, serve_metrics
 from raftlog.digest import digest_hex, pair_hash
 from snapshot import SnapshotStore
@@ -115,6 +116,15 @@ def test_continuous_audit_stays_quiet_on_a_healthy_cluster_and_names_a_corrupted
         assert bad.verdict == "DIFFERS" and bad.differing_keys == 1
         assert [(k["key"], k["kind"]) for k in bad.keys] == [(KEY, "value_differs")]
         assert _metrics(listen)[("pipeline_audit_replica_differing_keys", victim.grpc_addr)] == 1
+
+        # The one-shot audit says the same, and names the key too (it dumps n3, reads the log on from n1/n2).
+        one = run_audit(spark, segments, None, endpoints.split(","), [], [], None)
+        assert not one.ok
+        by_node = {v.source.rsplit("(", 1)[-1].rstrip(")"): v for v in one.verdicts}
+        assert by_node[c.nodes[0].grpc_addr].match and by_node[c.nodes[1].grpc_addr].match
+        assert by_node[victim.grpc_addr].match is False
+        assert [(k["key"], k["kind"]) for k in by_node[victim.grpc_addr].keys] == [(KEY, "value_differs")]
+        assert KEY in render(one) and "DIFFERS" in render(one)
 
         # A watcher restarted on the same work directory resumes from its last cut.
         resumed = Watcher(spark, WatchOptions(segments, endpoints.split(","), work, interval_s=0.5))
