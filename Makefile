@@ -31,6 +31,7 @@ test: setup
 	scripts/ensure-debian-package.sh openjdk-17-jdk-headless java javac   # RocketMQ; javac for its test client
 	scripts/ensure-debian-package.sh maven mvn
 	scripts/ensure-debian-package.sh golang-go go   # porcupine, the linearizability cross-check (tests/linearizability)
+	scripts/ensure-debian-package.sh chromium chromium   # the pipeline's HTML report in a real browser
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
