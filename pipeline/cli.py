@@ -97,7 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="time compact/audit/report on Spark against the single-process replay")
     p.add_argument("--records", type=int, default=10_000_000)
     p.add_argument("--work", required=True, help="local work directory (the log is kept and reused)")
+    p.add_argument("--jobs", default="compact,audit,report", help="which of walk,compact,audit,report to time")
+    p.add_argument("--result", default=None, help="write the figures here (default WORK/bench.json)")
     _spark_options(p)
+
+    p = sub.add_parser("scaling", help="time walk, compact and audit on local[1], local[2] and a standalone "
+                                       "cluster of 1 and 2 workers, with peak memory")
+    p.add_argument("--records", type=int, default=10_000_000)
+    p.add_argument("--work", required=True, help="local work directory (the log is kept and reused)")
+    p.add_argument("--configs", default="local[1],local[2],standalone:1,standalone:2")
+    p.add_argument("--worker-memory", default="6g", help="per worker (its executor takes all but 1g)")
+    p.add_argument("--driver-memory", default="8g", help="embedded Spark: the whole job's memory")
 
     p = sub.add_parser("standalone", help="start or stop a Spark standalone cluster (master + workers) here")
     p.add_argument("action", choices=("start", "stop", "status"))
@@ -140,6 +150,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.job == "standalone":
         return _standalone(args)
+    if args.job == "scaling":
+        from pipeline.scaling import run_scaling
+
+        run_scaling(args.records, args.work, [c.strip() for c in args.configs.split(",") if c.strip()],
+                    args.worker_memory, args.driver_memory)
+        return 0
     if args.job == "zip":
         from pipeline.ship import make_zip
 
@@ -150,7 +166,9 @@ def run(args: argparse.Namespace) -> int:
     if args.job == "bench":
         from pipeline.bench import run_bench
 
-        run_bench(args.records, args.work, args.master or "local[*]", _conf(args), args.executor_python)
+        jobs = tuple(j.strip() for j in args.jobs.split(",") if j.strip())
+        run_bench(args.records, args.work, args.master or "local[*]", _conf(args), args.executor_python, jobs,
+                  args.result)
         return 0
     spark = spark_session(args.master, f"rip18-{args.job}", _conf(args), args.executor_python)
     try:

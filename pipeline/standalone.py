@@ -84,12 +84,12 @@ def _env(directory: str) -> dict[str, str]:
     return env
 
 
-def _launch(directory: str, name: str, args: list[str]) -> int:
+def _launch(directory: str, name: str, args: list[str]) -> subprocess.Popen[bytes]:
     log = open(os.path.join(directory, f"{name}.log"), "ab")  # noqa: SIM115 (the child keeps it open)
     proc = subprocess.Popen([_spark_class(), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=_env(directory), cwd=directory, start_new_session=True)
     log.close()
-    return proc.pid
+    return proc
 
 
 def _alive_workers(web_url: str) -> int:
@@ -118,19 +118,21 @@ def start(directory: str, workers: int = 2, cores: int = 1, memory: str = "1536m
     python = executor_python(venv or os.path.join(directory, "executor-python"))
     web_port = web_port or _free_port()
     cluster = Cluster(directory, f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web_port}", python)
-    cluster.pids.append(_launch(directory, "master", [f"{_DEPLOY}.master.Master", "--host", "127.0.0.1",
-                                                      "--port", str(port), "--webui-port", str(web_port)]))
+    procs = [_launch(directory, "master", [f"{_DEPLOY}.master.Master", "--host", "127.0.0.1",
+                                           "--port", str(port), "--webui-port", str(web_port)])]
+    cluster.pids.append(procs[0].pid)
     _save(cluster)
     for i in range(workers):
         work = os.path.join(directory, f"worker-{i}")
         os.makedirs(work, exist_ok=True)
-        cluster.pids.append(_launch(directory, f"worker-{i}", [
+        procs.append(_launch(directory, f"worker-{i}", [
             f"{_DEPLOY}.worker.Worker", "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
             "--work-dir", work, "--webui-port", str(_free_port()), cluster.master_url]))
+        cluster.pids.append(procs[-1].pid)
         _save(cluster)
     deadline = time.monotonic() + timeout
     while (alive := _alive_workers(cluster.web_url)) < workers:
-        if time.monotonic() > deadline or not all(_running(p) for p in cluster.pids):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
             stop(directory)
             raise StandaloneError(f"{alive if alive >= 0 else 'no'} of {workers} workers registered with "
                                   f"{cluster.master_url}; see the logs in {directory} (master.log, worker-*.log)")
