@@ -23,6 +23,7 @@ from nameserver.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
 from nameserver.nowait import WouldBlock, waiting_allowed
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.readindex import ReadIndexBatcher
+from nameserver.sessionclock import SessionClock
 from nameserver.state import MetadataState, Translation, translate
 from nameserver.state.translate import CasFailed
 from nameserver.validation import TooLargeError
@@ -115,6 +116,8 @@ class NameServerNode:
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
         self.watches = WatchHub(max_watchers=cfg.max_watchers)
         self._watch_feed = self.log.subscribe(self.watches.on_entry)
+        self.session_clock = SessionClock()  # session idleness by this node's monotonic clock
+        self._session_feed = self.log.subscribe(self.session_clock.on_entry)
         self._threads = [
             threading.Thread(target=self._scan_loop, name="expiry-scan", daemon=True),
             threading.Thread(target=self._forward_heartbeats_loop, name="heartbeat-forward", daemon=True),
@@ -301,7 +304,7 @@ class NameServerNode:
         if not self.log.is_leader() or not self.log.ready:
             return 0
         fn = lambda s: translate.expire_sessions(  # noqa: E731
-            s, int(time.time() * 1000), self.cfg.session_ttl_ms, self.cfg.max_sessions)
+            s, self.session_clock.idle_ms, self.cfg.session_ttl_ms, self.cfg.max_sessions)
         try:
             return self.write(fn, self.cfg.write_timeout_ms / 1000).records
         except (NotLeader, ProposalError) as exc:
@@ -312,6 +315,7 @@ class NameServerNode:
 
     def _on_leadership(self, is_leader: bool) -> None:
         if is_leader:
+            self.session_clock.restart()
             self.channels.clear()  # re-reported by each broker's next heartbeat through remoting
             self.liveness.grant_grace()
             log.info("became leader at term %d: every broker gets a fresh timeout", self.log.term())

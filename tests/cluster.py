@@ -32,6 +32,7 @@ class NodeProc:
     metrics_addr: str = ""  # host:port of /metrics when the cluster was made with metrics=True
     remoting_addr: str = ""  # host:port of the RocketMQ remoting listener when made with remoting=True
     proc: subprocess.Popen | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to the node process's environment
     channel: grpc.Channel | None = field(default=None, repr=False)
     # How tests reach the node (TLS, tokens) when the cluster was made with `connect=`; default plaintext.
     connect: Callable[[str, list], grpc.Channel] | None = field(default=None, repr=False)
@@ -125,7 +126,8 @@ class Cluster:
             with open(n.log_path, "ab") as log:
                 n.proc = subprocess.Popen(
                     [sys.executable, "-m", "nameserver.cli.serve", "serve", "--config", n.config_path],
-                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=os.environ | {"PYTHONPATH": ROOT})
+                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                    env=os.environ | {"PYTHONPATH": ROOT} | n.env)
 
     def kill(self, node: NodeProc, sig: int = signal.SIGKILL) -> None:
         assert node.proc is not None

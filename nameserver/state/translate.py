@@ -14,7 +14,7 @@ checks that its brokers exist, which depends on the state.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
@@ -416,12 +416,16 @@ def record_session(t: Translation, state: MetadataState, client_id: str, seq: in
     t.batch.records.add(type=keys.SESSION_TYPE, op=entry_pb2.OP_PUT, key=key, value=canonical(value))
 
 
-def expire_sessions(state: MetadataState, now_ms: int, ttl_ms: int, max_sessions: int,
+def expire_sessions(state: MetadataState, idle_ms: Callable[[str], float], ttl_ms: int, max_sessions: int,
                     limit: int = 1000) -> Translation:
-    """Delete sessions idle past the TTL, and the oldest beyond max_sessions (at most `limit` per batch)."""
-    sessions = sorted(state.sessions(), key=lambda s: s[1])
+    """Delete sessions idle past the TTL, and the most idle beyond max_sessions (at most `limit` per batch).
+
+    `idle_ms(session id)` is the caller's measure of idleness: the leader's monotonic clock
+    (nameserver/sessionclock.py), never the wall-clock stamp in the record, which a clock step moves."""
+    idle = {cid: idle_ms(cid) for cid, _ in state.sessions()}
+    sessions = sorted(idle, key=lambda cid: (-idle[cid], cid))
     over = max(0, len(sessions) - max_sessions)
-    doomed = [cid for i, (cid, last) in enumerate(sessions) if i < over or now_ms - last > ttl_ms][:limit]
+    doomed = [cid for i, cid in enumerate(sessions) if i < over or idle[cid] > ttl_ms][:limit]
     b = _Builder(state)
     for cid in doomed:
         key = keys.session_key(cid)
