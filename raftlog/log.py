@@ -21,6 +21,7 @@ from pysyncobj import FAIL_REASON, SyncObjConf
 from raftlog.applier import Applied, Applier, StateMachine
 from raftlog.binding import RaftNode, SnapshotProgress
 from raftlog.codec import RaftEntry, decode_raft_meta
+from raftlog.crashpoints import crash_point
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.journal import DurableJournal
 from raftlog.leadership import NotConfirmed
@@ -340,7 +341,9 @@ class ReplicatedLog:
             try:
                 t0 = time.monotonic()
                 info = self.store.write(index, term, digest, self.fsm.snapshot_items(frozen), raft_meta)
+                crash_point("snapshot-file-written")
                 self.store.link_to(info, self.dump_path)
+                crash_point("snapshot-linked")
                 self.store.prune(self.cfg.snapshots_kept)
                 self.snapshot_offset = index
                 self.snapshot_time = time.time()
@@ -363,6 +366,7 @@ class ReplicatedLog:
         return decode_raft_meta(self.store.read_info(path).meta)
 
     def _load_snapshot(self, staged_path: str, index: int) -> tuple[int, Any, str]:
+        crash_point("install-staged")
         try:
             # the staged hard link is not needed after (move=True)
             info = self.store.import_file(staged_path, move=True)
@@ -370,6 +374,7 @@ class ReplicatedLog:
             # Name the files an operator can look at, not the staging copies the store made.
             raise RuntimeError(f"corrupt snapshot at offset {index}: {self.dump_path} "
                                f"{self._same_file_as(staged_path)}is damaged ({exc})") from exc
+        crash_point("install-imported")
         info, items = self.store.load(info.path, verify=False)  # import_file verified it
         self.snapshot_offset = max(self.snapshot_offset, info.offset)
         self.snapshot_bytes = info.size_bytes
