@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pysyncobj.syncobj
 import pysyncobj.tcp_server
@@ -164,6 +165,32 @@ class RaftNode(SyncObj):
     def _SyncObj__raftElectionDeadline(self, value: float) -> None:  # noqa: N802
         self.real_election_deadline = value
 
+    # ---- pysyncobj's private state: read here and nowhere else (shared/notes/pysyncobj.md) ----------
+
+    def private(self, name: str) -> Any:
+        """pysyncobj's private attribute `__name` (this package's pre-vote and read-index steer it)."""
+        return getattr(self, f"_SyncObj__{name}")
+
+    def last_log_index(self) -> int | None:
+        """The index of the last entry in the Raft log (None when the log is empty)."""
+        entries = self._SyncObj__raftLog
+        return int(entries[-1][1]) if len(entries) else None
+
+    def raft_state(self) -> int:
+        """pysyncobj's role value (raftlog.roles.Role)."""
+        return int(self._SyncObj__raftState)
+
+    def leader_commit_index(self) -> int | None:
+        """The commit index the leader last reported (None before any leader was heard)."""
+        value = self._SyncObj__leaderCommitIndex
+        return None if value is None else int(value)
+
+    def wake(self) -> None:
+        """Wake the tick thread out of its poll (pysyncobj's pipe notifier)."""
+        notifier = getattr(self, "_SyncObj__pipeNotifier", None)
+        if notifier is not None:
+            notifier.notify()
+
     def tick_thread(self) -> threading.Thread | None:
         """pysyncobj's auto-tick thread (None before it started); close() joins it after destroy()."""
         thread: threading.Thread | None = self._SyncObj__thread
@@ -215,9 +242,7 @@ class RaftNode(SyncObj):
         last = entries[-1][1] if len(entries) else 0
         if last > self._woken_for and last > self.raftCommitIndex:
             self._woken_for = last
-            notifier = getattr(self, "_SyncObj__pipeNotifier", None)
-            if notifier is not None:
-                notifier.notify()
+            self.wake()
 
     def _serialize(self, tmp_path: str, data: tuple) -> None:
         last, prev, cluster = data

@@ -62,7 +62,7 @@ class LeadershipConfirmer:
         self.rounds = 0
 
     def _get(self, name: str) -> Any:
-        return getattr(self.raft, f"_SyncObj__{name}")
+        return self.raft.private(name)
 
     # ---- any thread ----------------------------------------------------------------------------
 
@@ -70,9 +70,7 @@ class LeadershipConfirmer:
         """The confirmed commit index. Raises NotConfirmed (callers may fall back to a barrier)."""
         request = _Request()
         self._queue.put(request)
-        notifier = getattr(self.raft, "_SyncObj__pipeNotifier", None)
-        if notifier is not None:
-            notifier.notify()  # wake the tick thread out of its poll
+        self.raft.wake()  # wake the tick thread out of its poll
         if not request.event.wait(timeout):
             raise NotConfirmed("no majority confirmed this leader in time")
         if request.error:

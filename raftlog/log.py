@@ -184,10 +184,8 @@ class ReplicatedLog:
 
     @property
     def end_offset(self) -> int:
-        try:
-            return self.raft._SyncObj__raftLog[-1][1]  # no public accessor (shared/notes/pysyncobj.md)
-        except Exception:
-            return self.commit_offset
+        last = self.raft.last_log_index()
+        return self.commit_offset if last is None else last
 
     def term(self) -> int:
         return self.raft.raftCurrentTerm
@@ -200,7 +198,7 @@ class ReplicatedLog:
         return node.id if node is not None else None
 
     def role(self) -> Role:
-        return Role(self.raft._SyncObj__raftState)
+        return Role(self.raft.raft_state())
 
     @property
     def ready(self) -> bool:
@@ -328,7 +326,7 @@ class ReplicatedLog:
         # readiness means.
         if self._ready_target is not None:
             return
-        leader_commit = self.raft._SyncObj__leaderCommitIndex
+        leader_commit = self.raft.leader_commit_index()
         if leader_commit is not None and self.raft.raftLastApplied >= leader_commit:
             self._ready_target = self.raft.raftLastApplied
 

@@ -57,7 +57,7 @@ class PreVote:
     # ---- pysyncobj's private state, in one place -----------------------------------------------
 
     def _get(self, name: str) -> Any:
-        return getattr(self.raft, f"_SyncObj__{name}")
+        return self.raft.private(name)
 
     def _deadline(self) -> float:
         return self.raft.real_election_deadline

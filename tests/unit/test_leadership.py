@@ -31,6 +31,12 @@ class FakeRaft:
         self._SyncObj__transport = FakeTransport()
         self.raftCommitIndex = 42
 
+    def private(self, name: str) -> Any:  # as raftlog.binding.RaftNode.private
+        return getattr(self, f"_SyncObj__{name}")
+
+    def wake(self) -> None:
+        pass
+
 
 def ask_in_background(c: LeadershipConfirmer) -> tuple[threading.Thread, dict[str, Any]]:
     out: dict[str, Any] = {}

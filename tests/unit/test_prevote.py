@@ -29,6 +29,12 @@ class FakeRaft:
         self._SyncObj__transport = FakeTransport()
         self.real_election_deadline = 100.0
 
+    def private(self, name: str) -> Any:  # as raftlog.binding.RaftNode.private
+        return getattr(self, f"_SyncObj__{name}")
+
+    def wake(self) -> None:
+        pass
+
 
 class Clock:
     def __init__(self) -> None:
