@@ -112,7 +112,7 @@ class NameServerNode:
                 fsync=cfg.fsync,
             ),
             StateMachineAdapter(self.state), self.store, self.lock)
-        self.log.leader_listeners.append(self._on_leadership)
+        self._leadership_feed = self.log.watch_leadership(self._on_leadership)
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
         self.watches = WatchHub(max_watchers=cfg.max_watchers)
         self._watch_feed = self.log.subscribe(self.watches.on_entry)

@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 import pysyncobj.syncobj
@@ -39,6 +40,13 @@ from raftlog.leadership import LeadershipConfirmer
 from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
 from raftlog.prevote import PreVote
+
+# The pysyncobj whose private internals this module steers (pyproject.toml pins the same version):
+# another version may rename or change them silently, so refuse it at import, loudly.
+PYSYNCOBJ_VERSION = "0.3.17"
+if (_found := metadata.version("pysyncobj")) != PYSYNCOBJ_VERSION:
+    raise ImportError(f"raftlog steers pysyncobj {PYSYNCOBJ_VERSION}'s private internals, but pysyncobj "
+                      f"{_found} is installed: pip install pysyncobj=={PYSYNCOBJ_VERSION}")
 
 log = logging.getLogger("raftlog.binding")
 

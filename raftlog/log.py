@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
@@ -47,10 +48,10 @@ class LogStats:
 
 
 class Subscription:
-    """A listener registered with ReplicatedLog.subscribe(); close() unregisters it (idempotent)."""
+    """A listener registered with ReplicatedLog.subscribe() or watch_leadership(); close() unregisters it
+    (idempotent)."""
 
-    def __init__(self, listeners: list[Callable[[AppliedEntry], None]],
-                 listener: Callable[[AppliedEntry], None]) -> None:
+    def __init__(self, listeners: list[Callable[[Any], None]], listener: Callable[[Any], None]) -> None:
         self._listeners, self._listener = listeners, listener
         listeners.append(listener)
 
@@ -114,7 +115,10 @@ class ReplicatedLog:
         self.snapshot_bytes = 0
         self._snapshot_writer: threading.Thread | None = None
         self._ready_target: int | None = None
-        self.leader_listeners: list[Callable[[bool], None]] = []
+        self._leader_listeners: list[Callable[[bool], None]] = []
+        self._leader_events: queue.SimpleQueue[bool | None] = queue.SimpleQueue()
+        self._leader_thread = threading.Thread(target=self._dispatch_leadership, name="leader-events", daemon=True)
+        self._leader_thread.start()
         self._was_leader = False
         self.leader_changes = 0
         self.applier.start()
@@ -168,6 +172,9 @@ class ReplicatedLog:
                 tick.join(timeout=10)
         finally:
             self.applier.stop()
+            self._leader_events.put(None)
+            if self._leader_thread is not threading.current_thread():
+                self._leader_thread.join(timeout=5)
             writer = self._snapshot_writer
             if writer is not None and writer is not threading.current_thread():
                 writer.join(timeout=30)
@@ -231,6 +238,19 @@ class ReplicatedLog:
         """Call `listener` on the apply thread after each applied entry (it must not block); close the
         returned Subscription to stop."""
         return Subscription(self.applier.entry_listeners, listener)
+
+    def watch_leadership(self, listener: Callable[[bool], None]) -> Subscription:
+        """Call `listener(is_leader)` each time this node gains or loses leadership, in order, on one
+        thread of their own (never the tick thread: a listener may block briefly); close() to stop."""
+        return Subscription(self._leader_listeners, listener)
+
+    def _dispatch_leadership(self) -> None:
+        while (leader := self._leader_events.get()) is not None:
+            for listener in list(self._leader_listeners):
+                try:
+                    listener(leader)
+                except Exception:
+                    log.exception("leadership listener failed")
 
     @property
     def history(self) -> EntryHistory:
@@ -314,9 +334,7 @@ class ReplicatedLog:
                 # Entries this node appended and did not see commit may never be: answer their
                 # proposers now (outcome unknown) rather than at their deadline, so clients retry.
                 self.committer.abandon_in_flight("leadership lost before the entry committed (outcome unknown)")
-            # Listeners run on their own thread: the tick thread must not wait on them.
-            for listener in list(self.leader_listeners):
-                threading.Thread(target=listener, args=(leader,), daemon=True).start()
+            self._leader_events.put(leader)  # to watch_leadership's listeners, in order, off this thread
 
     def _check_ready(self) -> None:
         # Tick thread; replaces pysyncobj's onReady, which fires only when its last-applied index EQUALS the

@@ -37,3 +37,18 @@ def test_a_wrong_way_import_breaks_a_contract(tmp_path: Path) -> None:
     assert res.returncode != 0, res.stdout
     assert "raftlog and snapshot know nothing of the nameserver or the pipeline BROKEN" in res.stdout
     assert "raftlog.digest -> nameserver.node" in res.stdout
+
+
+def test_raftlog_refuses_a_pysyncobj_other_than_the_pinned_one() -> None:
+    """raftlog/binding.py steers pysyncobj's private internals: pyproject pins the version it checks."""
+    import tomllib
+
+    from raftlog.binding import PYSYNCOBJ_VERSION
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        deps = tomllib.load(f)["project"]["dependencies"]
+    assert f"pysyncobj=={PYSYNCOBJ_VERSION}" in deps
+    probe = ("import importlib.metadata as m; real = m.version; "
+             "m.version = lambda name: '0.3.18' if name == 'pysyncobj' else real(name); import raftlog")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode != 0 and f"pip install pysyncobj=={PYSYNCOBJ_VERSION}" in res.stderr, res.stderr[-2000:]
