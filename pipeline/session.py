@@ -42,7 +42,9 @@ def spark_session(master: str | None = None, app: str = "rip18-pipeline",
     builder = SparkSession.builder.appName(app)
     chosen = master or (None if _UNDER_SPARK_SUBMIT else DEFAULT_MASTER)
     if executor_python:
-        os.environ["PYSPARK_PYTHON"] = executor_python  # read once, when the SparkContext starts
+        # A path is made absolute: executors start in their own working directories.
+        python = os.path.abspath(executor_python) if os.sep in executor_python else executor_python
+        os.environ["PYSPARK_PYTHON"] = python  # read once, when the SparkContext starts
     settings = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",

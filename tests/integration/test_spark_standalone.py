@@ -36,9 +36,10 @@ def cluster(tmp_path_factory):
     assert not any(standalone._running(p) for p in c.pids)
 
 
-def _job(c: standalone.Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+def _job(c: standalone.Cluster, *args: str, relative: bool = False) -> subprocess.CompletedProcess[str]:
+    python = os.path.relpath(c.executor_python) if relative else c.executor_python  # as a user types it
     return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args, "--master", c.master_url, "--executor-python", c.executor_python,
+        [sys.executable, "-m", "pipeline", *args, "--master", c.master_url, "--executor-python", python,
          "--conf", "spark.sql.shuffle.partitions=8", "--conf", "spark.executor.memory=900m", "--json"],
         capture_output=True, text=True, timeout=300)
 
@@ -72,7 +73,7 @@ def test_compact_and_audit_run_in_the_cluster_executors(cluster, tmp_path) -> No
     assert (result["digest"], result["keys"], result["failed_batches"]) == \
         (expected.digest, expected.keys, synth.failed_batches)
 
-    audit = _job(cluster, "audit", "--log", log, "--dump", good, "--dump", bad)
+    audit = _job(cluster, "audit", "--log", log, "--dump", good, "--dump", bad, relative=True)
     assert audit.returncode == 1, audit.stderr[-3000:]  # a divergence: exit 1
     verdicts = {v["source"].split(" ")[1]: v for v in json.loads(audit.stdout)["verdicts"]}
     assert verdicts[good]["ok"] and verdicts[good]["match"]
