@@ -11,7 +11,6 @@ libfaketime was the first choice; see clockshim.c for why it could not be used.)
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -22,25 +21,16 @@ import pytest
 from nameserver import headers
 from nameserver.pb import api_pb2
 from tests.cluster import Cluster, NodeProc
+from tests.faults import preload
 from tests.faults.scenario import SEED, pick, timeout_for
 
 pytestmark = pytest.mark.cluster
 
 SECONDS = (15, 300)
-SHIM_SOURCE = os.path.join(os.path.dirname(__file__), "clockshim.c")
 
 
 def clockshim() -> str:
-    """clockshim.c built with the machine's gcc (cached by the source's hash)."""
-    with open(SHIM_SOURCE, "rb") as f:
-        tag = hashlib.sha256(f.read()).hexdigest()[:16]
-    out = os.path.expanduser(f"~/.cache/rip18/clockshim-{tag}.so")
-    if not os.path.exists(out):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", out + ".tmp", SHIM_SOURCE,
-                        "-ldl"], check=True)
-        os.replace(out + ".tmp", out)
-    return out
+    return preload.build("clockshim.c")
 
 
 class Clocks:

@@ -10,7 +10,6 @@ what the stall cost: leader changes and the longest write acknowledged during it
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import subprocess
@@ -19,25 +18,16 @@ import time
 import pytest
 
 from tests.cluster import Cluster, NodeProc
+from tests.faults import preload
 from tests.faults.scenario import SEED, median, pick, timeout_for
 
 pytestmark = pytest.mark.cluster
 
 SECONDS = (10, 240)
-SHIM_SOURCE = os.path.join(os.path.dirname(__file__), "slowdisk.c")
 
 
 def slowdisk() -> str:
-    """slowdisk.c built with the machine's gcc (cached by the source's hash)."""
-    with open(SHIM_SOURCE, "rb") as f:
-        tag = hashlib.sha256(f.read()).hexdigest()[:16]
-    out = os.path.expanduser(f"~/.cache/rip18/slowdisk-{tag}.so")
-    if not os.path.exists(out):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", out + ".tmp", SHIM_SOURCE,
-                        "-ldl"], check=True)
-        os.replace(out + ".tmp", out)
-    return out
+    return preload.build("slowdisk.c")
 
 
 class Disks:
