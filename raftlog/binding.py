@@ -33,12 +33,14 @@ from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.node import TCPNode
 
 from raftlog.appendfilter import skip_known_entries
+from raftlog.appendflow import ProbeGate
 from raftlog.applier import Applier
 from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
 from raftlog.leadership import LeadershipConfirmer
 from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
+from raftlog.peerlinks import MembershipTransport
 from raftlog.prevote import PreVote
 
 # The pysyncobj whose private internals this module steers (pyproject.toml pins the same version):
@@ -72,7 +74,7 @@ if PEERGUARD_ENABLED:
     pysyncobj.tcp_server.TcpConnection = GuardedTcpConnection
     pysyncobj.transport.TcpConnection = GuardedTcpConnection
     pysyncobj.transport.TcpServer = GuardedTcpServer
-_transport_class = GuardedTransport if PEERGUARD_ENABLED else pysyncobj.transport.TCPTransport
+_transport_class = GuardedTransport if PEERGUARD_ENABLED else MembershipTransport
 
 
 class SnapshotProgress:
@@ -133,9 +135,13 @@ class RaftNode(SyncObj):
         transport = self._SyncObj__transport
         send = transport.send
 
+        self.probe_gate = gate = ProbeGate(conf.appendEntriesPeriod)
+
         def send_after_sync(node: object, message: object) -> object:
             if not (isinstance(message, dict) and message.get("type") == "append_entries"):
                 journal.sync()
+            elif not gate.may_send(node, message):
+                return True  # held back while the follower is probed (raftlog/appendflow.py)
             return send(node, message)
 
         transport.send = send_after_sync
@@ -147,6 +153,7 @@ class RaftNode(SyncObj):
             journal.sync()
             if prevote.on_message(node, message) or leadership.on_message(node, message):
                 return
+            gate.on_reply(node, message)
             entries = self._SyncObj__raftLog
             if len(entries) == 0:
                 deliver(node, message)

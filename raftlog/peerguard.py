@@ -54,7 +54,8 @@ import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.tcp_server import TcpServer
-from pysyncobj.transport import TCPTransport
+
+from raftlog.peerlinks import MembershipTransport
 
 log = logging.getLogger("raftlog.peerguard")
 
@@ -322,8 +323,9 @@ class GuardedTcpServer(TcpServer):
         self._TcpServer__socket.listen(LISTEN_BACKLOG)  # listen() again on Linux just resizes the queue
 
 
-class GuardedTransport(TCPTransport):
-    """pysyncobj's TCP transport that tracks pre-authentication connections, caps and sweeps them."""
+class GuardedTransport(MembershipTransport):
+    """raftlog.peerlinks' transport (pysyncobj's, patched for membership changes) that also tracks
+    pre-authentication connections, caps and sweeps them."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         self._pg_in: dict[GuardedTcpConnection, None] = {}  # accepted, pre-auth (insertion ordered)
@@ -360,6 +362,12 @@ class GuardedTransport(TCPTransport):
         conn = self._connections.get(node)
         if isinstance(conn, GuardedTcpConnection):
             conn._pg_owner = self
+
+    def _outgoing_connection(self, node: object) -> object:
+        conn = super()._outgoing_connection(node)
+        if isinstance(conn, GuardedTcpConnection):
+            conn._pg_owner = self
+        return conn
 
     def _onTick(self) -> None:  # noqa: N802
         super()._onTick()

@@ -44,13 +44,10 @@ def members(node: NodeProc) -> set[str]:
     return {m.node_id for m in node.admin.Members(api_pb2.MembersRequest(), timeout=5).members}
 
 
-# A finding, not fixed yet (docs/faults.md, "What the suite found"): the leader paused during the second
-# change comes back as a follower of the new leader, in its term, and never catches up: its log keeps the
-# two entries it appended in its old term, the new leader sees it connected with match index 0, and it
-# never learns of n5 or of n2's removal (failed 6 runs of 8 on 2026-11-25). It runs in `make test-slow`
-# and must keep failing until the fix; strict, so a fix turns it red as a reminder to drop this mark.
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a leader paused across a membership change never catches up afterwards")
+# Found here, fixed (docs/faults.md, "What the suite found", item 6): the leader paused during the second
+# change came back and never caught up (6 runs of 8 failed): its new leader's pipelined appends livelocked
+# on its stale entries (raftlog/appendflow.py), and a leader it did not know could not reach it at all
+# (raftlog/peerlinks.py).
 @pytest.mark.timeout(timeout_for(*SECONDS) + 300)
 def test_add_and_replace_members_while_nodes_are_killed_and_paused(fault_cluster, make_run) -> None:
     c = fault_cluster(size=5, start=False)

@@ -7,6 +7,7 @@ import threading
 import grpc
 import pytest
 
+from nameserver.bench.procs import free_ports
 from nameserver.cli import nsctl
 from nameserver.pb import api_pb2
 from tests.cluster import Cluster, NodeProc, retry
@@ -132,3 +133,49 @@ def test_transfer_leadership(make_cluster) -> None:
     assert reply.leader_id in (target.raft_addr, "")
     c.wait_for("the target to lead", lambda: c.leader() is target, timeout=15)
     assert leader.status().role != api_pb2.ROLE_LEADER
+
+
+@pytest.mark.parametrize("new_address", ["greater", "lesser"])
+def test_a_member_that_missed_a_change_follows_a_leader_it_does_not_know(make_cluster, new_address: str) -> None:
+    """A follower is down while n4 joins and the other follower leaves; the leader dies; only the stale
+    follower and n4 are left. The stale one does not know n4, yet n4 needs its vote, and it must learn the
+    membership from n4 (Raft, thesis section 4.1).
+
+    pysyncobj connects each pair from the greater address and closed a connection naming a non-member,
+    so the stale follower refused n4's dial ("greater") or never dialled n4 ("lesser"): no leader, ever
+    (raftlog/peerlinks.py: guest links and reverse dials)."""
+    c: Cluster = make_cluster(4, start=False)
+    first3, n4 = c.nodes[:3], c.nodes[3]
+    for n in first3:
+        c._write_config(n, first3)
+    for n in first3:
+        c.start(n)
+    leader = c.wait_ready(first3)
+    stale, other = [n for n in first3 if n is not leader]
+    # pysyncobj compares addresses as strings: give n4 a raft address on the asked-for side of the stale one's
+    n4.raft_addr = next(a for a in (f"127.0.0.1:{p}" for p in free_ports(40))
+                        if (a > stale.raft_addr) == (new_address == "greater"))
+    c._write_config(n4, c.nodes)
+    before = retry(lambda: leader.ns.PutKv(api_pb2.PutKvRequest(namespace="m", key="before", value="1"), timeout=5))
+    c.wait_converged(first3)
+    c.kill(stale)
+    c.start(n4)
+    retry(lambda: leader.admin.AddMember(api_pb2.MemberChangeRequest(node_id=n4.raft_addr, grpc_addr=n4.grpc_addr),
+                                         timeout=20), timeout=30)
+    retry(lambda: leader.admin.RemoveMember(api_pb2.MemberChangeRequest(node_id=other.raft_addr), timeout=20),
+          timeout=30)
+    c.kill(other)
+    final = sorted([leader.raft_addr, stale.raft_addr, n4.raft_addr])
+    c.wait_for("n4 to know the final membership", lambda: members(n4) == final, timeout=30)
+    c.wait_converged([leader, n4])
+    c.kill(leader)
+    c.start(stale)
+    c.wait_for("the stale member to learn the membership from n4", lambda: members(stale) == final, timeout=60)
+    c.wait_ready([stale, n4], timeout=30)
+    put = retry(lambda: stale.ns.PutKv(api_pb2.PutKvRequest(namespace="m", key="after", value="2"), timeout=5))
+    assert put.offset > before.offset
+    for n in (stale, n4):
+        got = n.ns.GetKv(api_pb2.GetKvRequest(namespace="m", key="before", min_offset=put.offset), timeout=5)
+        assert got.value == "1", n.name
+    sts = c.wait_converged([stale, n4])
+    assert len({s.digest for s in sts}) == 1

@@ -1,0 +1,111 @@
+"""The probe gate: after a refusal the leader sends a follower one append per interval until one is accepted."""
+
+from __future__ import annotations
+
+from raftlog.appendflow import ProbeGate
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def append(prev: int, transmission: str | None = None) -> dict:
+    m = {"type": "append_entries", "term": 4, "commit_index": 1, "prevLogIdx": prev, "prevLogTerm": 4,
+         "entries": [(b"x", prev + 1, 4)]}
+    if transmission:
+        m["transmission"] = transmission
+    return m
+
+
+def refusal(hint: int) -> dict:
+    return {"type": "next_node_idx", "next_node_idx": hint, "reset": True, "success": False}
+
+
+def accepted(nxt: int) -> dict:
+    return {"type": "next_node_idx", "next_node_idx": nxt, "reset": False, "success": True}
+
+
+def test_a_follower_that_never_refused_gets_every_append() -> None:
+    gate = ProbeGate(0.1, Clock())
+    assert all(gate.may_send("f", append(i)) for i in range(50))
+    assert gate.dropped == 0
+
+
+def test_after_a_refusal_one_append_per_interval_until_one_is_accepted() -> None:
+    clock = Clock()
+    gate = ProbeGate(0.1, clock)
+    gate.on_reply("f", refusal(1267))
+    assert gate.probing("f")
+    sent = [gate.may_send("f", append(i)) for i in range(1266, 1300)]  # one tick's pipelined batches
+    assert sent[0] and not any(sent[1:])
+    clock.now += 0.05
+    assert not gate.may_send("f", append(1266))
+    clock.now += 0.06
+    assert gate.may_send("f", append(1265))  # the next probe, one interval later
+    gate.on_reply("f", accepted(1300))
+    assert not gate.probing("f")
+    assert all(gate.may_send("f", append(i)) for i in range(1300, 1320))  # pipelining again
+    assert gate.dropped == 34
+
+
+def test_the_walk_back_converges_where_pysyncobj_alone_livelocked() -> None:
+    """A model of pysyncobj's leader against a follower holding two stale entries (1265, 1266 of term 3)
+    and a backlog of refusals: each tick the leader sends every batch from its next index to its end and
+    moves the next index to the end; each refusal sets it to the follower's hint."""
+
+    follower_terms = {i: 2 for i in range(1, 1265)} | {1265: 3, 1266: 3}
+    leader_end = 3000
+
+    def answer(prev: int) -> dict:  # pysyncobj's follower, for a message whose prevLogIdx is `prev`
+        if prev not in follower_terms and prev != 0:
+            return refusal(max(follower_terms) + 1)
+        if follower_terms.get(prev, 2) != 2:
+            return refusal(prev)
+        return accepted(min(prev + 350, leader_end) + 1)
+
+    def ticks(gate: ProbeGate | None, clock: Clock, count: int) -> bool:
+        next_index = leader_end + 1
+        for _ in range(count):
+            batches = list(range(next_index - 1, leader_end, 350)) or [leader_end]
+            answers = []
+            for prev in batches:
+                if gate is None or gate.may_send("f", append(prev)):
+                    answers.append(answer(prev))
+            for a in answers:  # in order, after the whole tick was sent (the follower lags)
+                if gate is not None:
+                    gate.on_reply("f", a)
+                if a["success"]:
+                    return True
+                next_index = a["next_node_idx"]
+            clock.now += 0.1
+        return False
+
+    assert not ticks(None, Clock(), 200), "the model should reproduce pysyncobj's livelock"
+    clock = Clock()
+    assert ticks(ProbeGate(0.1, clock), clock, 200)
+
+
+def test_a_chunked_transfer_passes_or_drops_whole() -> None:
+    clock = Clock()
+    gate = ProbeGate(0.1, clock)
+    assert gate.may_send("f", append(5, "start"))
+    gate.on_reply("f", refusal(3))  # a refusal arrives mid-transfer: the transfer still completes
+    assert gate.may_send("f", append(5, "process")) and gate.may_send("f", append(5, "finish"))
+    assert gate.may_send("f", append(2, "start"))  # the probe is a transfer
+    assert gate.may_send("f", append(2, "process")) and gate.may_send("f", append(2, "finish"))
+    assert not gate.may_send("f", append(9, "start"))  # within the interval: the whole transfer waits
+    assert not gate.may_send("f", append(9, "process")) and not gate.may_send("f", append(9, "finish"))
+
+
+def test_other_messages_are_never_gated() -> None:
+    gate = ProbeGate(0.1, Clock())
+    gate.on_reply("f", refusal(3))
+    gate.may_send("f", append(2))
+    assert gate.may_send("f", {"type": "append_entries", "term": 4, "commit_index": 1, "serialized": b"x"})
+    assert gate.may_send("f", {"type": "request_vote", "term": 5})
+    assert gate.may_send("f", {"type": "ns_read_index_ping", "id": 1})
+    assert gate.may_send("g", append(2))  # another follower
