@@ -42,6 +42,7 @@ from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
 from raftlog.peerlinks import MembershipTransport
 from raftlog.prevote import PreVote
+from raftlog.roles import Role
 
 # The pysyncobj whose private internals this module steers (pyproject.toml pins the same version):
 # another version may rename or change them silently, so refuse it at import, loudly.
@@ -77,6 +78,10 @@ if PEERGUARD_ENABLED:
 _transport_class = GuardedTransport if PEERGUARD_ENABLED else MembershipTransport
 
 
+# Messages that state what is on this node's disk: the journal is synced before they leave.
+_PROMISES_ON_DISK = frozenset({"next_node_idx", "response_vote", "request_vote"})
+
+
 class SnapshotProgress:
     """The serializer/checker handshake between the tick thread and the snapshot writer."""
 
@@ -108,6 +113,7 @@ class RaftNode(SyncObj):
                  progress: SnapshotProgress, journal: DurableJournal) -> None:
         self._applier = applier
         self.journal = journal
+        self._commit_index = 0  # behind the commit-index property below; pysyncobj sets it first thing
         self._read_dump_meta = read_dump_meta
         self._progress = progress
         self._enqueued = 0
@@ -126,21 +132,24 @@ class RaftNode(SyncObj):
         finally:
             with _journals_lock:
                 _journals.pop(journal.path, None)
-        # Durability: every message that leaves this node (an append acknowledgement, a vote)
-        # first syncs the journal, so nothing is acknowledged that a power loss could take back;
-        # one fdatasync covers every entry appended since the last one. The leader's own appends
-        # go out unsynced so its fsync overlaps its followers' (Raft allows it, section 10.2.1 of
-        # the thesis); it syncs before it reads any message (`receive` below) and at the end of
-        # every tick, so it never counts itself towards a commit unsynced.
+        # Durability: a message that promises what is on this node's disk (an acknowledgement of
+        # entries, a vote) first syncs the journal on this thread, so nothing is acknowledged that a
+        # power loss could take back; one fdatasync covers every entry appended since the last one.
+        # The leader never waits for its own disk here: its appends go out unsynced so its fsync
+        # overlaps its followers' (Raft thesis, section 10.2.1), the journal's syncer thread makes them
+        # durable, and the leader counts itself towards a commit only up to the journal's durable
+        # index (the commit-index property below). A stalled fsync on the tick thread stalled the
+        # heartbeats and cost an election per stall (docs/faults.md).
         transport = self._SyncObj__transport
         send = transport.send
 
         self.probe_gate = gate = ProbeGate(conf.appendEntriesPeriod)
 
         def send_after_sync(node: object, message: object) -> object:
-            if not (isinstance(message, dict) and message.get("type") == "append_entries"):
+            kind = message.get("type") if isinstance(message, dict) else None
+            if kind in _PROMISES_ON_DISK:
                 journal.sync()
-            elif not gate.may_send(node, message):
+            elif kind == "append_entries" and not gate.may_send(node, message):
                 return True  # held back while the follower is probed (raftlog/appendflow.py)
             return send(node, message)
 
@@ -150,7 +159,6 @@ class RaftNode(SyncObj):
         deliver = transport._onMessageReceivedCallback
 
         def receive(node: object, message: object) -> None:
-            journal.sync()
             if prevote.on_message(node, message) or leadership.on_message(node, message):
                 return
             gate.on_reply(node, message)
@@ -167,6 +175,7 @@ class RaftNode(SyncObj):
 
         transport.setOnMessageReceivedCallback(receive)
         self.addOnTickCallback(self._on_tick)
+        journal.start_syncer(self._on_durable)
 
     # pysyncobj reads its election timer in one place, to decide whether to campaign. Reading it
     # through this property lets the pre-vote decide (raftlog/prevote.py); writes go through.
@@ -223,10 +232,52 @@ class RaftNode(SyncObj):
         except Exception:  # never raise on the tick thread
             log.exception("could not enqueue an entry")
 
+    # pysyncobj's leader counts itself towards every commit. Reading and writing its commit index
+    # through this property counts the leader only up to what its own disk has (the journal's durable
+    # index): an index commits when a majority holds it durably, the leader's copy or not (Raft thesis,
+    # section 10.2.1). With a slow disk on the leader, its followers' copies commit without it.
+    @property
+    def _SyncObj__raftCommitIndex(self) -> int:  # noqa: N802 (pysyncobj's mangled name)
+        return self._commit_index
+
+    @_SyncObj__raftCommitIndex.setter
+    def _SyncObj__raftCommitIndex(self, value: int) -> None:  # noqa: N802
+        if value > self._commit_index and getattr(self, "_SyncObj__raftState", None) == Role.LEADER:
+            value = self._durable_commit(value)
+        self._commit_index = value
+
+    def _durable_commit(self, wanted: int) -> int:
+        """The leader's commit index: `wanted` (pysyncobj's, counting the leader) held to a majority of
+        durable copies."""
+        durable = self.journal.durable_index
+        if wanted <= durable:
+            return wanted
+        others = self._SyncObj__otherNodes
+        matched = sorted((self._SyncObj__raftMatchIndex.get(n, 0) for n in others), reverse=True)
+        majority = (len(others) + 1) // 2 + 1
+        by_followers = matched[majority - 1] if len(matched) >= majority else 0
+        allowed = min(wanted, max(durable, by_followers))
+        if allowed <= self._commit_index:
+            return self._commit_index
+        # Raft commits by counting only entries of the leader's term (the older ones commit with the
+        # first of the term after them), and the leader's term holds the end of its log.
+        entries = self._SyncObj__raftLog
+        first = entries[0][1]
+        if allowed < first or entries[allowed - first][2] != self._SyncObj__raftCurrentTerm:
+            return self._commit_index
+        return allowed
+
+    def _on_durable(self) -> None:
+        """The journal's syncer moved the durable index: let the tick count the leader again."""
+        try:
+            if self._isLeader():
+                self.wake()
+        except Exception:  # never raise on the syncer thread
+            log.exception("could not wake the tick loop")
+
     def _on_tick(self) -> None:
-        # The leader counts its own log towards a commit: entries it appended this tick are
-        # durable before the next tick computes the commit index.
-        self.journal.sync()
+        # The leader's entries appended this tick go to the syncer; the commit index follows it.
+        self.journal.request_sync()
         try:
             self._wake_lone_leader()
         except Exception:

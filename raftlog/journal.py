@@ -8,9 +8,16 @@ file:
     header  b"NSJOURN1"
     record  u32 length | u32 crc32 | u64 index | u64 term | command (length bytes)
 
-Writes are buffered in the page cache and made durable by `sync()`, which the binding calls
-before any Raft message leaves the node and at the end of every tick (raftlog/binding.py). So
-one fdatasync covers every entry appended since the last one: group commit.
+Writes are buffered in the page cache and made durable in one of two ways, each one fdatasync for
+every entry appended since the last one (group commit):
+
+- `sync()`, on the calling thread: a follower calls it before it acknowledges entries or a vote
+  (raftlog/binding.py).
+- The syncer thread (`start_syncer`), asked by `request_sync()`: the leader never waits for its own
+  disk on pysyncobj's tick thread, which also sends the heartbeats (a stalled fsync there cost an
+  election per stall, docs/faults.md). `durable_index` says how far the file is on disk; the binding
+  counts the leader towards a commit only up to it, and the syncer wakes the tick when it moves.
+  A second thread stores the commit index (two fsyncs) so that it never delays the entries'.
 
 Recovery on open: a record cut short or failing its checksum at the end of the file is a torn
 write that was never synced (so never acknowledged): it is dropped with a warning, and the
@@ -19,7 +26,7 @@ was acknowledged: opening fails with JournalCorrupt naming the file and offset.
 
 currentTerm and votedFor are written to `<path>.meta` (write, fsync, rename, fsync the
 directory) before pysyncobj sends the vote they reflect; the commit index is stored lazily,
-as Raft allows.
+as Raft allows (by the meta writer thread, when the syncer runs).
 
 An I/O error while appending (a full disk) stops the process (exit code 74, EX_IOERR), like
 etcd's WAL: pysyncobj would retry the tick with the in-memory log already changed, and a node
@@ -32,7 +39,9 @@ import json
 import logging
 import os
 import struct
+import threading
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from pysyncobj.journal import Journal
@@ -83,10 +92,26 @@ class DurableJournal(Journal):
         self.syncs = 0
         self.meta = self._read_meta()
         self._meta_saved = True
+        self._meta_lock = threading.Lock()  # one writer of the .meta file at a time (tick or syncer)
+        # The syncer reads the descriptor and the last index under this lock; whoever truncates or
+        # replaces the file holds it and bumps the generation, so a sync that overlapped never
+        # claims entries that are gone.
+        self._lock = threading.Lock()
+        self._wanted = threading.Condition(self._lock)
+        self._generation = 0
+        self._sync_wanted = False
+        self._meta_wanted = False
+        self._closing = False
+        self._syncer: threading.Thread | None = None
+        self._meta_writer: threading.Thread | None = None
+        self._on_durable: Callable[[], None] | None = None
         if os.path.exists(path) and _starts_with(path, PYSYNCOBJ_MAGIC):
             self._convert_pysyncobj_journal()
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._end = self._recover()
+        if self.fsync and self._entries:
+            os.fsync(self._fd)  # what a crashed process left in the page cache is on disk from here
+        self.durable_index = self._last_index()
 
     # ---- opening -------------------------------------------------------------------------------
 
@@ -197,25 +222,31 @@ class DurableJournal(Journal):
         tmp = self.path + ".compact"
         try:
             offsets = RESERVE.opening(lambda: self._write_file(tmp, kept))
-            os.close(self._fd)
-            os.replace(tmp, self.path)
+            with self._lock:
+                self._generation += 1
+                os.close(self._fd)
+                os.replace(tmp, self.path)
+                self._fd = RESERVE.opening(lambda: os.open(self.path, os.O_RDWR))
+                self._entries = kept
+                self._offsets = offsets
+                self.durable_index = self._last_index()  # _write_file synced every kept entry
             RESERVE.opening(lambda: _fsync_dir(self.path))
-            self._fd = RESERVE.opening(lambda: os.open(self.path, os.O_RDWR))
         except OSError as exc:
             _io_failed("compaction", self.path, exc)
-        self._entries = kept
-        self._offsets = offsets
         self._end = os.fstat(self._fd).st_size
         self._dirty = False
 
     def _truncate(self, keep: int) -> None:
         end = self._offsets[keep] if keep < len(self._offsets) else self._end
-        try:
-            os.ftruncate(self._fd, end)
-        except OSError as exc:
-            _io_failed("truncate", self.path, exc)
-        del self._entries[keep:]
-        del self._offsets[keep:]
+        with self._lock:
+            self._generation += 1
+            try:
+                os.ftruncate(self._fd, end)
+            except OSError as exc:
+                _io_failed("truncate", self.path, exc)
+            del self._entries[keep:]
+            del self._offsets[keep:]
+            self.durable_index = min(self.durable_index, self._last_index())
         self._end = end
         self._dirty = True
 
@@ -232,23 +263,100 @@ class DurableJournal(Journal):
             os.fsync(f.fileno())
         return offsets
 
+    def _last_index(self) -> int:
+        return int(self._entries[-1][1]) if self._entries else 0
+
     def sync(self) -> None:
-        """Make every appended entry durable (one fdatasync for all of them)."""
+        """Make every appended entry durable now, on this thread (one fdatasync for all of them)."""
         if not self._dirty:
             return
         self._dirty = False
-        if not self.fsync:
-            return
-        try:
-            os.fdatasync(self._fd)
-        except OSError as exc:
-            _io_failed("fdatasync", self.path, exc)
-        self.syncs += 1
+        target = self._last_index()
+        if self.fsync:
+            try:
+                os.fdatasync(self._fd)
+            except OSError as exc:
+                _io_failed("fdatasync", self.path, exc)
+            self.syncs += 1
+        with self._lock:
+            self.durable_index = max(self.durable_index, target)
 
     def flush(self) -> None:
         self.sync()
 
+    # ---- the syncer --------------------------------------------------------------------------------
+
+    def start_syncer(self, on_durable: Callable[[], None]) -> None:
+        """Start the thread that syncs on request; `on_durable()` runs after each sync that moved
+        `durable_index` (the binding wakes the tick loop with it)."""
+        self._on_durable = on_durable
+        self._syncer = threading.Thread(target=self._sync_loop, name="journal-syncer", daemon=True)
+        self._meta_writer = threading.Thread(target=self._meta_loop, name="journal-meta", daemon=True)
+        self._syncer.start()
+        self._meta_writer.start()
+
+    def request_sync(self) -> None:
+        """Have the syncer make every entry appended so far durable (returns at once; synchronous
+        without a syncer)."""
+        if self._syncer is None:
+            self.sync()
+            return
+        if self._last_index() <= self.durable_index:
+            return
+        with self._wanted:
+            self._sync_wanted = True
+            self._wanted.notify_all()
+
+    def _sync_loop(self) -> None:
+        while True:
+            with self._wanted:
+                while not (self._closing or self._sync_wanted):
+                    self._wanted.wait()
+                if self._closing:
+                    return
+                self._sync_wanted = False
+                generation, target = self._generation, self._last_index()
+                fd = os.dup(self._fd) if self.fsync else -1
+            if fd >= 0:
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    _io_failed("fdatasync", self.path, exc)
+                finally:
+                    os.close(fd)
+                self.syncs += 1
+            with self._lock:
+                moved = self._generation == generation and target > self.durable_index
+                if moved:
+                    self.durable_index = target
+            if moved and self._on_durable is not None:
+                self._on_durable()
+
+    def _meta_loop(self) -> None:
+        # Its own thread: storing the commit index costs two fsyncs, which must not delay the entries'.
+        while True:
+            with self._wanted:
+                while not (self._closing or self._meta_wanted):
+                    self._wanted.wait()
+                if self._closing:
+                    return
+                self._meta_wanted = False
+            self._store_meta()
+
+    def _stop_syncer(self) -> None:
+        if self._syncer is None:
+            return
+        with self._wanted:
+            self._closing = True
+            self._wanted.notify_all()
+        for thread in (self._syncer, self._meta_writer):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
+        self._syncer = self._meta_writer = None
+
     def _destroy(self) -> None:
+        self._stop_syncer()
+        self._dirty = True  # whatever the syncer had not reached yet
         self.sync()
         if not self._meta_saved:
             self._store_meta()
@@ -274,8 +382,14 @@ class DurableJournal(Journal):
         return self.meta.get("votedForNodeId")
 
     def onOneSecondTimer(self) -> None:  # noqa: N802
-        if not self._meta_saved:
+        if self._meta_saved:
+            return
+        if self._syncer is None:
             self._store_meta()
+            return
+        with self._wanted:  # the commit index may wait for the meta writer; the tick must not wait for a disk
+            self._meta_wanted = True
+            self._wanted.notify_all()
 
     # ---- metadata ------------------------------------------------------------------------------
 
@@ -295,23 +409,25 @@ class DurableJournal(Journal):
 
     def _store_meta(self) -> None:
         tmp = self.meta_path + ".tmp"
+        with self._meta_lock:
+            self._meta_saved = True  # before the copy: a change made while writing is stored next time
+            body = json.dumps(dict(self.meta)).encode()
 
-        def write() -> None:
-            with open(tmp, "wb") as f:
-                f.write(json.dumps(self.meta).encode())
-                f.flush()
+            def write() -> None:
+                with open(tmp, "wb") as f:
+                    f.write(body)
+                    f.flush()
+                    if self.fsync:
+                        os.fsync(f.fileno())
+
+            try:
+                # Descriptors held in reserve: a flood of connections must not stop the node here.
+                RESERVE.opening(write)
+                os.replace(tmp, self.meta_path)
                 if self.fsync:
-                    os.fsync(f.fileno())
-
-        try:
-            # Descriptors held in reserve: a flood of connections must not stop the node here.
-            RESERVE.opening(write)
-            os.replace(tmp, self.meta_path)
-            if self.fsync:
-                RESERVE.opening(lambda: _fsync_dir(self.meta_path))
-        except OSError as exc:
-            _io_failed("term/vote store", self.meta_path, exc)
-        self._meta_saved = True
+                    RESERVE.opening(lambda: _fsync_dir(self.meta_path))
+            except OSError as exc:
+                _io_failed("term/vote store", self.meta_path, exc)
 
 
 def _starts_with(path: str, prefix: bytes) -> bool:

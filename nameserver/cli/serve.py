@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import signal
 import sys
@@ -61,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # `kill -USR2 <pid>` writes every thread's stack to the node's log (stderr): what a wedged node waits on
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     server.start()
     stopped.wait()
     logging.getLogger("nameserver").info("stopping %s", cfg.raft_addr)

@@ -1,11 +1,15 @@
 """A slow disk on the leader: every fsync/fdatasync of the leader stalls 0.2 to 2 s (tests/faults/slowdisk.c,
 preloaded into every node; the stall is a file the test rewrites), while the workloads run.
 
-The known weakness this shows: the journal is synced on pysyncobj's tick thread, which also sends the
-heartbeats. A stalled fsync is a stalled heartbeat: the followers elect another leader, the stalled
-node gets deposed, and writes wait for the election. The after-checks must hold all the same (no
-acknowledged write lost, bindings linearizable, digests equal, no node wedged), and the test records
-what the stall cost: leader changes and the longest write acknowledged during it.
+The weakness it showed (docs/faults.md): the journal was synced on pysyncobj's tick thread, which also
+sends the heartbeats. A stalled fsync was a stalled heartbeat: the followers elected another leader
+(whose disk then stalled too: the stall follows the leadership), and writes waited for each election:
+162 acknowledged writes/s before, 0.8/s during, 3 leader changes in 10 s. Since the fix (the leader's
+journal syncs on its own thread, and a commit needs a majority of durable copies, the leader's or its
+followers'), the stalled leader stays leader and the writes go on at the followers' pace: no leader
+change, and at least half the acknowledged writes per second of before the stall (same run). The
+after-checks hold as everywhere (no acknowledged write lost, bindings linearizable, digests equal, no
+node wedged).
 """
 
 from __future__ import annotations
@@ -102,6 +106,8 @@ def test_fsync_stalls_on_the_leader(fault_cluster, make_run) -> None:
           f"{len(done) / (stall_end - base_end):.1f}/s during the stall; longest time without an "
           f"acknowledgement {max(gaps):.1f} s; p50 of those acknowledged {median(slow):.0f} ms")
     assert len(stalled) >= 1
-    assert len(done) >= 5, f"only {len(done)} writes acknowledged in {stall_end - base_end:.0f} s of slow disks"
+    assert leaders == stalled[:1], f"a slow disk on the leader cost an election: leaders {leaders}"
+    during = len(done) / (stall_end - base_end)
+    assert during >= 0.5 * before, f"writes slowed from {before:.0f}/s to {during:.1f}/s with the leader's disk slow"
     report = run.verify(healed_at=healed)
     assert report["acked"] >= 50, report

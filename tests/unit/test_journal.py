@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,14 @@ def fill(j: DurableJournal, n: int, first: int = 1, term: int = 1) -> None:
 
 def reopen(path: str) -> DurableJournal:
     return DurableJournal(path)
+
+
+def reopen_meta(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
 
 
 def test_entries_term_vote_and_commit_index_survive_reopen(tmp_path) -> None:
@@ -170,28 +179,41 @@ def test_an_append_that_cannot_be_written_stops_the_process(tmp_path) -> None:
     assert "journal append failed" in proc.stderr and "never reached" not in proc.stdout
 
 
-def test_no_raft_message_leaves_a_node_before_its_journal_is_synced(tmp_path, monkeypatch) -> None:
-    """Acknowledgements (every message but the leader's appends) leave with a clean journal, and no
-    message (an acknowledgement the leader would count) is read with unsynced entries."""
+def test_no_acknowledgement_leaves_unsynced_and_a_commit_has_a_durable_majority(tmp_path,
+                                                                                          monkeypatch) -> None:
+    """Acknowledgements of entries and votes leave with every entry durable; the leader's own appends
+    go out unsynced, and it commits only what a majority holds durably: its own copy counts only up to
+    its durable index (the syncer thread makes the leader's entries durable, off the tick thread)."""
     journals: list[DurableJournal] = []
     unsynced: list[str] = []
     sent = [0]
     read = [0]
+    leader_checks = [0]
     real_send = TCPTransport.send
     real_receive = SyncObj._SyncObj__onMessageReceived
+
+    def check_leader(raft: SyncObj) -> None:
+        if raft._isLeader():
+            leader_checks[0] += 1
+            # three members: a commit needs two durable copies, the leader's or both followers'
+            by_followers = min(raft._SyncObj__raftMatchIndex.values())
+            if raft.raftCommitIndex > max(raft.journal.durable_index, by_followers):
+                unsynced.append(f"leader committed {raft.raftCommitIndex} with {raft.journal.durable_index} durable "
+                                f"and {by_followers} on both followers")
 
     def checking_send(self: TCPTransport, node: object, message: object) -> object:
         # the binding wraps each node's transport.send; this is what its wrapper calls
         sent[0] += 1
-        if self._syncObj.journal._dirty and message.get("type") != "append_entries":
-            unsynced.append(f"sent {repr(message)[:80]}")
+        journal = self._syncObj.journal
+        if message.get("type") in ("next_node_idx", "response_vote") and journal.durable_index < journal[-1][1]:
+            unsynced.append(f"sent {repr(message)[:80]} with {journal.durable_index} of {journal[-1][1]} durable")
+        check_leader(self._syncObj)
         return real_send(self, node, message)
 
     def checking_receive(self: SyncObj, node: object, message: object) -> None:
         # what the binding's receive wrapper delivers to, after its own checks
         read[0] += 1
-        if self.journal._dirty:
-            unsynced.append(f"read {repr(message)[:80]}")
+        check_leader(self)
         return real_receive(self, node, message)
 
     monkeypatch.setattr(TCPTransport, "send", checking_send)
@@ -214,9 +236,10 @@ def test_no_raft_message_leaves_a_node_before_its_journal_is_synced(tmp_path, mo
         for i in range(50):
             batch = entry_pb2.Batch(records=[entry_pb2.Record(type=1, key=f"k{i}", value=b"v")])
             leader.propose(batch, 10)
-        assert sent[0] > 100 and read[0] > 100
+        assert sent[0] > 100 and read[0] > 100 and leader_checks[0] > 100
         assert unsynced == []
         assert all(j.syncs > 0 for j in journals)  # followers synced what they acknowledged
+        assert leader.raft.raftCommitIndex == leader.journal.durable_index == leader.journal[-1][1]
     finally:
         for rl in logs:
             rl.close()
@@ -231,3 +254,34 @@ def test_compaction_past_the_end_keeps_the_last_entry(tmp_path) -> None:
     assert [e[1] for e in j[:]] == [39994]
     j._destroy()
     assert [e[1] for e in reopen(path)[:]] == [39994]
+
+
+def test_the_syncer_makes_appends_durable_and_says_so(tmp_path) -> None:
+    j = DurableJournal(str(tmp_path / "raft.journal"))
+    woken = threading.Event()
+    j.start_syncer(woken.set)
+    try:
+        fill(j, 5)
+        assert j.durable_index == 0
+        j.request_sync()
+        assert woken.wait(5), "the syncer never reported"
+        assert j.durable_index == 5 and j.syncs >= 1
+        woken.clear()
+        j.deleteEntriesFrom(3)  # a follower's truncation: durable never claims what is gone
+        assert j.durable_index == 3
+        fill(j, 2, first=4)
+        j.setRaftCommitIndex(4)
+        j.onOneSecondTimer()  # the commit index is stored by the syncer
+        j.request_sync()
+        assert woken.wait(5)
+        deadline = time.monotonic() + 5
+        while reopen_meta(j.meta_path).get("raftCommitIndex") != 4:
+            assert time.monotonic() < deadline, "the commit index was not stored"
+            time.sleep(0.01)
+        assert j.durable_index == 5
+    finally:
+        j._destroy()
+    again = DurableJournal(str(tmp_path / "raft.journal"))
+    assert [e[1] for e in again] == [1, 2, 3, 4, 5] and again.durable_index == 5
+    assert again.getRaftCommitIndex() == 4
+    again._destroy()
