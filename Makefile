@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency demo bench bench-quick security
+.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency soak demo bench bench-quick security
 
 setup: $(STAMP)
 
@@ -48,6 +48,11 @@ faults: setup
 # The long consistency run: 20 x 60 s of kills and pauses with recorded histories (docs/consistency.md).
 faults-consistency: setup
 	LIN_RUNS=20 LIN_RUN_SECONDS=60 $(PY) -m pytest -q -s tests/faults/test_bindings_linearizable.py
+
+# The soak (tests/soak/soak.py; 60 minutes): mixed load at 70 % of the measured maximum, a fault every 2 minutes,
+# memory and descriptors per node every minute; writes data/soak/soak.json and data/soak/soak.png.
+soak: setup
+	$(PY) -m tests.soak --minutes 60 --out data/soak
 
 # The attack suite at full size (docs/operations.md, "The attack suite"): tens of thousands of
 # connections, 5-million-topic bodies, default limits; make test runs its short version.

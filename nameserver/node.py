@@ -116,6 +116,7 @@ class NameServerNode:
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
         self.watches = WatchHub(max_watchers=cfg.max_watchers)
         self._watch_feed = self.log.subscribe(self.watches.on_entry)
+        self._watch_resets = self.log.subscribe_resets(self.watches.on_reset)
         self.session_clock = SessionClock()  # session idleness by this node's monotonic clock
         self._session_feed = self.log.subscribe(self.session_clock.on_entry)
         self._threads = [

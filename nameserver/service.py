@@ -556,13 +556,22 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
             try:
                 msg = watcher.pending.get(timeout=progress_s)
             except queue.Empty:
-                if watcher.overflowed:
+                # Progress: every entry up to the apply offset read here was offered to this watcher
+                # before that offset was published (raftlog's listeners run first), so once the queue is
+                # seen empty after the read, nothing at or below it is still owed to the client.
+                applied = self.node.log.apply_offset
+                if watcher.cut_off:
                     break
-                yield api_pb2.WatchResponse(offset=self.node.log.apply_offset)  # progress
+                if watcher.pending.empty():
+                    yield api_pb2.WatchResponse(offset=max(last, applied))  # never backwards, on a lagging node
                 continue
             if msg.offset > last:
                 last = msg.offset
                 yield msg
+        if watcher.reset_at is not None:
+            context.abort(grpc.StatusCode.UNAVAILABLE,
+                          f"this node loaded a snapshot at offset {watcher.reset_at}; resume with "
+                          f"start_offset={last} on another node, or re-list")
         if watcher.overflowed:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"watcher fell more than {self.node.watches.max_pending} entries behind; "

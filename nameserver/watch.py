@@ -29,6 +29,13 @@ class Watcher:
         self.prefixes = prefixes
         self.pending: queue.Queue[api_pb2.WatchResponse] = queue.Queue(maxsize=max_pending)
         self.overflowed = False
+        self.reset_at: int | None = None  # the node loaded a snapshot at this offset: the feed has a hole
+
+    @property
+    def cut_off(self) -> bool:
+        """No more entries will come: the stream ends once the queue is drained, telling the client
+        where to resume."""
+        return self.overflowed or self.reset_at is not None
 
     def offer(self, entry: AppliedEntry) -> bool:
         """Apply thread: queue this entry's matching changes; False when the watcher overflowed."""
@@ -66,6 +73,15 @@ class WatchHub:
 
     def __len__(self) -> int:
         return len(self._watchers)
+
+    def on_reset(self, offset: int) -> None:
+        """Apply thread: a snapshot replaced the state. Every watcher is cut off: what it was owed up to
+        `offset` never passed through here, so it must resume (elsewhere, or re-list)."""
+        with self._lock:
+            cut, self._watchers = self._watchers, []
+        for w in cut:
+            w.reset_at = offset
+        self.cut_off_total += len(cut)
 
     def on_entry(self, entry: AppliedEntry) -> None:
         if not entry.changes:

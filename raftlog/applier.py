@@ -70,8 +70,12 @@ class Applier:
         self.last_apply_time = time.monotonic()
         self.failed: str | None = None  # set when apply stopped for good
         self.history = EntryHistory()
-        # Called on the apply thread after each applied entry (feeds watchers, archivers, metrics).
+        # Called on the apply thread after each applied entry (feeds watchers, archivers, metrics), before
+        # the apply offset moves to it: whoever sees the offset knows every listener has the entry.
         self.entry_listeners: list[Callable[[AppliedEntry], None]] = []
+        # Called on the apply thread when a snapshot replaced the state (the offset jumps; entries
+        # between were never applied here one by one), before the offset moves.
+        self.reset_listeners: list[Callable[[int], None]] = []
         self.snapshot_handler: Callable[[int, int, Any, bytes, str], None] | None = None
         self.restore_handler: Callable[[str, int], tuple[int, Iterable, str]] | None = None
         self._thread = threading.Thread(target=self._run, name="apply", daemon=True)
@@ -172,6 +176,11 @@ class Applier:
             results = self.fsm.apply_entry(index, entry, changes)
         applied = AppliedEntry(index, entry.term, data, tuple(changes))
         self.history.append(applied)  # before the offset moves: a reader at that offset finds it here
+        for listener in self.entry_listeners:
+            try:
+                listener(applied)
+            except Exception:
+                log.exception("entry listener failed at %d", index)
         self._publish(index)
         for batch, result in zip(entry.batches, results, strict=True):
             if batch.request_id:
@@ -180,11 +189,6 @@ class Applier:
                 if w is not None:
                     w.applied = Applied(index, result, entry.term)
                     w.event.set()
-        for listener in self.entry_listeners:
-            try:
-                listener(applied)
-            except Exception:
-                log.exception("entry listener failed at %d", index)
 
     def _advance(self, index: int) -> None:
         if index > self.apply_offset:
@@ -224,4 +228,9 @@ class Applier:
         self.history.reset(offset)
         log.info("restored snapshot at offset %d (digest %s)", offset, digest,
                  extra={"event": "snapshot_restored", "offset": offset, "digest": digest})
+        for listener in self.reset_listeners:
+            try:
+                listener(offset)
+            except Exception:
+                log.exception("reset listener failed at %d", offset)
         self._publish(offset)

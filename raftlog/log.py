@@ -235,9 +235,14 @@ class ReplicatedLog:
     # ---- applied entries: listeners and the recent history -------------------------------------
 
     def subscribe(self, listener: Callable[[AppliedEntry], None]) -> Subscription:
-        """Call `listener` on the apply thread after each applied entry (it must not block); close the
-        returned Subscription to stop."""
+        """Call `listener` on the apply thread after each applied entry, before apply_offset moves to it
+        (it must not block); close the returned Subscription to stop."""
         return Subscription(self.applier.entry_listeners, listener)
+
+    def subscribe_resets(self, listener: Callable[[int], None]) -> Subscription:
+        """Call `listener(offset)` on the apply thread when a snapshot replaced the state at `offset`
+        (entries up to it were not seen one by one), before apply_offset moves; close() to stop."""
+        return Subscription(self.applier.reset_listeners, listener)
 
     def watch_leadership(self, listener: Callable[[bool], None]) -> Subscription:
         """Call `listener(is_leader)` each time this node gains or loses leadership, in order, on one

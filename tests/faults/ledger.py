@@ -42,10 +42,20 @@ class AckLedger:
     pause_s: float = 0.005   # between writes of one writer: keeps the 2-core machine usable
     value_bytes: int = 64
     seed: int = 1
+    rate: float | None = None      # writes per second over all writers (None: each pauses pause_s)
+    keys_per_namespace: int = 0    # > 0: each writer moves to a new namespace after this many keys, so
+    #                                a long run's check reads many small tables instead of one huge one
+    key_space: int = 0             # > 0: each writer cycles over this many keys of its own (a soak's data
+    #                                stays bounded); a key must then hold its last acknowledged value, or
+    #                                the value of a write of it whose outcome is unknown (a timed-out write
+    #                                may take effect at any time after it was sent)
     writes: list[Write] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
+    _pace_lock: threading.Lock = field(default_factory=threading.Lock)
+    _next_at: float = 0.0
+    _namespace_of: dict[str, str] = field(default_factory=dict)  # key -> its namespace, when not the default
 
     def start(self) -> None:
         for p in range(self.writers):
@@ -63,16 +73,31 @@ class AckLedger:
         i = 0
         while not self._stop.is_set():
             node = rng.choice(self.cluster.nodes)
-            self.put(node, f"w{p}-{i:07d}", f"{p}:{i}:" + "x" * self.value_bytes)
+            key = f"w{p}-{i % self.key_space if self.key_space else i:07d}"
+            if self.keys_per_namespace:
+                self._namespace_of[key] = f"{self.namespace}-{p}-{i // self.keys_per_namespace}"
+            self.put(node, key, f"{p}:{i}:" + "x" * self.value_bytes)
             i += 1
+            self._pace()
+
+    def _pace(self) -> None:
+        if self.rate is None:
             if self.pause_s:
                 self._stop.wait(self.pause_s)
+            return
+        with self._pace_lock:
+            at = max(self._next_at, time.monotonic())
+            self._next_at = at + 1 / self.rate
+        self._stop.wait(max(0.0, at - time.monotonic()))
+
+    def namespace_of(self, key: str) -> str:
+        return self._namespace_of.get(key, self.namespace)
 
     def put(self, node: NodeProc, key: str, value: str, timeout: float | None = None) -> Write:
         """One recorded write (also used by tests to aim a write at one node, e.g. an isolated leader)."""
         t0 = time.monotonic()
         try:
-            r = node.ns.PutKv(api_pb2.PutKvRequest(namespace=self.namespace, key=key, value=value),
+            r = node.ns.PutKv(api_pb2.PutKvRequest(namespace=self.namespace_of(key), key=key, value=value),
                               timeout=timeout or self.timeout_s)
         except grpc.RpcError as exc:
             code = exc.code()
@@ -87,7 +112,17 @@ class AckLedger:
     # ---- queries ---------------------------------------------------------------------------------
 
     def acked(self) -> dict[str, Write]:
+        """Each key's last acknowledged write."""
         return {w.key: w for w in self.writes if w.status == "ok"}
+
+    def _may_hold(self) -> dict[str, set[str]]:
+        """Per key, the values it may hold besides the last acknowledged one: those of its writes with an
+        unknown outcome (only with key_space: otherwise every key is written once)."""
+        out: dict[str, set[str]] = {}
+        for w in self.writes:
+            if w.status == "unknown":
+                out.setdefault(w.key, set()).add(w.value)
+        return out
 
     def acked_between(self, t_from: float, t_to: float, nodes: set[str] | None = None) -> list[Write]:
         """Acknowledged writes invoked in [t_from, t_to], optionally only those sent to `nodes`."""
@@ -106,20 +141,25 @@ class AckLedger:
         if not acked:
             return {n.name: ["no write was acknowledged at all"] for n in nodes}
         floor = max(w.offset for w in acked.values())
+        later = self._may_hold() if self.key_space else {}
+        namespaces: dict[str, dict[str, Write]] = {}
+        for key, w in acked.items():
+            namespaces.setdefault(self.namespace_of(key), {})[key] = w
         out: dict[str, list[str]] = {}
         for n in nodes:
             problems: list[str] = []
-            try:
-                table = dict(n.ns.ListKv(api_pb2.ListKvRequest(namespace=self.namespace, min_offset=floor),
-                                         timeout=timeout).table)
-            except grpc.RpcError as exc:
-                out[n.name] = [f"ListKv(min_offset={floor}) failed: {exc.code()} {exc.details()}"]
-                continue
-            for key, w in sorted(acked.items()):
-                got = table.get(key)
-                if got is None:
-                    problems.append(f"{key} (acked at offset {w.offset} via {w.node}) missing")
-                elif got != w.value:
-                    problems.append(f"{key} has {got!r}, acked {w.value!r}")
+            for namespace, writes in sorted(namespaces.items()):
+                try:
+                    table = dict(n.ns.ListKv(api_pb2.ListKvRequest(namespace=namespace, min_offset=floor),
+                                             timeout=timeout).table)
+                except grpc.RpcError as exc:
+                    problems.append(f"ListKv({namespace}, min_offset={floor}) failed: {exc.code()} {exc.details()}")
+                    continue
+                for key, w in sorted(writes.items()):
+                    got = table.get(key)
+                    if got is None:
+                        problems.append(f"{key} (acked at offset {w.offset} via {w.node}) missing")
+                    elif got != w.value and got not in later.get(key, ()):
+                        problems.append(f"{key} has {got!r}, acked {w.value!r}")
             out[n.name] = problems
         return out

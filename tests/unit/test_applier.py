@@ -38,3 +38,21 @@ def test_a_malformed_entry_applies_as_a_noop_and_apply_goes_on() -> None:
         assert kv.get("kv/ns/k2") == b"2" and not applier.failed
     finally:
         applier.stop()
+
+
+def test_listeners_have_an_entry_before_its_offset_is_published() -> None:
+    """A watch stream's progress message says "nothing up to this offset is still owed": it reads the apply
+    offset, then finds its queue empty. That holds only if every listener got the entry before the offset
+    moved to it (before this order, a progress offset could pass an event still on its way)."""
+    applier = Applier(KVStateMachine(KVState()), threading.RLock())
+    seen: list[tuple[int, int]] = []
+    applier.entry_listeners.append(lambda e: seen.append((e.offset, applier.apply_offset)))
+    applier.start()
+    try:
+        for i in range(1, 201):
+            applier.enqueue_entry(i, entry(i))
+        assert applier.wait_applied(200, 5)
+        assert [o for o, _ in seen] == list(range(1, 201))
+        assert all(published < offset for offset, published in seen), "an offset was published before a listener"
+    finally:
+        applier.stop()

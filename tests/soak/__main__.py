@@ -1,0 +1,5 @@
+import sys
+
+from tests.soak.soak import main
+
+sys.exit(main())
