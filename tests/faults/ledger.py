@@ -115,6 +115,10 @@ class AckLedger:
         """Each key's last acknowledged write."""
         return {w.key: w for w in self.writes if w.status == "ok"}
 
+    def acknowledged(self) -> int:
+        """How many writes were acknowledged (with key_space, more than acked() has keys)."""
+        return sum(1 for w in self.writes if w.status == "ok")
+
     def _may_hold(self) -> dict[str, set[str]]:
         """Per key, the values it may hold besides the last acknowledged one: those of its writes with an
         unknown outcome (only with key_space: otherwise every key is written once)."""

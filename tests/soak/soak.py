@@ -235,9 +235,9 @@ class Nemesis:
 
 def measure(cluster: Cluster, load: Load, run: Run, seconds: float) -> dict[str, float]:
     """Operations per second of each kind over `seconds` (counters sampled before and after)."""
-    before = dict(load.counts) | {"kv_write": len(run.ledger.acked()), "binding": binding_ops(run)}
+    before = dict(load.counts) | {"kv_write": run.ledger.acknowledged(), "binding": binding_ops(run)}
     time.sleep(seconds)
-    after = dict(load.counts) | {"kv_write": len(run.ledger.acked()), "binding": binding_ops(run)}
+    after = dict(load.counts) | {"kv_write": run.ledger.acknowledged(), "binding": binding_ops(run)}
     return {k: (after.get(k, 0) - before.get(k, 0)) / seconds for k in KINDS}
 
 
@@ -247,7 +247,7 @@ def binding_ops(run: Run) -> int:
 
 def sample(cluster: Cluster, load: Load, run: Run, t0: float, previous: dict[str, Any] | None) -> dict[str, Any]:
     now = time.monotonic()
-    counts = dict(load.counts) | {"kv_write": len(run.ledger.acked()), "binding": binding_ops(run)}
+    counts = dict(load.counts) | {"kv_write": run.ledger.acknowledged(), "binding": binding_ops(run)}
     nodes = {}
     for n in cluster.nodes:
         if n.alive and n.proc is not None:
