@@ -26,7 +26,7 @@ from tests.faults.scenario import SEED, pick, timeout_for
 
 pytestmark = pytest.mark.cluster
 
-SECONDS = (15, 300)
+SECONDS = (10, 300)
 
 
 def clockshim() -> str:

@@ -28,13 +28,14 @@ import pytest
 
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from tests.cluster import Cluster, NodeProc
-from tests.faults.scenario import SEED
+from tests.faults.scenario import SEED, pick
 
 pytestmark = pytest.mark.cluster
 
 WATCHERS = int(os.environ.get("WATCH_FAILOVER_WATCHERS", "500"))
 WRITERS = int(os.environ.get("WATCH_FAILOVER_WRITERS", "200"))
 NAMESPACES = max(1, WATCHERS // 10)
+PHASE_S = pick(3, 20)  # writes before the kill, while the leader is down, after its restart
 STREAMS_PER_CHANNEL = 50
 
 
@@ -168,12 +169,12 @@ def test_watchers_resume_without_gap_or_duplicate_across_a_leader_kill(fault_clu
         for w in watchers:
             assert w.answered.wait(max(0.1, deadline - time.monotonic())), f"watcher {w.slot} never answered"
         writers.start()
-        time.sleep(5)
+        time.sleep(PHASE_S)
         c.kill(leader)
         killed_at = time.monotonic()
-        time.sleep(5)
+        time.sleep(PHASE_S)
         c.start(leader)
-        time.sleep(5)
+        time.sleep(PHASE_S)
         writers.join()
         converged = c.wait_converged(timeout=60)
         final = max(s.apply_offset for s in converged)
