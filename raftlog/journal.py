@@ -307,14 +307,19 @@ class DurableJournal(Journal):
             self._sync_wanted = True
             self._wanted.notify_all()
 
+    def _wait_for(self, flag: str) -> bool:
+        """Wait (holding the lock on return) until `flag` is set or the journal closes; clear it.
+        False: closing."""
+        while not (self._closing or getattr(self, flag)):
+            self._wanted.wait()
+        setattr(self, flag, False)
+        return not self._closing
+
     def _sync_loop(self) -> None:
         while True:
             with self._wanted:
-                while not (self._closing or self._sync_wanted):
-                    self._wanted.wait()
-                if self._closing:
+                if not self._wait_for("_sync_wanted"):
                     return
-                self._sync_wanted = False
                 generation, target = self._generation, self._last_index()
                 fd = os.dup(self._fd) if self.fsync else -1
             if fd >= 0:
@@ -336,11 +341,8 @@ class DurableJournal(Journal):
         # Its own thread: storing the commit index costs two fsyncs, which must not delay the entries'.
         while True:
             with self._wanted:
-                while not (self._closing or self._meta_wanted):
-                    self._wanted.wait()
-                if self._closing:
+                if not self._wait_for("_meta_wanted"):
                     return
-                self._meta_wanted = False
             self._store_meta()
 
     def _stop_syncer(self) -> None:

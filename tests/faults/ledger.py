@@ -43,8 +43,6 @@ class AckLedger:
     value_bytes: int = 64
     seed: int = 1
     rate: float | None = None      # writes per second over all writers (None: each pauses pause_s)
-    keys_per_namespace: int = 0    # > 0: each writer moves to a new namespace after this many keys, so
-    #                                a long run's check reads many small tables instead of one huge one
     key_space: int = 0             # > 0: each writer cycles over this many keys of its own (a soak's data
     #                                stays bounded); a key must then hold its last acknowledged value, or
     #                                the value of a write of it whose outcome is unknown (a timed-out write
@@ -55,7 +53,6 @@ class AckLedger:
     _threads: list[threading.Thread] = field(default_factory=list)
     _pace_lock: threading.Lock = field(default_factory=threading.Lock)
     _next_at: float = 0.0
-    _namespace_of: dict[str, str] = field(default_factory=dict)  # key -> its namespace, when not the default
 
     def start(self) -> None:
         for p in range(self.writers):
@@ -74,8 +71,6 @@ class AckLedger:
         while not self._stop.is_set():
             node = rng.choice(self.cluster.nodes)
             key = f"w{p}-{i % self.key_space if self.key_space else i:07d}"
-            if self.keys_per_namespace:
-                self._namespace_of[key] = f"{self.namespace}-{p}-{i // self.keys_per_namespace}"
             self.put(node, key, f"{p}:{i}:" + "x" * self.value_bytes)
             i += 1
             self._pace()
@@ -90,14 +85,11 @@ class AckLedger:
             self._next_at = at + 1 / self.rate
         self._stop.wait(max(0.0, at - time.monotonic()))
 
-    def namespace_of(self, key: str) -> str:
-        return self._namespace_of.get(key, self.namespace)
-
     def put(self, node: NodeProc, key: str, value: str, timeout: float | None = None) -> Write:
         """One recorded write (also used by tests to aim a write at one node, e.g. an isolated leader)."""
         t0 = time.monotonic()
         try:
-            r = node.ns.PutKv(api_pb2.PutKvRequest(namespace=self.namespace_of(key), key=key, value=value),
+            r = node.ns.PutKv(api_pb2.PutKvRequest(namespace=self.namespace, key=key, value=value),
                               timeout=timeout or self.timeout_s)
         except grpc.RpcError as exc:
             code = exc.code()
@@ -146,24 +138,20 @@ class AckLedger:
             return {n.name: ["no write was acknowledged at all"] for n in nodes}
         floor = max(w.offset for w in acked.values())
         later = self._may_hold() if self.key_space else {}
-        namespaces: dict[str, dict[str, Write]] = {}
-        for key, w in acked.items():
-            namespaces.setdefault(self.namespace_of(key), {})[key] = w
         out: dict[str, list[str]] = {}
         for n in nodes:
             problems: list[str] = []
-            for namespace, writes in sorted(namespaces.items()):
-                try:
-                    table = dict(n.ns.ListKv(api_pb2.ListKvRequest(namespace=namespace, min_offset=floor),
-                                             timeout=timeout).table)
-                except grpc.RpcError as exc:
-                    problems.append(f"ListKv({namespace}, min_offset={floor}) failed: {exc.code()} {exc.details()}")
-                    continue
-                for key, w in sorted(writes.items()):
-                    got = table.get(key)
-                    if got is None:
-                        problems.append(f"{key} (acked at offset {w.offset} via {w.node}) missing")
-                    elif got != w.value and got not in later.get(key, ()):
-                        problems.append(f"{key} has {got!r}, acked {w.value!r}")
+            try:
+                table = dict(n.ns.ListKv(api_pb2.ListKvRequest(namespace=self.namespace, min_offset=floor),
+                                         timeout=timeout).table)
+            except grpc.RpcError as exc:
+                out[n.name] = [f"ListKv(min_offset={floor}) failed: {exc.code()} {exc.details()}"]
+                continue
+            for key, w in sorted(acked.items()):
+                got = table.get(key)
+                if got is None:
+                    problems.append(f"{key} (acked at offset {w.offset} via {w.node}) missing")
+                elif got != w.value and got not in later.get(key, ()):
+                    problems.append(f"{key} has {got!r}, acked {w.value!r}")
             out[n.name] = problems
         return out

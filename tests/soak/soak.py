@@ -16,8 +16,9 @@ short version in `make test`. The load, each kind from its own client threads th
 Calibration first: the same mix closed-loop (each client calls as fast as answers come) for
 `--calibrate` seconds gives each kind's maximum rate; the soak then paces registrations, route reads
 and KV writes at 70 % of theirs (the binding clients stay closed-loop, as the fault suite runs them).
-Faults rotate through: SIGKILL the leader, SIGKILL a follower (each restarted 5 s later), SIGSTOP the
-leader for 3 s, SIGSTOP a follower for 5 s.
+Faults come from the fault suite's Nemesis, `--fault-every` seconds after the last one healed, rotating
+through: SIGKILL the leader, SIGSTOP the leader for 3 s, SIGKILL a node, SIGSTOP a node (a random one, any
+role); a killed node restarts 2 s later.
 
 At the end the load stops and the fault suite's after-checks run (no node wedged, digests equal, no
 acknowledged write lost, bindings linearizable by both checkers, nothing unexpected), then the report:
@@ -35,7 +36,6 @@ import itertools
 import json
 import os
 import random
-import signal
 import sys
 import tempfile
 import threading
@@ -47,6 +47,7 @@ import grpc
 
 from nameserver.pb import api_pb2
 from tests.cluster import Cluster, NodeProc, register_request
+from tests.faults.harness import Nemesis
 from tests.faults.scenario import Run
 
 KINDS = ("registration", "route_read", "kv_write", "watch_event", "binding")
@@ -190,64 +191,23 @@ class Load:
                 time.sleep(0.05)
 
 
-class Nemesis:
-    """A fault every `every_s`, rotating through four kinds; each heals itself within seconds."""
-
-    KINDS = ("kill leader", "kill follower", "pause leader", "pause follower")
-
-    def __init__(self, cluster: Cluster, every_s: float, seed: int = 7) -> None:
-        self.cluster = cluster
-        self.every_s = every_s
-        self.rng = random.Random(seed)
-        self.log: list[tuple[float, str]] = []
-        self.stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="nemesis")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self) -> None:
-        self.stop.set()
-        self._thread.join(60)
-
-    def _run(self) -> None:
-        start = time.monotonic()
-        for n in itertools.count():
-            if self.stop.wait(max(0.0, start + (n + 1) * self.every_s - time.monotonic())):
-                return  # on a fixed schedule: a fault's own healing time does not push the next one back
-            kind = self.KINDS[n % len(self.KINDS)]
-            leader = self.cluster.leader()
-            followers = [x for x in self.cluster.nodes if x.alive and x is not leader]
-            victim = leader if "leader" in kind else (self.rng.choice(followers) if followers else None)
-            if victim is None or not victim.alive:
-                continue
-            self.log.append((time.monotonic(), f"{kind} ({victim.name})"))
-            if kind.startswith("kill"):
-                self.cluster.kill(victim)
-                self.stop.wait(5)
-                self.cluster.start(victim)
-            else:
-                assert victim.proc is not None
-                victim.proc.send_signal(signal.SIGSTOP)
-                time.sleep(3 if "leader" in kind else 5)
-                victim.proc.send_signal(signal.SIGCONT)
+def counts(load: Load, run: Run) -> dict[str, int]:
+    """Operations done so far, per kind."""
+    return dict(load.counts) | {"kv_write": run.ledger.acknowledged(),
+                                "binding": sum(len(w.history.ops) for w in run.segments)}
 
 
-def measure(cluster: Cluster, load: Load, run: Run, seconds: float) -> dict[str, float]:
-    """Operations per second of each kind over `seconds` (counters sampled before and after)."""
-    before = dict(load.counts) | {"kv_write": run.ledger.acknowledged(), "binding": binding_ops(run)}
+def measure(load: Load, run: Run, seconds: float) -> dict[str, float]:
+    """Operations per second of each kind over `seconds`."""
+    before = counts(load, run)
     time.sleep(seconds)
-    after = dict(load.counts) | {"kv_write": run.ledger.acknowledged(), "binding": binding_ops(run)}
+    after = counts(load, run)
     return {k: (after.get(k, 0) - before.get(k, 0)) / seconds for k in KINDS}
-
-
-def binding_ops(run: Run) -> int:
-    return sum(len(w.history.ops) for w in run.segments)
 
 
 def sample(cluster: Cluster, load: Load, run: Run, t0: float, previous: dict[str, Any] | None) -> dict[str, Any]:
     now = time.monotonic()
-    counts = dict(load.counts) | {"kv_write": run.ledger.acknowledged(), "binding": binding_ops(run)}
+    done = counts(load, run)
     nodes = {}
     for n in cluster.nodes:
         if n.alive and n.proc is not None:
@@ -257,8 +217,8 @@ def sample(cluster: Cluster, load: Load, run: Run, t0: float, previous: dict[str
     rates = {}
     if previous is not None:
         dt = now - t0 - previous["t"]
-        rates = {k: round((counts.get(k, 0) - previous["counts"].get(k, 0)) / dt, 1) for k in KINDS}
-    return {"t": round(now - t0, 1), "nodes": nodes, "counts": counts, "rates": rates,
+        rates = {k: round((done.get(k, 0) - previous["counts"].get(k, 0)) / dt, 1) for k in KINDS}
+    return {"t": round(now - t0, 1), "nodes": nodes, "counts": done, "rates": rates,
             "term": max((s.term for s in statuses), default=0), "errors": sum(load.errors.values())}
 
 
@@ -334,7 +294,7 @@ def soak(root: str, minutes: float, fault_every_s: float = 120, sample_every_s: 
         run.start()
         calib.start()
         time.sleep(3)
-        maxima = measure(cluster, calib, run, calibrate_s)
+        maxima = measure(calib, run, calibrate_s)
         calib.join()
         rates = {k: max(1.0, maxima[k] * LOAD_FACTOR) for k in ("registration", "route_read")}
         run.ledger.rate = max(1.0, maxima["kv_write"] * LOAD_FACTOR)
@@ -342,7 +302,7 @@ def soak(root: str, minutes: float, fault_every_s: float = 120, sample_every_s: 
         print(f"soak: maxima (closed loop, {calibrate_s:.0f} s): { {k: round(v) for k, v in maxima.items()} }; "
               f"paced at {LOAD_FACTOR:.0%}", flush=True)
         load.start()
-        nemesis = Nemesis(cluster, fault_every_s)
+        nemesis = Nemesis(cluster, pause_s=3.0, down_s=2.0, settle_s=fault_every_s)
         t0 = time.monotonic()
         samples = [sample(cluster, load, run, t0, None)]
         nemesis.start()
@@ -353,7 +313,7 @@ def soak(root: str, minutes: float, fault_every_s: float = 120, sample_every_s: 
             print(f"soak {last['t'] / 60:5.1f} min: " + ", ".join(
                 f"{name} {v['rss_mib']:.0f} MiB {v['fds']} fds" for name, v in sorted(last["nodes"].items()))
                 + f"; ops/s {last['rates']}; term {last['term']}; errors {last['errors']}", flush=True)
-        nemesis.join()
+        nemesis.stop()
         healed = time.monotonic()
         for n in cluster.nodes:
             if not n.alive:
@@ -361,7 +321,7 @@ def soak(root: str, minutes: float, fault_every_s: float = 120, sample_every_s: 
         load.join()
         run.stop()
         checks = run.verify(healed_at=healed)
-        faults = [(at - t0, what) for at, what in nemesis.log]
+        faults = [(start - t0, f"{fault} ({name})") for start, _, fault, name in nemesis.events]
         plot(samples, faults, os.path.join(out, "soak.png"),
              f"soak: {minutes:g} min, {len(faults)} faults, load at {LOAD_FACTOR:.0%} of the measured maximum")
         report = {"minutes": minutes, "maxima": maxima, "paced": rates | {"kv_write": run.ledger.rate},
