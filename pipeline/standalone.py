@@ -30,6 +30,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
+from nameserver.localports import free_port
+
 STATE_FILE = "cluster.json"
 EXECUTOR_PACKAGES = ("pandas", "pyarrow", "numpy", "protobuf")  # what the executors import from outside
 _DEPLOY = "org.apache.spark.deploy"
@@ -100,14 +102,6 @@ def _alive_workers(web_url: str) -> int:
         return -1
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(directory: str, workers: int = 2, cores: int = 1, memory: str = "1536m", port: int = 7077,
           web_port: int = 0, venv: str | None = None, timeout: float = 90.0) -> Cluster:
     directory = os.path.abspath(directory)
@@ -116,7 +110,7 @@ def start(directory: str, workers: int = 2, cores: int = 1, memory: str = "1536m
                               f"(python -m pipeline standalone stop --dir {directory})")
     os.makedirs(os.path.join(directory, "local"), exist_ok=True)
     python = executor_python(venv or os.path.join(directory, "executor-python"))
-    web_port = web_port or _free_port()
+    web_port = web_port or free_port()
     cluster = Cluster(directory, f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web_port}", python)
     procs = [_launch(directory, "master", [f"{_DEPLOY}.master.Master", "--host", "127.0.0.1",
                                            "--port", str(port), "--webui-port", str(web_port)])]
@@ -127,7 +121,7 @@ def start(directory: str, workers: int = 2, cores: int = 1, memory: str = "1536m
         os.makedirs(work, exist_ok=True)
         procs.append(_launch(directory, f"worker-{i}", [
             f"{_DEPLOY}.worker.Worker", "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
-            "--work-dir", work, "--webui-port", str(_free_port()), cluster.master_url]))
+            "--work-dir", work, "--webui-port", str(free_port()), cluster.master_url]))
         cluster.pids.append(procs[-1].pid)
         _save(cluster)
     deadline = time.monotonic() + timeout

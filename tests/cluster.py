@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from nameserver.bench.procs import free_ports
+from nameserver.localports import free_ports
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from nameserver.bench.procs import free_ports, rss_bytes
+from nameserver.bench.procs import rss_bytes
+from nameserver.localports import free_ports
 from nameserver.pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,19 +16,8 @@ from typing import Any
 
 import grpc
 
+from nameserver.localports import free_ports
 from nameserver.pb import api_pb2, api_pb2_grpc
-
-
-def free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
 
 
 def rss_bytes(pid: int) -> int:
@@ -192,4 +180,4 @@ class LocalCluster:
         raise TimeoutError(f"nodes did not converge within {timeout}s; logs under {self.root}")
 
 
-__all__ = ["BenchNode", "LocalCluster", "free_ports", "rss_bytes"]
+__all__ = ["BenchNode", "LocalCluster", "rss_bytes"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,23 +34,14 @@ from nameserver.client import (
     RouteCache,
     SendFailed,
 )
+from nameserver.localports import free_ports
 from nameserver.pb import api_pb2
 
 TOPIC = "SimTopic0"
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def start_cluster(root: str, size: int = 3, scan_interval_ms: int = 500) -> tuple[list[subprocess.Popen], list[str]]:
-    ports = _free_ports(2 * size)
+    ports = free_ports(2 * size)
     raft = [f"127.0.0.1:{ports[2 * i]}" for i in range(size)]
     grpc_addrs = [f"127.0.0.1:{ports[2 * i + 1]}" for i in range(size)]
     members = "".join(f'[[cluster.members]]\nraft_addr = "{r}"\ngrpc_addr = "{g}"\n\n'

@@ -7,8 +7,8 @@ import threading
 import grpc
 import pytest
 
-from nameserver.bench.procs import free_ports
 from nameserver.cli import nsctl
+from nameserver.localports import free_ports
 from nameserver.pb import api_pb2
 from tests.cluster import Cluster, NodeProc, retry
 

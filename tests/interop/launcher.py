@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nameserver.bench.procs import free_ports
+from nameserver.localports import free_ports
 
 from . import jars
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from nameserver.bench.procs import free_ports
+from nameserver.localports import free_ports
 from nameserver.remoting import frame
 from nameserver.remoting.command import Command
 
