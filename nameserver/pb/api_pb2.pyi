@@ -714,3 +714,181 @@ class StateChunk(_message.Message):
     apply_offset: int
     digest: str
     def __init__(self, items: _Optional[_Iterable[_Union[StateItem, _Mapping]]] = ..., apply_offset: _Optional[int] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class BrokerSetRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "consistency")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    consistency: Consistency
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ApplyBrokerIdRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "register_check_code")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_CHECK_CODE_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    register_check_code: str
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., register_check_code: _Optional[str] = ...) -> None: ...
+
+class ControllerRegisterRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_address")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_address: str
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_address: _Optional[str] = ...) -> None: ...
+
+class ElectMasterRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "designate_elect")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DESIGNATE_ELECT_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    designate_elect: bool
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., designate_elect: _Optional[bool] = ...) -> None: ...
+
+class AlterSyncStateSetRequest(_message.Message):
+    __slots__ = ("broker_name", "master_id", "master_epoch", "sync_state_set", "sync_state_set_epoch")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    master_id: int
+    master_epoch: int
+    sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    sync_state_set_epoch: int
+    def __init__(self, broker_name: _Optional[str] = ..., master_id: _Optional[int] = ..., master_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ...) -> None: ...
+
+class CleanBrokerDataRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_ids", "clean_living_broker")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_IDS_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_LIVING_BROKER_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_ids: _containers.RepeatedScalarFieldContainer[int]
+    clean_living_broker: bool
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_ids: _Optional[_Iterable[int]] = ..., clean_living_broker: _Optional[bool] = ...) -> None: ...
+
+class ControllerReplicaView(_message.Message):
+    __slots__ = ("broker_id", "address", "alive", "in_sync")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    address: str
+    alive: bool
+    in_sync: bool
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., in_sync: _Optional[bool] = ...) -> None: ...
+
+class BrokerSetView(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "master_id", "master_address", "master_epoch", "sync_state_set", "sync_state_set_epoch", "replicas", "next_broker_id")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    master_id: int
+    master_address: str
+    master_epoch: int
+    sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    sync_state_set_epoch: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ControllerReplicaView]
+    next_broker_id: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., master_id: _Optional[int] = ..., master_address: _Optional[str] = ..., master_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ControllerReplicaView, _Mapping]]] = ..., next_broker_id: _Optional[int] = ...) -> None: ...
+
+class ControllerReply(_message.Message):
+    __slots__ = ("code", "remark", "offset", "set", "next_broker_id")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    offset: int
+    set: BrokerSetView
+    next_broker_id: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., offset: _Optional[int] = ..., set: _Optional[_Union[BrokerSetView, _Mapping]] = ..., next_broker_id: _Optional[int] = ...) -> None: ...
+
+class ListBrokerSetsRequest(_message.Message):
+    __slots__ = ("broker_names", "consistency")
+    BROKER_NAMES_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    broker_names: _containers.RepeatedScalarFieldContainer[str]
+    consistency: Consistency
+    def __init__(self, broker_names: _Optional[_Iterable[str]] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ListBrokerSetsReply(_message.Message):
+    __slots__ = ("sets", "apply_offset")
+    SETS_FIELD_NUMBER: _ClassVar[int]
+    APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    sets: _containers.RepeatedCompositeFieldContainer[BrokerSetView]
+    apply_offset: int
+    def __init__(self, sets: _Optional[_Iterable[_Union[BrokerSetView, _Mapping]]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+
+class ControllerHeartbeatRequest(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_address", "broker_id", "epoch", "max_offset", "confirm_offset", "timeout_ms", "election_priority")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ELECTION_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_address: str
+    broker_id: int
+    epoch: int
+    max_offset: int
+    confirm_offset: int
+    timeout_ms: int
+    election_priority: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_address: _Optional[str] = ..., broker_id: _Optional[int] = ..., epoch: _Optional[int] = ..., max_offset: _Optional[int] = ..., confirm_offset: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., election_priority: _Optional[int] = ...) -> None: ...
+
+class ControllerHeartbeatReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ControllerLeaderRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ControllerLeaderReply(_message.Message):
+    __slots__ = ("leader_id", "leader_address", "is_leader", "peers")
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    IS_LEADER_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    leader_id: str
+    leader_address: str
+    is_leader: bool
+    peers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., is_leader: _Optional[bool] = ..., peers: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -1096,9 +1096,481 @@ class NameServer:
             _registered_method=True)
 
 
-class LogStub:
+class ControllerStub:
     """The metadata log and state, for export and the Spark pipeline.
+    Controller mode (RIP-44; docs/controller.md): RocketMQ 5's broker-set master election on this log.
+    Writes are decided on the Raft leader (a follower forwards them); a decision the controller refuses
+    is an OK call whose reply carries Apache RocketMQ's response code (2000-2016) and remark.
     """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.GetNextBrokerId = channel.unary_unary(
+                '/rip18.nameserver.v1.Controller/GetNextBrokerId',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.BrokerSetRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.ApplyBrokerId = channel.unary_unary(
+                '/rip18.nameserver.v1.Controller/ApplyBrokerId',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ApplyBrokerIdRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.RegisterBroker = channel.unary_unary(
+                '/rip18.nameserver.v1.Controller/RegisterBroker',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ControllerRegisterRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.ElectMaster = channel.unary_unary(
+                '/rip18.nameserver.v1.Controller/ElectMaster',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ElectMasterRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.AlterSyncStateSet = channel.unary_unary(
+                '/rip18.nameserver.v1.Controller/AlterSyncStateSet',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.AlterSyncStateSetRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.CleanBrokerData = channel.unary_unary(
+                '/rip18.nameserver.v1.Controller/CleanBrokerData',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.CleanBrokerDataRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.GetReplicaInfo = channel.unary_unary(
+                '/rip18.nameserver.v1.Controller/GetReplicaInfo',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.BrokerSetRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.ListBrokerSets = channel.unary_unary(
+                '/rip18.nameserver.v1.Controller/ListBrokerSets',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ListBrokerSetsRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ListBrokerSetsReply.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/rip18.nameserver.v1.Controller/Heartbeat',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ControllerHeartbeatRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerHeartbeatReply.FromString,
+                _registered_method=True)
+        self.GetLeader = channel.unary_unary(
+                '/rip18.nameserver.v1.Controller/GetLeader',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ControllerLeaderRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerLeaderReply.FromString,
+                _registered_method=True)
+
+
+class ControllerServicer:
+    """The metadata log and state, for export and the Spark pipeline.
+    Controller mode (RIP-44; docs/controller.md): RocketMQ 5's broker-set master election on this log.
+    Writes are decided on the Raft leader (a follower forwards them); a decision the controller refuses
+    is an OK call whose reply carries Apache RocketMQ's response code (2000-2016) and remark.
+    """
+
+    def GetNextBrokerId(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyBrokerId(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterBroker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ElectMaster(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterSyncStateSet(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CleanBrokerData(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetReplicaInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBrokerSets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """A broker's heartbeat to this node (each node keeps its own table, as RocketMQ's controllers do).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLeader(self, request, context):
+        """The leader's controller address ("" while there is none), for RocketMQ's GET_METADATA_INFO.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ControllerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'GetNextBrokerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNextBrokerId,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.BrokerSetRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.SerializeToString,
+            ),
+            'ApplyBrokerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyBrokerId,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ApplyBrokerIdRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.SerializeToString,
+            ),
+            'RegisterBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterBroker,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerRegisterRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.SerializeToString,
+            ),
+            'ElectMaster': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectMaster,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ElectMasterRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.SerializeToString,
+            ),
+            'AlterSyncStateSet': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterSyncStateSet,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.AlterSyncStateSetRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.SerializeToString,
+            ),
+            'CleanBrokerData': grpc.unary_unary_rpc_method_handler(
+                    servicer.CleanBrokerData,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.CleanBrokerDataRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.SerializeToString,
+            ),
+            'GetReplicaInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReplicaInfo,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.BrokerSetRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ControllerReply.SerializeToString,
+            ),
+            'ListBrokerSets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBrokerSets,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ListBrokerSetsRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ListBrokerSetsReply.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerHeartbeatRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ControllerHeartbeatReply.SerializeToString,
+            ),
+            'GetLeader': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLeader,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ControllerLeaderRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.ControllerLeaderReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'rip18.nameserver.v1.Controller', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('rip18.nameserver.v1.Controller', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Controller:
+    """The metadata log and state, for export and the Spark pipeline.
+    Controller mode (RIP-44; docs/controller.md): RocketMQ 5's broker-set master election on this log.
+    Writes are decided on the Raft leader (a follower forwards them); a decision the controller refuses
+    is an OK call whose reply carries Apache RocketMQ's response code (2000-2016) and remark.
+    """
+
+    @staticmethod
+    def GetNextBrokerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Controller/GetNextBrokerId',
+            nameserver_dot_pb_dot_api__pb2.BrokerSetRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyBrokerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Controller/ApplyBrokerId',
+            nameserver_dot_pb_dot_api__pb2.ApplyBrokerIdRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Controller/RegisterBroker',
+            nameserver_dot_pb_dot_api__pb2.ControllerRegisterRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectMaster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Controller/ElectMaster',
+            nameserver_dot_pb_dot_api__pb2.ElectMasterRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterSyncStateSet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Controller/AlterSyncStateSet',
+            nameserver_dot_pb_dot_api__pb2.AlterSyncStateSetRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CleanBrokerData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Controller/CleanBrokerData',
+            nameserver_dot_pb_dot_api__pb2.CleanBrokerDataRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReplicaInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Controller/GetReplicaInfo',
+            nameserver_dot_pb_dot_api__pb2.BrokerSetRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBrokerSets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Controller/ListBrokerSets',
+            nameserver_dot_pb_dot_api__pb2.ListBrokerSetsRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ListBrokerSetsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Controller/Heartbeat',
+            nameserver_dot_pb_dot_api__pb2.ControllerHeartbeatRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ControllerHeartbeatReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLeader(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Controller/GetLeader',
+            nameserver_dot_pb_dot_api__pb2.ControllerLeaderRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.ControllerLeaderReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class LogStub:
+    """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
         """Constructor.
@@ -1124,8 +1596,7 @@ class LogStub:
 
 
 class LogServicer:
-    """The metadata log and state, for export and the Spark pipeline.
-    """
+    """Missing associated documentation comment in .proto file."""
 
     def ReadLog(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -1175,8 +1646,7 @@ def add_LogServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Log:
-    """The metadata log and state, for export and the Spark pipeline.
-    """
+    """Missing associated documentation comment in .proto file."""
 
     @staticmethod
     def ReadLog(request,

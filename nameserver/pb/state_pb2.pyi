@@ -20,6 +20,7 @@ class RecordType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEMBER: _ClassVar[RecordType]
     KV_NAMESPACE: _ClassVar[RecordType]
     SETTING: _ClassVar[RecordType]
+    CONTROLLER_BROKER_SET: _ClassVar[RecordType]
 RECORD_TYPE_UNSPECIFIED: RecordType
 BROKER: RecordType
 BROKER_LIVE: RecordType
@@ -31,6 +32,7 @@ CLIENT_SESSION: RecordType
 MEMBER: RecordType
 KV_NAMESPACE: RecordType
 SETTING: RecordType
+CONTROLLER_BROKER_SET: RecordType
 
 class BrokerAddr(_message.Message):
     __slots__ = ("broker_id", "addr")
@@ -166,3 +168,31 @@ class MemberInfo(_message.Message):
     GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
     grpc_addr: str
     def __init__(self, grpc_addr: _Optional[str] = ...) -> None: ...
+
+class ControllerReplica(_message.Message):
+    __slots__ = ("broker_id", "address", "register_check_code")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_CHECK_CODE_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    address: str
+    register_check_code: str
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., register_check_code: _Optional[str] = ...) -> None: ...
+
+class ControllerBrokerSet(_message.Message):
+    __slots__ = ("cluster_name", "replicas", "next_broker_id", "master_id", "master_epoch", "sync_state_set", "sync_state_set_epoch")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    replicas: _containers.RepeatedCompositeFieldContainer[ControllerReplica]
+    next_broker_id: int
+    master_id: int
+    master_epoch: int
+    sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    sync_state_set_epoch: int
+    def __init__(self, cluster_name: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ControllerReplica, _Mapping]]] = ..., next_broker_id: _Optional[int] = ..., master_id: _Optional[int] = ..., master_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ...) -> None: ...

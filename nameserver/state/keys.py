@@ -10,6 +10,7 @@
     bind/<topic>/<queueId>         QueueBindingValue (new: which owner serves a queue; compare-and-set)
     session/<clientId>             ClientSession   (new: exactly-once writes, latest result per client)
     member/<raftAddr>              MemberInfo      (new: gRPC address of a member added at runtime)
+    ctrl/<brokerName>              ControllerBrokerSet (controller mode: a broker set's ids, master, epochs)
 
 Topic, broker and namespace names never contain '/', so the first '/' after a prefix ends the
 name; addresses and KV keys are the rest of the key verbatim (a KV key may contain anything).
@@ -30,6 +31,7 @@ SETTING_PREFIX = "setting/"
 BIND_PREFIX = "bind/"
 SESSION_PREFIX = "session/"
 MEMBER_PREFIX = "member/"
+CONTROLLER_PREFIX = "ctrl/"
 
 BROKER_TYPE: int = state_pb2.BROKER
 LIVE_TYPE: int = state_pb2.BROKER_LIVE
@@ -41,6 +43,7 @@ SETTING_TYPE: int = state_pb2.SETTING
 BIND_TYPE: int = state_pb2.QUEUE_BINDING
 SESSION_TYPE: int = state_pb2.CLIENT_SESSION
 MEMBER_TYPE: int = state_pb2.MEMBER
+CONTROLLER_TYPE: int = state_pb2.CONTROLLER_BROKER_SET
 
 # Record type per prefix (a key's type is implied by its prefix; records carry both).
 PREFIX_TYPES: dict[str, int] = {
@@ -54,6 +57,7 @@ PREFIX_TYPES: dict[str, int] = {
     BIND_PREFIX: BIND_TYPE,
     SESSION_PREFIX: SESSION_TYPE,
     MEMBER_PREFIX: MEMBER_TYPE,
+    CONTROLLER_PREFIX: CONTROLLER_TYPE,
 }
 
 
@@ -127,6 +131,10 @@ def member_key(raft_addr: str) -> str:
     return MEMBER_PREFIX + _nonempty("member", raft_addr)
 
 
+def controller_key(broker_name: str) -> str:
+    return CONTROLLER_PREFIX + _name("broker name", broker_name)
+
+
 # ---- parsers (None when the key is not of that kind or malformed) ---------------------------------
 
 def _tail(key: str, prefix: str) -> str | None:
@@ -138,6 +146,11 @@ def _tail(key: str, prefix: str) -> str | None:
 
 def parse_broker_key(key: str) -> str | None:
     rest = _tail(key, BROKER_PREFIX)
+    return rest if rest is not None and "/" not in rest else None
+
+
+def parse_controller_key(key: str) -> str | None:
+    rest = _tail(key, CONTROLLER_PREFIX)
     return rest if rest is not None and "/" not in rest else None
 
 

@@ -109,6 +109,7 @@ class MetadataState:
         self._settings: dict[str, str] = {}  # setting/ records: name -> "true"/"false"
         self._bindings: dict[str, dict[int, state_pb2.QueueBindingValue]] = {}  # topic -> queue id -> binding
         self._sessions: dict[str, state_pb2.ClientSession] = {}
+        self._controller_sets: dict[str, state_pb2.ControllerBrokerSet] = {}  # ctrl/ records by broker name
 
     # ---- log application ---------------------------------------------------------------------
 
@@ -202,6 +203,10 @@ class MetadataState:
             client = keys.parse_session_key(key)
             if client is not None:
                 _put_or_pop(self._sessions, client, _decode(state_pb2.ClientSession, new))
+        elif key.startswith(keys.CONTROLLER_PREFIX):
+            broker_name = keys.parse_controller_key(key)
+            if broker_name is not None:
+                _put_or_pop(self._controller_sets, broker_name, _decode(state_pb2.ControllerBrokerSet, new))
 
     def _remove_queue(self, topic: str, broker: str) -> None:
         qmap = self._topic_queues.get(topic)
@@ -499,6 +504,18 @@ class MetadataState:
     def sessions(self) -> list[tuple[str, int]]:
         """(client id, last write ms) of every session, for the leader's idle expiry."""
         return [(cid, s.last_write_ms) for cid, s in self._sessions.items()]
+
+    # ---- controller mode ---------------------------------------------------------------------------
+
+    def controller_set(self, broker_name: str) -> tuple[state_pb2.ControllerBrokerSet, int] | None:
+        """A broker set of controller mode and its record's version (the precondition to write it)."""
+        found = self._controller_sets.get(broker_name)
+        if found is None:
+            return None
+        return _copy(found), self.kv.version(keys.controller_key(broker_name))
+
+    def controller_set_names(self) -> list[str]:
+        return sorted(self._controller_sets)
 
     # ---- members added at runtime ----------------------------------------------------------------
 
