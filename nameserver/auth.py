@@ -45,6 +45,13 @@ BROKER_METHODS = frozenset(f"/{NAMESERVER_SERVICE}/{m}" for m in (
 CLIENT_METHODS = frozenset(f"/{NAMESERVER_SERVICE}/{m}" for m in (
     "GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
     "ListBindings", "Watch", "GetSettings"))
+CONTROLLER_SERVICE = api_pb2.DESCRIPTOR.services_by_name["Controller"].full_name
+# A broker in controller mode registers, takes an id, asks for elections and reports its in-sync replicas;
+# cleaning a set's data is an admin's (as mqadmin cleanBrokerMetadata).
+BROKER_METHODS |= frozenset(f"/{CONTROLLER_SERVICE}/{m}" for m in (
+    "GetNextBrokerId", "ApplyBrokerId", "RegisterBroker", "ElectMaster", "AlterSyncStateSet", "GetReplicaInfo",
+    "Heartbeat", "GetLeader"))
+CLIENT_METHODS |= frozenset(f"/{CONTROLLER_SERVICE}/{m}" for m in ("GetReplicaInfo", "ListBrokerSets", "GetLeader"))
 PEER_ONLY = frozenset({f"/{NAMESERVER_SERVICE}/ReadIndex"})
 OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
                  "grpc.reflection.v1.ServerReflection")

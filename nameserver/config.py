@@ -25,6 +25,10 @@
     [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent), role, tls
     [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
     [archive]   dir = "archive"              (node-side log archive; off when absent)
+    [controller] listen = "127.0.0.1:9878"  (RocketMQ 5 controller mode, RIP-44; off when absent), role,
+                scan_interval_ms (1000), heartbeat_timeout_ms (10000, for heartbeats that name none),
+                elect_unclean_master (false), notify_broker_role_changed (true); docs/controller.md.
+                A member's controller address for others' answers: [[cluster.members]] controller_addr
     [security]  mode = "dev" | "secure"      (secure: Raft password, TLS and [auth] are mandatory)
     [tls]       cert_file, key_file, ca_file, client_auth = "none" | "require" (mutual TLS)
     [auth]      tokens_file (TOML [tokens] "<sha256 hex of token>" = "role"), cert_roles = {CN or SAN = role},
@@ -54,6 +58,7 @@ REMOTING_TLS_MODES = ("off", "permissive", "enforcing")  # RocketMQ's tls.server
 class Member:
     raft_addr: str
     grpc_addr: str
+    controller_addr: str = ""  # its [controller] listen address, when it serves controller mode
 
 
 @dataclass
@@ -96,6 +101,13 @@ class NodeConfig:
     peer_token: str | None = field(default=None, repr=False)  # sent to peers as a bearer token
     remoting_role: str = ""        # the role remoting calls act as; empty: the node's own (peer) rights
     remoting_tls: str = ""         # off | permissive | enforcing; empty: permissive with [tls], else off
+    # [controller]: RocketMQ 5's controller (RIP-44) on this log; docs/controller.md.
+    controller_addr: str = ""      # its remoting listener (brokers' controllerAddr); empty: off
+    controller_role: str = ""      # the role controller-port calls act as; empty: the node's own (peer) rights
+    controller_scan_interval_ms: int = 1_000   # how often the leader looks for sets whose master went silent
+    controller_heartbeat_timeout_ms: int = 10_000  # for a heartbeat that names no timeout (RocketMQ's default)
+    elect_unclean_master: bool = False         # elect outside the in-sync replicas when none of them is alive
+    notify_broker_role_changed: bool = True    # push NOTIFY_BROKER_ROLE_CHANGED to a set's brokers
     # [limits]: no caller, authenticated or not, can hold more of a node than these.
     max_wait_ms: int = 30_000      # longest any call waits server-side (min_offset, read index, a write)
     max_waiting_reads: int = 16    # reads waiting for min_offset at once; more fail RESOURCE_EXHAUSTED
@@ -134,6 +146,12 @@ class NodeConfig:
             if m.raft_addr == raft_addr:
                 return m.grpc_addr
         return None
+
+    def controller_of(self, raft_addr: str | None) -> str:
+        """A member's controller address as configured ("" when not)."""
+        if raft_addr == self.raft_addr:
+            return self.controller_addr
+        return next((m.controller_addr for m in self.members if m.raft_addr == raft_addr), "")
 
 
 _SECTIONS: dict[str, tuple[str, ...]] = {
@@ -190,7 +208,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         "grpc_addr": node.get("grpc_addr"),
         "data_dir": node.get("data_dir"),
     }
-    members = [Member(str(m["raft_addr"]), str(m["grpc_addr"]))
+    members = [Member(str(m["raft_addr"]), str(m["grpc_addr"]), str(m.get("controller_addr", "")))
                for m in doc.get("cluster", {}).get("members", [])]
     for section, keys in _SECTIONS.items():
         for key in keys:
@@ -202,6 +220,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     raft = doc.get("raft", {})
     kwargs["password"] = _secret(raft.get("password_file"), raft.get("password_env"), base, "raft.password")
     _security(doc, base, kwargs)
+    _controller(doc.get("controller", {}), kwargs)
     for key, value in (overrides or {}).items():
         if value is not None:
             kwargs[key] = value
@@ -212,7 +231,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         if kwargs.get(attr) and not os.path.isabs(kwargs[attr]) and path:
             kwargs[attr] = os.path.normpath(os.path.join(base, kwargs[attr]))
     if not members:
-        members = [Member(kwargs["raft_addr"], kwargs["grpc_addr"])]
+        members = [Member(kwargs["raft_addr"], kwargs["grpc_addr"], kwargs.get("controller_addr", ""))]
     if kwargs["raft_addr"] not in {m.raft_addr for m in members}:
         raise ConfigError(f"node.raft_addr {kwargs['raft_addr']} is not in cluster.members")
     cfg = NodeConfig(members=members, **kwargs)
@@ -225,6 +244,24 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
             raise ConfigError(f"limits.{key} must be positive")
     _check_security(cfg)
     return cfg
+
+
+_CONTROLLER_KEYS = {"listen": "controller_addr", "role": "controller_role",
+                    "scan_interval_ms": "controller_scan_interval_ms",
+                    "heartbeat_timeout_ms": "controller_heartbeat_timeout_ms",
+                    "elect_unclean_master": "elect_unclean_master",
+                    "notify_broker_role_changed": "notify_broker_role_changed"}
+
+
+def _controller(section: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    for key, value in section.items():
+        attr = _CONTROLLER_KEYS.get(key)
+        if attr is None:
+            raise ConfigError(f"controller.{key} is not a setting (settings: {', '.join(_CONTROLLER_KEYS)})")
+        kwargs[attr] = _typed(f"controller.{key}", value, _DEFAULTS[attr])
+    for attr in ("controller_scan_interval_ms", "controller_heartbeat_timeout_ms"):
+        if attr in kwargs and kwargs[attr] < 100:
+            raise ConfigError(f"controller.{attr.removeprefix('controller_')} must be >= 100")
 
 
 def _security(doc: dict[str, Any], base: str, kwargs: dict[str, Any]) -> None:
@@ -278,7 +315,8 @@ def _check_security(cfg: NodeConfig) -> None:
     for where, role in ([("auth.tokens_file", r) for r in cfg.auth_tokens.values()]
                         + [("auth.cert_roles", r) for r in cfg.cert_roles.values()]
                         + [("auth.peer_role", cfg.peer_role)]
-                        + ([("remoting.role", cfg.remoting_role)] if cfg.remoting_role else [])):
+                        + ([("remoting.role", cfg.remoting_role)] if cfg.remoting_role else [])
+                        + ([("controller.role", cfg.controller_role)] if cfg.controller_role else [])):
         if role not in ROLES:
             raise ConfigError(f"{where}: unknown role {role!r} (roles: {', '.join(ROLES)})")
     if cfg.remoting_tls and cfg.remoting_tls not in REMOTING_TLS_MODES:
@@ -292,6 +330,9 @@ def _check_security(cfg: NodeConfig) -> None:
             raise ConfigError('security.mode = "secure" with [remoting] listen needs [remoting] role: the '
                               "rights every (unauthenticated) remoting caller gets, e.g. \"client\" or "
                               "\"broker\"")
+        if cfg.controller_addr and not cfg.controller_role:
+            raise ConfigError('security.mode = "secure" with [controller] listen needs [controller] role: the '
+                              'rights every (unauthenticated) controller-port caller gets, e.g. "broker"')
         if not cfg.password:
             raise ConfigError('security.mode = "secure" needs a Raft password: set raft.password_file '
                               "or raft.password_env")

@@ -417,7 +417,8 @@ class NameServerNode:
 
     # ---- forwarding ----------------------------------------------------------------------------
 
-    def leader_stub(self, wait_s: float = 0.0) -> api_pb2_grpc.NameServerStub | None:
+    def leader_stub(self, wait_s: float = 0.0, stub_type: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub
+                    ) -> Any:
         """A stub for the current leader's gRPC endpoint, waiting up to `wait_s` for one to appear.
 
         None when none appeared in time, or as soon as this node itself won the election (the
@@ -429,13 +430,10 @@ class NameServerNode:
             if leader and leader != self.cfg.raft_addr:
                 addr = self.grpc_of(leader)
                 if addr:
-                    return self._stub(addr)
+                    return stub_type(self._channel(addr))
             if time.monotonic() >= deadline or self._stop.is_set() or self.log.is_leader():
                 return None
             time.sleep(0.05)
-
-    def _stub(self, addr: str) -> api_pb2_grpc.NameServerStub:
-        return api_pb2_grpc.NameServerStub(self._channel(addr))
 
     def admin_stub(self, addr: str) -> api_pb2_grpc.AdminStub:
         return api_pb2_grpc.AdminStub(self._channel(addr))

@@ -12,12 +12,15 @@ from grpc_reflection.v1alpha import reflection
 
 from nameserver import auth, fdlimits, tlsconf
 from nameserver.config import NodeConfig
+from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
 from nameserver.idlenoop import IdleNoop
+from nameserver.inprocess import InProcessStub
 from nameserver.logservice import LogService
 from nameserver.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
 from nameserver.node import NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
+from nameserver.remoting.controller import ControllerHandlers
 from nameserver.service import AdminService, DecodeGuard, NameServerService
 from raftlog import FD_RESERVE
 
@@ -26,6 +29,7 @@ log = logging.getLogger("nameserver.server")
 SERVICE_NAMES = (
     api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name,
     api_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+    auth.CONTROLLER_SERVICE,
 )
 
 
@@ -59,6 +63,12 @@ class Server:
         api_pb2_grpc.add_NameServerServicer_to_server(self.service, self.grpc)
         api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node), self.grpc)
         api_pb2_grpc.add_LogServicer_to_server(LogService(self.node), self.grpc)  # log export, state dump
+        # Controller mode (RIP-44; nameserver/controller): served over gRPC by every node, so a follower
+        # can forward to whichever node leads; its remoting port only where [controller] listen is set.
+        self.heartbeats = HeartbeatTable(default_timeout_s=cfg.controller_heartbeat_timeout_ms / 1000)
+        self.notifier = RoleChangeNotifier() if cfg.notify_broker_role_changed else None
+        self.controller = ControllerService(self.node, self.service, self.heartbeats, self.notifier)
+        api_pb2_grpc.add_ControllerServicer_to_server(self.controller, self.grpc)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(SERVICE_NAMES + (health.SERVICE_NAME, reflection.SERVICE_NAME),
@@ -83,6 +93,15 @@ class Server:
             self.extras.append(RemotingServer(
                 cfg, self.service, max_connections=self.budget.remoting,
                 observer=self.metrics.observe_remoting if self.metrics is not None else None))
+        controller = InProcessStub(self.controller, auth.CONTROLLER_SERVICE)  # the node's own calls: all rights
+        self.extras.append(ElectionScan(self.node, controller, self.heartbeats, cfg.controller_scan_interval_ms / 1000))
+        if cfg.controller_addr:
+            # RocketMQ 5 brokers' controllerAddr; the protocol carries no credentials ([controller] role)
+            role = (cfg.controller_role or "peer") if cfg.auth_enabled else ""
+            handlers = ControllerHandlers(InProcessStub(self.controller, auth.CONTROLLER_SERVICE, role), cfg,
+                                          cfg.write_timeout_ms / 1000)
+            self.extras.append(RemotingServer(cfg, None, listen_addr=cfg.controller_addr, handlers=handlers,
+                                              max_connections=self.budget.remoting))
         if cfg.archive_dir:  # Parquet log segments as entries commit (imports pyarrow only when on)
             from nameserver.archive import LogArchiver
             self.extras.append(LogArchiver(self.node.log, cfg.archive_dir))
@@ -119,6 +138,8 @@ class Server:
         for extra in reversed(self.extras):
             extra.stop()
         self.grpc.stop(grace).wait()
+        if self.notifier is not None:
+            self.notifier.stop()
         self.node.close()
 
     def wait(self) -> None:

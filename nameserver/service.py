@@ -176,9 +176,11 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
 
     # ---- write plumbing ------------------------------------------------------------------------
 
-    def _write(self, context: grpc.ServicerContext, method: str, request: Any, translate_fn: Callable,
-               reply_of: Callable[[WriteResult], Any], forward: Callable | None = None) -> Any:
-        """Apply a write here when leading, else forward it; returns the method's reply."""
+    def write(self, context: grpc.ServicerContext, method: str, request: Any, translate_fn: Callable,
+              reply_of: Callable[[WriteResult], Any], forward: Callable | None = None,
+              stub_type: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub) -> Any:
+        """Apply a write here when leading, else forward it (to `method` of the leader's `stub_type`
+        service); returns the method's reply. The one leader-forwarding path for every write."""
         client = _client_ref(context)
         timeout = _timeout(context, self.default_timeout, self.max_wait)
         deadline = time.monotonic() + timeout
@@ -190,7 +192,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         if _forwarded(context):
             # Never forward twice: the caller picks another node or retries.
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader (forwarded request)")
-        stub = self.node.leader_stub(wait_s=min(LEADER_WAIT_S, timeout))
+        stub = self.node.leader_stub(wait_s=min(LEADER_WAIT_S, timeout), stub_type=stub_type)
         if stub is None:
             if self.node.log.is_leader():  # we won the election while waiting
                 return self._apply_write(translate_fn, reply_of, client, max(0.1, deadline - time.monotonic()))
@@ -225,7 +227,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
 
     def _write_reply(self, context: grpc.ServicerContext, method: str, request: Any,
                      translate_fn: Callable) -> api_pb2.WriteReply:
-        return self._write(context, method, request, translate_fn,
+        return self.write(context, method, request, translate_fn,
                            lambda res: api_pb2.WriteReply(offset=res.offset, records=res.records))
 
     def _read(self, context: grpc.ServicerContext, fn: Callable, min_offset: int) -> tuple[Any, int]:
@@ -283,7 +285,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                     cluster_name=request.cluster_name, broker_name=request.broker_name,
                     broker_addr=request.broker_addr)])
                 return reply_of(unchanged)
-        reply = self._write(context, "RegisterBroker", request, translate_fn, reply_of, forward)
+        reply = self.write(context, "RegisterBroker", request, translate_fn, reply_of, forward)
         if self.node.log.is_leader():
             self.node.liveness.touch(request.broker_addr)
         return reply
@@ -413,7 +415,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def _perm(self, context: grpc.ServicerContext, method: str, request: api_pb2.BrokerPermRequest,
               fn: Callable) -> api_pb2.BrokerPermReply:
         validation.validate_broker_perm(request)
-        return self._write(context, method, request, lambda s: fn(s, request.broker_name),
+        return self.write(context, method, request, lambda s: fn(s, request.broker_name),
                            lambda res: api_pb2.BrokerPermReply(
                                topic_count=res.translation.count if res.translation else 0, offset=res.offset))
 
@@ -466,7 +468,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def BindQueue(self, request: api_pb2.BindQueueRequest, context: grpc.ServicerContext) -> api_pb2.BindingReply:
         validation.validate_bind_queue(request)
-        return self._write(context, "BindQueue", request, lambda s: translate.bind_queue(
+        return self.write(context, "BindQueue", request, lambda s: translate.bind_queue(
             s, request.topic, request.queue_id, request.owner, request.expected_version),
             self._binding_reply(request.topic, request.queue_id))
 
@@ -474,11 +476,11 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def ReleaseQueue(self, request: api_pb2.ReleaseQueueRequest, context: grpc.ServicerContext
                      ) -> api_pb2.BindingReply:
         validation.validate_release_queue(request)
-        return self._write(context, "ReleaseQueue", request, lambda s: translate.release_queue(
+        return self.write(context, "ReleaseQueue", request, lambda s: translate.release_queue(
             s, request.topic, request.queue_id, request.expected_version),
             lambda res: api_pb2.BindingReply(offset=res.offset))
 
-    def _consistent_read(self, context: grpc.ServicerContext, consistency: int, min_offset: int,
+    def consistent_read(self, context: grpc.ServicerContext, consistency: int, min_offset: int,
                          fn: Callable) -> tuple[Any, int]:
         if min_offset < 0:  # before the read index: a refused read must not cost a barrier in the log
             raise ValidationError("min_offset", "must be >= 0")
@@ -495,7 +497,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                    ) -> api_pb2.GetBindingReply:
         validation.validate_topic_name(request.topic, "topic")
         validation.validate_queue_id(request.queue_id, "queue_id")
-        binding, offset = self._consistent_read(context, request.consistency, request.min_offset,
+        binding, offset = self.consistent_read(context, request.consistency, request.min_offset,
                                                 lambda s: s.binding(request.topic, request.queue_id))
         if binding is None:
             return api_pb2.GetBindingReply(found=False, apply_offset=offset)
@@ -505,7 +507,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def ListBindings(self, request: api_pb2.ListBindingsRequest, context: grpc.ServicerContext
                      ) -> api_pb2.ListBindingsReply:
         validation.validate_topic_name(request.topic, "topic")
-        bindings, offset = self._consistent_read(context, request.consistency, request.min_offset,
+        bindings, offset = self.consistent_read(context, request.consistency, request.min_offset,
                                                  lambda s: s.bindings(request.topic))
         return api_pb2.ListBindingsReply(bindings=bindings, apply_offset=offset)
 

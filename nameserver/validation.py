@@ -391,3 +391,78 @@ def validate_watch(req: api_pb2.WatchRequest) -> tuple[str, ...]:
         check_topic(f"topics[{i}]", topic)
         prefixes += [keys.topic_prefix(topic), keys.bind_prefix(topic)]
     return tuple(prefixes) or ("",)
+
+
+# ---- controller mode ------------------------------------------------------------------------------
+
+MAX_CONTROLLER_BROKER_ID = 1 << 20   # a set holds a handful of replicas; ids are assigned from 1
+MAX_SYNC_STATE_SET = 64
+MAX_CHECK_CODE_LEN = 256
+
+
+def _controller_broker_id(field: str, broker_id: int, allow_none: bool = False) -> None:
+    if allow_none and broker_id == -1:
+        return
+    _check_range(field, broker_id, 1, MAX_CONTROLLER_BROKER_ID)
+
+
+def _controller_cluster(field: str, name: str) -> None:
+    if name:  # optional in RocketMQ's requests (mqadmin sends it; a broker's elect may not)
+        validate_name(name, field)
+
+
+def validate_controller_set(req: api_pb2.BrokerSetRequest) -> None:
+    _controller_cluster("cluster_name", req.cluster_name)
+    validate_name(req.broker_name, "broker_name")
+
+
+def validate_apply_broker_id(req: api_pb2.ApplyBrokerIdRequest) -> None:
+    _controller_cluster("cluster_name", req.cluster_name)
+    validate_name(req.broker_name, "broker_name")
+    _controller_broker_id("broker_id", req.broker_id)
+    if not req.register_check_code or len(req.register_check_code) > MAX_CHECK_CODE_LEN:
+        raise ValidationError("register_check_code", f"must be 1..{MAX_CHECK_CODE_LEN} characters "
+                              "(<broker address>;<timestamp>)")
+    check_addr("register_check_code", req.register_check_code.split(";")[0])
+
+
+def validate_controller_register(req: api_pb2.ControllerRegisterRequest) -> None:
+    _controller_cluster("cluster_name", req.cluster_name)
+    validate_name(req.broker_name, "broker_name")
+    _controller_broker_id("broker_id", req.broker_id)
+    check_addr("broker_address", req.broker_address)
+
+
+def validate_elect_master(req: api_pb2.ElectMasterRequest) -> None:
+    _controller_cluster("cluster_name", req.cluster_name)
+    validate_name(req.broker_name, "broker_name")
+    _controller_broker_id("broker_id", req.broker_id, allow_none=not req.designate_elect)
+
+
+def validate_alter_sync_state_set(req: api_pb2.AlterSyncStateSetRequest) -> None:
+    validate_name(req.broker_name, "broker_name")
+    _controller_broker_id("master_id", req.master_id)
+    if not req.sync_state_set or len(req.sync_state_set) > MAX_SYNC_STATE_SET:
+        raise ValidationError("sync_state_set", f"must hold 1..{MAX_SYNC_STATE_SET} broker ids")
+    for i, broker_id in enumerate(req.sync_state_set):
+        _controller_broker_id(f"sync_state_set[{i}]", broker_id)
+    if req.master_epoch < 0 or req.sync_state_set_epoch < 0:
+        raise ValidationError("master_epoch" if req.master_epoch < 0 else "sync_state_set_epoch", "must be >= 0")
+
+
+def validate_clean_broker_data(req: api_pb2.CleanBrokerDataRequest) -> None:
+    _controller_cluster("cluster_name", req.cluster_name)
+    validate_name(req.broker_name, "broker_name")
+    if len(req.broker_ids) > MAX_SYNC_STATE_SET:
+        raise ValidationError("broker_ids", f"at most {MAX_SYNC_STATE_SET} ids")
+    for i, broker_id in enumerate(req.broker_ids):
+        _controller_broker_id(f"broker_ids[{i}]", broker_id)
+
+
+def validate_controller_heartbeat(req: api_pb2.ControllerHeartbeatRequest) -> None:
+    _controller_cluster("cluster_name", req.cluster_name)
+    validate_name(req.broker_name, "broker_name")
+    _controller_broker_id("broker_id", req.broker_id)
+    check_addr("broker_address", req.broker_address)
+    if req.timeout_ms < 0 or req.timeout_ms > 3_600_000:
+        raise ValidationError("timeout_ms", f"must be in 0..3600000, got {req.timeout_ms}")

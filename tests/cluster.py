@@ -31,6 +31,7 @@ class NodeProc:
     log_path: str
     metrics_addr: str = ""  # host:port of /metrics when the cluster was made with metrics=True
     remoting_addr: str = ""  # host:port of the RocketMQ remoting listener when made with remoting=True
+    controller_addr: str = ""  # host:port of the controller-mode listener when made with controller=True
     proc: subprocess.Popen | None = None
     env: dict[str, str] = field(default_factory=dict)  # added to the node process's environment
     channel: grpc.Channel | None = field(default=None, repr=False)
@@ -69,7 +70,7 @@ class NodeProc:
 
 class Cluster:
     def __init__(self, root: str, size: int = 3, metrics: bool = False, remoting: bool = False,
-                 security: dict | Callable[[NodeProc], dict] | None = None,
+                 controller: bool = False, security: dict | Callable[[NodeProc], dict] | None = None,
                  connect: Callable[[str, list], grpc.Channel] | None = None, **settings: Any) -> None:
         """`security`: extra TOML sections ({"tls": {...}, "raft": {"password_file": ...}}), or a function of
         the node giving them; `connect(addr, options)`: the channel tests use to reach a node."""
@@ -77,14 +78,14 @@ class Cluster:
         self.security = security
         self.settings = {"default_timeout_ms": 120000, "scan_interval_ms": 1000,
                          "snapshot_every_entries": 10000, "snapshot_every_seconds": 300} | settings
-        ports = free_ports(2 * size)
-        metrics_ports = free_ports(size) if metrics else []
-        self.nodes = [NodeProc(f"n{i + 1}", f"127.0.0.1:{ports[2 * i]}", f"127.0.0.1:{ports[2 * i + 1]}",
+        ports = iter(free_ports(size * (2 + metrics + remoting + controller)))
+        self.nodes = [NodeProc(f"n{i + 1}", f"127.0.0.1:{next(ports)}", f"127.0.0.1:{next(ports)}",
                                os.path.join(root, f"n{i + 1}.toml"), os.path.join(root, f"n{i + 1}.log"),
-                               f"127.0.0.1:{metrics_ports[i]}" if metrics else "")
+                               f"127.0.0.1:{next(ports)}" if metrics else "")
                       for i in range(size)]
-        for n, port in zip(self.nodes, free_ports(size) if remoting else [], strict=False):
-            n.remoting_addr = f"127.0.0.1:{port}"
+        for n in self.nodes:
+            n.remoting_addr = f"127.0.0.1:{next(ports)}" if remoting else ""
+            n.controller_addr = f"127.0.0.1:{next(ports)}" if controller else ""
         for n in self.nodes:
             n.connect = connect
             self._write_config(n)
@@ -95,7 +96,8 @@ class Cluster:
         lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
                  f'data_dir = "{node.name}-data"', ""]
         for m in members or self.nodes:
-            lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"', ""]
+            lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"']
+            lines += [f'controller_addr = "{m.controller_addr}"', ""] if m.controller_addr else [""]
         lines += ["[liveness]", f"default_timeout_ms = {s['default_timeout_ms']}",
                   f"scan_interval_ms = {s['scan_interval_ms']}", "",
                   "[raft]", f"snapshot_every_entries = {s['snapshot_every_entries']}",
@@ -108,6 +110,9 @@ class Cluster:
             lines.insert(lines.index("[raft]") + 1, "idle_noop_ms = 500")
         if node.remoting_addr:
             lines += ["[remoting]", f'listen = "{node.remoting_addr}"', ""]
+        if node.controller_addr:
+            lines += ["[controller]", f'listen = "{node.controller_addr}"',
+                      f"scan_interval_ms = {s.get('controller_scan_interval_ms', 500)}", ""]
         sections = self.security(node) if callable(self.security) else self.security
         for section, table in (sections or {}).items():
             body = [f"{k} = {_toml(v)}" for k, v in table.items()]

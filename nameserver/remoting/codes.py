@@ -53,3 +53,19 @@ STANDARD_JSON_MIN_VERSION = 401
 V5_0_0 = 413  # MQVersion.Version.V5_0_0.ordinal(): clients and brokers of the 5.x line send this or more
 # The version we stamp on responses (RocketMQ 5.3.x; clients do not interpret it).
 SERVER_VERSION = 479
+
+# ---- controller mode (RIP-44): requests to the controller's port, and the push to brokers ----------
+CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+CONTROLLER_ELECT_MASTER = 1002
+CONTROLLER_REGISTER_BROKER = 1003
+CONTROLLER_GET_REPLICA_INFO = 1004
+CONTROLLER_GET_METADATA_INFO = 1005
+CONTROLLER_GET_SYNC_STATE_DATA = 1006
+GET_BROKER_EPOCH_CACHE = 1007
+NOTIFY_BROKER_ROLE_CHANGED = 1008
+UPDATE_CONTROLLER_CONFIG = 1009
+GET_CONTROLLER_CONFIG = 1010
+CLEAN_BROKER_DATA = 1011
+CONTROLLER_GET_NEXT_BROKER_ID = 1012
+CONTROLLER_APPLY_BROKER_ID = 1013
+CONTROLLER_INVALID_REQUEST = 2005  # the controller's own codes 2000-2016 come from nameserver/state/controller.py

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
@@ -134,6 +134,24 @@ def config_properties(cfg: NodeConfig, replicated: dict[str, bool]) -> str:
     return "\n".join(sorted(lines)) + "\n"
 
 
+def dispatch(table: Mapping[int, Callable[[Command], Command]], req: Command) -> Command:
+    """One request through a protocol's handler table: its answer, or the error it ended with as a response."""
+    if req.invalid is not None:
+        return req.response(codes.SYSTEM_ERROR, req.invalid)
+    fn = table.get(req.code)
+    if fn is None:
+        return req.response(codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+    try:
+        return fn(req)
+    except RequestError as exc:
+        return req.response(exc.code, exc.remark)
+    except BodyError as exc:
+        return req.response(codes.SYSTEM_ERROR, str(exc))
+    except grpc.RpcError as exc:
+        status, details = rpc_error_parts(exc)
+        return req.response(response_code(status), details)
+
+
 class Handlers:
     def __init__(self, ns: Any, cfg: NodeConfig, timeout_s: float) -> None:
         self.ns = ns  # NameServer's calls, stub-style: ns.GetRoute(request, timeout=...)
@@ -174,23 +192,10 @@ class Handlers:
 
     def handle(self, req: Command, conn: object | None = None) -> Command:
         """Answer one request; `conn` identifies the connection it came on (see connection_closed)."""
-        if req.invalid is not None:
-            return req.response(codes.SYSTEM_ERROR, req.invalid)
-        fn = self._table.get(req.code)
-        if fn is None:
-            return req.response(codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
-        try:
-            resp = fn(req)
-            if conn is not None and resp.code == codes.SUCCESS and req.code in BROKER_CHANNEL_CODES:
-                self._bind(req, conn)
-            return resp
-        except RequestError as exc:
-            return req.response(exc.code, exc.remark)
-        except BodyError as exc:
-            return req.response(codes.SYSTEM_ERROR, str(exc))
-        except grpc.RpcError as exc:
-            status, details = rpc_error_parts(exc)
-            return req.response(response_code(status), details)
+        resp = dispatch(self._table, req)
+        if conn is not None and resp.code == codes.SUCCESS and req.code in BROKER_CHANNEL_CODES:
+            self._bind(req, conn)
+        return resp
 
     # ---- brokers' connections (RocketMQ unregisters a broker when its channel closes) ----------------
 

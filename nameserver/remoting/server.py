@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from nameserver.auth import NAMESERVER_SERVICE
 from nameserver.config import NodeConfig
@@ -52,6 +52,17 @@ WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to
 TLS_HANDSHAKE_RECORD = 0x16    # the first byte of every TLS ClientHello
 
 
+class RequestHandlers(Protocol):
+    """What the listener needs of a protocol's handlers (remoting/handlers.py, remoting/controller.py)."""
+
+    @property
+    def supported_codes(self) -> list[int]: ...
+
+    def handle(self, req: Command, conn: object | None = None) -> Command: ...
+
+    def connection_closed(self, conn: object) -> None: ...
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     """"host:port", "[v6]:port" or ":port" (all interfaces) to (host, port)."""
     host, sep, port = addr.rpartition(":")
@@ -64,7 +75,8 @@ class RemotingServer:
     def __init__(self, cfg: NodeConfig, servicer: Any, listen_addr: str | None = None,
                  max_frame_bytes: int = frame.DEFAULT_MAX_FRAME, workers: int = 16,
                  call_timeout_s: float | None = None, max_connections: int | None = None,
-                 observer: Callable[[str, int, float], None] | None = None) -> None:
+                 observer: Callable[[str, int, float], None] | None = None,
+                 handlers: RequestHandlers | None = None) -> None:
         self.listen_addr = listen_addr or cfg.remoting_addr
         self.max_frame = max_frame_bytes
         self.max_connections = max_connections or cfg.remoting_max_connections
@@ -76,9 +88,10 @@ class RemotingServer:
         self._refusal_logged = 0.0
         # The node's gRPC servicer, called in-process; with [auth] on, every call has [remoting] role's
         # rights (the protocol carries no credentials).
+        # Another protocol on the same machinery (the controller's port) brings its own handlers.
         role = (cfg.remoting_role or "peer") if cfg.auth_enabled else ""
-        self.handlers = Handlers(InProcessStub(servicer, NAMESERVER_SERVICE, role), cfg,
-                                 call_timeout_s or cfg.write_timeout_ms / 1000)
+        self.handlers: RequestHandlers = handlers or Handlers(
+            InProcessStub(servicer, NAMESERVER_SERVICE, role), cfg, call_timeout_s or cfg.write_timeout_ms / 1000)
         # Told of every answered request: (request code, or "other" for one we do not serve, so a
         # client cannot grow the label set; response code; seconds from frame to answer).
         self.observer = observer

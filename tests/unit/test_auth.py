@@ -22,6 +22,11 @@ ALL_METHODS = [f"/{s.full_name}/{m.name}" for s in api_pb2.DESCRIPTOR.services_b
 BROKER = {"RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "Heartbeat", "GetSettings"}
 CLIENT = {"GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
           "ListBindings", "Watch", "GetSettings"}
+CTL = api_pb2.DESCRIPTOR.services_by_name["Controller"].full_name
+# Controller mode: brokers run their own registration and elections; cleaning a set is an admin's.
+CTL_BROKER = {"GetNextBrokerId", "ApplyBrokerId", "RegisterBroker", "ElectMaster", "AlterSyncStateSet",
+              "GetReplicaInfo", "Heartbeat", "GetLeader"}
+CTL_CLIENT = {"GetReplicaInfo", "ListBrokerSets", "GetLeader"}
 TOKENS = {"broker": "tok-broker-1", "client": "tok-client-1", "admin": "tok-admin-1", "peer": "tok-peer-1"}
 
 
@@ -39,9 +44,9 @@ def _bearer(role: str) -> dict[str, str]:
 @pytest.mark.parametrize("method", ALL_METHODS)
 def test_role_table_covers_every_method(method: str) -> None:
     service, _, name = method.lstrip("/").rpartition("/")
-    is_ns = service == NS
-    assert allowed("broker", method) == (is_ns and name in BROKER)
-    assert allowed("client", method) == (is_ns and name in CLIENT)
+    is_ns, is_ctl = service == NS, service == CTL
+    assert allowed("broker", method) == (is_ns and name in BROKER or is_ctl and name in CTL_BROKER)
+    assert allowed("client", method) == (is_ns and name in CLIENT or is_ctl and name in CTL_CLIENT)
     assert allowed("admin", method) == (name != "ReadIndex")
     assert allowed("peer", method)
     assert not allowed("nobody", method)
