@@ -122,6 +122,26 @@ def record_type_name(rtype: int) -> str:
 
 # ---- the node's metrics ------------------------------------------------------------------------
 
+def _controller_gauges(sets: list[tuple[str, state_pb2.ControllerBrokerSet]]) -> Iterator[Metric]:
+    """Controller mode, per broker set (docs/controller.md); none at all when no set is registered."""
+    labels = ["broker_set", "cluster"]
+    epoch = GaugeMetricFamily("nameserver_controller_master_epoch", "A broker set's master epoch (every "
+                              "election moves it, also one that found no master).", labels=labels)
+    has_master = GaugeMetricFamily("nameserver_controller_has_master", "1 if the broker set has a master, else "
+                                   "0 (no in-sync replica was alive at its last election).", labels=labels)
+    in_sync = GaugeMetricFamily("nameserver_controller_in_sync_replicas", "Brokers in the set's SyncStateSet "
+                                "(the master included).", labels=labels)
+    replicas = GaugeMetricFamily("nameserver_controller_replicas", "Brokers registered in the set.", labels=labels)
+    for name, bs in sets:
+        values = [name, bs.cluster_name]
+        epoch.add_metric(values, bs.master_epoch)
+        has_master.add_metric(values, 1 if bs.master_id else 0)
+        in_sync.add_metric(values, len(bs.sync_state_set))
+        replicas.add_metric(values, len(bs.replicas))
+    if sets:
+        yield from (epoch, has_master, in_sync, replicas)
+
+
 class NodeMetrics:
     """Every metric of one node, in a registry of its own (several nodes may share a process)."""
 
@@ -233,6 +253,8 @@ class _NodeCollector(Collector):
         with node.lock:
             topics = node.state.topic_count()
             live_brokers = len(node.state.live_addrs())
+            broker_sets = [(name, found[0]) for name in node.state.controller_set_names()
+                           if (found := node.state.controller_set(name)) is not None]
 
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, doc, value=value)
@@ -288,6 +310,7 @@ class _NodeCollector(Collector):
         yield gauge("nameserver_live_brokers", "Registered broker addresses (not yet expired or "
                     "unregistered).", live_brokers)
         yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
+        yield from _controller_gauges(broker_sets)
         yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])
         watches = getattr(node, "watches", None)
         if watches is not None:

@@ -777,6 +777,9 @@ def build_parser() -> argparse.ArgumentParser:
     from nameserver.cli.nsctl_log import add_log_commands  # log export, state dump (nsctl_log imports this module)
 
     add_log_commands(builder, sub)
+    from nameserver.cli.nsctl_controller import add_controller_commands  # the same import order reason
+
+    add_controller_commands(builder, sub)
     # listed for --help; main() hands `nsctl bench ...` to nameserver.bench.suite before parsing
     sub.add_parser("bench", help="run the benchmark suite on local clusters (nsctl bench --help)", add_help=False)
     return parser

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
 
 import grpc
 import pytest
 
-from nameserver.pb import api_pb2, api_pb2_grpc
-from tests.cluster import Cluster
+from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
+from tests.cluster import ROOT, Cluster
 from tests.fakebroker import FakeBroker
 from tests.interop.remoting import call
 
@@ -84,6 +86,17 @@ class Broker:
 
     def notifications(self) -> list:
         return [r for r in self.remote.requests if r.code == NOTIFY_ROLE_CHANGED]
+
+
+def grpc_stub(node) -> api_pb2_grpc.NameServerStub:
+    return api_pb2_grpc.NameServerStub(grpc.insecure_channel(node.grpc_addr))
+
+
+def nsctl(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "nameserver.cli.nsctl", *args], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 def controller_stub(node) -> api_pb2_grpc.ControllerStub:
@@ -183,6 +196,26 @@ def test_a_broker_set_elects_fails_over_and_survives_a_raft_leader_kill(cluster)
         assert info["masterBrokerId"] == elected and [x["brokerId"] for x in info["inSyncReplicas"]] == [elected]
         assert {x["brokerId"]: x["alive"] for x in info["notInSyncReplicas"]} == \
             {i: i != 1 for i in (1, 2, 3) if i != elected}
+        # An admin hands mastership to the other in-sync-capable slave once it is back in sync; a watch on
+        # ctrl/ sees the election as one record, and nsctl shows the result.
+        other = 5 - elected  # 2 <-> 3
+        body = json.dumps({"syncStateSet": [elected, other], "syncStateSetEpoch": 3}).encode()
+        r = call(new_leader.controller_addr, ALTER, {"brokerName": SET, "masterBrokerId": str(elected),
+                                                     "masterEpoch": "2"}, body)
+        assert r.code == 0, r.remark
+        watch = grpc_stub(survivors[0]).Watch(api_pb2.WatchRequest(key_prefixes=["ctrl/"]), timeout=30)
+        first = next(watch)
+        assert first.initial_state and [e.key for e in first.events] == [f"ctrl/{SET}"]
+        endpoints = ",".join(n.grpc_addr for n in survivors)
+        out = nsctl("controller", "elect", SET, "--broker-id", str(other), "--endpoints", endpoints, "--json")
+        assert out["code"] == 0 and out["set"]["master_id"] == other
+        change = next(e for msg in watch if msg.events and not msg.initial_state for e in msg.events)
+        watch.cancel()
+        value = state_pb2.ControllerBrokerSet.FromString(change.value)
+        assert (value.master_id, value.master_epoch, list(value.sync_state_set)) == (other, 3, [other])
+        shown = nsctl("controller", "show", SET, "--endpoints", endpoints, "--json")["set"]
+        assert (shown["master_id"], shown["master_epoch"]) == (other, 3)
+        elected = other
         # Cleaning a live broker is refused; the silent old master can be cleaned.
         assert call(new_leader.controller_addr, CLEAN, {"clusterName": CLUSTER, "brokerName": SET,
                                                          "brokerControllerIdsToClean": str(elected)}).code == 2009

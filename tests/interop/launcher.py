@@ -271,10 +271,11 @@ class RocketMQ:
 
     def broker(self, name: str, namesrv: str, broker_id: int = 0, cluster: str = "InteropCluster",
                extra: dict[str, str] | None = None, wait: bool = True,
-               heap: str = "256m", props: dict[str, str] | None = None) -> Broker:
-        """Start a broker: brokerId 0 is the master, >= 1 a slave (which finds its master through the nameserver)."""
+               heap: str = "256m", props: dict[str, str] | None = None, instance: str = "") -> Broker:
+        """Start a broker: brokerId 0 is the master, >= 1 a slave (which finds its master through the nameserver).
+        In controller mode the controller assigns ids: `instance` then tells the set's brokers apart."""
         port, ha = broker_ports()
-        proc_name = f"{name}-{broker_id}"
+        proc_name = f"{name}-{instance or broker_id}"
         store = self._dir(f"store-{proc_name}")
         conf = {
             "brokerClusterName": cluster, "brokerName": name, "brokerId": str(broker_id),
