@@ -1,0 +1,140 @@
+"""Controller mode with real Apache RocketMQ 5 brokers (RIP-44): our three nodes are the brokers' controller
+(`controllerAddr`) as well as their nameserver. One broker set of three brokers in controller mode takes its
+ids from us, elects a master and replicates (allAckInSyncStateSet: a send is acknowledged once every
+in-sync replica has it); a real producer sends and a push consumer receives. The master is killed with
+SIGKILL: we elect an in-sync slave within the heartbeat timeout plus a scan, the brokers take their new
+roles, the route names the new master, and every acknowledged message is consumed.
+
+The 5.x line only: controller mode does not exist in 4.9.x. The long version (`make interop`) also kills our
+Raft leader during the brokers' failover."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from nameserver.pb import api_pb2, api_pb2_grpc
+
+from . import jars
+from .conftest import Deployment, deploy
+from .launcher import Broker
+from .traffic import create_topic, produce, start_consumer
+
+VERSION = jars.LINE_5
+SET = "broker-c"
+HEARTBEAT_TIMEOUT_MS = 4000  # the brokers' controllerHeartBeatTimeoutMills
+SCAN_MS = 500                # our [controller] scan_interval_ms (tests/cluster.py)
+
+
+def controller_settings(d: Deployment) -> dict[str, str]:
+    assert d.ours is not None
+    return {"enableControllerMode": "true",
+            "controllerAddr": ";".join(n.controller_addr for n in d.ours.nodes),
+            "allAckInSyncStateSet": "true",          # acknowledged = on every in-sync replica
+            "controllerHeartBeatTimeoutMills": str(HEARTBEAT_TIMEOUT_MS), "brokerHeartbeatInterval": "500",
+            "syncBrokerMetadataPeriod": "1000", "checkSyncStateSetPeriod": "1000",
+            "syncControllerMetadataPeriod": "2000", "haSendHeartbeatInterval": "1000"}
+
+
+@pytest.fixture
+def ctl(tmp_path) -> Iterator[Deployment]:
+    try:
+        jars.ensure(VERSION)
+    except RuntimeError as exc:
+        pytest.fail(f"cannot fetch RocketMQ {VERSION}: {exc}")
+    d = deploy(VERSION, str(tmp_path), brokers=False, controller=True)
+    try:
+        extra = controller_settings(d)
+        d.brokers = {f"c{i}": d.rmq.broker(SET, d.namesrv, -1, extra=extra, wait=False, instance=f"c{i}")
+                     for i in range(3)}
+        for b in d.brokers.values():
+            b.proc.wait_line(lambda ln: "boot success" in ln, timeout=180)
+        yield d
+    finally:
+        d.stop()
+
+
+def broker_set(d: Deployment) -> api_pb2.BrokerSetView | None:
+    """The set as the cluster's state holds it (a linearizable read through whichever node answers)."""
+    assert d.ours is not None
+    for node in d.ours.nodes:
+        if not node.alive:
+            continue
+        try:
+            reply = api_pb2_grpc.ControllerStub(grpc.insecure_channel(node.grpc_addr)).GetReplicaInfo(
+                api_pb2.BrokerSetRequest(broker_name=SET), timeout=5)
+        except grpc.RpcError:
+            continue
+        return reply.set if reply.code == 0 else None
+    return None
+
+
+def wait_set(d: Deployment, what: str, pred, timeout: float) -> api_pb2.BrokerSetView:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = broker_set(d)
+        if last is not None and pred(last):
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"broker set {SET}: no {what} after {timeout}s; last seen:\n{last}\n{d.logs()[-4000:]}")
+
+
+def by_address(d: Deployment, addr: str) -> Broker:
+    return next(b for b in d.brokers.values() if b.addr == addr)
+
+
+def route_master(d: Deployment, topic: str) -> set[str]:
+    """The address each of our nodes' routes gives as the set's master (brokerId 0)."""
+    from .remoting import route
+
+    masters = set()
+    for addr in d.addrs:
+        rt = route(addr, topic)
+        bd = next((b for b in (rt or {}).get("brokerDatas", []) if b["brokerName"] == SET), None)
+        masters.add((bd or {}).get("brokerAddrs", {}).get("0") or (bd or {}).get("brokerAddrs", {}).get(0, ""))
+    return masters
+
+
+def test_a_broker_set_elects_on_our_controller_replicates_and_fails_over(ctl: Deployment) -> None:
+    d = ctl
+    view = wait_set(d, "master with all three brokers in sync",
+                    lambda v: v.master_id and len(v.sync_state_set) == 3 and len(v.replicas) == 3, timeout=90)
+    assert sorted(r.broker_id for r in view.replicas) == [1, 2, 3]  # ids we assigned, from 1
+    master = by_address(d, view.master_address)
+    topic, group = "CtlModeTopic", "ctl-mode-cg"
+    create_topic(d, topic, brokers=(SET,))
+    consumer = start_consumer(d, topic, group, "ctl1")
+    try:
+        consumer.wait_owning()
+        before = produce(d, topic, 30, prefix="before")
+        assert not before.failed and len(before.sent) == 30, before.failed
+        consumer.wait_received(set(before.sent))
+
+        killed_at = time.monotonic()
+        master.proc.kill()
+        after_view = wait_set(d, "new master", lambda v: v.master_id not in (0, view.master_id),
+                              timeout=HEARTBEAT_TIMEOUT_MS / 1000 + 20)
+        took = time.monotonic() - killed_at
+        # elected from the in-sync replicas, with both epochs moved on
+        assert after_view.master_id in view.sync_state_set
+        assert after_view.master_epoch == view.master_epoch + 1
+        assert list(after_view.sync_state_set) == [after_view.master_id]
+        assert took < HEARTBEAT_TIMEOUT_MS / 1000 + SCAN_MS / 1000 + 3, took
+        # The new master takes its role and registers with our nameservers as brokerId 0.
+        new_master = by_address(d, after_view.master_address)
+        deadline = time.monotonic() + 60
+        while route_master(d, topic) != {new_master.addr} and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert route_master(d, topic) == {new_master.addr}
+        after = produce(d, topic, 30, prefix="after")
+        assert not after.failed and len(after.sent) == 30, after.failed
+        got = set(consumer.wait_received(set(before.sent) | set(after.sent), timeout=120))
+        assert set(before.sent) | set(after.sent) <= got  # no acknowledged message lost
+        print(f"controller failover: new master {after_view.master_id} elected {took:.1f} s after SIGKILL "
+              f"(heartbeat timeout {HEARTBEAT_TIMEOUT_MS} ms, scan {SCAN_MS} ms)", flush=True)
+    finally:
+        consumer.proc.stop()
