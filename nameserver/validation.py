@@ -436,7 +436,7 @@ def validate_controller_register(req: api_pb2.ControllerRegisterRequest) -> None
 def validate_elect_master(req: api_pb2.ElectMasterRequest) -> None:
     _controller_cluster("cluster_name", req.cluster_name)
     validate_name(req.broker_name, "broker_name")
-    _controller_broker_id("broker_id", req.broker_id, allow_none=not req.designate_elect)
+    _controller_broker_id("broker_id", req.broker_id, allow_none=True)  # -1: by policy
 
 
 def validate_alter_sync_state_set(req: api_pb2.AlterSyncStateSetRequest) -> None:

@@ -43,9 +43,10 @@ class ControllerService(api_pb2_grpc.ControllerServicer):
 
     def _reply(self, res: WriteResult) -> api_pb2.ControllerReply:
         d = res.translation
-        assert isinstance(d, decide.Decision)
+        if not isinstance(d, decide.Decision):  # a retried exactly-once write: the stored reply fills it in
+            return api_pb2.ControllerReply()
         reply = api_pb2.ControllerReply(code=d.code, remark=d.remark, next_broker_id=d.next_broker_id,
-                                        offset=res.offset if d.batch.records else 0)
+                                        offset=res.offset if d.batch.records else 0, set_version=d.read_version)
         view = self._view(d)
         if view is not None:
             reply.set.CopyFrom(view)
@@ -136,7 +137,7 @@ class ControllerService(api_pb2_grpc.ControllerServicer):
                        ) -> api_pb2.ControllerReply:
         validation.validate_controller_set(request)
         d, _ = self._read(context, request.consistency, lambda s: decide.replica_info(s, request.broker_name))
-        reply = api_pb2.ControllerReply(code=d.code, remark=d.remark)
+        reply = api_pb2.ControllerReply(code=d.code, remark=d.remark, set_version=d.read_version)
         view = self._view(d)
         if view is not None:
             reply.set.CopyFrom(view)

@@ -822,18 +822,20 @@ class BrokerSetView(_message.Message):
     def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., master_id: _Optional[int] = ..., master_address: _Optional[str] = ..., master_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ControllerReplicaView, _Mapping]]] = ..., next_broker_id: _Optional[int] = ...) -> None: ...
 
 class ControllerReply(_message.Message):
-    __slots__ = ("code", "remark", "offset", "set", "next_broker_id")
+    __slots__ = ("code", "remark", "offset", "set", "next_broker_id", "set_version")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     SET_FIELD_NUMBER: _ClassVar[int]
     NEXT_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    SET_VERSION_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
     offset: int
     set: BrokerSetView
     next_broker_id: int
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., offset: _Optional[int] = ..., set: _Optional[_Union[BrokerSetView, _Mapping]] = ..., next_broker_id: _Optional[int] = ...) -> None: ...
+    set_version: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., offset: _Optional[int] = ..., set: _Optional[_Union[BrokerSetView, _Mapping]] = ..., next_broker_id: _Optional[int] = ..., set_version: _Optional[int] = ...) -> None: ...
 
 class ListBrokerSetsRequest(_message.Message):
     __slots__ = ("broker_names", "consistency")

@@ -69,12 +69,13 @@ class Decision(Translation):
     remark: str = ""
     after: state_pb2.ControllerBrokerSet | None = None  # the set as the decision leaves it (None: absent)
     next_broker_id: int = 0
+    read_version: int = 0  # the version of the set's record the decision read (0: absent)
     elected: bool = False  # a new master was elected: the set's brokers are told (NOTIFY_BROKER_ROLE_CHANGED)
 
 
-def _refuse(broker_name: str, code: int, remark: str, current: state_pb2.ControllerBrokerSet | None = None
-            ) -> Decision:
-    return Decision(broker_name=broker_name, code=code, remark=remark, after=current)
+def _refuse(broker_name: str, code: int, remark: str, current: state_pb2.ControllerBrokerSet | None = None,
+            version: int = 0) -> Decision:
+    return Decision(broker_name=broker_name, code=code, remark=remark, after=current, read_version=version)
 
 
 def _write(state: MetadataState, broker_name: str, version: int, new: state_pb2.ControllerBrokerSet | None,
@@ -87,10 +88,10 @@ def _write(state: MetadataState, broker_name: str, version: int, new: state_pb2.
     else:
         value = canonical(new)
         if value == state.kv.get(key):
-            return Decision(broker_name=broker_name, code=code, remark=remark, after=new)
+            return Decision(broker_name=broker_name, code=code, remark=remark, after=new, read_version=version)
         batch.records.append(entry_pb2.Record(type=keys.CONTROLLER_TYPE, op=entry_pb2.OP_PUT, key=key, value=value))
     batch.preconditions.append(entry_pb2.Precondition(key=key, version=version))
-    return Decision(batch=batch, broker_name=broker_name, code=code, remark=remark, after=new)
+    return Decision(batch=batch, broker_name=broker_name, code=code, remark=remark, after=new, read_version=version)
 
 
 def _ids(bs: state_pb2.ControllerBrokerSet) -> list[int]:
@@ -139,7 +140,7 @@ def replica_info(state: MetadataState, broker_name: str) -> Decision:
     found = state.controller_set(broker_name)
     if found is None:
         return _refuse(broker_name, BROKER_METADATA_NOT_EXIST, "Broker metadata is not existed")
-    return Decision(broker_name=broker_name, after=found[0])
+    return Decision(broker_name=broker_name, after=found[0], read_version=found[1])
 
 
 def needs_election(state: MetadataState, live: Liveness) -> list[str]:
@@ -176,9 +177,9 @@ def apply_broker_id(state: MetadataState, cluster_name: str, broker_name: str, b
     current = next((r for r in bs.replicas if r.broker_id == broker_id), None)
     if current is not None:
         if current.register_check_code == register_check_code:
-            return Decision(broker_name=broker_name, after=bs)  # this broker again: nothing to change
+            return Decision(broker_name=broker_name, after=bs, read_version=version)  # this broker again
         return _refuse(broker_name, BROKER_ID_INVALID,
-                       f"Fail to apply brokerId: {broker_id} in broker-set: {broker_name}", bs)
+                       f"Fail to apply brokerId: {broker_id} in broker-set: {broker_name}", bs, version)
     new = state_pb2.ControllerBrokerSet()
     new.CopyFrom(bs)
     new.replicas.append(state_pb2.ControllerReplica(broker_id=broker_id, address=address,
@@ -199,9 +200,9 @@ def register_broker(state: MetadataState, broker_name: str, broker_id: int, addr
     bs, version = found
     if broker_id not in _ids(bs):
         return _refuse(broker_name, BROKER_NEED_TO_BE_REGISTERED,
-                       f"BrokerId: {broker_id} hasn't been registered in broker-set: {broker_name}", bs)
+                       f"BrokerId: {broker_id} hasn't been registered in broker-set: {broker_name}", bs, version)
     if _address(bs, broker_id) == address:
-        return Decision(broker_name=broker_name, after=bs)
+        return Decision(broker_name=broker_name, after=bs, read_version=version)
     new = state_pb2.ControllerBrokerSet()
     new.CopyFrom(bs)
     for r in new.replicas:
@@ -249,14 +250,14 @@ def elect_master(state: MetadataState, broker_name: str, broker_id: int, designa
     if bs.master_epoch == 0 and broker_id in _ids(bs):
         new_master = broker_id  # the first election: whoever asks first
     if new_master is None:
-        prefer = broker_id if designate else None
+        prefer = broker_id if designate and broker_id != NO_BROKER else None  # mqadmin may name none
         new_master = _choose(broker_name, bs.sync_state_set, old, prefer, live)
         if new_master is None and unclean:
             new_master = _choose(broker_name, _ids(bs), old, prefer, live)
     if new_master is not None and new_master == old:
         return _refuse(broker_name, MASTER_STILL_EXIST,
                        f"The old master {old} is still alive, not need to elect new master for broker {broker_name}",
-                       bs)
+                       bs, version)
     new = state_pb2.ControllerBrokerSet()
     new.CopyFrom(bs)
     if new_master is not None:
@@ -272,7 +273,7 @@ def elect_master(state: MetadataState, broker_name: str, broker_id: int, designa
         new.master_epoch += 1  # RocketMQ's updateMasterInfo(null): the epoch moves even to "no master"
         return _write(state, broker_name, version, new, MASTER_NOT_AVAILABLE,
                       "Old master has down and failed to elect a new broker master")
-    return _refuse(broker_name, ELECT_MASTER_FAILED, "Failed to elect a new master", bs)
+    return _refuse(broker_name, ELECT_MASTER_FAILED, "Failed to elect a new master", bs, version)
 
 
 def alter_sync_state_set(state: MetadataState, broker_name: str, master_id: int, master_epoch: int,
@@ -285,29 +286,30 @@ def alter_sync_state_set(state: MetadataState, broker_name: str, master_id: int,
     bs, version = found
     if wanted == set(bs.sync_state_set):
         return _refuse(broker_name, ALTER_SYNC_STATE_SET_FAILED,
-                       "The newSyncStateSet is equal with oldSyncStateSet, no needed to update syncStateSet", bs)
+                       "The newSyncStateSet is equal with oldSyncStateSet, no needed to update syncStateSet", bs,
+                       version)
     if not bs.master_id or bs.master_id != master_id:
         current = bs.master_id or "null"
         return _refuse(broker_name, INVALID_MASTER, "Rejecting alter syncStateSet request because the current "
-                       f"leader is:{{{current}}}, not {{{master_id}}}", bs)
+                       f"leader is:{{{current}}}, not {{{master_id}}}", bs, version)
     if master_epoch != bs.master_epoch:
         return _refuse(broker_name, FENCED_MASTER_EPOCH, "Rejecting alter syncStateSet request because the "
-                       f"current master epoch is:{{{bs.master_epoch}}}, not {{{master_epoch}}}", bs)
+                       f"current master epoch is:{{{bs.master_epoch}}}, not {{{master_epoch}}}", bs, version)
     if sync_state_set_epoch != bs.sync_state_set_epoch:
         return _refuse(broker_name, FENCED_SYNC_STATE_SET_EPOCH, "Rejecting alter syncStateSet request because "
                        f"the current syncStateSet epoch is:{{{bs.sync_state_set_epoch}}}, not "
-                       f"{{{sync_state_set_epoch}}}", bs)
+                       f"{{{sync_state_set_epoch}}}", bs, version)
     ids = set(_ids(bs))
     for replica in sorted(wanted):
         if replica not in ids:
             return _refuse(broker_name, INVALID_REPLICAS, "Rejecting alter syncStateSet request because the "
-                           f"replicas {{{replica}}} don't exist", bs)
+                           f"replicas {{{replica}}} don't exist", bs, version)
         if not live.alive(broker_name, replica):
             return _refuse(broker_name, BROKER_NOT_ALIVE, "Rejecting alter syncStateSet request because the "
-                           f"replicas {{{replica}}} don't alive", bs)
+                           f"replicas {{{replica}}} don't alive", bs, version)
     if bs.master_id not in wanted:
         return _refuse(broker_name, ALTER_SYNC_STATE_SET_FAILED, "Rejecting alter syncStateSet request because "
-                       f"the newSyncStateSet don't contains origin leader {{{bs.master_id}}}", bs)
+                       f"the newSyncStateSet don't contains origin leader {{{bs.master_id}}}", bs, version)
     new = state_pb2.ControllerBrokerSet()
     new.CopyFrom(bs)
     _set_sync(new, wanted)
@@ -323,15 +325,16 @@ def clean_broker_data(state: MetadataState, broker_name: str, broker_ids: Iterab
     is alive, or, for the whole set, while it has a master, unless `clean_living`."""
     ids = sorted(set(broker_ids))
     found = state.controller_set(broker_name)
+    current, read = found if found is not None else (None, 0)
     if not clean_living:
-        if not ids and found is not None and found[0].master_id:
+        if not ids and current is not None and current.master_id:
             return _refuse(broker_name, INVALID_CLEAN_BROKER_METADATA,
-                           f"Broker {broker_name} is still alive, clean up failure", found[0])
+                           f"Broker {broker_name} is still alive, clean up failure", current, read)
         for broker_id in ids:
             if live.alive(broker_name, broker_id):
                 return _refuse(broker_name, INVALID_CLEAN_BROKER_METADATA,
-                               f"Broker [{broker_name},  {broker_id}] is still alive, clean up failure",
-                               found[0] if found else None)
+                               f"Broker [{broker_name},  {broker_id}] is still alive, clean up failure", current,
+                               read)
     if found is None:
         return _refuse(broker_name, INVALID_CLEAN_BROKER_METADATA,
                        f"Broker {broker_name} is not existed,clean broker data failure.")

@@ -267,6 +267,24 @@ class RocketMQ:
         wait_port(addr, 90, jp)
         return jp, addr
 
+    # ---- the stock controller (5.x, RIP-44) -----------------------------------------------------
+
+    def controller(self, name: str = "controller") -> tuple[JavaProc, str]:
+        """Apache RocketMQ's standalone controller on a one-node DLedger group; (process, "127.0.0.1:port")."""
+        port, dledger = free_ports(2)
+        home = self._dir(f"home-{name}")
+        conf = os.path.join(home, "controller.conf")
+        settings = {"listenPort": str(port), "controllerType": "DLedger", "controllerDLegerGroup": "g1",
+                    "controllerDLegerPeers": f"n0-127.0.0.1:{dledger}", "controllerDLegerSelfId": "n0",
+                    "controllerStorePath": os.path.join(home, "store"), "scanNotActiveBrokerInterval": "500",
+                    "notifyBrokerRoleChanged": "true", "enableElectUncleanMaster": "false"}
+        with open(conf, "w") as f:
+            f.write("".join(f"{k}={v}\n" for k, v in settings.items()))
+        jp = self.start_java("org.apache.rocketmq.controller.ControllerStartup", ["-c", conf], name, heap="128m")
+        addr = f"127.0.0.1:{port}"
+        wait_port(addr, 90, jp)
+        return jp, addr
+
     # ---- brokers -------------------------------------------------------------------------------
 
     def broker(self, name: str, namesrv: str, broker_id: int = 0, cluster: str = "InteropCluster",

@@ -88,11 +88,12 @@ def by_address(d: Deployment, addr: str) -> Broker:
 
 
 def route_master(d: Deployment, topic: str) -> set[str]:
-    """The address each of our nodes' routes gives as the set's master (brokerId 0)."""
+    """The address each of our running nodes' routes gives as the set's master (brokerId 0)."""
     from .remoting import route
 
+    assert d.ours is not None
     masters = set()
-    for addr in d.addrs:
+    for addr in [n.remoting_addr for n in d.ours.nodes if n.alive]:
         rt = route(addr, topic)
         bd = next((b for b in (rt or {}).get("brokerDatas", []) if b["brokerName"] == SET), None)
         masters.add((bd or {}).get("brokerAddrs", {}).get("0") or (bd or {}).get("brokerAddrs", {}).get(0, ""))
@@ -136,5 +137,44 @@ def test_a_broker_set_elects_on_our_controller_replicates_and_fails_over(ctl: De
         assert set(before.sent) | set(after.sent) <= got  # no acknowledged message lost
         print(f"controller failover: new master {after_view.master_id} elected {took:.1f} s after SIGKILL "
               f"(heartbeat timeout {HEARTBEAT_TIMEOUT_MS} ms, scan {SCAN_MS} ms)", flush=True)
+    finally:
+        consumer.proc.stop()
+
+
+@pytest.mark.interop
+def test_the_brokers_fail_over_while_our_raft_leader_is_killed_too(ctl: Deployment) -> None:
+    """SIGKILL the master broker, and our Raft leader one second later, inside the heartbeat timeout: the
+    surviving nodes still elect exactly one new master, the epoch moves by exactly one, the producer resumes
+    and no acknowledged message is lost; the killed node comes back and converges."""
+    d = ctl
+    assert d.ours is not None
+    view = wait_set(d, "master with all three brokers in sync",
+                    lambda v: v.master_id and len(v.sync_state_set) == 3 and len(v.replicas) == 3, timeout=90)
+    topic, group = "CtlModeLeaderKill", "ctl-mode-leader-kill"
+    create_topic(d, topic, brokers=(SET,))
+    consumer = start_consumer(d, topic, group, "ctl2")
+    try:
+        consumer.wait_owning()
+        before = produce(d, topic, 30, prefix="lk-before")
+        assert not before.failed, before.failed
+        by_address(d, view.master_address).proc.kill()
+        time.sleep(1.0)
+        raft_leader = d.ours.leader()
+        assert raft_leader is not None
+        d.ours.kill(raft_leader)
+        after_view = wait_set(d, "new master", lambda v: v.master_id not in (0, view.master_id),
+                              timeout=HEARTBEAT_TIMEOUT_MS / 1000 + 30)
+        assert after_view.master_id in view.sync_state_set
+        assert after_view.master_epoch == view.master_epoch + 1  # one election, not two
+        new_master = by_address(d, after_view.master_address)
+        deadline = time.monotonic() + 60
+        while route_master(d, topic) != {new_master.addr} and time.monotonic() < deadline:
+            time.sleep(0.5)
+        after = produce(d, topic, 30, prefix="lk-after")
+        assert not after.failed, after.failed
+        consumer.wait_received(set(before.sent) | set(after.sent), timeout=120)
+        d.ours.start(raft_leader)
+        d.ours.wait_converged(timeout=60)
+        assert broker_set(d).master_epoch == after_view.master_epoch  # nothing re-elected meanwhile
     finally:
         consumer.proc.stop()
