@@ -171,7 +171,8 @@ class ControllerService(api_pb2_grpc.ControllerServicer):
                   ) -> api_pb2.ControllerLeaderReply:
         cfg = self.node.cfg
         leader = self.node.log.leader() or ""
-        peers = [addr for addr in (cfg.controller_of(m) for m in self.node.log.members()) if addr]
+        # RocketMQ lists peers as <id>:<address>, its DLedger ids being ours Raft addresses
+        peers = [f"{m}:{addr}" for m in self.node.log.members() if (addr := cfg.controller_of(m))]
         reply = api_pb2.ControllerLeaderReply(leader_id=leader, is_leader=self.node.log.is_leader(), peers=peers)
         if reply.is_leader:
             reply.leader_address = cfg.controller_addr

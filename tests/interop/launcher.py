@@ -270,7 +270,8 @@ class RocketMQ:
     # ---- the stock controller (5.x, RIP-44) -----------------------------------------------------
 
     def controller(self, name: str = "controller") -> tuple[JavaProc, str]:
-        """Apache RocketMQ's standalone controller on a one-node DLedger group; (process, "127.0.0.1:port")."""
+        """Apache RocketMQ's standalone controller on a one-node DLedger group; (process, "127.0.0.1:port").
+        It serves the controller's requests on its DLedger peer port (the brokers' controllerAddr)."""
         port, dledger = free_ports(2)
         home = self._dir(f"home-{name}")
         conf = os.path.join(home, "controller.conf")
@@ -281,7 +282,7 @@ class RocketMQ:
         with open(conf, "w") as f:
             f.write("".join(f"{k}={v}\n" for k, v in settings.items()))
         jp = self.start_java("org.apache.rocketmq.controller.ControllerStartup", ["-c", conf], name, heap="128m")
-        addr = f"127.0.0.1:{port}"
+        addr = f"127.0.0.1:{dledger}"
         wait_port(addr, 90, jp)
         return jp, addr
 

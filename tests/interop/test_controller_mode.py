@@ -31,8 +31,11 @@ SCAN_MS = 500                # our [controller] scan_interval_ms (tests/cluster.
 
 def controller_settings(d: Deployment) -> dict[str, str]:
     assert d.ours is not None
-    return {"enableControllerMode": "true",
-            "controllerAddr": ";".join(n.controller_addr for n in d.ours.nodes),
+    return controller_settings_for(";".join(n.controller_addr for n in d.ours.nodes))
+
+
+def controller_settings_for(controller_addr: str) -> dict[str, str]:
+    return {"enableControllerMode": "true", "controllerAddr": controller_addr,
             "allAckInSyncStateSet": "true",          # acknowledged = on every in-sync replica
             "controllerHeartBeatTimeoutMills": str(HEARTBEAT_TIMEOUT_MS), "brokerHeartbeatInterval": "500",
             "syncBrokerMetadataPeriod": "1000", "checkSyncStateSetPeriod": "1000",
@@ -178,3 +181,94 @@ def test_the_brokers_fail_over_while_our_raft_leader_is_killed_too(ctl: Deployme
         assert broker_set(d).master_epoch == after_view.master_epoch  # nothing re-elected meanwhile
     finally:
         consumer.proc.stop()
+
+
+def _mqadmin_lines(d: Deployment, *args: str) -> tuple[str, str]:
+    r = d.rmq.mqadmin(*args, namesrv=d.namesrv)
+    return r.stdout, r.stderr
+
+
+def _sync_state(d: Deployment, addr: str) -> dict:
+    """mqadmin getSyncStateSet, parsed: master id, epochs, {id: (in sync, alive)}."""
+    out, err = _mqadmin_lines(d, "getSyncStateSet", "-a", addr, "-b", SET)
+    fields = dict(line[1:].split("\t", 1) for line in out.splitlines() if line.startswith("#") and "\t" in line)
+    replicas, addrs = {}, {}
+    for line in out.splitlines():
+        if "ReplicaIdentity" in line:
+            rid = int(line.split("brokerId=")[1].split(",")[0])
+            replicas[rid] = (line.startswith("InSyncReplica"), "alive=true" in line)
+            addrs[rid] = line.split("brokerAddress='")[1].split("'")[0]
+    assert fields, f"getSyncStateSet printed nothing:\n{out}\n{err[-2000:]}"
+    return {"master": int(fields["MasterBrokerId"]), "epoch": int(fields["MasterEpoch"]),
+            "set_epoch": int(fields["SyncStateSetEpoch"]), "replicas": replicas, "addrs": addrs}
+
+
+def _refusal(out_err: tuple[str, str]) -> str:
+    """The 'CODE: n  DESC: ...' line mqadmin prints for a controller's refusal ('' for none)."""
+    text = out_err[0] + out_err[1]
+    return next((line.split("MQBrokerException: ", 1)[1] for line in text.splitlines() if "CODE: " in line), "")
+
+
+def controller_scenario(d: Deployment, controller: str, settings: dict[str, str]) -> dict:
+    """The same steps against any controller (ours or Apache RocketMQ's): three brokers come up; mqadmin
+    reads the set, hands mastership to a slave, tries an unknown broker, tries to clean live brokers, then
+    cleans one that was killed. Returns what mqadmin showed, with broker ids relative to the first master."""
+    d.brokers = {f"c{i}": d.rmq.broker(SET, d.namesrv, -1, extra=settings, wait=False, instance=f"c{i}")
+                 for i in range(3)}
+    for b in d.brokers.values():
+        b.proc.wait_line(lambda ln: "boot success" in ln, timeout=180)
+    a = controller.split(";")[0]
+    deadline = time.monotonic() + 90
+    while (first := _sync_state(d, a)) and len([r for r in first["replicas"].values() if r[0]]) < 3:
+        assert time.monotonic() < deadline, first
+        time.sleep(1)
+    meta, _ = _mqadmin_lines(d, "getControllerMetaData", "-a", a)
+    master = first["master"]
+    assert len(first["replicas"]) == 3, first
+    slave, other = sorted(set(first["replicas"]) - {master})
+    elect_out = _mqadmin_lines(d, "electMaster", "-a", a, "-c", "InteropCluster", "-bn", SET, "-b", str(slave))
+    time.sleep(3)  # the brokers take their roles; the new master reports its slaves in sync again
+    after_elect = _sync_state(d, a)
+    unknown = _refusal(_mqadmin_lines(d, "electMaster", "-a", a, "-c", "InteropCluster", "-bn", SET, "-b", "9"))
+    clean = ("cleanBrokerMetadata", "-a", a, "-c", "InteropCluster", "-bn", SET)
+    live_one = _refusal(_mqadmin_lines(d, *clean, "-b", str(other)))
+    live_set = _refusal(_mqadmin_lines(d, *clean))
+    next(b for b in d.brokers.values() if b.addr == first["addrs"][other]).proc.kill()
+    deadline = time.monotonic() + 30
+    while _sync_state(d, a)["replicas"][other][1]:
+        assert time.monotonic() < deadline, "the killed broker still shows alive"
+        time.sleep(1)
+    cleaned = _mqadmin_lines(d, *clean, "-b", str(other))
+    final = _sync_state(d, a)
+    return {
+        "leader_address_given": "#ControllerLeaderAddress" in meta and len(meta.split("#Peer:")) > 1,
+        "first": (len(first["replicas"]), first["epoch"], sorted(k for k, v in first["replicas"].items() if v[0])
+                  == sorted(first["replicas"])),
+        "elect": (after_elect["master"] == slave, after_elect["epoch"] - first["epoch"],
+                  after_elect["set_epoch"] > first["set_epoch"], "CODE:" not in elect_out[0] + elect_out[1]),
+        "elect_unknown": unknown, "clean_live_one": live_one.replace(f"{other}]", "<id>]"), "clean_live_set": live_set,
+        "clean_dead": ("success" in cleaned[0], sorted(final["replicas"]) == sorted({master, slave})),
+    }
+
+
+@pytest.mark.interop
+def test_mqadmin_controller_commands_answer_as_the_stock_controller(tmp_path) -> None:
+    """mqadmin getControllerMetaData, getSyncStateSet, electMaster and cleanBrokerMetadata: the same steps on
+    Apache RocketMQ's own controller (DLedger, with its stock NameServer) and on ours give the same answers."""
+    jars.ensure(VERSION)
+    results = {}
+    stock = deploy(VERSION, str(tmp_path / "stock"), stock=True, brokers=False)
+    try:
+        _, addr = stock.rmq.controller()
+        results["stock"] = controller_scenario(stock, addr, controller_settings_for(addr))
+    finally:
+        stock.stop()
+    ours = deploy(VERSION, str(tmp_path / "ours"), brokers=False, controller=True)
+    try:
+        results["ours"] = controller_scenario(ours, ours.ours.nodes[0].controller_addr, controller_settings(ours))
+    finally:
+        ours.stop()
+    print(results)
+    assert results["ours"] == results["stock"]
+    assert results["ours"]["elect_unknown"].startswith("CODE: 2012")
+    assert results["ours"]["clean_live_set"].startswith("CODE: 2009")
