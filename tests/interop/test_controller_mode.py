@@ -5,8 +5,8 @@ in-sync replica has it); a real producer sends and a push consumer receives. The
 SIGKILL: we elect an in-sync slave within the heartbeat timeout plus a scan, the brokers take their new
 roles, the route names the new master, and every acknowledged message is consumed.
 
-The 5.x line only: controller mode does not exist in 4.9.x. The long version (`make interop`) also kills our
-Raft leader during the brokers' failover."""
+The 5.x line only: controller mode does not exist in 4.9.x. All three tests run in `make interop` (a minute to
+three each); `make test` walks the same protocol with stand-in brokers (tests/integration/test_controller.py)."""
 
 from __future__ import annotations
 
@@ -103,6 +103,7 @@ def route_master(d: Deployment, topic: str) -> set[str]:
     return masters
 
 
+@pytest.mark.interop  # about a minute of three broker JVMs; make test walks the protocol with stand-ins
 def test_a_broker_set_elects_on_our_controller_replicates_and_fails_over(ctl: Deployment) -> None:
     d = ctl
     view = wait_set(d, "master with all three brokers in sync",
