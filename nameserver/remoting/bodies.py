@@ -26,7 +26,7 @@ INT32 = (-(1 << 31), (1 << 31) - 1)
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def _int(obj: Mapping[str, Any], name: str, what: str, default: int = 0, bounds: tuple[int, int] = INT32) -> int:
+def int_value(obj: Mapping[str, Any], name: str, what: str, default: int = 0, bounds: tuple[int, int] = INT32) -> int:
     """An integer field (a JSON number or numeric string) within the Java type's range: Java's
     parseInt/parseLong refuse more, and our protobuf fields could not hold it."""
     value = obj.get(name, default)
@@ -126,9 +126,9 @@ def encode(obj: Any, fastjson: bool = False) -> bytes:
 
 def parse_data_version(obj: Any, what: str = "dataVersion") -> state_pb2.DataVersion:
     doc = _object(obj, what)
-    return state_pb2.DataVersion(counter=_int(doc, "counter", what, bounds=INT64),
-                                 timestamp=_int(doc, "timestamp", what, bounds=INT64),
-                                 state_version=_int(doc, "stateVersion", what, bounds=INT64))
+    return state_pb2.DataVersion(counter=int_value(doc, "counter", what, bounds=INT64),
+                                 timestamp=int_value(doc, "timestamp", what, bounds=INT64),
+                                 state_version=int_value(doc, "stateVersion", what, bounds=INT64))
 
 
 def parse_queue_datas(body: bytes) -> list[state_pb2.QueueData]:
@@ -142,9 +142,9 @@ def parse_queue_datas(body: bytes) -> list[state_pb2.QueueData]:
         what = f"queueDatas[{i}]"
         qd = _object(raw, what)
         out.append(state_pb2.QueueData(
-            broker_name=str(qd.get("brokerName") or ""), read_queue_nums=_int(qd, "readQueueNums", what),
-            write_queue_nums=_int(qd, "writeQueueNums", what), perm=_int(qd, "perm", what),
-            topic_sys_flag=_int(qd, "topicSysFlag", what)))
+            broker_name=str(qd.get("brokerName") or ""), read_queue_nums=int_value(qd, "readQueueNums", what),
+            write_queue_nums=int_value(qd, "writeQueueNums", what), perm=int_value(qd, "perm", what),
+            topic_sys_flag=int_value(qd, "topicSysFlag", what)))
     return out
 
 
@@ -154,17 +154,18 @@ def parse_queue_mapping(obj: Any, what: str) -> tuple[str, str, state_pb2.QueueM
     ids = doc.get("currIdMap") or {}
     if not isinstance(ids, dict):
         raise BodyError(f"{what}.currIdMap is not a JSON object")
-    mapping = state_pb2.QueueMapping(scope=str(doc.get("scope") or ""), total_queues=_int(doc, "totalQueues", what),
-                                     epoch=_int(doc, "epoch", what, bounds=INT64), dirty=doc.get("dirty") is True)
+    mapping = state_pb2.QueueMapping(scope=str(doc.get("scope") or ""),
+                                     total_queues=int_value(doc, "totalQueues", what),
+                                     epoch=int_value(doc, "epoch", what, bounds=INT64), dirty=doc.get("dirty") is True)
     for logical in ids:
-        key = _int({"id": logical}, "id", f"{what}.currIdMap key")
-        mapping.curr_id_map[key] = _int(ids, logical, f"{what}.currIdMap")
+        key = int_value({"id": logical}, "id", f"{what}.currIdMap key")
+        mapping.curr_id_map[key] = int_value(ids, logical, f"{what}.currIdMap")
     return str(doc.get("topic") or ""), str(doc.get("bname") or ""), mapping
 
 
 def topic_config(doc: Mapping[str, Any], name: str, what: str) -> api_pb2.TopicConfig:
     """A TopicConfig JSON object (the map key is the name when topicName is absent)."""
     return api_pb2.TopicConfig(
-        topic_name=str(doc.get("topicName") or name), read_queue_nums=_int(doc, "readQueueNums", what),
-        write_queue_nums=_int(doc, "writeQueueNums", what), perm=_int(doc, "perm", what),
-        topic_sys_flag=_int(doc, "topicSysFlag", what))
+        topic_name=str(doc.get("topicName") or name), read_queue_nums=int_value(doc, "readQueueNums", what),
+        write_queue_nums=int_value(doc, "writeQueueNums", what), perm=int_value(doc, "perm", what),
+        topic_sys_flag=int_value(doc, "topicSysFlag", what))

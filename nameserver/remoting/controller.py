@@ -18,7 +18,7 @@ from nameserver.pb import api_pb2
 from nameserver.remoting import bodies, codes, jsonfmt
 from nameserver.remoting.bodies import BodyError
 from nameserver.remoting.command import Command
-from nameserver.remoting.handlers import RequestError, _bool, _fastjson, _int, _need, dispatch
+from nameserver.remoting.request import RequestError, bool_field, dispatch, int_field, need, wants_fastjson
 
 log = logging.getLogger("nameserver.remoting")
 
@@ -125,23 +125,23 @@ class ControllerHandlers:
     # ---- registration ----------------------------------------------------------------------------
 
     def next_broker_id(self, req: Command) -> Command:
-        cluster, name = req.ext("clusterName") or "", _need(req, "brokerName")
+        cluster, name = req.ext("clusterName") or "", need(req, "brokerName")
         reply = self._call(self.ctl.GetNextBrokerId, api_pb2.BrokerSetRequest(cluster_name=cluster, broker_name=name))
         return req.response(codes.SUCCESS, None, ext_fields={"clusterName": cluster, "brokerName": name,
                                                              "nextBrokerId": str(reply.next_broker_id)})
 
     def apply_broker_id(self, req: Command) -> Command:
-        cluster, name = req.ext("clusterName") or "", _need(req, "brokerName")
+        cluster, name = req.ext("clusterName") or "", need(req, "brokerName")
         reply = self._call(self.ctl.ApplyBrokerId, api_pb2.ApplyBrokerIdRequest(
-            cluster_name=cluster, broker_name=name, broker_id=_int(req, "appliedBrokerId"),
-            register_check_code=_need(req, "registerCheckCode")))
+            cluster_name=cluster, broker_name=name, broker_id=int_field(req, "appliedBrokerId"),
+            register_check_code=need(req, "registerCheckCode")))
         return self._answer(req, reply, {"clusterName": cluster, "brokerName": name})
 
     def register_broker(self, req: Command) -> Command:
-        cluster, name = req.ext("clusterName") or "", _need(req, "brokerName")
+        cluster, name = req.ext("clusterName") or "", need(req, "brokerName")
         reply = self._call(self.ctl.RegisterBroker, api_pb2.ControllerRegisterRequest(
-            cluster_name=cluster, broker_name=name, broker_id=_int(req, "brokerId"),
-            broker_address=_need(req, "brokerAddress")))
+            cluster_name=cluster, broker_name=name, broker_id=int_field(req, "brokerId"),
+            broker_address=need(req, "brokerAddress")))
         ext = {"clusterName": cluster, "brokerName": name}
         if reply.code != codes.SUCCESS:
             return self._answer(req, reply, ext)
@@ -149,44 +149,47 @@ class ControllerHandlers:
         master = next((r for r in view.replicas if r.broker_id == view.master_id), None)
         if master is not None and master.alive:  # the master, only while it heartbeats
             ext.update(master_header(view))
-        return self._answer(req, reply, ext, sync_state_set_body(view, _fastjson(req)))
+        return self._answer(req, reply, ext, sync_state_set_body(view, wants_fastjson(req)))
 
     # ---- election and in-sync replicas -----------------------------------------------------------
 
     def elect_master(self, req: Command) -> Command:
         reply = self._call(self.ctl.ElectMaster, api_pb2.ElectMasterRequest(
-            cluster_name=req.ext("clusterName") or "", broker_name=_need(req, "brokerName"),
-            broker_id=_int(req, "brokerId", -1), designate_elect=_bool(req, "designateElect")))
+            cluster_name=req.ext("clusterName") or "", broker_name=need(req, "brokerName"),
+            broker_id=int_field(req, "brokerId", -1), designate_elect=bool_field(req, "designateElect")))
         if reply.code not in (codes.SUCCESS, 2011) or not reply.HasField("set"):
             return self._answer(req, reply)
         view = reply.set
         body: dict[str, Any] = {"syncStateSet": list(view.sync_state_set)}
         if reply.code == codes.SUCCESS:
             body["brokerMemberGroup"] = member_group(view)
-        return self._answer(req, reply, master_header(view), jsonfmt.dumps(body, _fastjson(req)))
+        return self._answer(req, reply, master_header(view), jsonfmt.dumps(body, wants_fastjson(req)))
 
     def alter_sync_state_set(self, req: Command) -> Command:
         doc = bodies.parse_json(req.body, "SyncStateSet")
         if not isinstance(doc, dict) or not isinstance(doc.get("syncStateSet"), list):
             raise BodyError("SyncStateSet body must be an object with a syncStateSet list")
-        ids = [bodies._int({"id": v}, "id", "syncStateSet", bounds=bodies.INT64) for v in doc["syncStateSet"]]
+        ids = doc["syncStateSet"]
+        if not all(isinstance(i, int) and not isinstance(i, bool) and bodies.INT64[0] <= i <= bodies.INT64[1]
+                   for i in ids):
+            raise BodyError("SyncStateSet.syncStateSet must hold broker ids (integers)")
         reply = self._call(self.ctl.AlterSyncStateSet, api_pb2.AlterSyncStateSetRequest(
-            broker_name=_need(req, "brokerName"), master_id=_int(req, "masterBrokerId"),
-            master_epoch=_int(req, "masterEpoch"), sync_state_set=ids,
-            sync_state_set_epoch=bodies._int(doc, "syncStateSetEpoch", "SyncStateSet")))
+            broker_name=need(req, "brokerName"), master_id=int_field(req, "masterBrokerId"),
+            master_epoch=int_field(req, "masterEpoch"), sync_state_set=ids,
+            sync_state_set_epoch=bodies.int_value(doc, "syncStateSetEpoch", "SyncStateSet")))
         if reply.code != codes.SUCCESS:
             return self._answer(req, reply)
         return self._answer(req, reply, {"newSyncStateSetEpoch": str(reply.set.sync_state_set_epoch)},
-                            sync_state_set_body(reply.set, _fastjson(req)))
+                            sync_state_set_body(reply.set, wants_fastjson(req)))
 
     # ---- reads -----------------------------------------------------------------------------------
 
     def replica_info(self, req: Command) -> Command:
-        reply = self._call(self.ctl.GetReplicaInfo, api_pb2.BrokerSetRequest(broker_name=_need(req, "brokerName")))
+        reply = self._call(self.ctl.GetReplicaInfo, api_pb2.BrokerSetRequest(broker_name=need(req, "brokerName")))
         if reply.code != codes.SUCCESS:
             return self._answer(req, reply)
         return self._answer(req, reply, master_header(reply.set, epochs=False),
-                            sync_state_set_body(reply.set, _fastjson(req)))
+                            sync_state_set_body(reply.set, wants_fastjson(req)))
 
     def sync_state_data(self, req: Command) -> Command:
         names: list[str] = []
@@ -198,26 +201,27 @@ class ControllerHandlers:
         if not names:  # RocketMQ answers an empty request with an empty response
             return req.response(codes.SUCCESS, None)
         reply = self._call(self.ctl.ListBrokerSets, api_pb2.ListBrokerSetsRequest(broker_names=names))
-        return req.response(codes.SUCCESS, None, body=jsonfmt.dumps(replicas_info(list(reply.sets)), _fastjson(req)))
+        body = jsonfmt.dumps(replicas_info(list(reply.sets)), wants_fastjson(req))
+        return req.response(codes.SUCCESS, None, body=body)
 
     # ---- administration --------------------------------------------------------------------------
 
     def clean_broker_data(self, req: Command) -> Command:
         reply = self._call(self.ctl.CleanBrokerData, api_pb2.CleanBrokerDataRequest(
-            cluster_name=req.ext("clusterName") or "", broker_name=_need(req, "brokerName"),
+            cluster_name=req.ext("clusterName") or "", broker_name=need(req, "brokerName"),
             broker_ids=_ids(req.ext("brokerControllerIdsToClean") or "", "brokerControllerIdsToClean"),
-            clean_living_broker=_bool(req, "isCleanLivingBroker")))
+            clean_living_broker=bool_field(req, "isCleanLivingBroker")))
         return self._answer(req, reply)
 
     def heartbeat(self, req: Command) -> Command:
         if not req.ext("brokerId"):
             return req.response(codes.CONTROLLER_INVALID_REQUEST, "Heart beat with empty brokerId")
         self._call(self.ctl.Heartbeat, api_pb2.ControllerHeartbeatRequest(
-            cluster_name=req.ext("clusterName") or "", broker_name=_need(req, "brokerName"),
-            broker_address=_need(req, "brokerAddr"), broker_id=_int(req, "brokerId"),
-            epoch=_int(req, "epoch", 0), max_offset=_int(req, "maxOffset", 0),
-            confirm_offset=_int(req, "confirmOffset", 0), timeout_ms=_int(req, "heartbeatTimeoutMills", 0),
-            election_priority=_int(req, "electionPriority", 0)))
+            cluster_name=req.ext("clusterName") or "", broker_name=need(req, "brokerName"),
+            broker_address=need(req, "brokerAddr"), broker_id=int_field(req, "brokerId"),
+            epoch=int_field(req, "epoch", 0), max_offset=int_field(req, "maxOffset", 0),
+            confirm_offset=int_field(req, "confirmOffset", 0), timeout_ms=int_field(req, "heartbeatTimeoutMills", 0),
+            election_priority=int_field(req, "electionPriority", 0)))
         return req.response(codes.SUCCESS, "Heart beat success")
 
     def get_config(self, req: Command) -> Command:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -19,9 +19,16 @@ from nameserver.chunking import register_chunks, should_stream
 from nameserver.config import LIMITS, NodeConfig
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.remoting import bodies, codes, registerbody
-from nameserver.remoting.bodies import BodyError
 from nameserver.remoting.bodycache import BodyCache
 from nameserver.remoting.command import Command
+from nameserver.remoting.request import (
+    RequestError,
+    bool_field,
+    dispatch,
+    int_field,
+    need,
+    wants_fastjson,
+)
 from nameserver.remoting.status import response_code, rpc_error_parts
 
 log = logging.getLogger("nameserver.remoting")
@@ -39,47 +46,6 @@ ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 UNKNOWN_BROKER = "is not registered"  # RegisterTopic's refusal of a queue data naming an unknown broker
 # The requests by which a broker makes a connection its own (RocketMQ's brokerLiveTable channel).
 BROKER_CHANNEL_CODES = frozenset({codes.REGISTER_BROKER, codes.BROKER_HEARTBEAT, codes.QUERY_DATA_VERSION})
-
-
-class RequestError(Exception):
-    """Answer the request with this response code and remark."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
-def _need(req: Command, name: str) -> str:
-    value = req.ext(name)
-    if value is None:
-        # RocketMQ's wording (RemotingCommand.decodeCommandCustomHeader).
-        raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is null")
-    return value
-
-
-def _int(req: Command, name: str, default: int | None = None) -> int:
-    value = req.ext(name)
-    if value is None or value == "":
-        if default is None:
-            raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is null")
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is not an integer: {value!r}") from None
-    if not bodies.INT64[0] <= number <= bodies.INT64[1]:  # Java's Long; our int64 fields could not hold it
-        raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is out of range: {number}")
-    return number
-
-
-def _bool(req: Command, name: str) -> bool:
-    return (req.ext(name) or "").strip().lower() == "true"  # Java Boolean.parseBoolean
-
-
-def _fastjson(req: Command) -> bool:
-    """Old clients (before 4.9.4) expect fastjson's unquoted numeric keys unless they opt out."""
-    return req.version < codes.STANDARD_JSON_MIN_VERSION and not _bool(req, "acceptStandardJsonOnly")
 
 
 
@@ -132,24 +98,6 @@ def config_properties(cfg: NodeConfig, replicated: dict[str, bool]) -> str:
     # Node-local, under NamesrvConfig's name for the same thing (mqadmin getNamesrvConfig users look for it).
     lines.append(f"scanNotActiveBrokerInterval={cfg.scan_interval_ms}")
     return "\n".join(sorted(lines)) + "\n"
-
-
-def dispatch(table: Mapping[int, Callable[[Command], Command]], req: Command) -> Command:
-    """One request through a protocol's handler table: its answer, or the error it ended with as a response."""
-    if req.invalid is not None:
-        return req.response(codes.SYSTEM_ERROR, req.invalid)
-    fn = table.get(req.code)
-    if fn is None:
-        return req.response(codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
-    try:
-        return fn(req)
-    except RequestError as exc:
-        return req.response(exc.code, exc.remark)
-    except BodyError as exc:
-        return req.response(codes.SYSTEM_ERROR, str(exc))
-    except grpc.RpcError as exc:
-        status, details = rpc_error_parts(exc)
-        return req.response(response_code(status), details)
 
 
 class Handlers:
@@ -211,7 +159,7 @@ class Handlers:
 
     def _beat(self, req: Command) -> api_pb2.BrokerHeartbeat:
         return api_pb2.BrokerHeartbeat(cluster_name=req.ext("clusterName") or "",
-                                       broker_name=req.ext("brokerName") or "", broker_addr=_need(req, "brokerAddr"),
+                                       broker_name=req.ext("brokerName") or "", broker_addr=need(req, "brokerAddr"),
                                        channel_node=self.cfg.raft_addr)
 
     def connection_closed(self, conn: object) -> None:
@@ -246,23 +194,23 @@ class Handlers:
     # ---- KV config -----------------------------------------------------------------------------
 
     def put_kv(self, req: Command) -> Command:
-        self._call(self.ns.PutKv, api_pb2.PutKvRequest(namespace=_need(req, "namespace"), key=_need(req, "key"),
+        self._call(self.ns.PutKv, api_pb2.PutKvRequest(namespace=need(req, "namespace"), key=need(req, "key"),
                                                       value=req.ext("value") or ""))
         return req.response()
 
     def get_kv(self, req: Command) -> Command:
-        namespace, key = _need(req, "namespace"), _need(req, "key")
+        namespace, key = need(req, "namespace"), need(req, "key")
         reply = self._call(self.ns.GetKv, api_pb2.GetKvRequest(namespace=namespace, key=key),
                            codes.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}")
         return req.response(ext_fields={"value": reply.value})
 
     def delete_kv(self, req: Command) -> Command:
-        self._call(self.ns.DeleteKv, api_pb2.DeleteKvRequest(namespace=_need(req, "namespace"),
-                                                            key=_need(req, "key")))
+        self._call(self.ns.DeleteKv, api_pb2.DeleteKvRequest(namespace=need(req, "namespace"),
+                                                            key=need(req, "key")))
         return req.response()
 
     def list_kv(self, req: Command) -> Command:
-        namespace = _need(req, "namespace")
+        namespace = need(req, "namespace")
         reply = self._call(self.ns.ListKv, api_pb2.ListKvRequest(namespace=namespace))
         if not reply.table and not reply.namespace_exists:  # an emptied namespace answers {"table":{}}
             return req.response(codes.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
@@ -271,10 +219,10 @@ class Handlers:
     # ---- broker side ---------------------------------------------------------------------------
 
     def register_broker(self, req: Command) -> Command:
-        crc = _int(req, "bodyCrc32", 0)
+        crc = int_field(req, "bodyCrc32", 0)
         if crc != 0 and registerbody.crc32(req.body) != crc:
             return req.response(codes.SYSTEM_ERROR, "crc32 not match")
-        body = registerbody.decode(req.body, _bool(req, "compressed"))
+        body = registerbody.decode(req.body, bool_field(req, "compressed"))
         broker = req.ext("brokerName") or "?"
         ignored = body.attach_mappings(broker)
         if ignored:
@@ -282,11 +230,13 @@ class Handlers:
                         len(ignored), "; ".join(ignored[:3]))
         body.topics = self._storable_topics(body.topics, broker)
         request = api_pb2.RegisterBrokerRequest(
-            cluster_name=_need(req, "clusterName"), broker_name=_need(req, "brokerName"),
-            broker_addr=_need(req, "brokerAddr"), broker_id=_int(req, "brokerId"),
-            ha_server_addr=req.ext("haServerAddr") or "", heartbeat_timeout_ms=_int(req, "heartbeatTimeoutMillis", 0),
+            cluster_name=need(req, "clusterName"), broker_name=need(req, "brokerName"),
+            broker_addr=need(req, "brokerAddr"), broker_id=int_field(req, "brokerId"),
+            ha_server_addr=req.ext("haServerAddr") or "",
+            heartbeat_timeout_ms=int_field(req, "heartbeatTimeoutMillis", 0),
             # a missing field (brokers before 5) is kept apart from false: see translate.register_broker
-            enable_acting_master=None if req.ext("enableActingMaster") is None else _bool(req, "enableActingMaster"),
+            enable_acting_master=(None if req.ext("enableActingMaster") is None
+                                  else bool_field(req, "enableActingMaster")),
             zone_name=req.ext("__ZONE_NAME") or "",
             data_version=body.data_version, topics=body.topics, filter_servers=body.filter_servers)
         if should_stream(request):
@@ -326,8 +276,8 @@ class Handlers:
 
     def unregister_broker(self, req: Command) -> Command:
         self._call(self.ns.UnregisterBroker, api_pb2.UnregisterBrokerRequest(
-            cluster_name=_need(req, "clusterName"), broker_name=_need(req, "brokerName"),
-            broker_addr=_need(req, "brokerAddr"), broker_id=_int(req, "brokerId")))
+            cluster_name=need(req, "clusterName"), broker_name=need(req, "brokerName"),
+            broker_addr=need(req, "brokerAddr"), broker_id=int_field(req, "brokerId")))
         return req.response()
 
     def _heartbeat(self, req: Command) -> api_pb2.HeartbeatReply:
@@ -343,7 +293,7 @@ class Handlers:
         theirs = (bodies.parse_data_version(bodies.parse_json(req.body, "DataVersion"))
                   if req.body else state_pb2.DataVersion())
         reply = self._heartbeat(req)
-        addr = _need(req, "brokerAddr")
+        addr = need(req, "brokerAddr")
         ours = reply.data_versions.get(addr)
         # Unknown: "changed", so the broker registers in full.
         changed = ours is None or ours != theirs
@@ -356,32 +306,32 @@ class Handlers:
 
     def broker_member_group(self, req: Command) -> Command:
         reply = self._call(self.ns.GetBrokerMemberGroup, api_pb2.GetBrokerMemberGroupRequest(
-            cluster_name=req.ext("clusterName") or "", broker_name=_need(req, "brokerName")))
+            cluster_name=req.ext("clusterName") or "", broker_name=need(req, "brokerName")))
         # RocketMQ 5's answer carries its response factory's default remark; so does ours.
-        return req.response(body=bodies.encode(bodies.member_group(reply), _fastjson(req)),
+        return req.response(body=bodies.encode(bodies.member_group(reply), wants_fastjson(req)),
                             remark="not set any response code")
 
     # ---- client reads --------------------------------------------------------------------------
 
     def route(self, req: Command) -> Command:
-        topic = _need(req, "topic")
+        topic = need(req, "topic")
         # RocketMQ's ZoneRouteRPCHook: the client opts in per request (the node must run in zone mode too).
-        zone = (req.ext("__ZONE_NAME") or "") if _bool(req, "__ZONE_MODE") else ""
+        zone = (req.ext("__ZONE_NAME") or "") if bool_field(req, "__ZONE_MODE") else ""
         reply = self._call(self.ns.GetRoute, api_pb2.GetRouteRequest(topic=topic, zone_name=zone),
                            codes.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}"
                            f"{_faq_suggestion(req)}")
-        fastjson = _fastjson(req)
+        fastjson = wants_fastjson(req)
         body = self.route_bodies.get(topic, fastjson, reply.route.SerializeToString(deterministic=True),
                                      lambda: bodies.encode(bodies.topic_route(reply.route, topic), fastjson))
         return req.response(body=body)
 
     def cluster_info(self, req: Command) -> Command:
         reply = self._call(self.ns.GetClusterInfo, api_pb2.GetClusterInfoRequest())
-        return req.response(body=bodies.encode(bodies.cluster_info(reply), _fastjson(req)))
+        return req.response(body=bodies.encode(bodies.cluster_info(reply), wants_fastjson(req)))
 
     def _topic_list(self, kind: api_pb2.TopicListKind) -> Callable[[Command], Command]:
         def handler(req: Command) -> Command:
-            cluster = _need(req, "cluster") if kind == api_pb2.TOPIC_LIST_BY_CLUSTER else ""
+            cluster = need(req, "cluster") if kind == api_pb2.TOPIC_LIST_BY_CLUSTER else ""
             reply = self._call(self.ns.GetTopicList, api_pb2.GetTopicListRequest(kind=kind, cluster_name=cluster))
             broker_addr = self._any_broker_addr() if kind == api_pb2.TOPIC_LIST_SYSTEM else ""
             return req.response(body=bodies.encode(bodies.topic_list(reply.topics, broker_addr)))
@@ -401,20 +351,20 @@ class Handlers:
 
     def _perm(self, method: str, count_field: str) -> Callable[[Command], Command]:
         def handler(req: Command) -> Command:
-            request = api_pb2.BrokerPermRequest(broker_name=_need(req, "brokerName"))
+            request = api_pb2.BrokerPermRequest(broker_name=need(req, "brokerName"))
             reply = self._call(getattr(self.ns, method), request)
             return req.response(ext_fields={count_field: str(reply.topic_count)})
         return handler
 
     def delete_topic(self, req: Command) -> Command:
-        self._call(self.ns.DeleteTopic, api_pb2.DeleteTopicRequest(topic=_need(req, "topic"),
+        self._call(self.ns.DeleteTopic, api_pb2.DeleteTopicRequest(topic=need(req, "topic"),
                                                                   cluster_name=req.ext("clusterName") or ""))
         return req.response()
 
     def register_topic(self, req: Command) -> Command:
         queue_datas = bodies.parse_queue_datas(req.body) if req.body else []
         try:
-            self._call(self.ns.RegisterTopic, api_pb2.RegisterTopicRequest(topic=_need(req, "topic"),
+            self._call(self.ns.RegisterTopic, api_pb2.RegisterTopicRequest(topic=need(req, "topic"),
                                                                           queue_datas=queue_datas))
         except RequestError as exc:
             if UNKNOWN_BROKER not in exc.remark:
