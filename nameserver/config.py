@@ -106,6 +106,7 @@ class NodeConfig:
     controller_role: str = ""      # the role controller-port calls act as; empty: the node's own (peer) rights
     controller_scan_interval_ms: int = 1_000   # how often the leader looks for sets whose master went silent
     controller_heartbeat_timeout_ms: int = 10_000  # for a heartbeat that names no timeout (RocketMQ's default)
+    # the defaults of two replicated settings (nameserver/state/settings.py: the log's value wins)
     elect_unclean_master: bool = False         # elect outside the in-sync replicas when none of them is alive
     notify_broker_role_changed: bool = True    # push NOTIFY_BROKER_ROLE_CHANGED to a set's brokers
     # [limits]: no caller, authenticated or not, can hold more of a node than these.

@@ -66,7 +66,7 @@ class Server:
         # Controller mode (RIP-44; nameserver/controller): served over gRPC by every node, so a follower
         # can forward to whichever node leads; its remoting port only where [controller] listen is set.
         self.heartbeats = HeartbeatTable(default_timeout_s=cfg.controller_heartbeat_timeout_ms / 1000)
-        self.notifier = RoleChangeNotifier() if cfg.notify_broker_role_changed else None
+        self.notifier = RoleChangeNotifier()  # used while the replicated notifyBrokerRoleChanged is on
         self.controller = ControllerService(self.node, self.service, self.heartbeats, self.notifier)
         api_pb2_grpc.add_ControllerServicer_to_server(self.controller, self.grpc)
         self.health = health.HealthServicer()
@@ -98,7 +98,8 @@ class Server:
         if cfg.controller_addr:
             # RocketMQ 5 brokers' controllerAddr; the protocol carries no credentials ([controller] role)
             role = (cfg.controller_role or "peer") if cfg.auth_enabled else ""
-            handlers = ControllerHandlers(InProcessStub(self.controller, auth.CONTROLLER_SERVICE, role), cfg,
+            handlers = ControllerHandlers(InProcessStub(self.controller, auth.CONTROLLER_SERVICE, role),
+                                          InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
                                           cfg.write_timeout_ms / 1000)
             self.extras.append(RemotingServer(cfg, None, listen_addr=cfg.controller_addr, handlers=handlers,
                                               max_connections=self.budget.remoting))
@@ -138,8 +139,7 @@ class Server:
         for extra in reversed(self.extras):
             extra.stop()
         self.grpc.stop(grace).wait()
-        if self.notifier is not None:
-            self.notifier.stop()
+        self.notifier.stop()
         self.node.close()
 
     def wait(self) -> None:

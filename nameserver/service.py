@@ -407,8 +407,13 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                     ) -> api_pb2.GetSettingsReply:
         stored, offset = self._read(context, lambda s: s.stored_settings(), request.min_offset)
         return api_pb2.GetSettingsReply(
-            settings=settings.effective(stored, self.node.cfg.order_message_enable), stored=sorted(stored),
+            settings=settings.effective(stored, self.setting_defaults()), stored=sorted(stored),
             apply_offset=offset)
+
+    def setting_defaults(self) -> dict[str, bool]:
+        cfg = self.node.cfg
+        return settings.node_defaults(cfg.order_message_enable, cfg.elect_unclean_master,
+                                      cfg.notify_broker_role_changed)
 
     # ---- topics and permissions ------------------------------------------------------------------
 

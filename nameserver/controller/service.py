@@ -20,7 +20,7 @@ from nameserver.controller.heartbeats import HeartbeatTable
 from nameserver.node import NameServerNode, WriteResult
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.service import NameServerService, rpc
-from nameserver.state import MetadataState
+from nameserver.state import MetadataState, settings
 from nameserver.state import controller as decide
 
 log = logging.getLogger("nameserver.controller")
@@ -58,11 +58,12 @@ class ControllerService(api_pb2_grpc.ControllerServicer):
 
     def _decide(self, context: grpc.ServicerContext, method: str, request: Any,
                 decision: Callable[[MetadataState], decide.Decision]) -> api_pb2.ControllerReply:
-        taken: list[decide.Decision] = []
+        taken: list[tuple[decide.Decision, bool]] = []
+        notify_default = self.node.cfg.notify_broker_role_changed
 
         def translate(state: MetadataState) -> decide.Decision:
             d = decision(state)
-            taken[:] = [d]
+            taken[:] = [(d, state.setting_on(settings.NOTIFY_BROKER_ROLE_CHANGED, notify_default))]
             return d
 
         if self.node.log.is_leader():
@@ -70,7 +71,8 @@ class ControllerService(api_pb2_grpc.ControllerServicer):
         reply = self.ns.write(context, method, request, translate, self._reply,
                               stub_type=api_pb2_grpc.ControllerStub)
         # Only the node that decided (the leader) notifies; a follower that forwarded never ran `translate`.
-        if taken and taken[0].elected and reply.code == decide.SUCCESS and reply.offset and self.on_elected:
+        if taken and taken[0][0].elected and taken[0][1] and reply.code == decide.SUCCESS and reply.offset \
+                and self.on_elected:
             self.on_elected(reply.set)
         return reply
 
@@ -108,9 +110,10 @@ class ControllerService(api_pb2_grpc.ControllerServicer):
     def ElectMaster(self, request: api_pb2.ElectMasterRequest, context: grpc.ServicerContext
                     ) -> api_pb2.ControllerReply:
         validation.validate_elect_master(request)
-        unclean = self.node.cfg.elect_unclean_master
+        unclean = self.node.cfg.elect_unclean_master  # the default; the replicated setting wins
         return self._decide(context, "ElectMaster", request, lambda s: decide.elect_master(
-            s, request.broker_name, request.broker_id, request.designate_elect, self.heartbeats, unclean))
+            s, request.broker_name, request.broker_id, request.designate_elect, self.heartbeats,
+            s.setting_on(settings.ENABLE_ELECT_UNCLEAN_MASTER, unclean)))
 
     @rpc
     def AlterSyncStateSet(self, request: api_pb2.AlterSyncStateSetRequest, context: grpc.ServicerContext

@@ -18,7 +18,9 @@ from nameserver.pb import api_pb2
 from nameserver.remoting import bodies, codes, jsonfmt
 from nameserver.remoting.bodies import BodyError
 from nameserver.remoting.command import Command
+from nameserver.remoting.handlers import CONFIG_BLACK_LIST, parse_properties
 from nameserver.remoting.request import RequestError, bool_field, dispatch, int_field, need, wants_fastjson
+from nameserver.state import settings
 
 log = logging.getLogger("nameserver.remoting")
 
@@ -73,8 +75,9 @@ def _ids(text: str, name: str) -> list[int]:
 
 
 class ControllerHandlers:
-    def __init__(self, controller: Any, cfg: NodeConfig, timeout_s: float) -> None:
+    def __init__(self, controller: Any, ns: Any, cfg: NodeConfig, timeout_s: float) -> None:
         self.ctl = controller  # the Controller service's calls, stub-style: ctl.ElectMaster(request, timeout=...)
+        self.ns = ns  # the NameServer service's (the replicated settings)
         self.cfg = cfg
         self.timeout = timeout_s
         self._table: dict[int, Callable[[Command], Command]] = {
@@ -89,6 +92,7 @@ class ControllerHandlers:
             codes.CLEAN_BROKER_DATA: self.clean_broker_data,
             codes.BROKER_HEARTBEAT: self.heartbeat,
             codes.GET_CONTROLLER_CONFIG: self.get_config,
+            codes.UPDATE_CONTROLLER_CONFIG: self.update_config,
         }
 
     @property
@@ -225,14 +229,32 @@ class ControllerHandlers:
         return req.response(codes.SUCCESS, "Heart beat success")
 
     def get_config(self, req: Command) -> Command:
-        cfg = self.cfg
-        props = {"controllerAddr": cfg.controller_addr,
-                 "scanNotActiveBrokerInterval": cfg.controller_scan_interval_ms,
-                 "enableElectUncleanMaster": str(cfg.elect_unclean_master).lower(),
-                 "notifyBrokerRoleChanged": str(cfg.notify_broker_role_changed).lower(),
-                 "controllerType": "rip18-raft"}
+        """This node's controller settings: its TOML's, and the replicated switches as the log has them."""
+        replicated = self._call(self.ns.GetSettings, api_pb2.GetSettingsRequest()).settings
+        props = {"controllerAddr": self.cfg.controller_addr, "controllerType": "rip18-raft",
+                 "scanNotActiveBrokerInterval": str(self.cfg.controller_scan_interval_ms)}
+        props |= {name: str(replicated[name]).lower() for name in settings.CONTROLLER_SETTINGS}
         text = "".join(f"{k}={v}\n" for k, v in props.items())
         return req.response(codes.SUCCESS, None, body=text.encode())
+
+    def update_config(self, req: Command) -> Command:
+        """enableElectUncleanMaster and notifyBrokerRoleChanged, replicated through the log (every controller
+        node then decides alike; RocketMQ's controller changes only the one it was sent to). Anything else is
+        a node-local setting in the node's TOML and is refused, naming it."""
+        try:
+            properties = parse_properties(req.body.decode("utf-8")) if req.body else {}
+        except UnicodeDecodeError:
+            raise RequestError(codes.SYSTEM_ERROR, "string2Properties error: the body is not UTF-8") from None
+        if CONFIG_BLACK_LIST & properties.keys():
+            raise RequestError(codes.NO_PERMISSION, "Can not update config in black list.")
+        local = sorted(properties.keys() - set(settings.CONTROLLER_SETTINGS))
+        if local:
+            raise RequestError(codes.SYSTEM_ERROR, f"{local[0]!r} is not a replicated controller setting; they are "
+                               f"{', '.join(settings.CONTROLLER_SETTINGS)} (the others are in the node's TOML, "
+                               "[controller])")
+        if properties:
+            self._call(self.ns.UpdateSettings, api_pb2.UpdateSettingsRequest(settings=properties))
+        return req.response()
 
 
 __all__ = ["ControllerHandlers", "master_header", "member_group", "replicas_info", "sync_state_set_body"]

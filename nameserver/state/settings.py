@@ -4,8 +4,9 @@ They are set at run time through the log (UPDATE_NAMESRV_CONFIG on the remoting 
 gRPC), so every node answers alike and a change survives restarts; stock RocketMQ applies such a change to
 one node's memory and file only. Node-local settings (addresses, timings, limits) stay in the node's TOML.
 
-A setting never written takes its default: RocketMQ's, except orderMessageEnable, whose default is the
-node's [routes] order_message_enable (so a TOML-only deployment behaves as before).
+A setting never written takes its default: RocketMQ's, except where the node's TOML names one
+(orderMessageEnable: [routes] order_message_enable; the controller's two: [controller]), so a TOML-only
+deployment behaves as before.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ ENABLE_ALL_TOPIC_LIST = "enableAllTopicList"
 ENABLE_TOPIC_LIST = "enableTopicList"
 DELETE_TOPIC_WITH_BROKER_REGISTRATION = "deleteTopicWithBrokerRegistration"
 SUPPORT_ACTING_MASTER = "supportActingMaster"
+# Controller mode's switches (RocketMQ's ControllerConfig; docs/controller.md), replicated the same way.
+ENABLE_ELECT_UNCLEAN_MASTER = "enableElectUncleanMaster"
+NOTIFY_BROKER_ROLE_CHANGED = "notifyBrokerRoleChanged"
+CONTROLLER_SETTINGS = (ENABLE_ELECT_UNCLEAN_MASTER, NOTIFY_BROKER_ROLE_CHANGED)
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,9 @@ SETTINGS: dict[str, Setting] = {
         False, "a master's changed registration removes its topics it no longer lists"),
     SUPPORT_ACTING_MASTER: Setting(
         False, "routes show a master-less acting group's lowest-id slave as broker id 0"),
+    ENABLE_ELECT_UNCLEAN_MASTER: Setting(
+        False, "controller mode elects outside the in-sync replicas when none of them is alive"),
+    NOTIFY_BROKER_ROLE_CHANGED: Setting(True, "controller mode pushes each election to the set's brokers"),
 }
 
 
@@ -59,11 +67,18 @@ def canonical_values(values: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def effective(stored: Mapping[str, str], order_message_enable: bool = False) -> dict[str, bool]:
-    """Every setting's value: the log's, else the default (orderMessageEnable's from the node's TOML)."""
+def node_defaults(order_message_enable: bool, elect_unclean_master: bool, notify_broker_role_changed: bool
+                  ) -> dict[str, bool]:
+    """The defaults a node's TOML gives ([routes] order_message_enable, [controller]); the log's value wins."""
+    return {ORDER_MESSAGE_ENABLE: order_message_enable, ENABLE_ELECT_UNCLEAN_MASTER: elect_unclean_master,
+            NOTIFY_BROKER_ROLE_CHANGED: notify_broker_role_changed}
+
+
+def effective(stored: Mapping[str, str], defaults: Mapping[str, bool] | None = None) -> dict[str, bool]:
+    """Every setting's value: the log's, else the node's default (`defaults`, from its TOML), else RocketMQ's."""
     out = {}
     for name, s in SETTINGS.items():
-        default = order_message_enable if name == ORDER_MESSAGE_ENABLE else s.default
+        default = (defaults or {}).get(name, s.default)
         value = stored.get(name)
         out[name] = default if value is None else value == "true"
     return out

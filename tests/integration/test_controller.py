@@ -250,3 +250,39 @@ def test_bad_controller_requests_name_the_field_and_write_nothing(cluster) -> No
     after = cluster.leader().status()
     assert after.apply_offset == before.apply_offset  # nothing entered the log
     assert not controller_stub(cluster.leader()).ListBrokerSets(api_pb2.ListBrokerSetsRequest(), timeout=10).sets
+
+
+def test_no_in_sync_replica_left_then_unclean_elections_switched_on_through_the_log(cluster) -> None:
+    controllers = [n.controller_addr for n in cluster.nodes]
+    leader, follower = cluster.leader(), cluster.followers()[0]
+    brokers = [Broker() for _ in range(2)]
+    try:
+        for b in brokers:
+            b.register(leader.controller_addr)
+            b.start_beating(controllers)
+        assert brokers[0].elect(leader.controller_addr)[0] == 0  # master 1, alone in sync
+        brokers[0].beating.clear()
+
+        def masterless() -> dict | None:
+            code, header, _ = replica_info(leader.controller_addr)
+            return header if code == 0 and "masterBrokerId" not in header else None
+
+        # the scan finds broker 1 silent, nobody else in sync: the set is recorded as having no master
+        header = cluster.wait_for("the set without a master", masterless, timeout=HEARTBEAT_TIMEOUT_MS / 1000 + 5)
+        assert header["masterEpoch"] == "2"
+        code, refused = brokers[1].elect(leader.controller_addr)  # broker 2 is alive but was never in sync
+        assert code == 2012, refused
+        # An admin accepts the risk: the switch goes through the log, so every node decides alike.
+        r = call(follower.controller_addr, 1009, body=b"enableElectUncleanMaster=true\n")
+        assert r.code == 0, r.remark
+        local = call(follower.controller_addr, 1009, body=b"scanNotActiveBrokerInterval=1\n")
+        assert local.code == 1 and "scanNotActiveBrokerInterval" in local.remark
+        for n in cluster.nodes:
+            config = call(n.controller_addr, 1010).body.decode()
+            assert "enableElectUncleanMaster=true" in config.splitlines(), config
+        code, elected = brokers[1].elect(leader.controller_addr)
+        assert code == 0 and elected["header"]["masterBrokerId"] == "2" and elected["header"]["masterEpoch"] == "3"
+    finally:
+        for b in brokers:
+            b.beating.clear()
+            b.remote.stop()

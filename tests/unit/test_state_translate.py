@@ -142,7 +142,7 @@ def test_settings_are_records_with_defaults_and_change_registration_replies() ->
     assert update_settings(state, {settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER: "false"}).empty
     assert register_broker(state, reg(counter=2), TIMEOUT).order_topic_config == {}
     assert state.stored_settings() == {"returnOrderTopicConfigToBroker": "false"}
-    eff = settings.effective(state.stored_settings(), order_message_enable=True)
+    eff = settings.effective(state.stored_settings(), {settings.ORDER_MESSAGE_ENABLE: True})
     assert eff[settings.ORDER_MESSAGE_ENABLE] and not eff[settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER]
     assert eff[settings.ENABLE_TOPIC_LIST] and not eff[settings.SUPPORT_ACTING_MASTER]
     copy = MetadataState()
