@@ -27,6 +27,7 @@ VALUE_MESSAGES: dict[int, type[Message]] = {
     state_pb2.SETTING: state_pb2.SettingValue,
     state_pb2.QUEUE_BINDING: state_pb2.QueueBindingValue,
     state_pb2.CLIENT_SESSION: state_pb2.ClientSession,
+    state_pb2.MEMBER: state_pb2.MemberInfo,
     state_pb2.CONTROLLER_BROKER_SET: state_pb2.ControllerBrokerSet,
 }
 

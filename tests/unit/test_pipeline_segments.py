@@ -44,6 +44,18 @@ def test_value_json_renders_every_field_with_numbers_and_names() -> None:
     assert records.type_name(state_pb2.TOPIC_QUEUE) == "TOPIC_QUEUE" and records.type_name(77) == "TYPE_77"
 
 
+def test_every_record_type_has_its_value_message_and_key_prefix() -> None:
+    # A record type added to state.proto without its message here would reach Spark as undecodable bytes.
+    from nameserver.state import keys
+
+    kinds = {v.number for v in state_pb2.RecordType.DESCRIPTOR.values} - {state_pb2.RECORD_TYPE_UNSPECIFIED}
+    assert set(records.VALUE_MESSAGES) == kinds
+    assert set(keys.PREFIX_TYPES.values()) == kinds
+    ctl = state_pb2.ControllerBrokerSet(cluster_name="c", master_id=2, master_epoch=3, sync_state_set=[2, 3])
+    doc = json.loads(records.value_json(state_pb2.CONTROLLER_BROKER_SET, ctl.SerializeToString()))
+    assert (doc["master_id"], doc["master_epoch"], doc["sync_state_set"]) == (2, 3, [2, 3])
+
+
 def test_rows_one_per_record_with_batch_fields_and_entry_id() -> None:
     entry, data = _entry()
     rows = segments.LogRows()
