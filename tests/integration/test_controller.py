@@ -225,6 +225,9 @@ def test_a_broker_set_elects_fails_over_and_survives_a_raft_leader_kill(cluster)
         listed = controller_stub(survivors[1]).ListBrokerSets(api_pb2.ListBrokerSetsRequest(), timeout=10)
         [view] = listed.sets
         assert [x.broker_id for x in view.replicas] == sorted({2, 3}) and view.master_id == elected
+        [row] = nsctl("controller", "list", "--endpoints", endpoints, "--json")["sets"]
+        assert (row["broker_name"], row["master_id"], [r["broker_id"] for r in row["replicas"]]) == \
+            (SET, elected, [2, 3])
     finally:
         for b in brokers:
             b.beating.clear()

@@ -224,6 +224,7 @@ def controller_scenario(d: Deployment, controller: str, settings: dict[str, str]
         assert time.monotonic() < deadline, first
         time.sleep(1)
     meta, _ = _mqadmin_lines(d, "getControllerMetaData", "-a", a)
+    epochs, _ = _mqadmin_lines(d, "getBrokerEpoch", "-b", SET)  # asked of the brokers, found through the routes
     master = first["master"]
     assert len(first["replicas"]) == 3, first
     slave, other = sorted(set(first["replicas"]) - {master})
@@ -243,6 +244,7 @@ def controller_scenario(d: Deployment, controller: str, settings: dict[str, str]
     final = _sync_state(d, a)
     return {
         "leader_address_given": "#ControllerLeaderAddress" in meta and len(meta.split("#Peer:")) > 1,
+        "broker_epochs": (epochs.count("#brokerAddr"), epochs.count("#Epoch: EpochEntry{epoch=1,")),
         "first": (len(first["replicas"]), first["epoch"], sorted(k for k, v in first["replicas"].items() if v[0])
                   == sorted(first["replicas"])),
         "elect": (after_elect["master"] == slave, after_elect["epoch"] - first["epoch"],
