@@ -16,6 +16,7 @@ import time
 
 import grpc
 
+from nameserver import config
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -41,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     conf_dir = os.path.join(ROOT, "deploy", f"local-{args.nodes}")
     procs: list[tuple[str, subprocess.Popen]] = []
-    grpc_addrs = [f"127.0.0.1:910{i}" for i in range(1, args.nodes + 1)]
+    cfgs = [config.load(os.path.join(conf_dir, f"n{i}.toml")) for i in range(1, args.nodes + 1)]
+    grpc_addrs = [c.grpc_addr for c in cfgs]
+    remoting = ";".join(c.remoting_addr for c in cfgs if c.remoting_addr)
+    controllers = ";".join(c.controller_addr for c in cfgs if c.controller_addr)
     for i in range(1, args.nodes + 1):
         cmd = [sys.executable, "-m", "nameserver.cli.serve", "serve", "--config",
                os.path.join(conf_dir, f"n{i}.toml")]
@@ -74,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoints = ",".join(grpc_addrs)
         print(f"""
 === local {args.nodes}-node cluster is up: gRPC endpoints {endpoints}
+    RocketMQ: namesrvAddr={remoting}  (5.x controller mode: controllerAddr={controllers})
     data under data/local-{args.nodes}/ (a second run recovers it). Try, in another shell:
       .venv/bin/nsctl status
       .venv/bin/nsctl broker register --cluster DefaultCluster --name broker-a --addr 10.0.0.1:10911 \\
