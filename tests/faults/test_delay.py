@@ -53,18 +53,24 @@ def test_delay_and_jitter_on_every_raft_link(lab, fault_cluster, make_run) -> No
     time.sleep(1)  # the workload keeps running across the heal
     run.stop()
 
-    # pysyncobj: the node with the greater address string dials; n3 > n2 > n1 here.
+    # pysyncobj: the node with the greater address string dials; n3 > n2 > n1 here. Our peer links also
+    # dial back after 2 s without a link (raftlog/peerlinks.py), so under the long run's kills and pauses
+    # the other direction carries traffic too, through its own proxy.
     dialing = ["n2->n1", "n3->n1", "n3->n2"]
     moved = {r: after[r]["up_bytes"] + after[r]["down_bytes"] - before[r]["up_bytes"] - before[r]["down_bytes"]
-             for r in dialing}
-    print(f"\nproxy bytes under delay: {moved}; max hold ms: { {r: after[r]['max_hold_ms'] for r in dialing} }")
+             for r in after}
+    print(f"\nproxy bytes under delay: {moved}; max hold ms: { {r: after[r]['max_hold_ms'] for r in after} }")
     # Followers exchange nothing, so only the links of a leader must carry traffic.
     leader = c.wait_for("a leader", c.leader, timeout=30).name
     leader_links = [r for r in dialing if leader in r.split("->")]
     assert all(moved[r] > 0 for r in leader_links), f"a Raft link of leader {leader} bypassed its proxy: {moved}"
     assert all(after[r]["max_hold_ms"] >= DELAY_MS for r in leader_links), after
-    unused = [r for r, s in after.items() if r not in dialing and s["conns"]]
-    assert not unused, f"a node dialed a peer with a greater address: {unused}"
+    # any other route that carried traffic held it at least the smallest delay (a few chunks may not reach 60)
+    used = [r for r in after if moved[r] > 0]
+    assert all(after[r]["max_hold_ms"] >= DELAY_MS - JITTER_MS for r in used), f"traffic without the delay: {after}"
+    reverse = [r for r, st in after.items() if r not in dialing and st["conns"]]
+    if not LONG:  # no node died or paused: nothing dials back
+        assert not reverse, f"a node dialed a peer with a greater address: {reverse}"
 
     base = run.write_latencies_ms(run.started, base_end)
     slow = run.write_latencies_ms(delayed_start + 1, delayed_end)
