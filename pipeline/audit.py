@@ -10,7 +10,6 @@ key that differs from the log's state: missing on the node, extra on the node, o
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -131,19 +130,12 @@ def node_claims(endpoints: list[str], at: int, access: NodeAccess | None = None,
 
 def fetch_dump(endpoint: str, out: str, access: NodeAccess | None = None, timeout: float = 600.0) -> Claim:
     """A live node's whole state as a dump in `out` (Log.DumpState: a consistent copy at its apply offset)."""
-    from nameserver.logformat.segments import write_dump
+    from nameserver.logformat.segments import write_dump_stream
 
     access = access or NodeAccess()
     with access.channel(endpoint) as channel:
-        stream = api_pb2_grpc.LogStub(channel).DumpState(api_pb2.DumpStateRequest(), timeout=timeout,
-                                                         metadata=access.metadata)
-        first = next(stream)
-
-        def items() -> Any:
-            for chunk in itertools.chain([first], stream):
-                yield from ((i.key, i.value, i.version, i.type) for i in chunk.items)
-
-        info = write_dump(out, items(), first.apply_offset, first.digest, endpoint)
+        info = write_dump_stream(out, api_pb2_grpc.LogStub(channel).DumpState(
+            api_pb2.DumpStateRequest(), timeout=timeout, metadata=access.metadata), endpoint)
     return Claim(f"dump of node {endpoint}", info.offset, info.digest, dump=out)
 
 

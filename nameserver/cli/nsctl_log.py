@@ -13,7 +13,6 @@ also moves on to the next endpoint.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,7 +119,7 @@ def cmd_log_export(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_state_dump(ctx: Context, args: argparse.Namespace) -> int:
-    from nameserver.logformat.segments import DUMP_FILE, write_dump
+    from nameserver.logformat.segments import DUMP_FILE
 
     path = os.path.join(args.out, DUMP_FILE)
     if os.path.exists(path):
@@ -128,7 +127,7 @@ def cmd_state_dump(ctx: Context, args: argparse.Namespace) -> int:
     failures: list[str] = []
     for endpoint in ctx.endpoints:
         try:
-            info = _dump_from(ctx, endpoint, args.out, write_dump)
+            info = _dump_from(ctx, endpoint, args.out)
         except grpc.RpcError as err:
             if os.path.exists(path):
                 os.unlink(path)  # a broken stream leaves no half dump behind
@@ -145,16 +144,12 @@ def cmd_state_dump(ctx: Context, args: argparse.Namespace) -> int:
     raise CommandError("UNAVAILABLE", f"no endpoint answered ({'; '.join(failures)})")
 
 
-def _dump_from(ctx: Context, endpoint: str, out: str, write_dump: Any) -> Any:
+def _dump_from(ctx: Context, endpoint: str, out: str) -> Any:
+    from nameserver.logformat.segments import write_dump_stream
+
     with open_channel(ctx, endpoint, _CHANNEL_OPTIONS) as channel:
         stream = api_pb2_grpc.LogStub(channel).DumpState(api_pb2.DumpStateRequest(), timeout=STREAM_TIMEOUT_S)
-        first = next(stream)
-
-        def items() -> Any:
-            for chunk in itertools.chain([first], stream):
-                yield from ((i.key, i.value, i.version, i.type) for i in chunk.items)
-
-        return write_dump(out, items(), first.apply_offset, first.digest, endpoint)
+        return write_dump_stream(out, stream, endpoint)
 
 
 def add_log_commands(builder: Any, sub: Any) -> None:

@@ -24,6 +24,7 @@ directory reads as one table, and a segment being written (a dot-file) is never 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -303,3 +304,12 @@ def read_dump_info(text: str) -> DumpInfo:
     doc = json.loads(text)
     return DumpInfo(node=str(doc["node"]), offset=int(doc["offset"]), digest=str(doc["digest"]),
                     keys=int(doc["keys"]))
+
+
+def write_dump_stream(directory: str, chunks: Iterable[Any], node: str) -> DumpInfo:
+    """Write a node's Log.DumpState stream (StateChunk messages: the first carries the apply offset and
+    digest of the copy) as a state dump."""
+    stream = iter(chunks)
+    first = next(stream)
+    items = ((i.key, i.value, i.version, i.type) for chunk in itertools.chain([first], stream) for i in chunk.items)
+    return write_dump(directory, items, first.apply_offset, first.digest, node)

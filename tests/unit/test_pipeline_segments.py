@@ -109,6 +109,20 @@ def test_segments_are_atomic_and_never_written_twice(tmp_path) -> None:
     assert pq.read_table(os.path.join(d, segments.segment_name(1, 5))).num_rows == 6
 
 
+def test_a_dump_state_stream_becomes_a_dump(tmp_path) -> None:
+    # What nsctl state dump and the pipeline's audit write from Log.DumpState: every chunk's items, the
+    # offset and digest of the copy from the first chunk.
+    from nameserver.pb import api_pb2
+
+    chunks = [api_pb2.StateChunk(items=[api_pb2.StateItem(key=f"kv/n/{i}", value=b"", version=i, type=5)
+                                        for i in range(first, first + 3)], apply_offset=40, digest="cd" * 16)
+              for first in (1, 4)]
+    info = segments.write_dump_stream(str(tmp_path), chunks, "n2")
+    assert info == segments.DumpInfo("n2", 40, "cd" * 16, 6)
+    rows = pq.read_table(tmp_path / segments.DUMP_FILE).to_pylist()
+    assert [r["version"] for r in rows] == [1, 2, 3, 4, 5, 6]
+
+
 def test_state_dump_round_trip(tmp_path) -> None:
     items = [("kv/a/b", state_pb2.KvValue(value="v").SerializeToString(), 4, state_pb2.KV_CONFIG),
              ("broker/x", b"", 9, state_pb2.BROKER)]
