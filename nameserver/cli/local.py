@@ -53,22 +53,27 @@ def main(argv: list[str] | None = None) -> int:
         procs.append((f"n{i}", proc))
         threading.Thread(target=_pump, args=(f"n{i}", proc.stdout), daemon=True).start()
 
-    def stop(*_: object) -> None:
-        for _, proc in procs:
+    def stop() -> None:
+        for _name, proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for _, proc in procs:
+        for _name, proc in procs:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
 
-    signal.signal(signal.SIGTERM, lambda *_: (stop(), sys.exit(0)))
+    def terminate(*_: object) -> None:
+        stop()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, terminate)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             st = [_status(a) for a in grpc_addrs]
-            if all(s is not None and s.ready for s in st) and any(s.role == api_pb2.ROLE_LEADER for s in st):
+            if all(s is not None and s.ready for s in st) and any(s is not None and s.role == api_pb2.ROLE_LEADER
+                                                                  for s in st):
                 break
             if any(proc.poll() is not None for _, proc in procs):
                 print("a node exited during start-up; see its log above", file=sys.stderr)

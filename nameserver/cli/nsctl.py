@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from google.protobuf.message import Message
 
 from nameserver import tlsconf
 from nameserver.chunking import register_chunks, should_stream
@@ -176,7 +175,7 @@ def emit_json(data: Any) -> None:
     print(render.dump_json(data))
 
 
-def emit_write(ctx: Context, reply: Message, extra: str = "") -> int:
+def emit_write(ctx: Context, reply: Any, extra: str = "") -> int:  # a write's reply (has .offset)
     """Every write reports the offset of its entry (or the apply offset when nothing changed)."""
     if ctx.json:
         emit_json(render.to_dict(reply))
@@ -407,7 +406,7 @@ def _cluster_rows(reply: api_pb2.GetClusterInfoReply) -> list[list[Any]]:
     return rows
 
 
-def _topic_kind(args: argparse.Namespace) -> int:
+def _topic_kind(args: argparse.Namespace) -> api_pb2.TopicListKind:
     kind = args.kind or ("cluster" if args.cluster else "all")
     if kind == "cluster" and not args.cluster:
         raise UsageError("--kind cluster needs --cluster")

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 # MessageToDict renders these as strings (JSON numbers lose precision past 2**53); we want ints.
@@ -35,7 +35,7 @@ def to_dict(message: Message) -> dict[str, Any]:
     return _fix_message(message.DESCRIPTOR, data)
 
 
-def _fix_message(descriptor: Descriptor, data: dict[str, Any]) -> dict[str, Any]:
+def _fix_message(descriptor: Any, data: dict[str, Any]) -> dict[str, Any]:  # python or upb Descriptor
     for field in descriptor.fields:
         if field.name in data:
             data[field.name] = _fix_field(field, data[field.name])

@@ -169,10 +169,10 @@ class BrokerFleet:
             for agent in batch:
                 agent.stats.heartbeats += 1
             for addr in unknown:
-                agent = by_addr.get(addr)
-                if agent is not None:
-                    agent.forget_registration()
-                    agent.stats.reregistrations += 1
+                forgotten = by_addr.get(addr)
+                if forgotten is not None:
+                    forgotten.forget_registration()
+                    forgotten.stats.reregistrations += 1
                     self._register(agent)
         self.rounds += 1
 

@@ -166,7 +166,7 @@ class Client:
         request = api_pb2.GetClusterInfoRequest(min_offset=self._min_offset(min_offset))
         return self._call("GetClusterInfo", request, _READ, timeout)
 
-    def get_topic_list(self, kind: int = api_pb2.TOPIC_LIST_ALL, cluster_name: str = "", *,
+    def get_topic_list(self, kind: api_pb2.TopicListKind = api_pb2.TOPIC_LIST_ALL, cluster_name: str = "", *,
                        min_offset: int = 0, timeout: float | None = None) -> list[str]:
         request = api_pb2.GetTopicListRequest(kind=kind, cluster_name=cluster_name,
                                               min_offset=self._min_offset(min_offset))
@@ -237,13 +237,15 @@ class Client:
         request = api_pb2.ReleaseQueueRequest(topic=topic, queue_id=queue_id, expected_version=expected_version)
         return self._call("ReleaseQueue", request, _WRITE, timeout)
 
-    def get_binding(self, topic: str, queue_id: int, *, consistency: int = api_pb2.LINEARIZABLE,
+    def get_binding(self, topic: str, queue_id: int, *,
+                    consistency: api_pb2.Consistency = api_pb2.LINEARIZABLE,
                     min_offset: int = 0, timeout: float | None = None) -> api_pb2.GetBindingReply:
         request = api_pb2.GetBindingRequest(topic=topic, queue_id=queue_id, consistency=consistency,
                                             min_offset=self._min_offset(min_offset))
         return self._call("GetBinding", request, _READ, timeout)
 
-    def list_bindings(self, topic: str, *, consistency: int = api_pb2.LINEARIZABLE, min_offset: int = 0,
+    def list_bindings(self, topic: str, *, consistency: api_pb2.Consistency = api_pb2.LINEARIZABLE,
+                      min_offset: int = 0,
                       timeout: float | None = None) -> list[api_pb2.QueueBinding]:
         request = api_pb2.ListBindingsRequest(topic=topic, consistency=consistency,
                                               min_offset=self._min_offset(min_offset))
