@@ -34,6 +34,7 @@ class Method:
     reply: type[Message]
     client_streaming: bool
     server_streaming: bool
+    key: str = ""  # the name, or "Service.Name" where a NameServer method has the same name
 
     @property
     def path(self) -> str:
@@ -41,11 +42,16 @@ class Method:
 
 
 def all_methods() -> dict[str, Method]:
+    """Every RPC of api.proto by key: its name, or "Controller.RegisterBroker" where the Controller
+    service reuses a NameServer method's name."""
+    services = api_pb2.DESCRIPTOR.services_by_name
+    nameserver = {m.name for m in services["NameServer"].methods}
     out = {}
-    for svc in api_pb2.DESCRIPTOR.services_by_name.values():
+    for svc in services.values():
         for m in svc.methods:
-            out[m.name] = Method(svc.name, m.name, getattr(api_pb2, m.input_type.name),
-                                 getattr(api_pb2, m.output_type.name), m.client_streaming, m.server_streaming)
+            key = m.name if svc.name == "NameServer" or m.name not in nameserver else f"{svc.name}.{m.name}"
+            out[key] = Method(svc.name, m.name, getattr(api_pb2, m.input_type.name),
+                              getattr(api_pb2, m.output_type.name), m.client_streaming, m.server_streaming, key)
     return out
 
 
@@ -92,7 +98,8 @@ def call(channel: grpc.Channel, m: Method, request: Message | bytes | list, time
 
 
 WRITES = {"RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "PutKv", "DeleteKv", "WipeWritePerm",
-          "AddWritePerm", "RegisterTopic", "DeleteTopic", "BindQueue", "ReleaseQueue", "UpdateSettings"}
+          "AddWritePerm", "RegisterTopic", "DeleteTopic", "BindQueue", "ReleaseQueue", "UpdateSettings",
+          "ApplyBrokerId", "Controller.RegisterBroker", "ElectMaster", "AlterSyncStateSet", "CleanBrokerData"}
 # Besides OK, INVALID_ARGUMENT and RESOURCE_EXHAUSTED (bad input, size bounds), what each method may
 # answer whatever the input (docs/api.md). Waits for an offset are handled by waits_for_offset.
 EXTRA: dict[str, set[grpc.StatusCode]] = {
@@ -122,7 +129,7 @@ def waits_for_offset(m: Method, request: Message | None, applied: int) -> bool:
 
 
 def allowed(m: Method, request: Message | None, applied: int, on_leader: bool) -> set[grpc.StatusCode]:
-    codes = {C.OK, C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED} | EXTRA.get(m.name, set())
+    codes = {C.OK, C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED} | EXTRA.get(m.key, set())
     if waits_for_offset(m, request, applied):
         codes |= {C.UNAVAILABLE, C.DEADLINE_EXCEEDED}
     if m.name == "Watch" and request is not None and request.start_offset == 0:
@@ -144,10 +151,10 @@ def check_status(m: Method, request: Message | None, code: grpc.StatusCode, deta
                  on_leader: bool) -> None:
     """The status is one the method documents; INVALID_ARGUMENT names a field of the request."""
     ok = allowed(m, request, applied, on_leader)
-    assert code in ok, f"{m.name} answered {code.name}: {details!r} (allowed: {sorted(c.name for c in ok)})"
+    assert code in ok, f"{m.key} answered {code.name}: {details!r} (allowed: {sorted(c.name for c in ok)})"
     if code == C.INVALID_ARGUMENT or (code == C.RESOURCE_EXHAUSTED and not GRPC_SIZE_LIMIT.search(details)):
         assert FIELD_DETAIL.match(details) or WATCH_LIMITS.match(details), \
-            f"{m.name}: {code.name} names no field: {details[:300]!r}"
+            f"{m.key}: {code.name} names no field: {details[:300]!r}"
         root = re.split(r"[\[.:]", details, maxsplit=1)[0]
         assert root in field_names(m) or WATCH_LIMITS.match(details), \
-            f"{m.name}: {root!r} is not a field of {m.request.__name__}"
+            f"{m.key}: {root!r} is not a field of {m.request.__name__}"

@@ -22,10 +22,11 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nameserver.pb import api_pb2
+from nameserver.pb import api_pb2, api_pb2_grpc
 from tests.cluster import ROOT, Cluster, free_ports, register_request, running
 
 pytestmark = pytest.mark.cluster
@@ -98,9 +99,9 @@ scrape_configs:
         except (urllib.error.URLError, OSError):
             return False
 
-    def query(self, expr: str) -> dict[str, float]:
-        """Instant query; {instance: value} (instance "" for series without one)."""
-        data = self.get("/api/v1/query", query=expr)
+    def query(self, expr: str, at: float | None = None) -> dict[str, float]:
+        """Instant query (now, or at unix time `at`); {instance: value} (instance "" for series without one)."""
+        data = self.get("/api/v1/query", query=expr, **({} if at is None else {"time": f"{at:.3f}"}))
         assert data["resultType"] == "vector", data
         return {r["metric"].get("instance", ""): float(r["value"][1]) for r in data["result"]}
 
@@ -163,7 +164,10 @@ def test_prometheus_scrapes_offsets_that_move_with_writes(prom_cluster: tuple[Cl
     instances = {n.metrics_addr for n in cluster.nodes}
 
     def every_offset_of_every_node() -> dict[str, dict[str, float]] | None:
-        got = {name: prom.query(name) for name in OFFSETS}
+        # One evaluation time for all four (a second back, so that every scrape before it is stored):
+        # queried at "now" one by one, a scrape landing between two queries mixes two moments.
+        at = time.time() - 1.0
+        got = {name: prom.query(name, at) for name in OFFSETS}
         return got if all(set(v) == instances for v in got.values()) else None
 
     before = wait(cluster, prom, "the four offsets of all three nodes", every_offset_of_every_node)
@@ -211,6 +215,21 @@ def test_alert_rules_and_dashboard_work_on_live_data(prom_cluster: tuple[Cluster
     assert leader is not None
     follower = next(n for n in cluster.nodes if n is not leader)
     reply = follower.ns.RegisterBroker(register_request("C", "broker-d", "10.0.0.8:10911", ["DashTopic"]), timeout=10)
+    # A controller-mode broker set with a live master (the nameserver_controller_* gauges exist only once
+    # there is a set; a live master keeps BrokerSetWithoutMaster quiet)
+    ctrl = api_pb2_grpc.ControllerStub(grpc.insecure_channel(leader.grpc_addr))
+    applied = ctrl.ApplyBrokerId(api_pb2.ApplyBrokerIdRequest(
+        cluster_name="C", broker_name="broker-set-d", broker_id=1, register_check_code="10.0.0.9:10911;1"),
+        timeout=10)
+    assert applied.code == 0, applied
+    for node in cluster.nodes:
+        api_pb2_grpc.ControllerStub(grpc.insecure_channel(node.grpc_addr)).Heartbeat(
+            api_pb2.ControllerHeartbeatRequest(cluster_name="C", broker_name="broker-set-d",
+                                               broker_address="10.0.0.9:10911", broker_id=1, timeout_ms=600_000),
+            timeout=10)
+    elected = ctrl.ElectMaster(api_pb2.ElectMasterRequest(cluster_name="C", broker_name="broker-set-d",
+                                                          broker_id=1), timeout=10)
+    assert elected.code == 0 and elected.set.master_id == 1, elected
     for node in cluster.nodes:
         node.ns.GetRoute(api_pb2.GetRouteRequest(topic="DashTopic", min_offset=reply.offset), timeout=10)
         node.admin.TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=30)
