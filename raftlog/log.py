@@ -94,6 +94,14 @@ class SnapshotStoreLike(Protocol):
     def prune(self, keep: int) -> object: ...
 
 
+def _fsync_dir(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class ReplicatedLog:
     def __init__(self, cfg: LogConfig, fsm: StateMachine, store: SnapshotStoreLike,
                  state_lock: threading.RLock) -> None:
@@ -105,7 +113,7 @@ class ReplicatedLog:
         self.journal_path = os.path.join(cfg.data_dir, JOURNAL_NAME)
         self._cleanup_stale_files()
         # Opened first: a corrupt journal stops the node before anything else starts.
-        self.journal = DurableJournal(self.journal_path, fsync=cfg.fsync)
+        self.journal = DurableJournal(self.journal_path, fsync=cfg.fsync, compacted_to=self._snapshot_first_entry())
         self.applier = Applier(fsm, state_lock)
         self.applier.snapshot_handler = self._write_snapshot
         self.applier.restore_handler = self._load_snapshot
@@ -364,6 +372,10 @@ class ReplicatedLog:
                 info = self.store.write(index, term, digest, self.fsm.snapshot_items(frozen), raft_meta)
                 crash_point("snapshot-file-written")
                 self.store.link_to(info, self.dump_path)
+                if self.cfg.fsync:
+                    # The new raft.dump is on disk before pysyncobj compacts the journal behind it
+                    # (here, off the tick thread): a crash must not pair it with an older snapshot.
+                    _fsync_dir(self.dump_path)
                 crash_point("snapshot-linked")
                 self.store.prune(self.cfg.snapshots_kept)
                 self.snapshot_offset = index
@@ -382,6 +394,17 @@ class ReplicatedLog:
 
         self._snapshot_writer = threading.Thread(target=write, name="snapshot-writer", daemon=True)
         self._snapshot_writer.start()
+
+    def _snapshot_first_entry(self) -> int:
+        """The first log entry pysyncobj keeps beside its snapshot (the one before the snapshot's last);
+        0 without a readable snapshot. The journal skips what a compaction cut short left before it."""
+        if not os.path.exists(self.dump_path):
+            return 0
+        try:
+            _last, prev, _cluster = self._read_dump_meta(self.dump_path)
+        except Exception:  # a damaged snapshot is reported when pysyncobj loads it
+            return 0
+        return int(prev[1])
 
     def _read_dump_meta(self, path: str) -> tuple[RaftEntry, RaftEntry, list[str]]:
         return decode_raft_meta(self.store.read_info(path).meta)

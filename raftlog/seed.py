@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pysyncobj.journal import createJournal
+from raftlog.journal import DurableJournal
 
 DUMP_NAME = "raft.dump"        # the snapshot pysyncobj loads at start-up (ReplicatedLog.dump_path)
 JOURNAL_NAME = "raft.journal"  # the journal and its .meta (ReplicatedLog.journal_path)
@@ -23,10 +23,9 @@ def seed_from_snapshot(raft_dir: str, store: Any, info: Any) -> None:
     `raft_dir`, and write the journal's term and commit index from it."""
     os.makedirs(raft_dir, exist_ok=True)
     store.link_to(info, os.path.join(raft_dir, DUMP_NAME))
-    journal = createJournal(os.path.join(raft_dir, JOURNAL_NAME))
+    journal = DurableJournal(os.path.join(raft_dir, JOURNAL_NAME))
     try:
         journal.setRaftCommitIndex(info.offset)
         journal.setCurrentTerm(info.term, None)  # stores both, synchronously
-        journal.flush()
     finally:
-        journal._destroy()
+        journal.close()

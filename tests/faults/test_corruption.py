@@ -6,9 +6,9 @@ is started again while the workload goes on:
 (a) newest snapshot corrupted: the node must detect it (its log names the file) and either repair
     itself (an older snapshot, or one from its peers) and converge, or refuse to serve with a clear
     error in Status.apply_error; the operator then deletes its data directory and it rejoins.
-(b) raft.journal cut in the middle of its last record (a torn write): the node drops the torn tail
+(b) the newest raft.journal segment cut in the middle of its last record (a torn write): the node drops the torn tail
     with a warning naming the file, catches up from its peers, and converges.
-(c) bytes flipped in a record in the middle of raft.journal: acknowledged data is unreadable, so the
+(c) bytes flipped in a record in the middle of a raft.journal segment: acknowledged data is unreadable, so the
     node refuses to start (non-zero exit) with an error naming the journal file and the record's
     offset; the operator deletes its data directory and it rejoins by snapshot/log catch-up.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import struct
 import time
@@ -75,8 +76,11 @@ def _data_dir(c: Cluster, node: NodeProc) -> str:
     return os.path.join(c.root, f"{node.name}-data")
 
 
-def _journal(c: Cluster, node: NodeProc) -> str:
-    return os.path.join(_data_dir(c, node), "raft", "raft.journal")
+def _segments(c: Cluster, node: NodeProc) -> list[str]:
+    """The journal's segment files that hold records (raft.journal.<8 digits>), oldest first."""
+    raft = os.path.join(_data_dir(c, node), "raft")
+    names = sorted(n for n in os.listdir(raft) if re.fullmatch(r"raft\.journal\.\d{8}", n))
+    return [p for p in (os.path.join(raft, n) for n in names) if journal_records(p)]
 
 
 def _start(fault_cluster, make_run, **settings: object) -> tuple[Cluster, Run, NodeProc]:
@@ -162,9 +166,8 @@ def test_corrupted_snapshot_on_restart(fault_cluster, make_run) -> None:
 def test_torn_journal_tail_is_repaired_on_restart(fault_cluster, make_run) -> None:
     c, run, target = _start(fault_cluster, make_run)
     c.kill(target)
-    path = _journal(c, target)
+    path = _segments(c, target)[-1]  # the newest: its last record is the last written
     records = journal_records(path)
-    assert len(records) >= 3, f"{path} holds only {len(records)} records"
     start, end = records[-1]
     cut = start + (end - start) // 2
     os.truncate(path, cut)  # a crash in the middle of writing the last record
@@ -195,7 +198,7 @@ def test_torn_journal_tail_is_repaired_on_restart(fault_cluster, make_run) -> No
 def test_flipped_bytes_mid_journal_refuse_to_start(fault_cluster, make_run) -> None:
     c, run, target = _start(fault_cluster, make_run)
     c.kill(target)
-    path = _journal(c, target)
+    path = max(_segments(c, target), key=lambda p: len(journal_records(p)))
     records = journal_records(path)
     assert len(records) >= 5, f"{path} holds only {len(records)} records"
     start, end = records[len(records) // 2]

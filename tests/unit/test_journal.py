@@ -16,8 +16,9 @@ from pysyncobj.journal import FileJournal
 from pysyncobj.transport import TCPTransport
 
 from raftlog import KVState, KVStateMachine, LogConfig, ReplicatedLog
-from raftlog.journal import EXIT_IO_ERROR, MAGIC, RECORD, DurableJournal, JournalCorrupt
+from raftlog.journal import EXIT_IO_ERROR, DurableJournal, JournalCorrupt
 from raftlog.pb import entry_pb2
+from raftlog.segment import MAGIC, RECORD, list_segments
 from snapshot import SnapshotStore
 from tests.cluster import free_ports
 
@@ -27,8 +28,17 @@ def fill(j: DurableJournal, n: int, first: int = 1, term: int = 1) -> None:
         j.add(f"cmd-{i}".encode() * 3, i, term)
 
 
-def reopen(path: str) -> DurableJournal:
-    return DurableJournal(path)
+def reopen(path: str, **kw) -> DurableJournal:
+    return DurableJournal(path, **kw)
+
+
+def segment_files(path: str) -> list[str]:
+    return [p for _, p in list_segments(path)]
+
+
+def last_offset(j: DurableJournal) -> int:
+    """Byte offset, in its segment file, of the last entry's record."""
+    return j._where[-1][1]
 
 
 def reopen_meta(path: str) -> dict:
@@ -82,12 +92,13 @@ def test_torn_tail_is_dropped_with_a_warning(tmp_path, caplog, cut: int) -> None
     j = DurableJournal(path)
     fill(j, 4)
     j._destroy()
-    last = j._offsets[-1]
-    os.truncate(path, last + cut)  # the last record cut short, as by a crash mid-write
+    last = last_offset(j)
+    [segment] = segment_files(path)
+    os.truncate(segment, last + cut)  # the last record cut short, as by a crash mid-write
     k = reopen(path)
     assert [e[1] for e in k[:]] == [1, 2, 3]
-    assert "torn tail" in caplog.text and path in caplog.text
-    assert os.path.getsize(path) == last
+    assert "torn tail" in caplog.text and segment in caplog.text
+    assert os.path.getsize(segment) == last
     k.add(b"again", 4, 2)  # appending after a repair continues cleanly
     k._destroy()
     assert [e[1] for e in reopen(path)[:]] == [1, 2, 3, 4]
@@ -98,8 +109,9 @@ def test_last_record_with_a_bad_checksum_is_a_torn_tail(tmp_path) -> None:
     j = DurableJournal(path)
     fill(j, 3)
     j._destroy()
-    with open(path, "r+b") as f:
-        f.seek(os.path.getsize(path) - 2)
+    [segment] = segment_files(path)
+    with open(segment, "r+b") as f:
+        f.seek(os.path.getsize(segment) - 2)
         f.write(b"\xff\xff")
     assert [e[1] for e in reopen(path)[:]] == [1, 2]
 
@@ -109,13 +121,14 @@ def test_damage_before_the_end_is_refused_naming_file_and_offset(tmp_path) -> No
     j = DurableJournal(path)
     fill(j, 6)
     j._destroy()
-    bad = j._offsets[2]
-    with open(path, "r+b") as f:
+    bad = j._where[2][1]
+    [segment] = segment_files(path)
+    with open(segment, "r+b") as f:
         f.seek(bad + RECORD.size + 1)
         f.write(b"\x00\x01\x02")
     with pytest.raises(JournalCorrupt) as err:
         reopen(path)
-    assert path in str(err.value) and f"offset {bad}" in str(err.value)
+    assert segment in str(err.value) and f"offset {bad}" in str(err.value)
 
 
 def test_not_a_journal_is_refused(tmp_path) -> None:
@@ -134,14 +147,16 @@ def test_truncate_from_and_compact_to_survive_reopen(tmp_path) -> None:
     j.deleteEntriesTo(3)  # compaction after a snapshot keeps entries 4..8
     j.add(b"new-9", 9, 2)
     j._destroy()
-    k = reopen(path)
+    # one segment: the compacted entries stay in its file; the snapshot says where the log starts
+    assert [e[1] for e in reopen(path)[:]][:4] == [1, 2, 3, 4]
+    k = reopen(path, compacted_to=4)
     assert [(e[1], e[2]) for e in k[:]] == [(4, 1), (5, 1), (6, 1), (7, 1), (8, 2), (9, 2)]
     assert k[4][0] == b"new-8"
-    assert not os.path.exists(path + ".compact")
     k.clear()
     k._destroy()
     assert len(reopen(path)) == 0
-    with open(path, "rb") as f:
+    [segment] = segment_files(path)
+    with open(segment, "rb") as f:
         assert f.read() == MAGIC
 
 
@@ -156,8 +171,23 @@ def test_a_pysyncobj_journal_is_converted(tmp_path) -> None:
     assert [e[0] for e in j[:]] == [b"old-1", b"old-2", b"old-3"]
     assert (j.getCurrentTerm(), j.getVotedForNodeId()) == (3, "127.0.0.1:9")
     j._destroy()
-    with open(path, "rb") as f:
+    assert not os.path.exists(path)
+    with open(segment_files(path)[0], "rb") as f:
         assert f.read(len(MAGIC)) == MAGIC
+
+
+def test_a_single_file_journal_becomes_the_first_segment(tmp_path) -> None:
+    # the layout before segments: the same format in one file at the journal's path
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path)
+    fill(j, 3)
+    j._destroy()
+    [segment] = segment_files(path)
+    os.rename(segment, path)
+    k = reopen(path)
+    assert [e[1] for e in k[:]] == [1, 2, 3] and not os.path.exists(path)
+    assert segment_files(path) == [segment]
+    k._destroy()
 
 
 def test_an_append_that_cannot_be_written_stops_the_process(tmp_path) -> None:
@@ -257,7 +287,7 @@ def test_compaction_past_the_end_keeps_the_last_entry(tmp_path) -> None:
     j.deleteEntriesTo(60)
     assert [e[1] for e in j[:]] == [39994]
     j._destroy()
-    assert [e[1] for e in reopen(path)[:]] == [39994]
+    assert [e[1] for e in reopen(path, compacted_to=39994)[:]] == [39994]
 
 
 def test_the_syncer_makes_appends_durable_and_says_so(tmp_path) -> None:
@@ -289,3 +319,121 @@ def test_the_syncer_makes_appends_durable_and_says_so(tmp_path) -> None:
     assert [e[1] for e in again] == [1, 2, 3, 4, 5] and again.durable_index == 5
     assert again.getRaftCommitIndex() == 4
     again._destroy()
+
+
+def test_segments_roll_over_and_compaction_deletes_whole_old_ones(tmp_path) -> None:
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path, segment_bytes=300)
+    fill(j, 40)
+    files = segment_files(path)
+    assert len(files) >= 5 and j.segment_paths() == files
+    j.deleteEntriesTo(20)  # compaction after a snapshot at 21: entries 21.. stay
+    assert [e[1] for e in j[:]][0] == 21
+    left = segment_files(path)
+    assert left == files[-len(left):] and len(left) < len(files)
+    assert left[0] == j._where[0][0].path  # the segment holding entry 21 stays, earlier ones went
+    j._destroy()
+    k = reopen(path, compacted_to=21)
+    assert [e[1] for e in k[:]] == list(range(21, 41))
+    k._destroy()
+
+
+def test_truncation_across_segments_deletes_the_later_ones(tmp_path) -> None:
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path, segment_bytes=300)
+    fill(j, 40)
+    before = segment_files(path)
+    j.deleteEntriesFrom(9)  # entries 10.. conflicted with the leader's
+    assert len(segment_files(path)) < len(before)
+    fill(j, 3, first=10, term=2)
+    j._destroy()
+    k = reopen(path)
+    assert [(e[1], e[2]) for e in k[:]] == [(i, 1) for i in range(1, 10)] + [(10, 2), (11, 2), (12, 2)]
+    k._destroy()
+
+
+def test_compaction_leftovers_are_skipped_and_deleted_on_open(tmp_path) -> None:
+    # a crash after the snapshot at 31 and before its compaction's deletions reached the disk
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path, segment_bytes=300)
+    fill(j, 40)
+    j._destroy()
+    files = segment_files(path)
+    k = reopen(path, compacted_to=30)
+    assert [e[1] for e in k[:]] == list(range(30, 41))  # pysyncobj finds its snapshot's two entries first
+    gone = [f for f in files if f not in segment_files(path)]
+    assert gone and gone == files[:len(gone)]
+    k._destroy()
+    # all of it older than the snapshot: the newest entry stays (pysyncobj replaces the log then)
+    assert [e[1] for e in reopen(path, compacted_to=99)[:]] == [40]
+
+
+def test_a_torn_segment_ends_the_log_and_later_segments_go(tmp_path, caplog) -> None:
+    # a crash before the syncer reached a rolled-over segment: a later one may hold entries it lacks
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path, segment_bytes=300)
+    fill(j, 40)
+    j._destroy()
+    files = segment_files(path)
+    k = reopen(path)
+    middle = k._where[12][0]
+    end = [off for seg, off in k._where if seg is middle][-1]
+    last_in_middle = [e[1] for e, (seg, _) in zip(k[:], k._where, strict=True) if seg is middle][-1]
+    k._destroy()
+    os.truncate(middle.path, end + 5)
+    m = reopen(path)
+    assert [e[1] for e in m[:]] == list(range(1, last_in_middle))
+    assert "torn tail" in caplog.text and "dropping entries" in caplog.text
+    assert segment_files(path) == files[:files.index(middle.path) + 1]
+    m._destroy()
+
+
+def test_the_tick_thread_never_syncs_to_roll_over_or_compact(tmp_path, monkeypatch) -> None:
+    calls: list[str] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def record(real):
+        return lambda fd: (calls.append(threading.current_thread().name), real(fd))[1]
+
+    monkeypatch.setattr(os, "fsync", record(real_fsync))
+    monkeypatch.setattr(os, "fdatasync", record(real_fdatasync))
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path, segment_bytes=300)
+    calls.clear()  # opening syncs the first segment's creation, before the node runs
+    woken = threading.Event()
+    j.start_syncer(woken.set)
+    try:
+        deadline = time.monotonic() + 5
+        index = 0
+        while len(segment_files(path)) < 6:  # rolls over as the segment thread makes spares
+            assert time.monotonic() < deadline, "no spare segments"
+            index += 1
+            fill(j, 1, first=index)
+            j.request_sync()
+            time.sleep(0.005)
+        j.deleteEntriesTo(index - 3)
+        assert woken.wait(5)
+        deadline = time.monotonic() + 5
+        while j.durable_index < index or len(segment_files(path)) > 3:
+            assert time.monotonic() < deadline, (j.durable_index, segment_files(path))
+            time.sleep(0.01)
+        mine = threading.current_thread().name
+        assert mine not in calls and calls, calls
+    finally:
+        j._destroy()
+
+
+def test_a_sync_covers_the_segment_rolled_over_from(tmp_path, monkeypatch) -> None:
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.fstat(fd).st_ino), real(fd))[1])
+    path = str(tmp_path / "raft.journal")
+    j = DurableJournal(path, segment_bytes=300)
+    fill(j, 5)
+    j.sync()
+    synced.clear()
+    fill(j, 10, first=6)  # rolls over at least once
+    j.sync()
+    inodes = {os.stat(p).st_ino for p in segment_files(path)[:2]}
+    assert len(j.segment_paths()) >= 2 and inodes <= set(synced)
+    j._destroy()
