@@ -63,10 +63,10 @@ security: setup
 
 # The benchmark suite beside etcd and a gRPC echo ceiling (docs/benchmarks.md; about 30 minutes).
 bench: setup
-	mkdir -p data && $(PY) -m nameserver.bench.suite --json data/bench.json --report data/bench.md
+	mkdir -p data && $(PY) -m bench --json data/bench.json --report data/bench.md
 
 bench-quick: setup
-	$(PY) -m nameserver.bench.suite --quick
+	$(PY) -m bench --quick
 
 lint: setup
 	$(PY) -m ruff check .

@@ -779,8 +779,6 @@ def build_parser() -> argparse.ArgumentParser:
     from nameserver.cli.nsctl_controller import add_controller_commands  # the same import order reason
 
     add_controller_commands(builder, sub)
-    # listed for --help; main() hands `nsctl bench ...` to nameserver.bench.suite before parsing
-    sub.add_parser("bench", help="run the benchmark suite on local clusters (nsctl bench --help)", add_help=False)
     return parser
 
 
@@ -821,10 +819,6 @@ def _exit_code(exit_: SystemExit) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["bench"]:  # runs its own local clusters: none of the endpoint flags apply
-        from nameserver.bench.suite import main as bench_main
-
-        return bench_main(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

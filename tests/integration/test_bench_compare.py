@@ -1,4 +1,4 @@
-"""The comparative benchmark (nameserver/bench/compare.py) on real processes: ours, etcd and the echo ceiling.
+"""The comparative benchmark (bench/compare.py) on real processes: ours, etcd and the echo ceiling.
 
 A short run (0.5 s per load, 1 and 4 clients) that must measure something on every side: every figure
 positive, no errors, and the records the harness counted equal to the records each cluster holds.
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from nameserver.bench.compare import markdown, run_compare
+from bench.compare import markdown, run_compare
 
 pytestmark = pytest.mark.cluster
 

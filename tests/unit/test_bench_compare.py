@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nameserver.bench import compare, etcd
-from nameserver.pb.etcd.etcdserverpb import rpc_pb2
+from bench import compare, etcd
+from bench.pb.etcd.etcdserverpb import rpc_pb2
 
 
 def test_prefix_end() -> None:

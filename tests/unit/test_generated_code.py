@@ -9,10 +9,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GENERATED = ["raftlog/pb/entry_pb2.py", "raftlog/pb/entry_pb2.pyi", "nameserver/pb/state_pb2.py",
              "nameserver/pb/state_pb2.pyi", "nameserver/pb/api_pb2.py", "nameserver/pb/api_pb2.pyi",
              "nameserver/pb/api_pb2_grpc.py",
-             # the benchmark harness's trimmed etcd API (proto/etcd, nameserver/bench/etcd.py)
-             "nameserver/pb/etcd/mvccpb/kv_pb2.py", "nameserver/pb/etcd/mvccpb/kv_pb2.pyi",
-             "nameserver/pb/etcd/etcdserverpb/rpc_pb2.py", "nameserver/pb/etcd/etcdserverpb/rpc_pb2.pyi",
-             "nameserver/pb/etcd/etcdserverpb/rpc_pb2_grpc.py"]
+             # the benchmark harness's trimmed etcd API (proto/etcd, bench/etcd.py)
+             "bench/pb/etcd/mvccpb/kv_pb2.py", "bench/pb/etcd/mvccpb/kv_pb2.pyi",
+             "bench/pb/etcd/etcdserverpb/rpc_pb2.py", "bench/pb/etcd/etcdserverpb/rpc_pb2.pyi",
+             "bench/pb/etcd/etcdserverpb/rpc_pb2_grpc.py"]
 
 
 def test_generated_code_matches_proto(tmp_path) -> None:

@@ -5,7 +5,7 @@ size as a nameserver node (nameserver/server.py, NodeConfig.workers), and answer
 returning the request bytes. No protobuf parsing, no Raft, no state: whatever a node does beyond
 this is what our own code costs.
 
-    python -m nameserver.bench.echo --addr 127.0.0.1:0 [--workers 64]   # prints "listening on HOST:PORT"
+    python -m bench.echo --addr 127.0.0.1:0 [--workers 64]   # prints "listening on HOST:PORT"
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class EchoProcess:
 
     def start(self, timeout: float = 30.0) -> str:
         with open(self.log_path or os.devnull, "ab") as log:  # the child keeps its own copy of the fd
-            self.proc = subprocess.Popen([sys.executable, "-m", "nameserver.bench.echo", "--addr", "127.0.0.1:0",
+            self.proc = subprocess.Popen([sys.executable, "-m", "bench.echo", "--addr", "127.0.0.1:0",
                                           "--workers", str(self.workers)], stdout=subprocess.PIPE, stderr=log,
                                          text=True, start_new_session=True)
         assert self.proc.stdout is not None

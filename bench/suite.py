@@ -1,10 +1,10 @@
-"""`nsctl bench`: every benchmark of docs/benchmarks.md in one run, with JSON and a markdown report.
+"""`python -m bench`: every benchmark of docs/benchmarks.md in one run, with JSON and a markdown report.
 
-    .venv/bin/nsctl bench --json bench.json --report bench.md          # the full run (~25 minutes)
-    .venv/bin/nsctl bench --quick                                       # a smoke run (~4 minutes)
+    .venv/bin/python -m bench --json bench.json --report bench.md       # the full run (~25 minutes; make bench)
+    .venv/bin/python -m bench --quick                                   # a smoke run (~4 minutes; make bench-quick)
 
 Parts (each starts its own fresh clusters, one system under load at a time):
-- compare:    ours beside a 3-member etcd and a bare gRPC echo ceiling (nameserver/bench/compare.py),
+- compare:    ours beside a 3-member etcd and a bare gRPC echo ceiling (bench/compare.py),
               once per --topics value;
 - fsync:      our registration throughput with raft.fsync on and off (the durability cost);
 - failover:   leader SIGKILL to the first acknowledged write, --failover-trials times;
@@ -28,9 +28,9 @@ from typing import Any
 
 import grpc
 
-from nameserver.bench import compare, durability, stability
-from nameserver.bench.procs import LocalCluster
-from nameserver.bench.workloads import OursTarget, new_channel, run_load
+from bench import compare, durability, stability
+from bench.procs import LocalCluster
+from bench.workloads import OursTarget, new_channel, run_load
 
 PARTS = ("compare", "fsync", "failover", "huge", "recovery", "stability")
 
@@ -108,7 +108,7 @@ def report(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nsctl bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", default="", help="work directory (default: a new temporary one)")
     p.add_argument("--only", action="append", choices=PARTS, help="run only these parts (repeatable)")
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     topics = [int(t) for t in args.topics.split(",") if t.strip()]
     r: dict[str, Any] = {"meta": {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": "nsctl bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "machine": _machine(), "root": root, "fsync_topics": topics[0]}}
 
     def log(msg: str) -> None:

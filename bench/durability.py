@@ -1,8 +1,8 @@
 """Benchmarks of a cluster's life cycle: failover, restart, catch-up, memory, huge registrations.
 
-    .venv/bin/python -m nameserver.bench.durability --root /tmp/nsbench --records 1000000 --json out.json
+    .venv/bin/python -m bench.durability --root /tmp/nsbench --records 1000000 --json out.json
 
-Each measurement starts its own local 3-node cluster (nameserver/bench/procs.py) of real
+Each measurement starts its own local 3-node cluster (bench/procs.py) of real
 `nameserver serve` processes on 127.0.0.1 and times what an operator or a client would see:
 - failover: leader SIGKILL -> first write acknowledged through a surviving node (a client retrying
   every 20 ms, as nameserver.client does), over N trials;
@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from nameserver.bench.procs import BenchNode, LocalCluster
+from bench.procs import BenchNode, LocalCluster
 from nameserver.chunking import register_chunks
 from nameserver.pb import api_pb2, state_pb2
 

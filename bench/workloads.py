@@ -12,7 +12,7 @@ Each system is a `Target` adapter; the load loops below never know which one the
 - **linearizable reads**: ours GetBinding(LINEARIZABLE) (read index through the log); etcd a
   linearizable single-key Range (read index). Spread over the nodes like route reads.
 - **watch propagation**: one writer on the leader, a watcher on a follower; from the write's
-  acknowledgement to the event's arrival (the method of nameserver/bench/consistency.py).
+  acknowledgement to the event's arrival (the method of bench/consistency.py).
 - **echo** (the ceiling): the same loops, each op one unary echo of a request of the same size.
 
 Client model, the same for every target: one thread per concurrent client, each with its own channel
@@ -35,12 +35,12 @@ from typing import Any
 
 import grpc
 
-from nameserver.bench.consistency import summary
-from nameserver.bench.echo import echo_stub
-from nameserver.bench.etcd import EtcdCluster, prefix_end
-from nameserver.bench.procs import LocalCluster
+from bench.consistency import summary
+from bench.echo import echo_stub
+from bench.etcd import EtcdCluster, prefix_end
+from bench.pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from bench.procs import LocalCluster
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
-from nameserver.pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
 Op = Callable[[], int]  # one operation; returns the records it committed (0 for reads and echoes)
 

@@ -1,7 +1,7 @@
 """What each consistency mode costs, measured on a live cluster.
 
     make run                                        # in one shell
-    .venv/bin/python -m nameserver.bench.consistency [--endpoints ...] [--seconds 5] [--json]
+    .venv/bin/python -m bench.consistency [--endpoints ...] [--seconds 5] [--json]
 
 Measures: serializable vs linearizable binding reads (leader and follower), how many concurrent
 linearizable reads one read-index barrier serves, write-then-read-your-write across nodes, watch

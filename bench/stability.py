@@ -1,6 +1,6 @@
 """Load stability: minutes of writes at 80% of the measured maximum, without a spurious election.
 
-    .venv/bin/python -m nameserver.bench.stability --minutes 10 --json out.json
+    .venv/bin/python -m bench.stability --minutes 10 --json out.json
 
 The risk on this stack is the GIL and pysyncobj's single tick thread: a node busy applying or
 serving can miss its heartbeats, and a follower that times out would depose a healthy leader.
@@ -23,9 +23,9 @@ from typing import Any
 
 import grpc
 
-from nameserver.bench.consistency import summary
-from nameserver.bench.procs import LocalCluster
-from nameserver.bench.workloads import OursTarget, new_channel, run_load
+from bench.consistency import summary
+from bench.procs import LocalCluster
+from bench.workloads import OursTarget, new_channel, run_load
 from nameserver.pb import api_pb2
 
 

@@ -1,12 +1,12 @@
 """Our cluster side by side with etcd and with a bare gRPC echo server, in one run.
 
-    python -m nameserver.bench.compare --root DIR [--seconds 10] [--concurrency 1,4,16,64] \\
+    python -m bench.compare --root DIR [--seconds 10] [--concurrency 1,4,16,64] \\
         [--read-threads 12] [--topics 8] [--json OUT] [--raft-fsync true|false]
 
 One system at a time, each started fresh under DIR and stopped before the next starts (so only one
-is ever using the CPU): our 3-node cluster (nameserver/bench/procs.py), a 3-member etcd cluster
+is ever using the CPU): our 3-node cluster (bench/procs.py), a 3-member etcd cluster
 (Debian's etcd-server, installed when missing; WAL fsync on, etcd's default), then the echo server.
-Each runs the workloads of nameserver/bench/workloads.py. Prints a markdown table with the ratios
+Each runs the workloads of bench/workloads.py. Prints a markdown table with the ratios
 ours / etcd and ours / ceiling, and writes the whole result as JSON. Processes are always stopped,
 on errors and on SIGTERM/Ctrl-C too.
 """
@@ -26,10 +26,10 @@ from typing import Any
 
 import grpc
 
-from nameserver.bench.echo import DEFAULT_WORKERS, EchoProcess
-from nameserver.bench.etcd import FSYNC_NOTE, EtcdCluster, ensure_etcd, etcd_version
-from nameserver.bench.procs import LocalCluster
-from nameserver.bench.workloads import CLIENT_MODEL, ROUTE_BROKERS, EchoTarget, EtcdTarget, OursTarget, run_target
+from bench.echo import DEFAULT_WORKERS, EchoProcess
+from bench.etcd import FSYNC_NOTE, EtcdCluster, ensure_etcd, etcd_version
+from bench.procs import LocalCluster
+from bench.workloads import CLIENT_MODEL, ROUTE_BROKERS, EchoTarget, EtcdTarget, OursTarget, run_target
 
 DEFAULT_CONCURRENCY = [1, 4, 16, 64]
 DEFAULT_READ_THREADS = 12  # 4 per node

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from nameserver.pb.etcd.etcdserverpb import rpc_pb2 as nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2
+from bench.pb.etcd.etcdserverpb import rpc_pb2 as bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in nameserver/pb/etcd/etcdserverpb/rpc_pb2_grpc.py depends on'
+        + ' but the generated code in bench/pb/etcd/etcdserverpb/rpc_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,18 +36,18 @@ class KVStub:
         """
         self.Range = channel.unary_unary(
                 '/etcdserverpb.KV/Range',
-                request_serializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeRequest.SerializeToString,
-                response_deserializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeResponse.FromString,
+                request_serializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeRequest.SerializeToString,
+                response_deserializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeResponse.FromString,
                 _registered_method=True)
         self.Put = channel.unary_unary(
                 '/etcdserverpb.KV/Put',
-                request_serializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutRequest.SerializeToString,
-                response_deserializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutResponse.FromString,
+                request_serializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutRequest.SerializeToString,
+                response_deserializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutResponse.FromString,
                 _registered_method=True)
         self.Txn = channel.unary_unary(
                 '/etcdserverpb.KV/Txn',
-                request_serializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnRequest.SerializeToString,
-                response_deserializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnResponse.FromString,
+                request_serializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnRequest.SerializeToString,
+                response_deserializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnResponse.FromString,
                 _registered_method=True)
 
 
@@ -77,18 +77,18 @@ def add_KVServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Range': grpc.unary_unary_rpc_method_handler(
                     servicer.Range,
-                    request_deserializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeRequest.FromString,
-                    response_serializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeResponse.SerializeToString,
+                    request_deserializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeRequest.FromString,
+                    response_serializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeResponse.SerializeToString,
             ),
             'Put': grpc.unary_unary_rpc_method_handler(
                     servicer.Put,
-                    request_deserializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutRequest.FromString,
-                    response_serializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutResponse.SerializeToString,
+                    request_deserializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutRequest.FromString,
+                    response_serializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutResponse.SerializeToString,
             ),
             'Txn': grpc.unary_unary_rpc_method_handler(
                     servicer.Txn,
-                    request_deserializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnRequest.FromString,
-                    response_serializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnResponse.SerializeToString,
+                    request_deserializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnRequest.FromString,
+                    response_serializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -116,8 +116,8 @@ class KV:
             request,
             target,
             '/etcdserverpb.KV/Range',
-            nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeRequest.SerializeToString,
-            nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeResponse.FromString,
+            bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeRequest.SerializeToString,
+            bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.RangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -143,8 +143,8 @@ class KV:
             request,
             target,
             '/etcdserverpb.KV/Put',
-            nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutRequest.SerializeToString,
-            nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutResponse.FromString,
+            bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutRequest.SerializeToString,
+            bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.PutResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -170,8 +170,8 @@ class KV:
             request,
             target,
             '/etcdserverpb.KV/Txn',
-            nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnRequest.SerializeToString,
-            nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnResponse.FromString,
+            bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnRequest.SerializeToString,
+            bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.TxnResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -194,8 +194,8 @@ class WatchStub:
         """
         self.Watch = channel.stream_stream(
                 '/etcdserverpb.Watch/Watch',
-                request_serializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchRequest.SerializeToString,
-                response_deserializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchResponse.FromString,
+                request_serializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchRequest.SerializeToString,
+                response_deserializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchResponse.FromString,
                 _registered_method=True)
 
 
@@ -213,8 +213,8 @@ def add_WatchServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Watch': grpc.stream_stream_rpc_method_handler(
                     servicer.Watch,
-                    request_deserializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchRequest.FromString,
-                    response_serializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchResponse.SerializeToString,
+                    request_deserializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchRequest.FromString,
+                    response_serializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -242,8 +242,8 @@ class Watch:
             request_iterator,
             target,
             '/etcdserverpb.Watch/Watch',
-            nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchRequest.SerializeToString,
-            nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchResponse.FromString,
+            bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchRequest.SerializeToString,
+            bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.WatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -266,8 +266,8 @@ class MaintenanceStub:
         """
         self.Status = channel.unary_unary(
                 '/etcdserverpb.Maintenance/Status',
-                request_serializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusRequest.SerializeToString,
-                response_deserializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusResponse.FromString,
+                request_serializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusRequest.SerializeToString,
+                response_deserializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusResponse.FromString,
                 _registered_method=True)
 
 
@@ -285,8 +285,8 @@ def add_MaintenanceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
-                    request_deserializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusRequest.FromString,
-                    response_serializer=nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusResponse.SerializeToString,
+                    request_deserializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusRequest.FromString,
+                    response_serializer=bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -314,8 +314,8 @@ class Maintenance:
             request,
             target,
             '/etcdserverpb.Maintenance/Status',
-            nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusRequest.SerializeToString,
-            nameserver_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusResponse.FromString,
+            bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusRequest.SerializeToString,
+            bench_dot_pb_dot_etcd_dot_etcdserverpb_dot_rpc__pb2.StatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

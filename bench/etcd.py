@@ -6,7 +6,7 @@ the WAL is fsynced before every commit is acknowledged (etcd 3.4 has no switch t
 heartbeat 100 ms, election timeout 1000 ms, snapshot every 100,000 entries.
 
 The client is plain grpcio over a trimmed copy of etcd's API protos (proto/etcd, generated into
-nameserver.pb.etcd): the same Python gRPC machinery the harness uses for our own cluster, so the
+bench.pb.etcd): the same Python gRPC machinery the harness uses for our own cluster, so the
 client side costs the same for both.
 """
 
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from nameserver.bench.procs import rss_bytes
+from bench.pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from bench.procs import rss_bytes
 from nameserver.localports import free_ports
-from nameserver.pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENSURE_SCRIPT = os.path.join(ROOT, "scripts", "ensure-debian-package.sh")
 # The WAL fsync is etcd's default and cannot be disabled in 3.4; said in every report.
 FSYNC_NOTE = "etcd default: WAL fsynced before each commit is acknowledged (not configurable in 3.4)"

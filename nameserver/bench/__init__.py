@@ -1,1 +1,0 @@
-"""Benchmarks run against a live cluster (start one with `make run`)."""
