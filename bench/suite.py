@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stability-minutes", type=float, default=10.0)
     p.add_argument("--json", default="", help="write every result here")
     p.add_argument("--report", default="", help="write the markdown report here (it is printed too)")
+    if p.parse_known_args(argv)[0].quick:  # smaller defaults; what the command line says still wins
+        p.set_defaults(seconds=2.0, records=100_000, failover_trials=5, stability_minutes=0.5,
+                       concurrency="1,16", topics="8")
     args = p.parse_args(argv)
-    if args.quick:
-        args.seconds, args.records, args.failover_trials, args.stability_minutes = 2.0, 100_000, 5, 0.5
-        args.concurrency, args.topics = "1,16", "8"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: every cluster is stopped
     root = args.root or tempfile.mkdtemp(prefix="nsbench-")
     os.makedirs(root, exist_ok=True)
