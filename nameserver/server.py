@@ -11,6 +11,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from nameserver import auth, fdlimits, tlsconf
+from nameserver.adminservice import AdminService
 from nameserver.config import NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
 from nameserver.idlenoop import IdleNoop
@@ -21,7 +22,8 @@ from nameserver.node import NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
 from nameserver.remoting.controller import ControllerHandlers
-from nameserver.service import AdminService, DecodeGuard, NameServerService
+from nameserver.rpc import DecodeGuard
+from nameserver.service import NameServerService
 from raftlog import FD_RESERVE
 
 log = logging.getLogger("nameserver.server")

@@ -1,4 +1,5 @@
-"""The gRPC services: thin shells over NameServerNode.
+"""The gRPC NameServer service: a thin shell over NameServerNode (the Admin service: adminservice.py;
+the wrapping of every method: rpc.py).
 
 Reads are served locally (stamped with the apply offset); writes are validated here (so bad input
 never leaves this node), then applied by the leader, forwarded over gRPC when this node is not it.
@@ -6,7 +7,6 @@ never leaves this node), then applied by the leader, forwarded over gRPC when th
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import threading
@@ -16,156 +16,27 @@ from typing import Any
 
 import grpc
 
-from nameserver import auth, headers, validation
+from nameserver import headers, validation
 from nameserver.chunking import assemble_chunks, register_chunks, should_stream
 from nameserver.node import (
     ClientRef,
-    MembershipError,
     NameServerNode,
     NotReady,
-    OffsetNotReached,
-    SessionSuperseded,
     WriteResult,
 )
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
+from nameserver.rpc import call_timeout, client_ref, forwarded, rpc
 from nameserver.state import MetadataState, keys, settings, translate
-from nameserver.state.translate import CasFailed
-from nameserver.validation import TooLargeError, ValidationError
+from nameserver.validation import ValidationError
 from nameserver.watch import Watcher, to_events
 from raftlog.history import Compacted
 from raftlog.pb import entry_pb2
-from raftlog.proposer import NotLeader, ProposalError
-from raftlog.roles import Role
+from raftlog.proposer import NotLeader
 
 log = logging.getLogger("nameserver.service")
 
-_API_ROLE = {Role.FOLLOWER: api_pb2.ROLE_FOLLOWER, Role.CANDIDATE: api_pb2.ROLE_CANDIDATE,
-             Role.LEADER: api_pb2.ROLE_LEADER}
 LEADER_WAIT_S = 3.0  # how long a write waits for an election before giving up
 FORWARD_CATCH_UP_S = 2.0  # how long a forwarded write waits for this node to apply it before answering
-
-
-def _forwarded(context: grpc.ServicerContext) -> bool:
-    return any(k == headers.FORWARDED for k, _ in context.invocation_metadata())
-
-
-def _client_ref(context: grpc.ServicerContext) -> ClientRef | None:
-    """The exactly-once identity from metadata, validated, within its caller's sessions; None when the
-    caller sent none."""
-    md = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}  # binary (-bin) values: none of ours
-    cid, seq = md.get(headers.CLIENT_ID), md.get(headers.CLIENT_SEQ)
-    if cid is None and seq is None:
-        return None
-    if not cid or len(cid) > 64 or not cid.isprintable() or "/" in cid:
-        raise ValidationError(headers.CLIENT_ID, "must be 1..64 printable characters without '/'")
-    if seq is None or not seq.isdigit() or int(seq) <= 0 or int(seq) >= 1 << 63:
-        raise ValidationError(headers.CLIENT_SEQ, "must be a positive integer")
-    return ClientRef(cid, int(seq), auth.session_owner(md, headers.FORWARDED in md))
-
-
-def _timeout(context: grpc.ServicerContext, default: float, cap: float) -> float:
-    """How long this call may wait here: its own deadline, never more than the node's limits.max_wait_ms
-    (a call without a deadline reports an effectively infinite one; `default` is for callers that say
-    nothing at all)."""
-    left = context.time_remaining()
-    return min(default, cap) if left is None else max(0.0, min(left, cap))
-
-
-def rpc(fn: Callable) -> Callable:
-    """Map our exceptions to gRPC statuses, one place for every method."""
-
-    @functools.wraps(fn)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            return fn(self, request, context)
-        except TooLargeError as exc:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.field}: {exc.message}")
-        except ValidationError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.field}: {exc.message}")
-        except NotReady as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"not ready: {exc}")
-        except OffsetNotReached as exc:
-            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(exc.apply_offset)),))
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        except ProposalError as exc:
-            what = "outcome unknown" if exc.unknown_outcome else "not applied"
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"write {what}: {exc}")
-        except CasFailed as exc:
-            context.set_trailing_metadata(((headers.CURRENT_VERSION, str(exc.current)),))
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except SessionSuperseded as exc:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except NotLeader as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        except TimeoutError as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"linearizable read: {exc}")
-        except MembershipError as exc:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except grpc.RpcError as exc:  # a forwarded call's status passes through unchanged
-            if hasattr(exc, "code") and callable(exc.code):
-                context.abort(exc.code(), exc.details() or "forwarded call failed")
-            raise
-
-    return wrapper
-
-
-class _Undecodable:
-    """Stands in for a request whose bytes did not parse (the servicer never sees it)."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-def _lenient(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
-    def parse(data: bytes) -> Any:
-        try:
-            return deserializer(data)
-        except Exception as exc:  # protobuf's DecodeError, or invalid UTF-8 in a string field
-            return _Undecodable(str(exc) or type(exc).__name__)
-    return parse
-
-
-def _refuse(context: grpc.ServicerContext, method: str, bad: _Undecodable) -> None:
-    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {method} request: {bad.reason}")
-
-
-class DecodeGuard(grpc.ServerInterceptor):
-    """Request bytes that do not parse get INVALID_ARGUMENT naming the request, where gRPC itself
-    answers INTERNAL ("Exception deserializing request!") and logs a traceback per call."""
-
-    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
-        handler = continuation(details)
-        if handler is None or handler.request_deserializer is None:
-            return handler
-        method = details.method.rsplit("/", 1)[-1]
-        if handler.request_streaming:
-            def stream(behavior: Callable) -> Callable:
-                def checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
-                    def items() -> Iterator[Any]:
-                        for item in requests:
-                            if isinstance(item, _Undecodable):
-                                _refuse(context, method, item)
-                            yield item
-                    return behavior(items(), context)
-                return checked
-            wrap = stream
-        else:
-            def unary(behavior: Callable) -> Callable:
-                def checked(request: Any, context: grpc.ServicerContext) -> Any:
-                    if isinstance(request, _Undecodable):
-                        _refuse(context, method, request)
-                    return behavior(request, context)
-                return checked
-            wrap = unary
-        for attr, factory in (("unary_unary", grpc.unary_unary_rpc_method_handler),
-                              ("unary_stream", grpc.unary_stream_rpc_method_handler),
-                              ("stream_unary", grpc.stream_unary_rpc_method_handler),
-                              ("stream_stream", grpc.stream_stream_rpc_method_handler)):
-            behavior = getattr(handler, attr)
-            if behavior:
-                return factory(wrap(behavior), request_deserializer=_lenient(handler.request_deserializer),
-                               response_serializer=handler.response_serializer)
-        return handler
 
 
 class NameServerService(api_pb2_grpc.NameServerServicer):
@@ -181,15 +52,15 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
               stub_type: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub) -> Any:
         """Apply a write here when leading, else forward it (to `method` of the leader's `stub_type`
         service); returns the method's reply. The one leader-forwarding path for every write."""
-        client = _client_ref(context)
-        timeout = _timeout(context, self.default_timeout, self.max_wait)
+        client = client_ref(context)
+        timeout = call_timeout(context, self.default_timeout, self.max_wait)
         deadline = time.monotonic() + timeout
         if self.node.log.is_leader():
             try:
                 return self._apply_write(translate_fn, reply_of, client, timeout)
             except NotLeader:
                 pass  # lost leadership meanwhile: forward below
-        if _forwarded(context):
+        if forwarded(context):
             # Never forward twice: the caller picks another node or retries.
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader (forwarded request)")
         stub = self.node.leader_stub(wait_s=min(LEADER_WAIT_S, timeout), stub_type=stub_type)
@@ -234,7 +105,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         if min_offset < 0:
             raise ValidationError("min_offset", "must be >= 0")
         # A read waiting for min_offset stops when its caller goes away, not at its deadline.
-        return self.node.read(fn, min_offset, _timeout(context, self.default_timeout, self.max_wait),
+        return self.node.read(fn, min_offset, call_timeout(context, self.default_timeout, self.max_wait),
                               alive=context.is_active)
 
     # ---- broker side ---------------------------------------------------------------------------
@@ -250,7 +121,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                              context: grpc.ServicerContext) -> api_pb2.RegisterBrokerReply:
         # A slow sender holds a server thread while its stream arrives: at most limits.max_wait_ms
         # (or its own deadline), then the call is cancelled.
-        timer = threading.Timer(_timeout(context, self.max_wait, self.max_wait), context.cancel)
+        timer = threading.Timer(call_timeout(context, self.max_wait, self.max_wait), context.cancel)
         timer.daemon = True
         timer.start()
         try:
@@ -278,7 +149,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                 ha_server_addr=t.ha_server_addr, order_topic_config=t.order_topic_config)
 
         translate_fn = lambda s: translate.register_broker(s, request, default_ms)  # noqa: E731
-        if not self.node.log.is_leader() and not _forwarded(context) and _client_ref(context) is None:
+        if not self.node.log.is_leader() and not forwarded(context) and client_ref(context) is None:
             unchanged = self.node.unchanged_here(translate_fn)
             if unchanged is not None:  # nothing to write: a heartbeat, answered here
                 self.node.heartbeat([api_pb2.BrokerHeartbeat(
@@ -490,7 +361,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         if min_offset < 0:  # before the read index: a refused read must not cost a barrier in the log
             raise ValidationError("min_offset", "must be >= 0")
         if consistency == api_pb2.LINEARIZABLE:
-            timeout = _timeout(context, self.default_timeout, self.max_wait)
+            timeout = call_timeout(context, self.default_timeout, self.max_wait)
             index = self.node.linearizable_index(timeout)
             min_offset = max(min_offset, index)
         elif consistency != api_pb2.SERIALIZABLE:
@@ -588,108 +459,8 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def ReadIndex(self, request: api_pb2.ReadIndexRequest, context: grpc.ServicerContext) -> api_pb2.ReadIndexReply:
         if not self.node.log.is_leader():
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
-        index = self.node.read_indexes.read_index(_timeout(context, self.default_timeout, self.max_wait))
+        index = self.node.read_indexes.read_index(call_timeout(context, self.default_timeout, self.max_wait))
         return api_pb2.ReadIndexReply(read_index=index)
 
 
-class AdminService(api_pb2_grpc.AdminServicer):
-    def __init__(self, node: NameServerNode) -> None:
-        self.node = node
-
-    @rpc
-    def Status(self, request: api_pb2.StatusRequest, context: grpc.ServicerContext) -> api_pb2.NodeStatus:
-        st = self.node.status()
-        st["role"] = _API_ROLE.get(st["role"], api_pb2.ROLE_UNKNOWN)
-        return api_pb2.NodeStatus(**st)
-
-    @rpc
-    def Members(self, request: api_pb2.MembersRequest, context: grpc.ServicerContext | None
-                ) -> api_pb2.MembersReply:
-        raft = self.node.log.raft_status()
-        leader = self.node.log.leader()
-        leading = self.node.log.is_leader()
-        members = []
-        for addr in self.node.log.members():  # Raft's own view, changes at runtime included
-            me = addr == self.node.cfg.raft_addr
-            connected = me or raft.get(f"partner_node_status_server_{addr}") == 2
-            match = self.node.log.end_offset if me else raft.get(f"match_idx_server_{addr}", 0)
-            members.append(api_pb2.Member(node_id=addr, grpc_addr=self.node.grpc_of(addr) or "", is_self=me,
-                                          is_leader=addr == leader, connected=connected,
-                                          match_offset=match if leading else 0))
-        return api_pb2.MembersReply(members=members)
-
-    def _on_leader(self, context: grpc.ServicerContext, method: str, request: Any, local: Callable[[float], Any]
-                   ) -> Any:
-        """Run an admin change on the leader: here when leading, else forwarded once."""
-        timeout = _timeout(context, 30.0, max(30.0, self.node.cfg.max_wait_ms / 1000))
-        if self.node.log.is_leader():
-            return local(timeout)
-        if _forwarded(context):
-            context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader (forwarded request)")
-        leader = self.node.grpc_of(self.node.log.leader())
-        if not leader:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "no leader elected")
-        return getattr(self.node.admin_stub(leader), method)(request, timeout=timeout,
-                                                            metadata=[(headers.FORWARDED, "1")])
-
-    def _member_reply(self) -> api_pb2.MemberChangeReply:
-        return api_pb2.MemberChangeReply(members=self.Members(api_pb2.MembersRequest(), None).members)
-
-    @rpc
-    def AddMember(self, request: api_pb2.MemberChangeRequest, context: grpc.ServicerContext
-                  ) -> api_pb2.MemberChangeReply:
-        validation.check_addr("node_id", request.node_id)
-        validation.check_addr("grpc_addr", request.grpc_addr)
-
-        def local(timeout: float) -> api_pb2.MemberChangeReply:
-            self.node.add_member(request.node_id, request.grpc_addr, timeout)
-            return self._member_reply()
-
-        return self._on_leader(context, "AddMember", request, local)
-
-    @rpc
-    def RemoveMember(self, request: api_pb2.MemberChangeRequest, context: grpc.ServicerContext
-                     ) -> api_pb2.MemberChangeReply:
-        validation.check_addr("node_id", request.node_id)
-
-        def local(timeout: float) -> api_pb2.MemberChangeReply:
-            self.node.remove_member(request.node_id, timeout)
-            return self._member_reply()
-
-        return self._on_leader(context, "RemoveMember", request, local)
-
-    @rpc
-    def TransferLeadership(self, request: api_pb2.TransferLeadershipRequest, context: grpc.ServicerContext
-                           ) -> api_pb2.TransferLeadershipReply:
-        if request.node_id:
-            validation.check_addr("node_id", request.node_id)
-
-        def local(timeout: float) -> api_pb2.TransferLeadershipReply:
-            # Raft refuses an unknown target as if busy (UNAVAILABLE: retry): say what is wrong instead.
-            if request.node_id and request.node_id not in self.node.log.members():
-                raise MembershipError(f"{request.node_id} is not a member")
-            if request.node_id == self.node.cfg.raft_addr:  # already there: nothing to move
-                return api_pb2.TransferLeadershipReply(leader_id=self.node.cfg.raft_addr)
-            self.node.log.transfer_leadership(request.node_id or None, timeout)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and self.node.log.is_leader():
-                time.sleep(0.05)
-            return api_pb2.TransferLeadershipReply(leader_id=self.node.log.leader() or "")
-
-        return self._on_leader(context, "TransferLeadership", request, local)
-
-    @rpc
-    def TakeSnapshot(self, request: api_pb2.TakeSnapshotRequest, context: grpc.ServicerContext
-                     ) -> api_pb2.TakeSnapshotReply:
-        before = self.node.log.snapshot_offset
-        target = self.node.log.apply_offset
-        self.node.log.take_snapshot()
-        deadline = time.monotonic() + _timeout(context, 60.0, max(60.0, self.node.cfg.max_wait_ms / 1000))
-        while time.monotonic() < deadline:
-            if self.node.log.snapshot_offset > before or (before and before >= target):
-                return api_pb2.TakeSnapshotReply(offset=self.node.log.snapshot_offset)
-            time.sleep(0.05)
-        context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "snapshot did not finish in time")
-
-
-
+__all__ = ["FORWARD_CATCH_UP_S", "LEADER_WAIT_S", "NameServerService"]

@@ -19,7 +19,8 @@ from nameserver import validation
 from nameserver.controller.heartbeats import HeartbeatTable
 from nameserver.node import NameServerNode, WriteResult
 from nameserver.pb import api_pb2, api_pb2_grpc
-from nameserver.service import NameServerService, rpc
+from nameserver.rpc import rpc
+from nameserver.service import NameServerService
 from nameserver.state import MetadataState, settings
 from nameserver.state import controller as decide
 

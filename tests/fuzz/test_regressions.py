@@ -11,12 +11,13 @@ from typing import Any
 import grpc
 import pytest
 
-from nameserver import service, validation
+from nameserver import rpc, validation
+from nameserver.adminservice import AdminService
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import bodies, codes, header, registerbody
 from nameserver.remoting.bodies import BodyError
 from nameserver.remoting.command import Command, FrameError
-from nameserver.service import AdminService, NameServerService
+from nameserver.service import NameServerService
 from tests.fuzz import remotingharness, statecheck
 from tests.fuzz.inprocess import Aborted, FakeContext, LocalNode, Servicer
 
@@ -161,7 +162,7 @@ def test_transfer_leadership_to_the_leader_itself_is_a_no_op() -> None:
 @pytest.fixture(scope="module")
 def guarded_server() -> Any:
     """The real NameServerService over an in-memory node, behind DecodeGuard, on a loopback port."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), interceptors=[service.DecodeGuard()])
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), interceptors=[rpc.DecodeGuard()])
     api_pb2_grpc.add_NameServerServicer_to_server(NameServerService(LocalNode()), server)  # type: ignore[arg-type]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

@@ -1,0 +1,122 @@
+"""The gRPC Admin service: a node's status, the membership, leadership transfer and snapshots. Changes
+of the membership and of the leadership run on the leader; a follower passes them on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from nameserver import headers, validation
+from nameserver.node import MembershipError, NameServerNode
+from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.rpc import call_timeout, forwarded, rpc
+from raftlog.roles import Role
+
+_API_ROLE = {Role.FOLLOWER: api_pb2.ROLE_FOLLOWER, Role.CANDIDATE: api_pb2.ROLE_CANDIDATE,
+             Role.LEADER: api_pb2.ROLE_LEADER}
+
+
+class AdminService(api_pb2_grpc.AdminServicer):
+    def __init__(self, node: NameServerNode) -> None:
+        self.node = node
+
+    @rpc
+    def Status(self, request: api_pb2.StatusRequest, context: grpc.ServicerContext) -> api_pb2.NodeStatus:
+        st = self.node.status()
+        st["role"] = _API_ROLE.get(st["role"], api_pb2.ROLE_UNKNOWN)
+        return api_pb2.NodeStatus(**st)
+
+    @rpc
+    def Members(self, request: api_pb2.MembersRequest, context: grpc.ServicerContext | None
+                ) -> api_pb2.MembersReply:
+        raft = self.node.log.raft_status()
+        leader = self.node.log.leader()
+        leading = self.node.log.is_leader()
+        members = []
+        for addr in self.node.log.members():  # Raft's own view, changes at runtime included
+            me = addr == self.node.cfg.raft_addr
+            connected = me or raft.get(f"partner_node_status_server_{addr}") == 2
+            match = self.node.log.end_offset if me else raft.get(f"match_idx_server_{addr}", 0)
+            members.append(api_pb2.Member(node_id=addr, grpc_addr=self.node.grpc_of(addr) or "", is_self=me,
+                                          is_leader=addr == leader, connected=connected,
+                                          match_offset=match if leading else 0))
+        return api_pb2.MembersReply(members=members)
+
+    def _on_leader(self, context: grpc.ServicerContext, method: str, request: Any, local: Callable[[float], Any]
+                   ) -> Any:
+        """Run an admin change on the leader: here when leading, else forwarded once."""
+        timeout = call_timeout(context, 30.0, max(30.0, self.node.cfg.max_wait_ms / 1000))
+        if self.node.log.is_leader():
+            return local(timeout)
+        if forwarded(context):
+            context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader (forwarded request)")
+        leader = self.node.grpc_of(self.node.log.leader())
+        if not leader:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "no leader elected")
+        return getattr(self.node.admin_stub(leader), method)(request, timeout=timeout,
+                                                            metadata=[(headers.FORWARDED, "1")])
+
+    def _member_reply(self) -> api_pb2.MemberChangeReply:
+        return api_pb2.MemberChangeReply(members=self.Members(api_pb2.MembersRequest(), None).members)
+
+    @rpc
+    def AddMember(self, request: api_pb2.MemberChangeRequest, context: grpc.ServicerContext
+                  ) -> api_pb2.MemberChangeReply:
+        validation.check_addr("node_id", request.node_id)
+        validation.check_addr("grpc_addr", request.grpc_addr)
+
+        def local(timeout: float) -> api_pb2.MemberChangeReply:
+            self.node.add_member(request.node_id, request.grpc_addr, timeout)
+            return self._member_reply()
+
+        return self._on_leader(context, "AddMember", request, local)
+
+    @rpc
+    def RemoveMember(self, request: api_pb2.MemberChangeRequest, context: grpc.ServicerContext
+                     ) -> api_pb2.MemberChangeReply:
+        validation.check_addr("node_id", request.node_id)
+
+        def local(timeout: float) -> api_pb2.MemberChangeReply:
+            self.node.remove_member(request.node_id, timeout)
+            return self._member_reply()
+
+        return self._on_leader(context, "RemoveMember", request, local)
+
+    @rpc
+    def TransferLeadership(self, request: api_pb2.TransferLeadershipRequest, context: grpc.ServicerContext
+                           ) -> api_pb2.TransferLeadershipReply:
+        if request.node_id:
+            validation.check_addr("node_id", request.node_id)
+
+        def local(timeout: float) -> api_pb2.TransferLeadershipReply:
+            # Raft refuses an unknown target as if busy (UNAVAILABLE: retry): say what is wrong instead.
+            if request.node_id and request.node_id not in self.node.log.members():
+                raise MembershipError(f"{request.node_id} is not a member")
+            if request.node_id == self.node.cfg.raft_addr:  # already there: nothing to move
+                return api_pb2.TransferLeadershipReply(leader_id=self.node.cfg.raft_addr)
+            self.node.log.transfer_leadership(request.node_id or None, timeout)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.node.log.is_leader():
+                time.sleep(0.05)
+            return api_pb2.TransferLeadershipReply(leader_id=self.node.log.leader() or "")
+
+        return self._on_leader(context, "TransferLeadership", request, local)
+
+    @rpc
+    def TakeSnapshot(self, request: api_pb2.TakeSnapshotRequest, context: grpc.ServicerContext
+                     ) -> api_pb2.TakeSnapshotReply:
+        before = self.node.log.snapshot_offset
+        target = self.node.log.apply_offset
+        self.node.log.take_snapshot()
+        deadline = time.monotonic() + call_timeout(context, 60.0, max(60.0, self.node.cfg.max_wait_ms / 1000))
+        while time.monotonic() < deadline:
+            if self.node.log.snapshot_offset > before or (before and before >= target):
+                return api_pb2.TakeSnapshotReply(offset=self.node.log.snapshot_offset)
+            time.sleep(0.05)
+        context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "snapshot did not finish in time")
+
+
+__all__ = ["AdminService"]

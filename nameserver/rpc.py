@@ -1,0 +1,149 @@
+"""How every gRPC method of a node is wrapped: one mapping of our exceptions to gRPC statuses (`rpc`),
+the call's own deadline, forwarding mark and exactly-once identity read from its metadata, and
+`DecodeGuard`, which answers undecodable request bytes with INVALID_ARGUMENT naming the request."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from nameserver import auth, headers
+from nameserver.node import (
+    ClientRef,
+    MembershipError,
+    NotReady,
+    OffsetNotReached,
+    SessionSuperseded,
+)
+from nameserver.state.translate import CasFailed
+from nameserver.validation import TooLargeError, ValidationError
+from raftlog.proposer import NotLeader, ProposalError
+
+
+def forwarded(context: grpc.ServicerContext) -> bool:
+    return any(k == headers.FORWARDED for k, _ in context.invocation_metadata())
+
+
+def client_ref(context: grpc.ServicerContext) -> ClientRef | None:
+    """The exactly-once identity from metadata, validated, within its caller's sessions; None when the
+    caller sent none."""
+    md = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}  # binary (-bin) values: none of ours
+    cid, seq = md.get(headers.CLIENT_ID), md.get(headers.CLIENT_SEQ)
+    if cid is None and seq is None:
+        return None
+    if not cid or len(cid) > 64 or not cid.isprintable() or "/" in cid:
+        raise ValidationError(headers.CLIENT_ID, "must be 1..64 printable characters without '/'")
+    if seq is None or not seq.isdigit() or int(seq) <= 0 or int(seq) >= 1 << 63:
+        raise ValidationError(headers.CLIENT_SEQ, "must be a positive integer")
+    return ClientRef(cid, int(seq), auth.session_owner(md, headers.FORWARDED in md))
+
+
+def call_timeout(context: grpc.ServicerContext, default: float, cap: float) -> float:
+    """How long this call may wait here: its own deadline, never more than the node's limits.max_wait_ms
+    (a call without a deadline reports an effectively infinite one; `default` is for callers that say
+    nothing at all)."""
+    left = context.time_remaining()
+    return min(default, cap) if left is None else max(0.0, min(left, cap))
+
+
+def rpc(fn: Callable) -> Callable:
+    """Map our exceptions to gRPC statuses, one place for every method."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return fn(self, request, context)
+        except TooLargeError as exc:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.field}: {exc.message}")
+        except ValidationError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.field}: {exc.message}")
+        except NotReady as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"not ready: {exc}")
+        except OffsetNotReached as exc:
+            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(exc.apply_offset)),))
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except ProposalError as exc:
+            what = "outcome unknown" if exc.unknown_outcome else "not applied"
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"write {what}: {exc}")
+        except CasFailed as exc:
+            context.set_trailing_metadata(((headers.CURRENT_VERSION, str(exc.current)),))
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except SessionSuperseded as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except NotLeader as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except TimeoutError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"linearizable read: {exc}")
+        except MembershipError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except grpc.RpcError as exc:  # a forwarded call's status passes through unchanged
+            if hasattr(exc, "code") and callable(exc.code):
+                context.abort(exc.code(), exc.details() or "forwarded call failed")
+            raise
+
+    return wrapper
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes did not parse (the servicer never sees it)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _lenient(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # protobuf's DecodeError, or invalid UTF-8 in a string field
+            return _Undecodable(str(exc) or type(exc).__name__)
+    return parse
+
+
+def _refuse(context: grpc.ServicerContext, method: str, bad: _Undecodable) -> None:
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {method} request: {bad.reason}")
+
+
+class DecodeGuard(grpc.ServerInterceptor):
+    """Request bytes that do not parse get INVALID_ARGUMENT naming the request, where gRPC itself
+    answers INTERNAL ("Exception deserializing request!") and logs a traceback per call."""
+
+    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
+        handler = continuation(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        method = details.method.rsplit("/", 1)[-1]
+        if handler.request_streaming:
+            def stream(behavior: Callable) -> Callable:
+                def checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+                    def items() -> Iterator[Any]:
+                        for item in requests:
+                            if isinstance(item, _Undecodable):
+                                _refuse(context, method, item)
+                            yield item
+                    return behavior(items(), context)
+                return checked
+            wrap = stream
+        else:
+            def unary(behavior: Callable) -> Callable:
+                def checked(request: Any, context: grpc.ServicerContext) -> Any:
+                    if isinstance(request, _Undecodable):
+                        _refuse(context, method, request)
+                    return behavior(request, context)
+                return checked
+            wrap = unary
+        for attr, factory in (("unary_unary", grpc.unary_unary_rpc_method_handler),
+                              ("unary_stream", grpc.unary_stream_rpc_method_handler),
+                              ("stream_unary", grpc.stream_unary_rpc_method_handler),
+                              ("stream_stream", grpc.stream_stream_rpc_method_handler)):
+            behavior = getattr(handler, attr)
+            if behavior:
+                return factory(wrap(behavior), request_deserializer=_lenient(handler.request_deserializer),
+                               response_serializer=handler.response_serializer)
+        return handler
+
+
+__all__ = ["DecodeGuard", "call_timeout", "client_ref", "forwarded", "rpc"]
