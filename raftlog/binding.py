@@ -43,6 +43,7 @@ from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTra
 from raftlog.peerlinks import MembershipTransport
 from raftlog.prevote import PreVote
 from raftlog.roles import Role
+from raftlog.tickwatch import TickWatch
 
 # The pysyncobj whose private internals this module steers (pyproject.toml pins the same version):
 # another version may rename or change them silently, so refuse it at import, loudly.
@@ -174,8 +175,10 @@ class RaftNode(SyncObj):
             deliver(node, skip_known_entries(message, last[1], last[2], term_at))
 
         transport.setOnMessageReceivedCallback(receive)
+        self.tick_watch = TickWatch()
         self.addOnTickCallback(self._on_tick)
         journal.start_syncer(self._on_durable)
+        self.tick_watch.start()
 
     # pysyncobj reads its election timer in one place, to decide whether to campaign. Reading it
     # through this property lets the pre-vote decide (raftlog/prevote.py); writes go through.
@@ -276,6 +279,7 @@ class RaftNode(SyncObj):
             log.exception("could not wake the tick loop")
 
     def _on_tick(self) -> None:
+        self.tick_watch.beat()
         # The leader's entries appended this tick go to the syncer; the commit index follows it.
         self.journal.request_sync()
         try:

@@ -173,6 +173,7 @@ class ReplicatedLog:
         same data directory can be opened again at once (pysyncobj's destroy() only asks its tick
         thread to stop at its next tick; a restart that raced it ran two Raft nodes on one journal)."""
         self.committer.stop()
+        self.raft.tick_watch.stop()  # the tick stops below: not a stall
         try:
             self.raft.destroy()
             tick = self.raft.tick_thread()
