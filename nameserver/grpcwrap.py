@@ -20,12 +20,14 @@ _KINDS = (
 STREAMING_RESPONSE = frozenset({"server_stream", "bidi_stream"})
 
 
-def wrap_handler(handler: grpc.RpcMethodHandler, wrap: Callable[[Callable, str], Callable]
-                 ) -> grpc.RpcMethodHandler:
-    """A handler of the same kind whose behaviour is `wrap(behaviour, kind)`."""
+def wrap_handler(handler: grpc.RpcMethodHandler, wrap: Callable[[Callable, str], Callable],
+                 request_deserializer: Callable[[bytes], object] | None = None) -> grpc.RpcMethodHandler:
+    """A handler of the same kind whose behaviour is `wrap(behaviour, kind)` (and whose requests are
+    parsed by `request_deserializer`, when given)."""
     for attr, kind, factory in _KINDS:
         behavior = getattr(handler, attr)
         if behavior:
-            return factory(wrap(behavior, kind), request_deserializer=handler.request_deserializer,
+            return factory(wrap(behavior, kind),
+                           request_deserializer=request_deserializer or handler.request_deserializer,
                            response_serializer=handler.response_serializer)
     return handler

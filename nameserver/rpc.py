@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from nameserver import auth, headers
+from nameserver.grpcwrap import wrap_handler
 from nameserver.node import (
     ClientRef,
     MembershipError,
@@ -116,34 +117,25 @@ class DecodeGuard(grpc.ServerInterceptor):
         if handler is None or handler.request_deserializer is None:
             return handler
         method = details.method.rsplit("/", 1)[-1]
-        if handler.request_streaming:
-            def stream(behavior: Callable) -> Callable:
-                def checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+
+        def checked(behavior: Callable, kind: str) -> Callable:
+            if handler.request_streaming:
+                def stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
                     def items() -> Iterator[Any]:
                         for item in requests:
                             if isinstance(item, _Undecodable):
                                 _refuse(context, method, item)
                             yield item
                     return behavior(items(), context)
-                return checked
-            wrap = stream
-        else:
-            def unary(behavior: Callable) -> Callable:
-                def checked(request: Any, context: grpc.ServicerContext) -> Any:
-                    if isinstance(request, _Undecodable):
-                        _refuse(context, method, request)
-                    return behavior(request, context)
-                return checked
-            wrap = unary
-        for attr, factory in (("unary_unary", grpc.unary_unary_rpc_method_handler),
-                              ("unary_stream", grpc.unary_stream_rpc_method_handler),
-                              ("stream_unary", grpc.stream_unary_rpc_method_handler),
-                              ("stream_stream", grpc.stream_stream_rpc_method_handler)):
-            behavior = getattr(handler, attr)
-            if behavior:
-                return factory(wrap(behavior), request_deserializer=_lenient(handler.request_deserializer),
-                               response_serializer=handler.response_serializer)
-        return handler
+                return stream
+
+            def unary(request: Any, context: grpc.ServicerContext) -> Any:
+                if isinstance(request, _Undecodable):
+                    _refuse(context, method, request)
+                return behavior(request, context)
+            return unary
+
+        return wrap_handler(handler, checked, request_deserializer=_lenient(handler.request_deserializer))
 
 
 __all__ = ["DecodeGuard", "call_timeout", "client_ref", "forwarded", "rpc"]

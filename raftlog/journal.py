@@ -79,7 +79,8 @@ EXIT_IO_ERROR = 74
 SEGMENT_BYTES = 4 << 20  # small next to what a snapshot interval appends: a restart reads little stale data
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """Make the directory entry of `path` durable (a created, renamed or deleted name)."""
     fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -156,7 +157,7 @@ class DurableJournal(Journal):
             raise JournalCorrupt(f"{self.path}: not a journal (bad header); move it away and let the node "
                                  "catch up from its peers")
         if self.fsync:
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
 
     def _convert_pysyncobj_journal(self) -> None:
         from pysyncobj.journal import FileJournal
@@ -172,7 +173,7 @@ class DurableJournal(Journal):
             f.flush()
             os.fsync(f.fileno())
         os.rename(tmp, segment_path(self.path, 1))
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         self._store_meta()
         os.unlink(self.path)
         log.info("converted %s from pysyncobj's journal format (%d entries)", self.path, len(entries))
@@ -231,7 +232,7 @@ class DurableJournal(Journal):
         if not self._segments:
             self._segments.append(self._create_segment())
         if (found[:start] or dropped) and self.fsync:
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
         skip = sum(1 for entry in self._entries if entry[1] < compacted_to)
         skip = min(skip, len(self._entries) - 1)  # never empty (pysyncobj replaces it then)
         if skip > 0:
@@ -264,7 +265,7 @@ class DurableJournal(Journal):
             os.pwrite(fd, MAGIC, 0)
             if self.fsync:
                 os.fsync(fd)
-                RESERVE.opening(lambda: _fsync_dir(path))
+                RESERVE.opening(lambda: fsync_dir(path))
         except OSError as exc:
             _io_failed("segment creation", path, exc)
         return Segment(seq, path, fd, len(MAGIC))
@@ -362,7 +363,7 @@ class DurableJournal(Journal):
             # A dropped suffix must not come back; a clear (a snapshot installed from the leader)
             # also makes the new raft.dump's name durable with the log it goes with.
             try:
-                RESERVE.opening(lambda: _fsync_dir(self.path))
+                RESERVE.opening(lambda: fsync_dir(self.path))
             except OSError as exc:
                 _io_failed("truncate", self.path, exc)
         self._dirty = True
@@ -590,9 +591,9 @@ class DurableJournal(Journal):
                 RESERVE.opening(write)
                 os.replace(tmp, self.meta_path)
                 if self.fsync:
-                    RESERVE.opening(lambda: _fsync_dir(self.meta_path))
+                    RESERVE.opening(lambda: fsync_dir(self.meta_path))
             except OSError as exc:
                 _io_failed("term/vote store", self.meta_path, exc)
 
 
-__all__ = ["DurableJournal", "EXIT_IO_ERROR", "JournalCorrupt", "SEGMENT_BYTES"]
+__all__ = ["DurableJournal", "EXIT_IO_ERROR", "JournalCorrupt", "SEGMENT_BYTES", "fsync_dir"]

@@ -24,7 +24,7 @@ from raftlog.binding import RaftNode, SnapshotProgress
 from raftlog.codec import RaftEntry, decode_raft_meta
 from raftlog.crashpoints import crash_point
 from raftlog.history import AppliedEntry, EntryHistory
-from raftlog.journal import DurableJournal
+from raftlog.journal import DurableJournal, fsync_dir
 from raftlog.leadership import NotConfirmed
 from raftlog.pb import entry_pb2
 from raftlog.proposer import GroupCommitter, NotLeader, ProposalError
@@ -92,14 +92,6 @@ class SnapshotStoreLike(Protocol):
     def load(self, path: str, verify: bool = True) -> tuple[Any, Any]: ...
     def link_to(self, info: Any, dest_path: str) -> object: ...
     def prune(self, keep: int) -> object: ...
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ReplicatedLog:
@@ -376,7 +368,7 @@ class ReplicatedLog:
                 if self.cfg.fsync:
                     # The new raft.dump is on disk before pysyncobj compacts the journal behind it
                     # (here, off the tick thread): a crash must not pair it with an older snapshot.
-                    _fsync_dir(self.dump_path)
+                    fsync_dir(self.dump_path)
                 crash_point("snapshot-linked")
                 self.store.prune(self.cfg.snapshots_kept)
                 self.snapshot_offset = index
