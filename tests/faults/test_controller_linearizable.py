@@ -28,6 +28,7 @@ import pytest
 from nameserver import headers
 from nameserver.pb import api_pb2, api_pb2_grpc
 from tests.cluster import Cluster, NodeProc
+from tests.controllerview import epoch_problems, masters_by_epoch, summary
 from tests.faults.harness import UNKNOWN_CODES, Nemesis
 from tests.linearizability.checker import History, Op, check
 from tests.linearizability.porcupine import check_with_porcupine
@@ -38,13 +39,6 @@ RUN_SECONDS = float(os.environ.get("LIN_RUN_SECONDS", "10"))
 SET = "broker-lin"
 BROKERS = (1, 2, 3)
 BEAT_TIMEOUT_MS = 1200
-
-
-def summary(view: api_pb2.BrokerSetView) -> str:
-    """The replicated part of a set (not liveness, which each node sees for itself)."""
-    replicas = ",".join(f"{r.broker_id}@{r.address}" for r in view.replicas)
-    return (f"m{view.master_id}/e{view.master_epoch}/s{'.'.join(map(str, view.sync_state_set))}"
-            f"/se{view.sync_state_set_epoch}/{replicas}")
 
 
 @dataclass
@@ -176,18 +170,11 @@ def register_set(w: ControllerWorkload) -> None:
 def check_epochs(w: ControllerWorkload) -> int:
     """Along the log (write offsets), the master epoch never goes back, moves with every new master, and
     each epoch names one master, whatever any client saw. Returns the number of elections."""
-    writes = sorted(w.writes, key=lambda r: r.offset)
-    assert len({r.offset for r in writes}) == len(writes), "two decisions at one offset"
-    epochs = [r.set.master_epoch for r in writes]
-    assert epochs == sorted(epochs), epochs
-    for a, b in itertools.pairwise(writes):
-        if b.set.master_id != a.set.master_id:
-            assert b.set.master_epoch == a.set.master_epoch + 1, (a.set, b.set)
-    masters: dict[int, set[int]] = {}
-    for v in w.seen:
-        masters.setdefault(v.master_epoch, set()).add(v.master_id)
+    problems = epoch_problems([(r.offset, r.set) for r in w.writes])
+    assert not problems, problems
+    masters = masters_by_epoch(w.seen)
     assert all(len(m) == 1 for m in masters.values()), masters
-    return len(set(epochs)) - 1
+    return len({r.set.master_epoch for r in w.writes}) - 1
 
 
 @pytest.mark.timeout(900)
