@@ -9,7 +9,8 @@ from typing import Any
 
 import grpc
 
-from nameserver import headers, validation
+from nameserver import validation
+from nameserver.forwarder import NoLeader
 from nameserver.node import MembershipError, NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.rpc import call_timeout, forwarded, rpc
@@ -53,11 +54,12 @@ class AdminService(api_pb2_grpc.AdminServicer):
             return local(timeout)
         if forwarded(context):
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader (forwarded request)")
-        leader = self.node.grpc_of(self.node.log.leader())
-        if not leader:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "no leader elected")
-        return getattr(self.node.admin_stub(leader), method)(request, timeout=timeout,
-                                                            metadata=[(headers.FORWARDED, "1")])
+        try:
+            return self.node.forwarder.call(method, request, timeout, service=api_pb2_grpc.AdminStub)
+        except NoLeader as exc:
+            if self.node.log.is_leader():  # elected meanwhile
+                return local(timeout)
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
     def _member_reply(self) -> api_pb2.MemberChangeReply:
         return api_pb2.MemberChangeReply(members=self.Members(api_pb2.MembersRequest(), None).members)

@@ -17,11 +17,11 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from nameserver import headers, tlsconf
 from nameserver.config import NodeConfig
+from nameserver.forwarder import LeaderForwarder, NoLeader
 from nameserver.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
 from nameserver.nowait import WouldBlock, waiting_allowed
-from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
+from nameserver.pb import api_pb2, state_pb2
 from nameserver.readindex import ReadIndexBatcher
 from nameserver.sessionclock import SessionClock
 from nameserver.state import MetadataState, Translation, translate
@@ -92,8 +92,6 @@ class NameServerNode:
         self.channels = ChannelTable()
         self._scan_now = threading.Event()  # a broker's last connection closed: scan without waiting
         self._stop = threading.Event()
-        self._channels: dict[str, grpc.Channel] = {}
-        self._channels_lock = threading.Lock()
         self.expired_total = 0
         self._waiting_reads = threading.BoundedSemaphore(cfg.max_waiting_reads)
         self.log = ReplicatedLog(
@@ -112,6 +110,7 @@ class NameServerNode:
                 fsync=cfg.fsync,
             ),
             StateMachineAdapter(self.state), self.store, self.lock)
+        self.forwarder = LeaderForwarder(cfg, self.log.leader, self.log.is_leader, self.grpc_of)
         self._leadership_feed = self.log.watch_leadership(self._on_leadership)
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
         self.watches = WatchHub(max_watchers=cfg.max_watchers)
@@ -131,9 +130,7 @@ class NameServerNode:
         self._scan_now.set()
         self.read_indexes.stop()
         self.log.close()
-        with self._channels_lock:
-            for channel in self._channels.values():
-                channel.close()
+        self.forwarder.close()
 
     # ---- reads ---------------------------------------------------------------------------------
 
@@ -289,16 +286,14 @@ class NameServerNode:
 
     def linearizable_index(self, timeout: float) -> int:
         """A read index that covers every write acknowledged before this call (via the leader)."""
-        if self.log.is_leader():
-            return self.read_indexes.read_index(timeout)
-        stub = self.leader_stub(wait_s=min(timeout, 3.0))
-        if stub is None:
-            if self.log.is_leader():
-                return self.read_indexes.read_index(timeout)
-            raise NotLeader("no leader to confirm a read index")
-        reply = stub.ReadIndex(api_pb2.ReadIndexRequest(), timeout=max(0.1, timeout),
-                               metadata=[(headers.FORWARDED, "1")])
-        return reply.read_index
+        if not self.log.is_leader():
+            try:
+                return self.forwarder.call("ReadIndex", api_pb2.ReadIndexRequest(), max(0.1, timeout),
+                                           wait_s=min(timeout, 3.0)).read_index
+            except NoLeader:
+                if not self.log.is_leader():
+                    raise NotLeader("no leader to confirm a read index") from None
+        return self.read_indexes.read_index(timeout)
 
     def expire_sessions(self) -> int:
         """Delete idle exactly-once sessions (leader only, through records). Returns how many."""
@@ -406,50 +401,14 @@ class NameServerNode:
             if self.log.is_leader():
                 self._heard(pending)
                 continue
-            stub = self.leader_stub()
-            if stub is None:
-                continue  # no leader: the next leader grants fresh timeouts anyway
-            req = api_pb2.HeartbeatRequest(heartbeats=pending)
             try:
-                stub.Heartbeat(req, timeout=2, metadata=[(headers.FORWARDED, "1")])
+                self.forwarder.call("Heartbeat", api_pb2.HeartbeatRequest(heartbeats=pending), 2.0)
+            except NoLeader:
+                continue  # no leader: the next leader grants fresh timeouts anyway
             except grpc.RpcError as exc:
                 log.debug("heartbeat forward failed: %s", exc.code())
 
-    # ---- forwarding ----------------------------------------------------------------------------
-
-    def leader_stub(self, wait_s: float = 0.0, stub_type: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub
-                    ) -> Any:
-        """A stub for the current leader's gRPC endpoint, waiting up to `wait_s` for one to appear.
-
-        None when none appeared in time, or as soon as this node itself won the election (the
-        caller then serves the request here with the time left).
-        """
-        deadline = time.monotonic() + wait_s
-        while True:
-            leader = self.log.leader()
-            if leader and leader != self.cfg.raft_addr:
-                addr = self.grpc_of(leader)
-                if addr:
-                    return stub_type(self._channel(addr))
-            if time.monotonic() >= deadline or self._stop.is_set() or self.log.is_leader():
-                return None
-            time.sleep(0.05)
-
-    def admin_stub(self, addr: str) -> api_pb2_grpc.AdminStub:
-        return api_pb2_grpc.AdminStub(self._channel(addr))
-
-    def _channel(self, addr: str) -> grpc.Channel:
-        with self._channels_lock:
-            if addr not in self._channels:
-                opts = [("grpc.max_send_message_length", self.cfg.max_message_bytes),
-                        ("grpc.max_receive_message_length", self.cfg.max_message_bytes),
-                        # a restarted peer must be reachable again within a second, not after
-                        # gRPC's default exponential backoff (up to 120 s)
-                        ("grpc.initial_reconnect_backoff_ms", 100),
-                        ("grpc.max_reconnect_backoff_ms", 1000)]
-                # TLS and this node's peer credential when security is on (nameserver/tlsconf.py)
-                self._channels[addr] = tlsconf.peer_channel(self.cfg, addr, opts)
-            return self._channels[addr]
+    # ---- peers ---------------------------------------------------------------------------------
 
     def grpc_of(self, raft_addr: str | None) -> str | None:
         """A member's gRPC address: from the config, else from the member records added at runtime."""

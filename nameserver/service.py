@@ -18,6 +18,7 @@ import grpc
 
 from nameserver import headers, validation
 from nameserver.chunking import assemble_chunks, register_chunks, should_stream
+from nameserver.forwarder import NoLeader
 from nameserver.node import (
     ClientRef,
     NameServerNode,
@@ -48,10 +49,10 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     # ---- write plumbing ------------------------------------------------------------------------
 
     def write(self, context: grpc.ServicerContext, method: str, request: Any, translate_fn: Callable,
-              reply_of: Callable[[WriteResult], Any], forward: Callable | None = None,
-              stub_type: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub) -> Any:
-        """Apply a write here when leading, else forward it (to `method` of the leader's `stub_type`
-        service); returns the method's reply. The one leader-forwarding path for every write."""
+              reply_of: Callable[[WriteResult], Any],
+              service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub) -> Any:
+        """Apply a write here when leading, else pass `request` on to `method` of the leader's `service`
+        (nameserver/forwarder.py); returns the method's reply."""
         client = client_ref(context)
         timeout = call_timeout(context, self.default_timeout, self.max_wait)
         deadline = time.monotonic() + timeout
@@ -63,18 +64,16 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         if forwarded(context):
             # Never forward twice: the caller picks another node or retries.
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader (forwarded request)")
-        stub = self.node.leader_stub(wait_s=min(LEADER_WAIT_S, timeout), stub_type=stub_type)
-        if stub is None:
-            if self.node.log.is_leader():  # we won the election while waiting
-                return self._apply_write(translate_fn, reply_of, client, max(0.1, deadline - time.monotonic()))
-            context.abort(grpc.StatusCode.UNAVAILABLE, "no leader elected (is a majority of nodes up?)")
-        left = max(0.1, deadline - time.monotonic())
-        md = [(headers.FORWARDED, "1")] + [(k, v) for k, v in context.invocation_metadata()
-                                          if k in (headers.CLIENT_ID, headers.CLIENT_SEQ)]
+        md = [(k, v) for k, v in context.invocation_metadata() if k in (headers.CLIENT_ID, headers.CLIENT_SEQ)]
         if client is not None and client.owner:
             md.append((headers.SESSION_OWNER, client.owner))
-        reply = forward(stub, left, md) if forward is not None else getattr(stub, method)(
-            request, timeout=left, metadata=md)
+        try:
+            reply = self.node.forwarder.call(method, request, max(0.1, deadline - time.monotonic()),
+                                             wait_s=LEADER_WAIT_S, service=service, metadata=md)
+        except NoLeader as exc:
+            if self.node.log.is_leader():  # we won the election while waiting
+                return self._apply_write(translate_fn, reply_of, client, max(0.1, deadline - time.monotonic()))
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         offset = getattr(reply, "offset", 0)
         if offset:
             # Read-your-writes on this node, as on the leader: answer once this node has applied the
@@ -135,11 +134,6 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                   ) -> api_pb2.RegisterBrokerReply:
         default_ms = self.node.cfg.default_timeout_ms
 
-        def forward(stub: Any, timeout: float, md: list) -> api_pb2.RegisterBrokerReply:
-            if should_stream(request):
-                return stub.RegisterBrokerStream(iter(register_chunks(request)), timeout=timeout, metadata=md)
-            return stub.RegisterBroker(request, timeout=timeout, metadata=md)
-
         def reply_of(res: WriteResult) -> api_pb2.RegisterBrokerReply:
             t = res.translation
             if t is None:
@@ -156,7 +150,11 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                     cluster_name=request.cluster_name, broker_name=request.broker_name,
                     broker_addr=request.broker_addr)])
                 return reply_of(unchanged)
-        reply = self.write(context, "RegisterBroker", request, translate_fn, reply_of, forward)
+        if should_stream(request):  # passed on to the leader in chunks, made only if it is passed on
+            reply = self.write(context, "RegisterBrokerStream", _lazy(register_chunks, request), translate_fn,
+                               reply_of)
+        else:
+            reply = self.write(context, "RegisterBroker", request, translate_fn, reply_of)
         if self.node.log.is_leader():
             self.node.liveness.touch(request.broker_addr)
         return reply
@@ -461,6 +459,10 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
         index = self.node.read_indexes.read_index(call_timeout(context, self.default_timeout, self.max_wait))
         return api_pb2.ReadIndexReply(read_index=index)
+
+
+def _lazy(make: Callable[[Any], list[Any]], arg: Any) -> Iterator[Any]:
+    yield from make(arg)
 
 
 __all__ = ["FORWARD_CATCH_UP_S", "LEADER_WAIT_S", "NameServerService"]

@@ -17,6 +17,7 @@ import grpc
 
 from nameserver import validation
 from nameserver.controller.heartbeats import HeartbeatTable
+from nameserver.forwarder import NoLeader
 from nameserver.node import NameServerNode, WriteResult
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.rpc import rpc
@@ -70,7 +71,7 @@ class ControllerService(api_pb2_grpc.ControllerServicer):
         if self.node.log.is_leader():
             self._confirm(context)
         reply = self.ns.write(context, method, request, translate, self._reply,
-                              stub_type=api_pb2_grpc.ControllerStub)
+                              service=api_pb2_grpc.ControllerStub)
         # Only the node that decided (the leader) notifies; a follower that forwarded never ran `translate`.
         if taken and taken[0][0].elected and taken[0][1] and reply.code == decide.SUCCESS and reply.offset \
                 and self.on_elected:
@@ -186,11 +187,11 @@ class ControllerService(api_pb2_grpc.ControllerServicer):
 
     def _ask_leader(self, context: grpc.ServicerContext) -> str:
         """The leader's own controller address, when this node's config does not list it."""
-        stub = self.node.leader_stub(stub_type=api_pb2_grpc.ControllerStub)
-        if stub is None:
-            return ""
         try:
-            answer = stub.GetLeader(api_pb2.ControllerLeaderRequest(), timeout=2.0)
+            answer = self.node.forwarder.call("GetLeader", api_pb2.ControllerLeaderRequest(), 2.0,
+                                              service=api_pb2_grpc.ControllerStub)
+        except NoLeader:
+            return ""
         except grpc.RpcError as exc:
             log.info("controller: could not ask the leader for its controller address: %s", exc.code())
             return ""

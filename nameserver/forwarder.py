@@ -1,0 +1,94 @@
+"""The one way a node reaches its leader.
+
+Whatever a follower cannot do itself goes to the leader through `LeaderForwarder.call`: writes,
+membership and leadership changes, read indexes, the brokers' buffered heartbeats, the controller's
+leader address. It finds the leader's gRPC address (waiting a bounded time for an election), keeps one
+channel per peer (TLS and this node's peer credential when security is on), and marks every call
+forwarded, so that a node which is no longer the leader refuses it instead of forwarding it again.
+Nothing else in a node opens channels to its peers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc
+
+from nameserver import headers, tlsconf
+from nameserver.config import NodeConfig
+from nameserver.pb import api_pb2_grpc
+
+Metadata = Iterable[tuple[str, str | bytes]]
+POLL_S = 0.05  # how often a caller waiting for an election looks again
+
+
+class NoLeader(Exception):
+    """Nothing was sent: no other node was known to lead within the wait, or this node leads now."""
+
+
+class LeaderForwarder:
+    def __init__(self, cfg: NodeConfig, leader: Callable[[], str | None], is_leader: Callable[[], bool],
+                 grpc_of: Callable[[str | None], str | None]) -> None:
+        self.cfg = cfg
+        self._leader = leader
+        self._is_leader = is_leader
+        self._grpc_of = grpc_of
+        self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    def target(self, wait_s: float = 0.0) -> str | None:
+        """The leader's gRPC address, waiting up to `wait_s` for one to be elected.
+
+        None when none appeared in time, and as soon as this node itself leads (the caller then
+        serves the request here, with the time left)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            leader = self._leader()
+            if leader and leader != self.cfg.raft_addr:
+                addr = self._grpc_of(leader)
+                if addr:
+                    return addr
+            if time.monotonic() >= deadline or self._closed.is_set() or self._is_leader():
+                return None
+            time.sleep(POLL_S)
+
+    def call(self, method: str, request: Any, timeout: float, *, wait_s: float = 0.0,
+             service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub,
+             metadata: Metadata = ()) -> Any:
+        """`method` of the leader's `service` with `request` (a message, or an iterator of them for a
+        client stream), marked forwarded; `timeout` covers the wait for an election (at most `wait_s`)
+        and the call. Raises NoLeader when nothing was sent, else the call's own grpc.RpcError."""
+        deadline = time.monotonic() + timeout
+        addr = self.target(min(wait_s, timeout))
+        if addr is None:
+            raise NoLeader("this node leads now" if self._is_leader()
+                           else "no leader elected (is a majority of nodes up?)")
+        stub = service(self.channel(addr))
+        return getattr(stub, method)(request, timeout=max(0.1, deadline - time.monotonic()),
+                                     metadata=[(headers.FORWARDED, "1"), *metadata])
+
+    def channel(self, addr: str) -> grpc.Channel:
+        with self._lock:
+            if addr not in self._channels:
+                opts = [("grpc.max_send_message_length", self.cfg.max_message_bytes),
+                        ("grpc.max_receive_message_length", self.cfg.max_message_bytes),
+                        # a restarted peer must be reachable again within a second, not after
+                        # gRPC's default exponential backoff (up to 120 s)
+                        ("grpc.initial_reconnect_backoff_ms", 100),
+                        ("grpc.max_reconnect_backoff_ms", 1000)]
+                self._channels[addr] = tlsconf.peer_channel(self.cfg, addr, opts)
+            return self._channels[addr]
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            for channel in self._channels.values():
+                channel.close()
+            self._channels.clear()
+
+
+__all__ = ["LeaderForwarder", "NoLeader"]

@@ -1,0 +1,106 @@
+"""LeaderForwarder (nameserver/forwarder.py) against a real gRPC server standing in for the leader."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+from nameserver import headers
+from nameserver.config import Member, NodeConfig
+from nameserver.forwarder import LeaderForwarder, NoLeader
+from nameserver.localports import free_ports
+from nameserver.pb import api_pb2, api_pb2_grpc
+
+ME, LEADER = "127.0.0.1:1", "127.0.0.1:2"
+
+
+class _Leader(api_pb2_grpc.NameServerServicer):
+    def __init__(self) -> None:
+        self.seen: list[dict[str, str]] = []
+
+    def Heartbeat(self, request, context):  # noqa: N802 (gRPC's name)
+        self.seen.append(dict(context.invocation_metadata()))
+        return api_pb2.HeartbeatReply(unknown_addrs=[b.broker_addr for b in request.heartbeats])
+
+
+@pytest.fixture
+def leader_server():
+    port = free_ports(1)[0]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = _Leader()
+    api_pb2_grpc.add_NameServerServicer_to_server(servicer, server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    yield servicer, f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+class _Roles:
+    """Who leads, as the log would say; changed by the test."""
+
+    def __init__(self, leader: str | None) -> None:
+        self.leader = leader
+
+    def is_leader(self) -> bool:
+        return self.leader == ME
+
+
+def _forwarder(roles: _Roles, grpc_addr: str) -> LeaderForwarder:
+    cfg = NodeConfig(raft_addr=ME, grpc_addr="127.0.0.1:3", data_dir="/nonexistent",
+                     members=[Member(ME, "127.0.0.1:3")])
+    return LeaderForwarder(cfg, lambda: roles.leader, roles.is_leader,
+                           lambda raft: grpc_addr if raft == LEADER else None)
+
+
+def test_a_call_reaches_the_leader_marked_forwarded_with_the_callers_metadata(leader_server) -> None:
+    servicer, addr = leader_server
+    fwd = _forwarder(_Roles(LEADER), addr)
+    try:
+        reply = fwd.call("Heartbeat", api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(
+            broker_addr="10.0.0.1:10911")]), 5.0, metadata=[(headers.CLIENT_ID, "c1")])
+        assert list(reply.unknown_addrs) == ["10.0.0.1:10911"]
+        assert servicer.seen[0][headers.FORWARDED] == "1" and servicer.seen[0][headers.CLIENT_ID] == "c1"
+        fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 5.0)
+        assert len(fwd._channels) == 1  # one channel per peer, reused
+    finally:
+        fwd.close()
+
+
+def test_no_leader_raises_without_sending_and_waits_at_most_its_wait(leader_server) -> None:
+    servicer, addr = leader_server
+    fwd = _forwarder(_Roles(None), addr)
+    started = time.monotonic()
+    with pytest.raises(NoLeader, match="no leader elected"):
+        fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 5.0, wait_s=0.3)
+    assert 0.25 <= time.monotonic() - started < 2.0
+    assert servicer.seen == []
+    fwd.close()
+
+
+def test_the_wait_ends_when_a_leader_is_elected(leader_server) -> None:
+    servicer, addr = leader_server
+    roles = _Roles(None)
+    fwd = _forwarder(roles, addr)
+    threading.Timer(0.2, lambda: setattr(roles, "leader", LEADER)).start()
+    try:
+        fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 5.0, wait_s=3.0)
+        assert len(servicer.seen) == 1
+    finally:
+        fwd.close()
+
+
+def test_this_node_winning_the_election_ends_the_wait_at_once(leader_server) -> None:
+    servicer, addr = leader_server
+    roles = _Roles(None)
+    fwd = _forwarder(roles, addr)
+    threading.Timer(0.2, lambda: setattr(roles, "leader", ME)).start()
+    started = time.monotonic()
+    with pytest.raises(NoLeader, match="this node leads now"):
+        fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 5.0, wait_s=3.0)
+    assert time.monotonic() - started < 1.5
+    assert servicer.seen == []
+    fwd.close()
