@@ -1,13 +1,12 @@
 """The idle no-op (KRaft's): an idle leader appends an empty entry every 500 ms, so that followers' apply
 lag (nameserver_apply_lag_seconds, from each entry's leader clock) stays meaningful when nothing changes,
-and a follower cut off from the leader sees it grow. The server runs it whenever [raft] idle_noop_ms is
-set (deploy/ sets it with the metrics endpoint).
+and a follower cut off from the leader sees it grow. The server makes it one of the node's leader duties
+(nameserver/leaderduties.py) whenever [raft] idle_noop_ms is set (deploy/ sets it with the metrics endpoint).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from raftlog import ProposalError, ReplicatedLog
@@ -25,15 +24,11 @@ class IdleNoop:
         self.log = rlog
         self.interval_s = interval_s
         self.on_noop = on_noop  # told of each committed no-op (the metrics count them)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="idle-noop", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+    @property
+    def check_every_s(self) -> float:
+        """How often to call tick(): often enough that the gap between entries stays near interval_s."""
+        return min(0.1, self.interval_s)
 
     def tick(self) -> bool:
         """One check; True when a no-op was committed."""
@@ -50,10 +45,3 @@ class IdleNoop:
         if self.on_noop is not None:
             self.on_noop()
         return True
-
-    def _run(self) -> None:
-        while not self._stop.wait(min(0.1, self.interval_s)):
-            try:
-                self.tick()
-            except Exception:
-                log.exception("idle no-op failed")

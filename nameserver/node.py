@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 
 from nameserver.config import NodeConfig
 from nameserver.forwarder import LeaderForwarder, NoLeader
+from nameserver.leaderduties import LeaderDuties
 from nameserver.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
 from nameserver.nowait import WouldBlock, waiting_allowed
 from nameserver.pb import api_pb2, state_pb2
@@ -36,6 +37,7 @@ from snapshot import SnapshotStore
 log = logging.getLogger("nameserver.node")
 
 MAX_TRANSLATE_ATTEMPTS = 5
+BROKER_EXPIRY, SESSION_EXPIRY = "broker-expiry", "session-expiry"  # the node's own leader duties
 
 
 class NotReady(Exception):
@@ -90,7 +92,6 @@ class NameServerNode:
         self.liveness = LivenessTable()
         self.heartbeats = HeartbeatBuffer()
         self.channels = ChannelTable()
-        self._scan_now = threading.Event()  # a broker's last connection closed: scan without waiting
         self._stop = threading.Event()
         self.expired_total = 0
         self._waiting_reads = threading.BoundedSemaphore(cfg.max_waiting_reads)
@@ -118,16 +119,19 @@ class NameServerNode:
         self._watch_resets = self.log.subscribe_resets(self.watches.on_reset)
         self.session_clock = SessionClock()  # session idleness by this node's monotonic clock
         self._session_feed = self.log.subscribe(self.session_clock.on_entry)
-        self._threads = [
-            threading.Thread(target=self._scan_loop, name="expiry-scan", daemon=True),
-            threading.Thread(target=self._forward_heartbeats_loop, name="heartbeat-forward", daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+        # The leader's periodic work on one thread (nameserver/leaderduties.py); the server adds its own.
+        self.duties = LeaderDuties(lambda: self.log.is_leader() and self.log.ready)
+        scan_s = cfg.scan_interval_ms / 1000
+        self.duties.add(BROKER_EXPIRY, scan_s, self.scan_once)
+        self.duties.add(SESSION_EXPIRY, scan_s, self.expire_sessions)
+        self._forwarder_thread = threading.Thread(target=self._forward_heartbeats_loop, name="heartbeat-forward",
+                                                  daemon=True)
+        self._forwarder_thread.start()
+        self.duties.start()
 
     def close(self) -> None:
         self._stop.set()
-        self._scan_now.set()
+        self.duties.stop()
         self.read_indexes.stop()
         self.log.close()
         self.forwarder.close()
@@ -343,19 +347,6 @@ class NameServerNode:
                          extra={"event": "broker_expired", "broker_addr": addr, "offset": res.offset})
         return removed
 
-    def _scan_loop(self) -> None:
-        interval = self.cfg.scan_interval_ms / 1000
-        while not self._stop.is_set():
-            self._scan_now.wait(interval)
-            self._scan_now.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.scan_once()
-                self.expire_sessions()
-            except Exception:
-                log.exception("expiry scan failed")
-
     def heartbeat(self, beats: Iterable[api_pb2.BrokerHeartbeat],
                   versions: dict[str, state_pb2.DataVersion] | None = None) -> list[str]:
         """Refresh liveness (leader) or buffer for the leader (follower). Returns unknown addresses;
@@ -384,9 +375,7 @@ class NameServerNode:
                     # forward buffer (every forward_interval_ms).
                     grace = max(1.0, 10 * self.cfg.forward_interval_ms / 1000)
                     self.liveness.disconnect(b.broker_addr, grace)
-                    timer = threading.Timer(grace + 0.05, self._scan_now.set)
-                    timer.daemon = True
-                    timer.start()
+                    self.duties.wake(BROKER_EXPIRY, after_s=grace + 0.05)
                 continue
             self.liveness.touch(b.broker_addr)
             if b.channel_node:

@@ -88,15 +88,17 @@ class Server:
                                                max_connections=self.budget.metrics,
                                                timeout_s=cfg.metrics_timeout_ms / 1000))
         if cfg.idle_noop_ms:  # keeps apply lag meaningful when nothing changes (KRaft's idle no-op)
-            self.extras.append(IdleNoop(self.node.log, interval_s=cfg.idle_noop_ms / 1000,
-                                        on_noop=self.metrics.count_idle_noop if self.metrics else None))
+            noop = IdleNoop(self.node.log, interval_s=cfg.idle_noop_ms / 1000,
+                            on_noop=self.metrics.count_idle_noop if self.metrics else None)
+            self.node.duties.add("idle-noop", noop.check_every_s, noop.tick)
         if cfg.remoting_addr:
             # RocketMQ remoting protocol (nameserver/remoting)
             self.extras.append(RemotingServer(
                 cfg, self.service, max_connections=self.budget.remoting,
                 observer=self.metrics.observe_remoting if self.metrics is not None else None))
         controller = InProcessStub(self.controller, auth.CONTROLLER_SERVICE)  # the node's own calls: all rights
-        self.extras.append(ElectionScan(self.node, controller, self.heartbeats, cfg.controller_scan_interval_ms / 1000))
+        elections = ElectionScan(self.node, controller, self.heartbeats, cfg.controller_scan_interval_ms / 1000)
+        elections.add_to(self.node.duties)
         if cfg.controller_addr:
             # RocketMQ 5 brokers' controllerAddr; the protocol carries no credentials ([controller] role)
             role = (cfg.controller_role or "peer") if cfg.auth_enabled else ""

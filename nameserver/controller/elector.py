@@ -11,10 +11,10 @@ elections are allowed. Each election is an ordinary controller write, so it is l
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from nameserver.controller.heartbeats import HeartbeatTable
+from nameserver.leaderduties import LeaderDuties
 from nameserver.node import NameServerNode
 from nameserver.pb import api_pb2
 from nameserver.state import controller as decide
@@ -29,15 +29,11 @@ class ElectionScan:
         self.heartbeats = heartbeats
         self.interval_s = interval_s
         self.elections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="controller-scan", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+    def add_to(self, duties: LeaderDuties) -> None:
+        """Run as the node's duties: elections on the leader, heartbeat expiry on every node."""
+        duties.add("controller-elections", self.interval_s, self.scan_once)
+        duties.add("controller-heartbeat-expiry", self.interval_s, self.heartbeats.expire, leader_only=False)
 
     def scan_once(self) -> list[str]:
         """Elect where a master went silent; returns the sets put to an election."""
@@ -56,11 +52,3 @@ class ElectionScan:
                 log.warning("controller: broker set %s's master went silent and none was elected: %s", name,
                             reply.remark)
         return names
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.scan_once()
-                self.heartbeats.expire()
-            except Exception:  # one failed round (no leader mid-call, a timeout) must not end the scan
-                log.exception("controller: election scan failed")
