@@ -47,7 +47,7 @@ class ConfigError(Exception):
     pass
 
 
-ROLES = ("broker", "client", "admin", "peer")  # what each may call: nameserver/auth.py
+ROLES = ("broker", "client", "admin", "peer")  # what each may call: nameserver/api/auth.py
 SECURITY_MODES = ("dev", "secure")
 # grpcio can only ignore client certificates or require them: "request but do not require" is not exposed.
 CLIENT_AUTH = ("none", "require")
@@ -286,7 +286,7 @@ def _security(doc: dict[str, Any], base: str, kwargs: dict[str, Any]) -> None:
 
 
 def _tokens(path: str) -> dict[str, str]:
-    """The tokens file holds only SHA-256 hashes of tokens (`python -m nameserver.auth hash` makes one)."""
+    """The tokens file holds only SHA-256 hashes of tokens (`python -m nameserver.api.auth hash` makes one)."""
     try:
         with open(path, "rb") as f:
             table = tomllib.load(f).get("tokens", {})

@@ -10,20 +10,22 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from nameserver import auth, fdlimits, tlsconf
-from nameserver.adminservice import AdminService
+from nameserver import tlsconf
+from nameserver.api import auth
+from nameserver.api.adminservice import AdminService
+from nameserver.api.inprocess import InProcessStub
+from nameserver.api.logservice import LogService
+from nameserver.api.rpc import DecodeGuard
+from nameserver.api.service import NameServerService
 from nameserver.config import NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
-from nameserver.idlenoop import IdleNoop
-from nameserver.inprocess import InProcessStub
-from nameserver.logservice import LogService
-from nameserver.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
-from nameserver.node import NameServerNode
+from nameserver.core.idlenoop import IdleNoop
+from nameserver.core.node import NameServerNode
+from nameserver.ops import fdlimits
+from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
 from nameserver.remoting.controller import ControllerHandlers
-from nameserver.rpc import DecodeGuard
-from nameserver.service import NameServerService
 from raftlog import FD_RESERVE
 
 log = logging.getLogger("nameserver.server")
@@ -49,10 +51,10 @@ class Server:
                 ("grpc.max_allowed_incoming_connections", self.budget.grpc),
                 ("grpc.server_handshake_timeout_ms", cfg.grpc_handshake_timeout_ms),
                 ("grpc.max_connection_idle_ms", cfg.grpc_idle_timeout_ms)]
-        # Prometheus metrics (nameserver/metrics.py): RPCs are counted by an interceptor.
+        # Prometheus metrics (nameserver/ops/metrics.py): RPCs are counted by an interceptor.
         self.metrics = NodeMetrics(self.node) if cfg.metrics_addr else None
         interceptors: list[grpc.ServerInterceptor] = [self.metrics.interceptor()] if self.metrics is not None else []
-        # Auth runs inside metrics, so refused calls are counted too (nameserver/auth.py).
+        # Auth runs inside metrics, so refused calls are counted too (nameserver/api/auth.py).
         authz = auth.interceptor(cfg)
         if authz is not None:
             interceptors.append(authz)
@@ -108,7 +110,7 @@ class Server:
             self.extras.append(RemotingServer(cfg, None, listen_addr=cfg.controller_addr, handlers=handlers,
                                               max_connections=self.budget.remoting))
         if cfg.archive_dir:  # Parquet log segments as entries commit (imports pyarrow only when on)
-            from nameserver.archive import LogArchiver
+            from nameserver.ops.archive import LogArchiver
             self.extras.append(LogArchiver(self.node.log, cfg.archive_dir))
         self._stop = threading.Event()
         self._health_thread = threading.Thread(target=self._health_loop, name="health", daemon=True)

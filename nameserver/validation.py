@@ -12,7 +12,9 @@ import ipaddress
 import re
 from collections.abc import Iterable
 
+from nameserver.errors import TooLargeError, ValidationError
 from nameserver.pb import api_pb2, state_pb2
+from nameserver.state import keys
 
 # ---- limits ----------------------------------------------------------------------------------------
 
@@ -48,7 +50,6 @@ _SCOPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # an IPv6 zone: an interface name 
 
 
 MAX_QUOTED = 64        # a bad value is quoted in a message up to this many characters
-MAX_MESSAGE = 1024     # the message rides in the gRPC status trailer (16 KiB of metadata at most)
 
 
 def _quoted(value: str) -> str:
@@ -57,21 +58,6 @@ def _quoted(value: str) -> str:
     if len(value) <= MAX_QUOTED:
         return repr(value)
     return f"{value[:MAX_QUOTED]!r}... ({len(value)} characters)"
-
-
-class ValidationError(Exception):
-    """A request field is invalid. `field` is its path in the request, `message` says why."""
-
-    def __init__(self, field: str, message: str) -> None:
-        if len(message) > MAX_MESSAGE:  # a backstop for messages that quote input unshortened
-            message = message[:MAX_MESSAGE] + "..."
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
-class TooLargeError(ValidationError):
-    """A size bound was exceeded (maps to RESOURCE_EXHAUSTED)."""
 
 
 # ---- field checks ----------------------------------------------------------------------------------
@@ -384,8 +370,6 @@ def validate_watch(req: api_pb2.WatchRequest) -> tuple[str, ...]:
     for i, prefix in enumerate(req.key_prefixes):
         if len(prefix) > 1024:
             raise ValidationError(f"key_prefixes[{i}]", "at most 1024 characters")
-    from nameserver.state import keys  # here, not at the top: nameserver.state imports this module
-
     prefixes = list(req.key_prefixes)
     for i, topic in enumerate(req.topics):
         check_topic(f"topics[{i}]", topic)

@@ -9,7 +9,8 @@ import signal
 import sys
 import threading
 
-from nameserver import config, logfmt
+from nameserver import config
+from nameserver.ops import logfmt
 from nameserver.server import Server
 from raftlog import JournalCorrupt
 

@@ -14,8 +14,8 @@ import logging
 from typing import Any
 
 from nameserver.controller.heartbeats import HeartbeatTable
-from nameserver.leaderduties import LeaderDuties
-from nameserver.node import NameServerNode
+from nameserver.core.leaderduties import LeaderDuties
+from nameserver.core.node import NameServerNode
 from nameserver.pb import api_pb2
 from nameserver.state import controller as decide
 
@@ -25,7 +25,7 @@ log = logging.getLogger("nameserver.controller")
 class ElectionScan:
     def __init__(self, node: NameServerNode, controller: Any, heartbeats: HeartbeatTable, interval_s: float) -> None:
         self.node = node
-        self.controller = controller  # the Controller service, stub-style (nameserver/inprocess.py)
+        self.controller = controller  # the Controller service, stub-style (nameserver/api/inprocess.py)
         self.heartbeats = heartbeats
         self.interval_s = interval_s
         self.elections = 0

@@ -16,12 +16,12 @@ from typing import Any
 import grpc
 
 from nameserver import validation
+from nameserver.api.rpc import rpc
+from nameserver.api.service import NameServerService
 from nameserver.controller.heartbeats import HeartbeatTable
-from nameserver.forwarder import NoLeader
-from nameserver.node import NameServerNode, WriteResult
+from nameserver.core.forwarder import NoLeader
+from nameserver.core.node import NameServerNode, WriteResult
 from nameserver.pb import api_pb2, api_pb2_grpc
-from nameserver.rpc import rpc
-from nameserver.service import NameServerService
 from nameserver.state import MetadataState, settings
 from nameserver.state import controller as decide
 

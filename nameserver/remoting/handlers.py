@@ -1,6 +1,6 @@
 """Request handlers: each remoting request becomes the equivalent call on this node's gRPC service.
 
-The service is called in-process (nameserver/inprocess.py), not over gRPC and not through the node
+The service is called in-process (nameserver/api/inprocess.py), not over gRPC and not through the node
 object, so the remoting port has exactly the gRPC semantics: validation with the field named, writes
 forwarded to the Raft leader, the same errors, the same role table.
 """

@@ -33,10 +33,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from nameserver.auth import NAMESERVER_SERVICE
+from nameserver.api.auth import NAMESERVER_SERVICE
+from nameserver.api.inprocess import InProcessStub
 from nameserver.config import NodeConfig
-from nameserver.inprocess import InProcessStub
-from nameserver.nowait import WouldBlock, no_wait
+from nameserver.core.nowait import WouldBlock, no_wait
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command, FrameError
 from nameserver.remoting.handlers import Handlers
@@ -45,7 +45,7 @@ log = logging.getLogger("nameserver.remoting")
 
 # Route reads (clients ask every 30 s per topic) are answered on the loop thread: a worker thread's
 # hand-off cost several times the read itself (a route read in-process is ~15 us; the hop ~200 us).
-# Only when the node's state is free at once (nameserver/nowait.py); else they go to a worker.
+# Only when the node's state is free at once (nameserver/core/nowait.py); else they go to a worker.
 INLINE_CODES = frozenset({codes.GET_ROUTEINFO_BY_TOPIC})
 MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up to one frame and its reply)
 WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained

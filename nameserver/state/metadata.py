@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
+from nameserver.errors import ValidationError
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.state import keys
-from nameserver.validation import ValidationError
 from raftlog.kvstate import Change, KVState
 from raftlog.pb import entry_pb2
 

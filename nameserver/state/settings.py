@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nameserver.validation import ValidationError
+from nameserver.errors import ValidationError
 
 ORDER_MESSAGE_ENABLE = "orderMessageEnable"
 RETURN_ORDER_TOPIC_CONFIG_TO_BROKER = "returnOrderTopicConfigToBroker"

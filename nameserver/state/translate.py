@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
+from nameserver.errors import ValidationError
 from nameserver.logformat.records import EXPIRE_TAG, UNREGISTER_TAG
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.state import keys, settings
 from nameserver.state.metadata import MASTER_ID, ORDER_TOPIC_CONFIG, PERM_READ, PERM_WRITE, MetadataState
-from nameserver.validation import ValidationError
 from raftlog.pb import entry_pb2
 
 
@@ -421,7 +421,7 @@ def expire_sessions(state: MetadataState, idle_ms: Callable[[str], float], ttl_m
     """Delete sessions idle past the TTL, and the most idle beyond max_sessions (at most `limit` per batch).
 
     `idle_ms(session id)` is the caller's measure of idleness: the leader's monotonic clock
-    (nameserver/sessionclock.py), never the wall-clock stamp in the record, which a clock step moves."""
+    (nameserver/core/sessionclock.py), never the wall-clock stamp in the record, which a clock step moves."""
     idle = {cid: idle_ms(cid) for cid, _ in state.sessions()}
     sessions = sorted(idle, key=lambda cid: (-idle[cid], cid))
     over = max(0, len(sessions) - max_sessions)

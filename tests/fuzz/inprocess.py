@@ -16,11 +16,11 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from nameserver.api.service import NameServerService
 from nameserver.config import NodeConfig
-from nameserver.liveness import LivenessTable
-from nameserver.node import OffsetNotReached, WriteResult
+from nameserver.core.liveness import LivenessTable
+from nameserver.core.node import OffsetNotReached, WriteResult
 from nameserver.pb import api_pb2
-from nameserver.service import NameServerService
 from nameserver.state import MetadataState, Translation
 from raftlog.pb import entry_pb2
 

@@ -11,13 +11,14 @@ from typing import Any
 import grpc
 import pytest
 
-from nameserver import rpc, validation
-from nameserver.adminservice import AdminService
+from nameserver import validation
+from nameserver.api import rpc
+from nameserver.api.adminservice import AdminService
+from nameserver.api.service import NameServerService
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import bodies, codes, header, registerbody
 from nameserver.remoting.bodies import BodyError
 from nameserver.remoting.command import Command, FrameError
-from nameserver.service import NameServerService
 from tests.fuzz import remotingharness, statecheck
 from tests.fuzz.inprocess import Aborted, FakeContext, LocalNode, Servicer
 

@@ -1,7 +1,7 @@
 """The procedures of docs/operations.md, run as an operator would, on real multi-process clusters.
 
 Each test follows one section of the runbook with the same commands (`nameserver serve`, `nsctl`,
-`python -m nameserver.restore`, kill/TERM, deleting a data directory, editing a node's TOML).
+`python -m nameserver.ops.restore`, kill/TERM, deleting a data directory, editing a node's TOML).
 Membership changes (`nsctl member add|remove`) are exercised by the membership tests.
 """
 
@@ -194,7 +194,7 @@ def test_backup_then_restore_every_node_from_the_snapshot(make_cluster, tmp_path
     # Restore: stop every node, seed each from the same file, start them all.
     cluster.stop()
     for node in cluster.nodes:
-        res = subprocess.run([sys.executable, "-m", "nameserver.restore", "--config", node.config_path, "--force",
+        res = subprocess.run([sys.executable, "-m", "nameserver.ops.restore", "--config", node.config_path, "--force",
                               backup], capture_output=True, text=True, cwd=ROOT, timeout=120,
                              env=os.environ | {"PYTHONPATH": ROOT})
         assert res.returncode == 0, res.stderr
@@ -218,7 +218,7 @@ def test_restore_refuses_a_non_empty_data_dir_and_a_corrupt_file(make_cluster, t
         f.write("x")
     bogus = tmp_path / "snap-00000000000000000010-2.mdb"
     bogus.write_bytes(b"not a snapshot" * 100)
-    cmd = [sys.executable, "-m", "nameserver.restore", "--config", node.config_path, str(bogus)]
+    cmd = [sys.executable, "-m", "nameserver.ops.restore", "--config", node.config_path, str(bogus)]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert res.returncode == 1 and "not empty" in res.stderr
     res = subprocess.run(cmd + ["--force"], capture_output=True, text=True, cwd=ROOT, timeout=60)

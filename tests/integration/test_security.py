@@ -29,7 +29,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from nameserver import headers, tlsconf
-from nameserver.auth import hash_token
+from nameserver.api.auth import hash_token
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command

@@ -23,7 +23,7 @@ import grpc
 
 from bench.procs import rss_bytes
 from nameserver import tlsconf
-from nameserver.auth import hash_token
+from nameserver.api.auth import hash_token
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import frame
 from nameserver.remoting.command import Command

@@ -12,8 +12,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from nameserver import auth, config, headers, tlsconf
-from nameserver.auth import Authorizer, Denied, allowed, hash_token
+from nameserver import config, headers, tlsconf
+from nameserver.api import auth
+from nameserver.api.auth import Authorizer, Denied, allowed, hash_token
 from nameserver.config import Member, NodeConfig
 from nameserver.pb import api_pb2, api_pb2_grpc
 

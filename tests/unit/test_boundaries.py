@@ -1,5 +1,6 @@
 """The import contracts ([tool.importlinter] in pyproject.toml) hold, and they can fail: the same check
-on a copy of the tree with one wrong-way import (raftlog importing the nameserver) is refused."""
+on a copy of the tree with wrong-way imports (raftlog importing the nameserver, the core importing the API)
+is refused."""
 
 from __future__ import annotations
 
@@ -32,11 +33,15 @@ def test_a_wrong_way_import_breaks_a_contract(tmp_path: Path) -> None:
         shutil.copytree(Path(ROOT) / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(Path(ROOT) / "pyproject.toml", tmp_path / "pyproject.toml")
     digest = tmp_path / "raftlog" / "digest.py"
-    digest.write_text(digest.read_text() + "\nimport nameserver.node  # noqa: E402,F401 (deliberately wrong)\n")
+    digest.write_text(digest.read_text() + "\nimport nameserver.core.node  # noqa: E402,F401 (deliberately wrong)\n")
+    readindex = tmp_path / "nameserver" / "core" / "readindex.py"  # the core reaching up into the API
+    readindex.write_text(readindex.read_text() + "\nimport nameserver.api.rpc  # noqa: E402,F401 (deliberately wrong)\n")
     res = _lint_imports(tmp_path)
     assert res.returncode != 0, res.stdout
     assert "raftlog and snapshot know nothing of the nameserver or the pipeline BROKEN" in res.stdout
-    assert "raftlog.digest -> nameserver.node" in res.stdout
+    assert "raftlog.digest -> nameserver.core.node" in res.stdout
+    assert "the node's layers: each imports only the ones below it BROKEN" in res.stdout
+    assert "nameserver.core.readindex -> nameserver.api.rpc" in res.stdout
 
 
 def test_raftlog_refuses_a_pysyncobj_other_than_the_pinned_one() -> None:

@@ -1,4 +1,4 @@
-"""LeaderForwarder (nameserver/forwarder.py) against a real gRPC server standing in for the leader."""
+"""LeaderForwarder (nameserver/core/forwarder.py) against a real gRPC server standing in for the leader."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from nameserver import headers
 from nameserver.config import Member, NodeConfig
-from nameserver.forwarder import LeaderForwarder, NoLeader
+from nameserver.core.forwarder import LeaderForwarder, NoLeader
 from nameserver.localports import free_ports
 from nameserver.pb import api_pb2, api_pb2_grpc
 

@@ -1,4 +1,4 @@
-"""LeaderDuties (nameserver/leaderduties.py): the node's periodic work on one thread."""
+"""LeaderDuties (nameserver/core/leaderduties.py): the node's periodic work on one thread."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from nameserver.leaderduties import LeaderDuties
+from nameserver.core.leaderduties import LeaderDuties
 
 
 def _wait(predicate, timeout: float = 5.0) -> bool:

@@ -1,4 +1,4 @@
-from nameserver.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
+from nameserver.core.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
 from nameserver.pb import api_pb2
 
 

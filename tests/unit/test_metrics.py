@@ -24,10 +24,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from nameserver import logfmt
 from nameserver.config import Member, NodeConfig
-from nameserver.idlenoop import IdleNoop
-from nameserver.metrics import LeaderWatch, MetricsEndpoint, entry_summary, parse_listen
+from nameserver.core.idlenoop import IdleNoop
+from nameserver.ops import logfmt
+from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, entry_summary, parse_listen
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import RemotingServer, codes
 from nameserver.server import Server
@@ -397,7 +397,7 @@ class FakeLog:
 def test_leader_watch_logs_one_line_per_leader_change(caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeLog()
     watch = LeaderWatch(fake)  # type: ignore[arg-type]
-    caplog.set_level(logging.INFO, logger="nameserver.metrics")
+    caplog.set_level(logging.INFO, logger="nameserver.ops.metrics")
     assert not watch.poll()                     # no leader yet
     fake.current_leader, fake.current_term = "n2", 1
     assert watch.poll()
@@ -504,7 +504,7 @@ def _scrapes(port: int) -> bool:
 
 
 def test_controller_gauges_per_broker_set() -> None:
-    from nameserver.metrics import _controller_gauges
+    from nameserver.ops.metrics import _controller_gauges
 
     assert list(_controller_gauges([])) == []  # no set registered: no controller series at all
     with_master = state_pb2.ControllerBrokerSet(cluster_name="c1", master_id=2, master_epoch=3,

@@ -6,8 +6,8 @@ import time
 
 import pyarrow.parquet as pq
 
-from nameserver.archive import LogArchiver
 from nameserver.logformat.segments import covered_ranges
+from nameserver.ops.archive import LogArchiver
 from raftlog.codec import encode_entry
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.log import Subscription

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from nameserver import headers
+from nameserver.api.logservice import LogService
 from nameserver.cli import nsctl
 from nameserver.logformat.segments import covered_ranges
-from nameserver.logservice import LogService
 from nameserver.pb import api_pb2, api_pb2_grpc
 from raftlog import kvstate
 from raftlog.codec import encode_entry

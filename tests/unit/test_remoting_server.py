@@ -18,7 +18,7 @@ import pytest
 
 from nameserver import config
 from nameserver.config import Member, NodeConfig
-from nameserver.nowait import WouldBlock, waiting_allowed
+from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import RemotingServer
 

@@ -1,9 +1,9 @@
-"""Session idleness by the leader's monotonic clock (nameserver/sessionclock.py), and expiry by it."""
+"""Session idleness by the leader's monotonic clock (nameserver/core/sessionclock.py), and expiry by it."""
 
 from __future__ import annotations
 
+from nameserver.core.sessionclock import SessionClock
 from nameserver.pb import state_pb2
-from nameserver.sessionclock import SessionClock
 from nameserver.state import MetadataState, expire_sessions, keys
 from raftlog import AppliedEntry, Change
 

@@ -1,6 +1,6 @@
 """The watch hub: what a node that loads a snapshot does to its watchers."""
 
-from nameserver.watch import WatchHub
+from nameserver.core.watch import WatchHub
 from raftlog.history import AppliedEntry
 from raftlog.kvstate import Change
 

@@ -18,10 +18,10 @@ from typing import Any, NoReturn
 
 import grpc
 
-from nameserver import auth
-from nameserver.nowait import WouldBlock
+from nameserver.api import auth
+from nameserver.core.nowait import WouldBlock
 
-log = logging.getLogger("nameserver.inprocess")
+log = logging.getLogger("nameserver.api.inprocess")
 
 Metadata = Sequence[tuple[str, str]]
 

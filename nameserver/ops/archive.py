@@ -19,7 +19,7 @@ from typing import Any
 from nameserver.logformat.segments import SegmentWriter, covered_ranges
 from raftlog.history import AppliedEntry, Compacted
 
-log = logging.getLogger("nameserver.archive")
+log = logging.getLogger("nameserver.ops.archive")
 
 READ_LIMIT = 2000
 

@@ -10,9 +10,10 @@ from typing import Any
 
 import grpc
 
-from nameserver import auth, headers
-from nameserver.grpcwrap import wrap_handler
-from nameserver.node import (
+from nameserver import headers
+from nameserver.api import auth
+from nameserver.api.grpcwrap import wrap_handler
+from nameserver.core.node import (
     ClientRef,
     MembershipError,
     NotReady,
@@ -20,7 +21,7 @@ from nameserver.node import (
     SessionSuperseded,
 )
 from nameserver.state.translate import CasFailed
-from nameserver.validation import TooLargeError, ValidationError
+from nameserver.errors import TooLargeError, ValidationError
 from raftlog.proposer import NotLeader, ProposalError
 
 

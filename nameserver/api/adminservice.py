@@ -10,10 +10,10 @@ from typing import Any
 import grpc
 
 from nameserver import validation
-from nameserver.forwarder import NoLeader
-from nameserver.node import MembershipError, NameServerNode
+from nameserver.api.rpc import call_timeout, forwarded, rpc
+from nameserver.core.forwarder import NoLeader
+from nameserver.core.node import MembershipError, NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
-from nameserver.rpc import call_timeout, forwarded, rpc
 from raftlog.roles import Role
 
 _API_ROLE = {Role.FOLLOWER: api_pb2.ROLE_FOLLOWER, Role.CANDIDATE: api_pb2.ROLE_CANDIDATE,

@@ -5,8 +5,8 @@ Code that logs an event an operator may want to find or count passes its fields 
 text formatter appends them as `key=value` so both formats can be grepped for `event=leader_change`.
 
 Events logged with an `event` field (one line each):
-    leader_change        every node, when it sees a new leader (nameserver.metrics.LeaderWatch)
-    broker_expired       the leader, per broker address removed for silence (nameserver.node)
+    leader_change        every node, when it sees a new leader (nameserver.ops.metrics.LeaderWatch)
+    broker_expired       the leader, per broker address removed for silence (nameserver.core.node)
     snapshot_written     every node, per snapshot file written (raftlog.log)
     snapshot_restored    a node that installed a snapshot from its disk or from the leader (raftlog.applier)
     membership_change    the node that applied a member add/remove (nameserver membership work)

@@ -18,7 +18,7 @@ up within its owner's sessions, so one caller cannot read or poison another's (x
 A follower forwards the owner in x-rip18-session-owner; the leader honours it only on a forwarded call
 from the peer role.
 
-`python -m nameserver.auth hash < token` prints the SHA-256 digest to put in the tokens file.
+`python -m nameserver.api.auth hash < token` prints the SHA-256 digest to put in the tokens file.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any, cast
 import grpc
 
 from nameserver import headers
+from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.config import ROLES, NodeConfig
-from nameserver.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.pb import api_pb2
 
 NAMESERVER_SERVICE = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
@@ -219,11 +219,11 @@ def interceptor(cfg: NodeConfig) -> AuthInterceptor | None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args != ["hash"]:
-        print("usage: python -m nameserver.auth hash < token-file", file=sys.stderr)
+        print("usage: python -m nameserver.api.auth hash < token-file", file=sys.stderr)
         return 2
     token = sys.stdin.read().strip()
     if not token:
-        print("nameserver.auth: empty token on stdin", file=sys.stderr)
+        print("nameserver.api.auth: empty token on stdin", file=sys.stderr)
         return 2
     print(hash_token(token))
     return 0

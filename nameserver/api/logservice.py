@@ -2,7 +2,7 @@
 
 ReadLog streams committed entries from this node's in-memory history ring (raftlog/history.py), in
 bounded batches, from any node. Entries older than the ring fail OUT_OF_RANGE naming the oldest offset
-kept: another node may keep more, and the node's archive (nameserver/archive.py) holds the rest as
+kept: another node may keep more, and the node's archive (nameserver/ops/archive.py) holds the rest as
 Parquet segments the pipeline reads directly. DumpState streams a consistent copy of the state, taken
 under the state lock in O(keys) pointer copies, then sorted and chunked outside it.
 """
@@ -15,11 +15,11 @@ from collections.abc import Iterator
 import grpc
 
 from nameserver import headers
-from nameserver.node import NameServerNode
+from nameserver.core.node import NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
 from raftlog.history import Compacted
 
-log = logging.getLogger("nameserver.logservice")
+log = logging.getLogger("nameserver.api.logservice")
 
 DEFAULT_BATCH = 500
 MAX_BATCH = 5000

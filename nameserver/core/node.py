@@ -1,6 +1,6 @@
 """One nameserver node: the state machine, the replicated log, liveness and the write path.
 
-The gRPC layer (nameserver/service.py) is a thin shell over this class.
+The gRPC layer (nameserver/api/service.py) is a thin shell over this class.
 """
 
 from __future__ import annotations
@@ -18,23 +18,23 @@ import grpc
 from google.protobuf.message import Message
 
 from nameserver.config import NodeConfig
-from nameserver.forwarder import LeaderForwarder, NoLeader
-from nameserver.leaderduties import LeaderDuties
-from nameserver.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
-from nameserver.nowait import WouldBlock, waiting_allowed
+from nameserver.core.forwarder import LeaderForwarder, NoLeader
+from nameserver.core.leaderduties import LeaderDuties
+from nameserver.core.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
+from nameserver.core.nowait import WouldBlock, waiting_allowed
+from nameserver.core.readindex import ReadIndexBatcher
+from nameserver.core.sessionclock import SessionClock
+from nameserver.core.watch import WatchHub
 from nameserver.pb import api_pb2, state_pb2
-from nameserver.readindex import ReadIndexBatcher
-from nameserver.sessionclock import SessionClock
 from nameserver.state import MetadataState, Translation, translate
 from nameserver.state.translate import CasFailed
-from nameserver.validation import TooLargeError
-from nameserver.watch import WatchHub
+from nameserver.errors import TooLargeError
 from raftlog.kvstate import KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
 from raftlog.proposer import NotLeader, ProposalError
 from snapshot import SnapshotStore
 
-log = logging.getLogger("nameserver.node")
+log = logging.getLogger("nameserver.core.node")
 
 MAX_TRANSLATE_ATTEMPTS = 5
 BROKER_EXPIRY, SESSION_EXPIRY = "broker-expiry", "session-expiry"  # the node's own leader duties
@@ -66,7 +66,7 @@ class WriteResult:
 @dataclass(frozen=True)
 class ClientRef:
     """Exactly-once identity of a write (gRPC metadata x-client-id / x-client-seq), within the sessions
-    of its authenticated owner (nameserver/auth.py session_owner; "" when auth is off)."""
+    of its authenticated owner (nameserver/api/auth.py session_owner; "" when auth is off)."""
 
     client_id: str
     seq: int
@@ -119,7 +119,7 @@ class NameServerNode:
         self._watch_resets = self.log.subscribe_resets(self.watches.on_reset)
         self.session_clock = SessionClock()  # session idleness by this node's monotonic clock
         self._session_feed = self.log.subscribe(self.session_clock.on_entry)
-        # The leader's periodic work on one thread (nameserver/leaderduties.py); the server adds its own.
+        # The leader's periodic work on one thread (nameserver/core/leaderduties.py); the server adds its own.
         self.duties = LeaderDuties(lambda: self.log.is_leader() and self.log.ready)
         scan_s = cfg.scan_interval_ms / 1000
         self.duties.add(BROKER_EXPIRY, scan_s, self.scan_once)
@@ -146,7 +146,7 @@ class NameServerNode:
         one beyond that fails TooLargeError at once. A wait ends early when `alive()` turns false."""
         if not self.log.ready:
             raise NotReady(self.not_ready_reason())
-        if not waiting_allowed():  # an inline caller on an event loop: never wait (nameserver/nowait.py)
+        if not waiting_allowed():  # an inline caller on an event loop: never wait (nameserver/core/nowait.py)
             if min_offset > self.log.apply_offset or not self.lock.acquire(blocking=False):
                 raise WouldBlock("the state is busy or the offset is not applied yet")
         else:

@@ -1,7 +1,7 @@
 """The idle no-op (KRaft's): an idle leader appends an empty entry every 500 ms, so that followers' apply
 lag (nameserver_apply_lag_seconds, from each entry's leader clock) stays meaningful when nothing changes,
 and a follower cut off from the leader sees it grow. The server makes it one of the node's leader duties
-(nameserver/leaderduties.py) whenever [raft] idle_noop_ms is set (deploy/ sets it with the metrics endpoint).
+(nameserver/core/leaderduties.py) whenever [raft] idle_noop_ms is set (deploy/ sets it with the metrics endpoint).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from raftlog import ProposalError, ReplicatedLog
 
-log = logging.getLogger("nameserver.idlenoop")
+log = logging.getLogger("nameserver.core.idlenoop")
 
 IDLE_NOOP_S = 0.5  # KRaft's metadata.max.idle.interval.ms default
 

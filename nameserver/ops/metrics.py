@@ -8,7 +8,7 @@ counts: records applied by type (an entry listener on the apply thread), RPCs by
 Apply lag, KRaft style: every entry carries its proposing leader's wall clock (Entry.leader_time_ms),
 and `nameserver_apply_lag_seconds` = now - that time for the newest entry this node has applied. So
 that the lag stays meaningful when nothing changes, the leader appends an empty entry
-(nameserver/idlenoop.py) when nothing has been applied for 500 ms (KRaft's interval). A healthy node's lag is then
+(nameserver/core/idlenoop.py) when nothing has been applied for 500 ms (KRaft's interval). A healthy node's lag is then
 below ~500 ms plus the commit latency; a follower cut off from the leader sees it grow. Wall
 clocks of different hosts are compared, so clock skew adds to (or hides) lag on followers. The
 server runs IdleNoop whenever the metrics endpoint is on (nameserver/server.py).
@@ -45,8 +45,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from nameserver import headers
-from nameserver.grpcwrap import STREAMING_RESPONSE, wrap_handler
-from nameserver.node import NameServerNode
+from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
+from nameserver.core.node import NameServerNode
 from nameserver.pb import state_pb2
 from raftlog.history import AppliedEntry
 from raftlog.roles import Role
@@ -55,7 +55,7 @@ from snapshot.store import parse_snapshot_name
 if TYPE_CHECKING:
     from raftlog.log import ReplicatedLog
 
-log = logging.getLogger("nameserver.metrics")
+log = logging.getLogger("nameserver.ops.metrics")
 
 # `*_created` series double the counter series and no dashboard or alert here reads them.
 disable_created_metrics()
@@ -189,7 +189,7 @@ class NodeMetrics:
         return RpcMetricsInterceptor(self)
 
     def count_idle_noop(self) -> None:
-        """The idle no-op's observer (nameserver/idlenoop.py)."""
+        """The idle no-op's observer (nameserver/core/idlenoop.py)."""
         self.idle_noops += 1
 
     def observe_remoting(self, request: str, response: int, seconds: float) -> None:

@@ -17,24 +17,24 @@ from typing import Any
 import grpc
 
 from nameserver import headers, validation
+from nameserver.api.rpc import call_timeout, client_ref, forwarded, rpc
 from nameserver.chunking import assemble_chunks, register_chunks, should_stream
-from nameserver.forwarder import NoLeader
-from nameserver.node import (
+from nameserver.core.forwarder import NoLeader
+from nameserver.core.node import (
     ClientRef,
     NameServerNode,
     NotReady,
     WriteResult,
 )
+from nameserver.core.watch import Watcher, to_events
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
-from nameserver.rpc import call_timeout, client_ref, forwarded, rpc
 from nameserver.state import MetadataState, keys, settings, translate
 from nameserver.validation import ValidationError
-from nameserver.watch import Watcher, to_events
 from raftlog.history import Compacted
 from raftlog.pb import entry_pb2
 from raftlog.proposer import NotLeader
 
-log = logging.getLogger("nameserver.service")
+log = logging.getLogger("nameserver.api.service")
 
 LEADER_WAIT_S = 3.0  # how long a write waits for an election before giving up
 FORWARD_CATCH_UP_S = 2.0  # how long a forwarded write waits for this node to apply it before answering
@@ -52,7 +52,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
               reply_of: Callable[[WriteResult], Any],
               service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub) -> Any:
         """Apply a write here when leading, else pass `request` on to `method` of the leader's `service`
-        (nameserver/forwarder.py); returns the method's reply."""
+        (nameserver/core/forwarder.py); returns the method's reply."""
         client = client_ref(context)
         timeout = call_timeout(context, self.default_timeout, self.max_wait)
         deadline = time.monotonic() + timeout

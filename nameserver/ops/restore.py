@@ -1,4 +1,4 @@
-"""`python -m nameserver.restore --config node.toml SNAPSHOT`: seed a stopped node from a snapshot backup.
+"""`python -m nameserver.ops.restore --config node.toml SNAPSHOT`: seed a stopped node from a snapshot backup.
 
 Restoring is more than copying the snapshot into place. A node started with only a snapshot (no
 Raft journal) would start at Raft term 0 while its log ends with entries of the snapshot's term T.
@@ -64,7 +64,7 @@ def restore(cfg: config.NodeConfig, snapshot_file: str, force: bool = False) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nameserver.restore",
+    p = argparse.ArgumentParser(prog="python -m nameserver.ops.restore",
                                 description="Seed a stopped node's data directory from a snapshot file.")
     p.add_argument("--config", required=True, help="the node's TOML file (its data_dir is restored)")
     p.add_argument("--data-dir", help="override the config's data_dir")
