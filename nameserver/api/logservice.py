@@ -94,10 +94,7 @@ class LogService(api_pb2_grpc.LogServicer):
         rlog = self.node.log
         # answer before the caller's deadline, so it learns how far behind this node is
         self._wait_applied(context, request.offset, "offset", margin_s=0.5)
-        with self.node.lock:
-            kv = self.node.state.kv
-            digest = kv.digest_at(request.offset)
-            first = kv.first_digest_offset
+        digest, first = self.node.inspect(lambda s: (s.kv.digest_at(request.offset), s.kv.first_digest_offset))
         if digest is None:
             context.abort(grpc.StatusCode.OUT_OF_RANGE,
                           f"offset {request.offset} is older than this node's digest history (oldest: {first}); "
@@ -108,11 +105,8 @@ class LogService(api_pb2_grpc.LogServicer):
     def DumpState(self, request: api_pb2.DumpStateRequest, context: grpc.ServicerContext
                   ) -> Iterator[api_pb2.StateChunk]:
         self._check_ready(context)
-        with self.node.lock:  # a consistent copy: values are immutable bytes, so this is pointer copies
-            kv = self.node.state.kv
-            frozen = kv.freeze()
-            offset = kv.offset
-            digest = kv.digest_hex
+        # a consistent copy: values are immutable bytes, so this is pointer copies
+        frozen, offset, digest = self.node.inspect(lambda s: (s.kv.freeze(), s.kv.offset, s.kv.digest_hex))
         chunk = api_pb2.StateChunk(apply_offset=offset, digest=digest)
         size = 0
         for key in sorted(frozen):

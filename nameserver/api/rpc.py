@@ -20,8 +20,8 @@ from nameserver.core.node import (
     OffsetNotReached,
     SessionSuperseded,
 )
-from nameserver.state.translate import CasFailed
 from nameserver.errors import TooLargeError, ValidationError
+from nameserver.state.translate import CasFailed
 from raftlog.proposer import NotLeader, ProposalError
 
 

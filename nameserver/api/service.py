@@ -420,10 +420,9 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                 context.abort(grpc.StatusCode.OUT_OF_RANGE,
                               f"compacted: {exc}; re-list with start_offset=0 (current state first)")
         else:
-            with self.node.lock:
-                last = self.node.state.kv.offset
-                current = [api_pb2.WatchEvent(type=t, key=k, value=v, version=ver)
-                           for k, v, ver, t in self.node.state.kv.items() if k.startswith(watcher.prefixes)]
+            last, current = self.node.inspect(lambda s: (s.kv.offset, [
+                api_pb2.WatchEvent(type=t, key=k, value=v, version=ver)
+                for k, v, ver, t in s.kv.items() if k.startswith(watcher.prefixes)]))
             current.sort(key=lambda e: e.key)
             for i in range(0, len(current), 1000):
                 yield api_pb2.WatchResponse(offset=last, events=current[i:i + 1000], initial_state=True)

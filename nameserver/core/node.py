@@ -25,10 +25,10 @@ from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.core.readindex import ReadIndexBatcher
 from nameserver.core.sessionclock import SessionClock
 from nameserver.core.watch import WatchHub
+from nameserver.errors import TooLargeError
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.state import MetadataState, Translation, translate
 from nameserver.state.translate import CasFailed
-from nameserver.errors import TooLargeError
 from raftlog.kvstate import KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
 from raftlog.proposer import NotLeader, ProposalError
@@ -156,6 +156,12 @@ class NameServerNode:
             return fn(self.state), self.state.kv.offset
         finally:
             self.lock.release()
+
+    def inspect(self, fn: Callable[[MetadataState], Any]) -> Any:
+        """Run `fn` on the state as it is now, ready or not (status, metrics, dumps, a watch's first
+        listing). Under the state lock, so `fn` sees no apply half done: keep it short."""
+        with self.lock:
+            return fn(self.state)
 
     def _wait_for(self, min_offset: int, timeout: float, alive: Callable[[], bool] | None) -> None:
         if min_offset <= self.log.apply_offset:

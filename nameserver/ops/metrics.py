@@ -250,11 +250,9 @@ class _NodeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         m, node = self.m, self.m.node
         st = node.status()
-        with node.lock:
-            topics = node.state.topic_count()
-            live_brokers = len(node.state.live_addrs())
-            broker_sets = [(name, found[0]) for name in node.state.controller_set_names()
-                           if (found := node.state.controller_set(name)) is not None]
+        topics, live_brokers, broker_sets = node.inspect(lambda s: (
+            s.topic_count(), len(s.live_addrs()),
+            [(name, found[0]) for name in s.controller_set_names() if (found := s.controller_set(name)) is not None]))
 
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, doc, value=value)

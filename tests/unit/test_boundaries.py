@@ -35,7 +35,8 @@ def test_a_wrong_way_import_breaks_a_contract(tmp_path: Path) -> None:
     digest = tmp_path / "raftlog" / "digest.py"
     digest.write_text(digest.read_text() + "\nimport nameserver.core.node  # noqa: E402,F401 (deliberately wrong)\n")
     readindex = tmp_path / "nameserver" / "core" / "readindex.py"  # the core reaching up into the API
-    readindex.write_text(readindex.read_text() + "\nimport nameserver.api.rpc  # noqa: E402,F401 (deliberately wrong)\n")
+    wrong = "\nimport nameserver.api.rpc  # noqa: E402,F401 (deliberately wrong)\n"
+    readindex.write_text(readindex.read_text() + wrong)
     res = _lint_imports(tmp_path)
     assert res.returncode != 0, res.stdout
     assert "raftlog and snapshot know nothing of the nameserver or the pipeline BROKEN" in res.stdout
