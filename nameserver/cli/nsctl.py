@@ -10,19 +10,22 @@ order until one answers; `status` asks every endpoint.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from nameserver import tlsconf
 from nameserver.chunking import register_chunks, should_stream
 from nameserver.cli import render
+from nameserver.client import Credentials, EndpointPool
+from nameserver.client import parse_endpoints as client_endpoints
+from nameserver.client.credentials import PLAINTEXT
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 
 DEFAULT_ENDPOINTS = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
@@ -86,37 +89,29 @@ def _command_error(err: grpc.RpcError) -> CommandError:
 
 
 @dataclass(frozen=True)
-class Credentials:
-    """--tls-ca/--tls-cert/--tls-key and --token-file (or env NSCTL_TOKEN); the token is never printed."""
-
-    tls_ca: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    token: str | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True)
 class Context:
     endpoints: list[str]
     timeout: float
     json: bool
-    credentials: Credentials = field(default_factory=Credentials)
+    credentials: Credentials = PLAINTEXT  # --tls-ca/--tls-cert/--tls-key and --token-file (or env NSCTL_TOKEN)
+
+    @functools.cached_property
+    def pool(self) -> EndpointPool:
+        """One channel per endpoint for the whole command, from the client library (TLS and token included)."""
+        return EndpointPool(self.endpoints, credentials=self.credentials)
 
 
 def open_channel(ctx: Context | None, endpoint: str, options: Any = ()) -> grpc.Channel:
-    """A channel to `endpoint` with the context's TLS files and token (plaintext when none)."""
-    c = ctx.credentials if ctx is not None else Credentials()
-    return tlsconf.open_channel(endpoint, ca_file=c.tls_ca, cert_file=c.tls_cert, key_file=c.tls_key,
-                                token=c.token, options=options)
+    """A channel of its own to `endpoint` (for long streams), with the context's TLS files and token."""
+    return (ctx.credentials if ctx is not None else PLAINTEXT).connect(endpoint, options)
 
 
 def _call_one(endpoint: str, stub_class: StubClass, method: str, request: Any, timeout: float,
-              ctx: Context | None = None) -> Any:
-    with open_channel(ctx, endpoint) as channel:
-        stub = stub_class(channel)
-        # A list is a client stream: a fresh iterator per attempt so a failover resends it whole.
-        payload = iter(request) if isinstance(request, list) else request
-        return getattr(stub, method)(payload, timeout=timeout)
+              ctx: Context) -> Any:
+    stub = stub_class(ctx.pool.channel(endpoint))
+    # A list is a client stream: a fresh iterator per attempt so a failover resends it whole.
+    payload = iter(request) if isinstance(request, list) else request
+    return getattr(stub, method)(payload, timeout=timeout)
 
 
 def call_any(ctx: Context, stub_class: StubClass, method: str, request: Any) -> tuple[str, Any]:
@@ -147,7 +142,7 @@ def call_any(ctx: Context, stub_class: StubClass, method: str, request: Any) -> 
 
 
 def _call_or_error(endpoint: str, stub_class: StubClass, method: str, request: Any, timeout: float,
-                   ctx: Context | None = None) -> Any:
+                   ctx: Context) -> Any:
     try:
         return _call_one(endpoint, stub_class, method, request, timeout, ctx)
     except grpc.RpcError as err:
@@ -784,10 +779,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_endpoints(flag: str | None) -> list[str]:
     raw = flag if flag is not None else os.environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINTS
-    endpoints = [part.strip() for part in raw.split(",") if part.strip()]
-    if not endpoints:
-        raise UsageError("no endpoints given")
-    return endpoints
+    try:
+        return client_endpoints(raw)  # the client library's rules: host:port, duplicates dropped
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def make_context(args: argparse.Namespace) -> Context:
@@ -824,14 +819,19 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse exits itself on --help and usage errors
         return _exit_code(exit_)
+    ctx: Context | None = None
     try:
-        return args.handler(make_context(args), args)
+        ctx = make_context(args)
+        return args.handler(ctx, args)
     except UsageError as err:
         print(f"nsctl: error: {err}", file=sys.stderr)
         return 2
     except CommandError as err:
         print(f"error: {err.code}: {err.details}", file=sys.stderr)
         return 1
+    finally:
+        if ctx is not None and "pool" in ctx.__dict__:  # channels were opened
+            ctx.pool.close()
 
 
 if __name__ == "__main__":

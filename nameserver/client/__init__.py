@@ -6,10 +6,12 @@
 - RouteCache: topic routes fed by Watch, with a periodic pull as fallback (or pull only).
 - BrokerAgent, BrokerFleet: register, heartbeat, re-register on a DataVersion change, unregister.
 - QueueSelector, LatencyFaultTolerance: producer queue selection with latency fault tolerance.
+- Credentials: TLS files and a bearer token for a secured cluster (nsctl uses the same).
 """
 
 from nameserver.client.agent import AgentStats, BrokerAgent, BrokerFleet, BrokerIdentity, topic_config
 from nameserver.client.client import Client, register_chunks
+from nameserver.client.credentials import Credentials
 from nameserver.client.endpoints import EndpointPool, parse_endpoints
 from nameserver.client.errors import NameServerError
 from nameserver.client.faults import LatencyFaultTolerance, not_available_duration
@@ -23,6 +25,7 @@ __all__ = [
     "BrokerFleet",
     "BrokerIdentity",
     "Client",
+    "Credentials",
     "Deadline",
     "EndpointPool",
     "LatencyFaultTolerance",

@@ -25,6 +25,7 @@ import grpc
 
 from nameserver import headers
 from nameserver.chunking import register_chunks, should_stream
+from nameserver.client.credentials import PLAINTEXT, Credentials
 from nameserver.client.endpoints import EndpointPool
 from nameserver.client.errors import NameServerError, apply_offset_of, status_of
 from nameserver.client.retry import RETRYABLE_CODES, Deadline, RetryPolicy
@@ -46,12 +47,14 @@ class Client:
     client_id: the exactly-once identity (default: random). Reusing an id across processes works
         because sequence numbers start from the wall clock in microseconds.
     read_your_writes: pass the highest offset seen as `min_offset` on every read (default on).
+    credentials: TLS files and a bearer token for a secured cluster (default: plaintext).
     """
 
     def __init__(self, endpoints: str | Sequence[str], *, timeout: float = 10.0,
                  retry: RetryPolicy | None = None, client_id: str | None = None,
-                 read_your_writes: bool = True, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.pool = EndpointPool(endpoints)
+                 read_your_writes: bool = True, sleep: Callable[[float], None] = time.sleep,
+                 credentials: Credentials = PLAINTEXT) -> None:
+        self.pool = EndpointPool(endpoints, credentials=credentials)
         self.retry = retry or RetryPolicy(deadline_s=timeout)
         self.timeout = self.retry.deadline_s
         self.client_id = client_id or f"py-{uuid.uuid4().hex[:20]}"

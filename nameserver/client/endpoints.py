@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
+from nameserver.client.credentials import PLAINTEXT, Credentials
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 MAX_MESSAGE_BYTES = 64 << 20
@@ -38,8 +39,9 @@ class EndpointPool:
     """
 
     def __init__(self, endpoints: str | Sequence[str], cooldown_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, credentials: Credentials = PLAINTEXT) -> None:
         self.endpoints = parse_endpoints(endpoints)
+        self.credentials = credentials
         self.cooldown_s = cooldown_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -54,7 +56,7 @@ class EndpointPool:
         with self._lock:
             ch = self._channels.get(addr)
             if ch is None:
-                ch = grpc.insecure_channel(addr, options=list(CHANNEL_OPTIONS))
+                ch = self.credentials.connect(addr, CHANNEL_OPTIONS)
                 self._channels[addr] = ch
             return ch
 

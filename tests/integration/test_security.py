@@ -30,6 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from nameserver import headers, tlsconf
 from nameserver.api.auth import hash_token
+from nameserver.client import Client, Credentials, NameServerError
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command
@@ -417,6 +418,30 @@ def test_nsctl_with_tls_and_tokens(mode: Mode, pki: Pki) -> None:
         anonymous.stderr
     for secret in pki.secrets:
         assert secret not in ok.stdout + ok.stderr + denied.stderr + read.stdout + read.stderr
+
+
+def test_client_library_with_tls_and_tokens(mode: Mode, pki: Pki) -> None:
+    """The Python client reaches a secured cluster with Credentials, and its role's rights are the server's."""
+    endpoints = [n.grpc_addr for n in mode.cluster.nodes]
+    tls_ca = pki.ca.ca_file if mode.name != "tokens-plaintext" else None
+    if mode.name == "mtls":
+        admin = Credentials(tls_ca=tls_ca, tls_cert=pki.certs["admin"].cert, tls_key=pki.certs["admin"].key)
+        client = Credentials(tls_ca=tls_ca, tls_cert=pki.certs["client"].cert, tls_key=pki.certs["client"].key)
+    else:
+        admin = Credentials(tls_ca=tls_ca, token=pki.tokens["admin"])
+        client = Credentials(tls_ca=tls_ca, token=pki.tokens["client"])
+    assert pki.tokens["admin"] not in repr(admin)
+    with Client(endpoints, timeout=20, credentials=admin) as c:
+        assert c.put_kv("SEC", "lib", "yes").offset > 0
+    with Client(endpoints, timeout=20, credentials=client) as c:
+        assert c.get_kv("SEC", "lib") == "yes"
+        with pytest.raises(NameServerError) as refused:
+            c.put_kv("SEC", "lib2", "no")
+        assert refused.value.code == grpc.StatusCode.PERMISSION_DENIED
+    with Client(endpoints, timeout=2, credentials=Credentials(tls_ca=tls_ca)) as c, \
+            pytest.raises(NameServerError) as anonymous:
+        c.get_kv("SEC", "lib")
+    assert anonymous.value.code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAVAILABLE)
 
 
 # ---- mutual TLS required, and configurations that must not start ----------------------------------------
