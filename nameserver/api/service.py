@@ -183,12 +183,16 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                  ) -> api_pb2.GetRouteReply:
         validation.validate_get_route(request)
         cfg = self.node.cfg
-        route, offset = self._read(context, lambda s: s.route(
-            # A zone name is the caller's own opt-in (RocketMQ's ZoneRouteRPCHook filters whenever the
-            # client sends __ZONE_MODE and __ZONE_NAME, whatever the nameserver's configuration).
-            request.topic, zone_name=request.zone_name,
-            order_message_enable=s.setting_on(settings.ORDER_MESSAGE_ENABLE, cfg.order_message_enable),
-            support_acting_master=s.setting_on(settings.SUPPORT_ACTING_MASTER, False)), request.min_offset)
+        if request.min_offset < 0:
+            raise ValidationError("min_offset", "must be >= 0")
+        route, offset = self.node.read_route(
+            (request.topic, request.zone_name), lambda s: s.route(
+                # A zone name is the caller's own opt-in (RocketMQ's ZoneRouteRPCHook filters whenever the
+                # client sends __ZONE_MODE and __ZONE_NAME, whatever the nameserver's configuration).
+                request.topic, zone_name=request.zone_name,
+                order_message_enable=s.setting_on(settings.ORDER_MESSAGE_ENABLE, cfg.order_message_enable),
+                support_acting_master=s.setting_on(settings.SUPPORT_ACTING_MASTER, False)),
+            request.min_offset, call_timeout(context, self.default_timeout, self.max_wait), context.is_active)
         if route is None:
             context.set_trailing_metadata(((headers.APPLY_OFFSET, str(offset)),))
             context.abort(grpc.StatusCode.NOT_FOUND, f"topic {request.topic} does not exist")

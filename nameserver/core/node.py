@@ -23,6 +23,7 @@ from nameserver.core.leaderduties import LeaderDuties
 from nameserver.core.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
 from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.core.readindex import ReadIndexBatcher
+from nameserver.core.routecache import MISS, RouteCache, RouteKey
 from nameserver.core.sessionclock import SessionClock
 from nameserver.core.watch import WatchHub
 from nameserver.errors import TooLargeError
@@ -115,6 +116,7 @@ class NameServerNode:
         self._leadership_feed = self.log.watch_leadership(self._on_leadership)
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
         self.watches = WatchHub(max_watchers=cfg.max_watchers)
+        self.routes = RouteCache()
         self._watch_feed = self.log.subscribe(self.watches.on_entry)
         self._watch_resets = self.log.subscribe_resets(self.watches.on_reset)
         self.session_clock = SessionClock()  # session idleness by this node's monotonic clock
@@ -156,6 +158,25 @@ class NameServerNode:
             return fn(self.state), self.state.kv.offset
         finally:
             self.lock.release()
+
+    def read_route(self, key: RouteKey, compute: Callable[[MetadataState], Any], min_offset: int,
+                   timeout: float, alive: Callable[[], bool] | None = None) -> tuple[Any, int]:
+        """A route read: as read(), but a route computed earlier is reused while the state's route
+        generation has not moved, without taking the state lock (nameserver/core/routecache.py).
+        Returns (route or None, the apply offset it is valid at); the route is shared: copy it."""
+        if self.log.ready:
+            offset = self.state.kv.offset  # the offset first, then the generation (see routecache.py)
+            if min_offset <= offset:
+                hit = self.routes.get(key, self.state.route_generation)
+                if hit is not MISS:
+                    return hit, offset
+
+        def fill(state: MetadataState) -> Any:
+            route = compute(state)
+            self.routes.put(key, state.route_generation, route)
+            return route
+
+        return self.read(fill, min_offset, timeout, alive)
 
     def inspect(self, fn: Callable[[MetadataState], Any]) -> Any:
         """Run `fn` on the state as it is now, ready or not (status, metrics, dumps, a watch's first

@@ -84,12 +84,20 @@ def _copy(msg: M) -> M:
     return out
 
 
+# The records route() reads: queue datas, broker datas, filter servers, settings, the order-topic KV config.
+_ROUTE_INPUTS = (keys.TOPIC_PREFIX, keys.BROKER_PREFIX, keys.FILTER_PREFIX, keys.SETTING_PREFIX, keys.KV_PREFIX)
+
+
 class MetadataState:
     """RouteInfoManager + KVConfigManager as a deterministic state machine over a KVState."""
 
     def __init__(self) -> None:
         self.kv = KVState()
         self.kv.listeners.append(self._on_change)
+        # Moves whenever a record that feeds some topic's route changes (topic, broker, filter, setting,
+        # KV: the order-topic config), before the entry's offset does: a route computed at one value stays
+        # right while it has that value (nameserver/core/routecache.py).
+        self.route_generation = 0
         self._reset_indexes()
 
     def _reset_indexes(self) -> None:
@@ -127,6 +135,7 @@ class MetadataState:
 
     def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None:
         """Load a snapshot's (key, value, version, type) items and rebuild every index from them."""
+        self.route_generation += 1  # before the offset moves (kv.restore): see __init__
         self.kv.restore(offset, items)
         self._reset_indexes()
         # The same indexes _on_change builds, with the route keys (nearly all of a big state) on a
@@ -158,6 +167,8 @@ class MetadataState:
 
     def _on_change(self, rtype: int, key: str, old: bytes | None, new: bytes | None) -> None:
         # Dispatch on the key's prefix: the layout, not the record's type field, defines meaning.
+        if key.startswith(_ROUTE_INPUTS):
+            self.route_generation += 1
         if key.startswith(keys.TOPIC_PREFIX):
             parsed = keys.parse_topic_key(key)
             if parsed is not None:

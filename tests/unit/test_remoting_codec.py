@@ -85,6 +85,20 @@ def test_response_without_remark_or_ext_fields_omits_them() -> None:
                                     "serializeTypeCurrentRPC": "JSON", "version": 479}
 
 
+@pytest.mark.parametrize("cmd", [
+    Command(code=0, flag=1, opaque=0, version=479),
+    Command(code=17, flag=1, opaque=2_147_483_647, version=479),
+    Command(code=0, flag=3, opaque=-5, version=0, language="CPP"),
+    Command(code=0, flag=1, opaque=7, version=479, language='ja"va\\ é'),
+])
+def test_the_plain_reply_header_is_what_the_general_encoder_writes(cmd: Command) -> None:
+    """A reply without remark or extFields skips building a dict; its bytes must not change."""
+    general = json.dumps({"code": cmd.code, "flag": cmd.flag, "language": cmd.language, "opaque": cmd.opaque,
+                          "serializeTypeCurrentRPC": "JSON", "version": cmd.version},
+                         sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    assert header.encode_json(cmd) == general
+
+
 @pytest.mark.parametrize("payload, message", [
     (b"\x00\x00", "shorter than its header-length word"),
     (struct.pack(">i", 50) + b"{}", "exceeds the frame"),

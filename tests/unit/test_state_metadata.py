@@ -266,3 +266,29 @@ def test_undecodable_value_is_ignored_by_indexes_not_fatal() -> None:
     assert not state.has_topic("T")
     assert state.broker_names() == ["b"]
     assert len(state.kv) == 2  # the bad value is still in the replicated map (and its digest)
+
+
+def test_route_generation_moves_with_every_record_a_route_reads_and_only_those() -> None:
+    """nameserver/core/routecache.py reuses a route while the generation stays: every input must move it."""
+    from nameserver.state import settings
+
+    state = sample_state()
+    moves = {
+        "queue data": queue("T1", "broker-a", perm=4),
+        "broker data": broker("c1", "broker-a", {0: "10.0.0.9:10911"}),
+        "filter servers": put(keys.filter_key("10.0.0.9:10911"), state_pb2.FilterServers(addrs=["f:1"])),
+        "a setting": put(keys.setting_key(settings.ORDER_MESSAGE_ENABLE), state_pb2.SettingValue(value="true")),
+        "the order-topic config": kv(ORDER_TOPIC_CONFIG, "T1", "broker-a:4"),
+    }
+    for what, record in moves.items():
+        before, route_before = state.route_generation, state.route("T1", order_message_enable=True)
+        apply(state, batch(record))
+        assert state.route_generation > before, what
+        if what != "a setting":  # (a setting changes the route through the caller's flags)
+            assert state.route("T1", order_message_enable=True) != route_before, what
+    before = state.route_generation
+    apply(state, batch(live("10.0.0.7:10911", "c1", "broker-a", 2)))  # liveness feeds no route
+    assert state.route_generation == before
+    restored = MetadataState()
+    restored.restore(state.offset, [(k, v, ver, t) for k, v, ver, t in state.kv.items()])
+    assert restored.route_generation > 0
