@@ -76,7 +76,7 @@ def run(endpoints: list[str], seconds: float) -> dict[str, object]:
     nodes.ns[leader].BindQueue(api_pb2.BindQueueRequest(topic=topic, queue_id=0, owner="broker-a"), timeout=5)
     out: dict[str, object] = {"endpoints": endpoints, "leader": leader, "seconds_per_case": seconds}
 
-    def read(ep: str, mode: int) -> Callable[[], object]:
+    def read(ep: str, mode: api_pb2.Consistency) -> Callable[[], object]:
         req = api_pb2.GetBindingRequest(topic=topic, queue_id=0, consistency=mode)
         return lambda: nodes.ns[ep].GetBinding(req, timeout=5)
 

@@ -55,7 +55,7 @@ def register(node: BenchNode, req: api_pb2.RegisterBrokerRequest, timeout: float
 
 def fill(cluster: LocalCluster, records: int) -> dict[str, Any]:
     """Register brokers of TOPICS_PER_BROKER topics until the state holds `records` records."""
-    term0 = cluster.wait_ready().status().term
+    term0 = cluster.wait_ready().require_status().term
     t0 = time.monotonic()
     written, broker, retries = 0, 0, 0
     while written < records:
@@ -101,14 +101,14 @@ def failover(root: str, trials: int, sections: dict | None = None) -> dict[str, 
         for trial in range(trials):
             leader = c.wait_ready()
             c.wait_converged()
-            term = leader.status().term
+            term = leader.require_status().term
             survivors = [n for n in c.nodes if n is not leader]
             c.kill(leader)
             t0 = time.monotonic()
             acked = _write_until_acked(survivors, f"failover-{trial}", t0 + 30)
             times.append(acked - t0)
             new_leader = c.wait_ready(survivors)
-            elections.append(new_leader.status().term - term)
+            elections.append(new_leader.require_status().term - term)
             c.start(leader)
     return {"trials": trials, "p50_s": round(percentile(times, 50), 3), "p99_s": round(percentile(times, 99), 3),
             "max_s": round(max(times), 3), "min_s": round(min(times), 3),
@@ -136,7 +136,7 @@ def recovery(root: str, records: int, sections: dict | None = None) -> dict[str,
         out["rss_mib_after_fill"] = {n.name: n.rss_bytes() >> 20 for n in c.nodes}
         for n in c.nodes:  # what a node restarting after a while finds: a snapshot, a short journal
             n.admin().TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=300)
-        target = leader.status().commit_offset
+        target = leader.require_status().commit_offset
         follower = next(n for n in c.nodes if n is not leader)
 
         c.kill(follower)

@@ -46,7 +46,7 @@ def serve(addr: str, workers: int = DEFAULT_WORKERS, max_message: int = DEFAULT_
             ("grpc.so_reuseport", 0)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc"), options=opts)
     # No (de)serializers: the handler sees and returns raw bytes.
-    handler = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
+    handler: grpc.RpcMethodHandler = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Echo": handler}),))
     port = server.add_insecure_port(addr)
     if port == 0:
@@ -67,7 +67,7 @@ def serve_aio(addr: str, max_message: int = DEFAULT_MAX_MESSAGE) -> None:
         async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             return request
 
-        handler = grpc.unary_unary_rpc_method_handler(echo)
+        handler: grpc.RpcMethodHandler = grpc.unary_unary_rpc_method_handler(echo)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Echo": handler}),))
         port = server.add_insecure_port(addr)
         if port == 0:

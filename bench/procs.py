@@ -71,6 +71,13 @@ class BenchNode:
         except grpc.RpcError:
             return None
 
+    def require_status(self, timeout: float = 5.0) -> api_pb2.NodeStatus:
+        """The node's status; RuntimeError when it does not answer (a benchmark cannot go on without it)."""
+        st = self.status(timeout)
+        if st is None:
+            raise RuntimeError(f"{self.name} did not answer Status within {timeout}s; see {self.log_path}")
+        return st
+
     def rss_bytes(self) -> int:
         return rss_bytes(self.pid)
 
@@ -158,8 +165,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             sts = [n.status(timeout=0.5) for n in nodes]
-            if all(s is not None and s.ready for s in sts):
-                for n, s in zip(nodes, sts, strict=True):
+            ready = [s for s in sts if s is not None and s.ready]
+            if len(ready) == len(nodes):
+                for n, s in zip(nodes, ready, strict=True):
                     if s.role == api_pb2.ROLE_LEADER:
                         return n
             for n in nodes:
@@ -172,8 +180,8 @@ class LocalCluster:
         nodes = nodes or self.nodes
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            sts = [n.status(timeout=1.0) for n in nodes]
-            if all(s is not None for s in sts) and len({(s.apply_offset, s.digest) for s in sts}) == 1 \
+            sts = [s for n in nodes if (s := n.status(timeout=1.0)) is not None]
+            if len(sts) == len(nodes) and len({(s.apply_offset, s.digest) for s in sts}) == 1 \
                     and all(s.commit_offset == s.apply_offset for s in sts):
                 return sts
             time.sleep(0.1)

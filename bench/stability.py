@@ -121,7 +121,7 @@ def stability(root: str, minutes: float, fraction: float = 0.8, probe_seconds: f
 
         probe = run_load(make, 64, probe_seconds, server_pids=target.pids())
         max_rate = probe["per_s"]
-        terms_before = sorted({n.status().term for n in c.nodes})
+        terms_before = sorted({n.require_status().term for n in c.nodes})
         watch = TermWatch(c)
         watch.start()
         load = paced_load(target, fraction * max_rate, threads, minutes * 60)

@@ -24,6 +24,7 @@ servers' CPU use so a client-bound figure can be told from a server-bound one.
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import threading
@@ -717,7 +718,7 @@ def run_target(target: Target, seconds: float, concurrency: list[int], read_thre
             # checked per load: one load's records fit in a node's watch history, all of them may not
             mark = target.registration_mark()
             leader = target.leader_endpoint()
-            res = run_load(lambda i, ep=leader: _with_channel(ep, target.registration_op, i), c, seconds, pids)
+            res = run_load(functools.partial(_with_channel, leader, target.registration_op), c, seconds, pids)
             out["registration"][str(c)] = res
             recs = f"{res['records_per_s']:.0f} records/s, " if res["records"] else ""
             log(f"  {target.name} registration c={c}: {recs}{res['per_s']:.0f} ops/s, p50 {res['p50_ms']} ms, "
@@ -736,7 +737,7 @@ def run_target(target: Target, seconds: float, concurrency: list[int], read_thre
         out["reregistration"] = {}
         for c in concurrency:  # workers 0..c-1 registered above (every concurrency starts at worker 0)
             leader = target.leader_endpoint()
-            res = run_load(lambda i, ep=leader: _with_channel(ep, target.reregistration_op, i), c, seconds, pids)
+            res = run_load(functools.partial(_with_channel, leader, target.reregistration_op), c, seconds, pids)
             out["reregistration"][str(c)] = res
             log(f"  {target.name} unchanged re-registration c={c}: {res['per_s']:.0f} ops/s, "
                 f"p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, records {res['records']}, errors {res['errors']}")
@@ -746,8 +747,8 @@ def run_target(target: Target, seconds: float, concurrency: list[int], read_thre
     for workload, make in (("route_reads", target.route_read_op), ("linearizable_reads", target.linearizable_read_op)):
         if not target.supports(workload):
             continue
-        res = run_load(lambda i, mk=make: _with_channel(endpoint_of(i), mk, i), read_threads, seconds, pids,
-                       group=node_of)
+        res = run_load(lambda i, mk=make: _with_channel(endpoint_of(i), mk, i),  # type: ignore[misc]
+                       read_threads, seconds, pids, group=node_of)
         out[workload] = res
         log(f"  {target.name} {workload} ({read_threads} threads): {res['per_s']:.0f}/s, p50 {res['p50_ms']} ms, "
             f"p99 {res['p99_ms']} ms, errors {res['errors']}")

@@ -211,9 +211,9 @@ def _standalone(args: argparse.Namespace) -> int:
     if args.action == "stop":
         print("stopped" if standalone.stop(args.dir) else f"no cluster runs from {args.dir}")
         return 0
-    c = standalone.load(args.dir)
-    print(json.dumps(c.__dict__, indent=1) if c else f"no cluster runs from {args.dir}")
-    return 0 if c else 1
+    loaded = standalone.load(args.dir)
+    print(json.dumps(loaded.__dict__, indent=1) if loaded else f"no cluster runs from {args.dir}")
+    return 0 if loaded else 1
 
 
 def _spark_job(spark: Any, args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.window import WindowSpec
 
 from nameserver.logformat.records import EXPIRE_TAG, UNREGISTER_TAG
 from nameserver.logformat.segments import DELETE, PUT
@@ -41,7 +42,7 @@ def _json(field: str, col: str = "value_json") -> Column:
     return F.get_json_object(F.col(col), f"$.{field}")
 
 
-def _by_key() -> Window:
+def _by_key() -> WindowSpec:
     return Window.partitionBy("key").orderBy(*POS)
 
 

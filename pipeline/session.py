@@ -77,7 +77,7 @@ def spark_session(master: str | None = None, app: str = "rip18-pipeline",
 
 
 def _fs_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm  # py4j's gateway: untyped
     path = jvm.org.apache.hadoop.fs.Path(uri)
     return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
 
@@ -103,7 +103,8 @@ def read_bytes(spark: SparkSession, uri: str) -> bytes:
     fs, path = _fs_path(spark, uri)
     stream = fs.open(path)
     try:
-        return bytes(spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        jvm: Any = spark.sparkContext._jvm
+        return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
     finally:
         stream.close()
 

@@ -23,7 +23,7 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v & _SIGN else v
 
 
-@F.pandas_udf(HALVES)
+@F.pandas_udf(HALVES)  # type: ignore[call-overload]  # (pyspark's stubs lack a struct-returning scalar UDF)
 def pair_hash_halves(key: pd.Series, value: pd.Series) -> pd.DataFrame:
     from raftlog.digest import pair_hash  # on the executor
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 import heapq
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -94,7 +96,7 @@ class Fleet:
         self.writer = writer
         self.values: dict[str, bytes] = {}
         self.versions: dict[str, int] = {}
-        self.clock = spec.start_ms
+        self.clock: float = spec.start_ms  # ms; events fall between whole milliseconds
         self.offset = 0
         self.term = 1
         self.next_term_at = self._term_gap()
@@ -323,9 +325,10 @@ class Fleet:
                 return  # stale: the address left (or came back) since this was scheduled
             {"rereg": self.reregister, "leave": self.leave, "return": self.register}[kind](a)
             return
-        periodic = {"topic_create": (s.topic_create_s, self.create_topic), "topic_delete": (s.topic_delete_s,
-                    self.delete_topic), "perm": (s.perm_s, self.set_perm), "kv": (s.kv_s, lambda _: self.kv()),
-                    "bind": (s.bind_s, self.bind)}
+        periodic: dict[str, tuple[float, Callable[[Any], None]]] = {
+            "topic_create": (s.topic_create_s, self.create_topic), "topic_delete": (s.topic_delete_s,
+            self.delete_topic), "perm": (s.perm_s, self.set_perm), "kv": (s.kv_s, lambda _: self.kv()),
+            "bind": (s.bind_s, self.bind)}
         mean_s, fn = periodic[kind]
         fn(target)
         self._schedule(mean_s, kind, target)
