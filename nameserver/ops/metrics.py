@@ -310,6 +310,12 @@ class _NodeCollector(Collector):
         yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
         yield from _controller_gauges(broker_sets)
         yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])
+        routes = CounterMetricFamily("nameserver_route_reads", "Route reads this node answered, by whether the "
+                                     "route was kept from an earlier read (hit) or computed (miss).",
+                                     labels=["cache"])
+        routes.add_metric(["hit"], node.routes.hits)
+        routes.add_metric(["miss"], node.routes.misses)
+        yield routes
         watches = getattr(node, "watches", None)
         if watches is not None:
             yield gauge("nameserver_watchers", "Open watch streams on this node.", len(watches))

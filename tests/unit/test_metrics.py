@@ -155,6 +155,11 @@ def test_records_applied_by_type_and_state_gauges(single: Single) -> None:
     assert value(samples, "nameserver_records_applied_total", type="BROKER_LIVE", op="upsert") == 1
     assert value(samples, "nameserver_live_brokers") == 1
     assert value(samples, "nameserver_topics") == 5
+    for _ in range(3):  # the first computes the route, the next two reuse it; a changed route is computed again
+        single.ns.GetRoute(api_pb2.GetRouteRequest(topic="T1"), timeout=10)
+    samples = scrape(single.port)
+    assert value(samples, "nameserver_route_reads_total", cache="miss") == 1
+    assert value(samples, "nameserver_route_reads_total", cache="hit") == 2
     single.ns.UnregisterBroker(api_pb2.UnregisterBrokerRequest(
         cluster_name="C", broker_name="b1", broker_addr="10.0.0.1:10911", broker_id=0), timeout=10)
     samples = scrape(single.port)
