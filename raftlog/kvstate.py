@@ -140,13 +140,23 @@ class KVState:
         if changes is not None:
             changes.append(Change(offset, rec.type, rec.key, old, new))
 
-    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None:
-        """Replace the whole state with a snapshot's (key, value, version, type) items."""
-        self._values = {}
-        self._digest = 0
-        for key, value, version, rtype in items:
-            self._values[key] = (value, version, rtype)
-            self._digest ^= pair_hash(key, value)
+    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest: int | None = None
+                ) -> None:
+        """Replace the whole state with a snapshot's (key, value, version, type) items.
+
+        `digest`: the digest stamped in a snapshot whose checksums held, taken as is instead of hashing
+        every pair (a million pairs cost a second; the caller checks it off the critical path)."""
+        values: dict[str, tuple[bytes, int, int]] = {}
+        if digest is None:
+            digest = 0
+            for key, value, version, rtype in items:
+                values[key] = (value, version, rtype)
+                digest ^= pair_hash(key, value)
+        else:
+            for key, value, version, rtype in items:
+                values[key] = (value, version, rtype)
+        self._values = values
+        self._digest = digest
         self.offset = offset
         self._digests.clear()
         self._digests.append((offset, self._digest))
@@ -176,8 +186,9 @@ class KVStateMachine:
             v, ver, t = frozen[k]
             yield k, v, ver, t
 
-    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None:
-        self.kv.restore(offset, items)
+    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str | None = None
+                ) -> None:
+        self.kv.restore(offset, items, None if digest_hex is None else int(digest_hex, 16))
 
     def set_offset(self, offset: int) -> None:
         self.kv.offset = offset

@@ -309,28 +309,44 @@ class SnapshotFile:
             with self.env.begin(db=self.data_db, buffers=True) as txn:
                 entries = txn.stat(self.data_db)["entries"]
                 for key, value in txn.cursor():
-                    if len(value) < ITEM_HEADER.size:
-                        reason = f"entry {stream.count} is {len(value)} bytes, shorter than its item header"
-                        raise SnapshotCorrupt(self.path, reason)
-                    stream.add(key, value)
+                    self._add(stream, key, value)
         except lmdb.Error as exc:
             raise SnapshotCorrupt(self.path, f"LMDB error while reading data: {exc}") from exc
+        self._check(stream, entries)
+        return self.info()
+
+    def _add(self, stream: StreamHash, key: memoryview, value: memoryview) -> None:
+        if len(value) < ITEM_HEADER.size:
+            reason = f"entry {stream.count} is {len(value)} bytes, shorter than its item header"
+            raise SnapshotCorrupt(self.path, reason)
+        stream.add(key, value)
+
+    def _check(self, stream: StreamHash, entries: int) -> None:
         h = self.header
         if stream.count != h.count or entries != h.count:
             raise SnapshotCorrupt(self.path, f"count mismatch: meta says {h.count}, "
                                              f"data has {stream.count} (LMDB stat {entries})")
         if stream.hexdigest() != h.checksum:
             raise SnapshotCorrupt(self.path, "data checksum mismatch (data damaged)")
-        return self.info()
 
-    def items(self) -> Iterator[tuple[str, bytes, int, int]]:
-        """Stream (key, value, version, type) in key order; closes the file when exhausted or closed."""
+    def items(self, check: bool = False) -> Iterator[tuple[str, bytes, int, int]]:
+        """Stream (key, value, version, type) in key order; closes the file when exhausted or closed.
+
+        With `check`, the entries' count and checksum are computed as they are read and compared with
+        the meta at the end: one pass instead of verify() and then a second one. A mismatch raises
+        SnapshotCorrupt after the last item, so a caller that built state from the stream must drop it."""
+        stream = StreamHash() if check else None
         try:
             with self.env.begin(db=self.data_db, buffers=True) as txn:
+                entries = txn.stat(self.data_db)["entries"] if check else 0
                 unpack, hsize = ITEM_HEADER.unpack_from, ITEM_HEADER.size
                 for key, value in txn.cursor():
+                    if stream is not None:
+                        self._add(stream, key, value)
                     version, rtype = unpack(value)
                     yield bytes(key).decode(), bytes(value[hsize:]), version, rtype
+            if stream is not None:
+                self._check(stream, entries)
         except (lmdb.Error, struct.error, UnicodeDecodeError) as exc:
             raise SnapshotCorrupt(self.path, f"unreadable data entry: {exc}") from exc
         finally:

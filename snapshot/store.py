@@ -186,20 +186,29 @@ class SnapshotStore:
         with SnapshotFile(path, full_check=True) as f:
             return _check_name(f.verify())
 
-    def load(self, path: str | os.PathLike[str], verify: bool = True
+    def load(self, path: str | os.PathLike[str], verify: bool = True, *, bytes_verified: bool = False
              ) -> tuple[SnapshotInfo, Iterator[Item]]:
         """The snapshot's info and a streaming iterator of (key, value, version, type) in key order.
 
-        With verify, the whole file is checked first (a second pass, but nothing is yielded from a
-        damaged file). The iterator holds the file open until it is exhausted or closed.
+        With verify, every byte of the file is hashed against its trailer before LMDB opens it (unless
+        `bytes_verified`: import_file just did), and the entries' checksum is computed in the same pass
+        that yields them: the iterator raises SnapshotCorrupt after the last item if it does not match
+        (a writer's bug behind an intact file; whatever was built from the stream must be dropped).
+        The iterator holds the file open until it is exhausted or closed.
         """
-        f = SnapshotFile(path, full_check=verify)
+        f = SnapshotFile(path, full_check=verify and not bytes_verified)
         try:
-            info = _check_name(f.verify() if verify else f.info())
+            info = _check_name(f.info())
         except BaseException:
             f.close()
             raise
-        return info, f.items()
+        return info, f.items(check=verify)
+
+    def verify_bytes(self, path: str | os.PathLike[str]) -> SnapshotInfo:
+        """Hash every byte against the trailer and check the structure and meta, without reading the
+        entries (load(..., bytes_verified=True) checks those as it reads them)."""
+        with SnapshotFile(path, full_check=True) as f:
+            return _check_name(f.info())
 
     def newest_good(self) -> SnapshotInfo | None:
         """The newest snapshot that verifies; corrupt ones are logged and moved aside to *.corrupt."""
@@ -241,17 +250,20 @@ class SnapshotStore:
                 _fsync_dir(self.directory)
         return removed
 
-    def import_file(self, src_path: str | os.PathLike[str], *, move: bool = False) -> SnapshotInfo:
+    def import_file(self, src_path: str | os.PathLike[str], *, move: bool = False,
+                    check_entries: bool = True) -> SnapshotInfo:
         """Verify a snapshot file made elsewhere and install it under its canonical name (atomically).
 
         The file is hard-linked (copied across file systems) into a temp name first and that exact
-        inode is verified, so `src_path` is left untouched unless move=True.
+        inode is verified, so `src_path` is left untouched unless move=True. Without `check_entries`
+        only its bytes, structure and meta are (the caller loads it with bytes_verified=True next, which
+        checks the entries while reading them).
         """
         src = Path(src_path)
         if not src.is_file():
             raise FileNotFoundError(f"import_file: no such snapshot file: {src}")
         with self._stage(src) as temp:
-            info = self.verify(temp.path)
+            info = self.verify(temp.path) if check_entries else self.verify_bytes(temp.path)
             final = self.path_for(info.offset, info.term)
             self._install(temp, final)
         if move and src.resolve() != final.resolve():

@@ -52,8 +52,9 @@ class StateMachineAdapter(KVStateMachine):
         super().__init__(state.kv)
         self.state = state
 
-    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None:
-        self.state.restore(offset, items)
+    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str | None = None
+                ) -> None:
+        self.state.restore(offset, items, digest_hex)
 
 
 @dataclass

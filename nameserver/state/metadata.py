@@ -133,10 +133,12 @@ class MetadataState:
                     ) -> list[entry_pb2.BatchResult]:
         return self.kv.apply_entry(offset, entry, changes)
 
-    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]]) -> None:
-        """Load a snapshot's (key, value, version, type) items and rebuild every index from them."""
+    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str | None = None
+                ) -> None:
+        """Load a snapshot's (key, value, version, type) items and rebuild every index from them.
+        `digest_hex`: the snapshot's stamped digest, trusted (raftlog/kvstate.py KVState.restore)."""
         self.route_generation += 1  # before the offset moves (kv.restore): see __init__
-        self.kv.restore(offset, items)
+        self.kv.restore(offset, items, None if digest_hex is None else int(digest_hex, 16))
         self._reset_indexes()
         # The same indexes _on_change builds, with the route keys (nearly all of a big state) on a
         # fast path: the index starts empty, so there is nothing to remove first. Restart time at a

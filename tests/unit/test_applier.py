@@ -56,3 +56,29 @@ def test_listeners_have_an_entry_before_its_offset_is_published() -> None:
         assert all(published < offset for offset, published in seen), "an offset was published before a listener"
     finally:
         applier.stop()
+
+
+def test_a_restored_snapshot_takes_its_stamped_digest_and_a_wrong_stamp_stops_apply() -> None:
+    """Restore trusts the stamp (no hashing on the way to ready); the later check catches a wrong one."""
+    from raftlog.digest import digest_hex, digest_of
+
+    pairs = [(f"k{i}", f"v{i}".encode()) for i in range(50)]
+    right = digest_hex(digest_of(pairs))
+    items = [(k, v, 7, 1) for k, v in pairs]
+
+    kv = KVState()
+    applier = Applier(KVStateMachine(kv), threading.RLock())
+    applier.restore_handler = lambda path, index: (7, iter(items), right)
+    applier._restore("snap-ok", 7)
+    assert kv.digest_hex == right and kv.offset == 7
+    applier._check_restored_digest("snap-ok", 7, kv.freeze(), right, start_after_s=0)
+    assert applier.failed is None and applier.restored_digest_checks >= 1
+
+    kv = KVState()
+    applier = Applier(KVStateMachine(kv), threading.RLock())
+    wrong = digest_hex(digest_of(pairs[:-1]))
+    applier.restore_handler = lambda path, index: (7, iter(items), wrong)
+    applier._restore("snap-bad", 7)
+    assert kv.digest_hex == wrong  # taken as stamped
+    applier._check_restored_digest("snap-bad", 7, kv.freeze(), wrong, start_after_s=0)
+    assert applier.failed is not None and "snap-bad" in applier.failed and right in applier.failed
