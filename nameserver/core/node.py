@@ -127,8 +127,8 @@ class NameServerNode:
         scan_s = cfg.scan_interval_ms / 1000
         self.duties.add(BROKER_EXPIRY, scan_s, self.scan_once)
         self.duties.add(SESSION_EXPIRY, scan_s, self.expire_sessions)
-        self._heartbeat_forward_thread = threading.Thread(target=self._forward_heartbeats_loop, name="heartbeat-forward",
-                                                  daemon=True)
+        self._heartbeat_forward_thread = threading.Thread(target=self._forward_heartbeats_loop,
+                                                          name="heartbeat-forward", daemon=True)
         self._heartbeat_forward_thread.start()
         self.duties.start()
 
