@@ -141,10 +141,11 @@ def ratios(r: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             "records_per_s_ours_etcd": _ratio(o["records_per_s"], e["records_per_s"]),
             "p99_ours_etcd": _ratio(o["p99_ms"], e["p99_ms"]),
             "ops_per_s_ours_ceiling": _ratio(o["per_s"], x["per_s"])}
-    out["reregistration"] = {
-        c: {"ops_per_s_ours_etcd": _ratio(o["per_s"], etcd["reregistration"][c]["per_s"]),
-            "ops_per_s_ours_ceiling": _ratio(o["per_s"], ceil["reregistration"][c]["per_s"])}
-        for c, o in ours.get("reregistration", {}).items() if c in etcd.get("reregistration", {})}
+    for w in ("reregistration", "reregistration_spread"):
+        out[w] = {
+            c: {"ops_per_s_ours_etcd": _ratio(o["per_s"], etcd[w][c]["per_s"]),
+                "ops_per_s_ours_ceiling": _ratio(o["per_s"], ceil[w][c]["per_s"]) if c in ceil.get(w, {}) else None}
+            for c, o in ours.get(w, {}).items() if c in etcd.get(w, {})}
     for w in ("route_reads", "linearizable_reads"):
         out[w] = {"per_s_ours_etcd": _ratio(ours[w]["per_s"], etcd[w]["per_s"]),
                   "p99_ours_etcd": _ratio(ours[w]["p99_ms"], etcd[w]["p99_ms"]),
@@ -193,12 +194,15 @@ def markdown(r: dict[str, Any]) -> str:
                     f"**{_n(e['records_per_s'])} records/s** ({_n(e['per_s'])} txn/s), {_lat(e)} | "
                     f"{_n(x['per_s'])} calls/s, {_lat(x)} | {_r(q['records_per_s_ours_etcd'])} | "
                     f"{_r(q['ops_per_s_ours_ceiling'])} |")
-    for c, o in ours.get("reregistration", {}).items():
-        e, x, q = etcd["reregistration"][c], ceil["reregistration"][c], rat["reregistration"][c]
-        rows.append(f"| re-registration, unchanged ({t} topics), {c} client{'s' if c != '1' else ''} | "
-                    f"**{_n(o['per_s'])} reg/s**, {_lat(o)} | **{_n(e['per_s'])} txn/s**, {_lat(e)} | "
-                    f"{_n(x['per_s'])} calls/s, {_lat(x)} | {_r(q['ops_per_s_ours_etcd'])} | "
-                    f"{_r(q['ops_per_s_ours_ceiling'])} |")
+    for w, where in (("reregistration", "to the leader"), ("reregistration_spread", "over every node")):
+        for c, o in ours.get(w, {}).items():
+            if c not in rat.get(w, {}):
+                continue
+            e, x, q = etcd[w][c], ceil.get(w, {}).get(c), rat[w][c]
+            rows.append(f"| re-registration, unchanged ({t} topics), {where}, {c} client{'s' if c != '1' else ''} | "
+                        f"**{_n(o['per_s'])} reg/s**, {_lat(o)} | **{_n(e['per_s'])} txn/s**, {_lat(e)} | "
+                        + (f"{_n(x['per_s'])} calls/s, {_lat(x)}" if x else "—")
+                        + f" | {_r(q['ops_per_s_ours_etcd'])} | {_r(q['ops_per_s_ours_ceiling'])} |")
     rt = m["read_threads"]
     for w, label in (("route_reads", "route read, eventual"), ("linearizable_reads", "linearizable read")):
         o, e, x, q = ours[w], etcd[w], ceil["route_reads"], rat[w]

@@ -741,6 +741,17 @@ def run_target(target: Target, seconds: float, concurrency: list[int], read_thre
             out["reregistration"][str(c)] = res
             log(f"  {target.name} unchanged re-registration c={c}: {res['per_s']:.0f} ops/s, "
                 f"p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, records {res['records']}, errors {res['errors']}")
+        # As a fleet does it: a RocketMQ broker registers with every nameserver in its list, so each node
+        # receives every broker's re-registration. The clients spread over the nodes, round-robin.
+        out["reregistration_spread"] = {}
+        names = target.endpoints()
+        spread_ep, _ = _spread(list(names), names)
+        for c in concurrency:
+            res = run_load(lambda i: _with_channel(spread_ep(i), target.reregistration_op, i),
+                           c, seconds, pids)
+            out["reregistration_spread"][str(c)] = res
+            log(f"  {target.name} unchanged re-registration over every node c={c}: {res['per_s']:.0f} ops/s, "
+                f"p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, records {res['records']}, errors {res['errors']}")
     target.setup_reads()
     names = target.endpoints()
     endpoint_of, node_of = _spread(list(names), names)
