@@ -129,6 +129,20 @@ class MembershipTransport(TCPTransport):
             return
         super()._onDisconnected(conn)
 
+    # ---- link events ---------------------------------------------------------------------------------
+    # One line per Raft link that comes up or goes down: when a leader goes quiet towards one follower
+    # (docs/faults.md, finding 10), the logs then say whether that link was down, and since when.
+
+    def _onNodeConnected(self, node: Any) -> None:  # noqa: N802 (pysyncobj's name)
+        log.info("raft link to %s is up", getattr(node, "address", node),
+                 extra={"event": "raft_link", "peer": str(getattr(node, "address", node)), "up": True})
+        super()._onNodeConnected(node)
+
+    def _onNodeDisconnected(self, node: Any) -> None:  # noqa: N802 (pysyncobj's name)
+        log.info("raft link to %s is down", getattr(node, "address", node),
+                 extra={"event": "raft_link", "peer": str(getattr(node, "address", node)), "up": False})
+        super()._onNodeDisconnected(node)
+
     # ---- membership ------------------------------------------------------------------------------
 
     def addNode(self, node: Any) -> None:  # noqa: N802 (pysyncobj's name)
