@@ -251,3 +251,15 @@ def test_the_frame_limit_applies_to_authenticated_peers(make_nodes, monkeypatch)
     put_together(leader, [b"x", os.urandom(2 << 20)])  # one frame of ~4 MiB
     wait_until(lambda: transport(follower).warner.counts.get("frame-size", 0) >= 1, 10, "the frame refused")
     assert (2 << 20) not in follower.sizes
+
+
+def test_every_raft_connection_has_a_tcp_user_timeout(make_nodes) -> None:
+    """Dialled and accepted links abort when sent data stays unacknowledged (no backed-off silence after a heal)."""
+    nodes = make_nodes(2)
+    wait_until(lambda: all(n.isReady() for n in nodes), 30, "both nodes connected")
+    for n in nodes:
+        links = list(transport(n)._connections.values())
+        assert links
+        for conn in links:
+            sock = conn._TcpConnection__socket
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == peerguard.RAFT_TCP_USER_TIMEOUT_MS
