@@ -88,6 +88,13 @@ class LocalNode:
             raise OffsetNotReached(self.state.offset, min_offset)
         return fn(self.state), self.state.offset
 
+    def read_route(self, key: Any, compute: Callable[[MetadataState], Any], min_offset: int, timeout: float,
+                   alive: Callable[[], bool] | None = None) -> tuple[Any, int]:
+        return self.read(compute, min_offset, timeout, alive)  # no route cache here: every read computes
+
+    def inspect(self, fn: Callable[[MetadataState], Any]) -> Any:
+        return fn(self.state)
+
     def write(self, translate_fn: Callable[[MetadataState], Translation], timeout: float, client: Any = None,
               reply_of: Any = None) -> WriteResult:
         tr = translate_fn(self.state)
