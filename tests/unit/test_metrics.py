@@ -223,19 +223,23 @@ def test_remoting_requests_are_counted_by_request_and_response_code(single: Sing
 
 
 def test_route_reads_inline_never_wait_for_a_busy_state(single: Single) -> None:
-    """Route reads are answered on the remoting loop thread only while the node's state is free: with
-    the state lock held (as by a long translation), the read goes to a worker and waits there, and the
-    loop keeps answering other connections meanwhile."""
+    """Route reads are answered on the remoting loop thread only while they need not wait: a route kept
+    from an earlier read (nameserver/core/routecache.py) is answered there even with the state lock held
+    (as by a long translation); one that must be computed goes to a worker and waits there, and the loop
+    keeps answering other connections meanwhile."""
     remoting = next(e for e in single.server.extras if isinstance(e, RemotingServer))
     host, port = "127.0.0.1", remoting.port
-    single.ns.RegisterBroker(register_request("C", "b1", "10.0.0.1:10911", ["T1"]), timeout=10)
+    single.ns.RegisterBroker(register_request("C", "b1", "10.0.0.1:10911", ["T1", "T2"]), timeout=10)
     assert remoting_call(f"{host}:{port}", codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}).code == codes.SUCCESS
     assert remoting.inline_fallbacks == 0  # answered inline
     lock = single.server.node.lock
     with socket.create_connection((host, port), timeout=10) as a, socket.create_connection((host, port),
                                                                                           timeout=10) as b:
         with lock:
-            a.sendall(remoting_frame(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}, opaque=7))
+            b.sendall(remoting_frame(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}, opaque=6))
+            kept = read_reply(b)  # T1's route was kept: no lock needed, answered inline at once
+            assert (kept.code, kept.opaque) == (codes.SUCCESS, 6) and remoting.inline_fallbacks == 0
+            a.sendall(remoting_frame(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "T2"}, opaque=7))
             wait_for("the read to go to a worker", lambda: remoting.inline_fallbacks == 1, timeout=5)
             b.sendall(remoting_frame(12345, opaque=8))  # the loop is free: another connection is answered
             assert read_reply(b).code == codes.REQUEST_CODE_NOT_SUPPORTED

@@ -44,6 +44,10 @@ class StandIn:
                                    apply_offset=last,
                                    wait_applied=lambda offset, timeout, alive=None: offset <= last)
 
+    def inspect(self, fn):  # as NameServerNode.inspect: the state under its lock
+        with self.lock:
+            return fn(self.state)
+
 
 @pytest.fixture
 def serve():
