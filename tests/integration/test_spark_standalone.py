@@ -40,7 +40,7 @@ def _job(c: standalone.Cluster, *args: str, relative: bool = False) -> subproces
     python = os.path.relpath(c.executor_python) if relative else c.executor_python  # as a user types it
     return subprocess.run(
         [sys.executable, "-m", "pipeline", *args, "--master", c.master_url, "--executor-python", python,
-         "--conf", "spark.sql.shuffle.partitions=8", "--conf", "spark.executor.memory=900m", "--json"],
+         "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.executor.memory=900m", "--json"],
         capture_output=True, text=True, timeout=300)
 
 

@@ -99,8 +99,8 @@ class Deployment:
     def logs(self) -> str:
         return self.ours.logs() if self.ours is not None else ""
 
-    def stop(self) -> None:
-        self.rmq.stop_all()
+    def stop(self, grace: float = 15.0) -> None:
+        self.rmq.stop_all(grace)
         if self.ours is not None:
             self.ours.stop()
 
@@ -178,7 +178,7 @@ def deployment(line: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}})
         yield d
     finally:
-        d.stop()
+        d.stop(grace=2.0)  # the end of the session: nothing is checked after, so no long graceful shutdown
 
 
 @pytest.fixture

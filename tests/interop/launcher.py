@@ -239,10 +239,11 @@ class RocketMQ:
         self.procs.append(jp)
         return jp
 
-    def stop_all(self) -> None:
+    def stop_all(self, grace: float = 15.0) -> None:
+        """SIGTERM to every process (RocketMQ's shutdown hooks run), SIGKILL to those still up after `grace`."""
         for p in self.procs:
             p.signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + grace
         for p in self.procs:
             try:
                 p.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
