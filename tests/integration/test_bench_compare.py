@@ -50,6 +50,10 @@ def test_compare_short_run_measures_every_side(tmp_path) -> None:
         for c, load in res[side]["registration"].items():
             _positive(load, f"{side} registration c={c}")
             assert load["threads"] == int(c)
+        for w in ("reregistration", "reregistration_spread"):
+            assert set(res[side][w]) == {"1", "4"}, (side, w)
+            for c, load in res[side][w].items():
+                _positive(load, f"{side} {w} c={c}")
         _positive(res[side]["route_reads"], f"{side} route reads")
         assert len(res[side]["route_reads"]["per_node"]) == 3
         assert all(n["per_s"] > 0 for n in res[side]["route_reads"]["per_node"].values())
@@ -69,4 +73,5 @@ def test_compare_short_run_measures_every_side(tmp_path) -> None:
     assert res["ratios"]["route_reads"]["per_s_ours_etcd"] > 0
     table = markdown(res)
     assert "| registration (8 topics, 9 records), 4 clients |" in table and "watch propagation" in table
+    assert "| re-registration, unchanged (8 topics), over every node, 4 clients |" in table
     assert not _processes_mentioning(res["meta"]["run_dir"]), "processes left running after the run"
