@@ -40,7 +40,7 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The long fault suite (docs/faults.md; about 30 minutes, needs root: network namespaces, tmpfs):
+# The long fault suite (docs/faults.md; about 45 minutes, needs root: network namespaces, tmpfs):
 # kills, pauses, partitions, delay, full disk, corruption, each for minutes instead of seconds.
 # --tb=native: pytest's own traceback rendering crashed (INTERNALERROR, tb_lineno None) on one failure
 # of a 300 s scenario and lost its report and the rest of the run.
