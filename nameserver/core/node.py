@@ -116,6 +116,9 @@ class NameServerNode:
         self.forwarder = LeaderForwarder(cfg, self.log.leader, self.log.is_leader, self.grpc_of)
         self._leadership_feed = self.log.watch_leadership(self._on_leadership)
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
+        # On a follower, concurrent linearizable reads share one ReadIndex call to the leader (a round
+        # starts only once the reads in it have arrived, as on the leader) instead of one call each.
+        self.leader_read_indexes = ReadIndexBatcher(self._read_index_from_leader)
         self.watches = WatchHub(max_watchers=cfg.max_watchers)
         self.routes = RouteCache()
         self._watch_feed = self.log.subscribe(self.watches.on_entry)
@@ -136,6 +139,7 @@ class NameServerNode:
         self._stop.set()
         self.duties.stop()
         self.read_indexes.stop()
+        self.leader_read_indexes.stop()
         self.log.close()
         self.forwarder.close()
 
@@ -320,12 +324,16 @@ class NameServerNode:
         """A read index that covers every write acknowledged before this call (via the leader)."""
         if not self.log.is_leader():
             try:
-                return self.forwarder.call("ReadIndex", api_pb2.ReadIndexRequest(), max(0.1, timeout),
-                                           wait_s=min(timeout, 3.0)).read_index
+                return self.leader_read_indexes.read_index(timeout)
             except NoLeader:
                 if not self.log.is_leader():
                     raise NotLeader("no leader to confirm a read index") from None
         return self.read_indexes.read_index(timeout)
+
+    def _read_index_from_leader(self, timeout: float) -> int:
+        """One ReadIndex call to the leader, for a batch of this follower's reads (NoLeader: none)."""
+        return self.forwarder.call("ReadIndex", api_pb2.ReadIndexRequest(), max(0.1, timeout),
+                                   wait_s=min(timeout, 3.0)).read_index
 
     def expire_sessions(self) -> int:
         """Delete idle exactly-once sessions (leader only, through records). Returns how many."""
