@@ -12,12 +12,12 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from raftlog.codec import UnknownEntryFormat, decode_entry
-from raftlog.digest import digest_hex, pair_hash
+from raftlog.digest import digest_hex, digest_of
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.kvstate import Change
 from raftlog.pb import entry_pb2
@@ -227,12 +227,14 @@ class Applier:
         """Recompute a restored snapshot's digest from its pairs; a mismatch stops apply, as a damaged
         snapshot does. Starts late and yields often: the node's catch-up comes first."""
         time.sleep(start_after_s)
-        digest = 0
-        for i, (key, item) in enumerate(frozen.items()):
-            digest ^= pair_hash(key, item[0])
-            if i % DIGEST_CHECK_CHUNK == DIGEST_CHECK_CHUNK - 1:
-                time.sleep(0.001)  # let the apply and serving threads have the interpreter
-        got = digest_hex(digest)
+
+        def paced() -> Iterator[tuple[str, bytes]]:
+            for i, (key, item) in enumerate(frozen.items()):
+                if i % DIGEST_CHECK_CHUNK == DIGEST_CHECK_CHUNK - 1:
+                    time.sleep(0.001)  # let the apply and serving threads have the interpreter
+                yield key, item[0]
+
+        got = digest_hex(digest_of(paced()))
         self.restored_digest_checks += 1
         if got != stamped:
             self.fail(f"snapshot {path} at offset {offset} holds pairs with digest {got}, but is stamped "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Iterable
 
 DIGEST_BYTES = 16
 
@@ -24,8 +25,8 @@ def digest_hex(value: int) -> str:
     return value.to_bytes(DIGEST_BYTES, "big").hex()
 
 
-def digest_of(pairs) -> int:
-    """Digest of an iterable of (key, value) pairs (for audits and tests)."""
+def digest_of(pairs: Iterable[tuple[str, bytes]]) -> int:
+    """Digest of an iterable of (key, value) pairs (a restore without a stamp, the check of a stamp, audits)."""
     d = 0
     for key, value in pairs:
         d ^= pair_hash(key, value)

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from raftlog.digest import digest_hex, pair_hash
+from raftlog.digest import digest_hex, digest_of, pair_hash
 from raftlog.pb import entry_pb2
 
 # A listener sees (record type, key, old value or None, new value or None) for every change.
@@ -146,17 +146,9 @@ class KVState:
 
         `digest`: the digest stamped in a snapshot whose checksums held, taken as is instead of hashing
         every pair (a million pairs cost a second; the caller checks it off the critical path)."""
-        values: dict[str, tuple[bytes, int, int]] = {}
-        if digest is None:
-            digest = 0
-            for key, value, version, rtype in items:
-                values[key] = (value, version, rtype)
-                digest ^= pair_hash(key, value)
-        else:
-            for key, value, version, rtype in items:
-                values[key] = (value, version, rtype)
+        values = {key: (value, version, rtype) for key, value, version, rtype in items}
+        self._digest = digest_of((k, v[0]) for k, v in values.items()) if digest is None else digest
         self._values = values
-        self._digest = digest
         self.offset = offset
         self._digests.clear()
         self._digests.append((offset, self._digest))

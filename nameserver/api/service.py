@@ -183,8 +183,6 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                  ) -> api_pb2.GetRouteReply:
         validation.validate_get_route(request)
         cfg = self.node.cfg
-        if request.min_offset < 0:
-            raise ValidationError("min_offset", "must be >= 0")
         route, offset = self.node.read_route(
             (request.topic, request.zone_name), lambda s: s.route(
                 # A zone name is the caller's own opt-in (RocketMQ's ZoneRouteRPCHook filters whenever the
