@@ -58,18 +58,32 @@ class LeaderForwarder:
 
     def call(self, method: str, request: Any, timeout: float, *, wait_s: float = 0.0,
              service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub,
-             metadata: Metadata = ()) -> Any:
+             metadata: Metadata = (), idempotent: bool = False) -> Any:
         """`method` of the leader's `service` with `request` (a message, or an iterator of them for a
         client stream), marked forwarded; `timeout` covers the wait for an election (at most `wait_s`)
-        and the call. Raises NoLeader when nothing was sent, else the call's own grpc.RpcError."""
+        and the call. Raises NoLeader when nothing was sent, else the call's own grpc.RpcError.
+
+        An `idempotent` call that finds its leader unreachable (UNAVAILABLE: a leader that just died,
+        which this node still believes in until its election timeout) is sent again, to whichever
+        node leads next, until `timeout` runs out."""
         deadline = time.monotonic() + timeout
-        addr = self.target(min(wait_s, timeout))
-        if addr is None:
-            raise NoLeader("this node leads now" if self._is_leader()
-                           else "no leader elected (is a majority of nodes up?)")
-        stub = service(self.channel(addr))
-        return getattr(stub, method)(request, timeout=max(0.1, deadline - time.monotonic()),
-                                     metadata=[(headers.FORWARDED, "1"), *metadata])
+        wait_until = time.monotonic() + min(wait_s, timeout)
+        while True:
+            addr = self.target(max(0.0, wait_until - time.monotonic()))
+            if addr is None:
+                raise NoLeader("this node leads now" if self._is_leader()
+                               else "no leader elected (is a majority of nodes up?)")
+            stub = service(self.channel(addr))
+            try:
+                return getattr(stub, method)(request, timeout=max(0.1, deadline - time.monotonic()),
+                                             metadata=[(headers.FORWARDED, "1"), *metadata])
+            except grpc.RpcError as exc:
+                retry = (idempotent and exc.code() == grpc.StatusCode.UNAVAILABLE
+                         and time.monotonic() + POLL_S < deadline and not self._closed.is_set())
+                if not retry:
+                    raise
+            time.sleep(POLL_S)
+            wait_until = deadline
 
     def channel(self, addr: str) -> grpc.Channel:
         with self._lock:

@@ -333,7 +333,7 @@ class NameServerNode:
     def _read_index_from_leader(self, timeout: float) -> int:
         """One ReadIndex call to the leader, for a batch of this follower's reads (NoLeader: none)."""
         return self.forwarder.call("ReadIndex", api_pb2.ReadIndexRequest(), max(0.1, timeout),
-                                   wait_s=min(timeout, 3.0)).read_index
+                                   wait_s=min(timeout, 3.0), idempotent=True).read_index
 
     def expire_sessions(self) -> int:
         """Delete idle exactly-once sessions (leader only, through records). Returns how many."""

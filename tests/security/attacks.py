@@ -198,6 +198,17 @@ class Writer:
             self._stop.wait(self.every)
 
     def __enter__(self) -> Writer:
+        # grpc channels connect lazily: open this one with an acknowledged write before the attack
+        # starts, or a flood that fills the connection limit first would refuse the writer itself
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.stub.PutKv(api_pb2.PutKvRequest(namespace="ATTACK", key=f"{self.tag}0", value="x"), timeout=5)
+                break
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         self._thread.start()
         return self
 

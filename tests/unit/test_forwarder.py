@@ -104,3 +104,31 @@ def test_this_node_winning_the_election_ends_the_wait_at_once(leader_server) -> 
     assert time.monotonic() - started < 1.5
     assert servicer.seen == []
     fwd.close()
+
+
+DEAD = "127.0.0.1:4"
+
+
+def test_an_idempotent_call_to_a_dead_leader_goes_to_the_next_one(leader_server) -> None:
+    """The node still believes in a leader that died (connection refused) until the election ends."""
+    servicer, addr = leader_server
+    dead_grpc = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
+    roles = _Roles(DEAD)
+    cfg = NodeConfig(raft_addr=ME, grpc_addr="127.0.0.1:3", data_dir="/nonexistent",
+                     members=[Member(ME, "127.0.0.1:3")])
+    fwd = LeaderForwarder(cfg, lambda: roles.leader, roles.is_leader,
+                          lambda raft: {LEADER: addr, DEAD: dead_grpc}.get(raft or ""))
+    try:
+        with pytest.raises(grpc.RpcError) as err:  # not idempotent: the caller hears of the failure
+            fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 5.0)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        threading.Timer(0.5, lambda: setattr(roles, "leader", LEADER)).start()
+        fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 5.0, idempotent=True)
+        assert len(servicer.seen) == 1
+        roles.leader = DEAD  # and never replaced: the call gives up at its timeout
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError):
+            fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 1.0, idempotent=True)
+        assert 0.8 < time.monotonic() - started < 2.5
+    finally:
+        fwd.close()
