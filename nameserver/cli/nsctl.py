@@ -125,10 +125,12 @@ def call_any(ctx: Context, stub_class: StubClass, method: str, request: Any) -> 
     pause = 0.2
     while True:
         failures: list[tuple[str, grpc.RpcError]] = []
-        for endpoint in ctx.endpoints:
-            left = deadline - time.monotonic()
+        for i, endpoint in enumerate(ctx.endpoints):
+            # the time left is shared by the endpoints this pass has yet to try: one paused node
+            # must not take it all from the others
+            share = (deadline - time.monotonic()) / (len(ctx.endpoints) - i)
             try:
-                return endpoint, _call_one(endpoint, stub_class, method, request, max(0.05, left), ctx)
+                return endpoint, _call_one(endpoint, stub_class, method, request, max(0.05, share), ctx)
             except grpc.RpcError as err:
                 if _status_code(err) not in _RETRYABLE:
                     raise _command_error(err) from None
@@ -621,7 +623,8 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument("--token-file", default=default(None),
                         help=f"file holding a bearer token (env {TOKEN_ENV} holds one too)")
     parser.add_argument(
-        "--timeout", type=float, default=default(DEFAULT_TIMEOUT_S), help="per-call deadline in seconds"
+        "--timeout", type=float, default=default(DEFAULT_TIMEOUT_S),
+        help="deadline in seconds for each command's call, shared by the endpoints it tries"
     )
 
 

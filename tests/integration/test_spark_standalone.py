@@ -25,6 +25,7 @@ from tests.cluster import free_ports
 pytestmark = pytest.mark.cluster
 
 EXECUTOR_VENV = os.path.expanduser("~/.cache/rip18/spark-executor")
+C1_ONLY = "-XX:TieredStopAtLevel=1"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,10 @@ def _job(c: standalone.Cluster, *args: str, relative: bool = False) -> subproces
     python = os.path.relpath(c.executor_python) if relative else c.executor_python  # as a user types it
     return subprocess.run(
         [sys.executable, "-m", "pipeline", *args, "--master", c.master_url, "--executor-python", python,
-         "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.executor.memory=900m", "--json"],
+         "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.executor.memory=900m",
+         # short jobs: the JVMs compile with C1 only (as tests/conftest.py's local session does)
+         "--conf", f"spark.driver.extraJavaOptions={C1_ONLY}", "--conf", f"spark.executor.extraJavaOptions={C1_ONLY}",
+         "--json"],
         capture_output=True, text=True, timeout=300)
 
 

@@ -299,8 +299,10 @@ def test_retryable_server_error_moves_on(capsys: Capsys, make_node: MakeNode) ->
 
 def test_deadline_exceeded_moves_on(capsys: Capsys, make_node: MakeNode) -> None:
     slow, fast = make_node("n1"), make_node("n2")
-    slow.ns.delay["GetTopicList"] = 1.0  # e.g. a paused node
-    code = nsctl.main(["--endpoints", f"{slow.endpoint},{fast.endpoint}", "--timeout", "0.3", "topics"])
+    slow.ns.delay["GetTopicList"] = 3.0  # e.g. a paused node
+    started = time.monotonic()
+    code = nsctl.main(["--endpoints", f"{slow.endpoint},{fast.endpoint}", "--timeout", "1.0", "topics"])
+    assert time.monotonic() - started < 1.0  # the slow node had half of the time, the fast one the rest
     assert code == 0
     assert fast.ns.methods() == ["GetTopicList"]
     assert capsys.readouterr().out.splitlines()[-1] == "2 topics, served at apply offset 11"
