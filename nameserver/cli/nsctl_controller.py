@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 from nameserver.cli import render
-from nameserver.cli.nsctl import CommandError, Context, call_any, emit_json
+from nameserver.cli.nsctl_calls import CommandError, Context, call_any, emit_json
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 NO_BROKER = -1

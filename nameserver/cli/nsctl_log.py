@@ -20,14 +20,14 @@ from typing import Any
 import grpc
 
 from nameserver import headers
-from nameserver.cli.nsctl import (
+from nameserver.cli.nsctl_calls import (
     CommandError,
     Context,
     UsageError,
-    _status_code,
-    _status_details,
     emit_json,
     open_channel,
+    status_code,
+    status_details,
 )
 from nameserver.pb import api_pb2, api_pb2_grpc
 
@@ -76,10 +76,10 @@ def _read_range(ctx: Context, out: str, first: int, last: int | None, batch: int
             if endpoint not in result.endpoints:
                 result.endpoints.append(endpoint)
         except grpc.RpcError as err:
-            if _status_code(err) not in _MOVE_ON:
-                raise CommandError(_status_code(err).name, _status_details(err)) from None
+            if status_code(err) not in _MOVE_ON:
+                raise CommandError(status_code(err).name, status_details(err)) from None
             writer.flush(cursor - 1)  # keep what arrived: complete entries, in order
-            errors.append(f"{endpoint}: {_status_code(err).name}: {_status_details(err)}")
+            errors.append(f"{endpoint}: {status_code(err).name}: {status_details(err)}")
     result.entries += writer.entries
     result.records += writer.records
     result.segments += writer.written
@@ -131,9 +131,9 @@ def cmd_state_dump(ctx: Context, args: argparse.Namespace) -> int:
         except grpc.RpcError as err:
             if os.path.exists(path):
                 os.unlink(path)  # a broken stream leaves no half dump behind
-            if _status_code(err) not in _MOVE_ON:
-                raise CommandError(_status_code(err).name, _status_details(err)) from None
-            failures.append(f"{endpoint}: {_status_code(err).name}: {_status_details(err)}")
+            if status_code(err) not in _MOVE_ON:
+                raise CommandError(status_code(err).name, status_details(err)) from None
+            failures.append(f"{endpoint}: {status_code(err).name}: {status_details(err)}")
             continue
         if ctx.json:
             emit_json({**info.__dict__, "out": args.out})

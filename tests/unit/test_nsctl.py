@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
+from nameserver.chunking import register_chunks
 from nameserver.cli import nsctl, render
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 
@@ -487,7 +488,7 @@ def test_stream_chunks_split_exactly() -> None:
     request = api_pb2.RegisterBrokerRequest(
         broker_name="b", topics=[api_pb2.TopicConfig(topic_name=f"t{i}") for i in range(5001)]
     )
-    chunks = nsctl.register_chunks(request)
+    chunks = register_chunks(request)
     assert [len(c.topics.topics) for c in chunks[1:]] == [5000, 1]
     assert chunks[0].header.broker_name == "b" and len(chunks[0].header.topics) == 0
     assert len(request.topics) == 5001  # the caller's request is left intact

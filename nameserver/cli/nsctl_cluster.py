@@ -1,0 +1,180 @@
+"""nsctl's commands about the cluster itself: status of every node, members, membership changes,
+leadership transfer, snapshots."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import grpc
+
+from nameserver.cli import render
+from nameserver.cli.nsctl_calls import (
+    RETRYABLE,
+    Context,
+    call_any,
+    call_each,
+    describe,
+    emit_json,
+    role_name,
+    status_code,
+    status_details,
+)
+from nameserver.pb import api_pb2, api_pb2_grpc
+
+DIGEST_SHORT = 12
+
+
+def _status_json(endpoint: str, result: Any) -> dict[str, Any]:
+    if isinstance(result, grpc.RpcError):
+        return {"endpoint": endpoint, "error": describe(result)}
+    data = render.to_dict(result)
+    data["role"] = role_name(result.role)
+    data["endpoint"] = endpoint
+    return data
+
+
+def _status_row(endpoint: str, result: Any) -> list[Any]:
+    if isinstance(result, grpc.RpcError):
+        code = status_code(result)
+        label = "unreachable" if code in RETRYABLE else "error"
+        return ["-", endpoint, f"{label} ({code.name})"] + [None] * 8
+    return [
+        result.node_id,
+        result.grpc_addr or endpoint,
+        role_name(result.role),
+        result.leader_grpc_addr or result.leader_id,
+        result.term,
+        result.end_offset,
+        result.commit_offset,
+        result.apply_offset,
+        result.digest[:DIGEST_SHORT],
+        result.ready,
+        result.keys,
+    ]
+
+
+_STATUS_HEADERS = ["NODE", "GRPC ADDR", "ROLE", "LEADER", "TERM", "END", "COMMIT", "APPLY", "DIGEST"]
+_STATUS_HEADERS += ["READY", "KEYS"]
+
+
+def _warn_digest_mismatch(results: list[tuple[str, Any]]) -> None:
+    # Invariant: replicas at the same apply offset have the same digest; say loudly when they do not.
+    by_offset: dict[int, set[str]] = {}
+    for _, result in results:
+        if not isinstance(result, grpc.RpcError):
+            by_offset.setdefault(result.apply_offset, set()).add(result.digest)
+    for offset, digests in sorted(by_offset.items()):
+        if len(digests) > 1:
+            print(f"warning: digests differ at apply offset {offset}: {sorted(digests)}", file=sys.stderr)
+
+
+def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
+    results = call_each(ctx, api_pb2_grpc.AdminStub, "Status", api_pb2.StatusRequest())
+    failed = [(endpoint, r) for endpoint, r in results if isinstance(r, grpc.RpcError)]
+    if ctx.json:
+        emit_json({"nodes": [_status_json(endpoint, result) for endpoint, result in results]})
+    else:
+        print(render.table(_STATUS_HEADERS, [_status_row(endpoint, result) for endpoint, result in results]))
+        for endpoint, err in failed:
+            print(f"error: {status_code(err).name}: {endpoint}: {status_details(err)}", file=sys.stderr)
+    _warn_digest_mismatch(results)
+    return 1 if failed else 0
+
+
+def cmd_members(ctx: Context, args: argparse.Namespace) -> int:
+    endpoint, reply = call_any(ctx, api_pb2_grpc.AdminStub, "Members", api_pb2.MembersRequest())
+    if ctx.json:
+        emit_json(render.to_dict(reply))
+        return 0
+    rows = [
+        [m.node_id, m.grpc_addr, m.is_self, m.is_leader, m.connected, m.match_offset] for m in reply.members
+    ]
+    print(render.table(("NODE", "GRPC ADDR", "SELF", "LEADER", "CONNECTED", "MATCH"), rows))
+    print(f"answered by {endpoint}")
+    return 0
+
+
+def _print_members(ctx: Context, reply: Any, what: str) -> int:
+    if ctx.json:
+        emit_json(render.to_dict(reply))
+        return 0
+    rows = [[m.node_id, m.grpc_addr, m.is_leader, m.connected] for m in reply.members]
+    print(render.table(("NODE", "GRPC ADDR", "LEADER", "CONNECTED"), rows))
+    print(what)
+    return 0
+
+
+def cmd_member_add(ctx: Context, args: argparse.Namespace) -> int:
+    req = api_pb2.MemberChangeRequest(node_id=args.node_id, grpc_addr=args.grpc_addr)
+    _, reply = call_any(ctx, api_pb2_grpc.AdminStub, "AddMember", req)
+    return _print_members(ctx, reply, f"added {args.node_id}")
+
+
+def cmd_member_remove(ctx: Context, args: argparse.Namespace) -> int:
+    req = api_pb2.MemberChangeRequest(node_id=args.node_id)
+    _, reply = call_any(ctx, api_pb2_grpc.AdminStub, "RemoveMember", req)
+    return _print_members(ctx, reply, f"removed {args.node_id}")
+
+
+def cmd_leader_transfer(ctx: Context, args: argparse.Namespace) -> int:
+    req = api_pb2.TransferLeadershipRequest(node_id=args.node_id or "")
+    _, reply = call_any(ctx, api_pb2_grpc.AdminStub, "TransferLeadership", req)
+    if ctx.json:
+        emit_json(render.to_dict(reply))
+    else:
+        print(f"leader is now {reply.leader_id or 'being elected'}")
+    return 0
+
+
+def cmd_snapshot(ctx: Context, args: argparse.Namespace) -> int:
+    if args.all:
+        return _snapshot_all(ctx)
+    endpoint, reply = call_any(ctx, api_pb2_grpc.AdminStub, "TakeSnapshot", api_pb2.TakeSnapshotRequest())
+    if ctx.json:
+        emit_json(render.to_dict(reply))
+    else:
+        print(f"snapshot at offset {reply.offset} on {endpoint}")
+    return 0
+
+
+def _snapshot_all(ctx: Context) -> int:
+    results = call_each(ctx, api_pb2_grpc.AdminStub, "TakeSnapshot", api_pb2.TakeSnapshotRequest())
+    failed = [r for _, r in results if isinstance(r, grpc.RpcError)]
+    if ctx.json:
+        emit_json({"nodes": [_snapshot_json(endpoint, result) for endpoint, result in results]})
+    else:
+        rows = [
+            [endpoint, describe(r) if isinstance(r, grpc.RpcError) else r.offset] for endpoint, r in results
+        ]
+        print(render.table(("ENDPOINT", "SNAPSHOT OFFSET"), rows))
+    return 1 if failed else 0
+
+
+def _snapshot_json(endpoint: str, result: Any) -> dict[str, Any]:
+    if isinstance(result, grpc.RpcError):
+        return {"endpoint": endpoint, "error": describe(result)}
+    return {"endpoint": endpoint, **render.to_dict(result)}
+
+
+# ---- command line ----
+
+
+def add_cluster_commands(b: Any, sub: Any) -> None:
+    b.command(sub, "status", cmd_status, "status of every node (exit 1 unless all answer)")
+    b.command(sub, "members", cmd_members, "Raft members as one node sees them")
+    snap = b.command(sub, "snapshot", cmd_snapshot, "take a snapshot now")
+    snap.add_argument("--all", action="store_true", help="on every endpoint, not just the first that answers")
+
+
+def add_membership_commands(b: Any, sub: Any) -> None:
+    member = b.group(sub, "member", "cluster membership (one change at a time)")
+    add = b.command(member, "add", cmd_member_add, "add a started node to the cluster")
+    add.add_argument("node_id", help="the new node's Raft address (host:port)")
+    add.add_argument("--grpc-addr", required=True, help="the new node's gRPC address (host:port)")
+    b.command(member, "remove", cmd_member_remove, "remove a member (not the leader)").add_argument(
+        "node_id", help="the member's Raft address")
+    leader = b.group(sub, "leader", "leadership")
+    b.command(leader, "transfer", cmd_leader_transfer, "hand leadership to another member").add_argument(
+        "node_id", nargs="?", help="target member's Raft address (default: the most caught-up one)")
