@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from concurrent import futures
 
 import grpc
@@ -26,7 +25,7 @@ from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
 from nameserver.remoting.controller import ControllerHandlers
-from raftlog import FD_RESERVE
+from raftlog import FD_RESERVE, LeaderView, Subscription
 
 log = logging.getLogger("nameserver.server")
 
@@ -112,15 +111,15 @@ class Server:
         if cfg.archive_dir:  # Parquet log segments as entries commit (imports pyarrow only when on)
             from nameserver.ops.archive import LogArchiver
             self.extras.append(LogArchiver(self.node.log, cfg.archive_dir))
-        self._stop = threading.Event()
-        self._health_thread = threading.Thread(target=self._health_loop, name="health", daemon=True)
+        self._ready_seen: bool | None = None
+        self._health_feed: Subscription | None = None
 
     def start(self) -> None:
         self._set_health(False)
         self.grpc.start()
         for extra in self.extras:
             extra.start()
-        self._health_thread.start()
+        self._health_feed = self.node.log.watch_leader(self._on_leader_view)
         log.info("node %s serving gRPC on %s (data in %s; security %s, TLS %s, client certificates %s, "
                  "auth %s)", self.cfg.raft_addr, self.cfg.grpc_addr, self.cfg.data_dir, self.cfg.security_mode,
                  "on" if self.cfg.tls_enabled else "off", self.cfg.tls_client_auth,
@@ -131,17 +130,16 @@ class Server:
         for name in ("",) + SERVICE_NAMES:
             self.health.set(name, status)
 
-    def _health_loop(self) -> None:
-        last = None
-        while not self._stop.wait(0.2):
-            ready = self.node.log.ready
-            if ready != last:
-                self._set_health(ready)
-                log.info("node %s is %s", self.cfg.raft_addr, "ready" if ready else "not ready")
-                last = ready
+    def _on_leader_view(self, view: LeaderView) -> None:
+        """gRPC health follows readiness, from the log's leader stream (its first view included)."""
+        if view.ready != self._ready_seen:
+            self._ready_seen = view.ready
+            self._set_health(view.ready)
+            log.info("node %s is %s", self.cfg.raft_addr, "ready" if view.ready else "not ready")
 
     def stop(self, grace: float = 1.0) -> None:
-        self._stop.set()
+        if self._health_feed is not None:
+            self._health_feed.close()
         for extra in reversed(self.extras):
             extra.stop()
         self.grpc.stop(grace).wait()

@@ -47,17 +47,37 @@ class LogStats:
     apply_error: str             # why apply stopped for good ("" while it runs)
 
 
-class Subscription:
-    """A listener registered with ReplicatedLog.subscribe() or watch_leadership(); close() unregisters it
-    (idempotent)."""
+@dataclass(frozen=True)
+class LeaderView:
+    """Who leads as this node sees it, and whether it is ready: one event of the leader stream."""
 
-    def __init__(self, listeners: list[Callable[[Any], None]], listener: Callable[[Any], None]) -> None:
+    leader: str | None           # the leader's Raft address; None while an election runs
+    term: int
+    self_leads: bool
+    ready: bool
+
+
+NO_VIEW = LeaderView(leader=None, term=0, self_leads=False, ready=False)
+
+
+class Subscription:
+    """A listener registered with ReplicatedLog.subscribe(), watch_leader() or watch_leadership();
+    close() unregisters it (idempotent)."""
+
+    def __init__(self, listeners: list[Callable[[Any], Any]], listener: Callable[[Any], Any]) -> None:
         self._listeners, self._listener = listeners, listener
         listeners.append(listener)
 
     def close(self) -> None:
         with contextlib.suppress(ValueError):
             self._listeners.remove(self._listener)
+
+
+@dataclass(frozen=True)
+class _ViewEvent:
+    view: LeaderView
+    role: bool | None = None                                  # this node's new role: watch_leadership's
+    first_for: Callable[[LeaderView], object] | None = None   # a new listener's first view, for it alone
 
 
 @dataclass
@@ -115,9 +135,14 @@ class ReplicatedLog:
         self.snapshot_bytes = 0
         self._snapshot_writer: threading.Thread | None = None
         self._ready_target: int | None = None
+        # One ordered stream of leader views, seen on the tick thread, delivered on one thread of its own
+        self._view_listeners: list[Callable[[LeaderView], object]] = []
         self._leader_listeners: list[Callable[[bool], None]] = []
-        self._leader_events: queue.SimpleQueue[bool | None] = queue.SimpleQueue()
-        self._leader_thread = threading.Thread(target=self._dispatch_leadership, name="leader-events", daemon=True)
+        self._leader_events: queue.SimpleQueue[_ViewEvent | None] = queue.SimpleQueue()
+        self._view = NO_VIEW
+        self._view_key: tuple[str | None, int, bool, bool] = (None, 0, False, False)
+        self._view_lock = threading.Lock()  # a new listener's first view and the stream stay in order
+        self._leader_thread = threading.Thread(target=self._dispatch_views, name="leader-events", daemon=True)
         self._leader_thread.start()
         self._was_leader = False
         self.leader_changes = 0
@@ -138,7 +163,7 @@ class ReplicatedLog:
         )
         self.raft = RaftNode(cfg.self_addr, cfg.partners, conf, self.applier,
                              self._read_dump_meta, self.progress, self.journal)
-        self.raft.addOnTickCallback(self._check_ready)
+        self.raft.addOnTickCallback(self._on_tick)
         self.committer = GroupCommitter(self.applier, self._append, self.is_leader, self.term,
                                         linger_s=cfg.group_linger_s)
         self.committer.start()
@@ -245,18 +270,48 @@ class ReplicatedLog:
         (entries up to it were not seen one by one), before apply_offset moves; close() to stop."""
         return Subscription(self.applier.reset_listeners, listener)
 
+    def watch_leader(self, listener: Callable[[LeaderView], object]) -> Subscription:
+        """Call `listener(view)` with the current LeaderView, then with each change of the leader, the
+        term, this node's role or its readiness, in order, on the leader-events thread (never the tick
+        thread: a listener may block briefly); close() to stop."""
+        with self._view_lock:
+            subscription = Subscription(self._view_listeners, listener)
+            self._leader_events.put(_ViewEvent(self._view, first_for=listener))
+        return subscription
+
     def watch_leadership(self, listener: Callable[[bool], None]) -> Subscription:
-        """Call `listener(is_leader)` each time this node gains or loses leadership, in order, on one
-        thread of their own (never the tick thread: a listener may block briefly); close() to stop."""
+        """Call `listener(is_leader)` each time this node gains or loses leadership (the same stream,
+        on the same thread, as watch_leader); close() to stop."""
         return Subscription(self._leader_listeners, listener)
 
-    def _dispatch_leadership(self) -> None:
-        while (leader := self._leader_events.get()) is not None:
-            for listener in list(self._leader_listeners):
-                try:
-                    listener(leader)
-                except Exception:
-                    log.exception("leadership listener failed")
+    def _dispatch_views(self) -> None:
+        while (event := self._leader_events.get()) is not None:
+            if event.first_for is not None:
+                targets = [event.first_for] if event.first_for in self._view_listeners else []
+            else:
+                targets = list(self._view_listeners)
+            for listener in targets:
+                self._deliver(listener, event.view)
+            if event.role is not None:
+                for role_listener in list(self._leader_listeners):
+                    self._deliver(role_listener, event.role)
+
+    @staticmethod
+    def _deliver(listener: Callable[[Any], object], value: Any) -> None:
+        try:
+            listener(value)
+        except Exception:
+            log.exception("leader listener failed")
+
+    def _observe(self, role: bool | None = None) -> None:
+        """Tick thread: put the view on the leader stream when it changed (`role`: this node's role
+        just changed to it)."""
+        seen = (self.leader(), self.term(), self.is_leader() if role is None else role, self.ready)
+        if seen != self._view_key or role is not None:  # a tuple compare: this runs on every tick
+            view = LeaderView(*seen)
+            with self._view_lock:
+                self._view, self._view_key = view, seen
+                self._leader_events.put(_ViewEvent(view, role=role))
 
     @property
     def history(self) -> EntryHistory:
@@ -340,7 +395,11 @@ class ReplicatedLog:
                 # Entries this node appended and did not see commit may never be: answer their
                 # proposers now (outcome unknown) rather than at their deadline, so clients retry.
                 self.committer.abandon_in_flight("leadership lost before the entry committed (outcome unknown)")
-            self._leader_events.put(leader)  # to watch_leadership's listeners, in order, off this thread
+            self._observe(role=leader)  # to the listeners, in order, off this thread
+
+    def _on_tick(self) -> None:
+        self._check_ready()
+        self._observe()
 
     def _check_ready(self) -> None:
         # Tick thread; replaces pysyncobj's onReady, which fires only when its last-applied index EQUALS the

@@ -53,14 +53,13 @@ from raftlog.roles import Role
 from snapshot.store import parse_snapshot_name
 
 if TYPE_CHECKING:
-    from raftlog.log import ReplicatedLog
+    from raftlog.log import LeaderView, ReplicatedLog, Subscription
 
 log = logging.getLogger("nameserver.ops.metrics")
 
 # `*_created` series double the counter series and no dashboard or alert here reads them.
 disable_created_metrics()
 
-LEADER_POLL_S = 0.1
 
 RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)        # group commit: <= 512 batches per entry
@@ -484,35 +483,32 @@ class MetricsEndpoint:
 class LeaderWatch:
     """Logs one line per leader change this node sees, and counts them (etcd's leader_changes_seen).
 
-    pysyncobj only reports this node's own role changes, so followers learn of a new leader by
-    polling (every 100 ms): a new term with a known leader is one change.
+    It listens to the log's leader stream (ReplicatedLog.watch_leader), which carries every change
+    of leader or term this node sees, its own role's and the followers' alike: a new term with a
+    known leader is one change.
     """
 
-    def __init__(self, rlog: ReplicatedLog, metrics: NodeMetrics | None = None,
-                 poll_s: float = LEADER_POLL_S) -> None:
+    def __init__(self, rlog: ReplicatedLog, metrics: NodeMetrics | None = None) -> None:
         self.log = rlog
         self.metrics = metrics
-        self.poll_s = poll_s
         self.self_id = rlog.cfg.self_addr
         self._seen: tuple[str, int] | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="leader-watch", daemon=True)
+        self._subscription: Subscription | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        self._subscription = self.log.watch_leader(self.observe)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        if self._subscription is not None:
+            self._subscription.close()
 
-    def poll(self) -> bool:
-        """One observation; True when it saw a new leader."""
-        leader = self.log.leader()
-        term = self.log.term()
+    def observe(self, view: LeaderView) -> bool:
+        """One view of the stream; True when it shows a new leader."""
+        leader, term = view.leader, view.term
         if not leader or (self._seen is not None and (leader, term) == self._seen):
             return False
         if self._seen is not None and term < self._seen[1]:
-            return False  # a stale read racing an election; the next poll sees the new term
+            return False  # never from the stream, which is in order; kept as the rule
         previous = self._seen[0] if self._seen else ""
         self._seen = (leader, term)
         if self.metrics is not None:
@@ -521,10 +517,3 @@ class LeaderWatch:
                  extra={"event": "leader_change", "leader": leader, "term": term, "previous_leader": previous,
                         "self_is_leader": leader == self.self_id})
         return True
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            try:
-                self.poll()
-            except Exception:
-                log.exception("leader watch failed")

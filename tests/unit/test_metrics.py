@@ -31,7 +31,7 @@ from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, entry_summary, 
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import RemotingServer, codes
 from nameserver.server import Server
-from raftlog import LogStats
+from raftlog import LeaderView, LogStats
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2
 from tests.cluster import ROOT, free_ports, register_request
@@ -90,7 +90,7 @@ class Single:
                  and self.server.node.log.ready)
         metrics = self.server.metrics
         assert metrics is not None
-        wait_for("the leader watch to see it", lambda: metrics.leader_changes_seen == 1)  # polls every 100 ms
+        wait_for("the leader watch to see it", lambda: metrics.leader_changes_seen == 1)
 
     @property
     def port(self) -> int:
@@ -377,17 +377,9 @@ class FakeLog:
         self.cfg = self._Cfg()
         self.has_quorum = True
         self.last_apply_time = 0.0
-        self.current_leader: str | None = None
-        self.current_term = 0
         self.leading = False
         self.ready = True
         self.barriers = 0
-
-    def leader(self) -> str | None:
-        return self.current_leader
-
-    def term(self) -> int:
-        return self.current_term
 
     def is_leader(self) -> bool:
         return self.leading
@@ -407,16 +399,16 @@ def test_leader_watch_logs_one_line_per_leader_change(caplog: pytest.LogCaptureF
     fake = FakeLog()
     watch = LeaderWatch(fake)  # type: ignore[arg-type]
     caplog.set_level(logging.INFO, logger="nameserver.ops.metrics")
-    assert not watch.poll()                     # no leader yet
-    fake.current_leader, fake.current_term = "n2", 1
-    assert watch.poll()
-    assert not watch.poll()                     # same leader, same term: nothing new
-    fake.current_leader, fake.current_term = None, 2
-    assert not watch.poll()                     # election under way
-    fake.current_leader = "n1"
-    assert watch.poll()
-    fake.current_term = 3                       # n1 re-elected in a new term: a change too
-    assert watch.poll()
+
+    def view(leader: str | None, term: int, ready: bool = True) -> LeaderView:
+        return LeaderView(leader=leader, term=term, self_leads=leader == "n1", ready=ready)
+
+    assert not watch.observe(view(None, 0))          # no leader yet
+    assert watch.observe(view("n2", 1))
+    assert not watch.observe(view("n2", 1, ready=False))  # same leader, same term: nothing new
+    assert not watch.observe(view(None, 2))          # election under way
+    assert watch.observe(view("n1", 2))
+    assert watch.observe(view("n1", 3))              # n1 re-elected in a new term: a change too
     events = [r for r in caplog.records if getattr(r, "event", None) == "leader_change"]
     assert [(r.leader, r.term, r.previous_leader, r.self_is_leader) for r in events] == [
         ("n2", 1, "", False), ("n1", 2, "n2", True), ("n1", 3, "n1", True)]

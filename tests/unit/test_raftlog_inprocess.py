@@ -7,6 +7,7 @@ catching up from a snapshot after the leader compacted its log.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 
@@ -139,3 +140,33 @@ def test_restart_restores_snapshot_then_replays_tail(tmp_path) -> None:
         assert node.kv.get("k/109") == b"v109" and len(node.kv) == 110
     finally:
         node.close()
+
+
+def test_the_leader_stream_shows_every_node_who_leads_in_order(trio) -> None:
+    """watch_leader: a first view, then each change of leader, term, role or readiness, in term order;
+    watch_leadership hears only this node's own role changes, on the same stream."""
+    views: dict[str, list] = {n.addr: [] for n in trio}
+    roles: dict[str, list[bool]] = {n.addr: [] for n in trio}
+    for n in trio:
+        n.log.watch_leader(views[n.addr].append)
+        n.log.watch_leadership(roles[n.addr].append)
+    first = leader_of(trio)
+    wait_for(lambda: all(v and v[-1].leader == first.addr and v[-1].ready for v in views.values()))
+    assert roles[first.addr] == [True]
+    assert all(roles[n.addr] == [] for n in trio if n is not first)
+    first.close()
+    rest = [n for n in trio if n is not first]
+    second = leader_of(rest)
+    wait_for(lambda: all(views[n.addr][-1].leader == second.addr for n in rest))
+    for n in rest:
+        seen = views[n.addr]
+        terms = [v.term for v in seen]
+        assert terms == sorted(terms), terms                     # in order
+        assert any(v.leader == first.addr for v in seen)          # the old leader, then the new one
+        assert seen[-1].self_leads == (n is second) and seen[-1].ready
+        assert all(a != b for a, b in itertools.pairwise(seen))  # only changes
+    assert roles[second.addr] == [True]
+    late: list = []
+    second.log.watch_leader(late.append)  # a listener that comes later hears the current view first
+    wait_for(lambda: late)
+    assert late[0].leader == second.addr and late[0].self_leads
