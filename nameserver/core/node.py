@@ -118,7 +118,7 @@ class NameServerNode:
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
         # On a follower, concurrent linearizable reads share one ReadIndex call to the leader (a round
         # starts only once the reads in it have arrived, as on the leader) instead of one call each.
-        self.leader_read_indexes = ReadIndexBatcher(self._read_index_from_leader)
+        self.leader_read_indexes = ReadIndexBatcher(self._read_index_from_leader, name="leader-read-index")
         self.watches = WatchHub(max_watchers=cfg.max_watchers)
         self.routes = RouteCache()
         self._watch_feed = self.log.subscribe(self.watches.on_entry)

@@ -6,9 +6,9 @@ cannot answer yet. Below, "barrier" means that confirmation.
 
 Reads that arrive while a barrier is in flight wait for the next round: a barrier proposed before a
 read arrived could order before a write acknowledged before that read, so sharing it would be
-stale. Up to `max_rounds` rounds are in flight at once (the group committer puts concurrent
-barriers into one entry), so a read waits for at most the barrier it needs, not for the previous
-round to finish first. The barrier commits only with a majority in the leader's current term,
+stale. Up to `max_rounds` rounds are in flight at once, one per round thread (the group committer
+puts concurrent barriers into one entry), so a read waits for at most the barrier it needs, not for
+the previous round to finish first. The barrier commits only with a majority in the leader's current term,
 so a paused or partitioned old leader can never hand out an index (its barrier never applies; the
 read times out).
 """
@@ -29,9 +29,8 @@ class _Ticket:
 
 class ReadIndexBatcher:
     def __init__(self, barrier: Callable[[float], int], barrier_timeout_s: float = 5.0,
-                 max_rounds: int = 4) -> None:
+                 max_rounds: int = 4, name: str = "read-index") -> None:
         self._barrier = barrier
-        self._rounds = threading.BoundedSemaphore(max_rounds)
         self._counts = threading.Lock()
         self._timeout = barrier_timeout_s
         self._cv = threading.Condition()
@@ -40,8 +39,11 @@ class ReadIndexBatcher:
         self.rounds = 0
         self.reads = 0
         self.last_round_reads = 0
-        self._thread = threading.Thread(target=self._run, name="read-index", daemon=True)
-        self._thread.start()
+        # one thread per round that may be in flight: a free one takes every read waiting at once
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+                         for i in range(max_rounds)]
+        for thread in self._threads:
+            thread.start()
 
     def read_index(self, timeout: float) -> int:
         ticket = _Ticket()
@@ -57,7 +59,7 @@ class ReadIndexBatcher:
     def stop(self) -> None:
         with self._cv:
             self._stop = True
-            self._cv.notify()
+            self._cv.notify_all()
 
     @property
     def reads_per_barrier(self) -> float:
@@ -65,15 +67,13 @@ class ReadIndexBatcher:
 
     def _run(self) -> None:
         while True:
-            self._rounds.acquire()  # a round slot first: reads queue up meanwhile and share the round
             with self._cv:
                 while not self._waiting and not self._stop:
                     self._cv.wait()
                 if self._stop:
-                    self._rounds.release()
                     return
                 batch, self._waiting = self._waiting, []
-            threading.Thread(target=self._round, args=(batch,), name="read-index-round", daemon=True).start()
+            self._round(batch)
 
     def _round(self, batch: list[_Ticket]) -> None:
         try:
@@ -83,8 +83,6 @@ class ReadIndexBatcher:
         except Exception as exc:
             for t in batch:
                 t.error = exc
-        finally:
-            self._rounds.release()
         with self._counts:
             self.rounds += 1
             self.reads += len(batch)
