@@ -69,6 +69,8 @@ class Server:
         # Controller mode (RIP-44; nameserver/controller): served over gRPC by every node, so a follower
         # can forward to whichever node leads; its remoting port only where [controller] listen is set.
         self.heartbeats = HeartbeatTable(default_timeout_s=cfg.controller_heartbeat_timeout_ms / 1000)
+        if self.metrics is not None:
+            self.metrics.broker_alive = self.heartbeats.alive
         self.notifier = RoleChangeNotifier()  # used while the replicated notifyBrokerRoleChanged is on
         self.controller = ControllerService(self.node, self.service, self.heartbeats, self.notifier)
         api_pb2_grpc.add_ControllerServicer_to_server(self.controller, self.grpc)

@@ -121,7 +121,11 @@ def record_type_name(rtype: int) -> str:
 
 # ---- the node's metrics ------------------------------------------------------------------------
 
-def _controller_gauges(sets: list[tuple[str, state_pb2.ControllerBrokerSet]]) -> Iterator[Metric]:
+BrokerAlive = Callable[[str, int], bool]  # (broker set, broker id) -> heartbeating to this node
+
+
+def _controller_gauges(sets: list[tuple[str, state_pb2.ControllerBrokerSet]],
+                       alive: BrokerAlive | None) -> Iterator[Metric]:
     """Controller mode, per broker set (docs/controller.md); none at all when no set is registered."""
     labels = ["broker_set", "cluster"]
     epoch = GaugeMetricFamily("nameserver_controller_master_epoch", "A broker set's master epoch (every "
@@ -131,14 +135,21 @@ def _controller_gauges(sets: list[tuple[str, state_pb2.ControllerBrokerSet]]) ->
     in_sync = GaugeMetricFamily("nameserver_controller_in_sync_replicas", "Brokers in the set's SyncStateSet "
                                 "(the master included).", labels=labels)
     replicas = GaugeMetricFamily("nameserver_controller_replicas", "Brokers registered in the set.", labels=labels)
+    # The controller re-elects only while some broker of the set is alive (as Apache RocketMQ's does),
+    # so a set whose brokers all died keeps its recorded master: has_master alone would stay 1.
+    master_alive = GaugeMetricFamily("nameserver_controller_master_alive", "1 if the set has a master and it "
+                                     "heartbeats to this node, else 0.", labels=labels)
     for name, bs in sets:
         values = [name, bs.cluster_name]
         epoch.add_metric(values, bs.master_epoch)
         has_master.add_metric(values, 1 if bs.master_id else 0)
         in_sync.add_metric(values, len(bs.sync_state_set))
         replicas.add_metric(values, len(bs.replicas))
+        master_alive.add_metric(values, 1 if bs.master_id and alive is not None and alive(name, bs.master_id) else 0)
     if sets:
         yield from (epoch, has_master, in_sync, replicas)
+        if alive is not None:
+            yield master_alive
 
 
 class NodeMetrics:
@@ -181,6 +192,7 @@ class NodeMetrics:
         self.last_leader_time_ms = 0
         self.leader_changes_seen = 0
         self.idle_noops = 0
+        self.broker_alive: BrokerAlive | None = None  # the controller's heartbeat table, when the server has one
         self.registry.register(_NodeCollector(self))
         self.subscription = node.log.subscribe(self.on_entry)
 
@@ -307,7 +319,7 @@ class _NodeCollector(Collector):
         yield gauge("nameserver_live_brokers", "Registered broker addresses (not yet expired or "
                     "unregistered).", live_brokers)
         yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
-        yield from _controller_gauges(broker_sets)
+        yield from _controller_gauges(broker_sets, m.broker_alive)
         yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])
         routes = CounterMetricFamily("nameserver_route_reads", "Route reads this node answered, by whether the "
                                      "route was kept from an earlier read (hit) or computed (miss).",

@@ -507,15 +507,26 @@ def _scrapes(port: int) -> bool:
 def test_controller_gauges_per_broker_set() -> None:
     from nameserver.ops.metrics import _controller_gauges
 
-    assert list(_controller_gauges([])) == []  # no set registered: no controller series at all
+    assert list(_controller_gauges([], None)) == []  # no set registered: no controller series at all
     with_master = state_pb2.ControllerBrokerSet(cluster_name="c1", master_id=2, master_epoch=3,
                                                 sync_state_set=[2, 3], replicas=[{"broker_id": i} for i in (1, 2, 3)])
     lost = state_pb2.ControllerBrokerSet(cluster_name="c1", master_id=0, master_epoch=4, sync_state_set=[1],
                                          replicas=[{"broker_id": 1}])
-    got = {(m.name, s.labels["broker_set"]): s.value for m in _controller_gauges([("a", with_master), ("b", lost)])
-           for s in m.samples}
+    dead = state_pb2.ControllerBrokerSet(cluster_name="c1", master_id=1, master_epoch=5, sync_state_set=[1, 2],
+                                         replicas=[{"broker_id": 1}, {"broker_id": 2}])
+    heartbeating = {("a", 2), ("a", 3), ("b", 1)}  # set c: every broker died, so no election recorded it
+    sets = [("a", with_master), ("b", lost), ("c", dead)]
+    got = {(m.name, s.labels["broker_set"]): s.value
+           for m in _controller_gauges(sets, lambda name, bid: (name, bid) in heartbeating) for s in m.samples}
     assert got == {("nameserver_controller_master_epoch", "a"): 3, ("nameserver_controller_master_epoch", "b"): 4,
+                   ("nameserver_controller_master_epoch", "c"): 5,
                    ("nameserver_controller_has_master", "a"): 1, ("nameserver_controller_has_master", "b"): 0,
+                   ("nameserver_controller_has_master", "c"): 1,
                    ("nameserver_controller_in_sync_replicas", "a"): 2,
                    ("nameserver_controller_in_sync_replicas", "b"): 1,
-                   ("nameserver_controller_replicas", "a"): 3, ("nameserver_controller_replicas", "b"): 1}
+                   ("nameserver_controller_in_sync_replicas", "c"): 2,
+                   ("nameserver_controller_replicas", "a"): 3, ("nameserver_controller_replicas", "b"): 1,
+                   ("nameserver_controller_replicas", "c"): 2,
+                   # what BrokerSetWithoutMaster watches: b has no master, c's master is dead
+                   ("nameserver_controller_master_alive", "a"): 1, ("nameserver_controller_master_alive", "b"): 0,
+                   ("nameserver_controller_master_alive", "c"): 0}
