@@ -1,6 +1,12 @@
 import os
 import sys
 
+# Before anything imports grpc: this process forks only to exec (node processes, Spark's JVM, tools), so
+# gRPC's fork handlers are not needed, and in grpcio >= 1.80 they can kill a child forked while a
+# channel is active before it execs (grpc/grpc#43055: "epoll_wait error: Bad file descriptor"). PySpark
+# forks with preexec_fn to start its JVM, which then exited "before sending its port number".
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
