@@ -59,8 +59,8 @@ def test_executors_run_a_python_without_the_project(cluster) -> None:
 
 def test_compact_and_audit_run_in_the_cluster_executors(cluster, tmp_path) -> None:
     log = str(tmp_path / "log")
-    synth = generate(log, FleetSpec(records=15_000, clusters=2, groups_per_cluster=3, topics_per_group=10,
-                                    race_rate=0.05, rows_per_segment=5000, seed=5))
+    synth = generate(log, FleetSpec(records=8_000, clusters=2, groups_per_cluster=3, topics_per_group=10,
+                                    race_rate=0.05, rows_per_segment=2500, seed=5))
     kv, expected = replay(log)
     assert synth.failed_batches > 0  # the precondition walk has work to do in the executors
     good, bad = str(tmp_path / "dump-good"), str(tmp_path / "dump-bad")
