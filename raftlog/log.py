@@ -285,11 +285,17 @@ class ReplicatedLog:
         return Subscription(self._leader_listeners, listener)
 
     def _dispatch_views(self) -> None:
+        # A listener hears broadcasts only after its first view: one queued before it subscribed would
+        # otherwise reach it ahead of (or twice with) the view it starts from.
+        started: list[Callable[[LeaderView], object]] = []
         while (event := self._leader_events.get()) is not None:
+            listeners = list(self._view_listeners)
+            started = [s for s in started if s in listeners]
             if event.first_for is not None:
-                targets = [event.first_for] if event.first_for in self._view_listeners else []
+                targets = [event.first_for] if event.first_for in listeners else []
+                started += targets
             else:
-                targets = list(self._view_listeners)
+                targets = [s for s in listeners if s in started]
             for listener in targets:
                 self._deliver(listener, event.view)
             if event.role is not None:
