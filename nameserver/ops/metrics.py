@@ -518,9 +518,7 @@ class LeaderWatch:
         """One view of the stream; True when it shows a new leader."""
         leader, term = view.leader, view.term
         if not leader or (self._seen is not None and (leader, term) == self._seen):
-            return False
-        if self._seen is not None and term < self._seen[1]:
-            return False  # never from the stream, which is in order; kept as the rule
+            return False  # the stream is in order, so a term never goes back
         previous = self._seen[0] if self._seen else ""
         self._seen = (leader, term)
         if self.metrics is not None:
