@@ -12,7 +12,9 @@
     [raft]      election_min_ms, election_max_ms, snapshot_every_entries, snapshot_every_seconds,
                 snapshots_kept, batch_append, idle_noop_ms, password_file / password_env,
                 fsync (true: the journal is on disk before an append is acknowledged; false trades
-                that durability for speed: docs/benchmarks.md measures the difference)
+                that durability for speed: docs/benchmarks.md measures the difference), read_lease
+                (true: the leader answers linearizable reads under a lease that rests on the election
+                timeout and on clocks that run at about the same rate; false: a heartbeat round each)
     [liveness]  default_timeout_ms (RocketMQ: 120000), scan_interval_ms (5000), forward_interval_ms
     [routes]    order_message_enable
     [grpc]      max_message_bytes, workers, write_timeout_ms
@@ -74,6 +76,7 @@ class NodeConfig:
     snapshots_kept: int = 3
     batch_append: bool = False
     fsync: bool = True
+    read_lease: bool = True
     group_commit_linger_us: int = 2000  # how long the leader waits for more proposals to share an entry
     idle_noop_ms: int = 0          # leader appends a no-op when idle this long (KRaft: 500); 0: off
     password: str | None = field(default=None, repr=False)
@@ -157,7 +160,8 @@ class NodeConfig:
 
 _SECTIONS: dict[str, tuple[str, ...]] = {
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
-             "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us", "fsync"),
+             "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us", "fsync",
+             "read_lease"),
     "liveness": ("default_timeout_ms", "scan_interval_ms", "forward_interval_ms"),
     "routes": ("order_message_enable",),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),

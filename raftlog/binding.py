@@ -37,7 +37,7 @@ from raftlog.appendflow import ProbeGate
 from raftlog.applier import Applier
 from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
-from raftlog.leadership import LeadershipConfirmer
+from raftlog.leadership import TRANSFER_VOTE, LeadershipConfirmer
 from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
 from raftlog.peerlinks import MembershipTransport
@@ -111,7 +111,7 @@ class RaftNode(SyncObj):
 
     def __init__(self, self_addr: str, partners: list[str], conf: SyncObjConf, applier: Applier,
                  read_dump_meta: Callable[[str], tuple[RaftEntry, RaftEntry, list[str]]],
-                 progress: SnapshotProgress, journal: DurableJournal) -> None:
+                 progress: SnapshotProgress, journal: DurableJournal, lease_promise_s: float = 0.0) -> None:
         self._applier = applier
         self.journal = journal
         self._commit_index = 0  # behind the commit-index property below; pysyncobj sets it first thing
@@ -148,20 +148,28 @@ class RaftNode(SyncObj):
 
         def send_after_sync(node: object, message: object) -> object:
             kind = message.get("type") if isinstance(message, dict) else None
+            if kind == "request_vote" and isinstance(message, dict) and message.get("term") == prevote.transfer_term:
+                message = {**message, TRANSFER_VOTE: True}
+            elif kind == "timeout_now":
+                leadership.give_up_lease()  # before the target can campaign
             if kind in _PROMISES_ON_DISK:
                 journal.sync()
             elif kind == "append_entries" and not gate.may_send(node, message):
                 return True  # held back while the follower is probed (raftlog/appendflow.py)
             return send(node, message)
 
-        transport.send = send_after_sync
         self.prevote = prevote = PreVote(self, conf.raftMinTimeout, conf.raftMaxTimeout)
-        self.leadership = leadership = LeadershipConfirmer(self)
+        self.leadership = leadership = LeadershipConfirmer(self, lease_promise_s)
+        transport.send = send_after_sync
         deliver = transport._onMessageReceivedCallback
 
         def receive(node: object, message: object) -> None:
             if prevote.on_message(node, message) or leadership.on_message(node, message):
                 return
+            if isinstance(message, dict) and message.get("type") == "request_vote" \
+                    and leadership.refuses_vote(message):
+                # take the newer term (a leader steps down), grant nothing: a log too old to vote for
+                message = {**message, "last_log_term": -1, "last_log_index": -1}
             gate.on_reply(node, message)
             entries = self._SyncObj__raftLog
             if len(entries) == 0:

@@ -12,6 +12,27 @@ Until this, every round of linearizable reads committed a no-op entry (an fsync 
 a log entry per round). Requests from any thread are queued; the tick thread sends one ping round
 for all requests queued since the last one, and resolves them as the answers arrive (they are Raft
 messages, handled in the binding's receive hook).
+
+The leader lease (Raft thesis 6.4.1; etcd's lease-based read, which also needs check-quorum). A
+follower that says yes to a ping at time t promises to grant no vote until t + promise_s, and the
+leader itself, whose round started at s, grants none until s + promise_s. Pinged after s, a majority
+then refuses every vote until after s + promise_s, so no other leader can be elected before then:
+until s + LEASE_FRACTION * promise_s (the rest is a margin for clocks that run at different rates),
+the leader answers a read index at once from its commit index, with no round trip. The tick thread
+keeps the lease fresh with a ping round every RENEW_FRACTION * promise_s, reads or not.
+- promise_s stays below the minimum election timeout, so when a leader dies its followers' promises
+  have run out before a pre-vote can pass (which needs election_min_s without a word from it).
+- A node that (re)starts makes the promise at once: it may have made one just before it crashed.
+- A refused vote request still moves the node to the asker's newer term (the binding hands pysyncobj
+  the request with a log too old to vote for), as in plain Raft: dropping it instead left the asker
+  alone in a term no one else had, deaf to the leader's appends (pysyncobj has no answer that tells
+  a leader of a newer term), and out of the cluster for good.
+- A leadership transfer (TimeoutNow) tags the target's vote request, which every node grants as
+  before; the old leader gives up its lease for the rest of its term the moment it sends TimeoutNow,
+  before any such vote can exist. A node that stepped down stops reading under its lease at once
+  (the lease holds only while it leads in the lease's term).
+- Time is time.monotonic(): the clock-step faults (tests/faults/test_clock.py) move the wall clock,
+  never this one.
 """
 
 from __future__ import annotations
@@ -20,6 +41,7 @@ import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +49,13 @@ from raftlog.roles import Role
 
 PING = "ns_read_index"
 ANSWER = "ns_read_index_ack"
+ASK = "ns_read_index_ask"    # follower -> leader: your read index, please
+TELL = "ns_read_index_tell"  # leader -> follower: here it is (or why not)
+TRANSFER_VOTE = "ns_transfer"  # set on a request_vote sent because of the leader's TimeoutNow
 LEADER = Role.LEADER
+LEASE_PROMISE_FRACTION = 0.6  # of the minimum election timeout: the promise a yes makes
+LEASE_FRACTION = 0.8  # of promise_s: the lease ends before the promises it rests on
+RENEW_FRACTION = 0.25  # of promise_s: a lease round this often keeps the lease from running out
 
 
 class NotConfirmed(Exception):
@@ -39,6 +67,21 @@ class _Request:
     event: threading.Event = field(default_factory=threading.Event)
     index: int = 0
     error: str = ""
+    reply: Callable[[int, str], None] | None = None  # a follower's ASK: answer it (on the tick thread)
+
+    def resolve(self, index: int, error: str = "") -> None:
+        self.index, self.error = index, error
+        if self.reply is not None:
+            self.reply(index, error)
+        self.event.set()
+
+
+@dataclass
+class _Ask:
+    term: int
+    leader: Any
+    requests: list[_Request]
+    started: float
 
 
 @dataclass
@@ -50,21 +93,69 @@ class _Round:
     started: float = field(default_factory=time.monotonic)
 
 
+def _drain(q: queue.SimpleQueue[_Request]) -> list[_Request]:
+    out: list[_Request] = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
+
+
 ROUND_TTL_S = 10.0  # a cut-off leader keeps leading for a while: forget its unanswered rounds
 
 
 class LeadershipConfirmer:
-    def __init__(self, raft: Any) -> None:
+    def __init__(self, raft: Any, promise_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """promise_s = 0: no lease (every read index takes a ping round)."""
         self.raft = raft
+        self.clock = clock
         self._queue: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._rounds: dict[int, _Round] = {}
+        self._ask_queue: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self._asks: dict[int, _Ask] = {}
+        self.asks = 0
         self._ids = itertools.count(1)
         self.rounds = 0
+        self.promise_s = promise_s
+        # no vote for another node before this (monotonic) time; see the module's docstring
+        self.promise_until = clock() + promise_s if promise_s > 0 else 0.0
+        self._lease: tuple[int, float] = (-1, 0.0)  # (term, until): one attribute, swapped whole
+        self._lease_given_up_term = -1  # the term in which this leader sent TimeoutNow
+        self._last_lease_round = -1e18
+        self.lease_reads = 0
+        self.votes_refused = 0
 
     def _get(self, name: str) -> Any:
         return self.raft.private(name)
 
     # ---- any thread ----------------------------------------------------------------------------
+
+    def leased_index(self) -> int | None:
+        """The commit index if this node leads under a valid lease (no round trip), else None."""
+        term, until = self._lease
+        if self.clock() >= until or term == self._lease_given_up_term:
+            return None
+        if self._get("raftState") != LEADER or self._get("raftCurrentTerm") != term:
+            return None
+        noop = self._get("noopIDx")
+        commit = self.raft.raftCommitIndex
+        if noop is None or commit < noop:
+            return None
+        self.lease_reads += 1
+        return int(commit)
+
+    def give_up_lease(self) -> None:
+        """Called before the leader sends TimeoutNow: no lease for the rest of this term."""
+        self._lease_given_up_term = self._get("raftCurrentTerm")
+
+    def refuses_vote(self, message: dict[str, Any]) -> bool:
+        """Whether a promise made under a lease forbids granting this request_vote."""
+        if message.get(TRANSFER_VOTE) or self.clock() >= self.promise_until:
+            return False
+        self.votes_refused += 1
+        return True
 
     def read_index(self, timeout: float) -> int:
         """The confirmed commit index. Raises NotConfirmed (callers may fall back to a barrier)."""
@@ -77,24 +168,37 @@ class LeadershipConfirmer:
             raise NotConfirmed(request.error)
         return request.index
 
+    def read_index_from_leader(self, timeout: float) -> int:
+        """A follower's read index, asked of the leader over the Raft link: one ASK message, answered
+        by the leader as it answers its own reads (at once under its lease, else after a ping round).
+        It covers every write acknowledged before this call, as the leader's own would. Raises
+        NotConfirmed (no leader known, the leader refused, or no answer in time: a leader that runs
+        code without ASK never answers; callers fall back to another way)."""
+        request = _Request()
+        self._ask_queue.put(request)
+        self.raft.wake()
+        if not request.event.wait(timeout):
+            raise NotConfirmed("the leader did not answer in time")
+        if request.error:
+            raise NotConfirmed(request.error)
+        return request.index
+
     # ---- tick thread ---------------------------------------------------------------------------
 
     def on_tick(self) -> None:
         leading = self._get("raftState") == LEADER
         term = self._get("raftCurrentTerm")
-        now = time.monotonic()
+        now = self.clock()
+        self._send_asks(leading, term, now)
         for rid, rnd in list(self._rounds.items()):
             if not leading or rnd.term != term:
                 self._finish(rid, "leadership lost before a majority confirmed it")
             elif now - rnd.started > ROUND_TTL_S:
                 self._finish(rid, "no majority answered")
-        requests: list[_Request] = []
-        while True:
-            try:
-                requests.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        if not requests:
+        requests = _drain(self._queue)
+        renew = (leading and self.promise_s > 0 and term != self._lease_given_up_term
+                 and now - self._last_lease_round >= RENEW_FRACTION * self.promise_s)
+        if not requests and not renew:
             return
         if not leading:
             return self._fail(requests, "not the leader")
@@ -104,21 +208,72 @@ class LeadershipConfirmer:
             return self._fail(requests, "no entry of this term committed yet")
         rid = next(self._ids)
         self.rounds += 1
-        rnd = _Round(term, commit, requests, {self._get("selfNode")})
+        rnd = _Round(term, commit, requests, {self._get("selfNode")}, started=now)
+        if self.promise_s > 0:
+            self._last_lease_round = now
+            self.promise_until = max(self.promise_until, now + self.promise_s)
         self._rounds[rid] = rnd
         message = {"type": PING, "id": rid, "term": term}
         for node in list(self._get("otherNodes")):
             self._get("transport").send(node, message)
         self._check(rid)
 
+    def _send_asks(self, leading: bool, term: int, now: float) -> None:
+        leader = self._get("raftLeader")
+        for aid, ask in list(self._asks.items()):
+            if leading or ask.term != term or ask.leader != leader:
+                self._fail(self._asks.pop(aid).requests, "the leader changed before it answered")
+            elif now - ask.started > ROUND_TTL_S:
+                self._fail(self._asks.pop(aid).requests, "the leader did not answer")
+        requests = _drain(self._ask_queue)
+        if not requests:
+            return
+        if leading or leader is None:
+            return self._fail(requests, "this node leads" if leading else "no leader known")
+        aid = next(self._ids)
+        self.asks += 1
+        self._asks[aid] = _Ask(term, leader, requests, now)
+        self._get("transport").send(leader, {"type": ASK, "id": aid})
+
+    def _answer_ask(self, node: Any, aid: Any) -> None:
+        transport = self._get("transport")
+
+        def reply(index: int, error: str) -> None:
+            transport.send(node, {"type": TELL, "id": aid, "index": index, "error": error})
+
+        leased = self.leased_index()
+        if leased is not None:
+            return reply(leased, "")
+        if self._get("raftState") != LEADER:
+            return reply(0, "not the leader")
+        self._queue.put(_Request(reply=reply))  # into this tick's round (on_tick runs after the messages)
+
     def on_message(self, node: Any, message: Any) -> bool:
         """Handle read-index messages (True: consumed)."""
         if not isinstance(message, dict):
             return False
         kind = message.get("type")
+        if kind == ASK:
+            self._answer_ask(node, message.get("id"))
+            return True
+        if kind == TELL:
+            aid = message.get("id")
+            ask = self._asks.get(aid) if isinstance(aid, int) else None
+            if ask is None or node != ask.leader or not isinstance(aid, int):
+                return True  # not an answer from the node it was asked of
+            del self._asks[ask_id := aid]
+            index, error = message.get("index"), message.get("error")
+            if isinstance(index, int) and not error:
+                for r in ask.requests:
+                    r.resolve(index)
+            else:
+                self._fail(ask.requests, f"the leader refused ask {ask_id}: {error or 'no index'}")
+            return True
         if kind == PING:
             follows = (self._get("raftState") != LEADER and message.get("term") == self._get("raftCurrentTerm")
                        and self._get("raftLeader") == node)
+            if follows and self.promise_s > 0:
+                self.promise_until = max(self.promise_until, self.clock() + self.promise_s)
             self._get("transport").send(node, {"type": ANSWER, "id": message.get("id"),
                                                "term": message.get("term"), "yes": follows})
             return True
@@ -135,9 +290,12 @@ class LeadershipConfirmer:
         rnd = self._rounds[rid]
         if len(rnd.yes) > (len(self._get("otherNodes")) + 1) // 2:
             del self._rounds[rid]
+            until = rnd.started + LEASE_FRACTION * self.promise_s
+            if self.promise_s > 0 and rnd.term != self._lease_given_up_term and \
+                    (rnd.term != self._lease[0] or until > self._lease[1]):
+                self._lease = (rnd.term, until)
             for r in rnd.requests:
-                r.index = rnd.index
-                r.event.set()
+                r.resolve(rnd.index)
 
     def _finish(self, rid: int, error: str) -> None:
         rnd = self._rounds.pop(rid)
@@ -146,8 +304,7 @@ class LeadershipConfirmer:
     @staticmethod
     def _fail(requests: list[_Request], error: str) -> None:
         for r in requests:
-            r.error = error
-            r.event.set()
+            r.resolve(0, error)
 
 
-__all__ = ["LeadershipConfirmer", "NotConfirmed"]
+__all__ = ["LEASE_PROMISE_FRACTION", "TRANSFER_VOTE", "LeadershipConfirmer", "NotConfirmed"]

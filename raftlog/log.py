@@ -25,7 +25,7 @@ from raftlog.codec import RaftEntry, decode_raft_meta
 from raftlog.crashpoints import crash_point
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.journal import DurableJournal, fsync_dir
-from raftlog.leadership import NotConfirmed
+from raftlog.leadership import LEASE_PROMISE_FRACTION, NotConfirmed
 from raftlog.pb import entry_pb2
 from raftlog.proposer import GroupCommitter, NotLeader, ProposalError
 from raftlog.roles import Role
@@ -45,6 +45,10 @@ class LogStats:
     seconds_since_apply: float   # since the apply thread last applied an entry (or started)
     has_quorum: bool             # this node hears from a majority
     apply_error: str             # why apply stopped for good ("" while it runs)
+    lease_reads: int = 0         # read indexes this leader answered under its lease (no round trip)
+    read_rounds: int = 0         # ping rounds this leader ran (reads without a lease, and lease renewals)
+    read_asks: int = 0           # read indexes this follower asked of its leader over the Raft link
+    votes_refused: int = 0       # vote requests this node refused under a lease promise
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,13 @@ class LogConfig:
     group_linger_s: float = 0.002
     password: str | None = None
     fsync: bool = True                         # sync the journal before acknowledging (raftlog/journal.py)
+    read_lease: bool = True                    # the leader's read index under a lease (raftlog/leadership.py)
+
+    @property
+    def lease_promise_s(self) -> float:
+        """How long a yes to a leader's ping forbids a vote: below election_min_s, so that a dead
+        leader's followers are free again before a pre-vote can pass (0: no lease)."""
+        return LEASE_PROMISE_FRACTION * self.election_min_s if self.read_lease else 0.0
 
 
 class SnapshotStoreLike(Protocol):
@@ -162,7 +173,7 @@ class ReplicatedLog:
             dynamicMembershipChange=True,  # members can be added/removed at runtime, one at a time
         )
         self.raft = RaftNode(cfg.self_addr, cfg.partners, conf, self.applier,
-                             self._read_dump_meta, self.progress, self.journal)
+                             self._read_dump_meta, self.progress, self.journal, cfg.lease_promise_s)
         self.raft.addOnTickCallback(self._on_tick)
         self.committer = GroupCommitter(self.applier, self._append, self.is_leader, self.term,
                                         linger_s=cfg.group_linger_s)
@@ -252,11 +263,14 @@ class ReplicatedLog:
         return self.applier.failed or ""
 
     def stats(self) -> LogStats:
+        lead = self.raft.leadership
         return LogStats(batches_proposed=self.committer.batches_appended,
                         entries_proposed=self.committer.entries_appended,
                         apply_queue=self.applier.queued(),
                         seconds_since_apply=time.monotonic() - self.applier.last_apply_time,
-                        has_quorum=self.has_quorum, apply_error=self.apply_error)
+                        has_quorum=self.has_quorum, apply_error=self.apply_error,
+                        lease_reads=lead.lease_reads, read_rounds=lead.rounds, read_asks=lead.asks,
+                        votes_refused=lead.votes_refused)
 
     # ---- applied entries: listeners and the recent history -------------------------------------
 
@@ -333,6 +347,20 @@ class ReplicatedLog:
         """Commit a no-op through the log and wait for its local apply; returns its offset."""
         return self.propose(entry_pb2.Batch(request_id=uuid.uuid4().hex), timeout).offset
 
+    def leased_read_index(self) -> int | None:
+        """The leader's commit index if it holds a valid read lease (raftlog/leadership.py), at once
+        and from any thread; None otherwise (then ask read_index)."""
+        return self.raft.leadership.leased_index()
+
+    def read_index_from_leader(self, timeout: float) -> int | None:
+        """A follower's read index, asked of the leader over the Raft link (one message each way, no
+        gRPC call); None when that cannot answer (no leader known, a leader without this message, a
+        lost message): the caller then asks another way."""
+        try:
+            return self.raft.leadership.read_index_from_leader(timeout)
+        except NotConfirmed:
+            return None
+
     def read_index(self, timeout: float) -> int:
         """An index covering every write acknowledged before this call (leader only).
 
@@ -343,6 +371,9 @@ class ReplicatedLog:
         if not self.is_leader():
             raise NotLeader("this node is not the leader")
         deadline = time.monotonic() + timeout
+        leased = self.raft.leadership.leased_index()
+        if leased is not None:
+            return leased
         try:
             return self.raft.leadership.read_index(timeout)
         except NotConfirmed as exc:

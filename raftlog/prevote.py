@@ -51,6 +51,7 @@ class PreVote:
         self.votes: set[Any] = set()
         self.allowed_term: int | None = None  # a majority pre-voted: pysyncobj may campaign from this term
         self.allowed_until = 0.0
+        self.transfer_term = -1  # the term of the election a TimeoutNow started
         self.rounds_started = 0
         self.rounds_won = 0
 
@@ -122,7 +123,10 @@ class PreVote:
     def may_campaign(self) -> bool:
         """Whether pysyncobj may see its election timer (the binding hides it otherwise)."""
         if self._deadline() == 0 and self._get("transferInProgress"):
-            return True  # TimeoutNow from the leader: campaign at once
+            # TimeoutNow from the leader: campaign at once, with vote requests the binding tags as a
+            # transfer's (raftlog/leadership.py: the leader gave up its lease before sending it)
+            self.transfer_term = self._get("raftCurrentTerm") + 1
+            return True
         return self.allowed_term is not None and self._get("raftCurrentTerm") == self.allowed_term \
             and self.clock() < self.allowed_until
 

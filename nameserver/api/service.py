@@ -458,7 +458,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def ReadIndex(self, request: api_pb2.ReadIndexRequest, context: grpc.ServicerContext) -> api_pb2.ReadIndexReply:
         if not self.node.log.is_leader():
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
-        index = self.node.read_indexes.read_index(call_timeout(context, self.default_timeout, self.max_wait))
+        index = self.node.leader_read_index(call_timeout(context, self.default_timeout, self.max_wait))
         return api_pb2.ReadIndexReply(read_index=index)
 
 

@@ -37,6 +37,8 @@ class LeaderForwarder:
         self._is_leader = is_leader
         self._grpc_of = grpc_of
         self._channels: dict[str, grpc.Channel] = {}
+        # a stub builds a callable per method (about 65 us for NameServer's): one per service and peer
+        self._stubs: dict[tuple[Callable[[grpc.Channel], Any], str], Any] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
 
@@ -73,7 +75,7 @@ class LeaderForwarder:
             if addr is None:
                 raise NoLeader("this node leads now" if self._is_leader()
                                else "no leader elected (is a majority of nodes up?)")
-            stub = service(self.channel(addr))
+            stub = self._stub(service, addr)
             try:
                 return getattr(stub, method)(request, timeout=max(0.1, deadline - time.monotonic()),
                                              metadata=[(headers.FORWARDED, "1"), *metadata])
@@ -84,6 +86,12 @@ class LeaderForwarder:
                     raise
             time.sleep(POLL_S)
             wait_until = deadline
+
+    def _stub(self, service: Callable[[grpc.Channel], Any], addr: str) -> Any:
+        stub = self._stubs.get((service, addr))
+        if stub is None:
+            stub = self._stubs[(service, addr)] = service(self.channel(addr))
+        return stub
 
     def channel(self, addr: str) -> grpc.Channel:
         with self._lock:
@@ -103,6 +111,7 @@ class LeaderForwarder:
             for channel in self._channels.values():
                 channel.close()
             self._channels.clear()
+            self._stubs.clear()
 
 
 __all__ = ["LeaderForwarder", "NoLeader"]

@@ -54,7 +54,7 @@ BROKER_CHANNEL_CODES = frozenset({codes.REGISTER_BROKER, codes.BROKER_HEARTBEAT,
 # map, password or file path is on it.
 PUBLIC_SETTINGS = (
     "raft_addr", "grpc_addr", "members", "election_min_ms", "election_max_ms", "snapshot_every_entries",
-    "snapshot_every_seconds", "snapshots_kept", "batch_append", "fsync", "group_commit_linger_us",
+    "snapshot_every_seconds", "snapshots_kept", "batch_append", "fsync", "read_lease", "group_commit_linger_us",
     "idle_noop_ms", "default_timeout_ms", "scan_interval_ms", "forward_interval_ms", "order_message_enable",
     "max_message_bytes", "workers", "max_watchers", "write_timeout_ms", "remoting_addr",
     "metrics_addr", "session_ttl_ms", "max_sessions", "security_mode", "tls_client_auth", "remoting_tls_mode",

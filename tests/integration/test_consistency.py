@@ -5,10 +5,12 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from nameserver import headers
 from nameserver.pb import api_pb2
@@ -57,6 +59,46 @@ def test_bindings_compare_and_set_and_linearizable_reads(shared: Cluster) -> Non
     with pytest.raises(grpc.RpcError) as err:
         a.ns.ReleaseQueue(api_pb2.ReleaseQueueRequest(topic="T", queue_id=0, expected_version=5), timeout=10)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def counters(node) -> dict[str, float]:
+    """The read-index counters of a node's /metrics."""
+    with urllib.request.urlopen(f"http://{node.metrics_addr}/metrics", timeout=5) as resp:
+        families = text_string_to_metric_families(resp.read().decode())
+        return {s.name: s.value for f in families for s in f.samples
+                if s.name.startswith(("nameserver_read_index_", "nameserver_votes_refused"))}
+
+
+@pytest.mark.parametrize("lease", [True, False], ids=["lease", "no-lease"])
+def test_linearizable_reads_under_the_lease_and_asked_of_the_leader_over_the_raft_link(
+        make_cluster, lease: bool) -> None:
+    """A write through one follower is seen at once by a linearizable read through the other (no
+    min_offset): the follower asks the leader over the Raft link, and the leader answers under its
+    lease (read_lease on) or after a heartbeat round (off); the counters show which way it went."""
+    c = make_cluster(3, metrics=True, security={"raft": {"read_lease": lease}})
+    leader = c.wait_ready()
+    a, b = c.followers()
+    before = {n.name: counters(n) for n in c.nodes}
+    version = 0
+    for i in range(20):
+        owner = f"broker-{i}"
+        put = retry(lambda o=owner, v=version: bind(a.ns, "Lease", 0, o, v))
+        version = put.binding.version
+        for reader in (b, leader):
+            got = reader.ns.GetBinding(api_pb2.GetBindingRequest(topic="Lease", queue_id=0), timeout=10)
+            assert got.found and got.binding.owner == owner and got.apply_offset >= put.offset, reader.name
+    after = {n.name: counters(n) for n in c.nodes}
+
+    def grew(node, name: str) -> float:
+        return after[node.name][name] - before[node.name][name]
+
+    assert grew(b, "nameserver_read_index_asks_total") >= 20  # each read of b, one ask (nothing shared it)
+    if lease:
+        assert grew(leader, "nameserver_read_index_lease_total") >= 40  # b's asks and the leader's reads
+    else:
+        assert grew(leader, "nameserver_read_index_lease_total") == 0
+        assert grew(leader, "nameserver_read_index_rounds_total") >= 20
+    assert all(after[n.name]["nameserver_votes_refused_under_lease_total"] == 0 for n in c.nodes)
 
 
 def test_concurrent_binds_of_one_queue_have_exactly_one_winner(shared: Cluster) -> None:

@@ -153,7 +153,8 @@ def test_a_member_that_missed_a_change_follows_a_leader_it_does_not_know(make_cl
     leader = c.wait_ready(first3)
     stale, other = [n for n in first3 if n is not leader]
     # pysyncobj compares addresses as strings: give n4 a raft address on the asked-for side of the stale one's
-    n4.raft_addr = next(a for a in (f"127.0.0.1:{p}" for p in free_ports(40))
+    # (draw until one is: the stale one's port may sit near an end of the pool, string-wise)
+    n4.raft_addr = next(a for _ in range(50) for a in (f"127.0.0.1:{p}" for p in free_ports(40))
                         if (a > stale.raft_addr) == (new_address == "greater"))
     c._write_config(n4, c.nodes)
     before = retry(lambda: leader.ns.PutKv(api_pb2.PutKvRequest(namespace="m", key="before", value="1"), timeout=5))

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from raftlog.leadership import ANSWER, LEADER, PING, LeadershipConfirmer, NotConfirmed
+from raftlog.leadership import (
+    ANSWER,
+    ASK,
+    LEADER,
+    LEASE_FRACTION,
+    PING,
+    RENEW_FRACTION,
+    TELL,
+    TRANSFER_VOTE,
+    LeadershipConfirmer,
+    NotConfirmed,
+)
 
 FOLLOWER = 0
 
@@ -38,20 +51,25 @@ class FakeRaft:
         pass
 
 
-def ask_in_background(c: LeadershipConfirmer) -> tuple[threading.Thread, dict[str, Any]]:
+def in_background(call: Callable[[], int], queued: queue.SimpleQueue) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run `call` (a read index) on a thread until its request is in `queued`; its index or error in out."""
     out: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            out["index"] = c.read_index(5)
+            out["index"] = call()
         except NotConfirmed as exc:
             out["error"] = str(exc)
 
     t = threading.Thread(target=run)
     t.start()
-    while c._queue.empty():
+    while queued.empty():
         pass
     return t, out
+
+
+def ask_in_background(c: LeadershipConfirmer) -> tuple[threading.Thread, dict[str, Any]]:
+    return in_background(lambda: c.read_index(5), c._queue)
 
 
 def test_a_majority_of_yes_confirms_the_commit_index_at_the_time_of_the_ping() -> None:
@@ -106,3 +124,168 @@ def test_a_follower_says_yes_only_to_its_leader_in_its_term() -> None:
     assert c.on_message("L", {"type": PING, "id": 5, "term": 6})  # an old term
     assert [(n, m["id"], m["yes"]) for n, m in sent] == [("L", 3, True), ("X", 4, False), ("L", 5, False)]
     assert not c.on_message("L", {"type": "append_entries", "term": 7})  # passed on to pysyncobj
+
+
+# ---- the leader lease and the follower's ask ------------------------------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def leased(state: int = LEADER, promise_s: float = 0.24) -> tuple[FakeRaft, LeadershipConfirmer, Clock]:
+    raft, clock = FakeRaft(state), Clock()
+    return raft, LeadershipConfirmer(raft, promise_s, clock=clock), clock
+
+
+def confirm_round(raft: FakeRaft, c: LeadershipConfirmer, *yes: str) -> None:
+    """Run one tick and answer its ping round with yes from `yes`."""
+    sent = raft._SyncObj__transport.sent
+    before = len(sent)
+    c.on_tick()
+    pings = [m for _, m in sent[before:] if m["type"] == PING]
+    assert pings, "the tick started no round"
+    for node in yes:
+        c.on_message(node, {"type": ANSWER, "id": pings[0]["id"], "term": pings[0]["term"], "yes": True})
+
+
+def test_a_confirmed_round_gives_a_lease_that_ends_before_the_promises_it_rests_on() -> None:
+    raft, c, clock = leased()
+    assert c.leased_index() is None  # no round yet
+    confirm_round(raft, c)  # the renewal round: no reads needed
+    assert c.leased_index() is None  # no majority yet
+    sent = raft._SyncObj__transport.sent
+    c.on_message("B", {"type": ANSWER, "id": sent[-1][1]["id"], "term": 7, "yes": True})
+    assert c.leased_index() == 42
+    raft.raftCommitIndex = 45
+    assert c.leased_index() == 45  # the commit index now, not the round's
+    clock.now += LEASE_FRACTION * 0.24 - 0.001
+    assert c.leased_index() == 45
+    clock.now += 0.002
+    assert c.leased_index() is None  # run out: LEASE_FRACTION of the promise, never all of it
+    assert c.promise_until >= 100.0 + 0.24  # the leader itself votes for no one meanwhile
+
+
+@pytest.mark.parametrize("change", ["stepped down", "new term", "gave it up", "no commit this term"])
+def test_no_lease_read_after_anything_that_could_have_made_another_leader(change: str) -> None:
+    raft, c, _ = leased()
+    confirm_round(raft, c, "B")
+    assert c.leased_index() == 42
+    if change == "stepped down":
+        raft._SyncObj__raftState = FOLLOWER
+    elif change == "new term":
+        raft._SyncObj__raftCurrentTerm = 8
+    elif change == "gave it up":
+        c.give_up_lease()  # TimeoutNow is about to go out
+    else:
+        raft._SyncObj__noopIDx = 50
+    assert c.leased_index() is None
+
+
+def test_after_giving_up_the_lease_no_round_of_this_term_brings_it_back() -> None:
+    raft, c, clock = leased()
+    c.give_up_lease()
+    sent = raft._SyncObj__transport.sent
+    c.on_tick()
+    assert sent == []  # no renewal round in this term
+    t, out = ask_in_background(c)  # a read still gets its own round
+    c.on_tick()
+    c.on_message("B", {"type": ANSWER, "id": sent[-1][1]["id"], "term": 7, "yes": True})
+    t.join(5)
+    assert out == {"index": 42} and c.leased_index() is None
+
+
+def test_renewal_rounds_run_every_quarter_promise_and_only_with_a_lease_configured() -> None:
+    raft, c, clock = leased()
+    sent = raft._SyncObj__transport.sent
+    c.on_tick()
+    assert len(sent) == 2
+    clock.now += RENEW_FRACTION * 0.24 / 2
+    c.on_tick()
+    assert len(sent) == 2
+    clock.now += RENEW_FRACTION * 0.24
+    c.on_tick()
+    assert len(sent) == 4
+    raft2 = FakeRaft()
+    LeadershipConfirmer(raft2).on_tick()  # no lease: no round without a read
+    assert raft2._SyncObj__transport.sent == []
+
+
+def test_a_yes_promises_no_vote_for_the_promise_time_and_a_transfer_vote_is_still_granted() -> None:
+    raft, c, clock = leased(state=FOLLOWER)
+    assert c.refuses_vote({"type": "request_vote", "term": 8})  # (re)started: promised at once
+    clock.now += 0.25
+    assert not c.refuses_vote({"type": "request_vote", "term": 8})
+    c.on_message("L", {"type": PING, "id": 1, "term": 7})
+    assert raft._SyncObj__transport.sent[-1][1]["yes"]
+    clock.now += 0.2
+    assert c.refuses_vote({"type": "request_vote", "term": 8})
+    assert not c.refuses_vote({"type": "request_vote", "term": 8, TRANSFER_VOTE: True})
+    c.on_message("X", {"type": PING, "id": 2, "term": 7})  # a no promises nothing
+    clock.now += 0.05
+    assert not c.refuses_vote({"type": "request_vote", "term": 8})
+    assert not LeadershipConfirmer(FakeRaft(FOLLOWER)).refuses_vote({"type": "request_vote"})  # no lease
+
+
+def follower_asks(raft: FakeRaft, c: LeadershipConfirmer) -> tuple[threading.Thread, dict[str, Any]]:
+    t, out = in_background(lambda: c.read_index_from_leader(5), c._ask_queue)
+    c.on_tick()
+    return t, out
+
+
+def test_a_follower_asks_its_leader_and_the_leader_answers_under_its_lease_at_once() -> None:
+    f_raft, follower, _ = leased(state=FOLLOWER)
+    l_raft, leader, _ = leased()
+    confirm_round(l_raft, leader, "B")
+    t, out = follower_asks(f_raft, follower)
+    (to, ask), = [(n, m) for n, m in f_raft._SyncObj__transport.sent if m["type"] == ASK]
+    assert to == "L"
+    l_raft._SyncObj__transport.sent.clear()
+    leader.on_message("A", ask)
+    (back, tell), = l_raft._SyncObj__transport.sent
+    assert back == "A" and tell == {"type": TELL, "id": ask["id"], "index": 42, "error": ""}
+    follower.on_message("X", tell)  # not from the node asked: ignored
+    assert t.is_alive()
+    follower.on_message("L", tell)
+    t.join(5)
+    assert out == {"index": 42}
+
+
+def test_without_a_lease_the_leader_answers_an_ask_after_a_ping_round() -> None:
+    l_raft = FakeRaft()
+    leader = LeadershipConfirmer(l_raft)
+    leader.on_message("A", {"type": ASK, "id": 9})
+    sent = l_raft._SyncObj__transport.sent
+    assert sent == []
+    leader.on_tick()
+    ping = sent[-1][1]
+    assert ping["type"] == PING
+    l_raft.raftCommitIndex = 60
+    leader.on_message("C", {"type": ANSWER, "id": ping["id"], "term": 7, "yes": True})
+    assert sent[-1] == ("A", {"type": TELL, "id": 9, "index": 42, "error": ""})
+
+
+def test_an_ask_fails_when_no_leader_is_known_when_the_leader_refuses_or_changes() -> None:
+    f_raft, follower, _ = leased(state=FOLLOWER)
+    f_raft._SyncObj__raftLeader = None
+    t, out = follower_asks(f_raft, follower)
+    t.join(5)
+    assert "no leader known" in out["error"]
+    f_raft._SyncObj__raftLeader = "L"
+    t, out = follower_asks(f_raft, follower)
+    ask = f_raft._SyncObj__transport.sent[-1][1]
+    follower.on_message("L", {"type": TELL, "id": ask["id"], "index": 0, "error": "not the leader"})
+    t.join(5)
+    assert "not the leader" in out["error"]
+    t, out = follower_asks(f_raft, follower)
+    f_raft._SyncObj__raftLeader = "B"
+    follower.on_tick()
+    t.join(5)
+    assert "leader changed" in out["error"]
+    # a leader that is not one any more says so
+    not_leader = LeadershipConfirmer(FakeRaft(FOLLOWER))
+    not_leader.on_message("A", {"type": ASK, "id": 3})
+    assert not_leader.raft._SyncObj__transport.sent[-1][1]["error"] == "not the leader"
