@@ -28,12 +28,15 @@ class FakeRaft:
         self._SyncObj__transferInProgress = False
         self._SyncObj__transport = FakeTransport()
         self.real_election_deadline = 100.0
+        self.wakes = 0
 
     def private(self, name: str) -> Any:  # as raftlog.binding.RaftNode.private
         return getattr(self, f"_SyncObj__{name}")
 
+        self.wakes = 0
+
     def wake(self) -> None:
-        pass
+        self.wakes += 1
 
 
 class Clock:
@@ -149,3 +152,31 @@ def test_a_follower_with_a_live_leader_says_no_even_to_a_newer_log() -> None:
     pv.on_message("L", {"type": "append_entries", "term": 5})
     clock.now = 10.1
     assert not ask(pv, term=6, index=40, log_term=5)
+
+
+def test_two_timers_firing_together_make_one_candidate_not_a_split_vote() -> None:
+    """A (this node) and B both time out; A asks first, B's request arrives, then B's grant."""
+    raft, pv, clock = make()
+    transport = raft._SyncObj__transport
+    clock.now = 101.0
+    pv.on_tick()  # A's round
+    mine = transport.sent[0][1]["round"]
+    # B asks before A heard back: A grants, drops its own round and steps back
+    assert ask(pv, term=6, index=11, log_term=5)
+    assert raft.real_election_deadline >= 101.4
+    pv.on_message("B", {"type": RESPONSE, "round": mine, "granted": True})  # B's grant of A's old round
+    assert not pv.may_campaign()  # A does not campaign against the node it granted
+
+
+def test_a_won_pre_vote_campaigns_at_once_and_refuses_other_pre_votes_meanwhile() -> None:
+    raft, pv, clock = make()
+    transport = raft._SyncObj__transport
+    clock.now = 101.0
+    pv.on_tick()
+    mine = transport.sent[0][1]["round"]
+    wakes = raft.wakes
+    pv.on_message("C", {"type": RESPONSE, "round": mine, "granted": True})
+    assert pv.may_campaign() and raft.real_election_deadline == 0
+    assert raft.wakes == wakes + 1  # the tick loop runs the election now, not after its 50 ms poll
+    assert not ask(pv, term=6, index=11, log_term=5)  # about to campaign: no pre-vote for B
+    assert pv.may_campaign()
