@@ -315,7 +315,7 @@ class SnapshotFile:
         self._check(stream, entries)
         return self.info()
 
-    def _add(self, stream: StreamHash, key: memoryview, value: memoryview) -> None:
+    def _add(self, stream: StreamHash, key: bytes | memoryview, value: bytes | memoryview) -> None:
         if len(value) < ITEM_HEADER.size:
             reason = f"entry {stream.count} is {len(value)} bytes, shorter than its item header"
             raise SnapshotCorrupt(self.path, reason)
