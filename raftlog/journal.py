@@ -125,7 +125,11 @@ class DurableJournal(Journal):
         # holds it and bumps the generation, so a sync that overlapped never claims entries that
         # are gone. The segment lists change under it too.
         self._lock = threading.Lock()
-        self._wanted = threading.Condition(self._lock)
+        # One condition per thread that waits, all on that lock: the tick's request wakes the
+        # syncer alone (one condition for all three woke the other two on every entry, for nothing).
+        self._wanted = threading.Condition(self._lock)  # the segment thread
+        self._sync_cv = threading.Condition(self._lock)
+        self._meta_cv = threading.Condition(self._lock)
         self._generation = 0
         self._sync_wanted = False
         self._meta_wanted = False
@@ -434,22 +438,22 @@ class DurableJournal(Journal):
             return
         if self._last_index() <= self.durable_index:
             return
-        with self._wanted:
+        with self._sync_cv:
             self._sync_wanted = True
-            self._wanted.notify_all()
+            self._sync_cv.notify()
 
-    def _wait_for(self, flag: str) -> bool:
+    def _wait_for(self, cv: threading.Condition, flag: str) -> bool:
         """Wait (holding the lock on return) until `flag` is set or the journal closes; clear it.
         False: closing."""
         while not (self._closing or getattr(self, flag)):
-            self._wanted.wait()
+            cv.wait()
         setattr(self, flag, False)
         return not self._closing
 
     def _sync_loop(self) -> None:
         while True:
-            with self._wanted:
-                if not self._wait_for("_sync_wanted"):
+            with self._sync_cv:
+                if not self._wait_for(self._sync_cv, "_sync_wanted"):
                     return
                 generation, target = self._generation, self._last_index()
                 sealed, fds = self._to_sync()
@@ -465,8 +469,8 @@ class DurableJournal(Journal):
     def _meta_loop(self) -> None:
         # Its own thread: storing the commit index costs two fsyncs, which must not delay the entries'.
         while True:
-            with self._wanted:
-                if not self._wait_for("_meta_wanted"):
+            with self._meta_cv:
+                if not self._wait_for(self._meta_cv, "_meta_wanted"):
                     return
             self._store_meta()
 
@@ -502,7 +506,8 @@ class DurableJournal(Journal):
     def _stop_threads(self) -> None:
         with self._wanted:
             self._closing = True
-            self._wanted.notify_all()
+            for cv in (self._wanted, self._sync_cv, self._meta_cv):
+                cv.notify_all()
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join()
@@ -553,9 +558,9 @@ class DurableJournal(Journal):
         if not self._threads:
             self._store_meta()
             return
-        with self._wanted:  # the commit index may wait for the meta writer; the tick must not wait for a disk
+        with self._meta_cv:  # the commit index may wait for the meta writer; the tick must not wait for a disk
             self._meta_wanted = True
-            self._wanted.notify_all()
+            self._meta_cv.notify()
 
     # ---- metadata ------------------------------------------------------------------------------
 
