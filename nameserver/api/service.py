@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import grpc
 
 from nameserver import headers, validation
+from nameserver.api.deadlines import DeadlineWatch
 from nameserver.api.rpc import call_timeout, client_ref, forwarded, rpc
 from nameserver.chunking import assemble_chunks, register_chunks, should_stream
 from nameserver.core.forwarder import NoLeader
@@ -45,6 +45,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         self.node = node
         self.default_timeout = node.cfg.write_timeout_ms / 1000
         self.max_wait = node.cfg.max_wait_ms / 1000
+        self.stream_deadlines = DeadlineWatch("stream-deadlines")
 
     # ---- write plumbing ------------------------------------------------------------------------
 
@@ -119,14 +120,9 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def RegisterBrokerStream(self, request_iterator: Iterator[api_pb2.RegisterBrokerChunk],
                              context: grpc.ServicerContext) -> api_pb2.RegisterBrokerReply:
         # A slow sender holds a server thread while its stream arrives: at most limits.max_wait_ms
-        # (or its own deadline), then the call is cancelled.
-        timer = threading.Timer(call_timeout(context, self.max_wait, self.max_wait), context.cancel)
-        timer.daemon = True
-        timer.start()
-        try:
+        # (or its own deadline), then the call is cancelled (one watch thread for every stream).
+        with self.stream_deadlines.after(call_timeout(context, self.max_wait, self.max_wait), context.cancel):
             request = assemble_chunks(request_iterator)
-        finally:
-            timer.cancel()
         validation.validate_register_broker(request)
         return self._register(request, context)
 

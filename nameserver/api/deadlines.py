@@ -1,0 +1,101 @@
+"""Deadlines of calls that must not hold a server thread past a bound, on one thread for all of them.
+
+A streamed registration arrives chunk by chunk on a server thread: a slow (or stalled) sender holds that
+thread until the stream ends. Each stream used to start a `threading.Timer` (a thread per call) to cancel
+it after `limits.max_wait_ms`; now every such bound waits in one heap, watched by one thread that starts
+with the first and runs the due cancellations in deadline order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("nameserver.deadlines")
+
+
+class Deadline:
+    """One pending bound; cancel() once the call finished in time (idempotent)."""
+
+    __slots__ = ("_watch", "_key", "action")
+
+    def __init__(self, watch: DeadlineWatch, key: int, action: Callable[[], object]) -> None:
+        self._watch = watch
+        self._key = key
+        self.action = action
+
+    def cancel(self) -> None:
+        self._watch._cancel(self._key)
+
+    def __enter__(self) -> Deadline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+
+class DeadlineWatch:
+    def __init__(self, name: str = "call-deadlines", clock: Callable[[], float] = time.monotonic) -> None:
+        self._name = name
+        self._clock = clock
+        self._cv = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._pending: dict[int, Deadline] = {}
+        self._keys = itertools.count()
+        self._thread: threading.Thread | None = None
+        self.fired = 0
+
+    def after(self, seconds: float, action: Callable[[], object]) -> Deadline:
+        """Run `action` (on the watch thread: it must be quick, like a call's cancel) in `seconds`,
+        unless the returned Deadline is cancelled first."""
+        with self._cv:
+            key = next(self._keys)
+            deadline = Deadline(self, key, action)
+            self._pending[key] = deadline
+            heapq.heappush(self._heap, (self._clock() + seconds, key))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cv.notify()
+        return deadline
+
+    def pending(self) -> int:
+        with self._cv:
+            return len(self._pending)
+
+    def _cancel(self, key: int) -> None:
+        with self._cv:
+            self._pending.pop(key, None)  # its heap slot is skipped when it comes up
+
+    def _due(self) -> list[Deadline]:
+        """Under the condition: pop what is due; wait until the next one otherwise."""
+        now = self._clock()
+        due: list[Deadline] = []
+        while self._heap and self._heap[0][0] <= now:
+            _, key = heapq.heappop(self._heap)
+            found = self._pending.pop(key, None)
+            if found is not None:
+                due.append(found)
+        if not due:
+            while self._heap and self._heap[0][1] not in self._pending:
+                heapq.heappop(self._heap)  # cancelled ones at the top: drop them before sleeping
+            self._cv.wait(self._heap[0][0] - now if self._heap else None)
+        return due
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                due = self._due()
+            for deadline in due:
+                self.fired += 1
+                try:
+                    deadline.action()
+                except Exception:  # one failing cancellation must not stop the others
+                    log.exception("a deadline's action failed")
+
+
+__all__ = ["Deadline", "DeadlineWatch"]

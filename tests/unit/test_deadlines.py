@@ -1,0 +1,53 @@
+"""The shared deadline watch that bounds streamed registrations (one thread for every stream)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from nameserver.api.deadlines import DeadlineWatch
+
+
+def wait_until(pred, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.005)
+    return pred()
+
+
+def test_due_deadlines_fire_in_deadline_order_and_cancelled_ones_never() -> None:
+    watch = DeadlineWatch()
+    fired: list[str] = []
+    watch.after(0.15, lambda: fired.append("late"))
+    cancelled = watch.after(0.05, lambda: fired.append("cancelled"))
+    watch.after(0.08, lambda: fired.append("early"))
+    cancelled.cancel()
+    assert wait_until(lambda: len(fired) == 2)
+    time.sleep(0.1)
+    assert fired == ["early", "late"] and watch.pending() == 0 and watch.fired == 2
+
+
+def test_a_deadline_used_as_a_context_is_cancelled_when_the_call_finishes_in_time() -> None:
+    watch = DeadlineWatch()
+    fired = threading.Event()
+    with watch.after(0.05, fired.set):
+        pass
+    assert not fired.wait(0.2) and watch.pending() == 0
+
+
+def test_one_thread_serves_every_deadline_and_a_failing_action_does_not_stop_it() -> None:
+    before = {t.name for t in threading.enumerate()}
+    watch = DeadlineWatch(name="test-deadlines")
+    fired: list[int] = []
+
+    def boom() -> None:
+        raise RuntimeError("a cancel that failed")
+
+    watch.after(0.01, boom)
+    handles = [watch.after(0.02 + i / 1000, lambda i=i: fired.append(i)) for i in range(50)]
+    names = [t.name for t in threading.enumerate() if t.name not in before]
+    assert names.count("test-deadlines") == 1 and len(names) == 1
+    assert wait_until(lambda: len(fired) == 50)
+    assert fired == sorted(fired) and handles[0].action is not None
