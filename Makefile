@@ -61,9 +61,11 @@ soak: setup
 security: setup
 	SECURITY_LONG=1 $(PY) -m pytest -q tests/security
 
-# The benchmark suite beside etcd and a gRPC echo ceiling (docs/benchmarks.md; about 30 minutes).
-bench: setup
+# The benchmark suite beside etcd and a gRPC echo ceiling, then the remoting port beside the stock RocketMQ
+# NameServer (docs/benchmarks.md; about 35 minutes).
+bench: interop-setup
 	mkdir -p data && $(PY) -m bench --json data/bench.json --report data/bench.md
+	$(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json --report data/bench-remoting.md
 
 bench-quick: setup
 	$(PY) -m bench --quick
@@ -95,7 +97,7 @@ rocketmq-tour: interop-setup
 # The remoting port beside Apache RocketMQ's stock NameServer, one load generator for both
 # (docs/benchmarks.md, "Remoting: ours vs the stock RocketMQ NameServer"; about 3 minutes).
 bench-remoting: interop-setup
-	mkdir -p data && $(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json
+	mkdir -p data && $(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json --report data/bench-remoting.md
 
 interop: interop-setup
 	RMQ_INTEROP=1 $(PY) -m pytest -q --timeout 900 tests/interop -m 'interop or not interop'

@@ -110,10 +110,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="1,8", help="client counts, comma-separated")
     parser.add_argument("--version", default=jars.LINE_5, choices=jars.LINES)
     parser.add_argument("--json", default="", help="write the results here too")
+    parser.add_argument("--report", default="", help="write the markdown table here (it is printed too)")
     args = parser.parse_args(argv)
     res = run(args.version, [int(c) for c in args.clients.split(",")], args.seconds, args.json)
-    print(json.dumps(res, indent=2))
+    report = markdown(res)
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(report)
+    print(report)
     return 0
+
+
+_LABELS = {"reads": "route reads", "registrations": "registrations (changed)",
+           "unchanged": "registrations (unchanged)"}
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The docs/benchmarks.md table of one run: each load, stock beside ours, and the ratio."""
+    meta = res["meta"]
+    lines = [f"**Remoting: ours beside the stock NameServer** ({meta['date']}; {meta['stock']}; ours: "
+             f"{meta['ours']}; {meta['seconds_per_load']:g} s per load)", "",
+             "| workload | clients | stock ops/s (p50 / p99 ms) | ours ops/s (p50 / p99 ms) | ours / stock |",
+             "|---|---|---|---|---|"]
+    for kind, per_clients in res["ours"].items():
+        for clients, ours in per_clients.items():
+            stock = res["stock"][kind][clients]
+            lines.append(f"| {_LABELS.get(kind, kind)} | {clients} | {stock['per_s']:,.0f} ({stock['p50_ms']} / "
+                         f"{stock['p99_ms']}) | {ours['per_s']:,.0f} ({ours['p50_ms']} / {ours['p99_ms']}) | "
+                         f"{res['ratios'][kind][clients]:.2f} |")
+    errors = sum(v["errors"] for side in ("stock", "ours") for per in res[side].values() for v in per.values())
+    lines += ["", f"Errors: {errors}."]
+    return "\n".join(lines) + "\n"
 
 
 def run(version: str, clients: list[int], seconds: float, json_path: str = "") -> dict[str, Any]:
