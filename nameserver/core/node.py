@@ -35,7 +35,7 @@ from raftlog.log import LogConfig, ReplicatedLog
 from raftlog.proposer import NotLeader, ProposalError
 from snapshot import SnapshotStore
 
-FOLLOWER_READ_ROUNDS = 2  # measured 1, 2 and 4 within noise; 2 so that one lost ask does not stall the rest
+FOLLOWER_READ_ROUNDS = 2  # ReadIndex calls in flight at once (the fallback when the Raft link cannot answer)
 RAFT_ASK_TIMEOUT_S = 1.0  # a read index asked over the Raft link; then the gRPC way
 log = logging.getLogger("nameserver.core.node")
 
@@ -119,8 +119,8 @@ class NameServerNode:
         self.forwarder = LeaderForwarder(cfg, self.log.leader, self.log.is_leader, self.grpc_of)
         self._leadership_feed = self.log.watch_leadership(self._on_leadership)
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
-        # On a follower, concurrent linearizable reads share one ask of the leader (a round starts only
-        # once the reads in it have arrived, as on the leader) instead of one ask each.
+        # On a follower whose ask over the Raft link could not answer, concurrent linearizable reads share
+        # one ReadIndex call (a round starts only once the reads in it have arrived, as on the leader).
         self.leader_read_indexes = ReadIndexBatcher(self._read_index_from_leader, name="leader-read-index",
                                                     max_rounds=FOLLOWER_READ_ROUNDS)
         self.watches = WatchHub(max_watchers=cfg.max_watchers)
@@ -325,10 +325,20 @@ class NameServerNode:
         return None
 
     def linearizable_index(self, timeout: float) -> int:
-        """A read index that covers every write acknowledged before this call (via the leader)."""
+        """A read index that covers every write acknowledged before this call (via the leader).
+
+        On a follower, every read waiting at once shares one ask of the leader over the Raft link: the
+        tick thread sends one ASK for all the reads queued since its last one, so a read never shares an
+        ask sent before it arrived (raftlog/leadership.py). When that cannot answer (no leader known
+        yet, or no answer within RAFT_ASK_TIMEOUT_S), the reads share ReadIndex calls instead, which
+        wait for an election."""
         if not self.log.is_leader():
+            deadline = time.monotonic() + timeout
+            index = self.log.read_index_from_leader(min(timeout, RAFT_ASK_TIMEOUT_S))
+            if index is not None:
+                return index
             try:
-                return self.leader_read_indexes.read_index(timeout)
+                return self.leader_read_indexes.read_index(max(0.1, deadline - time.monotonic()))
             except NoLeader:
                 if not self.log.is_leader():
                     raise NotLeader("no leader to confirm a read index") from None
@@ -340,16 +350,10 @@ class NameServerNode:
         return leased if leased is not None else self.read_indexes.read_index(timeout)
 
     def _read_index_from_leader(self, timeout: float) -> int:
-        """The leader's read index for a batch of this follower's reads: asked over the Raft link, or,
-        when that cannot answer (say, no leader known yet), by a ReadIndex call that waits for an
-        election (NoLeader: none)."""
-        deadline = time.monotonic() + timeout
-        index = self.log.read_index_from_leader(min(timeout, RAFT_ASK_TIMEOUT_S))
-        if index is not None:
-            return index
-        left = max(0.1, deadline - time.monotonic())
-        return self.forwarder.call("ReadIndex", api_pb2.ReadIndexRequest(), left,
-                                   wait_s=min(left, 3.0), idempotent=True).read_index
+        """One ReadIndex call to the leader for a batch of this follower's reads, waiting for an election
+        when none is known (NoLeader: none in time)."""
+        return self.forwarder.call("ReadIndex", api_pb2.ReadIndexRequest(), max(0.1, timeout),
+                                   wait_s=min(timeout, 3.0), idempotent=True).read_index
 
     def expire_sessions(self) -> int:
         """Delete idle exactly-once sessions (leader only, through records). Returns how many."""
