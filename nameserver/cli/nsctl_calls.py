@@ -145,6 +145,16 @@ def emit_json(data: Any) -> None:
     print(render.dump_json(data))
 
 
+def emit_reply(ctx: Context, reply: Any, *lines: str) -> int:
+    """A reply: its JSON under --json, else the text `lines`, one per line (a table counts as one)."""
+    if ctx.json:
+        emit_json(render.to_dict(reply))
+    else:
+        for line in lines:
+            print(line)
+    return 0
+
+
 def emit_write(ctx: Context, reply: Any, extra: str = "") -> int:  # a write's reply (has .offset)
     """Every write reports the offset of its entry (or the apply offset when nothing changed)."""
     if ctx.json:

@@ -17,6 +17,7 @@ from nameserver.cli.nsctl_calls import (
     call_each,
     describe,
     emit_json,
+    emit_reply,
     role_name,
     status_code,
     status_details,
@@ -85,25 +86,16 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_members(ctx: Context, args: argparse.Namespace) -> int:
     endpoint, reply = call_any(ctx, api_pb2_grpc.AdminStub, "Members", api_pb2.MembersRequest())
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-        return 0
     rows = [
         [m.node_id, m.grpc_addr, m.is_self, m.is_leader, m.connected, m.match_offset] for m in reply.members
     ]
-    print(render.table(("NODE", "GRPC ADDR", "SELF", "LEADER", "CONNECTED", "MATCH"), rows))
-    print(f"answered by {endpoint}")
-    return 0
+    return emit_reply(ctx, reply, render.table(("NODE", "GRPC ADDR", "SELF", "LEADER", "CONNECTED", "MATCH"), rows),
+                      f"answered by {endpoint}")
 
 
 def _print_members(ctx: Context, reply: Any, what: str) -> int:
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-        return 0
     rows = [[m.node_id, m.grpc_addr, m.is_leader, m.connected] for m in reply.members]
-    print(render.table(("NODE", "GRPC ADDR", "LEADER", "CONNECTED"), rows))
-    print(what)
-    return 0
+    return emit_reply(ctx, reply, render.table(("NODE", "GRPC ADDR", "LEADER", "CONNECTED"), rows), what)
 
 
 def cmd_member_add(ctx: Context, args: argparse.Namespace) -> int:
@@ -121,22 +113,14 @@ def cmd_member_remove(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_leader_transfer(ctx: Context, args: argparse.Namespace) -> int:
     req = api_pb2.TransferLeadershipRequest(node_id=args.node_id or "")
     _, reply = call_any(ctx, api_pb2_grpc.AdminStub, "TransferLeadership", req)
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-    else:
-        print(f"leader is now {reply.leader_id or 'being elected'}")
-    return 0
+    return emit_reply(ctx, reply, f"leader is now {reply.leader_id or 'being elected'}")
 
 
 def cmd_snapshot(ctx: Context, args: argparse.Namespace) -> int:
     if args.all:
         return _snapshot_all(ctx)
     endpoint, reply = call_any(ctx, api_pb2_grpc.AdminStub, "TakeSnapshot", api_pb2.TakeSnapshotRequest())
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-    else:
-        print(f"snapshot at offset {reply.offset} on {endpoint}")
-    return 0
+    return emit_reply(ctx, reply, f"snapshot at offset {reply.offset} on {endpoint}")
 
 
 def _snapshot_all(ctx: Context) -> int:

@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 from nameserver.cli import render
-from nameserver.cli.nsctl_calls import CommandError, Context, call_any, emit_json
+from nameserver.cli.nsctl_calls import CommandError, Context, call_any, emit_json, emit_reply
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 NO_BROKER = -1
@@ -40,29 +40,19 @@ def _refused(reply: api_pb2.ControllerReply) -> None:
 
 def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
     reply = _call(ctx, "ListBrokerSets", api_pb2.ListBrokerSetsRequest())
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-        return 0
     rows = [[v.broker_name, v.cluster_name, _master(v), v.master_epoch, _in_sync(v), v.sync_state_set_epoch,
              sum(r.alive for r in v.replicas), len(v.replicas)] for v in reply.sets]
-    print(render.table(("BROKER SET", "CLUSTER", "MASTER", "EPOCH", "IN SYNC", "SET EPOCH", "ALIVE", "REPLICAS"),
-                       rows))
-    print(f"served at apply offset {reply.apply_offset}")
-    return 0
+    return emit_reply(ctx, reply, render.table(("BROKER SET", "CLUSTER", "MASTER", "EPOCH", "IN SYNC", "SET EPOCH",
+                                                "ALIVE", "REPLICAS"), rows),
+                      f"served at apply offset {reply.apply_offset}")
 
 
 def _print_set(ctx: Context, reply: api_pb2.ControllerReply, what: str = "") -> int:
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-        return 0
     v = reply.set
-    print(f"broker set {v.broker_name} (cluster {v.cluster_name}): master {_master(v)}, master epoch "
-          f"{v.master_epoch}, in sync {{{_in_sync(v)}}} at epoch {v.sync_state_set_epoch}")
     rows = [[r.broker_id, r.address, r.broker_id == v.master_id, r.in_sync, r.alive] for r in v.replicas]
-    print(render.table(("ID", "ADDRESS", "MASTER", "IN SYNC", "ALIVE"), rows))
-    if what:
-        print(what)
-    return 0
+    return emit_reply(ctx, reply, f"broker set {v.broker_name} (cluster {v.cluster_name}): master {_master(v)}, "
+                      f"master epoch {v.master_epoch}, in sync {{{_in_sync(v)}}} at epoch {v.sync_state_set_epoch}",
+                      render.table(("ID", "ADDRESS", "MASTER", "IN SYNC", "ALIVE"), rows), *([what] if what else []))
 
 
 def cmd_show(ctx: Context, args: argparse.Namespace) -> int:

@@ -10,7 +10,16 @@ import grpc
 
 from nameserver.chunking import register_chunks, should_stream
 from nameserver.cli import render
-from nameserver.cli.nsctl_calls import CommandError, Context, UsageError, emit_json, emit_write, ns_call, served_at
+from nameserver.cli.nsctl_calls import (
+    CommandError,
+    Context,
+    UsageError,
+    emit_json,
+    emit_reply,
+    emit_write,
+    ns_call,
+    served_at,
+)
 from nameserver.pb import api_pb2, state_pb2
 
 _TOPIC_KINDS = {
@@ -34,12 +43,7 @@ def cmd_route(ctx: Context, args: argparse.Namespace) -> int:
         if err.code == grpc.StatusCode.NOT_FOUND.name:
             raise CommandError(err.code, f"topic {args.topic} not found") from None
         raise
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-        return 0
-    print(_route_text(reply.route))
-    print(served_at(reply.apply_offset))
-    return 0
+    return emit_reply(ctx, reply, _route_text(reply.route), served_at(reply.apply_offset))
 
 
 def _route_text(route: api_pb2.TopicRoute) -> str:
@@ -67,12 +71,8 @@ def _route_text(route: api_pb2.TopicRoute) -> str:
 
 def cmd_clusters(ctx: Context, args: argparse.Namespace) -> int:
     reply = ns_call(ctx, "GetClusterInfo", api_pb2.GetClusterInfoRequest(min_offset=args.min_offset))
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-        return 0
-    print(render.table(("CLUSTER", "BROKER NAME", "BROKER ID", "ADDRESS"), _cluster_rows(reply)))
-    print(served_at(reply.apply_offset))
-    return 0
+    table = render.table(("CLUSTER", "BROKER NAME", "BROKER ID", "ADDRESS"), _cluster_rows(reply))
+    return emit_reply(ctx, reply, table, served_at(reply.apply_offset))
 
 
 def _broker_rows(cluster: str, name: str, data: state_pb2.BrokerData | None) -> list[list[Any]]:
@@ -109,13 +109,8 @@ def cmd_topics(ctx: Context, args: argparse.Namespace) -> int:
         kind=_topic_kind(args), cluster_name=args.cluster, min_offset=args.min_offset
     )
     reply = ns_call(ctx, "GetTopicList", request)
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-        return 0
-    for topic in reply.topics:
-        print(topic)
-    print(f"{render.plural(len(reply.topics), 'topic')}, {served_at(reply.apply_offset)}")
-    return 0
+    return emit_reply(ctx, reply, *reply.topics, f"{render.plural(len(reply.topics), 'topic')}, "
+                      f"{served_at(reply.apply_offset)}")
 
 
 # ---- kv ----
@@ -124,12 +119,7 @@ def cmd_topics(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_kv_get(ctx: Context, args: argparse.Namespace) -> int:
     request = api_pb2.GetKvRequest(namespace=args.namespace, key=args.key, min_offset=args.min_offset)
     reply = ns_call(ctx, "GetKv", request)
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-        return 0
-    print(reply.value)
-    print(served_at(reply.apply_offset))
-    return 0
+    return emit_reply(ctx, reply, reply.value, served_at(reply.apply_offset))
 
 
 def cmd_kv_put(ctx: Context, args: argparse.Namespace) -> int:
@@ -145,25 +135,16 @@ def cmd_kv_delete(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_kv_list(ctx: Context, args: argparse.Namespace) -> int:
     request = api_pb2.ListKvRequest(namespace=args.namespace, min_offset=args.min_offset)
     reply = ns_call(ctx, "ListKv", request)
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-        return 0
-    print(render.table(("KEY", "VALUE"), sorted(reply.table.items())))
-    print(served_at(reply.apply_offset))
-    return 0
+    return emit_reply(ctx, reply, render.table(("KEY", "VALUE"), sorted(reply.table.items())),
+                      served_at(reply.apply_offset))
 
 
 def cmd_settings_get(ctx: Context, args: argparse.Namespace) -> int:
     reply = ns_call(ctx, "GetSettings", api_pb2.GetSettingsRequest(min_offset=args.min_offset))
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-        return 0
     stored = set(reply.stored)
     rows = [(name, "true" if on else "false", "log" if name in stored else "default")
             for name, on in sorted(reply.settings.items())]
-    print(render.table(("SETTING", "VALUE", "FROM"), rows))
-    print(served_at(reply.apply_offset))
-    return 0
+    return emit_reply(ctx, reply, render.table(("SETTING", "VALUE", "FROM"), rows), served_at(reply.apply_offset))
 
 
 def cmd_settings_set(ctx: Context, args: argparse.Namespace) -> int:
@@ -263,11 +244,7 @@ def cmd_broker_simulate(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _emit_perm(ctx: Context, reply: api_pb2.BrokerPermReply) -> int:
-    if ctx.json:
-        emit_json(render.to_dict(reply))
-    else:
-        print(f"{render.plural(reply.topic_count, 'topic')}, offset {reply.offset}")
-    return 0
+    return emit_reply(ctx, reply, f"{render.plural(reply.topic_count, 'topic')}, offset {reply.offset}")
 
 
 def cmd_perm_wipe(ctx: Context, args: argparse.Namespace) -> int:
