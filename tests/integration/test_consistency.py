@@ -101,6 +101,40 @@ def test_linearizable_reads_under_the_lease_and_asked_of_the_leader_over_the_raf
     assert all(after[n.name]["nameserver_votes_refused_under_lease_total"] == 0 for n in c.nodes)
 
 
+def test_a_leader_paused_under_its_lease_never_serves_a_stale_binding_after_it_resumes(make_cluster) -> None:
+    """The read lease's hazard, made on purpose: the leader holds a fresh lease (it is reading), stops
+    (SIGSTOP), a new leader is elected and rebinds the queue, and the old leader resumes. Every
+    linearizable read through it must see the new owner or fail; the old owner would be a stale read.
+    Its lease ran out while it was stopped (monotonic time runs on), and its followers follow the new
+    leader now, so no ping round confirms it either."""
+    c = make_cluster(3)
+    old = c.wait_ready()
+    a, b = c.followers()
+    first = retry(lambda: bind(old.ns, "Paused", 0, "owner-old", 0))
+    req = api_pb2.GetBindingRequest(topic="Paused", queue_id=0)
+    for _ in range(20):  # reads under the lease, right up to the stop
+        assert old.ns.GetBinding(req, timeout=5).binding.owner == "owner-old"
+    old.proc.send_signal(signal.SIGSTOP)
+    try:
+        new = c.wait_ready([a, b], timeout=30)
+        moved = retry(lambda: bind(new.ns, "Paused", 0, "owner-new", first.binding.version))
+        assert moved.binding.owner == "owner-new"
+    finally:
+        old.proc.send_signal(signal.SIGCONT)
+    seen: list[str] = []
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        try:
+            got = old.ns.GetBinding(req, timeout=2)
+        except grpc.RpcError as exc:
+            assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), exc
+            seen.append("error")
+            continue
+        seen.append(got.binding.owner)
+    assert "owner-old" not in seen, seen
+    assert "owner-new" in seen, seen  # and once it follows the new leader, it answers again
+
+
 def test_concurrent_binds_of_one_queue_have_exactly_one_winner(shared: Cluster) -> None:
     c = shared
     c.wait_ready()
