@@ -23,6 +23,9 @@ keeps the lease fresh with a ping round every RENEW_FRACTION * promise_s, reads 
 - promise_s stays below the minimum election timeout, so when a leader dies its followers' promises
   have run out before a pre-vote can pass (which needs election_min_s without a word from it).
 - A node that (re)starts makes the promise at once: it may have made one just before it crashed.
+- Only promises count: a yes carries the promise its node made (0 when its lease is off, nothing from
+  a node on code from before the lease, as in a rolling upgrade), and the lease lasts as long as the
+  shortest promise of a majority, the leader's own included.
 - A refused vote request still moves the node to the asker's newer term (the binding hands pysyncobj
   the request with a log too old to vote for), as in plain Raft: dropping it instead left the asker
   alone in a term no one else had, deaf to the leader's appends (pysyncobj has no answer that tells
@@ -91,6 +94,7 @@ class _Round:
     requests: list[_Request]
     yes: set[Any]
     started: float = field(default_factory=time.monotonic)
+    promised: dict[Any, float] = field(default_factory=dict)  # a yes's promise (s): 0 from a node without one
 
 
 def _drain(q: queue.SimpleQueue[_Request]) -> list[_Request]:
@@ -274,28 +278,40 @@ class LeadershipConfirmer:
                        and self._get("raftLeader") == node)
             if follows and self.promise_s > 0:
                 self.promise_until = max(self.promise_until, self.clock() + self.promise_s)
-            self._get("transport").send(node, {"type": ANSWER, "id": message.get("id"),
-                                               "term": message.get("term"), "yes": follows})
+            self._get("transport").send(node, {"type": ANSWER, "id": message.get("id"), "term": message.get("term"),
+                                               "yes": follows, "promise": self.promise_s if follows else 0.0})
             return True
         if kind == ANSWER:
             rid = message.get("id")
             rnd = self._rounds.get(rid) if isinstance(rid, int) else None
             if rnd is not None and message.get("yes") and message.get("term") == rnd.term:
                 rnd.yes.add(node)
+                promise = message.get("promise")
+                rnd.promised[node] = float(promise) if isinstance(promise, (int, float)) and promise > 0 else 0.0
                 self._check(message["id"])
             return True
         return False
 
     def _check(self, rid: int) -> None:
         rnd = self._rounds[rid]
-        if len(rnd.yes) > (len(self._get("otherNodes")) + 1) // 2:
+        majority = (len(self._get("otherNodes")) + 1) // 2 + 1
+        if len(rnd.yes) >= majority:
             del self._rounds[rid]
-            until = rnd.started + LEASE_FRACTION * self.promise_s
-            if self.promise_s > 0 and rnd.term != self._lease_given_up_term and \
-                    (rnd.term != self._lease[0] or until > self._lease[1]):
-                self._lease = (rnd.term, until)
+            self._extend_lease(rnd, majority - 1)
             for r in rnd.requests:
                 r.resolve(rnd.index)
+
+    def _extend_lease(self, rnd: _Round, others: int) -> None:
+        """A lease from a confirmed round, only as long as the promises of a majority: this node's and
+        the `others` longest among the yeses. A yes without a promise (a node whose lease is off, or one
+        running code from before the lease, during a rolling upgrade) confirms the read index but
+        counts for no lease: that node would vote for anyone."""
+        promises = sorted((p for p in rnd.promised.values() if p > 0), reverse=True)
+        if self.promise_s <= 0 or len(promises) < others or rnd.term == self._lease_given_up_term:
+            return
+        until = rnd.started + LEASE_FRACTION * min([self.promise_s, *promises[:others]])
+        if rnd.term != self._lease[0] or until > self._lease[1]:
+            self._lease = (rnd.term, until)
 
     def _finish(self, rid: int, error: str) -> None:
         rnd = self._rounds.pop(rid)

@@ -149,7 +149,8 @@ def confirm_round(raft: FakeRaft, c: LeadershipConfirmer, *yes: str) -> None:
     pings = [m for _, m in sent[before:] if m["type"] == PING]
     assert pings, "the tick started no round"
     for node in yes:
-        c.on_message(node, {"type": ANSWER, "id": pings[0]["id"], "term": pings[0]["term"], "yes": True})
+        c.on_message(node, {"type": ANSWER, "id": pings[0]["id"], "term": pings[0]["term"], "yes": True,
+                            "promise": 0.24})
 
 
 def test_a_confirmed_round_gives_a_lease_that_ends_before_the_promises_it_rests_on() -> None:
@@ -158,7 +159,7 @@ def test_a_confirmed_round_gives_a_lease_that_ends_before_the_promises_it_rests_
     confirm_round(raft, c)  # the renewal round: no reads needed
     assert c.leased_index() is None  # no majority yet
     sent = raft._SyncObj__transport.sent
-    c.on_message("B", {"type": ANSWER, "id": sent[-1][1]["id"], "term": 7, "yes": True})
+    c.on_message("B", {"type": ANSWER, "id": sent[-1][1]["id"], "term": 7, "yes": True, "promise": 0.24})
     assert c.leased_index() == 42
     raft.raftCommitIndex = 45
     assert c.leased_index() == 45  # the commit index now, not the round's
@@ -220,7 +221,8 @@ def test_a_yes_promises_no_vote_for_the_promise_time_and_a_transfer_vote_is_stil
     clock.now += 0.25
     assert not c.refuses_vote({"type": "request_vote", "term": 8})
     c.on_message("L", {"type": PING, "id": 1, "term": 7})
-    assert raft._SyncObj__transport.sent[-1][1]["yes"]
+    answer = raft._SyncObj__transport.sent[-1][1]
+    assert answer["yes"] and answer["promise"] == 0.24  # the yes says what it promised
     clock.now += 0.2
     assert c.refuses_vote({"type": "request_vote", "term": 8})
     assert not c.refuses_vote({"type": "request_vote", "term": 8, TRANSFER_VOTE: True})
@@ -289,3 +291,24 @@ def test_an_ask_fails_when_no_leader_is_known_when_the_leader_refuses_or_changes
     not_leader = LeadershipConfirmer(FakeRaft(FOLLOWER))
     not_leader.on_message("A", {"type": ASK, "id": 3})
     assert not_leader.raft._SyncObj__transport.sent[-1][1]["error"] == "not the leader"
+
+
+def test_a_yes_without_a_promise_confirms_the_read_index_but_gives_no_lease() -> None:
+    """A node whose lease is off, or one on code from before the lease (a rolling upgrade), says yes
+    without promising anything: it would vote for anyone, so it counts for the read but not the lease."""
+    raft, c, _ = leased()
+    t, out = ask_in_background(c)
+    c.on_tick()
+    ping = raft._SyncObj__transport.sent[-1][1]
+    c.on_message("B", {"type": ANSWER, "id": ping["id"], "term": 7, "yes": True})  # old code: no promise
+    t.join(5)
+    assert out == {"index": 42} and c.leased_index() is None
+    raft2, c2, clock2 = leased()
+    raft2._SyncObj__otherNodes = {"B", "C", "D", "E"}  # five nodes: the leader and two more make a majority
+    c2.on_tick()
+    ping = raft2._SyncObj__transport.sent[-1][1]
+    c2.on_message("B", {"type": ANSWER, "id": ping["id"], "term": 7, "yes": True, "promise": 0.5})
+    c2.on_message("C", {"type": ANSWER, "id": ping["id"], "term": 7, "yes": True, "promise": 0.1})
+    assert c2.leased_index() == 42
+    clock2.now += LEASE_FRACTION * 0.1 + 0.001  # the shortest promise of the majority bounds the lease
+    assert c2.leased_index() is None
