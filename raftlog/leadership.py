@@ -106,6 +106,7 @@ def _drain(q: queue.SimpleQueue[_Request]) -> list[_Request]:
             return out
 
 
+ASK_SILENCE_S = 1.0  # an ask unanswered this long: a leader that never answered one is taken not to
 ROUND_TTL_S = 10.0  # a cut-off leader keeps leading for a while: forget its unanswered rounds
 
 
@@ -119,6 +120,8 @@ class LeadershipConfirmer:
         self._rounds: dict[int, _Round] = {}
         self._ask_queue: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._asks: dict[int, _Ask] = {}
+        self._answered_by: tuple[Any, int] | None = None  # (leader, term) that answered an ask
+        self._silent: tuple[Any, int] | None = None       # (leader, term) that let an ask go unanswered
         self.asks = 0
         self._ids = itertools.count(1)
         self.rounds = 0
@@ -227,13 +230,18 @@ class LeadershipConfirmer:
         for aid, ask in list(self._asks.items()):
             if leading or ask.term != term or ask.leader != leader:
                 self._fail(self._asks.pop(aid).requests, "the leader changed before it answered")
-            elif now - ask.started > ROUND_TTL_S:
+            elif now - ask.started > ASK_SILENCE_S:
+                if self._answered_by != (leader, term):
+                    self._silent = (leader, term)  # never answered an ask: code from before them
                 self._fail(self._asks.pop(aid).requests, "the leader did not answer")
         requests = _drain(self._ask_queue)
         if not requests:
             return
         if leading or leader is None:
             return self._fail(requests, "this node leads" if leading else "no leader known")
+        if self._silent == (leader, term):
+            # asking again would cost every read the wait: callers ask another way until the next term
+            return self._fail(requests, "the leader does not answer asks")
         aid = next(self._ids)
         self.asks += 1
         self._asks[aid] = _Ask(term, leader, requests, now)
@@ -266,6 +274,7 @@ class LeadershipConfirmer:
             if ask is None or node != ask.leader or not isinstance(aid, int):
                 return True  # not an answer from the node it was asked of
             del self._asks[ask_id := aid]
+            self._answered_by = (ask.leader, ask.term)
             index, error = message.get("index"), message.get("error")
             if isinstance(index, int) and not error:
                 for r in ask.requests:

@@ -12,6 +12,7 @@ import pytest
 from raftlog.leadership import (
     ANSWER,
     ASK,
+    ASK_SILENCE_S,
     LEADER,
     LEASE_FRACTION,
     PING,
@@ -312,3 +313,34 @@ def test_a_yes_without_a_promise_confirms_the_read_index_but_gives_no_lease() ->
     assert c2.leased_index() == 42
     clock2.now += LEASE_FRACTION * 0.1 + 0.001  # the shortest promise of the majority bounds the lease
     assert c2.leased_index() is None
+
+
+def test_a_leader_that_never_answers_an_ask_is_not_asked_again_in_its_term() -> None:
+    """A leader on code from before the ask (a rolling upgrade) ignores it: after one unanswered ask,
+    this follower's reads go another way at once instead of each waiting out the silence."""
+    raft, c, clock = leased(state=FOLLOWER)
+    sent = raft._SyncObj__transport.sent
+    t, out = follower_asks(raft, c)
+    clock.now += ASK_SILENCE_S + 0.1
+    c.on_tick()
+    t.join(5)
+    assert out["error"] == "the leader did not answer"
+    asks = len(sent)
+    t, out = follower_asks(raft, c)
+    t.join(5)
+    assert out["error"] == "the leader does not answer asks" and len(sent) == asks  # nothing sent
+    raft._SyncObj__raftCurrentTerm = 8  # a new term (maybe an upgraded leader): ask again
+    t, out = follower_asks(raft, c)
+    assert len(sent) == asks + 1 and t.is_alive()
+    c.on_message("L", {"type": TELL, "id": sent[-1][1]["id"], "index": 50, "error": ""})
+    t.join(5)
+    assert out == {"index": 50}
+    t, out = follower_asks(raft, c)  # one that answered before and is slow now stays asked
+    clock.now += ASK_SILENCE_S + 0.1
+    c.on_tick()
+    t.join(5)
+    t, out = follower_asks(raft, c)
+    assert t.is_alive() and sent[-1][1]["type"] == ASK
+    c.on_message("L", {"type": TELL, "id": sent[-1][1]["id"], "index": 51, "error": ""})
+    t.join(5)
+    assert out == {"index": 51}
