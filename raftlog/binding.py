@@ -158,8 +158,9 @@ class RaftNode(SyncObj):
                 return True  # held back while the follower is probed (raftlog/appendflow.py)
             return send(node, message)
 
-        self.prevote = prevote = PreVote(self, conf.raftMinTimeout, conf.raftMaxTimeout)
         self.leadership = leadership = LeadershipConfirmer(self, lease_promise_s)
+        self.prevote = prevote = PreVote(self, conf.raftMinTimeout, conf.raftMaxTimeout,
+                                         promised=leadership.promises_now)
         transport.send = send_after_sync
         deliver = transport._onMessageReceivedCallback
 

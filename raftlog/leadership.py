@@ -26,6 +26,8 @@ keeps the lease fresh with a ping round every RENEW_FRACTION * promise_s, reads 
 - Only promises count: a yes carries the promise its node made (0 when its lease is off, nothing from
   a node on code from before the lease, as in a rolling upgrade), and the lease lasts as long as the
   shortest promise of a majority, the leader's own included.
+- Nor does a node campaign during its promise (raftlog/prevote.py holds pysyncobj's timer back), which
+  timing alone would also give (a leader's pings and appends travel together), but need not.
 - A refused vote request still moves the node to the asker's newer term (the binding hands pysyncobj
   the request with a log too old to vote for), as in plain Raft: dropping it instead left the asker
   alone in a term no one else had, deaf to the leader's appends (pysyncobj has no answer that tells
@@ -156,6 +158,10 @@ class LeadershipConfirmer:
     def give_up_lease(self) -> None:
         """Called before the leader sends TimeoutNow: no lease for the rest of this term."""
         self._lease_given_up_term = self._get("raftCurrentTerm")
+
+    def promises_now(self) -> bool:
+        """Whether a lease promise holds now (then this node neither grants a vote nor campaigns)."""
+        return self.clock() < self.promise_until
 
     def refuses_vote(self, message: dict[str, Any]) -> bool:
         """Whether a promise made under a lease forbids granting this request_vote."""

@@ -47,8 +47,10 @@ FOLLOWER, CANDIDATE, LEADER = Role.FOLLOWER, Role.CANDIDATE, Role.LEADER
 
 class PreVote:
     def __init__(self, raft: Any, election_min_s: float, election_max_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 promised: Callable[[], bool] = lambda: False) -> None:
         self.raft = raft
+        self.promised = promised  # a lease promise to a leader holds now: no campaign
         self.election_min_s = election_min_s
         self.election_max_s = election_max_s
         self.clock = clock
@@ -141,8 +143,10 @@ class PreVote:
             # transfer's (raftlog/leadership.py: the leader gave up its lease before sending it)
             self.transfer_term = self._get("raftCurrentTerm") + 1
             return True
+        # A node that promised a leader its lease votes for no one, itself included, until the promise
+        # ends (raftlog/leadership.py); the pre-vote won stays good until allowed_until meanwhile.
         return self.allowed_term is not None and self._get("raftCurrentTerm") == self.allowed_term \
-            and self.clock() < self.allowed_until
+            and self.clock() < self.allowed_until and not self.promised()
 
     def on_tick(self) -> None:
         if self._get("selfNode") is None or self._get("raftState") == LEADER:

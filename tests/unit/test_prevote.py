@@ -180,3 +180,22 @@ def test_a_won_pre_vote_campaigns_at_once_and_refuses_other_pre_votes_meanwhile(
     assert raft.wakes == wakes + 1  # the tick loop runs the election now, not after its 50 ms poll
     assert not ask(pv, term=6, index=11, log_term=5)  # about to campaign: no pre-vote for B
     assert pv.may_campaign()
+
+
+def test_no_campaign_while_a_lease_promise_holds_but_a_transfer_campaigns() -> None:
+    """A node that promised a leader its lease votes for no one until the promise ends, itself included."""
+    raft, clock = FakeRaft(), Clock()
+    promise = {"holds": True}
+    pv = PreVote(raft, 0.4, 1.4, clock=clock, promised=lambda: promise["holds"])
+    clock.now = 101.0
+    pv.on_tick()
+    mine = raft._SyncObj__transport.sent[0][1]["round"]
+    pv.on_message("C", {"type": RESPONSE, "round": mine, "granted": True})
+    assert pv.allowed_term is not None and not pv.may_campaign()  # won, but promised
+    promise["holds"] = False
+    assert pv.may_campaign()  # the promise ran out within the pre-vote's window: campaign now
+    raft2, clock2 = FakeRaft(), Clock()
+    pv2 = PreVote(raft2, 0.4, 1.4, clock=clock2, promised=lambda: True)
+    raft2.real_election_deadline = 0
+    raft2._SyncObj__transferInProgress = True
+    assert pv2.may_campaign() and pv2.transfer_term == 6  # the leader gave its lease up first
