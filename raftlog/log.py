@@ -93,7 +93,7 @@ class LogConfig:
     snapshot_every_seconds: float = 300.0
     snapshots_kept: int = 3
     election_min_s: float = 0.4
-    election_max_s: float = 0.9
+    election_max_s: float = 1.4
     leader_fallback_s: float = 30.0           # pysyncobj's default; see DESIGN invariant 2
     # pysyncobj drops a link after connectionTimeout (3.5 s) without data, and two followers never
     # exchange any: their link is down most of the time and reconnects only every

@@ -21,7 +21,7 @@ def test_kill_any_node_in_a_loop_and_pause_the_leader(fault_cluster, make_run) -
     c = fault_cluster()
     c.wait_ready()
     run = make_run(c)
-    # pause_s 3 s > the election timeout (0.4-0.9 s): the paused leader is deposed while stopped.
+    # pause_s 3 s > the election timeout (0.4-1.4 s): the paused leader is deposed while stopped.
     nemesis = Nemesis(c, seed=SEED, pause_s=3.0, down_s=1.5, settle_s=1.5,
                       faults=("kill-any", "pause-leader", "kill-any", "kill-leader"))
     run.start()

@@ -32,7 +32,7 @@ from tests.faults.scenario import LONG, SEED, Run, pick, timeout_for
 
 pytestmark = pytest.mark.cluster
 
-HOLD_S = pick(4.5, 8.0)  # a partition lasts longer than an election (0.4-0.9 s timeout + vote)
+HOLD_S = pick(4.5, 8.0)  # a partition lasts longer than an election (0.4-1.4 s timeout + vote)
 SETTLE_S = pick(1.0, 4.0)
 SECONDS = (0, 300)  # the long run's budget for repeating the sequence (short: one pass)
 KINDS = ("leader-isolated", "follower-isolated", "bridge", "leader-cable")
