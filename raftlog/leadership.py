@@ -171,15 +171,9 @@ class LeadershipConfirmer:
         return True
 
     def read_index(self, timeout: float) -> int:
-        """The confirmed commit index. Raises NotConfirmed (callers may fall back to a barrier)."""
-        request = _Request()
-        self._queue.put(request)
-        self.raft.wake()  # wake the tick thread out of its poll
-        if not request.event.wait(timeout):
-            raise NotConfirmed("no majority confirmed this leader in time")
-        if request.error:
-            raise NotConfirmed(request.error)
-        return request.index
+        """The confirmed commit index, after a ping round (leased_index() is the one without). Raises
+        NotConfirmed (callers may fall back to a barrier)."""
+        return self._await(self._queue, timeout, "no majority confirmed this leader in time")
 
     def read_index_from_leader(self, timeout: float) -> int:
         """A follower's read index, asked of the leader over the Raft link: one ASK message, answered
@@ -187,11 +181,15 @@ class LeadershipConfirmer:
         It covers every write acknowledged before this call, as the leader's own would. Raises
         NotConfirmed (no leader known, the leader refused, or no answer in time: a leader that runs
         code without ASK never answers; callers fall back to another way)."""
+        return self._await(self._ask_queue, timeout, "the leader did not answer in time")
+
+    def _await(self, queued: queue.SimpleQueue[_Request], timeout: float, late: str) -> int:
+        """Queue a request for the tick thread, wake it out of its poll, and wait for the answer."""
         request = _Request()
-        self._ask_queue.put(request)
+        queued.put(request)
         self.raft.wake()
         if not request.event.wait(timeout):
-            raise NotConfirmed("the leader did not answer in time")
+            raise NotConfirmed(late)
         if request.error:
             raise NotConfirmed(request.error)
         return request.index

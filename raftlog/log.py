@@ -371,9 +371,6 @@ class ReplicatedLog:
         if not self.is_leader():
             raise NotLeader("this node is not the leader")
         deadline = time.monotonic() + timeout
-        leased = self.raft.leadership.leased_index()
-        if leased is not None:
-            return leased
         try:
             return self.raft.leadership.read_index(timeout)
         except NotConfirmed as exc:
