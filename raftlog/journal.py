@@ -127,7 +127,7 @@ class DurableJournal(Journal):
         self._lock = threading.Lock()
         # One condition per thread that waits, all on that lock: the tick's request wakes the
         # syncer alone (one condition for all three woke the other two on every entry, for nothing).
-        self._wanted = threading.Condition(self._lock)  # the segment thread
+        self._segment_cv = threading.Condition(self._lock)
         self._sync_cv = threading.Condition(self._lock)
         self._meta_cv = threading.Condition(self._lock)
         self._generation = 0
@@ -295,16 +295,16 @@ class DurableJournal(Journal):
         """Move appends to the spare segment (created ahead); without one yet, stay on `full`."""
         if self._spare is None and not self._threads:
             self._spare = self._create_segment()  # no segment thread (tests, tools): create it here
-        with self._wanted:
+        with self._segment_cv:
             spare, self._spare = self._spare, None
             if spare is None:
                 self._spare_wanted = True
-                self._wanted.notify_all()
+                self._segment_cv.notify_all()
                 return full
             self._segments.append(spare)
             self._unsynced.append(full)
             self._spare_wanted = True
-            self._wanted.notify_all()
+            self._segment_cv.notify_all()
         return spare
 
     def clear(self) -> None:
@@ -328,7 +328,7 @@ class DurableJournal(Journal):
         if first <= 0:
             return
         keep_from = self._where[first][0]
-        with self._wanted:
+        with self._segment_cv:
             cut = self._segments.index(keep_from)
             doomed = self._segments[:cut]
             del self._segments[:cut]
@@ -336,7 +336,7 @@ class DurableJournal(Journal):
             del self._entries[:first]
             del self._where[:first]
             self._doomed.extend(doomed)
-            self._wanted.notify_all()
+            self._segment_cv.notify_all()
         if not self._threads:
             self._delete_doomed()
 
@@ -425,7 +425,7 @@ class DurableJournal(Journal):
         self._threads = [threading.Thread(target=self._sync_loop, name="journal-syncer", daemon=True),
                          threading.Thread(target=self._meta_loop, name="journal-meta", daemon=True),
                          threading.Thread(target=self._segment_loop, name="journal-segments", daemon=True)]
-        with self._wanted:
+        with self._segment_cv:
             self._spare_wanted = self._spare is None
         for thread in self._threads:
             thread.start()
@@ -476,9 +476,9 @@ class DurableJournal(Journal):
 
     def _segment_loop(self) -> None:
         while True:
-            with self._wanted:
+            with self._segment_cv:
                 while not (self._closing or self._spare_wanted or self._doomed):
-                    self._wanted.wait()
+                    self._segment_cv.wait()
                 if self._closing:
                     return
                 wanted = self._spare_wanted and self._spare is None
@@ -504,9 +504,9 @@ class DurableJournal(Journal):
             _unlink(seg.path)
 
     def _stop_threads(self) -> None:
-        with self._wanted:
+        with self._segment_cv:
             self._closing = True
-            for cv in (self._wanted, self._sync_cv, self._meta_cv):
+            for cv in (self._segment_cv, self._sync_cv, self._meta_cv):
                 cv.notify_all()
         for thread in self._threads:
             if thread is not threading.current_thread():
