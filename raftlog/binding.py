@@ -111,7 +111,8 @@ class RaftNode(SyncObj):
 
     def __init__(self, self_addr: str, partners: list[str], conf: SyncObjConf, applier: Applier,
                  read_dump_meta: Callable[[str], tuple[RaftEntry, RaftEntry, list[str]]],
-                 progress: SnapshotProgress, journal: DurableJournal, lease_promise_s: float = 0.0) -> None:
+                 progress: SnapshotProgress, journal: DurableJournal, lease_promise_s: float = 0.0,
+                 join_existing: bool = False) -> None:
         self._applier = applier
         self.journal = journal
         self._commit_index = 0  # behind the commit-index property below; pysyncobj sets it first thing
@@ -160,7 +161,9 @@ class RaftNode(SyncObj):
 
         self.leadership = leadership = LeadershipConfirmer(self, lease_promise_s)
         self.prevote = prevote = PreVote(self, conf.raftMinTimeout, conf.raftMaxTimeout,
-                                         promised=leadership.promises_now)
+                                         promised=leadership.promises_now, heartbeat_s=conf.appendEntriesPeriod)
+        # a node whose log holds no leader's entry yet (the last one is pysyncobj's own, at term 0)
+        prevote.await_leader = join_existing and int(self._SyncObj__raftLog[-1][2]) == 0
         transport.send = send_after_sync
         deliver = transport._onMessageReceivedCallback
 
@@ -184,6 +187,14 @@ class RaftNode(SyncObj):
             deliver(node, skip_known_entries(message, last[1], last[2], term_at))
 
         transport.setOnMessageReceivedCallback(receive)
+        link_down = transport._onNodeDisconnectedCallback
+
+        def on_link_down(node: object) -> None:
+            prevote.on_link_lost(node)  # our leader's link closed: its process may be gone
+            if link_down is not None:
+                link_down(node)
+
+        transport.setOnNodeDisconnectedCallback(on_link_down)
         self.tick_watch = TickWatch()
         self.addOnTickCallback(self._on_tick)
         journal.start_syncer(self._on_durable)

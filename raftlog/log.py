@@ -49,6 +49,8 @@ class LogStats:
     read_rounds: int = 0         # ping rounds this leader ran (reads without a lease, and lease renewals)
     read_asks: int = 0           # read indexes this follower asked of its leader over the Raft link
     votes_refused: int = 0       # vote requests this node refused under a lease promise
+    pre_vote_rounds: int = 0     # pre-vote rounds this node started (its election timer ran out)
+    leader_links_lost: int = 0   # times its leader's link went down and brought the election timer forward
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,9 @@ class LogConfig:
     password: str | None = None
     fsync: bool = True                         # sync the journal before acknowledging (raftlog/journal.py)
     read_lease: bool = True                    # the leader's read index under a lease (raftlog/leadership.py)
+    # An empty node joining a cluster that has data: it never campaigns before it has heard a leader
+    # (two empty nodes beside one survivor would otherwise elect an empty leader; raftlog/prevote.py)
+    join_existing: bool = False
 
     @property
     def lease_promise_s(self) -> float:
@@ -166,6 +171,8 @@ class ReplicatedLog:
             raftMaxTimeout=cfg.election_max_s,
             leaderFallbackTimeout=cfg.leader_fallback_s,
             connectionRetryTime=cfg.connection_retry_s,
+            # pysyncobj refuses an election timeout longer than its link timeout (3.5 s by default)
+            connectionTimeout=max(3.5, cfg.election_max_s),
             logCompactionMinEntries=cfg.snapshot_every_entries,
             logCompactionMinTime=cfg.snapshot_every_seconds,
             onStateChanged=self._on_state_changed,
@@ -173,7 +180,8 @@ class ReplicatedLog:
             dynamicMembershipChange=True,  # members can be added/removed at runtime, one at a time
         )
         self.raft = RaftNode(cfg.self_addr, cfg.partners, conf, self.applier,
-                             self._read_dump_meta, self.progress, self.journal, cfg.lease_promise_s)
+                             self._read_dump_meta, self.progress, self.journal, cfg.lease_promise_s,
+                             join_existing=cfg.join_existing)
         self.raft.addOnTickCallback(self._on_tick)
         self.committer = GroupCommitter(self.applier, self._append, self.is_leader, self.term,
                                         linger_s=cfg.group_linger_s)
@@ -263,14 +271,16 @@ class ReplicatedLog:
         return self.applier.failed or ""
 
     def stats(self) -> LogStats:
-        lead = self.raft.leadership
+        lead, prevote = self.raft.leadership, self.raft.prevote
+        assert prevote is not None  # set in RaftNode's constructor
         return LogStats(batches_proposed=self.committer.batches_appended,
                         entries_proposed=self.committer.entries_appended,
                         apply_queue=self.applier.queued(),
                         seconds_since_apply=time.monotonic() - self.applier.last_apply_time,
                         has_quorum=self.has_quorum, apply_error=self.apply_error,
                         lease_reads=lead.lease_reads, read_rounds=lead.rounds, read_asks=lead.asks,
-                        votes_refused=lead.votes_refused)
+                        votes_refused=lead.votes_refused, pre_vote_rounds=prevote.rounds_started,
+                        leader_links_lost=prevote.leader_links_lost)
 
     # ---- applied entries: listeners and the recent history -------------------------------------
 

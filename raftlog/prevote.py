@@ -20,6 +20,26 @@ other's) and both campaigned: a split vote, and a second election timeout (one f
 out the 50 ms poll), refuses pre-votes while it is about to campaign, and a node that grants a pre-vote
 drops its own round and pushes its timer back: the asker will campaign first.
 
+A leader whose process died. Its links close at once (the kernel ends the TCP connections of a
+process that exits), long before any election timer. A follower whose link to its leader goes down
+brings its timer forward to the minimum election timeout after the leader's last append, plus one
+heartbeat period and LINK_LOST_MARGIN_S (another follower may have heard that leader up to a heartbeat
+later, and refuses a pre-vote inside the minimum) and a jitter of up to LINK_LOST_JITTER_S. This is only ever earlier: a
+leader that is alive reconnects within the 0.1 s retry and its next append pushes the timer back, and
+a pre-vote asked meanwhile is refused by every follower still hearing it, so nothing is disrupted. A
+leader cut off by the network or a dead machine closes no link: its followers wait out their timers.
+While the link stays down, a round that fails is retried within one to two heartbeat periods rather
+than a whole election timeout (a pre-vote changes no term, so retrying disturbs no one). Two followers
+that start rounds at the same moment (within COLLISION_WINDOW_S): a node in a round of its own grants a
+pre-vote to an asker with an equal log only if the asker's address is the greater, so the greater wins
+at once instead of both giving way and waiting out a second timeout.
+
+A node that joins a cluster with data (`[cluster] initial_state = "existing"`, an empty log) never
+campaigns before it has heard a leader: beside one survivor of a lost majority, two empty nodes are a
+majority and would otherwise elect one of themselves, whose appends then cut the survivor's log back
+(found by test_operations.py's recovery from a single survivor). It still votes: for a candidate whose
+log is at least as new as its own, the survivor's.
+
 The gate is airtight: the binding makes pysyncobj's election timer attribute a property that
 reads as "never" unless `may_campaign()`, so pysyncobj cannot start an election behind our back
 however late a tick runs. Everything here runs on pysyncobj's tick thread: messages arrive
@@ -43,18 +63,28 @@ log = logging.getLogger("raftlog.prevote")
 REQUEST = "ns_pre_vote"
 RESPONSE = "ns_pre_vote_response"
 FOLLOWER, CANDIDATE, LEADER = Role.FOLLOWER, Role.CANDIDATE, Role.LEADER
+LINK_LOST_MARGIN_S = 0.02
+LINK_LOST_JITTER_S = 0.1
+COLLISION_WINDOW_S = 0.05  # rounds started this close together are simultaneous (a few round trips)
+NEVER = -1e18  # no leader heard yet
+
+
+def _address(node: Any) -> str:
+    """A node's "host:port" (pysyncobj's TCPNode), for the tie-break between simultaneous rounds."""
+    return str(getattr(node, "address", node))
 
 
 class PreVote:
     def __init__(self, raft: Any, election_min_s: float, election_max_s: float,
                  clock: Callable[[], float] = time.monotonic,
-                 promised: Callable[[], bool] = lambda: False) -> None:
+                 promised: Callable[[], bool] = lambda: False, heartbeat_s: float = 0.1) -> None:
         self.raft = raft
+        self.heartbeat_s = heartbeat_s
         self.promised = promised  # a lease promise to a leader holds now: no campaign
         self.election_min_s = election_min_s
         self.election_max_s = election_max_s
         self.clock = clock
-        self.last_leader_contact = -1e18
+        self.last_leader_contact = NEVER
         self.round = 0
         self.votes: set[Any] = set()
         self.allowed_term: int | None = None  # a majority pre-voted: pysyncobj may campaign from this term
@@ -62,6 +92,10 @@ class PreVote:
         self.transfer_term = -1  # the term of the election a TimeoutNow started
         self.rounds_started = 0
         self.rounds_won = 0
+        self.round_open_until = 0.0  # our own round holds out against equal askers until then
+        self.expedited_for: float | None = None  # the leader contact whose link loss brought the timer forward
+        self.leader_links_lost = 0
+        self.await_leader = False  # an empty node joining a cluster with data: no round before a leader
 
     # ---- pysyncobj's private state, in one place -----------------------------------------------
 
@@ -92,22 +126,41 @@ class PreVote:
             self.last_leader_contact = self.clock()
             return False
         if kind == REQUEST:
-            granted = self._would_vote(message)
+            granted = self._would_vote(message, _address(node))
             if granted and self._get("raftState") != LEADER:
                 # the asker campaigns first: drop our own round, and let its election run its course
                 self.round += 1
                 self.votes = set()
+                self.round_open_until = 0.0
                 self._set_deadline(self.clock() + random.uniform(self.election_min_s, self.election_max_s))
+            log.debug("pre-vote asked by %s for term %s: %s", _address(node), message.get("term"),
+                      "granted" if granted else "refused")
             self._send(node, {"type": RESPONSE, "round": message.get("round"), "granted": granted})
             return True
         if kind == RESPONSE:
-            if message.get("round") == self.round and message.get("granted"):
+            if message.get("round") != self.round:
+                return True
+            if message.get("granted"):
                 self.votes.add(node)
                 self._maybe_won()
             return True
         return False
 
-    def _would_vote(self, request: dict[str, Any]) -> bool:
+    def on_link_lost(self, node: Any) -> None:
+        """A Raft link went down: if it was our leader's, bring the election timer forward."""
+        if self._get("raftState") != FOLLOWER or node is None or node != self._get("raftLeader") \
+                or self.expedited_for == self.last_leader_contact:
+            return
+        self.expedited_for = self.last_leader_contact
+        self.leader_links_lost += 1
+        at = self.last_leader_contact + self.election_min_s + self.heartbeat_s + LINK_LOST_MARGIN_S \
+            + random.uniform(0, LINK_LOST_JITTER_S)
+        if at < self._deadline():
+            self._set_deadline(max(at, self.clock()))
+            log.info("raft link to leader %s is down: a pre-vote in %.3f s unless it comes back", _address(node),
+                     max(0.0, at - self.clock()))
+
+    def _would_vote(self, request: dict[str, Any], asker: str) -> bool:
         if request.get("term", -1) <= self._get("raftCurrentTerm"):
             return False
         if self.allowed_term is not None:
@@ -123,14 +176,24 @@ class PreVote:
         if self._get("raftLeader") is not None and \
                 self.clock() - self.last_leader_contact < self.election_min_s:
             return False  # a live leader: the asker is starved or cut off, not the cluster
-        return newer or (their_term == term and their_index == index)
+        if newer:
+            return True
+        if their_term != term or their_index != index:
+            return False
+        # Equal logs. In a round of our own, the greater address wins (module docstring).
+        return self.clock() >= self.round_open_until or asker > self._self_address()
+
+    def _self_address(self) -> str:
+        return _address(self._get("selfNode"))
 
     def _majority(self) -> int:
         return (len(self._get("otherNodes")) + 1) // 2 + 1
 
     def _maybe_won(self) -> None:
         if len(self.votes) >= self._majority() and self.allowed_term is None:
+            log.debug("pre-vote round %d won", self.round)
             self.rounds_won += 1
+            self.round_open_until = 0.0
             self.allowed_term = self._get("raftCurrentTerm")
             self.allowed_until = self.clock() + self.election_max_s
             self._set_deadline(0)  # campaign at the next tick: now, not after the 50 ms poll
@@ -162,13 +225,23 @@ class PreVote:
             return
         if deadline > now:
             return
+        if self.await_leader:
+            if self.last_leader_contact == NEVER:
+                self._set_deadline(now + random.uniform(self.election_min_s, self.election_max_s))
+                return
+            self.await_leader = False
         self.round += 1
         self.rounds_started += 1
         self.votes = {self._get("selfNode")}
-        self._set_deadline(now + random.uniform(self.election_min_s, self.election_max_s))
+        self.round_open_until = now + COLLISION_WINDOW_S
+        if self.expedited_for == self.last_leader_contact:  # our leader's link is down: retry soon
+            self._set_deadline(now + random.uniform(self.heartbeat_s, 2 * self.heartbeat_s))
+        else:
+            self._set_deadline(now + random.uniform(self.election_min_s, self.election_max_s))
         index, term = self._last_log()
         request = {"type": REQUEST, "round": self.round, "term": self._get("raftCurrentTerm") + 1,
                    "last_log_index": index, "last_log_term": term}
+        log.debug("pre-vote round %d for term %d", self.round, request["term"])
         for node in list(self._get("otherNodes")):
             self._send(node, request)
         self._maybe_won()  # a single-node cluster needs no one else

@@ -114,6 +114,7 @@ class NameServerNode:
                 password=cfg.password,
                 fsync=cfg.fsync,
                 read_lease=cfg.read_lease,
+                join_existing=cfg.initial_state == "existing",
             ),
             StateMachineAdapter(self.state), self.store, self.lock)
         self.forwarder = LeaderForwarder(cfg, self.log.leader, self.log.is_leader, self.grpc_of)

@@ -321,6 +321,11 @@ class _NodeCollector(Collector):
                       "the Raft link (one per round of waiting reads).", stats.read_asks)
         yield counter("nameserver_votes_refused_under_lease", "Vote requests this node refused because "
                       "it had promised a leader its lease.", stats.votes_refused)
+        yield counter("nameserver_pre_vote_rounds", "Pre-vote rounds this node started (its election timer ran "
+                      "out, or its leader's link went down).", stats.pre_vote_rounds)
+        yield counter("nameserver_leader_links_lost", "Times this follower's Raft link to its leader went down "
+                      "and brought its election timer forward (a leader process that exits closes its "
+                      "links at once).", stats.leader_links_lost)
         yield counter("nameserver_idle_noops", "Empty entries this node appended as an idle leader so apply "
                       "lag stays measurable.", m.idle_noops)
         yield counter("nameserver_brokers_expired", "Broker addresses this node expired as leader (silent "

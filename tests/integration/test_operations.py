@@ -252,9 +252,13 @@ def test_recover_from_a_single_surviving_node(make_cluster) -> None:
     alone = table(survivor, offset)
     assert {f"s{i}" for i in range(25)} | {"alone"} <= set(alone) <= {f"s{i}" for i in range(25)} | {"alone", "maybe"}
 
-    # 2. Back to three: the survivor with the full member list again, two new empty nodes.
+    # 2. Back to three: the survivor with the full member list again, two new empty nodes that join a
+    # cluster with data (they never campaign before they hear its leader: the survivor).
     cluster.kill(survivor, signal.SIGTERM)
     set_members(survivor, None)
+    for node in lost:
+        with open(node.config_path, "a") as f:
+            f.write('\n[cluster]\ninitial_state = "existing"\n')
     cluster.start()
     cluster.wait_for("three healthy nodes", lambda: healthy(cluster.nodes), timeout=90)
     offset = put(cluster, "three-again", "yes")

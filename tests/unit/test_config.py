@@ -86,3 +86,17 @@ def test_remoting_tls_mode_defaults_with_the_certificate_and_is_checked(tmp_path
     p.write_text(GOOD + '[remoting]\ntls = "permissive"\n')
     with pytest.raises(config.ConfigError, match="remoting.tls.*tls.cert_file"):
         config.load(str(p))
+
+
+def test_initial_state_is_new_by_default_existing_on_request_and_checked_by_name(tmp_path) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD)
+    assert config.load(str(p)).initial_state == "new"
+    p.write_text(GOOD + '[cluster]\ninitial_state = "existing"\n')
+    assert config.load(str(p)).initial_state == "existing"
+    p.write_text(GOOD + '[cluster]\ninitial_state = "join"\n')
+    with pytest.raises(config.ConfigError, match="cluster.initial_state must be one of new, existing"):
+        config.load(str(p))
+    p.write_text(GOOD + '[cluster]\ninitial_sate = "existing"\n')
+    with pytest.raises(config.ConfigError, match="cluster.initial_sate is not a setting"):
+        config.load(str(p))

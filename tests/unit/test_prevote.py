@@ -199,3 +199,94 @@ def test_no_campaign_while_a_lease_promise_holds_but_a_transfer_campaigns() -> N
     raft2.real_election_deadline = 0
     raft2._SyncObj__transferInProgress = True
     assert pv2.may_campaign() and pv2.transfer_term == 6  # the leader gave its lease up first
+
+
+def test_the_leaders_link_going_down_brings_the_timer_forward_once_and_only_ever_earlier() -> None:
+    """A dead leader's links close at once: campaign a minimum timeout after its last append, plus one
+    heartbeat (another follower may have heard it that much later) and a little jitter."""
+    raft, clock = FakeRaft(), Clock()
+    pv = PreVote(raft, 0.4, 1.4, clock=clock, heartbeat_s=0.1)
+    clock.now = 10.0
+    pv.on_message("L", {"type": "append_entries", "term": 5})
+    raft.real_election_deadline = 11.3  # pysyncobj's random timeout after that append
+    clock.now = 10.05
+    pv.on_link_lost("B")  # a link to a follower: nothing to do with the leader
+    assert raft.real_election_deadline == 11.3
+    pv.on_link_lost("L")
+    assert 10.52 <= raft.real_election_deadline <= 10.62 and pv.leader_links_lost == 1
+    first = raft.real_election_deadline
+    pv.on_link_lost("L")  # the reconnect attempts fail too: the same loss, drawn once
+    assert raft.real_election_deadline == first and pv.leader_links_lost == 1
+    # a timer already earlier stays
+    raft2, clock2 = FakeRaft(), Clock()
+    pv2 = PreVote(raft2, 0.4, 1.4, clock=clock2)
+    clock2.now = 10.0
+    pv2.on_message("L", {"type": "append_entries", "term": 5})
+    raft2.real_election_deadline = 10.41
+    pv2.on_link_lost("L")
+    assert raft2.real_election_deadline == 10.41
+    # a leader never expedites against itself
+    raft3, clock3 = FakeRaft(), Clock()
+    raft3._SyncObj__raftState = LEADER
+    pv3 = PreVote(raft3, 0.4, 1.4, clock=clock3)
+    pv3.on_link_lost("L")
+    assert raft3.real_election_deadline == 100.0
+
+
+def test_a_leader_that_comes_back_pushes_the_timer_back_and_a_round_refused_meanwhile_is_retried_soon() -> None:
+    raft, clock = FakeRaft(), Clock()
+    pv = PreVote(raft, 0.4, 1.4, clock=clock, heartbeat_s=0.1)
+    transport = raft._SyncObj__transport
+    clock.now = 10.0
+    pv.on_message("L", {"type": "append_entries", "term": 5})
+    pv.on_link_lost("L")
+    clock.now = raft.real_election_deadline
+    pv.on_tick()  # the round goes out; B still heard the leader lately and refuses it
+    (_, request), *_ = transport.sent
+    pv.on_message("B", {"type": RESPONSE, "round": request["round"], "granted": False})
+    assert clock.now + 0.1 <= raft.real_election_deadline <= clock.now + 0.2  # retried within two heartbeats
+    # the leader was alive after all: its next append is a fresh contact, and timeouts are whole again
+    clock.now += 0.15
+    pv.on_message("L", {"type": "append_entries", "term": 5})
+    raft.real_election_deadline = clock.now + 0.9  # as pysyncobj resets it on an append
+    transport.sent.clear()
+    clock.now = raft.real_election_deadline
+    pv.on_tick()
+    assert clock.now + 0.4 <= raft.real_election_deadline <= clock.now + 1.4
+
+
+def test_simultaneous_rounds_go_to_the_greater_address_and_only_while_they_are_simultaneous() -> None:
+    """A ("A") and another node time out together with equal logs: A grants "B" (greater) and gives
+    way; it refuses "0" (smaller) while its own round is fresh, and grants it once that round is old."""
+    raft, pv, clock = make()
+    clock.now = 101.0
+    pv.on_tick()  # A's round
+    transport = raft._SyncObj__transport
+    transport.sent.clear()
+    assert pv.on_message("0", {"type": REQUEST, "round": 1, "term": 6, "last_log_index": 11, "last_log_term": 5})
+    assert transport.sent[0][1]["granted"] is False  # the smaller asker: A's round goes on
+    clock.now = 101.06  # past the collision window: A's round is just slow, not simultaneous
+    transport.sent.clear()
+    assert pv.on_message("0", {"type": REQUEST, "round": 2, "term": 6, "last_log_index": 11, "last_log_term": 5})
+    assert transport.sent[0][1]["granted"] is True
+    raft2, pv2, clock2 = make()
+    clock2.now = 101.0
+    pv2.on_tick()
+    assert ask(pv2, term=6, index=11, log_term=5)  # "B" > "A": granted at once
+
+
+def test_an_empty_node_joining_a_cluster_with_data_never_campaigns_before_it_hears_a_leader() -> None:
+    raft, pv, clock = make()
+    pv.await_leader = True
+    transport = raft._SyncObj__transport
+    for now in (101.0, 103.0, 105.0):  # its timer runs out again and again: no round, timer pushed back
+        clock.now = now
+        pv.on_tick()
+        assert transport.sent == [] and raft.real_election_deadline > now
+    assert ask(pv, term=6, index=11, log_term=5)  # it still votes (the survivor's log is as new)
+    clock.now = 106.0
+    pv.on_message("L", {"type": "append_entries", "term": 5})  # a leader is heard: an ordinary node now
+    clock.now = raft.real_election_deadline = 108.0
+    transport.sent.clear()
+    pv.on_tick()
+    assert len(transport.sent) == 2 and transport.sent[0][1]["type"] == REQUEST
