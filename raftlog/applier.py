@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,9 +64,11 @@ class _Waiter:
 
 
 class Applier:
-    def __init__(self, fsm: StateMachine, lock: threading.RLock) -> None:
+    def __init__(self, fsm: StateMachine, lock: AbstractContextManager[Any]) -> None:
         self.fsm = fsm
-        self.lock = lock  # readers of the state hold it too, so they never see half an entry
+        # Held while the state changes: readers of the state hold it too (or check that it was not
+        # taken meanwhile, nameserver/core/stateguard.py), so they never see half an entry.
+        self.lock = lock
         self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         self._waiters: dict[str, _Waiter] = {}
         self._waiters_lock = threading.Lock()

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -132,7 +133,7 @@ class SnapshotStoreLike(Protocol):
 
 class ReplicatedLog:
     def __init__(self, cfg: LogConfig, fsm: StateMachine, store: SnapshotStoreLike,
-                 state_lock: threading.RLock) -> None:
+                 state_lock: AbstractContextManager[Any]) -> None:
         self.cfg = cfg
         self.fsm = fsm
         self.store = store

@@ -25,6 +25,7 @@ from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.core.readindex import ReadIndexBatcher
 from nameserver.core.routecache import MISS, RouteCache, RouteKey
 from nameserver.core.sessionclock import SessionClock
+from nameserver.core.stateguard import StateGuard
 from nameserver.core.watch import WatchHub
 from nameserver.errors import TooLargeError
 from nameserver.pb import api_pb2, state_pb2
@@ -90,7 +91,10 @@ class NameServerNode:
     def __init__(self, cfg: NodeConfig) -> None:
         self.cfg = cfg
         os.makedirs(cfg.data_dir, exist_ok=True)
-        self.lock = threading.RLock()
+        # The state changes only on the apply thread, through guard.writer; short readers take the lock,
+        # the leader's translations read optimistically without it (nameserver/core/stateguard.py).
+        self.guard = StateGuard()
+        self.lock = self.guard.lock
         self.state = MetadataState()
         self.store = SnapshotStore(os.path.join(cfg.data_dir, "snapshots"), keep=cfg.snapshots_kept)
         self.liveness = LivenessTable()
@@ -116,7 +120,7 @@ class NameServerNode:
                 read_lease=cfg.read_lease,
                 join_existing=cfg.initial_state == "existing",
             ),
-            StateMachineAdapter(self.state), self.store, self.lock)
+            StateMachineAdapter(self.state), self.store, self.guard.writer)
         self.forwarder = LeaderForwarder(cfg, self.log.leader, self.log.is_leader, self.grpc_of)
         self._leadership_feed = self.log.watch_leadership(self._on_leadership)
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
@@ -257,18 +261,8 @@ class NameServerNode:
             if not self.log.is_leader():
                 raise NotLeader("this node is not the leader")
             try:
-                with self.lock:
-                    if client is not None:
-                        replay = self._replay(client)
-                        if replay is not None:
-                            return replay
-                    translation = translate_fn(self.state)
-                    offset_now = self.state.kv.offset
-                    records = len(translation.batch.records)
-                    if records and client is not None and reply_of is not None:
-                        reply = reply_of(WriteResult(0, records, translation)).SerializeToString()
-                        translate.record_session(translation, self.state, client.session_id, client.seq, reply,
-                                                 int(time.time() * 1000))
+                # Without the state lock: apply and readers do not wait for a long translation.
+                translated = self.guard.optimistic(functools.partial(self._translate, translate_fn, client, reply_of))
             except (CasFailed, SessionSuperseded):
                 # A compare-and-set refusal read from this node's state. That state can be stale: a
                 # new leader's apply may lag its commit index, and a paused old leader may not know it
@@ -284,6 +278,9 @@ class NameServerNode:
                 if not self.log.wait_applied(self.leader_read_index(left), left):
                     raise ProposalError("could not confirm the refusal in time", unknown_outcome=False) from None
                 continue
+            if isinstance(translated, WriteResult):
+                return translated  # an exactly-once retry: the first attempt's reply
+            translation, offset_now, records = translated
             if not records:
                 return WriteResult(offset_now, 0, translation)
             left = deadline - time.monotonic()
@@ -297,6 +294,25 @@ class NameServerNode:
                      applied.result.failed_key_version)
         raise ProposalError("write kept conflicting with concurrent writes or timed out", unknown_outcome=False)
 
+    def _translate(self, translate_fn: Callable[[MetadataState], Translation], client: ClientRef | None,
+                   reply_of: Callable[[WriteResult], Message] | None
+                   ) -> WriteResult | tuple[Translation, int, int]:
+        """One translation against the state as it is: the replayed reply of an exactly-once retry, or
+        (translation, the offset it was made at, its records: the session record an exactly-once write
+        adds is not counted, as the reply it keeps says). Reads the state only: run it through the guard."""
+        if client is not None:
+            replay = self._replay(client)
+            if replay is not None:
+                return replay
+        offset_now = self.state.kv.offset
+        translation = translate_fn(self.state)
+        records = len(translation.batch.records)
+        if records and client is not None and reply_of is not None:
+            reply = reply_of(WriteResult(0, records, translation)).SerializeToString()
+            translate.record_session(translation, self.state, client.session_id, client.seq, reply,
+                                     int(time.time() * 1000))
+        return translation, offset_now, records
+
     def unchanged_here(self, translate_fn: Callable[[MetadataState], Translation]) -> WriteResult | None:
         """A follower's answer to a write that changes nothing, or None (forward it to the leader).
 
@@ -307,11 +323,12 @@ class NameServerNode:
         is the one a plain heartbeat has, and the broker's next registration repairs it."""
         if not self.log.ready or self.log.apply_offset < self.log.commit_offset:
             return None
-        with self.lock:
+        def unchanged() -> WriteResult | None:
+            offset_now = self.state.kv.offset
             translation = translate_fn(self.state)
-            if translation.batch.records:
-                return None
-            return WriteResult(self.state.kv.offset, 0, translation)
+            return None if translation.batch.records else WriteResult(offset_now, 0, translation)
+
+        return self.guard.optimistic(unchanged)
 
     def _replay(self, client: ClientRef) -> WriteResult | None:
         found = self.state.session(client.session_id)

@@ -326,6 +326,14 @@ class _NodeCollector(Collector):
         yield counter("nameserver_leader_links_lost", "Times this follower's Raft link to its leader went down "
                       "and brought its election timer forward (a leader process that exits closes its "
                       "links at once).", stats.leader_links_lost)
+        guard = node.guard
+        yield counter("nameserver_translations_unlocked", "Write translations (request -> records) made without "
+                      "the state lock and not overtaken by an apply (nameserver/core/stateguard.py).",
+                      guard.optimistic_reads)
+        yield counter("nameserver_translations_overtaken", "Translation attempts dropped because an entry was "
+                      "applied while they read; each is made again.", guard.optimistic_retries)
+        yield counter("nameserver_translations_locked", "Translations that lost every race with apply and were "
+                      "made under the state lock (apply and reads waited for them).", guard.locked_fallbacks)
         yield counter("nameserver_idle_noops", "Empty entries this node appended as an idle leader so apply "
                       "lag stays measurable.", m.idle_noops)
         yield counter("nameserver_brokers_expired", "Broker addresses this node expired as leader (silent "
