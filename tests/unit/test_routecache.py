@@ -5,15 +5,9 @@ at the write's offset, and reads of unchanged routes do not take the state lock.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
 
-import pytest
-
-from nameserver.config import Member, NodeConfig
 from nameserver.core import NameServerNode
 from nameserver.core.routecache import MISS, RouteCache
-from nameserver.localports import free_ports
 from nameserver.state import translate
 from tests.cluster import register_request
 
@@ -27,20 +21,6 @@ def test_a_kept_route_is_used_only_at_its_generation() -> None:
     assert cache.get(("T", ""), 2) is MISS
     cache.put(("V", ""), 2, "route-v")  # full: the oldest goes
     assert len(cache) == 2 and cache.get(("T", ""), 1) is MISS
-
-
-@pytest.fixture
-def node(tmp_path) -> Iterator[NameServerNode]:
-    raft, grpc_port = free_ports(2)
-    cfg = NodeConfig(raft_addr=f"127.0.0.1:{raft}", grpc_addr=f"127.0.0.1:{grpc_port}", data_dir=str(tmp_path),
-                     members=[Member(f"127.0.0.1:{raft}", f"127.0.0.1:{grpc_port}")])
-    n = NameServerNode(cfg)
-    deadline = time.monotonic() + 30
-    while not (n.log.is_leader() and n.log.ready):
-        assert time.monotonic() < deadline, "the one-node cluster did not elect itself"
-        time.sleep(0.05)
-    yield n
-    n.close()
 
 
 def _register(node: NameServerNode, addr: str, counter: int) -> int:

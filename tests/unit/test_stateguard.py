@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from nameserver.config import Member, NodeConfig
 from nameserver.core import NameServerNode
 from nameserver.core.stateguard import OPTIMISTIC_ATTEMPTS, StateGuard
-from nameserver.localports import free_ports
 from nameserver.pb import state_pb2
 from nameserver.state import keys, translate
 
@@ -98,20 +95,6 @@ def test_a_read_that_starts_during_an_apply_waits_for_that_entry_only() -> None:
     assert guard.optimistic(lambda: "after the entry") == "after the entry"
     t.join()
     assert guard.optimistic_reads == 1 and guard.locked_fallbacks == 0
-
-
-@pytest.fixture
-def node(tmp_path) -> Iterator[NameServerNode]:
-    raft, grpc_port = free_ports(2)
-    cfg = NodeConfig(raft_addr=f"127.0.0.1:{raft}", grpc_addr=f"127.0.0.1:{grpc_port}", data_dir=str(tmp_path),
-                     members=[Member(f"127.0.0.1:{raft}", f"127.0.0.1:{grpc_port}")])
-    n = NameServerNode(cfg)
-    deadline = time.monotonic() + 30
-    while not (n.log.is_leader() and n.log.ready):
-        assert time.monotonic() < deadline, "the one-node cluster did not elect itself"
-        time.sleep(0.05)
-    yield n
-    n.close()
 
 
 def test_a_long_translation_stalls_neither_apply_nor_reads_and_is_made_again_when_overtaken(
