@@ -20,19 +20,19 @@ other's) and both campaigned: a split vote, and a second election timeout (one f
 out the 50 ms poll), refuses pre-votes while it is about to campaign, and a node that grants a pre-vote
 drops its own round and pushes its timer back: the asker will campaign first.
 
-A leader whose process died. Its links close at once (the kernel ends the TCP connections of a
-process that exits), long before any election timer. A follower whose link to its leader goes down
-brings its timer forward to the minimum election timeout after the leader's last append, plus one
-heartbeat period and LINK_LOST_MARGIN_S (another follower may have heard that leader up to a heartbeat
-later, and refuses a pre-vote inside the minimum) and a jitter of up to LINK_LOST_JITTER_S. This is only ever earlier: a
-leader that is alive reconnects within the 0.1 s retry and its next append pushes the timer back, and
-a pre-vote asked meanwhile is refused by every follower still hearing it, so nothing is disrupted. A
-leader cut off by the network or a dead machine closes no link: its followers wait out their timers.
-While the link stays down, a round that fails is retried within one to two heartbeat periods rather
-than a whole election timeout (a pre-vote changes no term, so retrying disturbs no one). Two followers
-that start rounds at the same moment (within COLLISION_WINDOW_S): a node in a round of its own grants a
-pre-vote to an asker with an equal log only if the asker's address is the greater, so the greater wins
-at once instead of both giving way and waiting out a second timeout.
+A leader whose process died closes its links at once (the kernel ends the TCP connections of a process
+that exits), long before any election timer. A follower whose link to its leader goes down brings its
+timer forward to the minimum election timeout after the leader's last append, plus one heartbeat period
+and LINK_LOST_MARGIN_S (another follower may have heard that leader up to a heartbeat later, and refuses
+a pre-vote inside the minimum) and a jitter of up to LINK_LOST_JITTER_S. It is only ever earlier: a leader
+that is alive reconnects within the 0.1 s retry and its next append pushes the timer back, and a pre-vote
+asked meanwhile is refused by every follower still hearing it, so nothing is disrupted. A leader cut off
+by the network, or a dead machine, closes no link: its followers wait out their timers. While the link
+stays down, a round that fails is retried within one to two heartbeat periods rather than a whole
+election timeout (a pre-vote changes no term, so retrying disturbs no one). Two followers that start
+rounds at the same moment (within COLLISION_WINDOW_S): a node in a round of its own grants a pre-vote to
+an asker with an equal log only if the asker's address is the greater, so the greater wins at once
+instead of both giving way and waiting out a second timeout.
 
 A node that joins a cluster with data (`[cluster] initial_state = "existing"`, an empty log) never
 campaigns before it has heard a leader: beside one survivor of a lost majority, two empty nodes are a
@@ -138,9 +138,7 @@ class PreVote:
             self._send(node, {"type": RESPONSE, "round": message.get("round"), "granted": granted})
             return True
         if kind == RESPONSE:
-            if message.get("round") != self.round:
-                return True
-            if message.get("granted"):
+            if message.get("round") == self.round and message.get("granted"):
                 self.votes.add(node)
                 self._maybe_won()
             return True
