@@ -224,16 +224,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         "grpc_addr": node.get("grpc_addr"),
         "data_dir": node.get("data_dir"),
     }
-    members = [Member(str(m["raft_addr"]), str(m["grpc_addr"]), str(m.get("controller_addr", "")))
-               for m in doc.get("cluster", {}).get("members", [])]
-    unknown = sorted(set(doc.get("cluster", {})) - {"members", "initial_state"})
-    if unknown:
-        raise ConfigError(f"cluster.{unknown[0]} is not a setting (settings: members, initial_state)")
-    if "initial_state" in doc.get("cluster", {}):
-        kwargs["initial_state"] = doc["cluster"]["initial_state"]
-        if kwargs["initial_state"] not in INITIAL_STATES:
-            raise ConfigError(f"cluster.initial_state must be one of {', '.join(INITIAL_STATES)}, "
-                              f"not {kwargs['initial_state']!r}")
+    members = _cluster(doc.get("cluster", {}), kwargs)
     for section, keys in _SECTIONS.items():
         for key in keys:
             if key in doc.get(section, {}):
@@ -275,6 +266,20 @@ _CONTROLLER_KEYS = {"listen": "controller_addr", "role": "controller_role",
                     "heartbeat_timeout_ms": "controller_heartbeat_timeout_ms",
                     "elect_unclean_master": "elect_unclean_master",
                     "notify_broker_role_changed": "notify_broker_role_changed"}
+
+
+def _cluster(section: dict[str, Any], kwargs: dict[str, Any]) -> list[Member]:
+    """[[cluster.members]] as Members; [cluster] initial_state into kwargs."""
+    for key in section:
+        if key not in ("members", "initial_state"):
+            raise ConfigError(f"cluster.{key} is not a setting (settings: members, initial_state)")
+    if "initial_state" in section:
+        if section["initial_state"] not in INITIAL_STATES:
+            raise ConfigError(f"cluster.initial_state must be one of {', '.join(INITIAL_STATES)}, "
+                              f"not {section['initial_state']!r}")
+        kwargs["initial_state"] = section["initial_state"]
+    return [Member(str(m["raft_addr"]), str(m["grpc_addr"]), str(m.get("controller_addr", "")))
+            for m in section.get("members", [])]
 
 
 def _controller(section: dict[str, Any], kwargs: dict[str, Any]) -> None:

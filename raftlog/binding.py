@@ -160,10 +160,12 @@ class RaftNode(SyncObj):
             return send(node, message)
 
         self.leadership = leadership = LeadershipConfirmer(self, lease_promise_s)
-        self.prevote = prevote = PreVote(self, conf.raftMinTimeout, conf.raftMaxTimeout,
-                                         promised=leadership.promises_now, heartbeat_s=conf.appendEntriesPeriod)
-        # a node whose log holds no leader's entry yet (the last one is pysyncobj's own, at term 0)
-        prevote.await_leader = join_existing and int(self._SyncObj__raftLog[-1][2]) == 0
+        # a joining node waits for a leader only while its log holds no leader's entry (the last one is
+        # pysyncobj's own, at term 0): once it has any, the setting is ignored
+        self.prevote = prevote = PreVote(
+            self, conf.raftMinTimeout, conf.raftMaxTimeout, promised=leadership.promises_now,
+            heartbeat_s=conf.appendEntriesPeriod,
+            await_leader=join_existing and int(self._SyncObj__raftLog[-1][2]) == 0)
         transport.send = send_after_sync
         deliver = transport._onMessageReceivedCallback
 

@@ -77,7 +77,8 @@ def _address(node: Any) -> str:
 class PreVote:
     def __init__(self, raft: Any, election_min_s: float, election_max_s: float,
                  clock: Callable[[], float] = time.monotonic,
-                 promised: Callable[[], bool] = lambda: False, heartbeat_s: float = 0.1) -> None:
+                 promised: Callable[[], bool] = lambda: False, heartbeat_s: float = 0.1,
+                 await_leader: bool = False) -> None:
         self.raft = raft
         self.heartbeat_s = heartbeat_s
         self.promised = promised  # a lease promise to a leader holds now: no campaign
@@ -95,7 +96,7 @@ class PreVote:
         self.round_open_until = 0.0  # our own round holds out against equal askers until then
         self.expedited_for: float | None = None  # the leader contact whose link loss brought the timer forward
         self.leader_links_lost = 0
-        self.await_leader = False  # an empty node joining a cluster with data: no round before a leader
+        self.await_leader = await_leader  # an empty node joining a cluster with data: no round before a leader
 
     # ---- pysyncobj's private state, in one place -----------------------------------------------
 

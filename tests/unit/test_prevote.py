@@ -276,8 +276,8 @@ def test_simultaneous_rounds_go_to_the_greater_address_and_only_while_they_are_s
 
 
 def test_an_empty_node_joining_a_cluster_with_data_never_campaigns_before_it_hears_a_leader() -> None:
-    raft, pv, clock = make()
-    pv.await_leader = True
+    raft, clock = FakeRaft(), Clock()
+    pv = PreVote(raft, 0.4, 1.4, clock=clock, await_leader=True)
     transport = raft._SyncObj__transport
     for now in (101.0, 103.0, 105.0):  # its timer runs out again and again: no round, timer pushed back
         clock.now = now

@@ -4,12 +4,11 @@ at the write's offset, and reads of unchanged routes do not take the state lock.
 
 from __future__ import annotations
 
-import threading
-
 from nameserver.core import NameServerNode
 from nameserver.core.routecache import MISS, RouteCache
 from nameserver.state import translate
 from tests.cluster import register_request
+from tests.threads import held_elsewhere
 
 
 def test_a_kept_route_is_used_only_at_its_generation() -> None:
@@ -37,21 +36,8 @@ def test_a_changed_route_is_read_at_once_and_an_unchanged_one_from_the_cache(nod
     route, offset = _route(node, first)
     assert offset >= first and route.broker_datas[0].addrs[0].addr == "10.0.0.1:10911"
     hits = node.routes.hits
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:  # another thread holds the state lock, as apply or a long translation would
-        with node.lock:
-            held.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert held.wait(5)
+    with held_elsewhere(node.lock):  # another thread holds the state lock, as apply would
         again, _ = _route(node)  # a hit needs no lock: it answers meanwhile
-    finally:
-        release.set()
-        holder.join()
     assert again is route and node.routes.hits == hits + 1
     second = _register(node, "10.0.0.2:10911", 2)  # the broker moved: the next read must see it
     route, offset = _route(node, second)

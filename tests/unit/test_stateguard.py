@@ -13,25 +13,13 @@ from nameserver.core import NameServerNode
 from nameserver.core.stateguard import OPTIMISTIC_ATTEMPTS, StateGuard
 from nameserver.pb import state_pb2
 from nameserver.state import keys, translate
+from tests.threads import held_elsewhere
 
 
 def test_a_read_that_no_apply_overtook_counts_and_needs_no_lock() -> None:
     guard = StateGuard()
-    held, release = threading.Event(), threading.Event()
-
-    def reader_holding_the_lock() -> None:  # a short reader (status, a route miss) holds the lock
-        with guard.lock:
-            held.set()
-            release.wait(10)
-
-    t = threading.Thread(target=reader_holding_the_lock)
-    t.start()
-    try:
-        assert held.wait(5)
+    with held_elsewhere(guard.lock):  # a short reader (status, a route miss) holds the lock
         assert guard.optimistic(lambda: 42) == 42  # did not wait for that reader
-    finally:
-        release.set()
-        t.join()
     assert (guard.optimistic_reads, guard.optimistic_retries, guard.locked_fallbacks) == (1, 0, 0)
 
 
