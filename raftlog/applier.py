@@ -8,6 +8,8 @@ entry from a newer format stops this node's apply (with a critical log) rather t
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import queue
 import threading
@@ -61,6 +63,20 @@ class _Waiter:
     def __init__(self) -> None:
         self.event = threading.Event()
         self.applied: Applied | None = None
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a snapshot builds millions of objects: each build step
+    would otherwise start collections that walk everything built so far (measured: 0.1-0.2 s of a
+    million-key restore). Nothing a restore makes is cyclic garbage; collection resumes afterwards."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class Applier:
@@ -249,10 +265,11 @@ class Applier:
         assert self.restore_handler is not None
         offset, items, digest = self.restore_handler(path, index)
         with self.lock:
-            # The stamped digest is taken as is: the file's byte and entry checksums held (the entries'
-            # at the end of this very pass). Hashing every pair again costs a second per million, on the
-            # way to ready; a thread does it afterwards and stops apply if the stamp was wrong.
-            self.fsm.restore(offset, items, digest)
+            # The stamped digest is taken as is: the file's bytes matched its checksum. Hashing every pair
+            # again costs a second per million, on the way to ready; a thread does it afterwards and
+            # stops apply if the pairs loaded are not the ones stamped (a damaged file or a writer's bug).
+            with _collector_paused():
+                self.fsm.restore(offset, items, digest)
             frozen = self.fsm.freeze()
         threading.Thread(target=self._check_restored_digest, args=(path, offset, frozen, digest),
                          name="digest-check", daemon=True).start()

@@ -516,7 +516,8 @@ class ReplicatedLog:
             raise RuntimeError(f"corrupt snapshot at offset {index}: {self.dump_path} "
                                f"{self._same_file_as(staged_path)}is damaged ({exc})") from exc
         crash_point("install-imported")
-        # the bytes were verified by import_file; the entries are, in the one pass that loads them
+        # the bytes were verified by import_file; what is loaded is checked against the stamped digest by
+        # the applier's digest-check thread (snapshot/store.py load, bytes_verified)
         info, items = self.store.load(info.path, bytes_verified=True)
         self.snapshot_offset = max(self.snapshot_offset, info.offset)
         self.snapshot_bytes = info.size_bytes

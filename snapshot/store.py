@@ -190,10 +190,14 @@ class SnapshotStore:
              ) -> tuple[SnapshotInfo, Iterator[Item]]:
         """The snapshot's info and a streaming iterator of (key, value, version, type) in key order.
 
-        With verify, every byte of the file is hashed against its trailer before LMDB opens it (unless
-        `bytes_verified`: import_file just did), and the entries' checksum is computed in the same pass
-        that yields them: the iterator raises SnapshotCorrupt after the last item if it does not match
-        (a writer's bug behind an intact file; whatever was built from the stream must be dropped).
+        With verify, every byte of the file is hashed against its trailer before LMDB opens it, and the
+        entries' checksum is computed in the same pass that yields them: the iterator raises
+        SnapshotCorrupt after the last item if it does not match (a writer's bug behind an intact file;
+        whatever was built from the stream must be dropped).
+        `bytes_verified`: import_file just hashed every byte, and the caller checks what it loaded against
+        the stamped digest afterwards (raftlog's digest-check); the entries are then read unchecked, which
+        halves the pass (a writer's bug that the entries' checksum would catch changes the pairs, so the
+        digest check catches it too, and more: a writer that checksummed the wrong pairs).
         The iterator holds the file open until it is exhausted or closed.
         """
         f = SnapshotFile(path, full_check=verify and not bytes_verified)
@@ -202,11 +206,11 @@ class SnapshotStore:
         except BaseException:
             f.close()
             raise
-        return info, f.items(check=verify)
+        return info, f.items(check=verify and not bytes_verified)
 
     def verify_bytes(self, path: str | os.PathLike[str]) -> SnapshotInfo:
         """Hash every byte against the trailer and check the structure and meta, without reading the
-        entries (load(..., bytes_verified=True) checks those as it reads them)."""
+        entries (see load's bytes_verified)."""
         with SnapshotFile(path, full_check=True) as f:
             return _check_name(f.info())
 
@@ -256,8 +260,8 @@ class SnapshotStore:
 
         The file is hard-linked (copied across file systems) into a temp name first and that exact
         inode is verified, so `src_path` is left untouched unless move=True. Without `check_entries`
-        only its bytes, structure and meta are (the caller loads it with bytes_verified=True next, which
-        checks the entries while reading them).
+        only its bytes, structure and meta are (the caller loads it with bytes_verified=True next and
+        checks the loaded pairs against the stamped digest).
         """
         src = Path(src_path)
         if not src.is_file():
