@@ -142,7 +142,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         if not self.node.log.is_leader() and not forwarded(context) and client_ref(context) is None:
             unchanged = self.node.unchanged_here(translate_fn)
             if unchanged is not None:  # nothing to write: a heartbeat, answered here
-                self.node.heartbeat([api_pb2.BrokerHeartbeat(
+                self.node.note_alive([api_pb2.BrokerHeartbeat(
                     cluster_name=request.cluster_name, broker_name=request.broker_name,
                     broker_addr=request.broker_addr)])
                 return reply_of(unchanged)

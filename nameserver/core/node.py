@@ -428,12 +428,17 @@ class NameServerNode:
         beats = list(beats)
         with self.lock:
             unknown = self.state.data_versions((b.broker_addr for b in beats), versions)
+        self.note_alive(beats)
+        return unknown
+
+    def note_alive(self, beats: Iterable[api_pb2.BrokerHeartbeat]) -> None:
+        """Liveness only: refreshed here (leader) or buffered for the leader (follower). For a caller
+        that needs nothing back from the state (an unchanged registration answered on a follower)."""
         if self.log.is_leader():
             self._heard(beats)
         else:
             for b in beats:
                 self.heartbeats.add(b)
-        return unknown
 
     def forget_broker(self, addr: str) -> None:
         """An unregistered address: no clock and no connections to keep for it."""
