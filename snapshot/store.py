@@ -200,13 +200,14 @@ class SnapshotStore:
         digest check catches it too, and more: a writer that checksummed the wrong pairs).
         The iterator holds the file open until it is exhausted or closed.
         """
-        f = SnapshotFile(path, full_check=verify and not bytes_verified)
+        check = verify and not bytes_verified
+        f = SnapshotFile(path, full_check=check)
         try:
             info = _check_name(f.info())
         except BaseException:
             f.close()
             raise
-        return info, f.items(check=verify and not bytes_verified)
+        return info, f.items(check=check)
 
     def verify_bytes(self, path: str | os.PathLike[str]) -> SnapshotInfo:
         """Hash every byte against the trailer and check the structure and meta, without reading the
