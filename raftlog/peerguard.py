@@ -27,8 +27,18 @@ SyncObj as `transportClass`) keeps the per-node state:
   an honest peer's pipelined traffic is not counted), at most PREAUTH_BUDGET bytes in total, and
   it must authenticate within PREAUTH_DEADLINE_S or be closed: a sweep on the tick closes silent
   ones too. At most MAX_PREAUTH_CONNECTIONS accepted connections may be pre-authentication at
-  once; a new one beyond that is closed at accept (already authenticated peers are unaffected;
-  a peer reconnecting while an attacker holds every slot waits for pysyncobj's next retry).
+  once (already authenticated peers are unaffected).
+- A connection beyond that cap is not refused: it evicts the oldest pre-authentication connection
+  that has not *keyed*, i.e. whose first frame has not (yet) decrypted with the password. A member
+  sends that frame (its random key) the moment it connects, so its connection keys within a round
+  trip and is then out of the strangers' reach; strangers only evict each other. Refusing the
+  newcomer instead locked members out: 100 strangers reconnecting kept the 64 slots full, and a
+  restarted member took 32 s to rejoin (4.8 s without them), getting in only when a deadline sweep
+  freed a slot and it won the race for it. The source address cannot tell members apart (every
+  stranger on 127.0.0.1 shares theirs), the first bytes can. A keyed frame may be a replay of a
+  sniffed handshake, so a keyed connection is evictable too once it held its key for KEYED_GRACE_S
+  without completing the handshake; only when every slot holds a connection keyed less than that
+  ago is the newcomer closed at accept.
 - Without a password (dev mode) only the frame-size limit applies: anyone who reaches the port
   can send pickles there by design (remote code execution), so nothing else is worth guarding.
 
@@ -83,6 +93,9 @@ PREAUTH_BUDGET = 64 << 10
 PREAUTH_DEADLINE_S = 5.0
 # Each unauthenticated accepted connection holds a file descriptor; peers need a handful.
 MAX_PREAUTH_CONNECTIONS = 64
+# A member answers our key one round trip after its first frame keyed the connection: a keyed
+# connection that has not authenticated this long after is a replay, evictable like a stranger.
+KEYED_GRACE_S = 1.0
 # pysyncobj listens with a backlog of 5: a burst of connections (a flood, or peers and a flood)
 # then waits in SYN_RECV for the kernel's SYN-ACK retries (1, 2, 4... s). Room for the cap and more.
 LISTEN_BACKLOG = 512
@@ -152,6 +165,7 @@ class GuardedTcpConnection(TcpConnection):
         self._pg_owner: GuardedTransport | None = None
         self._pg_accepted = False
         self._pg_authed = False
+        self._pg_keyed_at: float | None = None  # when an accepted connection's first frame decrypted
         self._pg_since = time.monotonic()
         self._pg_bytes = 0
         self._pg_scan = 0  # offset in the read buffer of the next frame header not yet checked
@@ -168,6 +182,7 @@ class GuardedTcpConnection(TcpConnection):
     def _pg_start(self, owner: GuardedTransport | None, accepted: bool) -> None:
         """The pre-authentication period starts (at accept, or at each outgoing connect)."""
         self._pg_authed = False
+        self._pg_keyed_at = None
         self._pg_since = time.monotonic()
         self._pg_bytes = 0
         self._pg_accepted = accepted
@@ -327,10 +342,13 @@ class GuardedTcpConnection(TcpConnection):
             return None
         del buf[:4 + n]
         self._pg_scan -= 4 + n
-        if encryptor and fresh_key and not self._pg_authed:
-            self._pg_authed = True
-            if self._pg_owner is not None:
-                self._pg_owner._pg_untrack(self)
+        if encryptor and not self._pg_authed:
+            if fresh_key:
+                self._pg_authed = True
+                if self._pg_owner is not None:
+                    self._pg_owner._pg_untrack(self)
+            elif self._pg_keyed_at is None:
+                self._pg_keyed_at = time.monotonic()  # the peer's key: it knows the password (or replays)
         return message
 
 
@@ -367,14 +385,31 @@ class GuardedTransport(MembershipTransport):
     def _onNewIncomingConnection(self, conn: TcpConnection) -> None:  # noqa: N802 (pysyncobj's name)
         guarded = isinstance(conn, GuardedTcpConnection)
         if guarded and self._syncObj.encryptor and len(self._pg_in) >= MAX_PREAUTH_CONNECTIONS:
-            # Not handed to pysyncobj: it would keep the object in its unknown-connections set.
-            self.warner.refuse("preauth-connections", conn._pg_peer,
-                               f"{MAX_PREAUTH_CONNECTIONS} connections already waiting to authenticate")
-            conn.disconnect()
-            return
+            victim = self._pg_evictable()
+            if victim is None:
+                # Not handed to pysyncobj: it would keep the object in its unknown-connections set.
+                self.warner.refuse("preauth-connections", conn._pg_peer,
+                                   f"{MAX_PREAUTH_CONNECTIONS} connections already waiting to authenticate")
+                conn.disconnect()
+                return
+            victim._pg_refuse("preauth-evicted", f"evicted for a newer connection: {MAX_PREAUTH_CONNECTIONS} "
+                                                 "were waiting to authenticate and it had not sent the key")
         super()._onNewIncomingConnection(conn)
         if guarded:
             conn._pg_start(self, accepted=True)
+
+    def _pg_evictable(self) -> GuardedTcpConnection | None:
+        """The pre-authentication connection a newcomer may take the slot of (module docstring): the
+        oldest that has not keyed, else the oldest keyed over KEYED_GRACE_S ago, else None."""
+        stale_keyed = None
+        keyed_before = time.monotonic() - KEYED_GRACE_S
+        for conn in self._pg_in:  # oldest first
+            keyed_at = conn._pg_keyed_at
+            if keyed_at is None:
+                return conn
+            if stale_keyed is None and keyed_at < keyed_before:
+                stale_keyed = conn
+        return stale_keyed
 
     def addNode(self, node: object) -> None:  # noqa: N802
         super().addNode(node)

@@ -8,12 +8,15 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 
+import pysyncobj.pickle as pysyncobj_pickle
 import pysyncobj.tcp_server
 import pysyncobj.transport
 import pytest
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.encryptor import getEncryptor
 
 import raftlog.binding  # noqa: F401  (installs the guard, as the product does)
 from raftlog import peerguard
@@ -198,24 +201,84 @@ def test_preauth_deadline_closes_silent_and_trickling_connections(make_nodes, mo
     assert not transport(node)._unknownConnections
 
 
-def test_connection_cap(make_nodes, monkeypatch) -> None:
+def test_connection_cap_evicts_the_oldest_stranger(make_nodes, monkeypatch) -> None:
     monkeypatch.setattr(peerguard, "MAX_PREAUTH_CONNECTIONS", 3)
     (node,) = make_nodes(1)
-    socks = [socket.create_connection(port(node), timeout=2) for _ in range(5)]
+    socks = []
     try:
-        wait_until(lambda: transport(node).warner.counts.get("preauth-connections") == 2, 2.0, "two refused")
+        for _ in range(5):
+            socks.append(socket.create_connection(port(node), timeout=2))
+            time.sleep(0.05)  # accepted in this order
+        wait_until(lambda: transport(node).warner.counts.get("preauth-evicted") == 2, 2.0, "two evicted")
         assert transport(node).preauth_connections == 3
-        assert sum(closed_within(s, 0.3) is not None for s in socks) == 2
-        # freeing a slot (the client leaves) admits the next one
-        open_ = [s for s in socks if closed_within(s, 0.01) is None]
-        open_[0].close()
+        assert [closed_within(s, 0.3) is not None for s in socks] == [True, True, False, False, False]
+        # freeing a slot (the client leaves) admits the next one without evicting anyone
+        socks[2].close()
         wait_until(lambda: transport(node).preauth_connections == 2, 2.0, "a slot freed")
         extra = socket.create_connection(port(node), timeout=2)
         socks.append(extra)
         wait_until(lambda: transport(node).preauth_connections == 3, 2.0, "the next one admitted")
         assert closed_within(extra, 0.3) is None
+        assert transport(node).warner.counts == {"preauth-evicted": 2}
     finally:
         for s in socks:
+            s.close()
+
+
+def first_frame() -> bytes:
+    """What a member sends first on a connection it dials: its random key, encrypted with the password."""
+    data = zlib.compress(pysyncobj_pickle.dumps(os.urandom(32)), 3)
+    encrypted = getEncryptor(PASSWORD).encrypt_at_time(data, int(time.monotonic()))
+    return struct.pack("i", len(encrypted)) + encrypted
+
+
+def keyed(sock: socket.socket) -> None:
+    """Send the first frame and wait for the node's key in reply: the connection has keyed."""
+    sock.sendall(first_frame())
+    sock.settimeout(2)
+    assert len(sock.recv(4)) == 4
+
+
+def test_a_keyed_connection_is_not_evicted_by_strangers(make_nodes, monkeypatch) -> None:
+    monkeypatch.setattr(peerguard, "MAX_PREAUTH_CONNECTIONS", 3)
+    (node,) = make_nodes(1)
+    member = socket.create_connection(port(node), timeout=2)
+    strangers = []
+    try:
+        keyed(member)
+        for _ in range(10):
+            strangers.append(socket.create_connection(port(node), timeout=2))
+        wait_until(lambda: transport(node).warner.counts.get("preauth-evicted") == 8, 2.0, "8 evicted")
+        assert closed_within(member, 0.3) is None
+        assert sum(closed_within(s, 0.3) is None for s in strangers) == 2
+        assert transport(node).preauth_connections == 3
+    finally:
+        member.close()
+        for s in strangers:
+            s.close()
+
+
+def test_replayed_keys_hold_slots_only_for_the_grace(make_nodes, monkeypatch) -> None:
+    # a valid first frame proves nothing (it may be replayed): once it keyed a connection over
+    # KEYED_GRACE_S ago without the handshake completing, a newcomer may take its slot
+    monkeypatch.setattr(peerguard, "MAX_PREAUTH_CONNECTIONS", 2)
+    monkeypatch.setattr(peerguard, "KEYED_GRACE_S", 0.5)
+    (node,) = make_nodes(1)
+    replays = [socket.create_connection(port(node), timeout=2) for _ in range(2)]
+    late = []
+    try:
+        for s in replays:
+            keyed(s)
+        late.append(socket.create_connection(port(node), timeout=2))  # every slot keyed just now: refused
+        assert closed_within(late[0], 1.0) is not None
+        assert transport(node).warner.counts == {"preauth-connections": 1}
+        time.sleep(0.6)
+        late.append(socket.create_connection(port(node), timeout=2))  # past the grace: evicts the oldest
+        assert closed_within(replays[0], 1.0) is not None
+        assert closed_within(late[1], 0.3) is None and closed_within(replays[1], 0.01) is None
+        assert transport(node).warner.counts == {"preauth-connections": 1, "preauth-evicted": 1}
+    finally:
+        for s in replays + late:
             s.close()
 
 
