@@ -7,6 +7,10 @@ Crash safety: a snapshot is written under a `.tmp-` name, fsynced, renamed to it
 directory is fsynced. Only canonical names count as snapshots, so a crash leaves at most a temp file,
 which the next store opened on the directory removes. Temp files are flock()ed while in use so that a
 second store on the same directory (an admin tool, say) never removes a temp that is being written.
+Importing a file is the same protocol with a hard link (or a copy) as the temp. A file that already is
+one of the store's snapshots (another link to it: a restarting node's Raft dump) is verified in place
+and nothing is created or renamed; every temp name is removed before an import returns, so a temp file
+found at open always means a crash.
 
 Threads: the long parts (writing, verifying, loading) run without the store lock; only the short
 directory mutations (rename into place, prune, move aside) take it. link_to takes no lock at all, so it
@@ -157,6 +161,8 @@ class SnapshotStore:
     def _install(self, temp: _Temp, final: Path) -> None:
         with self._lock:
             if final.exists():
+                if os.path.samefile(temp.path, final):  # rename() would do nothing, and keep the temp name
+                    return  # not kept: the caller's discard removes the temp name
                 log.warning("replacing existing snapshot %s", final.name)
             os.replace(temp.path, final)
             temp.keep()
@@ -267,6 +273,9 @@ class SnapshotStore:
         src = Path(src_path)
         if not src.is_file():
             raise FileNotFoundError(f"import_file: no such snapshot file: {src}")
+        held = self._holding(src)
+        if held is not None:
+            return self._verify_held(src, held, move=move, check_entries=check_entries)
         with self._stage(src) as temp:
             info = self.verify(temp.path) if check_entries else self.verify_bytes(temp.path)
             final = self.path_for(info.offset, info.term)
@@ -275,6 +284,31 @@ class SnapshotStore:
             src.unlink(missing_ok=True)
         log.info("imported snapshot %s from %s", final.name, src)
         return replace(info, path=final)
+
+    def _holding(self, src: Path) -> Path | None:
+        """The canonical snapshot that `src` is another name of (a hard link, as a restarting node's
+        Raft dump is of its newest snapshot), if the store has one."""
+        try:
+            inode = src.stat()
+        except FileNotFoundError:
+            return None
+        for path in self._snapshot_paths():
+            try:
+                held = path.stat()
+            except FileNotFoundError:
+                continue
+            if (held.st_ino, held.st_dev) == (inode.st_ino, inode.st_dev):
+                return path
+        return None
+
+    def _verify_held(self, src: Path, held: Path, *, move: bool, check_entries: bool) -> SnapshotInfo:
+        """import_file of a snapshot the store already holds: verify it in place, install nothing (renaming
+        a link onto another name of the same file is a no-op that would leave the temp name behind)."""
+        info = self.verify(held) if check_entries else self.verify_bytes(held)
+        if move and src != held:
+            src.unlink(missing_ok=True)
+        log.info("snapshot %s is already held here; verified it in place", held.name)
+        return info
 
     def _stage(self, src: Path) -> _Temp:
         try:

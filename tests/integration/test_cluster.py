@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nameserver.pb import api_pb2, state_pb2
-from tests.cluster import Cluster, register_request, retry, running
+from tests.cluster import Cluster, NodeProc, register_request, retry, running
 
 pytestmark = pytest.mark.cluster
 
@@ -293,7 +293,8 @@ def test_broker_with_70000_topics_registers_over_the_stream(make_cluster) -> Non
     assert len({s.digest for s in sts}) == 1
 
 
-def test_corrupt_snapshot_on_restart_is_refused_loudly(make_cluster) -> None:
+def _one_node_with_a_snapshot(make_cluster) -> tuple[Cluster, NodeProc, api_pb2.TakeSnapshotReply]:
+    """A 1-node cluster with 60 keys n/k0..k59 and a snapshot taken after them."""
     c = make_cluster(1, snapshot_every_entries=20)
     c.wait_ready()
     node = c.nodes[0]
@@ -301,6 +302,11 @@ def test_corrupt_snapshot_on_restart_is_refused_loudly(make_cluster) -> None:
         node.ns.PutKv(api_pb2.PutKvRequest(namespace="n", key=f"k{i}", value="v" * 100), timeout=5)
     snap = node.admin.TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=30)
     assert snap.offset > 0
+    return c, node, snap
+
+
+def test_corrupt_snapshot_on_restart_is_refused_loudly(make_cluster) -> None:
+    c, node, snap = _one_node_with_a_snapshot(make_cluster)
     c.kill(node, signal.SIGTERM)
     snaps = sorted(glob.glob(f"{c.root}/n1-data/snapshots/snap-*.mdb"))
     with open(snaps[-1], "r+b") as f:  # flip bytes in the middle of the newest snapshot
@@ -312,6 +318,26 @@ def test_corrupt_snapshot_on_restart_is_refused_loudly(make_cluster) -> None:
     with pytest.raises(grpc.RpcError) as err:  # reads refuse rather than serve a state it cannot trust
         node.ns.GetKv(api_pb2.GetKvRequest(namespace="n", key="k1"), timeout=5)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_restart_loads_its_own_snapshot_in_place_without_warnings(make_cluster) -> None:
+    # A node restarts from its newest snapshot, which its Raft dump is a hard link of: the store verifies
+    # that file in place. Once it re-imported it, leaving a .tmp-import-* link behind, and every restart
+    # logged "replacing existing snapshot" and "removed leftover temp file".
+    c, node, snap = _one_node_with_a_snapshot(make_cluster)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        c.kill(node, sig)
+        c.start(node)
+        st = c.wait_for("the restarted node ready", lambda: (s := node.status()) and s.ready and s)
+        assert st.snapshot_offset >= snap.offset
+        assert node.ns.GetKv(api_pb2.GetKvRequest(namespace="n", key="k59"), timeout=5).value == "v" * 100
+    left = os.listdir(f"{c.root}/n1-data/snapshots")
+    assert not [name for name in left if name.startswith(".tmp-")], left
+    with open(node.log_path, errors="replace") as f:
+        log = f.read()
+    for warning in ("replacing existing snapshot", "removed leftover temp file"):
+        assert warning not in log, warning
+    assert "already held here; verified it in place" in log
 
 
 def test_health_check_of_a_restarting_node_goes_not_serving_then_serving(make_cluster) -> None:

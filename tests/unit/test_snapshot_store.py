@@ -390,6 +390,33 @@ def test_import_file_installs_a_copy_under_its_canonical_name(tmp_path: Path, st
     assert moved.path == info.path and not received.exists()
 
 
+def test_import_of_a_held_snapshot_verifies_it_in_place(tmp_path: Path, store: SnapshotStore,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    # a restarting node hands its own newest snapshot back through import_file: its Raft dump (and the
+    # staged link of it) is another name of that file
+    info = store.write(9, 2, DIGEST, make_items(50))
+    before = files(store.directory)
+    staged = tmp_path / "raft.dump.restore-9-1"
+    store.link_to(info, staged)
+    caplog.set_level(logging.INFO, logger="snapshot")
+    got = store.import_file(staged, move=True, check_entries=False)
+    assert got == info
+    assert not staged.exists()
+    assert files(store.directory) == before  # no temp name left behind
+    assert info.path.stat().st_nlink == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loaded(store, got) == by_key(make_items(50))
+    # a damaged held copy is found by the in-place check, as an import would find it
+    flip_byte(info.path, b"topic/0000017")
+    reseal(info.path)
+    with pytest.raises(SnapshotCorrupt):
+        store.import_file(info.path)
+    # reopening the store finds nothing to clean up
+    caplog.clear()
+    SnapshotStore(store.directory)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_import_file_rejects_corrupt(tmp_path: Path, store: SnapshotStore) -> None:
     src = tmp_path / "incoming.mdb"
     src.write_bytes(b"definitely not a snapshot" * 100)
