@@ -138,5 +138,6 @@ def test_nsctl_broker_simulate_registers_then_unregisters(make_cluster, capsys) 
     out = capsys.readouterr().out
     assert code == 0, out
     assert "registered 4" in out and "unregistered 4 broker(s)" in out
-    with Client(endpoints(c)) as client:
-        assert "CliSim" not in client.get_cluster_info().cluster_addr_table
+    with Client(endpoints(c)) as client:  # nsctl's writes are acknowledged: the leader's commit covers them
+        assert "CliSim" not in client.get_cluster_info(min_offset=c.wait_ready().status().commit_offset
+                                                       ).cluster_addr_table

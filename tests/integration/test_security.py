@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import secrets
 import socket
 import struct
@@ -406,8 +407,10 @@ def test_nsctl_with_tls_and_tokens(mode: Mode, pki: Pki) -> None:
     denied = subprocess.run([*base, *client, "kv", "put", "SEC", "nsctl2", "no"], capture_output=True, text=True,
                             cwd=ROOT, env=client_env, timeout=60)
     assert denied.returncode == 1 and "PERMISSION_DENIED" in denied.stderr, denied.stderr
-    read = subprocess.run([*base, *client, "kv", "get", "SEC", "nsctl"], capture_output=True, text=True,
-                          cwd=ROOT, env=client_env, timeout=60)
+    written = re.search(r"offset (\d+)", ok.stdout)  # another process's write: read it at its offset
+    assert written is not None, ok.stdout
+    read = subprocess.run([*base, *client, "kv", "get", "SEC", "nsctl", "--min-offset", written.group(1)],
+                          capture_output=True, text=True, cwd=ROOT, env=client_env, timeout=60)
     assert read.returncode == 0 and "yes" in read.stdout, read.stderr
     # No credential: refused at once in plaintext (UNAUTHENTICATED); over TLS the plaintext handshake fails
     # (UNAVAILABLE), which nsctl retries until --timeout, so a short one (the later --timeout wins).
@@ -432,9 +435,11 @@ def test_client_library_with_tls_and_tokens(mode: Mode, pki: Pki) -> None:
         client = Credentials(tls_ca=tls_ca, token=pki.tokens["client"])
     assert pki.tokens["admin"] not in repr(admin)
     with Client(endpoints, timeout=20, credentials=admin) as c:
-        assert c.put_kv("SEC", "lib", "yes").offset > 0
+        put = c.put_kv("SEC", "lib", "yes")
+        assert put.offset > 0
     with Client(endpoints, timeout=20, credentials=client) as c:
-        assert c.get_kv("SEC", "lib") == "yes"
+        # another client's write: a node that has not applied it yet would answer None without min_offset
+        assert c.get_kv("SEC", "lib", min_offset=put.offset) == "yes"
         with pytest.raises(NameServerError) as refused:
             c.put_kv("SEC", "lib2", "no")
         assert refused.value.code == grpc.StatusCode.PERMISSION_DENIED

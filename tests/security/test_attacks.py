@@ -388,7 +388,8 @@ def test_10_ext_fields_must_be_scalars(dev: Cluster) -> None:
     reply = remoting_call(node.remoting_addr, codes.PUT_KV_CONFIG,
                           raw_ext={"namespace": "S10", "key": "n", "value": 7, "extra": None, "flag": True})
     assert reply.code == codes.SUCCESS
-    assert node.ns.GetKv(api_pb2.GetKvRequest(namespace="S10", key="n"), timeout=5).value == "7"
+    at = dev.wait_ready().status().commit_offset  # the remoting reply has no offset; the leader's commit covers it
+    assert node.ns.GetKv(api_pb2.GetKvRequest(namespace="S10", key="n", min_offset=at), timeout=5).value == "7"
 
 
 # ---- 11: idle connections to /metrics -----------------------------------------------------------------
