@@ -366,6 +366,8 @@ def test_strangers_holding_preauth_slots_do_not_lock_out_a_restarted_member(clus
     assert took[0] < REJOIN_BOUND_S, f"the member rejoined after {took[0]:.1f} s (bound {REJOIN_BOUND_S} s)"
     assert stats["connections"] > len(cluster.nodes) * STRANGERS_PER_NODE, "no stranger was ever closed"
     assert stats["sent_data"] == 0, "a stranger was sent data"
+    with open(leader.log_path, errors="replace") as f:  # the node says why it closed them (rate-limited)
+        assert "evicted for a newer connection" in f.read()
     for name, n in peak_threads.items():
         assert n < THREAD_BOUND, f"{name} ran {n} threads"
     p99 = sorted(writer.latencies)[int(len(writer.latencies) * 0.99)]
