@@ -15,6 +15,8 @@ Whatever a record holds, a formatted record is one line (its traceback aside, in
 character: a message's newlines, carriage returns, ESC and C1 controls are escaped
 (nameserver/safetext.py), and a message is cut at MAX_MESSAGE_CHARS. So a client's name that reaches
 a message unescaped still cannot forge a line or send a terminal escape to whoever reads the log.
+`configure` also holds back repeats (nameserver/logthrottle.py: RepeatFilter), so no line a caller
+can cause at will fills the disk.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import textwrap
 import tomllib
 from typing import Any, TextIO
 
+from nameserver.logthrottle import RepeatFilter
 from nameserver.safetext import cut, escape_controls, escape_controls_in_lines, escape_for_json
 
 FORMATS = ("text", "json")
@@ -128,6 +131,7 @@ def configure(fmt: str = "text", level: str = "INFO", static: dict[str, Any] | N
     """Route the root logger to one stream handler in `fmt`; returns that handler."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(make_formatter(fmt, static))
+    handler.addFilter(RepeatFilter())  # no line a caller can repeat fills the disk (nameserver/logthrottle.py)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -3,7 +3,8 @@
 
 - #9: a broker name holding a newline, a forged `CRITICAL` line and ESC, sent anonymously over
   remoting, reaches the node's log file escaped on its own line; repeating it many times writes one
-  line per interval (nameserver/safetext.py, nameserver/ops/logfmt.py, nameserver/logthrottle.py);
+  line per interval, and a bad frame on each of hundreds of connections a bounded number
+  (nameserver/safetext.py, nameserver/ops/logfmt.py, nameserver/logthrottle.py);
 - #13: anonymous APPLY_BROKER_ID with a new broker-set name each time grows /metrics by at most
   5 series per listed set, [limits] metrics_max_broker_sets of them (nameserver/ops/metrics.py);
 - #20: `nsctl kv list`, run as an operator runs it, prints keys and values holding terminal escapes
@@ -22,6 +23,7 @@ import json
 import os
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -32,6 +34,7 @@ from collections.abc import Iterator
 import pytest
 
 from nameserver.config import NodeConfig
+from nameserver.logthrottle import REPEAT_BURST, REPEAT_INTERVAL_S
 from nameserver.pb import api_pb2
 from nameserver.remoting import codes
 from tests.cluster import ROOT, NodeProc
@@ -138,6 +141,32 @@ def test_9_broker_name_cannot_forge_a_log_line_or_send_escapes(sec: Secure) -> N
     assert len(mentions) <= 1 + int(took // 10) + 1, f"{len(mentions)} lines for {repeats} bad registrations"
     for line in mentions:
         assert "\\x1b[2J" in line and "\\x9b31m" in line, line
+
+
+def test_9_bad_frames_on_new_connections_log_a_bounded_number_of_lines(sec: Secure) -> None:
+    """Each connection's bad frame is refused (the connection closed) where the remoting server logs
+    it: the node's log handler holds back repeats of one line past REPEAT_BURST per 10 s."""
+    node = sec.cluster.followers()[1]
+    head = json.dumps({"code": f"x\n{FORGED}{ESC}[2J", "flag": 0, "opaque": 1, "version": 1}).encode()
+    bad = struct.pack(">ii", 4 + len(head), len(head)) + head
+    connections = 3000 if LONG else 300
+    with open(node.log_path, "rb") as f:
+        start = len(f.read())
+    host, port = node.remoting_addr.rsplit(":", 1)
+    t0 = time.monotonic()
+    with watched(sec, node, "frames9-"):
+        for _ in range(connections):
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(bad)
+                assert sock.recv(1) == b"", "a bad frame left its connection open"
+    took = time.monotonic() - t0
+    time.sleep(0.5)
+    with open(node.log_path, "rb") as f:
+        written = f.read()[start:]
+    assert ESC.encode() not in written
+    lines = [line for line in written.decode("utf-8", "replace").splitlines() if "closing connection from" in line]
+    bound = REPEAT_BURST * (1 + int(took // REPEAT_INTERVAL_S) + 1)
+    assert 0 < len(lines) <= bound, f"{len(lines)} lines for {connections} bad frames (bound {bound})"
 
 
 # ---- #13: new broker-set names flood /metrics ----------------------------------------------------

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from nameserver.cli import render
-from nameserver.logthrottle import ThrottledLog
+from nameserver.logthrottle import REPEAT_BURST, RepeatFilter, ThrottledLog, Windows
 from nameserver.ops import logfmt
 from nameserver.safetext import cut, escape_controls, escape_controls_in_lines, escape_for_json, shown
 
@@ -167,4 +167,53 @@ def test_throttled_log_counts_nothing_below_the_loggers_level() -> None:
     logger.setLevel(logging.ERROR)
     throttled = ThrottledLog(logger, interval_s=10, clock=_Clock())
     assert not throttled.info("kind", "x")
-    assert throttled._kinds == {}
+    assert throttled.windows._kinds == {}
+
+
+def _record(name: str, msg: str, *args: object, level: int = logging.WARNING, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord(name, level, __file__, 1, msg, args, None)
+    record.__dict__.update(extra)
+    return record
+
+
+def test_repeat_filter_holds_back_a_template_past_its_burst_and_counts() -> None:
+    clock = _Clock()
+    f = RepeatFilter(burst=3, interval_s=10, clock=clock)
+    passed = [f.filter(_record("nameserver.remoting", "closing connection from %s: %s", f"10.0.0.{i}", "bad"))
+              for i in range(100)]
+    assert passed == [True] * 3 + [False] * 97
+    assert f.filter(_record("nameserver.remoting", "another template"))  # counted apart
+    assert f.filter(_record("raftlog", "closing connection from %s: %s", "x", "y"))  # another logger: apart
+    # operators' events and critical lines are never held back
+    assert all(f.filter(_record("nameserver.core.node", "expired broker %s", i, event="broker_expired"))
+               for i in range(50))
+    assert all(f.filter(_record("x", "journal failed", level=logging.CRITICAL)) for _ in range(50))
+    clock.now += 10
+    record = _record("nameserver.remoting", "closing connection from %s: %s", "10.0.0.200", "bad")
+    assert f.filter(record) and record.suppressed == 97
+
+
+def test_repeat_filter_bounds_its_table_of_kinds() -> None:
+    """Templates a caller chooses (an f-string message) cannot grow the filter's memory."""
+    clock = _Clock()
+    windows = Windows(burst=1, interval_s=10, clock=clock, max_kinds=50)
+    for i in range(10_000):
+        windows.admit(f"client text {i}")
+    assert len(windows._kinds) <= 51
+    clock.now += 10
+    assert windows.admit("new kind after the quiet ones expired") == 0
+
+
+def test_the_node_log_handler_holds_back_repeats() -> None:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    stream = io.StringIO()
+    logfmt.configure("text", stream=stream)
+    try:
+        logger = logging.getLogger("test.safetext.flood")
+        for i in range(1000):
+            logger.warning("remoting: closing connection from %s: bad frame", f"10.0.0.{i}")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    assert len(stream.getvalue().splitlines()) == REPEAT_BURST
