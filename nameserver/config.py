@@ -27,7 +27,7 @@
                 max_waiting_reads, remoting_max_connections, remoting_idle_timeout_ms,
                 remoting_frame_timeout_ms, remoting_reply_timeout_ms, grpc_max_connections,
                 grpc_handshake_timeout_ms, grpc_idle_timeout_ms, grpc_max_concurrent_rpcs,
-                metrics_max_connections, metrics_timeout_ms, reserved_fds
+                metrics_max_connections, metrics_timeout_ms, reserved_fds, metrics_max_broker_sets
     [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent), role, tls
     [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
     [archive]   dir = "archive"              (node-side log archive; off when absent)
@@ -135,6 +135,9 @@ class NodeConfig:
     grpc_max_concurrent_rpcs: int = 1024      # calls running or queued; more fail RESOURCE_EXHAUSTED
     metrics_max_connections: int = 16
     metrics_timeout_ms: int = 10_000          # a scrape must send its request within this
+    # broker sets with series of their own on /metrics (5 each); the rest only in totals. Any broker
+    # may make a set, so this bounds the page; 256 is more sets than a real cluster runs.
+    metrics_max_broker_sets: int = 256
     reserved_fds: int = 64         # descriptors no connection may take: the journal and snapshots need them
 
     @property
@@ -180,7 +183,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "limits": ("max_wait_ms", "max_waiting_reads", "remoting_max_connections", "remoting_idle_timeout_ms",
                "remoting_frame_timeout_ms", "remoting_reply_timeout_ms", "grpc_max_connections",
                "grpc_handshake_timeout_ms", "grpc_idle_timeout_ms", "grpc_max_concurrent_rpcs",
-               "metrics_max_connections", "metrics_timeout_ms", "reserved_fds"),
+               "metrics_max_connections", "metrics_timeout_ms", "reserved_fds", "metrics_max_broker_sets"),
 }
 LIMITS = _SECTIONS["limits"]
 # Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.

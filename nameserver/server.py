@@ -51,7 +51,8 @@ class Server:
                 ("grpc.server_handshake_timeout_ms", cfg.grpc_handshake_timeout_ms),
                 ("grpc.max_connection_idle_ms", cfg.grpc_idle_timeout_ms)]
         # Prometheus metrics (nameserver/ops/metrics.py): RPCs are counted by an interceptor.
-        self.metrics = NodeMetrics(self.node) if cfg.metrics_addr else None
+        self.metrics = (NodeMetrics(self.node, max_broker_sets=cfg.metrics_max_broker_sets)
+                        if cfg.metrics_addr else None)
         interceptors: list[grpc.ServerInterceptor] = [self.metrics.interceptor()] if self.metrics is not None else []
         # Auth runs inside metrics, so refused calls are counted too (nameserver/api/auth.py).
         authz = auth.interceptor(cfg)

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from nameserver.cli import render
 from nameserver.cli.nsctl_calls import CommandError, Context, UsageError
 from nameserver.cli.nsctl_cluster import add_cluster_commands, add_membership_commands
 from nameserver.cli.nsctl_controller import add_controller_commands
@@ -25,6 +26,7 @@ from nameserver.cli.nsctl_log import add_log_commands
 from nameserver.cli.nsctl_metadata import add_metadata_commands
 from nameserver.client import Credentials
 from nameserver.client import parse_endpoints as client_endpoints
+from nameserver.safetext import escape_controls
 
 DEFAULT_ENDPOINTS = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 ENDPOINTS_ENV = "NSCTL_ENDPOINTS"
@@ -125,7 +127,11 @@ def _exit_code(exit_: SystemExit) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    with render.escaped_output():  # what a reply holds reaches the terminal with no control character
+        return _main(sys.argv[1:] if argv is None else argv)
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -139,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nsctl: error: {err}", file=sys.stderr)
         return 2
     except CommandError as err:
-        print(f"error: {err.code}: {err.details}", file=sys.stderr)
+        print(f"error: {err.code}: {escape_controls(err.details)}", file=sys.stderr)
         return 1
     finally:
         if ctx is not None and "pool" in ctx.__dict__:  # channels were opened

@@ -17,6 +17,7 @@ from nameserver.cli import render
 from nameserver.client import Credentials, EndpointPool
 from nameserver.client.credentials import PLAINTEXT
 from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.safetext import escape_controls
 
 # Codes that mean "this node could not answer": try the next endpoint. Anything else is the answer.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -46,8 +47,9 @@ def status_code(err: grpc.RpcError) -> grpc.StatusCode:
 
 
 def status_details(err: grpc.RpcError) -> str:
+    """The server's message, on one line: it may quote a name a client chose."""
     details = getattr(err, "details", None)
-    return (details() if callable(details) else None) or str(err)
+    return escape_controls((details() if callable(details) else None) or str(err))
 
 
 def describe(err: grpc.RpcError) -> str:

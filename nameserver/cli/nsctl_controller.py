@@ -17,6 +17,7 @@ from typing import Any
 from nameserver.cli import render
 from nameserver.cli.nsctl_calls import CommandError, Context, call_any, emit_json, emit_reply
 from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.safetext import escape_controls
 
 NO_BROKER = -1
 
@@ -50,7 +51,8 @@ def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
 def _print_set(ctx: Context, reply: api_pb2.ControllerReply, what: str = "") -> int:
     v = reply.set
     rows = [[r.broker_id, r.address, r.broker_id == v.master_id, r.in_sync, r.alive] for r in v.replicas]
-    return emit_reply(ctx, reply, f"broker set {v.broker_name} (cluster {v.cluster_name}): master {_master(v)}, "
+    head = escape_controls(f"broker set {v.broker_name} (cluster {v.cluster_name}): master {_master(v)}, ")
+    return emit_reply(ctx, reply, head +
                       f"master epoch {v.master_epoch}, in sync {{{_in_sync(v)}}} at epoch {v.sync_state_set_epoch}",
                       render.table(("ID", "ADDRESS", "MASTER", "IN SYNC", "ALIVE"), rows), *([what] if what else []))
 

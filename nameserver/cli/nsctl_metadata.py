@@ -21,6 +21,7 @@ from nameserver.cli.nsctl_calls import (
     served_at,
 )
 from nameserver.pb import api_pb2, state_pb2
+from nameserver.safetext import escape_controls
 
 _TOPIC_KINDS = {
     "all": api_pb2.TOPIC_LIST_ALL,
@@ -65,7 +66,7 @@ def _route_text(route: api_pb2.TopicRoute) -> str:
         filters = [[addr, ", ".join(fs.addrs)] for addr, fs in sorted(route.filter_server_table.items())]
         parts += ["", "filter servers:", render.table(("BROKER ADDR", "FILTER SERVERS"), filters)]
     if route.order_topic_conf:
-        parts += ["", f"order topic conf: {route.order_topic_conf}"]
+        parts += ["", f"order topic conf: {escape_controls(route.order_topic_conf)}"]
     return "\n".join(parts)
 
 
@@ -109,7 +110,7 @@ def cmd_topics(ctx: Context, args: argparse.Namespace) -> int:
         kind=_topic_kind(args), cluster_name=args.cluster, min_offset=args.min_offset
     )
     reply = ns_call(ctx, "GetTopicList", request)
-    return emit_reply(ctx, reply, *reply.topics, f"{render.plural(len(reply.topics), 'topic')}, "
+    return emit_reply(ctx, reply, *map(escape_controls, reply.topics), f"{render.plural(len(reply.topics), 'topic')}, "
                       f"{served_at(reply.apply_offset)}")
 
 
@@ -119,7 +120,7 @@ def cmd_topics(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_kv_get(ctx: Context, args: argparse.Namespace) -> int:
     request = api_pb2.GetKvRequest(namespace=args.namespace, key=args.key, min_offset=args.min_offset)
     reply = ns_call(ctx, "GetKv", request)
-    return emit_reply(ctx, reply, reply.value, served_at(reply.apply_offset))
+    return emit_reply(ctx, reply, escape_controls(reply.value), served_at(reply.apply_offset))
 
 
 def cmd_kv_put(ctx: Context, args: argparse.Namespace) -> int:
@@ -210,7 +211,7 @@ def cmd_broker_register(ctx: Context, args: argparse.Namespace) -> int:
         reply = ns_call(ctx, "RegisterBrokerStream", register_chunks(request))
     else:
         reply = ns_call(ctx, "RegisterBroker", request)
-    extra = f", master {reply.master_addr}" if reply.master_addr else ""
+    extra = f", master {escape_controls(reply.master_addr)}" if reply.master_addr else ""
     return emit_write(ctx, reply, extra)
 
 
@@ -227,7 +228,7 @@ def cmd_broker_heartbeat(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.json:
         emit_json(render.to_dict(reply))
     elif reply.unknown_addrs:
-        print(f"not registered: {', '.join(reply.unknown_addrs)} (the broker should register again)")
+        print(f"not registered: {escape_controls(', '.join(reply.unknown_addrs))} (the broker should register again)")
     else:
         print("ok (heartbeats are not logged: no offset)")
     # An unknown broker is a failure for scripts: its heartbeat kept nothing alive.

@@ -1,14 +1,26 @@
-"""Rendering helpers for nsctl: plain aligned tables and deterministic JSON."""
+"""Rendering helpers for nsctl: plain aligned tables and deterministic JSON.
+
+Names, keys and values in a reply are whatever some client wrote, so nothing nsctl prints may carry a
+control character (nameserver/safetext.py): a table cell or a value on its own line is escaped onto
+its line (a newline in a value cannot forge a row), and while nsctl runs its stdout and stderr escape
+every control character but newline and tab, so no terminal escape gets through a path that forgot.
+--json needs neither: json.dumps writes ASCII with every control character escaped.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-from collections.abc import Iterable, Sequence
-from typing import Any
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TextIO
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+
+from nameserver.safetext import escape_controls, escape_controls_in_lines
 
 # MessageToDict renders these as strings (JSON numbers lose precision past 2**53); we want ints.
 _INT64_TYPES = frozenset(
@@ -67,12 +79,43 @@ def dump_json(data: Any) -> str:
 
 
 def cell(value: Any) -> str:
-    """One table cell as text: booleans as yes/no, missing values as '-'."""
+    """One table cell as text on one line: booleans as yes/no, missing values as '-'."""
     if value is None or value == "":
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    return escape_controls(str(value))
+
+
+class _EscapedStream(io.TextIOBase):
+    """Writes through to `inner` with every control character but newline and tab escaped."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(escape_controls_in_lines(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self.inner.isatty()
+
+
+@contextlib.contextmanager
+def escaped_output() -> Iterator[None]:
+    """sys.stdout and sys.stderr escape control characters (not newline or tab) while this lasts."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _EscapedStream(out), _EscapedStream(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 def _is_number(value: Any) -> bool:

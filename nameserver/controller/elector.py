@@ -17,6 +17,7 @@ from nameserver.controller.heartbeats import HeartbeatTable
 from nameserver.core.leaderduties import LeaderDuties
 from nameserver.core.node import NameServerNode
 from nameserver.pb import api_pb2
+from nameserver.safetext import shown
 from nameserver.state import controller as decide
 
 log = logging.getLogger("nameserver.controller")
@@ -47,8 +48,9 @@ class ElectionScan:
             self.elections += 1
             if reply.code == decide.SUCCESS:
                 log.warning("controller: broker set %s's master went silent; elected broker %d (%s) at master "
-                            "epoch %d", name, reply.set.master_id, reply.set.master_address, reply.set.master_epoch)
+                            "epoch %d", shown(name), reply.set.master_id, shown(reply.set.master_address),
+                            reply.set.master_epoch)
             else:
-                log.warning("controller: broker set %s's master went silent and none was elected: %s", name,
-                            reply.remark)
+                log.warning("controller: broker set %s's master went silent and none was elected: %s", shown(name),
+                            shown(reply.remark))
         return names

@@ -16,6 +16,7 @@ from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command
 from nameserver.remoting.controller import sync_state_set_body
 from nameserver.remoting.server import split_addr
+from nameserver.safetext import shown
 
 log = logging.getLogger("nameserver.controller")
 
@@ -54,11 +55,12 @@ class RoleChangeNotifier:
         try:
             send_oneway(addr, cmd)
             self.sent += 1
-            log.info("controller: told %s of broker set %s: master %d (%s) at epoch %d", addr, view.broker_name,
-                     view.master_id, view.master_address, view.master_epoch)
+            log.info("controller: told %s of broker set %s: master %d (%s) at epoch %d", shown(addr),
+                     shown(view.broker_name), view.master_id, shown(view.master_address), view.master_epoch)
         except OSError as exc:
             self.failed += 1
-            log.info("controller: could not tell %s of broker set %s's new master: %s", addr, view.broker_name, exc)
+            log.info("controller: could not tell %s of broker set %s's new master: %s", shown(addr),
+                     shown(view.broker_name), exc)
 
     def stop(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -29,6 +29,7 @@ from nameserver.core.stateguard import StateGuard
 from nameserver.core.watch import WatchHub
 from nameserver.errors import TooLargeError
 from nameserver.pb import api_pb2, state_pb2
+from nameserver.safetext import shown
 from nameserver.state import MetadataState, Translation, translate
 from nameserver.state.translate import CasFailed
 from raftlog.kvstate import KVStateMachine
@@ -290,7 +291,7 @@ class NameServerNode:
             if applied.result.applied:
                 return WriteResult(applied.offset, records, translation)
             translation.batch.ClearField("request_id")
-            log.info("write raced on %s (version %d); translating again", applied.result.failed_key,
+            log.info("write raced on %s (version %d); translating again", shown(applied.result.failed_key),
                      applied.result.failed_key_version)
         raise ProposalError("write kept conflicting with concurrent writes or timed out", unknown_outcome=False)
 
@@ -410,14 +411,14 @@ class NameServerNode:
                                                    expected_live_version=version),
                                  self.cfg.write_timeout_ms / 1000)
             except (NotLeader, ProposalError) as exc:
-                log.warning("expiry of %s not committed: %s", addr, exc)
+                log.warning("expiry of %s not committed: %s", shown(addr), exc)
                 continue
             if res.records:
                 removed += 1
                 self.expired_total += 1
                 self.forget_broker(addr)
                 log.info("expired broker %s (silent past its timeout, or its last connection closed) at "
-                         "offset %d", addr, res.offset,
+                         "offset %d", shown(addr), res.offset,
                          extra={"event": "broker_expired", "broker_addr": addr, "offset": res.offset})
         return removed
 

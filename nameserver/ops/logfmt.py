@@ -10,6 +10,13 @@ Events logged with an `event` field (one line each):
     snapshot_written     every node, per snapshot file written (raftlog.log)
     snapshot_restored    a node that installed a snapshot from its disk or from the leader (raftlog.applier)
     membership_change    the node that applied a member add/remove (nameserver membership work)
+
+Whatever a record holds, a formatted record is one line (its traceback aside, indented) with no control
+character: a message's newlines, carriage returns, ESC and C1 controls are escaped
+(nameserver/safetext.py), and a message is cut at MAX_MESSAGE_CHARS. So a client's name that reaches
+a message unescaped still cannot forge a line or send a terminal escape to whoever reads the log.
+`configure` also holds back repeats (nameserver/logthrottle.py: RepeatFilter), so no line a caller
+can cause at will fills the disk.
 """
 
 from __future__ import annotations
@@ -18,11 +25,19 @@ import datetime
 import json
 import logging
 import sys
+import textwrap
 import tomllib
 from typing import Any, TextIO
 
+from nameserver.logthrottle import RepeatFilter
+from nameserver.safetext import cut, escape_controls, escape_controls_in_lines, escape_for_json
+
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TRACE_INDENT = "  "
+# Longer messages are cut. Generous: the longest this code writes is every thread's stack at a tick
+# stall (raftlog/tickwatch.py), a few KiB per thread, one line here with its newlines escaped.
+MAX_MESSAGE_CHARS = 64 * 1024
 
 # Every attribute a plain LogRecord has; anything else on a record came from `extra=`.
 _STANDARD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
@@ -55,7 +70,7 @@ class JsonFormatter(logging.Formatter):
             "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": cut(record.getMessage(), MAX_MESSAGE_CHARS, {}),
             "thread": record.threadName,
         }
         doc.update(self.static)
@@ -66,14 +81,25 @@ class JsonFormatter(logging.Formatter):
             doc["exc"] = self.formatException(record.exc_info)
         if record.stack_info:
             doc["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+        return escape_for_json(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
 
 
 class TextFormatter(logging.Formatter):
-    """The classic one-line format, with extra fields appended as key=value."""
+    """The classic one-line format, with extra fields appended as key=value. The message is escaped
+    onto its line; a traceback keeps its own lines, indented, its control characters escaped."""
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return cut(super().formatMessage(record), MAX_MESSAGE_CHARS)  # one line, controls escaped
+
+    # A traceback is indented: every line at column 0 is a record, whatever an exception's text says.
+    def formatException(self, ei: Any) -> str:
+        return textwrap.indent(escape_controls_in_lines(super().formatException(ei)), TRACE_INDENT)
+
+    def formatStack(self, stack_info: str) -> str:
+        return textwrap.indent(escape_controls_in_lines(super().formatStack(stack_info)), TRACE_INDENT)
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -87,7 +113,9 @@ class TextFormatter(logging.Formatter):
 
 def _text_value(value: Any) -> str:
     text = str(value)
-    return json.dumps(text) if (not text or any(c.isspace() for c in text)) else text
+    # json.dumps writes ASCII only: a value with a space or any control character stays one token
+    return json.dumps(text) if (not text or escape_controls(text) != text or any(c.isspace() for c in text)) \
+        else text
 
 
 def make_formatter(fmt: str, static: dict[str, Any] | None = None) -> logging.Formatter:
@@ -103,6 +131,7 @@ def configure(fmt: str = "text", level: str = "INFO", static: dict[str, Any] | N
     """Route the root logger to one stream handler in `fmt`; returns that handler."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(make_formatter(fmt, static))
+    handler.addFilter(RepeatFilter())  # no line a caller can repeat fills the disk (nameserver/logthrottle.py)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -13,6 +13,13 @@ below ~500 ms plus the commit latency; a follower cut off from the leader sees i
 clocks of different hosts are compared, so clock skew adds to (or hides) lag on followers. The
 server runs IdleNoop whenever the metrics endpoint is on (nameserver/server.py).
 
+Every label's values come from a set fixed by the code or the configuration, never from what a
+client sends (docs/operations.md, "Metrics cardinality"): gRPC service and method only for methods the
+server has a handler for (an unknown one gets UNIMPLEMENTED and no series), status codes from
+grpc.StatusCode; remoting request codes the node serves (else "other") and RESPONSE_CODES (else
+"other"); record types from the state's enum; broker sets at most [limits] metrics_max_broker_sets
+(5 series each, the rest only counted). No label holds a topic, broker address, key or client id.
+
 Metric names follow Prometheus conventions: base units (_seconds, _bytes), `_total` only on counters
 (prometheus_client appends it), offsets are unit-less gauges.
 """
@@ -46,8 +53,10 @@ from prometheus_client.registry import Collector
 
 from nameserver import headers
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
+from nameserver.config import NodeConfig
 from nameserver.core.node import NameServerNode
 from nameserver.pb import state_pb2
+from nameserver.remoting import codes as remoting_codes
 from raftlog.history import AppliedEntry
 from raftlog.roles import Role
 from snapshot.store import parse_snapshot_name
@@ -64,6 +73,10 @@ disable_created_metrics()
 RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)        # group commit: <= 512 batches per entry
 BYTES_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20)
+# Remoting response codes this node answers with: RocketMQ's ResponseCode ones and the controller's 2000-2016.
+RESPONSE_CODES = frozenset({remoting_codes.SUCCESS, remoting_codes.SYSTEM_ERROR, remoting_codes.SYSTEM_BUSY,
+                            remoting_codes.REQUEST_CODE_NOT_SUPPORTED, remoting_codes.NO_PERMISSION,
+                            remoting_codes.TOPIC_NOT_EXIST, remoting_codes.QUERY_NOT_FOUND, *range(2000, 2017)})
 
 
 # ---- reading an encoded Entry cheaply (apply thread) -------------------------------------------
@@ -124,9 +137,20 @@ def record_type_name(rtype: int) -> str:
 BrokerAlive = Callable[[str, int], bool]  # (broker set, broker id) -> heartbeating to this node
 
 
+def _listed_first(item: tuple[str, state_pb2.ControllerBrokerSet]) -> tuple[bool, str]:
+    # A set that has held an election (epoch > 0) before one that only took ids: a real set has
+    # elected within seconds of its first broker, while any broker can name new sets by the thousand.
+    name, bs = item
+    return bs.master_epoch == 0, name
+
+
 def _controller_gauges(sets: list[tuple[str, state_pb2.ControllerBrokerSet]],
-                       alive: BrokerAlive | None) -> Iterator[Metric]:
-    """Controller mode, per broker set (docs/controller.md); none at all when no set is registered."""
+                       alive: BrokerAlive | None, max_listed: int) -> Iterator[Metric]:
+    """Controller mode, per broker set (docs/controller.md); none at all when no set is registered.
+
+    Bound: at most `max_listed` sets ([limits] metrics_max_broker_sets) have series of their own, 5
+    each, so this part of /metrics holds at most 5 * max_listed + 2 series however many sets brokers
+    make; the others are counted in nameserver_controller_broker_sets_unlisted."""
     labels = ["broker_set", "cluster"]
     epoch = GaugeMetricFamily("nameserver_controller_master_epoch", "A broker set's master epoch (every "
                               "election moves it, also one that found no master).", labels=labels)
@@ -139,7 +163,8 @@ def _controller_gauges(sets: list[tuple[str, state_pb2.ControllerBrokerSet]],
     # so a set whose brokers all died keeps its recorded master: has_master alone would stay 1.
     master_alive = GaugeMetricFamily("nameserver_controller_master_alive", "1 if the set has a master and it "
                                      "heartbeats to this node, else 0.", labels=labels)
-    for name, bs in sets:
+    listed = sorted(sets, key=_listed_first)[:max_listed] if len(sets) > max_listed else sets
+    for name, bs in listed:
         values = [name, bs.cluster_name]
         epoch.add_metric(values, bs.master_epoch)
         has_master.add_metric(values, 1 if bs.master_id else 0)
@@ -150,15 +175,22 @@ def _controller_gauges(sets: list[tuple[str, state_pb2.ControllerBrokerSet]],
         yield from (epoch, has_master, in_sync, replicas)
         if alive is not None:
             yield master_alive
+        yield GaugeMetricFamily("nameserver_controller_broker_sets", "Broker sets registered with the "
+                                "controller.", value=len(sets))
+        yield GaugeMetricFamily("nameserver_controller_broker_sets_unlisted", "Broker sets without series of "
+                                "their own here ([limits] metrics_max_broker_sets; sets that have held an "
+                                "election are listed first).", value=len(sets) - len(listed))
 
 
 class NodeMetrics:
     """Every metric of one node, in a registry of its own (several nodes may share a process)."""
 
     def __init__(self, node: NameServerNode, registry: CollectorRegistry | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 max_broker_sets: int = NodeConfig.metrics_max_broker_sets) -> None:
         self.node = node
         self.clock = clock
+        self.max_broker_sets = max_broker_sets  # [limits] metrics_max_broker_sets
         self.registry = registry if registry is not None else CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
@@ -204,8 +236,9 @@ class NodeMetrics:
         self.idle_noops += 1
 
     def observe_remoting(self, request: str, response: int, seconds: float) -> None:
-        """The remoting listener's observer: remoting requests never pass the gRPC interceptor."""
-        self.remoting_handled.labels(request, str(response)).inc()
+        """The remoting listener's observer: remoting requests never pass the gRPC interceptor. The
+        listener names a code it does not serve "other"; a response code is one of ours or "other"."""
+        self.remoting_handled.labels(request, str(response) if response in RESPONSE_CODES else "other").inc()
         self.remoting_seconds.labels(request).observe(seconds)
 
     # Apply thread: O(changes) dictionary counting, nothing that blocks.
@@ -341,7 +374,7 @@ class _NodeCollector(Collector):
         yield gauge("nameserver_live_brokers", "Registered broker addresses (not yet expired or "
                     "unregistered).", live_brokers)
         yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
-        yield from _controller_gauges(broker_sets, m.broker_alive)
+        yield from _controller_gauges(broker_sets, m.broker_alive, m.max_broker_sets)
         yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])
         routes = CounterMetricFamily("nameserver_route_reads", "Route reads this node answered, by whether the "
                                      "route was kept from an earlier read (hit) or computed (miss).",

@@ -17,6 +17,7 @@ import grpc
 from nameserver import validation
 from nameserver.chunking import register_chunks, should_stream
 from nameserver.config import LIMITS, NodeConfig
+from nameserver.logthrottle import ThrottledLog
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.remoting import bodies, codes, registerbody
 from nameserver.remoting.bodycache import BodyCache
@@ -30,8 +31,11 @@ from nameserver.remoting.request import (
     wants_fastjson,
 )
 from nameserver.remoting.status import response_code, rpc_error_parts
+from nameserver.safetext import shown
 
 log = logging.getLogger("nameserver.remoting")
+# What a caller's request made us leave out: one line per kind per interval, names escaped and cut.
+refusals = ThrottledLog(log)
 
 BIG_REGISTRATION_TIMEOUT_S = 60.0
 # RocketMQ appends this to the 17 remark (FAQUrl.suggestTodo), with the FAQ's address of its line; clients
@@ -226,8 +230,8 @@ class Handlers:
         broker = req.ext("brokerName") or "?"
         ignored = body.attach_mappings(broker)
         if ignored:
-            log.warning("remoting: broker %s: %d static-topic queue mapping(s) ignored: %s", broker[:128],
-                        len(ignored), "; ".join(ignored[:3]))
+            refusals.warning("static_mappings_ignored", "remoting: broker %s: %d static-topic queue mapping(s) "
+                             "ignored: %s", shown(broker), len(ignored), shown("; ".join(ignored[:3]), 600))
         body.topics = self._storable_topics(body.topics, broker)
         request = api_pb2.RegisterBrokerRequest(
             cluster_name=need(req, "clusterName"), broker_name=need(req, "brokerName"),
@@ -270,8 +274,9 @@ class Handlers:
             seen.add(tc.topic_name)
             kept.append(tc)
         if dropped:
-            log.warning("remoting: broker %s registered %d topic(s) this nameserver cannot store; left out, "
-                        "the rest registered: %s", broker[:128], len(dropped), "; ".join(dropped[:3]))
+            refusals.warning("topics_left_out", "remoting: broker %s registered %d topic(s) this nameserver "
+                             "cannot store; left out, the rest registered: %s", shown(broker), len(dropped),
+                             shown("; ".join(dropped[:3]), 600))
         return kept
 
     def unregister_broker(self, req: Command) -> Command:
@@ -371,7 +376,8 @@ class Handlers:
                 raise
             # RocketMQ ignores a 217 naming a broker it does not know and answers SUCCESS; so do we
             # (nothing was written: our RegisterTopic is all or nothing).
-            log.info("remoting: 217 for topic %s ignored: %s", req.ext("topic"), exc.remark[:200])
+            refusals.info("unknown_broker_topic", "remoting: 217 for topic %s ignored: %s", shown(req.ext("topic")),
+                          shown(exc.remark))
         return req.response()
 
     # ---- nameserver configuration ----------------------------------------------------------------

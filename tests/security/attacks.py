@@ -56,9 +56,11 @@ class Secure:
         return api_pb2_grpc.NameServerStub(self.channel(node, role))
 
 
-def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_role: str = "broker") -> Secure:
+def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_role: str = "broker",
+                   controller: bool = False) -> Secure:
     """Secure mode as docs/operations.md sets it up: TLS, tokens by role, a peer token, the Raft
-    password, remoting on with an explicit role, metrics on."""
+    password, remoting on with an explicit role, metrics on; `controller`: the controller port on too,
+    its callers brokers (as RocketMQ's brokers in controller mode)."""
     os.makedirs(root, exist_ok=True)
     ca = TestCA(os.path.join(root, "pki"))
     node_cert = ca.node("node")
@@ -82,13 +84,27 @@ def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_rol
         "auth": {"tokens_file": tokens_file, "peer_token_file": write("peer.token", tokens["peer"])},
         "remoting": {"role": remoting_role},
     }
+    if controller:
+        sections["controller"] = {"role": "broker"}
     if limits:
         sections["limits"] = limits
-    cluster = Cluster(root, 3, metrics=True, remoting=True, security=sections,
+    cluster = Cluster(root, 3, metrics=True, remoting=True, controller=controller, security=sections,
                       connect=lambda addr, opts=(): tlsconf.open_channel(
                           addr, tls=True, ca_file=ca.ca_file, token=tokens["admin"], options=opts))
     all_secrets = [*tokens.values(), *(hash_token(t) for t in tokens.values()), password]
     return Secure(cluster, ca.ca_file, tokens, all_secrets)
+
+
+@contextlib.contextmanager
+def started(s: Secure) -> Iterator[Secure]:
+    """The cluster of `s` running, ready and converged; stopped on the way out (a module's fixture)."""
+    s.cluster.start()
+    try:
+        s.cluster.wait_ready(timeout=60)
+        s.cluster.wait_converged(timeout=60)
+        yield s
+    finally:
+        s.cluster.stop()
 
 
 # ---- remoting ------------------------------------------------------------------------------------

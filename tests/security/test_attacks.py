@@ -45,6 +45,7 @@ from tests.security.attacks import (
     remoting_frame,
     rss_mib,
     secure_cluster,
+    started,
     threads,
 )
 
@@ -53,14 +54,8 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def sec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
-    s = secure_cluster(str(tmp_path_factory.mktemp("secure")), None if LONG else SHORT_LIMITS)
-    s.cluster.start()
-    try:
-        s.cluster.wait_ready(timeout=60)
-        s.cluster.wait_converged(timeout=60)
+    with started(secure_cluster(str(tmp_path_factory.mktemp("secure")), None if LONG else SHORT_LIMITS)) as s:
         yield s
-    finally:
-        s.cluster.stop()
 
 
 def _leader(sec: Secure) -> NodeProc:

@@ -507,7 +507,7 @@ def _scrapes(port: int) -> bool:
 def test_controller_gauges_per_broker_set() -> None:
     from nameserver.ops.metrics import _controller_gauges
 
-    assert list(_controller_gauges([], None)) == []  # no set registered: no controller series at all
+    assert list(_controller_gauges([], None, 256)) == []  # no set registered: no controller series at all
     with_master = state_pb2.ControllerBrokerSet(cluster_name="c1", master_id=2, master_epoch=3,
                                                 sync_state_set=[2, 3], replicas=[{"broker_id": i} for i in (1, 2, 3)])
     lost = state_pb2.ControllerBrokerSet(cluster_name="c1", master_id=0, master_epoch=4, sync_state_set=[1],
@@ -517,7 +517,8 @@ def test_controller_gauges_per_broker_set() -> None:
     heartbeating = {("a", 2), ("a", 3), ("b", 1)}  # set c: every broker died, so no election recorded it
     sets = [("a", with_master), ("b", lost), ("c", dead)]
     got = {(m.name, s.labels["broker_set"]): s.value
-           for m in _controller_gauges(sets, lambda name, bid: (name, bid) in heartbeating) for s in m.samples}
+           for m in _controller_gauges(sets, lambda name, bid: (name, bid) in heartbeating, 256) for s in m.samples
+           if "broker_set" in s.labels}
     assert got == {("nameserver_controller_master_epoch", "a"): 3, ("nameserver_controller_master_epoch", "b"): 4,
                    ("nameserver_controller_master_epoch", "c"): 5,
                    ("nameserver_controller_has_master", "a"): 1, ("nameserver_controller_has_master", "b"): 0,
@@ -530,3 +531,20 @@ def test_controller_gauges_per_broker_set() -> None:
                    # what BrokerSetWithoutMaster watches: b has no master, c's master is dead
                    ("nameserver_controller_master_alive", "a"): 1, ("nameserver_controller_master_alive", "b"): 0,
                    ("nameserver_controller_master_alive", "c"): 0}
+
+
+def test_controller_gauges_capped_at_max_broker_sets() -> None:
+    """Any broker may name new sets: at most max_listed of them get series, elected sets first; the
+    totals count every set."""
+    from nameserver.ops.metrics import _controller_gauges
+
+    elected = [(f"z-real{i}", state_pb2.ControllerBrokerSet(cluster_name="c", master_id=1, master_epoch=1))
+               for i in range(3)]
+    junk = [(f"a-junk{i:04d}", state_pb2.ControllerBrokerSet(cluster_name="c", next_broker_id=2)) for i in range(1000)]
+    families = list(_controller_gauges(junk + elected, lambda name, bid: True, 10))
+    per_set = [s for m in families for s in m.samples if "broker_set" in s.labels]
+    totals = {s.name: s.value for m in families for s in m.samples if "broker_set" not in s.labels}
+    assert len(per_set) == 5 * 10
+    listed = {s.labels["broker_set"] for s in per_set}
+    assert {name for name, _ in elected} <= listed  # a set that has elected is never pushed out by ones that have not
+    assert totals == {"nameserver_controller_broker_sets": 1003, "nameserver_controller_broker_sets_unlisted": 993}
