@@ -28,6 +28,7 @@ from typing import Any
 import pysyncobj.syncobj
 import pysyncobj.tcp_server
 import pysyncobj.transport
+from pysyncobj import FAIL_REASON as FAIL_REASON  # re-exported: log.py and proposer.py read pysyncobj here
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.node import TCPNode
@@ -46,11 +47,8 @@ from raftlog.roles import Role
 from raftlog.tickwatch import TickWatch
 
 # The pysyncobj whose private internals this module steers (pyproject.toml pins the same version):
-# another version may rename or change them silently, so refuse it at import, loudly.
+# another version may rename or change them silently, so install() refuses it, loudly.
 PYSYNCOBJ_VERSION = "0.3.17"
-if (_found := metadata.version("pysyncobj")) != PYSYNCOBJ_VERSION:
-    raise ImportError(f"raftlog steers pysyncobj {PYSYNCOBJ_VERSION}'s private internals, but pysyncobj "
-                      f"{_found} is installed: pip install pysyncobj=={PYSYNCOBJ_VERSION}")
 
 log = logging.getLogger("raftlog.binding")
 
@@ -59,6 +57,7 @@ log = logging.getLogger("raftlog.binding")
 _journals: dict[str, DurableJournal] = {}
 _journals_lock = threading.Lock()
 _pysyncobj_create_journal = pysyncobj.syncobj.createJournal
+_installed = False
 
 
 def _create_journal(path: str | None) -> object:
@@ -67,15 +66,28 @@ def _create_journal(path: str | None) -> object:
     return journal if journal is not None else _pysyncobj_create_journal(path)
 
 
-pysyncobj.syncobj.createJournal = _create_journal
+def install() -> None:
+    """Check pysyncobj's version and patch it: our journal hook, the guarded peer connections. Done once,
+    by the first RaftNode; importing raftlog patches nothing (so the client, the pure state and the
+    pipeline never load pysyncobj)."""
+    global _installed
+    with _journals_lock:
+        if _installed:
+            return
+        if (found := metadata.version("pysyncobj")) != PYSYNCOBJ_VERSION:
+            raise ImportError(f"raftlog steers pysyncobj {PYSYNCOBJ_VERSION}'s private internals, but pysyncobj "
+                              f"{found} is installed: pip install pysyncobj=={PYSYNCOBJ_VERSION}")
+        pysyncobj.syncobj.createJournal = _create_journal
+        # pysyncobj's TCP server (accepted connections) and transport (outgoing ones) import TcpConnection
+        # by name, the transport TcpServer too: point them at the guarded subclasses. The transport class
+        # goes to SyncObj (RaftNode).
+        if PEERGUARD_ENABLED:
+            pysyncobj.tcp_server.TcpConnection = GuardedTcpConnection
+            pysyncobj.transport.TcpConnection = GuardedTcpConnection
+            pysyncobj.transport.TcpServer = GuardedTcpServer
+        _installed = True
 
-# pysyncobj's TCP server (accepted connections) and transport (outgoing ones) import TcpConnection
-# by name, the transport TcpServer too: point them at the guarded subclasses. The transport class
-# goes to SyncObj (RaftNode).
-if PEERGUARD_ENABLED:
-    pysyncobj.tcp_server.TcpConnection = GuardedTcpConnection
-    pysyncobj.transport.TcpConnection = GuardedTcpConnection
-    pysyncobj.transport.TcpServer = GuardedTcpServer
+
 _transport_class = GuardedTransport if PEERGUARD_ENABLED else MembershipTransport
 
 
@@ -113,6 +125,7 @@ class RaftNode(SyncObj):
                  read_dump_meta: Callable[[str], tuple[RaftEntry, RaftEntry, list[str]]],
                  progress: SnapshotProgress, journal: DurableJournal, lease_promise_s: float = 0.0,
                  join_existing: bool = False) -> None:
+        install()
         self._applier = applier
         self.journal = journal
         self._commit_index = 0  # behind the commit-index property below; pysyncobj sets it first thing

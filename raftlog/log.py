@@ -18,10 +18,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pysyncobj import FAIL_REASON, SyncObjConf
-
 from raftlog.applier import Applied, Applier, StateMachine
-from raftlog.binding import RaftNode, SnapshotProgress
+from raftlog.binding import FAIL_REASON, RaftNode, SnapshotProgress, SyncObjConf
 from raftlog.codec import RaftEntry, decode_raft_meta
 from raftlog.crashpoints import crash_point
 from raftlog.history import AppliedEntry, EntryHistory

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from raftlog import KVState, KVStateMachine, LogConfig, ReplicatedLog
+from raftlog.kvstate import KVState, KVStateMachine
+from raftlog.log import LogConfig, ReplicatedLog
 from raftlog.pb import entry_pb2
 from snapshot import SnapshotStore
 from tests.cluster import free_ports
