@@ -183,6 +183,7 @@ def run_report(spark: SparkSession, log_uri: str, out: str, opts: ReportOptions)
         "brokers": read["brokers"].orderBy(F.desc("max_ends_in_window"), F.desc("sessions"), "addr")
         .limit(opts.top).toPandas(),
         "durations": _duration_histogram(read["sessions"]),
+        "duration_buckets_s": DURATION_BUCKETS_S,  # the histogram's edges (charts.py imports nothing of this module)
     }
     sessions.unpersist()
     html = write_report(spark, out, summary, data)

@@ -51,6 +51,18 @@ def test_a_wrong_way_import_breaks_a_contract(tmp_path: Path) -> None:
     assert "raftlog.prevote -> pysyncobj" in res.stdout
 
 
+def test_no_module_imports_itself_back() -> None:
+    """No import cycle, not even through a function-level import (bench/echo <-> bench/workloads and
+    pipeline/charts <-> pipeline/report were two): a cycle makes a module's import order matter."""
+    import grimp
+
+    graph = grimp.build_graph(*PACKAGES, "bench", cache_dir=None)
+    cycles = sorted(f"{importer} -> {imported} -> ... -> {importer}" for importer in graph.modules
+                    for imported in graph.find_modules_directly_imported_by(importer)
+                    if graph.chain_exists(importer=imported, imported=importer))
+    assert not cycles, cycles
+
+
 # Every module of these packages (the pipeline's too: its jobs import from raftlog and nameserver).
 PURE_PACKAGES = ("nameserver.client", "nameserver.state", "nameserver.logformat", "pipeline")
 
