@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -43,6 +44,7 @@ from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
 from raftlog.peerlinks import MembershipTransport
 from raftlog.prevote import PreVote
+from raftlog.raftview import Peer, RaftView
 from raftlog.roles import Role
 from raftlog.tickwatch import TickWatch
 
@@ -95,6 +97,14 @@ _transport_class = GuardedTransport if PEERGUARD_ENABLED else MembershipTranspor
 _PROMISES_ON_DISK = frozenset({"next_node_idx", "response_vote", "request_vote"})
 
 
+@dataclass(frozen=True)
+class PeerLink:
+    """Another member as this node sees it (the Admin service's Members)."""
+
+    connected: bool   # its Raft link is up
+    match_index: int  # the last index known replicated to it (meaningful on the leader only)
+
+
 class SnapshotProgress:
     """The serializer/checker handshake between the tick thread and the snapshot writer."""
 
@@ -118,7 +128,7 @@ class SnapshotProgress:
             return state
 
 
-class RaftNode(SyncObj):
+class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors against it (SyncObj is untyped)
     """pysyncobj's SyncObj with a single replicated method taking an opaque encoded Entry."""
 
     def __init__(self, self_addr: str, partners: list[str], conf: SyncObjConf, applier: Applier,
@@ -228,19 +238,53 @@ class RaftNode(SyncObj):
         self.real_election_deadline = value
 
     # ---- pysyncobj's private state: read here and nowhere else (shared/notes/pysyncobj.md) ----------
+    # The accessors of raftlog.raftview.RaftView (what prevote.py and leadership.py read), then the log's.
 
-    def private(self, name: str) -> Any:
-        """pysyncobj's private attribute `__name` (this package's pre-vote and read-index steer it)."""
-        return getattr(self, f"_SyncObj__{name}")
+    def role(self) -> Role:
+        return Role(self._SyncObj__raftState)
+
+    def current_term(self) -> int:
+        return int(self._SyncObj__raftCurrentTerm)
+
+    def commit_index(self) -> int:
+        return self._commit_index
+
+    def leader_peer(self) -> Peer | None:
+        leader: Peer | None = self._SyncObj__raftLeader
+        return leader
+
+    def self_peer(self) -> Peer | None:
+        node: Peer | None = getattr(self, "_SyncObj__selfNode", None)
+        return node
+
+    def other_peers(self) -> Collection[Peer]:
+        nodes: Collection[Peer] = self._SyncObj__otherNodes
+        return nodes
+
+    def last_log(self) -> tuple[int, int]:
+        entry = self._SyncObj__raftLog[-1]
+        return int(entry[1]), int(entry[2])
+
+    def transfer_in_progress(self) -> bool:
+        return bool(self._SyncObj__transferInProgress)
+
+    def noop_index(self) -> int | None:
+        index = self._SyncObj__noopIDx
+        return None if index is None else int(index)
+
+    def send(self, peer: Peer, message: dict[str, Any]) -> None:
+        self._SyncObj__transport.send(peer, message)  # the durability wrapper installed above
+
+    def peer_links(self) -> dict[str, PeerLink]:
+        """Each other member's link and, as the leader knows it, how far its log matches ours."""
+        match = self._SyncObj__raftMatchIndex
+        return {node.id: PeerLink(connected=bool(self.isNodeConnected(node)), match_index=int(match.get(node, 0)))
+                for node in list(self._SyncObj__otherNodes)}
 
     def last_log_index(self) -> int | None:
         """The index of the last entry in the Raft log (None when the log is empty)."""
         entries = self._SyncObj__raftLog
         return int(entries[-1][1]) if len(entries) else None
-
-    def raft_state(self) -> int:
-        """pysyncobj's role value (raftlog.roles.Role)."""
-        return int(self._SyncObj__raftState)
 
     def leader_commit_index(self) -> int | None:
         """The commit index the leader last reported (None before any leader was heard)."""

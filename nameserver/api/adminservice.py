@@ -33,14 +33,15 @@ class AdminService(api_pb2_grpc.AdminServicer):
     @rpc
     def Members(self, request: api_pb2.MembersRequest, context: grpc.ServicerContext | None
                 ) -> api_pb2.MembersReply:
-        raft = self.node.log.raft_status()
+        links = self.node.log.peer_links()
         leader = self.node.log.leader()
         leading = self.node.log.is_leader()
         members = []
         for addr in self.node.log.members():  # Raft's own view, changes at runtime included
             me = addr == self.node.cfg.raft_addr
-            connected = me or raft.get(f"partner_node_status_server_{addr}") == 2
-            match = self.node.log.end_offset if me else raft.get(f"match_idx_server_{addr}", 0)
+            link = links.get(addr)
+            connected = me or (link is not None and link.connected)
+            match = self.node.log.end_offset if me else (link.match_index if link is not None else 0)
             members.append(api_pb2.Member(node_id=addr, grpc_addr=self.node.grpc_of(addr) or "", is_self=me,
                                           is_leader=addr == leader, connected=connected,
                                           match_offset=match if leading else 0))
