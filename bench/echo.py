@@ -26,6 +26,7 @@ from concurrent import futures
 
 import grpc
 
+from bench.load import new_channel, run_load
 from nameserver.config import NodeConfig
 
 SERVICE = "rip18.bench.Echo"
@@ -139,8 +140,6 @@ class EchoProcess:
 
 def compare(seconds: float, clients: list[int], payload_bytes: int) -> list[dict[str, object]]:
     """calls/s of the sync and the aio echo server under the same client threads, one server at a time."""
-    from bench.workloads import new_channel, run_load
-
     payload = b"r" * payload_bytes
     rows: list[dict[str, object]] = []
     for c in clients:

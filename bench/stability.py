@@ -24,8 +24,9 @@ from typing import Any
 import grpc
 
 from bench.consistency import summary
+from bench.load import new_channel, run_load
 from bench.procs import LocalCluster
-from bench.workloads import OursTarget, new_channel, run_load
+from bench.workloads import OursTarget
 from nameserver.pb import api_pb2
 
 

@@ -29,8 +29,9 @@ from typing import Any
 import grpc
 
 from bench import compare, durability, stability
+from bench.load import new_channel, run_load
 from bench.procs import LocalCluster
-from bench.workloads import OursTarget, new_channel, run_load
+from bench.workloads import OursTarget
 
 PARTS = ("compare", "fsync", "failover", "huge", "recovery", "stability")
 

@@ -25,7 +25,8 @@ from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
 from nameserver.remoting.controller import ControllerHandlers
-from raftlog import FD_RESERVE, LeaderView, Subscription
+from raftlog.fdreserve import RESERVE as FD_RESERVE
+from raftlog.log import LeaderView, Subscription
 
 log = logging.getLogger("nameserver.server")
 

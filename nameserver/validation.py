@@ -36,7 +36,7 @@ MAX_QUEUE_DATAS_PER_TOPIC = 10_000  # one per broker name
 MAX_STATE_KEY_BYTES = 511          # LMDB's key size: every state key must fit in a snapshot
 MAX_KV_NAMESPACE_LEN = 255          # bytes in UTF-8
 # "kv/<namespace>/<key>" must fit MAX_STATE_KEY_BYTES: the key gets what the namespace leaves.
-MAX_KV_KEY_BYTES = MAX_STATE_KEY_BYTES - len("kv/") - len("/") - 1
+MAX_KV_KEY_BYTES = MAX_STATE_KEY_BYTES - len(keys.KV_PREFIX) - len("/") - 1
 MAX_KV_VALUE_BYTES = 1 << 20        # 1 MiB
 
 # RocketMQ TopicValidator's characters ('%', '|', '_', '-', letters, digits), plus what real brokers
@@ -195,7 +195,7 @@ def check_kv(namespace: str, key: str | None = None, value: str | None = None) -
         if not key:
             raise ValidationError("key", "must not be empty")
         # A longer state key would be accepted here, then fail every snapshot from then on.
-        room = MAX_STATE_KEY_BYTES - len("kv/") - len("/") - ns_bytes
+        room = MAX_STATE_KEY_BYTES - len(keys.KV_PREFIX) - len("/") - ns_bytes
         if len(key.encode()) > room:
             raise TooLargeError("key", f"longer than {room} bytes in UTF-8 (namespace and key share "
                                        f"{MAX_STATE_KEY_BYTES - 4} bytes)")

@@ -158,15 +158,13 @@ _CSS = ("body{font-family:sans-serif;max-width:1150px;margin:2em auto;color:#222
 
 
 def write_report(spark: SparkSession, out: str, summary: dict[str, Any], data: dict[str, Any]) -> str:
-    from pipeline.report import DURATION_BUCKETS_S
-
     flap_ends = int(summary["flap_rule"].split()[1])
     charts: list[tuple[str, str, Callable[[], bytes]]] = [
         ("records_per_minute", "When is the log written, and by what?",
          lambda: records_per_minute(data["per_minute"])),
         ("bytes_per_type", "Which record types make the log big?", lambda: bytes_per_type(data["per_type"])),
         ("session_durations", "How long do brokers stay registered, and how do sessions end?",
-         lambda: session_durations(data["durations"], DURATION_BUCKETS_S)),
+         lambda: session_durations(data["durations"], data["duration_buckets_s"])),
         ("flapping", "Which brokers flap?", lambda: flapping(data["brokers"], flap_ends)),
         ("topic_churn", "How much do topics churn, per cluster?", lambda: topic_churn(data["churn"])),
         ("hot_keys", "Which keys are written most?", lambda: hot_keys(data["hot_keys"])),

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.window import WindowSpec
 
-from nameserver.logformat.records import EXPIRE_TAG, UNREGISTER_TAG
+from nameserver.logformat.records import BROKER, EXPIRE_TAG, LIVE, TOPIC, UNREGISTER_TAG
 from nameserver.logformat.segments import DELETE, PUT
 from pipeline.logdf import Log, applied_records, load_log
 from pipeline.session import join
@@ -42,13 +42,18 @@ def _json(field: str, col: str = "value_json") -> Column:
     return F.get_json_object(F.col(col), f"$.{field}")
 
 
+def _after(prefix: str) -> Column:
+    """The key past its record kind's prefix (a broker name, an address)."""
+    return F.expr(f"substring(key, {len(prefix) + 1})")
+
+
 def _by_key() -> WindowSpec:
     return Window.partitionBy("key").orderBy(*POS)
 
 
 def sessions_table(applied: DataFrame, log_end_ms: int) -> DataFrame:
     w = _by_key()
-    ev = (applied.where(F.col("key").startswith("live/"))
+    ev = (applied.where(F.col("key").startswith(LIVE.prefix))
           .select("key", *POS, "op", "leader_time_ms", "request_id", "value_json",
                   F.lag("op").over(w).alias("prev_op")))
     is_start = (F.col("op") == PUT) & (F.col("prev_op").isNull() | (F.col("prev_op") == DELETE))
@@ -73,7 +78,7 @@ def sessions_table(applied: DataFrame, log_end_ms: int) -> DataFrame:
               .when(F.col("end_ms") - F.col("last_put_ms") < timeout, "unregistered")
               .otherwise("unknown"))
     return s.select(
-        F.expr("substring(key, 6)").alias("addr"),
+        _after(LIVE.prefix).alias("addr"),
         _json("broker_name", "live_json").alias("broker_name"), _json("cluster", "live_json").alias("cluster"),
         "session_no", "start_offset", "start_ms", "end_offset", "end_ms", reason.alias("end_reason"),
         (F.coalesce(F.col("end_ms"), F.lit(log_end_ms)) - F.col("start_ms")).alias("duration_ms"),
@@ -99,12 +104,12 @@ def brokers_table(sessions: DataFrame, opts: ReportOptions) -> DataFrame:
 
 
 def topic_tables(applied: DataFrame) -> tuple[DataFrame, DataFrame]:
-    clusters = (applied.where(F.col("key").startswith("broker/") & (F.col("op") == PUT))
-                .select(F.expr("substring(key, 8)").alias("broker"), _json("cluster").alias("cluster"), "offset")
+    clusters = (applied.where(F.col("key").startswith(BROKER.prefix) & (F.col("op") == PUT))
+                .select(_after(BROKER.prefix).alias("broker"), _json("cluster").alias("cluster"), "offset")
                 .groupBy("broker").agg(F.max_by("cluster", "offset").alias("cluster")))
     parts = F.split(F.col("key"), "/")
     w = _by_key()
-    t = (applied.where(F.col("key").startswith("topic/"))
+    t = (applied.where(F.col("key").startswith(TOPIC.prefix))
          .select("key", *POS, "op", "leader_time_ms", parts[1].alias("topic"), parts[2].alias("broker"),
                  F.lag("op").over(w).alias("prev_op")))
     delta = (F.when((F.col("op") == PUT) & (F.col("prev_op").isNull() | (F.col("prev_op") == DELETE)), 1)
@@ -183,6 +188,7 @@ def run_report(spark: SparkSession, log_uri: str, out: str, opts: ReportOptions)
         "brokers": read["brokers"].orderBy(F.desc("max_ends_in_window"), F.desc("sessions"), "addr")
         .limit(opts.top).toPandas(),
         "durations": _duration_histogram(read["sessions"]),
+        "duration_buckets_s": DURATION_BUCKETS_S,  # the histogram's edges (charts.py imports nothing of this module)
     }
     sessions.unpersist()
     html = write_report(spark, out, summary, data)

@@ -1,7 +1,7 @@
 """What executors import, packaged: the pipeline zip for spark-submit --py-files, or shipped by the jobs.
 
 Executors need pipeline/, raftlog's codec, digest and protobuf modules, nameserver's protobuf modules and
-the log format; nothing else of this project (raftlog's own __init__ would pull in pysyncobj).
+the log format; nothing else of this project (raftlog's __init__ imports nothing, so no pysyncobj).
 `python -m pipeline JOB --master spark://...` ships the zip itself (`ship`); under spark-submit, pass it
 with --py-files.
 """
@@ -27,10 +27,8 @@ def make_zip(out: str) -> str:
             for name in sorted(os.listdir(os.path.join(ROOT, pkg))):
                 if name.endswith(".py"):
                     z.write(os.path.join(ROOT, pkg, name), f"{pkg}/{name}")
-        for mod in ("raftlog/digest.py", "raftlog/codec.py", "nameserver/__init__.py"):
+        for mod in ("raftlog/__init__.py", "raftlog/digest.py", "raftlog/codec.py", "nameserver/__init__.py"):
             z.write(os.path.join(ROOT, mod), mod)
-        # raftlog's own __init__ pulls in pysyncobj; the executors need only the codec and the digest.
-        z.writestr("raftlog/__init__.py", '"""raftlog codec and digest only (pipeline zip)."""\n')
     return out
 
 

@@ -22,15 +22,14 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from nameserver.logformat.records import EXPIRE_TAG, UNREGISTER_TAG
+from nameserver.logformat.records import BIND, BROKER, EXPIRE_TAG, KV, LIVE, TOPIC, UNREGISTER_TAG
 from nameserver.logformat.segments import SegmentWriter
 from nameserver.pb import state_pb2
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2
 
 PUT, DELETE = entry_pb2.OP_PUT, entry_pb2.OP_DELETE
-T_BROKER, T_LIVE, T_TOPIC = state_pb2.BROKER, state_pb2.BROKER_LIVE, state_pb2.TOPIC_QUEUE
-T_KV, T_BIND = state_pb2.KV_CONFIG, state_pb2.QUEUE_BINDING
+T_BROKER, T_LIVE, T_TOPIC, T_KV, T_BIND = BROKER.rtype, LIVE.rtype, TOPIC.rtype, KV.rtype, BIND.rtype
 KV_NAMESPACES = ("ORDER_TOPIC_CONFIG", "BROKER_CONFIG", "CLIENT_QUOTA")
 GROUP_LINGER_MS = 2   # the leader's group commit: batches this close share an entry
 MAX_BATCHES = 512
@@ -202,19 +201,19 @@ class Fleet:
 
     def _registration(self, a: Addr) -> None:
         g, b = a.group, self._batch()
-        b.require(f"live/{a.addr}")
-        b.require(f"broker/{g.name}")
+        b.require(f"{LIVE.prefix}{a.addr}")
+        b.require(f"{BROKER.prefix}{g.name}")
         a.up = True
         a.counter += 1
-        b.put(T_BROKER, f"broker/{g.name}", self._broker_data(g))
+        b.put(T_BROKER, f"{BROKER.prefix}{g.name}", self._broker_data(g))
         live = state_pb2.BrokerLive(cluster=g.cluster, broker_name=g.name, broker_id=a.broker_id,
                                     broker_addr=a.addr, ha_server_addr=a.addr.replace(":10911", ":10912"),
                                     heartbeat_timeout_ms=a.timeout_ms,
                                     data_version=state_pb2.DataVersion(counter=a.counter, timestamp=int(self.clock)))
-        b.put(T_LIVE, f"live/{a.addr}", live)
+        b.put(T_LIVE, f"{LIVE.prefix}{a.addr}", live)
         if a.broker_id == 0:
             for t in sorted(g.topics):
-                b.put(T_TOPIC, f"topic/{t}/{g.name}", _queue_data(g.name, 6))
+                b.put(T_TOPIC, f"{TOPIC.prefix}{t}/{g.name}", _queue_data(g.name, 6))
         self._commit(b)
 
     def register(self, a: Addr) -> None:
@@ -238,16 +237,16 @@ class Fleet:
         """Expiry or unregister: the address goes; a group left empty takes its topics with it."""
         tag = UNREGISTER_TAG if not a.flappy and self.rng.random() < 0.1 else EXPIRE_TAG
         g, b = a.group, self._batch(tag)
-        b.require(f"live/{a.addr}")
-        b.delete(T_LIVE, f"live/{a.addr}")
+        b.require(f"{LIVE.prefix}{a.addr}")
+        b.delete(T_LIVE, f"{LIVE.prefix}{a.addr}")
         a.up = False
         a.epoch += 1
         if any(x.up for x in g.addrs):
-            b.put(T_BROKER, f"broker/{g.name}", self._broker_data(g))
+            b.put(T_BROKER, f"{BROKER.prefix}{g.name}", self._broker_data(g))
         else:
-            b.delete(T_BROKER, f"broker/{g.name}")
+            b.delete(T_BROKER, f"{BROKER.prefix}{g.name}")
             for t in sorted(g.topics):
-                b.delete(T_TOPIC, f"topic/{t}/{g.name}")
+                b.delete(T_TOPIC, f"{TOPIC.prefix}{t}/{g.name}")
         self._commit(b)
         down = self.rng.uniform(60_000, 300_000) if a.flappy else self.rng.uniform(600_000, 3_600_000)
         self._schedule(0, "return", a, a.epoch, fixed_ms=down)
@@ -259,9 +258,9 @@ class Fleet:
         topic = f"{cluster}-new-{self.rng.getrandbits(40):010x}"
         b = self._batch()
         for g in self.rng.sample(up, min(len(up), self.rng.randint(1, 3))):
-            b.require(f"broker/{g.name}")
+            b.require(f"{BROKER.prefix}{g.name}")
             g.topics[topic] = None
-            b.put(T_TOPIC, f"topic/{topic}/{g.name}", _queue_data(g.name, 6))
+            b.put(T_TOPIC, f"{TOPIC.prefix}{topic}/{g.name}", _queue_data(g.name, 6))
         self._commit(b)
 
     def delete_topic(self, cluster: str) -> None:
@@ -273,7 +272,7 @@ class Fleet:
         for g in groups:
             if topic in g.topics:
                 del g.topics[topic]
-                b.delete(T_TOPIC, f"topic/{topic}/{g.name}")
+                b.delete(T_TOPIC, f"{TOPIC.prefix}{topic}/{g.name}")
         self._commit(b)
 
     def set_perm(self, cluster: str) -> None:
@@ -282,7 +281,7 @@ class Fleet:
         perm = self.rng.choice((4, 6))
         b = self._batch()
         for t in sorted(g.topics):
-            key = f"topic/{t}/{g.name}"
+            key = f"{TOPIC.prefix}{t}/{g.name}"
             if key in self.values:
                 b.require(key)
                 b.put(T_TOPIC, key, _queue_data(g.name, perm))
@@ -290,7 +289,7 @@ class Fleet:
 
     def kv(self) -> None:
         b = self._batch()
-        key = f"kv/{self.rng.choice(KV_NAMESPACES)}/key-{self.rng.randrange(200)}"
+        key = f"{KV.prefix}{self.rng.choice(KV_NAMESPACES)}/key-{self.rng.randrange(200)}"
         if key in self.values and self.rng.random() < 0.3:
             b.delete(T_KV, key)
         else:
@@ -300,7 +299,7 @@ class Fleet:
     def bind(self, g: Group) -> None:
         if not g.topics:
             return
-        key = f"bind/{self.rng.choice(list(g.topics))}/{self.rng.randrange(8)}"
+        key = f"{BIND.prefix}{self.rng.choice(list(g.topics))}/{self.rng.randrange(8)}"
         b = self._batch()
         b.require(key)
         if key in self.values and self.rng.random() < 0.2:

@@ -21,13 +21,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 import pysyncobj.syncobj
 import pysyncobj.tcp_server
 import pysyncobj.transport
+from pysyncobj import FAIL_REASON as FAIL_REASON  # re-exported: log.py and proposer.py read pysyncobj here
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.node import TCPNode
@@ -42,15 +44,13 @@ from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
 from raftlog.peerlinks import MembershipTransport
 from raftlog.prevote import PreVote
+from raftlog.raftview import Peer, RaftView
 from raftlog.roles import Role
 from raftlog.tickwatch import TickWatch
 
 # The pysyncobj whose private internals this module steers (pyproject.toml pins the same version):
-# another version may rename or change them silently, so refuse it at import, loudly.
+# another version may rename or change them silently, so install() refuses it, loudly.
 PYSYNCOBJ_VERSION = "0.3.17"
-if (_found := metadata.version("pysyncobj")) != PYSYNCOBJ_VERSION:
-    raise ImportError(f"raftlog steers pysyncobj {PYSYNCOBJ_VERSION}'s private internals, but pysyncobj "
-                      f"{_found} is installed: pip install pysyncobj=={PYSYNCOBJ_VERSION}")
 
 log = logging.getLogger("raftlog.binding")
 
@@ -59,6 +59,7 @@ log = logging.getLogger("raftlog.binding")
 _journals: dict[str, DurableJournal] = {}
 _journals_lock = threading.Lock()
 _pysyncobj_create_journal = pysyncobj.syncobj.createJournal
+_installed = False
 
 
 def _create_journal(path: str | None) -> object:
@@ -67,20 +68,41 @@ def _create_journal(path: str | None) -> object:
     return journal if journal is not None else _pysyncobj_create_journal(path)
 
 
-pysyncobj.syncobj.createJournal = _create_journal
+def install() -> None:
+    """Check pysyncobj's version and patch it: our journal hook, the guarded peer connections. Done once,
+    by the first RaftNode; importing raftlog patches nothing (so the client, the pure state and the
+    pipeline never load pysyncobj)."""
+    global _installed
+    with _journals_lock:
+        if _installed:
+            return
+        if (found := metadata.version("pysyncobj")) != PYSYNCOBJ_VERSION:
+            raise ImportError(f"raftlog steers pysyncobj {PYSYNCOBJ_VERSION}'s private internals, but pysyncobj "
+                              f"{found} is installed: pip install pysyncobj=={PYSYNCOBJ_VERSION}")
+        pysyncobj.syncobj.createJournal = _create_journal
+        # pysyncobj's TCP server (accepted connections) and transport (outgoing ones) import TcpConnection
+        # by name, the transport TcpServer too: point them at the guarded subclasses. The transport class
+        # goes to SyncObj (RaftNode).
+        if PEERGUARD_ENABLED:
+            pysyncobj.tcp_server.TcpConnection = GuardedTcpConnection
+            pysyncobj.transport.TcpConnection = GuardedTcpConnection
+            pysyncobj.transport.TcpServer = GuardedTcpServer
+        _installed = True
 
-# pysyncobj's TCP server (accepted connections) and transport (outgoing ones) import TcpConnection
-# by name, the transport TcpServer too: point them at the guarded subclasses. The transport class
-# goes to SyncObj (RaftNode).
-if PEERGUARD_ENABLED:
-    pysyncobj.tcp_server.TcpConnection = GuardedTcpConnection
-    pysyncobj.transport.TcpConnection = GuardedTcpConnection
-    pysyncobj.transport.TcpServer = GuardedTcpServer
+
 _transport_class = GuardedTransport if PEERGUARD_ENABLED else MembershipTransport
 
 
 # Messages that state what is on this node's disk: the journal is synced before they leave.
 _PROMISES_ON_DISK = frozenset({"next_node_idx", "response_vote", "request_vote"})
+
+
+@dataclass(frozen=True)
+class PeerLink:
+    """Another member as this node sees it (the Admin service's Members)."""
+
+    connected: bool   # its Raft link is up
+    match_index: int  # the last index known replicated to it (meaningful on the leader only)
 
 
 class SnapshotProgress:
@@ -106,13 +128,14 @@ class SnapshotProgress:
             return state
 
 
-class RaftNode(SyncObj):
+class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors against it (SyncObj is untyped)
     """pysyncobj's SyncObj with a single replicated method taking an opaque encoded Entry."""
 
     def __init__(self, self_addr: str, partners: list[str], conf: SyncObjConf, applier: Applier,
                  read_dump_meta: Callable[[str], tuple[RaftEntry, RaftEntry, list[str]]],
                  progress: SnapshotProgress, journal: DurableJournal, lease_promise_s: float = 0.0,
                  join_existing: bool = False) -> None:
+        install()
         self._applier = applier
         self.journal = journal
         self._commit_index = 0  # behind the commit-index property below; pysyncobj sets it first thing
@@ -215,19 +238,53 @@ class RaftNode(SyncObj):
         self.real_election_deadline = value
 
     # ---- pysyncobj's private state: read here and nowhere else (shared/notes/pysyncobj.md) ----------
+    # The accessors of raftlog.raftview.RaftView (what prevote.py and leadership.py read), then the log's.
 
-    def private(self, name: str) -> Any:
-        """pysyncobj's private attribute `__name` (this package's pre-vote and read-index steer it)."""
-        return getattr(self, f"_SyncObj__{name}")
+    def role(self) -> Role:
+        return Role(self._SyncObj__raftState)
+
+    def current_term(self) -> int:
+        return int(self._SyncObj__raftCurrentTerm)
+
+    def commit_index(self) -> int:
+        return self._commit_index
+
+    def leader_peer(self) -> Peer | None:
+        leader: Peer | None = self._SyncObj__raftLeader
+        return leader
+
+    def self_peer(self) -> Peer | None:
+        node: Peer | None = getattr(self, "_SyncObj__selfNode", None)
+        return node
+
+    def other_peers(self) -> Collection[Peer]:
+        nodes: Collection[Peer] = self._SyncObj__otherNodes
+        return nodes
+
+    def last_log(self) -> tuple[int, int]:
+        entry = self._SyncObj__raftLog[-1]
+        return int(entry[1]), int(entry[2])
+
+    def transfer_in_progress(self) -> bool:
+        return bool(self._SyncObj__transferInProgress)
+
+    def noop_index(self) -> int | None:
+        index = self._SyncObj__noopIDx
+        return None if index is None else int(index)
+
+    def send(self, peer: Peer, message: dict[str, Any]) -> None:
+        self._SyncObj__transport.send(peer, message)  # the durability wrapper installed above
+
+    def peer_links(self) -> dict[str, PeerLink]:
+        """Each other member's link and, as the leader knows it, how far its log matches ours."""
+        match = self._SyncObj__raftMatchIndex
+        return {node.id: PeerLink(connected=bool(self.isNodeConnected(node)), match_index=int(match.get(node, 0)))
+                for node in list(self._SyncObj__otherNodes)}
 
     def last_log_index(self) -> int | None:
         """The index of the last entry in the Raft log (None when the log is empty)."""
         entries = self._SyncObj__raftLog
         return int(entries[-1][1]) if len(entries) else None
-
-    def raft_state(self) -> int:
-        """pysyncobj's role value (raftlog.roles.Role)."""
-        return int(self._SyncObj__raftState)
 
     def leader_commit_index(self) -> int | None:
         """The commit index the leader last reported (None before any leader was heard)."""

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftlog.raftview import RaftView
 from raftlog.roles import Role
 
 PING = "ns_read_index"
@@ -113,7 +114,7 @@ ROUND_TTL_S = 10.0  # a cut-off leader keeps leading for a while: forget its una
 
 
 class LeadershipConfirmer:
-    def __init__(self, raft: Any, promise_s: float = 0.0,
+    def __init__(self, raft: RaftView, promise_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """promise_s = 0: no lease (every read index takes a ping round)."""
         self.raft = raft
@@ -136,9 +137,6 @@ class LeadershipConfirmer:
         self.lease_reads = 0
         self.votes_refused = 0
 
-    def _get(self, name: str) -> Any:
-        return self.raft.private(name)
-
     # ---- any thread ----------------------------------------------------------------------------
 
     def leased_index(self) -> int | None:
@@ -146,10 +144,10 @@ class LeadershipConfirmer:
         term, until = self._lease
         if self.clock() >= until or term == self._lease_given_up_term:
             return None
-        if self._get("raftState") != LEADER or self._get("raftCurrentTerm") != term:
+        if self.raft.role() != LEADER or self.raft.current_term() != term:
             return None
-        noop = self._get("noopIDx")
-        commit = self.raft.raftCommitIndex
+        noop = self.raft.noop_index()
+        commit = self.raft.commit_index()
         if noop is None or commit < noop:
             return None
         self.lease_reads += 1
@@ -157,7 +155,7 @@ class LeadershipConfirmer:
 
     def give_up_lease(self) -> None:
         """Called before the leader sends TimeoutNow: no lease for the rest of this term."""
-        self._lease_given_up_term = self._get("raftCurrentTerm")
+        self._lease_given_up_term = self.raft.current_term()
 
     def promises_now(self) -> bool:
         """Whether a lease promise holds now (then this node neither grants a vote nor campaigns)."""
@@ -197,8 +195,8 @@ class LeadershipConfirmer:
     # ---- tick thread ---------------------------------------------------------------------------
 
     def on_tick(self) -> None:
-        leading = self._get("raftState") == LEADER
-        term = self._get("raftCurrentTerm")
+        leading = self.raft.role() == LEADER
+        term = self.raft.current_term()
         now = self.clock()
         self._send_asks(leading, term, now)
         for rid, rnd in list(self._rounds.items()):
@@ -213,24 +211,24 @@ class LeadershipConfirmer:
             return
         if not leading:
             return self._fail(requests, "not the leader")
-        noop = self._get("noopIDx")
-        commit = self.raft.raftCommitIndex
+        noop = self.raft.noop_index()
+        commit = self.raft.commit_index()
         if noop is None or commit < noop:
             return self._fail(requests, "no entry of this term committed yet")
         rid = next(self._ids)
         self.rounds += 1
-        rnd = _Round(term, commit, requests, {self._get("selfNode")}, started=now)
+        rnd = _Round(term, commit, requests, {self.raft.self_peer()}, started=now)
         if self.promise_s > 0:
             self._last_lease_round = now
             self.promise_until = max(self.promise_until, now + self.promise_s)
         self._rounds[rid] = rnd
         message = {"type": PING, "id": rid, "term": term}
-        for node in list(self._get("otherNodes")):
-            self._get("transport").send(node, message)
+        for node in list(self.raft.other_peers()):
+            self.raft.send(node, message)
         self._check(rid)
 
     def _send_asks(self, leading: bool, term: int, now: float) -> None:
-        leader = self._get("raftLeader")
+        leader = self.raft.leader_peer()
         for aid, ask in list(self._asks.items()):
             if leading or ask.term != term or ask.leader != leader:
                 self._fail(self._asks.pop(aid).requests, "the leader changed before it answered")
@@ -249,18 +247,16 @@ class LeadershipConfirmer:
         aid = next(self._ids)
         self.asks += 1
         self._asks[aid] = _Ask(term, leader, requests, now)
-        self._get("transport").send(leader, {"type": ASK, "id": aid})
+        self.raft.send(leader, {"type": ASK, "id": aid})
 
     def _answer_ask(self, node: Any, aid: Any) -> None:
-        transport = self._get("transport")
-
         def reply(index: int, error: str) -> None:
-            transport.send(node, {"type": TELL, "id": aid, "index": index, "error": error})
+            self.raft.send(node, {"type": TELL, "id": aid, "index": index, "error": error})
 
         leased = self.leased_index()
         if leased is not None:
             return reply(leased, "")
-        if self._get("raftState") != LEADER:
+        if self.raft.role() != LEADER:
             return reply(0, "not the leader")
         self._queue.put(_Request(reply=reply))  # into this tick's round (on_tick runs after the messages)
 
@@ -287,11 +283,11 @@ class LeadershipConfirmer:
                 self._fail(ask.requests, f"the leader refused ask {ask_id}: {error or 'no index'}")
             return True
         if kind == PING:
-            follows = (self._get("raftState") != LEADER and message.get("term") == self._get("raftCurrentTerm")
-                       and self._get("raftLeader") == node)
+            follows = (self.raft.role() != LEADER and message.get("term") == self.raft.current_term()
+                       and self.raft.leader_peer() == node)
             if follows and self.promise_s > 0:
                 self.promise_until = max(self.promise_until, self.clock() + self.promise_s)
-            self._get("transport").send(node, {"type": ANSWER, "id": message.get("id"), "term": message.get("term"),
+            self.raft.send(node, {"type": ANSWER, "id": message.get("id"), "term": message.get("term"),
                                                "yes": follows, "promise": self.promise_s if follows else 0.0})
             return True
         if kind == ANSWER:
@@ -307,7 +303,7 @@ class LeadershipConfirmer:
 
     def _check(self, rid: int) -> None:
         rnd = self._rounds[rid]
-        majority = (len(self._get("otherNodes")) + 1) // 2 + 1
+        majority = (len(self.raft.other_peers()) + 1) // 2 + 1
         if len(rnd.yes) >= majority:
             del self._rounds[rid]
             self._extend_lease(rnd, majority - 1)

@@ -18,10 +18,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pysyncobj import FAIL_REASON, SyncObjConf
-
 from raftlog.applier import Applied, Applier, StateMachine
-from raftlog.binding import RaftNode, SnapshotProgress
+from raftlog.binding import FAIL_REASON, PeerLink, RaftNode, SnapshotProgress, SyncObjConf
 from raftlog.codec import RaftEntry, decode_raft_meta
 from raftlog.crashpoints import crash_point
 from raftlog.history import AppliedEntry, EntryHistory
@@ -251,7 +249,7 @@ class ReplicatedLog:
         return node.id if node is not None else None
 
     def role(self) -> Role:
-        return Role(self.raft.raft_state())
+        return self.raft.role()
 
     @property
     def ready(self) -> bool:
@@ -259,8 +257,9 @@ class ReplicatedLog:
         return self._ready_target is not None and self.applier.apply_offset >= self._ready_target \
             and not self.applier.failed
 
-    def raft_status(self) -> dict:
-        return self.raft.getStatus()
+    def peer_links(self) -> dict[str, PeerLink]:
+        """Each other member's Raft link and match index, by Raft address."""
+        return self.raft.peer_links()
 
     @property
     def has_quorum(self) -> bool:

@@ -56,6 +56,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raftlog.raftview import RaftView
 from raftlog.roles import Role
 
 log = logging.getLogger("raftlog.prevote")
@@ -75,7 +76,7 @@ def _address(node: Any) -> str:
 
 
 class PreVote:
-    def __init__(self, raft: Any, election_min_s: float, election_max_s: float,
+    def __init__(self, raft: RaftView, election_min_s: float, election_max_s: float,
                  clock: Callable[[], float] = time.monotonic,
                  promised: Callable[[], bool] = lambda: False, heartbeat_s: float = 0.1,
                  await_leader: bool = False) -> None:
@@ -98,10 +99,7 @@ class PreVote:
         self.leader_links_lost = 0
         self.await_leader = await_leader  # an empty node joining a cluster with data: no round before a leader
 
-    # ---- pysyncobj's private state, in one place -----------------------------------------------
-
-    def _get(self, name: str) -> Any:
-        return self.raft.private(name)
+    # ---- the Raft node's state (raftlog/raftview.py) -----------------------------------------
 
     def _deadline(self) -> float:
         return self.raft.real_election_deadline
@@ -110,11 +108,10 @@ class PreVote:
         self.raft.real_election_deadline = value
 
     def _last_log(self) -> tuple[int, int]:
-        entry = self._get("raftLog")[-1]
-        return entry[1], entry[2]
+        return self.raft.last_log()
 
     def _send(self, node: Any, message: dict[str, Any]) -> None:
-        self._get("transport").send(node, message)
+        self.raft.send(node, message)
 
     # ---- hooks ---------------------------------------------------------------------------------
 
@@ -123,12 +120,12 @@ class PreVote:
         if not isinstance(message, dict):
             return False
         kind = message.get("type")
-        if kind == "append_entries" and message.get("term", -1) >= self._get("raftCurrentTerm"):
+        if kind == "append_entries" and message.get("term", -1) >= self.raft.current_term():
             self.last_leader_contact = self.clock()
             return False
         if kind == REQUEST:
             granted = self._would_vote(message, _address(node))
-            if granted and self._get("raftState") != LEADER:
+            if granted and self.raft.role() != LEADER:
                 # the asker campaigns first: drop our own round, and let its election run its course
                 self.round += 1
                 self.votes = set()
@@ -147,7 +144,7 @@ class PreVote:
 
     def on_link_lost(self, node: Any) -> None:
         """A Raft link went down: if it was our leader's, bring the election timer forward."""
-        if self._get("raftState") != FOLLOWER or node is None or node != self._get("raftLeader") \
+        if self.raft.role() != FOLLOWER or node is None or node != self.raft.leader_peer() \
                 or self.expedited_for == self.last_leader_contact:
             return
         self.expedited_for = self.last_leader_contact
@@ -160,19 +157,19 @@ class PreVote:
                      max(0.0, at - self.clock()))
 
     def _would_vote(self, request: dict[str, Any], asker: str) -> bool:
-        if request.get("term", -1) <= self._get("raftCurrentTerm"):
+        if request.get("term", -1) <= self.raft.current_term():
             return False
         if self.allowed_term is not None:
             return False  # this node won its own pre-vote and campaigns now
         index, term = self._last_log()
         their_index, their_term = request.get("last_log_index", -1), request.get("last_log_term", -1)
         newer = their_term > term or (their_term == term and their_index > index)
-        if self._get("raftState") == LEADER:
+        if self.raft.role() == LEADER:
             # Only a log strictly newer than the leader's own: the asker holds entries this
             # leadership lacks, which normal operation never produces but an operator's
             # single-survivor recovery does (operations.md). Without this it could never campaign.
             return newer
-        if self._get("raftLeader") is not None and \
+        if self.raft.leader_peer() is not None and \
                 self.clock() - self.last_leader_contact < self.election_min_s:
             return False  # a live leader: the asker is starved or cut off, not the cluster
         if newer:
@@ -183,44 +180,44 @@ class PreVote:
         return self.clock() >= self.round_open_until or asker > self._self_address()
 
     def _self_address(self) -> str:
-        return _address(self._get("selfNode"))
+        return _address(self.raft.self_peer())
 
     def _majority(self) -> int:
-        return (len(self._get("otherNodes")) + 1) // 2 + 1
+        return (len(self.raft.other_peers()) + 1) // 2 + 1
 
     def _maybe_won(self) -> None:
         if len(self.votes) >= self._majority() and self.allowed_term is None:
             log.debug("pre-vote round %d won", self.round)
             self.rounds_won += 1
             self.round_open_until = 0.0
-            self.allowed_term = self._get("raftCurrentTerm")
+            self.allowed_term = self.raft.current_term()
             self.allowed_until = self.clock() + self.election_max_s
             self._set_deadline(0)  # campaign at the next tick: now, not after the 50 ms poll
             self.raft.wake()
 
     def may_campaign(self) -> bool:
         """Whether pysyncobj may see its election timer (the binding hides it otherwise)."""
-        if self._deadline() == 0 and self._get("transferInProgress"):
+        if self._deadline() == 0 and self.raft.transfer_in_progress():
             # TimeoutNow from the leader: campaign at once, with vote requests the binding tags as a
             # transfer's (raftlog/leadership.py: the leader gave up its lease before sending it)
-            self.transfer_term = self._get("raftCurrentTerm") + 1
+            self.transfer_term = self.raft.current_term() + 1
             return True
         # A node that promised a leader its lease votes for no one, itself included, until the promise
         # ends (raftlog/leadership.py); the pre-vote won stays good until allowed_until meanwhile.
-        return self.allowed_term is not None and self._get("raftCurrentTerm") == self.allowed_term \
+        return self.allowed_term is not None and self.raft.current_term() == self.allowed_term \
             and self.clock() < self.allowed_until and not self.promised()
 
     def on_tick(self) -> None:
-        if self._get("selfNode") is None or self._get("raftState") == LEADER:
+        if self.raft.self_peer() is None or self.raft.role() == LEADER:
             self.allowed_term = None
             return
         now = self.clock()
         if self.allowed_term is not None:
-            if self._get("raftCurrentTerm") == self.allowed_term and now < self.allowed_until:
+            if self.raft.current_term() == self.allowed_term and now < self.allowed_until:
                 return  # the real election is about to start
             self.allowed_term = None  # it ran (the term moved on) or never did
         deadline = self._deadline()
-        if deadline == 0 and self._get("transferInProgress"):
+        if deadline == 0 and self.raft.transfer_in_progress():
             return
         if deadline > now:
             return
@@ -231,17 +228,17 @@ class PreVote:
             self.await_leader = False
         self.round += 1
         self.rounds_started += 1
-        self.votes = {self._get("selfNode")}
+        self.votes = {self.raft.self_peer()}
         self.round_open_until = now + COLLISION_WINDOW_S
         if self.expedited_for == self.last_leader_contact:  # our leader's link is down: retry soon
             self._set_deadline(now + random.uniform(self.heartbeat_s, 2 * self.heartbeat_s))
         else:
             self._set_deadline(now + random.uniform(self.election_min_s, self.election_max_s))
         index, term = self._last_log()
-        request = {"type": REQUEST, "round": self.round, "term": self._get("raftCurrentTerm") + 1,
+        request = {"type": REQUEST, "round": self.round, "term": self.raft.current_term() + 1,
                    "last_log_index": index, "last_log_term": term}
         log.debug("pre-vote round %d for term %d", self.round, request["term"])
-        for node in list(self._get("otherNodes")):
+        for node in list(self.raft.other_peers()):
             self._send(node, request)
         self._maybe_won()  # a single-node cluster needs no one else
 

@@ -18,9 +18,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pysyncobj import FAIL_REASON
-
 from raftlog.applier import Applied, Applier
+from raftlog.binding import FAIL_REASON
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2
 

@@ -11,7 +11,6 @@ import grpc
 
 from nameserver import validation
 from nameserver.api.rpc import call_timeout, forwarded, rpc
-from nameserver.core.forwarder import NoLeader
 from nameserver.core.node import MembershipError, NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
 from raftlog.roles import Role
@@ -33,14 +32,15 @@ class AdminService(api_pb2_grpc.AdminServicer):
     @rpc
     def Members(self, request: api_pb2.MembersRequest, context: grpc.ServicerContext | None
                 ) -> api_pb2.MembersReply:
-        raft = self.node.log.raft_status()
+        links = self.node.log.peer_links()
         leader = self.node.log.leader()
         leading = self.node.log.is_leader()
         members = []
         for addr in self.node.log.members():  # Raft's own view, changes at runtime included
             me = addr == self.node.cfg.raft_addr
-            connected = me or raft.get(f"partner_node_status_server_{addr}") == 2
-            match = self.node.log.end_offset if me else raft.get(f"match_idx_server_{addr}", 0)
+            link = links.get(addr)
+            connected = me or (link is not None and link.connected)
+            match = self.node.log.end_offset if me else (link.match_index if link is not None else 0)
             members.append(api_pb2.Member(node_id=addr, grpc_addr=self.node.grpc_of(addr) or "", is_self=me,
                                           is_leader=addr == leader, connected=connected,
                                           match_offset=match if leading else 0))
@@ -50,16 +50,8 @@ class AdminService(api_pb2_grpc.AdminServicer):
                    ) -> Any:
         """Run an admin change on the leader: here when leading, else forwarded once."""
         timeout = call_timeout(context, 30.0, max(30.0, self.node.cfg.max_wait_ms / 1000))
-        if self.node.log.is_leader():
-            return local(timeout)
-        if forwarded(context):
-            context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader (forwarded request)")
-        try:
-            return self.node.forwarder.call(method, request, timeout, service=api_pb2_grpc.AdminStub)
-        except NoLeader as exc:
-            if self.node.log.is_leader():  # elected meanwhile
-                return local(timeout)
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        return self.node.forwarder.serve_or_forward(local, method, request, timeout, forwarded=forwarded(context),
+                                                    service=api_pb2_grpc.AdminStub)
 
     def _member_reply(self) -> api_pb2.MemberChangeReply:
         return api_pb2.MemberChangeReply(members=self.Members(api_pb2.MembersRequest(), None).members)

@@ -13,6 +13,7 @@ import grpc
 from nameserver import headers
 from nameserver.api import auth
 from nameserver.api.grpcwrap import wrap_handler
+from nameserver.core.forwarder import NoLeader
 from nameserver.core.node import (
     ClientRef,
     MembershipError,
@@ -75,7 +76,7 @@ def rpc(fn: Callable) -> Callable:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except SessionSuperseded as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except NotLeader as exc:
+        except (NotLeader, NoLeader) as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except TimeoutError as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"linearizable read: {exc}")

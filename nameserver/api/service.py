@@ -19,7 +19,6 @@ from nameserver import headers, validation
 from nameserver.api.deadlines import DeadlineWatch
 from nameserver.api.rpc import call_timeout, client_ref, forwarded, rpc
 from nameserver.chunking import assemble_chunks, register_chunks, should_stream
-from nameserver.core.forwarder import NoLeader
 from nameserver.core.node import (
     ClientRef,
     NameServerNode,
@@ -32,7 +31,6 @@ from nameserver.state import MetadataState, keys, settings, translate
 from nameserver.validation import ValidationError
 from raftlog.history import Compacted
 from raftlog.pb import entry_pb2
-from raftlog.proposer import NotLeader
 
 log = logging.getLogger("nameserver.api.service")
 
@@ -57,26 +55,15 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         client = client_ref(context)
         timeout = call_timeout(context, self.default_timeout, self.max_wait)
         deadline = time.monotonic() + timeout
-        if self.node.log.is_leader():
-            try:
-                return self._apply_write(translate_fn, reply_of, client, timeout)
-            except NotLeader:
-                pass  # lost leadership meanwhile: forward below
-        if forwarded(context):
-            # Never forward twice: the caller picks another node or retries.
-            context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader (forwarded request)")
         md = [(k, v) for k, v in context.invocation_metadata() if k in (headers.CLIENT_ID, headers.CLIENT_SEQ)]
         if client is not None and client.owner:
             md.append((headers.SESSION_OWNER, client.owner))
-        try:
-            reply = self.node.forwarder.call(method, request, max(0.1, deadline - time.monotonic()),
-                                             wait_s=LEADER_WAIT_S, service=service, metadata=md)
-        except NoLeader as exc:
-            if self.node.log.is_leader():  # we won the election while waiting
-                return self._apply_write(translate_fn, reply_of, client, max(0.1, deadline - time.monotonic()))
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        reply = self.node.forwarder.serve_or_forward(
+            lambda left: self._apply_write(translate_fn, reply_of, client, left), method, request, timeout,
+            forwarded=forwarded(context), wait_s=LEADER_WAIT_S, service=service, metadata=md,
+            forward_if_lead_lost=True)
         offset = getattr(reply, "offset", 0)
-        if offset:
+        if offset:  # served here: applied already, no wait
             # Read-your-writes on this node, as on the leader: answer once this node has applied the
             # write too (a broker that registered through us asks us for its routes next). Bounded: a
             # follower cut off from the leader still answers; the write itself is done.

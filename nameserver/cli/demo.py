@@ -35,6 +35,7 @@ from nameserver.client import (
     SendFailed,
 )
 from nameserver.localports import free_ports
+from nameserver.logformat import records
 from nameserver.pb import api_pb2
 
 TOPIC = "SimTopic0"
@@ -163,7 +164,7 @@ def _demo(args: argparse.Namespace, addrs: list[str]) -> int:
         name = victim.identity.broker_name
         killed_at = time.monotonic()
         watch_cache.add_listener(lambda offset, keys: removed_at.append(time.monotonic() - killed_at)
-                                 if f"topic/{TOPIC}/{name}" in keys and not removed_at else None)
+                                 if f"{records.TOPIC.prefix}{TOPIC}/{name}" in keys and not removed_at else None)
         for pr in producers:
             pr.killed_at = killed_at
         dead.add(name)

@@ -12,7 +12,7 @@ import threading
 from nameserver import config
 from nameserver.ops import logfmt
 from nameserver.server import Server
-from raftlog import JournalCorrupt
+from raftlog.journal import JournalCorrupt
 
 
 def main(argv: list[str] | None = None) -> int:

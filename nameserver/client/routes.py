@@ -22,6 +22,7 @@ import grpc
 from nameserver.client.client import Client
 from nameserver.client.errors import NameServerError, status_of
 from nameserver.client.retry import RetryPolicy
+from nameserver.logformat import records
 from nameserver.pb import api_pb2, state_pb2
 
 log = logging.getLogger("nameserver.client.routes")
@@ -232,8 +233,8 @@ class RouteCache:
 
     def _prefixes(self) -> list[str]:
         if self.follow_all:
-            return ["topic/", "broker/"]
-        return ["broker/"] + [f"topic/{t}/" for t in sorted(self._interest)]
+            return [records.TOPIC.prefix, records.BROKER.prefix]
+        return [records.BROKER.prefix] + [f"{records.TOPIC.prefix}{t}/" for t in sorted(self._interest)]
 
     def _restart_watch(self) -> None:
         stream = self._stream
@@ -333,5 +334,5 @@ class RouteCache:
                 self._brokers[b.broker_name] = b
             self.offset = max(self.offset, offset)
             self._lock.notify_all()
-        self._notify(offset, [f"topic/{topic}/"])
+        self._notify(offset, [f"{records.TOPIC.prefix}{topic}/"])
         return True

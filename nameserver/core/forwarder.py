@@ -13,20 +13,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
 from nameserver import headers, tlsconf
 from nameserver.config import NodeConfig
 from nameserver.pb import api_pb2_grpc
+from raftlog.proposer import NotLeader
 
 Metadata = Iterable[tuple[str, str | bytes]]
 POLL_S = 0.05  # how often a caller waiting for an election looks again
+T = TypeVar("T")
 
 
 class NoLeader(Exception):
-    """Nothing was sent: no other node was known to lead within the wait, or this node leads now."""
+    """Nothing was sent: no other node was known to lead within the wait, or this node leads now, or the
+    request was already forwarded once (the API answers UNAVAILABLE with the message)."""
 
 
 class LeaderForwarder:
@@ -86,6 +89,33 @@ class LeaderForwarder:
                     raise
             time.sleep(POLL_S)
             wait_until = deadline
+
+    def serve_or_forward(self, here: Callable[[float], T], method: str, request: Any, timeout: float, *,
+                         forwarded: bool, wait_s: float = 0.0,
+                         service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub,
+                         metadata: Metadata = (), forward_if_lead_lost: bool = False) -> T | Any:
+        """Serve a leader-only request here (`here(time_left)`) when this node leads, else pass `request` on
+        to `method` of the leader's `service` (`call`). A request that was already forwarded is refused
+        (NoLeader), never passed on again: the caller picks another node or retries. If this node wins
+        the election while waiting for a leader, it serves the request itself. With
+        `forward_if_lead_lost`, a NotLeader raised by `here` (nothing was appended: safe to send again)
+        forwards the request too. Raises NoLeader when no leader appeared in time."""
+        deadline = time.monotonic() + timeout
+        if self._is_leader():
+            try:
+                return here(timeout)
+            except NotLeader:
+                if not forward_if_lead_lost:
+                    raise
+        if forwarded:
+            raise NoLeader("not the leader (forwarded request)")
+        try:
+            return self.call(method, request, max(0.1, deadline - time.monotonic()), wait_s=wait_s,
+                             service=service, metadata=metadata)
+        except NoLeader:
+            if self._is_leader():  # elected meanwhile
+                return here(max(0.1, deadline - time.monotonic()))
+            raise
 
     def _stub(self, service: Callable[[grpc.Channel], Any], addr: str) -> Any:
         stub = self._stubs.get((service, addr))

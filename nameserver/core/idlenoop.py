@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from raftlog import ProposalError, ReplicatedLog
+from raftlog.log import ReplicatedLog
+from raftlog.proposer import ProposalError
 
 log = logging.getLogger("nameserver.core.idlenoop")
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from nameserver.state import keys
-from raftlog import AppliedEntry
+from raftlog.history import AppliedEntry
 
 
 class SessionClock:

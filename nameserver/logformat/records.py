@@ -1,4 +1,4 @@
-"""Record types and the human JSON rendering of record values.
+"""Record types (the registry: `RecordKind`, `KINDS`) and the human JSON rendering of record values.
 
 A record's value is the canonical bytes of a state.proto message chosen by its type. The exported
 log keeps those bytes (what the digest hashes) and a JSON rendering next to them, for people and for
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
@@ -16,20 +17,42 @@ from google.protobuf.message import DecodeError, Message
 
 from nameserver.pb import state_pb2
 
-# The nameserver's record types (state.proto RecordType) and the message each value holds.
-VALUE_MESSAGES: dict[int, type[Message]] = {
-    state_pb2.BROKER: state_pb2.BrokerData,
-    state_pb2.BROKER_LIVE: state_pb2.BrokerLive,
-    state_pb2.TOPIC_QUEUE: state_pb2.QueueData,
-    state_pb2.FILTER_SERVER: state_pb2.FilterServers,
-    state_pb2.KV_CONFIG: state_pb2.KvValue,
-    state_pb2.KV_NAMESPACE: state_pb2.KvNamespace,
-    state_pb2.SETTING: state_pb2.SettingValue,
-    state_pb2.QUEUE_BINDING: state_pb2.QueueBindingValue,
-    state_pb2.CLIENT_SESSION: state_pb2.ClientSession,
-    state_pb2.MEMBER: state_pb2.MemberInfo,
-    state_pb2.CONTROLLER_BROKER_SET: state_pb2.ControllerBrokerSet,
-}
+
+@dataclass(frozen=True)
+class RecordKind:
+    """One record type of the nameserver's state: the one place it is declared (nameserver/state/keys.py,
+    metadata.py, the log export, the client's watches and the pipeline read it from here)."""
+
+    rtype: int                 # state.proto RecordType, carried by every record
+    prefix: str                # every key of the type starts with it ("<word>/"; the layout defines meaning)
+    value: type[Message]       # the state.proto message its value holds (what the export renders)
+    routes: bool = False       # a topic's route reads it: a change moves the route generation, so kept
+                               # routes (nameserver/core/routecache.py) are computed again
+
+
+BROKER = RecordKind(state_pb2.BROKER, "broker/", state_pb2.BrokerData, routes=True)
+LIVE = RecordKind(state_pb2.BROKER_LIVE, "live/", state_pb2.BrokerLive)
+TOPIC = RecordKind(state_pb2.TOPIC_QUEUE, "topic/", state_pb2.QueueData, routes=True)
+FILTER = RecordKind(state_pb2.FILTER_SERVER, "filter/", state_pb2.FilterServers, routes=True)
+KV = RecordKind(state_pb2.KV_CONFIG, "kv/", state_pb2.KvValue, routes=True)  # the order-topic config
+KV_NAMESPACE = RecordKind(state_pb2.KV_NAMESPACE, "kvns/", state_pb2.KvNamespace)
+SETTING = RecordKind(state_pb2.SETTING, "setting/", state_pb2.SettingValue, routes=True)
+BIND = RecordKind(state_pb2.QUEUE_BINDING, "bind/", state_pb2.QueueBindingValue)
+SESSION = RecordKind(state_pb2.CLIENT_SESSION, "session/", state_pb2.ClientSession)
+MEMBER = RecordKind(state_pb2.MEMBER, "member/", state_pb2.MemberInfo)
+CONTROLLER = RecordKind(state_pb2.CONTROLLER_BROKER_SET, "ctrl/", state_pb2.ControllerBrokerSet)
+
+KINDS: tuple[RecordKind, ...] = (BROKER, LIVE, TOPIC, FILTER, KV, KV_NAMESPACE, SETTING, BIND, SESSION, MEMBER,
+                                 CONTROLLER)
+BY_PREFIX: dict[str, RecordKind] = {kind.prefix: kind for kind in KINDS}
+# The message each record type's value holds.
+VALUE_MESSAGES: dict[int, type[Message]] = {kind.rtype: kind.value for kind in KINDS}
+
+
+def kind_of(key: str) -> RecordKind | None:
+    """The record kind a key's prefix names (None for a key of no known kind)."""
+    return BY_PREFIX.get(key[:key.find("/") + 1])
+
 
 # Request-id prefixes that say why a batch was written. Batches the leader writes on its own (an
 # expiry) or for an unregister can carry them; the report uses them to tell expiries from unregisters.

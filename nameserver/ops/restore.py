@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from nameserver import config
-from raftlog import seed_from_snapshot
+from raftlog.seed import seed_from_snapshot
 from snapshot import SnapshotStore
 from snapshot.format import SnapshotCorrupt
 

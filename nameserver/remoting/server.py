@@ -39,14 +39,10 @@ from nameserver.config import NodeConfig
 from nameserver.core.nowait import WouldBlock, no_wait
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command, FrameError
-from nameserver.remoting.handlers import Handlers
+from nameserver.remoting.handlers import INLINE_CODES, Handlers  # INLINE_CODES: route reads, on the loop
 
 log = logging.getLogger("nameserver.remoting")
 
-# Route reads (clients ask every 30 s per topic) are answered on the loop thread: a worker thread's
-# hand-off cost several times the read itself (a route read in-process is ~15 us; the hop ~200 us).
-# Only when the node's state is free at once (nameserver/core/nowait.py); else they go to a worker.
-INLINE_CODES = frozenset({codes.GET_ROUTEINFO_BY_TOPIC})
 MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up to one frame and its reply)
 WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained
 TLS_HANDSHAKE_RECORD = 0x16    # the first byte of every TLS ClientHello

@@ -14,51 +14,31 @@
 
 Topic, broker and namespace names never contain '/', so the first '/' after a prefix ends the
 name; addresses and KV keys are the rest of the key verbatim (a KV key may contain anything).
-Watchers subscribe by key prefix, so the prefixes are part of the public contract.
+Watchers subscribe by key prefix, so the prefixes are part of the public contract. The prefixes and types
+are declared once, in the record registry (nameserver/logformat/records.py); this module builds and parses
+the keys.
 """
 
 from __future__ import annotations
 
+from nameserver.logformat import records
 from nameserver.pb import state_pb2
 
-BROKER_PREFIX = "broker/"
-LIVE_PREFIX = "live/"
-TOPIC_PREFIX = "topic/"
-FILTER_PREFIX = "filter/"
-KV_PREFIX = "kv/"
-KV_NAMESPACE_PREFIX = "kvns/"
-SETTING_PREFIX = "setting/"
-BIND_PREFIX = "bind/"
-SESSION_PREFIX = "session/"
-MEMBER_PREFIX = "member/"
-CONTROLLER_PREFIX = "ctrl/"
-
-BROKER_TYPE: int = state_pb2.BROKER
-LIVE_TYPE: int = state_pb2.BROKER_LIVE
-TOPIC_TYPE: int = state_pb2.TOPIC_QUEUE
-FILTER_TYPE: int = state_pb2.FILTER_SERVER
-KV_TYPE: int = state_pb2.KV_CONFIG
-KV_NAMESPACE_TYPE: int = state_pb2.KV_NAMESPACE
-SETTING_TYPE: int = state_pb2.SETTING
-BIND_TYPE: int = state_pb2.QUEUE_BINDING
-SESSION_TYPE: int = state_pb2.CLIENT_SESSION
-MEMBER_TYPE: int = state_pb2.MEMBER
-CONTROLLER_TYPE: int = state_pb2.CONTROLLER_BROKER_SET
+# Prefixes and types by name, as the record registry declares them (nameserver/logformat/records.py).
+BROKER_PREFIX, BROKER_TYPE = records.BROKER.prefix, records.BROKER.rtype
+LIVE_PREFIX, LIVE_TYPE = records.LIVE.prefix, records.LIVE.rtype
+TOPIC_PREFIX, TOPIC_TYPE = records.TOPIC.prefix, records.TOPIC.rtype
+FILTER_PREFIX, FILTER_TYPE = records.FILTER.prefix, records.FILTER.rtype
+KV_PREFIX, KV_TYPE = records.KV.prefix, records.KV.rtype
+KV_NAMESPACE_PREFIX, KV_NAMESPACE_TYPE = records.KV_NAMESPACE.prefix, records.KV_NAMESPACE.rtype
+SETTING_PREFIX, SETTING_TYPE = records.SETTING.prefix, records.SETTING.rtype
+BIND_PREFIX, BIND_TYPE = records.BIND.prefix, records.BIND.rtype
+SESSION_PREFIX, SESSION_TYPE = records.SESSION.prefix, records.SESSION.rtype
+MEMBER_PREFIX, MEMBER_TYPE = records.MEMBER.prefix, records.MEMBER.rtype
+CONTROLLER_PREFIX, CONTROLLER_TYPE = records.CONTROLLER.prefix, records.CONTROLLER.rtype
 
 # Record type per prefix (a key's type is implied by its prefix; records carry both).
-PREFIX_TYPES: dict[str, int] = {
-    BROKER_PREFIX: BROKER_TYPE,
-    LIVE_PREFIX: LIVE_TYPE,
-    TOPIC_PREFIX: TOPIC_TYPE,
-    FILTER_PREFIX: FILTER_TYPE,
-    KV_PREFIX: KV_TYPE,
-    KV_NAMESPACE_PREFIX: KV_NAMESPACE_TYPE,
-    SETTING_PREFIX: SETTING_TYPE,
-    BIND_PREFIX: BIND_TYPE,
-    SESSION_PREFIX: SESSION_TYPE,
-    MEMBER_PREFIX: MEMBER_TYPE,
-    CONTROLLER_PREFIX: CONTROLLER_TYPE,
-}
+PREFIX_TYPES: dict[str, int] = {kind.prefix: kind.rtype for kind in records.KINDS}
 
 
 def _name(what: str, value: str) -> str:
@@ -196,10 +176,8 @@ def parse_kv_key(key: str) -> tuple[str, str] | None:
 
 def record_type_of(key: str) -> int:
     """The record type a key's prefix implies (RECORD_TYPE_UNSPECIFIED = 0 when unknown)."""
-    for prefix, rtype in PREFIX_TYPES.items():
-        if key.startswith(prefix):
-            return rtype
-    return state_pb2.RECORD_TYPE_UNSPECIFIED
+    kind = records.kind_of(key)
+    return state_pb2.RECORD_TYPE_UNSPECIFIED if kind is None else kind.rtype
 
 
 def parse_bind_key(key: str) -> tuple[str, int] | None:

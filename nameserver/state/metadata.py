@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
 from nameserver.errors import ValidationError
+from nameserver.logformat import records
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.state import keys
 from raftlog.kvstate import Change, KVState
@@ -84,8 +85,20 @@ def _copy(msg: M) -> M:
     return out
 
 
-# The records route() reads: queue datas, broker datas, filter servers, settings, the order-topic KV config.
-_ROUTE_INPUTS = (keys.TOPIC_PREFIX, keys.BROKER_PREFIX, keys.FILTER_PREFIX, keys.SETTING_PREFIX, keys.KV_PREFIX)
+# Each record kind's handler in MetadataState, by record type: what _on_change calls for a record of it.
+# Which kinds route() reads is the registry's `routes` flag (nameserver/logformat/records.py).
+_OnChange = Callable[["MetadataState", str, "bytes | None"], None]
+_HANDLERS: dict[int, _OnChange] = {}
+
+
+def _handles(kind: records.RecordKind) -> Callable[[_OnChange], _OnChange]:
+    """Make a MetadataState method the handler of `kind`'s records (one handler per kind)."""
+    def register(on_change: _OnChange) -> _OnChange:
+        if kind.rtype in _HANDLERS:
+            raise ValueError(f"two handlers for {kind.prefix} records")
+        _HANDLERS[kind.rtype] = on_change
+        return on_change
+    return register
 
 
 class MetadataState:
@@ -169,57 +182,87 @@ class MetadataState:
 
     def _on_change(self, rtype: int, key: str, old: bytes | None, new: bytes | None) -> None:
         # Dispatch on the key's prefix: the layout, not the record's type field, defines meaning.
-        if key.startswith(_ROUTE_INPUTS):
+        kind = records.kind_of(key)
+        if kind is None:
+            return
+        if kind.routes:
             self.route_generation += 1
-        if key.startswith(keys.TOPIC_PREFIX):
-            parsed = keys.parse_topic_key(key)
-            if parsed is not None:
-                self._remove_queue(*parsed)
-                self._add_queue(*parsed, new)
-        elif key.startswith(keys.BROKER_PREFIX):
-            name = keys.parse_broker_key(key)
-            if name is not None:
-                self._set_broker(name, _decode(state_pb2.BrokerData, new))
-        elif key.startswith(keys.LIVE_PREFIX):
-            addr = keys.parse_live_key(key)
-            if addr is not None:
-                _put_or_pop(self._lives, addr, _decode(state_pb2.BrokerLive, new))
-        elif key.startswith(keys.FILTER_PREFIX):
-            addr = keys.parse_filter_key(key)
-            if addr is not None:
-                fs = _decode(state_pb2.FilterServers, new)
-                if fs is None or not fs.addrs:
-                    self._filters.pop(addr, None)
-                else:
-                    self._filters[addr] = list(fs.addrs)
-        elif key.startswith(keys.KV_PREFIX):
-            parsed_kv = keys.parse_kv_key(key)
-            if parsed_kv is not None:
-                self._set_kv(*parsed_kv, _decode(state_pb2.KvValue, new))
-        elif key.startswith(keys.KV_NAMESPACE_PREFIX):
-            namespace = keys.parse_kv_namespace_key(key)
-            if namespace is not None:
-                if new is None:
-                    self._kv_namespaces.discard(namespace)
-                else:
-                    self._kv_namespaces.add(namespace)
-        elif key.startswith(keys.SETTING_PREFIX):
-            name = keys.parse_setting_key(key)
-            if name is not None:
-                setting = _decode(state_pb2.SettingValue, new)
-                _put_or_pop(self._settings, name, None if setting is None else setting.value)
-        elif key.startswith(keys.BIND_PREFIX):
-            parsed_bind = keys.parse_bind_key(key)
-            if parsed_bind is not None:
-                self._set_binding(*parsed_bind, _decode(state_pb2.QueueBindingValue, new))
-        elif key.startswith(keys.SESSION_PREFIX):
-            client = keys.parse_session_key(key)
-            if client is not None:
-                _put_or_pop(self._sessions, client, _decode(state_pb2.ClientSession, new))
-        elif key.startswith(keys.CONTROLLER_PREFIX):
-            broker_name = keys.parse_controller_key(key)
-            if broker_name is not None:
-                _put_or_pop(self._controller_sets, broker_name, _decode(state_pb2.ControllerBrokerSet, new))
+        on_change = _HANDLERS.get(kind.rtype)
+        if on_change is not None:
+            on_change(self, key, new)
+
+    # ---- the state's handler of each record kind (keeps its index; one per kind, or none) ----------
+
+    @_handles(records.TOPIC)
+    def _on_topic(self, key: str, new: bytes | None) -> None:
+        parsed = keys.parse_topic_key(key)
+        if parsed is not None:
+            self._remove_queue(*parsed)
+            self._add_queue(*parsed, new)
+
+    @_handles(records.BROKER)
+    def _on_broker(self, key: str, new: bytes | None) -> None:
+        name = keys.parse_broker_key(key)
+        if name is not None:
+            self._set_broker(name, _decode(state_pb2.BrokerData, new))
+
+    @_handles(records.LIVE)
+    def _on_live(self, key: str, new: bytes | None) -> None:
+        addr = keys.parse_live_key(key)
+        if addr is not None:
+            _put_or_pop(self._lives, addr, _decode(state_pb2.BrokerLive, new))
+
+    @_handles(records.FILTER)
+    def _on_filter(self, key: str, new: bytes | None) -> None:
+        addr = keys.parse_filter_key(key)
+        if addr is not None:
+            fs = _decode(state_pb2.FilterServers, new)
+            if fs is None or not fs.addrs:
+                self._filters.pop(addr, None)
+            else:
+                self._filters[addr] = list(fs.addrs)
+
+    @_handles(records.KV)
+    def _on_kv(self, key: str, new: bytes | None) -> None:
+        parsed_kv = keys.parse_kv_key(key)
+        if parsed_kv is not None:
+            self._set_kv(*parsed_kv, _decode(state_pb2.KvValue, new))
+
+    @_handles(records.KV_NAMESPACE)
+    def _on_kv_namespace(self, key: str, new: bytes | None) -> None:
+        namespace = keys.parse_kv_namespace_key(key)
+        if namespace is not None:
+            if new is None:
+                self._kv_namespaces.discard(namespace)
+            else:
+                self._kv_namespaces.add(namespace)
+
+    @_handles(records.SETTING)
+    def _on_setting(self, key: str, new: bytes | None) -> None:
+        name = keys.parse_setting_key(key)
+        if name is not None:
+            setting = _decode(state_pb2.SettingValue, new)
+            _put_or_pop(self._settings, name, None if setting is None else setting.value)
+
+    @_handles(records.BIND)
+    def _on_bind(self, key: str, new: bytes | None) -> None:
+        parsed_bind = keys.parse_bind_key(key)
+        if parsed_bind is not None:
+            self._set_binding(*parsed_bind, _decode(state_pb2.QueueBindingValue, new))
+
+    @_handles(records.SESSION)
+    def _on_session(self, key: str, new: bytes | None) -> None:
+        client = keys.parse_session_key(key)
+        if client is not None:
+            _put_or_pop(self._sessions, client, _decode(state_pb2.ClientSession, new))
+
+    @_handles(records.CONTROLLER)
+    def _on_controller(self, key: str, new: bytes | None) -> None:
+        broker_name = keys.parse_controller_key(key)
+        if broker_name is not None:
+            _put_or_pop(self._controller_sets, broker_name, _decode(state_pb2.ControllerBrokerSet, new))
+
+    # records.MEMBER keeps no index: member_grpc_addr reads its record.
 
     def _remove_queue(self, topic: str, broker: str) -> None:
         qmap = self._topic_queues.get(topic)

@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 
 from nameserver.api.service import NameServerService
 from nameserver.config import NodeConfig
+from nameserver.core.forwarder import LeaderForwarder
 from nameserver.core.liveness import LivenessTable
 from nameserver.core.node import OffsetNotReached, WriteResult
 from nameserver.pb import api_pb2
@@ -81,6 +82,8 @@ class LocalNode:
         self.log = _Log(self)
         self.liveness = LivenessTable()
         self.entries: list[tuple[int, bytes]] = []  # (offset, serialized Entry): the log, for replays
+        # the real serve-or-forward path, which serves every write here (this node always leads)
+        self.forwarder = LeaderForwarder(self.cfg, lambda: self.cfg.raft_addr, self.log.is_leader, lambda _: None)
 
     def read(self, fn: Callable[[MetadataState], Any], min_offset: int, timeout: float,
              alive: Callable[[], bool] | None = None) -> tuple[Any, int]:
@@ -107,6 +110,9 @@ class LocalNode:
         assert result.applied, f"fresh translation refused at apply: {result}"
         self.entries.append((offset, entry.SerializeToString(deterministic=True)))
         return WriteResult(offset, len(tr.batch.records), tr)
+
+    def catch_up(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool:
+        return offset <= self.state.offset  # writes apply at once here
 
     def forget_broker(self, addr: str) -> None:
         self.liveness.forget(addr)

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command
+from nameserver.remoting.handlers import REQUESTS
 from nameserver.remoting.registerbody import crc32
 from tests.fuzz.protostrategies import ADDRS, NAMES, TOPICS, text_values
 
-SUPPORTED = [100, 101, 102, 103, 104, 105, 106, 205, 206, 216, 217, 219, 224, 304, 311, 312, 313, 318, 319,
-             322, 327, 901, 904]
+SUPPORTED = sorted(REQUESTS)  # the listener's handler table: the codes it serves
 EXT_HINTS: dict[str, list[str]] = {
     "topic": TOPICS, "namespace": ["ns", "ORDER_TOPIC_CONFIG"], "key": ["k", "TopicA"], "value": ["v", ""],
     "brokerName": NAMES, "clusterName": NAMES, "cluster": NAMES, "brokerAddr": ADDRS, "haServerAddr": ADDRS,

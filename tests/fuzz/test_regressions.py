@@ -15,6 +15,7 @@ from nameserver import validation
 from nameserver.api import rpc
 from nameserver.api.adminservice import AdminService
 from nameserver.api.service import NameServerService
+from nameserver.core.forwarder import LeaderForwarder
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import bodies, codes, header, registerbody
 from nameserver.remoting.bodies import BodyError
@@ -130,6 +131,7 @@ class _Node:
         self.log = _Log()
         self.cfg = LocalNode().cfg
         self.cfg.raft_addr = "10.0.0.1:1"
+        self.forwarder = LeaderForwarder(self.cfg, self.log.leader, self.log.is_leader, lambda _: None)
 
 
 def _transfer(node_id: str) -> tuple[grpc.StatusCode, Any, list]:

@@ -56,6 +56,14 @@ def test_routes_registered_through_a_follower_are_readable_on_every_node(make_cl
         assert len(listed.topics) == 100
     sts = c.wait_converged()
     assert len({s.digest for s in sts}) == 1 and sts[0].keys > 200
+    # Members, as the leader sees them: every link up, every follower's log matched up to the writes
+    leader = c.leader()
+    assert leader is not None
+    members = leader.admin.Members(api_pb2.MembersRequest(), timeout=5).members
+    assert sorted(m.node_id for m in members) == sorted(n.raft_addr for n in c.nodes)
+    c.wait_for("every member connected and matched", lambda: all(
+        m.connected and m.match_offset >= max(offsets)
+        for m in leader.admin.Members(api_pb2.MembersRequest(), timeout=5).members), timeout=10)
 
 
 def _forwarded_registrations(node) -> float:

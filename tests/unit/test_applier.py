@@ -2,9 +2,9 @@
 
 import threading
 
-from raftlog import KVState, KVStateMachine
 from raftlog.applier import Applier
 from raftlog.codec import encode_entry
+from raftlog.kvstate import KVState, KVStateMachine
 from raftlog.pb import entry_pb2
 
 

@@ -14,6 +14,7 @@ from nameserver.config import Member, NodeConfig
 from nameserver.core.forwarder import LeaderForwarder, NoLeader
 from nameserver.localports import free_ports
 from nameserver.pb import api_pb2, api_pb2_grpc
+from raftlog.proposer import NotLeader
 
 ME, LEADER = "127.0.0.1:1", "127.0.0.1:2"
 
@@ -132,3 +133,58 @@ def test_an_idempotent_call_to_a_dead_leader_goes_to_the_next_one(leader_server)
         assert 0.8 < time.monotonic() - started < 2.5
     finally:
         fwd.close()
+
+
+HB = api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(broker_addr="10.0.0.9:10911")])
+
+
+@pytest.fixture
+def led_here(leader_server):
+    """(the stand-in leader's servicer, the roles, a forwarder) on a node that leads to begin with."""
+    servicer, addr = leader_server
+    roles = _Roles(ME)
+    fwd = _forwarder(roles, addr)
+    yield servicer, roles, fwd
+    fwd.close()
+
+
+def test_serve_or_forward_serves_a_leader_s_request_here_and_passes_a_follower_s_on(led_here) -> None:
+    """The one serve-or-forward path of both services (NameServer writes, Admin changes)."""
+    servicer, roles, fwd = led_here
+    served: list[float] = []
+
+    def here(left: float) -> str:
+        served.append(left)
+        return "here"
+
+    assert fwd.serve_or_forward(here, "Heartbeat", HB, 5.0, forwarded=False) == "here"
+    assert served == [5.0] and servicer.seen == []
+    roles.leader = LEADER
+    reply = fwd.serve_or_forward(here, "Heartbeat", HB, 5.0, forwarded=False, metadata=[(headers.CLIENT_ID, "c1")])
+    assert list(reply.unknown_addrs) == ["10.0.0.9:10911"] and len(served) == 1
+    assert servicer.seen[0][headers.FORWARDED] == "1" and servicer.seen[0][headers.CLIENT_ID] == "c1"
+    # a request forwarded to us once is never passed on again: refused, nothing sent
+    with pytest.raises(NoLeader, match=r"not the leader \(forwarded request\)"):
+        fwd.serve_or_forward(here, "Heartbeat", HB, 5.0, forwarded=True)
+    assert len(servicer.seen) == 1 and len(served) == 1
+
+
+def test_serve_or_forward_after_losing_or_winning_the_lead(led_here) -> None:
+    servicer, roles, fwd = led_here
+
+    def lost_lead(left: float) -> str:
+        roles.leader = LEADER  # another node won meanwhile: nothing was appended here
+        raise NotLeader("this node is not the leader")
+
+    with pytest.raises(NotLeader):  # the Admin service's changes: refused, not sent on
+        fwd.serve_or_forward(lost_lead, "Heartbeat", HB, 5.0, forwarded=False)
+    roles.leader = ME
+    reply = fwd.serve_or_forward(lost_lead, "Heartbeat", HB, 5.0, forwarded=False, forward_if_lead_lost=True)
+    assert list(reply.unknown_addrs) == ["10.0.0.9:10911"]  # a write: sent on to the new leader
+    # no leader yet, then this node wins the election while waiting: served here
+    roles.leader = None
+    threading.Timer(0.2, lambda: setattr(roles, "leader", ME)).start()
+    assert fwd.serve_or_forward(lambda left: "here", "Heartbeat", HB, 5.0, forwarded=False, wait_s=2.0) == "here"
+    roles.leader = None
+    with pytest.raises(NoLeader, match="no leader elected"):
+        fwd.serve_or_forward(lambda left: "here", "Heartbeat", HB, 5.0, forwarded=False, wait_s=0.2)

@@ -15,8 +15,9 @@ from pysyncobj import SyncObj
 from pysyncobj.journal import FileJournal
 from pysyncobj.transport import TCPTransport
 
-from raftlog import KVState, KVStateMachine, LogConfig, ReplicatedLog
 from raftlog.journal import EXIT_IO_ERROR, DurableJournal, JournalCorrupt
+from raftlog.kvstate import KVState, KVStateMachine
+from raftlog.log import LogConfig, ReplicatedLog
 from raftlog.pb import entry_pb2
 from raftlog.segment import MAGIC, RECORD, list_segments
 from snapshot import SnapshotStore

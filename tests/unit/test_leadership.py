@@ -22,34 +22,14 @@ from raftlog.leadership import (
     LeadershipConfirmer,
     NotConfirmed,
 )
+from tests.unit.fakeraft import FakeRaft as _FakeRaft
 
 FOLLOWER = 0
 
 
-class FakeTransport:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-
-    def send(self, node: str, message: dict[str, Any]) -> None:
-        self.sent.append((node, message))
-
-
-class FakeRaft:
-    def __init__(self, state: int = LEADER) -> None:
-        self._SyncObj__raftState = state
-        self._SyncObj__raftCurrentTerm = 7
-        self._SyncObj__raftLeader = "L"
-        self._SyncObj__noopIDx = 40
-        self._SyncObj__otherNodes = {"B", "C"}
-        self._SyncObj__selfNode = "A"
-        self._SyncObj__transport = FakeTransport()
-        self.raftCommitIndex = 42
-
-    def private(self, name: str) -> Any:  # as raftlog.binding.RaftNode.private
-        return getattr(self, f"_SyncObj__{name}")
-
-    def wake(self) -> None:
-        pass
+def FakeRaft(state: int = LEADER) -> _FakeRaft:  # a factory named as the class it makes
+    """A node of term 7 (leading by default) whose no-op is at 40 and commit index at 42."""
+    return _FakeRaft(state, 7, noop=40, commit=42)
 
 
 def in_background(call: Callable[[], int], queued: queue.SimpleQueue) -> tuple[threading.Thread, dict[str, Any]]:
@@ -78,7 +58,7 @@ def test_a_majority_of_yes_confirms_the_commit_index_at_the_time_of_the_ping() -
     c = LeadershipConfirmer(raft)
     t, out = ask_in_background(c)
     c.on_tick()
-    pings = raft._SyncObj__transport.sent
+    pings = raft.transport.sent
     assert sorted(n for n, _ in pings) == ["B", "C"] and pings[0][1]["type"] == PING
     rid = pings[0][1]["id"]
     raft.raftCommitIndex = 50  # commits after the ping do not change this round's index
@@ -94,14 +74,14 @@ def test_a_majority_of_yes_confirms_the_commit_index_at_the_time_of_the_ping() -
 def test_no_confirmation_without_leadership_or_a_commit_of_this_term(change: str) -> None:
     raft = FakeRaft()
     if change == "follower":
-        raft._SyncObj__raftState = FOLLOWER
+        raft.state = FOLLOWER
     else:
         raft.raftCommitIndex = 39
     c = LeadershipConfirmer(raft)
     t, out = ask_in_background(c)
     c.on_tick()
     t.join(5)
-    assert "error" in out and raft._SyncObj__transport.sent == []
+    assert "error" in out and raft.transport.sent == []
 
 
 def test_losing_leadership_fails_the_rounds_in_flight() -> None:
@@ -109,8 +89,8 @@ def test_losing_leadership_fails_the_rounds_in_flight() -> None:
     c = LeadershipConfirmer(raft)
     t, out = ask_in_background(c)
     c.on_tick()
-    raft._SyncObj__raftCurrentTerm = 8  # a newer term began
-    raft._SyncObj__raftState = FOLLOWER
+    raft.term = 8  # a newer term began
+    raft.state = FOLLOWER
     c.on_tick()
     t.join(5)
     assert "leadership lost" in out["error"]
@@ -119,7 +99,7 @@ def test_losing_leadership_fails_the_rounds_in_flight() -> None:
 def test_a_follower_says_yes_only_to_its_leader_in_its_term() -> None:
     raft = FakeRaft(state=FOLLOWER)
     c = LeadershipConfirmer(raft)
-    sent = raft._SyncObj__transport.sent
+    sent = raft.transport.sent
     assert c.on_message("L", {"type": PING, "id": 3, "term": 7})
     assert c.on_message("X", {"type": PING, "id": 4, "term": 7})  # not our leader
     assert c.on_message("L", {"type": PING, "id": 5, "term": 6})  # an old term
@@ -144,7 +124,7 @@ def leased(state: int = LEADER, promise_s: float = 0.24) -> tuple[FakeRaft, Lead
 
 def confirm_round(raft: FakeRaft, c: LeadershipConfirmer, *yes: str) -> None:
     """Run one tick and answer its ping round with yes from `yes`."""
-    sent = raft._SyncObj__transport.sent
+    sent = raft.transport.sent
     before = len(sent)
     c.on_tick()
     pings = [m for _, m in sent[before:] if m["type"] == PING]
@@ -159,7 +139,7 @@ def test_a_confirmed_round_gives_a_lease_that_ends_before_the_promises_it_rests_
     assert c.leased_index() is None  # no round yet
     confirm_round(raft, c)  # the renewal round: no reads needed
     assert c.leased_index() is None  # no majority yet
-    sent = raft._SyncObj__transport.sent
+    sent = raft.transport.sent
     c.on_message("B", {"type": ANSWER, "id": sent[-1][1]["id"], "term": 7, "yes": True, "promise": 0.24})
     assert c.leased_index() == 42
     raft.raftCommitIndex = 45
@@ -177,20 +157,20 @@ def test_no_lease_read_after_anything_that_could_have_made_another_leader(change
     confirm_round(raft, c, "B")
     assert c.leased_index() == 42
     if change == "stepped down":
-        raft._SyncObj__raftState = FOLLOWER
+        raft.state = FOLLOWER
     elif change == "new term":
-        raft._SyncObj__raftCurrentTerm = 8
+        raft.term = 8
     elif change == "gave it up":
         c.give_up_lease()  # TimeoutNow is about to go out
     else:
-        raft._SyncObj__noopIDx = 50
+        raft.noop = 50
     assert c.leased_index() is None
 
 
 def test_after_giving_up_the_lease_no_round_of_this_term_brings_it_back() -> None:
     raft, c, clock = leased()
     c.give_up_lease()
-    sent = raft._SyncObj__transport.sent
+    sent = raft.transport.sent
     c.on_tick()
     assert sent == []  # no renewal round in this term
     t, out = ask_in_background(c)  # a read still gets its own round
@@ -202,7 +182,7 @@ def test_after_giving_up_the_lease_no_round_of_this_term_brings_it_back() -> Non
 
 def test_renewal_rounds_run_every_quarter_promise_and_only_with_a_lease_configured() -> None:
     raft, c, clock = leased()
-    sent = raft._SyncObj__transport.sent
+    sent = raft.transport.sent
     c.on_tick()
     assert len(sent) == 2
     clock.now += RENEW_FRACTION * 0.24 / 2
@@ -213,7 +193,7 @@ def test_renewal_rounds_run_every_quarter_promise_and_only_with_a_lease_configur
     assert len(sent) == 4
     raft2 = FakeRaft()
     LeadershipConfirmer(raft2).on_tick()  # no lease: no round without a read
-    assert raft2._SyncObj__transport.sent == []
+    assert raft2.transport.sent == []
 
 
 def test_a_yes_promises_no_vote_for_the_promise_time_and_a_transfer_vote_is_still_granted() -> None:
@@ -222,7 +202,7 @@ def test_a_yes_promises_no_vote_for_the_promise_time_and_a_transfer_vote_is_stil
     clock.now += 0.25
     assert not c.refuses_vote({"type": "request_vote", "term": 8})
     c.on_message("L", {"type": PING, "id": 1, "term": 7})
-    answer = raft._SyncObj__transport.sent[-1][1]
+    answer = raft.transport.sent[-1][1]
     assert answer["yes"] and answer["promise"] == 0.24  # the yes says what it promised
     clock.now += 0.2
     assert c.refuses_vote({"type": "request_vote", "term": 8})
@@ -244,11 +224,11 @@ def test_a_follower_asks_its_leader_and_the_leader_answers_under_its_lease_at_on
     l_raft, leader, _ = leased()
     confirm_round(l_raft, leader, "B")
     t, out = follower_asks(f_raft, follower)
-    (to, ask), = [(n, m) for n, m in f_raft._SyncObj__transport.sent if m["type"] == ASK]
+    (to, ask), = [(n, m) for n, m in f_raft.transport.sent if m["type"] == ASK]
     assert to == "L"
-    l_raft._SyncObj__transport.sent.clear()
+    l_raft.transport.sent.clear()
     leader.on_message("A", ask)
-    (back, tell), = l_raft._SyncObj__transport.sent
+    (back, tell), = l_raft.transport.sent
     assert back == "A" and tell == {"type": TELL, "id": ask["id"], "index": 42, "error": ""}
     follower.on_message("X", tell)  # not from the node asked: ignored
     assert t.is_alive()
@@ -261,7 +241,7 @@ def test_without_a_lease_the_leader_answers_an_ask_after_a_ping_round() -> None:
     l_raft = FakeRaft()
     leader = LeadershipConfirmer(l_raft)
     leader.on_message("A", {"type": ASK, "id": 9})
-    sent = l_raft._SyncObj__transport.sent
+    sent = l_raft.transport.sent
     assert sent == []
     leader.on_tick()
     ping = sent[-1][1]
@@ -273,25 +253,25 @@ def test_without_a_lease_the_leader_answers_an_ask_after_a_ping_round() -> None:
 
 def test_an_ask_fails_when_no_leader_is_known_when_the_leader_refuses_or_changes() -> None:
     f_raft, follower, _ = leased(state=FOLLOWER)
-    f_raft._SyncObj__raftLeader = None
+    f_raft.leader = None
     t, out = follower_asks(f_raft, follower)
     t.join(5)
     assert "no leader known" in out["error"]
-    f_raft._SyncObj__raftLeader = "L"
+    f_raft.leader = "L"
     t, out = follower_asks(f_raft, follower)
-    ask = f_raft._SyncObj__transport.sent[-1][1]
+    ask = f_raft.transport.sent[-1][1]
     follower.on_message("L", {"type": TELL, "id": ask["id"], "index": 0, "error": "not the leader"})
     t.join(5)
     assert "not the leader" in out["error"]
     t, out = follower_asks(f_raft, follower)
-    f_raft._SyncObj__raftLeader = "B"
+    f_raft.leader = "B"
     follower.on_tick()
     t.join(5)
     assert "leader changed" in out["error"]
     # a leader that is not one any more says so
     not_leader = LeadershipConfirmer(FakeRaft(FOLLOWER))
     not_leader.on_message("A", {"type": ASK, "id": 3})
-    assert not_leader.raft._SyncObj__transport.sent[-1][1]["error"] == "not the leader"
+    assert not_leader.raft.transport.sent[-1][1]["error"] == "not the leader"
 
 
 def test_a_yes_without_a_promise_confirms_the_read_index_but_gives_no_lease() -> None:
@@ -300,14 +280,14 @@ def test_a_yes_without_a_promise_confirms_the_read_index_but_gives_no_lease() ->
     raft, c, _ = leased()
     t, out = ask_in_background(c)
     c.on_tick()
-    ping = raft._SyncObj__transport.sent[-1][1]
+    ping = raft.transport.sent[-1][1]
     c.on_message("B", {"type": ANSWER, "id": ping["id"], "term": 7, "yes": True})  # old code: no promise
     t.join(5)
     assert out == {"index": 42} and c.leased_index() is None
     raft2, c2, clock2 = leased()
-    raft2._SyncObj__otherNodes = {"B", "C", "D", "E"}  # five nodes: the leader and two more make a majority
+    raft2.others = {"B", "C", "D", "E"}  # five nodes: the leader and two more make a majority
     c2.on_tick()
-    ping = raft2._SyncObj__transport.sent[-1][1]
+    ping = raft2.transport.sent[-1][1]
     c2.on_message("B", {"type": ANSWER, "id": ping["id"], "term": 7, "yes": True, "promise": 0.5})
     c2.on_message("C", {"type": ANSWER, "id": ping["id"], "term": 7, "yes": True, "promise": 0.1})
     assert c2.leased_index() == 42
@@ -319,7 +299,7 @@ def test_a_leader_that_never_answers_an_ask_is_not_asked_again_in_its_term() -> 
     """A leader on code from before the ask (a rolling upgrade) ignores it: after one unanswered ask,
     this follower's reads go another way at once instead of each waiting out the silence."""
     raft, c, clock = leased(state=FOLLOWER)
-    sent = raft._SyncObj__transport.sent
+    sent = raft.transport.sent
     t, out = follower_asks(raft, c)
     clock.now += ASK_SILENCE_S + 0.1
     c.on_tick()
@@ -329,7 +309,7 @@ def test_a_leader_that_never_answers_an_ask_is_not_asked_again_in_its_term() -> 
     t, out = follower_asks(raft, c)
     t.join(5)
     assert out["error"] == "the leader does not answer asks" and len(sent) == asks  # nothing sent
-    raft._SyncObj__raftCurrentTerm = 8  # a new term (maybe an upgraded leader): ask again
+    raft.term = 8  # a new term (maybe an upgraded leader): ask again
     t, out = follower_asks(raft, c)
     assert len(sent) == asks + 1 and t.is_alive()
     c.on_message("L", {"type": TELL, "id": sent[-1][1]["id"], "index": 50, "error": ""})

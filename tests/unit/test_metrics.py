@@ -31,8 +31,8 @@ from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, entry_summary, 
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import RemotingServer, codes
 from nameserver.server import Server
-from raftlog import LeaderView, LogStats
 from raftlog.codec import encode_entry
+from raftlog.log import LeaderView, LogStats
 from raftlog.pb import entry_pb2
 from tests.cluster import ROOT, free_ports, register_request
 from tests.security.attacks import read_reply, remoting_call, remoting_frame

@@ -18,12 +18,13 @@ import pytest
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.encryptor import getEncryptor
 
-import raftlog.binding  # noqa: F401  (installs the guard, as the product does)
-from raftlog import peerguard
+from raftlog import binding, peerguard
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
 from tests.cluster import free_ports
 
 PASSWORD = "peerguard-test-password"
+
+binding.install()  # the guarded connections, as the first RaftNode installs them in the product
 
 
 class Store(SyncObj):

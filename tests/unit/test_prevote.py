@@ -2,41 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from raftlog.prevote import CANDIDATE, FOLLOWER, LEADER, REQUEST, RESPONSE, PreVote
+from tests.unit.fakeraft import FakeRaft as _FakeRaft
 
 
-class FakeTransport:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-
-    def send(self, node: str, message: dict[str, Any]) -> None:
-        self.sent.append((node, message))
-
-
-class FakeRaft:
-    """The attributes PreVote reads, under pysyncobj's mangled names."""
-
-    def __init__(self) -> None:
-        self._SyncObj__raftState = FOLLOWER
-        self._SyncObj__raftCurrentTerm = 5
-        self._SyncObj__raftLeader = "L"
-        self._SyncObj__raftLog = [(b"", 10, 4), (b"", 11, 5)]
-        self._SyncObj__otherNodes = {"B", "C"}
-        self._SyncObj__selfNode = "A"
-        self._SyncObj__transferInProgress = False
-        self._SyncObj__transport = FakeTransport()
-        self.real_election_deadline = 100.0
-        self.wakes = 0
-
-    def private(self, name: str) -> Any:  # as raftlog.binding.RaftNode.private
-        return getattr(self, f"_SyncObj__{name}")
-
-        self.wakes = 0
-
-    def wake(self) -> None:
-        self.wakes += 1
+def FakeRaft() -> _FakeRaft:  # a factory named as the class it makes
+    """A follower at term 5 of leader L, its log ending at index 11 of term 5."""
+    return _FakeRaft(FOLLOWER, 5, log=[(b"", 10, 4), (b"", 11, 5)])
 
 
 class Clock:
@@ -53,7 +25,7 @@ def make() -> tuple[FakeRaft, PreVote, Clock]:
 
 
 def ask(pv: PreVote, term: int = 6, index: int = 11, log_term: int = 5) -> bool:
-    transport = pv.raft._SyncObj__transport
+    transport = pv.raft.transport
     transport.sent.clear()
     assert pv.on_message("B", {"type": REQUEST, "round": 1, "term": term, "last_log_index": index,
                                "last_log_term": log_term})
@@ -74,13 +46,13 @@ def test_no_vote_while_a_leader_was_heard_within_the_minimum_timeout() -> None:
 
 def test_a_leader_never_pre_votes() -> None:
     raft, pv, _ = make()
-    raft._SyncObj__raftState = LEADER
+    raft.state = LEADER
     assert not ask(pv)
 
 
 def test_no_vote_for_a_staler_log_or_a_term_that_is_not_ahead() -> None:
     raft, pv, _ = make()
-    raft._SyncObj__raftLeader = None
+    raft.leader = None
     assert ask(pv, index=11, log_term=5)
     assert ask(pv, index=3, log_term=6)       # a newer last term wins whatever the index
     assert not ask(pv, index=10, log_term=5)  # same last term, shorter
@@ -90,7 +62,7 @@ def test_no_vote_for_a_staler_log_or_a_term_that_is_not_ahead() -> None:
 
 def test_an_expired_timer_asks_first_and_campaigns_only_with_a_majority() -> None:
     raft, pv, clock = make()
-    transport = raft._SyncObj__transport
+    transport = raft.transport
     clock.now = 50.0
     pv.on_tick()  # timer (100) not expired
     assert transport.sent == [] and not pv.may_campaign()
@@ -108,8 +80,8 @@ def test_an_expired_timer_asks_first_and_campaigns_only_with_a_majority() -> Non
     pv.on_message("C", {"type": RESPONSE, "round": request["round"], "granted": True})
     assert pv.may_campaign() and raft.real_election_deadline == 0  # campaign at the next tick
     # pysyncobj campaigned (term 6) and lost: the next attempt asks again
-    raft._SyncObj__raftState = CANDIDATE
-    raft._SyncObj__raftCurrentTerm = 6
+    raft.state = CANDIDATE
+    raft.term = 6
     raft.real_election_deadline = 103.0
     assert not pv.may_campaign()
     transport.sent.clear()
@@ -121,15 +93,15 @@ def test_an_expired_timer_asks_first_and_campaigns_only_with_a_majority() -> Non
 def test_leadership_transfer_campaigns_without_asking() -> None:
     raft, pv, _ = make()
     raft.real_election_deadline = 0
-    raft._SyncObj__transferInProgress = True
+    raft.transferring = True
     assert pv.may_campaign()
     pv.on_tick()
-    assert raft._SyncObj__transport.sent == []
+    assert raft.transport.sent == []
 
 
 def test_a_single_node_needs_no_one_else() -> None:
     raft, pv, clock = make()
-    raft._SyncObj__otherNodes = set()
+    raft.others = set()
     clock.now = 200.0
     pv.on_tick()
     assert pv.may_campaign()
@@ -138,9 +110,9 @@ def test_a_single_node_needs_no_one_else() -> None:
 def test_a_strictly_newer_log_than_the_leaders_gets_its_yes() -> None:
     # a survivor with data rejoining nodes that elected a leader among themselves with empty logs
     raft, pv, clock = make()
-    raft._SyncObj__raftState = LEADER
-    raft._SyncObj__raftLog = [(b"", 1, 1)]
-    raft._SyncObj__raftCurrentTerm = 1
+    raft.state = LEADER
+    raft.log = [(b"", 1, 1)]
+    raft.term = 1
     assert ask(pv, term=4, index=30, log_term=3)
     assert not ask(pv, term=4, index=1, log_term=1)  # merely as up to date: the leader stays
 
@@ -157,7 +129,7 @@ def test_a_follower_with_a_live_leader_says_no_even_to_a_newer_log() -> None:
 def test_two_timers_firing_together_make_one_candidate_not_a_split_vote() -> None:
     """A (this node) and B both time out; A asks first, B's request arrives, then B's grant."""
     raft, pv, clock = make()
-    transport = raft._SyncObj__transport
+    transport = raft.transport
     clock.now = 101.0
     pv.on_tick()  # A's round
     mine = transport.sent[0][1]["round"]
@@ -170,7 +142,7 @@ def test_two_timers_firing_together_make_one_candidate_not_a_split_vote() -> Non
 
 def test_a_won_pre_vote_campaigns_at_once_and_refuses_other_pre_votes_meanwhile() -> None:
     raft, pv, clock = make()
-    transport = raft._SyncObj__transport
+    transport = raft.transport
     clock.now = 101.0
     pv.on_tick()
     mine = transport.sent[0][1]["round"]
@@ -189,7 +161,7 @@ def test_no_campaign_while_a_lease_promise_holds_but_a_transfer_campaigns() -> N
     pv = PreVote(raft, 0.4, 1.4, clock=clock, promised=lambda: promise["holds"])
     clock.now = 101.0
     pv.on_tick()
-    mine = raft._SyncObj__transport.sent[0][1]["round"]
+    mine = raft.transport.sent[0][1]["round"]
     pv.on_message("C", {"type": RESPONSE, "round": mine, "granted": True})
     assert pv.allowed_term is not None and not pv.may_campaign()  # won, but promised
     promise["holds"] = False
@@ -197,7 +169,7 @@ def test_no_campaign_while_a_lease_promise_holds_but_a_transfer_campaigns() -> N
     raft2, clock2 = FakeRaft(), Clock()
     pv2 = PreVote(raft2, 0.4, 1.4, clock=clock2, promised=lambda: True)
     raft2.real_election_deadline = 0
-    raft2._SyncObj__transferInProgress = True
+    raft2.transferring = True
     assert pv2.may_campaign() and pv2.transfer_term == 6  # the leader gave its lease up first
 
 
@@ -227,7 +199,7 @@ def test_the_leaders_link_going_down_brings_the_timer_forward_once_and_only_ever
     assert raft2.real_election_deadline == 10.41
     # a leader never expedites against itself
     raft3, clock3 = FakeRaft(), Clock()
-    raft3._SyncObj__raftState = LEADER
+    raft3.state = LEADER
     pv3 = PreVote(raft3, 0.4, 1.4, clock=clock3)
     pv3.on_link_lost("L")
     assert raft3.real_election_deadline == 100.0
@@ -236,7 +208,7 @@ def test_the_leaders_link_going_down_brings_the_timer_forward_once_and_only_ever
 def test_a_leader_that_comes_back_pushes_the_timer_back_and_a_round_refused_meanwhile_is_retried_soon() -> None:
     raft, clock = FakeRaft(), Clock()
     pv = PreVote(raft, 0.4, 1.4, clock=clock, heartbeat_s=0.1)
-    transport = raft._SyncObj__transport
+    transport = raft.transport
     clock.now = 10.0
     pv.on_message("L", {"type": "append_entries", "term": 5})
     pv.on_link_lost("L")
@@ -261,7 +233,7 @@ def test_simultaneous_rounds_go_to_the_greater_address_and_only_while_they_are_s
     raft, pv, clock = make()
     clock.now = 101.0
     pv.on_tick()  # A's round
-    transport = raft._SyncObj__transport
+    transport = raft.transport
     transport.sent.clear()
     assert pv.on_message("0", {"type": REQUEST, "round": 1, "term": 6, "last_log_index": 11, "last_log_term": 5})
     assert transport.sent[0][1]["granted"] is False  # the smaller asker: A's round goes on
@@ -278,7 +250,7 @@ def test_simultaneous_rounds_go_to_the_greater_address_and_only_while_they_are_s
 def test_an_empty_node_joining_a_cluster_with_data_never_campaigns_before_it_hears_a_leader() -> None:
     raft, clock = FakeRaft(), Clock()
     pv = PreVote(raft, 0.4, 1.4, clock=clock, await_leader=True)
-    transport = raft._SyncObj__transport
+    transport = raft.transport
     for now in (101.0, 103.0, 105.0):  # its timer runs out again and again: no round, timer pushed back
         clock.now = now
         pv.on_tick()

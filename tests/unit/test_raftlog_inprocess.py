@@ -13,8 +13,10 @@ import time
 
 import pytest
 
-from raftlog import KVState, KVStateMachine, LogConfig, ReplicatedLog
+from raftlog.kvstate import KVState, KVStateMachine
+from raftlog.log import LogConfig, ReplicatedLog
 from raftlog.pb import entry_pb2
+from raftlog.roles import Role
 from snapshot import SnapshotStore
 from tests.cluster import free_ports
 
@@ -170,3 +172,23 @@ def test_the_leader_stream_shows_every_node_who_leads_in_order(trio) -> None:
     second.log.watch_leader(late.append)  # a listener that comes later hears the current view first
     wait_for(lambda: late)
     assert late[0].leader == second.addr and late[0].self_leads
+
+
+def test_the_typed_raft_view_reads_pysyncobj_s_own_state(trio) -> None:
+    """RaftNode's accessors (raftlog/raftview.py: what pre-vote, the read index and Members read) against
+    real pysyncobj nodes: a renamed private field of a newer pysyncobj fails here."""
+    leader = leader_of(trio)
+    top = leader.log.propose(put("k", "v"), timeout=10).offset
+    followers = [n for n in trio if n is not leader]
+    raft = leader.log.raft
+    assert raft.role() == Role.LEADER and raft.current_term() == raft.raftCurrentTerm >= 1
+    assert raft.commit_index() == raft.raftCommitIndex >= top
+    assert raft.self_peer().id == leader.addr and {p.id for p in raft.other_peers()} == set(leader.partners)
+    assert raft.last_log() == (leader.log.end_offset, raft.current_term())
+    assert raft.noop_index() is not None and raft.noop_index() <= top and not raft.transfer_in_progress()
+    wait_for(lambda: all(link.connected and link.match_index >= top for link in leader.log.peer_links().values()))
+    assert set(leader.log.peer_links()) == set(leader.partners)
+    for f in followers:
+        wait_for(lambda f=f: f.log.raft.leader_peer() is not None)
+        assert f.log.raft.role() == Role.FOLLOWER and f.log.raft.leader_peer().id == leader.addr
+        assert f.log.raft.current_term() == raft.current_term()

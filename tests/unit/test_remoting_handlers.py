@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import socket
 import struct
 import time
@@ -19,7 +20,9 @@ from fakebroker import crc32, register_body
 
 from nameserver.config import Member, NodeConfig
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
-from nameserver.remoting import RemotingServer
+from nameserver.remoting import RemotingServer, codes
+from nameserver.remoting.handlers import INLINE_CODES, REQUESTS
+from tests.cluster import ROOT
 
 ADDR_A0, ADDR_A1 = "10.0.0.1:10911", "10.0.0.2:10911"
 BROKER_A = state_pb2.BrokerData(cluster="DefaultCluster", broker_name="broker-a", addrs=[
@@ -625,10 +628,26 @@ def test_unknown_codes_are_3(client: Client, fake: FakeNameServer, code: int) ->
     assert fake.calls == []
 
 
-def test_every_documented_code_is_served(server: RemotingServer) -> None:
-    documented = {100, 101, 102, 103, 104, 105, 106, 205, 206, 216, 217, 219, 224, 304, 311, 312, 313, 318, 319,
-                  322, 327, 901, 904}
-    assert set(server.handlers.supported_codes) == documented
+def _documented_codes() -> dict[int, str]:
+    """docs/remoting.md's "Request codes" table: code -> RocketMQ's name (a row may hold several)."""
+    with open(os.path.join(ROOT, "docs", "remoting.md")) as f:
+        section = f.read().split("\n## Request codes\n", 1)[1].split("\n## ", 1)[0]
+    out: dict[int, str] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0][:1].isdigit():
+            numbers, names = cells[0].split(", "), cells[1].split(", ")
+            assert len(numbers) == len(names), line
+            out.update(zip(map(int, numbers), names, strict=True))
+    return out
+
+
+def test_every_documented_code_is_served_and_every_served_code_documented(server: RemotingServer) -> None:
+    """The handler table (REQUESTS) against docs/remoting.md's table, by number and RocketMQ name."""
+    documented = _documented_codes()
+    assert set(REQUESTS) == set(documented) == set(server.handlers.supported_codes)
+    assert all(getattr(codes, name) == code for code, name in documented.items()), documented
+    assert set(INLINE_CODES) == {codes.GET_ROUTEINFO_BY_TOPIC}  # answered on the event loop (docs: "How it works")
 
 
 def test_compressed_body_golden_bytes(client: Client, fake: FakeNameServer) -> None:

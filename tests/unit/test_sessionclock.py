@@ -5,7 +5,8 @@ from __future__ import annotations
 from nameserver.core.sessionclock import SessionClock
 from nameserver.pb import state_pb2
 from nameserver.state import MetadataState, expire_sessions, keys
-from raftlog import AppliedEntry, Change
+from raftlog.history import AppliedEntry
+from raftlog.kvstate import Change
 
 
 class FakeClock:

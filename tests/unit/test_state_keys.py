@@ -62,3 +62,19 @@ def test_record_type_per_prefix() -> None:
     assert keys.record_type_of("bind/T/0") == state_pb2.QUEUE_BINDING
     assert keys.record_type_of("session/c1") == state_pb2.CLIENT_SESSION
     assert keys.record_type_of("other/x") == state_pb2.RECORD_TYPE_UNSPECIFIED
+
+
+def test_the_record_registry_declares_every_record_type_once() -> None:
+    """One row per state.proto RecordType (prefix, value message, routes): keys, the state's dispatch, the log
+    export and the pipeline all read it, so a type missing here is missing everywhere, loudly."""
+    from nameserver.logformat import records
+
+    declared = {v.number for v in state_pb2.RecordType.DESCRIPTOR.values} - {state_pb2.RECORD_TYPE_UNSPECIFIED}
+    assert sorted(kind.rtype for kind in records.KINDS) == sorted(declared)
+    prefixes = [kind.prefix for kind in records.KINDS]
+    assert len(set(prefixes)) == len(prefixes) and all(p.count("/") == 1 and p.endswith("/") for p in prefixes)
+    assert all(kind.value.DESCRIPTOR.file is state_pb2.DESCRIPTOR for kind in records.KINDS)
+    for kind in records.KINDS:
+        assert keys.record_type_of(kind.prefix + "a/b") == kind.rtype and records.kind_of(kind.prefix) is kind
+        assert records.VALUE_MESSAGES[kind.rtype] is kind.value and keys.PREFIX_TYPES[kind.prefix] == kind.rtype
+    assert {k.prefix for k in records.KINDS if k.routes} == {"topic/", "broker/", "filter/", "setting/", "kv/"}

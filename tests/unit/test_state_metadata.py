@@ -292,3 +292,17 @@ def test_route_generation_moves_with_every_record_a_route_reads_and_only_those()
     restored = MetadataState()
     restored.restore(state.offset, [(k, v, ver, t) for k, v, ver, t in state.kv.items()])
     assert restored.route_generation > 0
+
+
+def test_every_record_kind_has_at_most_one_handler_and_moves_routes_as_the_registry_says() -> None:
+    """The record registry (nameserver/logformat/records.py) drives the state: a record of a kind marked
+    `routes` moves the route generation, any other does not; each handler is a registered kind's."""
+    from nameserver.logformat import records
+    from nameserver.state.metadata import _HANDLERS
+
+    assert set(_HANDLERS) <= {kind.rtype for kind in records.KINDS}
+    state = MetadataState()
+    for kind in records.KINDS:
+        before = state.route_generation
+        apply(state, batch(put(f"{kind.prefix}x", kind.value())))
+        assert state.route_generation == before + kind.routes, kind
