@@ -18,6 +18,7 @@ import grpc
 from google.protobuf.message import Message
 
 from nameserver.config import NodeConfig
+from nameserver.core.budget import TopicBudget
 from nameserver.core.forwarder import LeaderForwarder, NoLeader
 from nameserver.core.leaderduties import LeaderDuties
 from nameserver.core.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
@@ -29,7 +30,8 @@ from nameserver.core.stateguard import StateGuard
 from nameserver.core.watch import WatchHub
 from nameserver.errors import TooLargeError
 from nameserver.pb import api_pb2, state_pb2
-from nameserver.state import MetadataState, Translation, translate
+from nameserver.state import MetadataState, Translation, quotas, translate
+from nameserver.state.sessions import SessionQuota
 from nameserver.state.translate import CasFailed
 from raftlog.kvstate import KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
@@ -87,6 +89,10 @@ class SessionSuperseded(Exception):
     """A retry of a write older than the client's latest: its result is no longer kept."""
 
 
+class SessionEvicted(SessionSuperseded):
+    """A retry whose session was evicted or expired (a tombstone: nameserver/state/sessions.py)."""
+
+
 class NameServerNode:
     def __init__(self, cfg: NodeConfig) -> None:
         self.cfg = cfg
@@ -103,6 +109,9 @@ class NameServerNode:
         self._stop = threading.Event()
         self.expired_total = 0
         self._waiting_reads = threading.BoundedSemaphore(cfg.max_waiting_reads)
+        self.quota_limits = {name: getattr(cfg, name) for name in quotas.QUOTAS}
+        self.session_quota = SessionQuota(cfg.max_sessions_per_owner, cfg.max_sessions)
+        self.registrations = TopicBudget(cfg.registration_topics_in_flight)
         self.log = ReplicatedLog(
             LogConfig(
                 self_addr=cfg.raft_addr,
@@ -246,16 +255,25 @@ class NameServerNode:
     # ---- writes (leader) -------------------------------------------------------------------------
 
     def write(self, translate_fn: Callable[[MetadataState], Translation], timeout: float,
-              client: ClientRef | None = None, reply_of: Callable[[WriteResult], Message] | None = None
-              ) -> WriteResult:
+              client: ClientRef | None = None, reply_of: Callable[[WriteResult], Message] | None = None,
+              topics: int = 0) -> WriteResult:
         """Translate against the current state and propose; re-translate if a precondition failed.
 
         With a client ref, the write is exactly-once: a retry of the client's latest sequence
         returns the first attempt's reply (`replayed`) instead of applying again.
-        Raises NotLeader (the caller forwards), ProposalError, SessionSuperseded, or the
-        translator's own errors (ValidationError, CasFailed).
+        `topics`: a registration's topic count, held of the leader's budget until it commits
+        (nameserver/core/budget.py).
+        Raises NotLeader (the caller forwards), ProposalError, SessionSuperseded, TooLargeError (a quota
+        or the budget), or the translator's own errors (ValidationError, CasFailed).
         """
+        if topics and not self.log.is_leader():
+            raise NotLeader("this node is not the leader")
         deadline = time.monotonic() + timeout
+        with self.registrations.hold(topics, timeout):
+            return self._write(translate_fn, deadline, client, reply_of)
+
+    def _write(self, translate_fn: Callable[[MetadataState], Translation], deadline: float,
+               client: ClientRef | None, reply_of: Callable[[WriteResult], Message] | None) -> WriteResult:
         confirmed = False
         for _ in range(MAX_TRANSLATE_ATTEMPTS):
             if not self.log.is_leader():
@@ -307,10 +325,12 @@ class NameServerNode:
         offset_now = self.state.kv.offset
         translation = translate_fn(self.state)
         records = len(translation.batch.records)
+        if records:
+            quotas.check(self.state.usage, self.state.kv, translation.batch, self.quota_limits)
         if records and client is not None and reply_of is not None:
             reply = reply_of(WriteResult(0, records, translation)).SerializeToString()
-            translate.record_session(translation, self.state, client.session_id, client.seq, reply,
-                                     int(time.time() * 1000))
+            translate.record_session(translation, self.state, client.session_id, client.owner, client.seq, reply,
+                                     int(time.time() * 1000), self.session_quota)
         return translation, offset_now, records
 
     def unchanged_here(self, translate_fn: Callable[[MetadataState], Translation]) -> WriteResult | None:
@@ -335,6 +355,12 @@ class NameServerNode:
         if found is None:
             return None
         session, version = found
+        if session.evicted:
+            if client.seq <= session.last_seq:
+                raise SessionEvicted(f"session {client.client_id} expired or was evicted; sequence {client.seq} "
+                                     "cannot be checked for a duplicate (read the state to see whether it "
+                                     "applied; a new sequence opens the session again)")
+            return None  # a new write: it opens the session again
         if session.last_seq == client.seq:
             return WriteResult(version, 0, None, replayed=session.reply)
         if session.last_seq > client.seq:
@@ -378,7 +404,7 @@ class NameServerNode:
         if not self.log.is_leader() or not self.log.ready:
             return 0
         fn = lambda s: translate.expire_sessions(  # noqa: E731
-            s, self.session_clock.idle_ms, self.cfg.session_ttl_ms, self.cfg.max_sessions)
+            s, self.session_clock.idle_ms, self.cfg.session_ttl_ms)
         try:
             return self.write(fn, self.cfg.write_timeout_ms / 1000).records
         except (NotLeader, ProposalError) as exc:
