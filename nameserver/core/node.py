@@ -269,7 +269,8 @@ class NameServerNode:
         if topics and not self.log.is_leader():
             raise NotLeader("this node is not the leader")
         deadline = time.monotonic() + timeout
-        with self.registrations.hold(topics, timeout):
+        # Waiting for the budget takes at most half the call's time: the other half is the write's own.
+        with self.registrations.hold(topics, timeout / 2):
             return self._write(translate_fn, deadline, client, reply_of)
 
     def _write(self, translate_fn: Callable[[MetadataState], Translation], deadline: float,

@@ -56,9 +56,10 @@ class Secure:
         return api_pb2_grpc.NameServerStub(self.channel(node, role))
 
 
-def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_role: str = "broker") -> Secure:
+def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_role: str = "broker",
+                   sections: dict[str, dict] | None = None) -> Secure:
     """Secure mode as docs/operations.md sets it up: TLS, tokens by role, a peer token, the Raft
-    password, remoting on with an explicit role, metrics on."""
+    password, remoting on with an explicit role, metrics on. `sections`: more TOML ({"sessions": {...}})."""
     os.makedirs(root, exist_ok=True)
     ca = TestCA(os.path.join(root, "pki"))
     node_cert = ca.node("node")
@@ -75,7 +76,7 @@ def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_rol
     tokens_file = write("tokens.toml", "[tokens]\n" + "".join(
         f'"{hash_token(t)}" = "{roles.get(r, r)}"\n' for r, t in tokens.items()))
     password = secrets.token_urlsafe(24)
-    sections: dict[str, dict] = {
+    config: dict[str, dict] = {
         "security": {"mode": "secure"},
         "raft": {"password_file": write("raft.pw", password)},
         "tls": {"cert_file": node_cert.cert, "key_file": node_cert.key, "ca_file": ca.ca_file, "client_auth": "none"},
@@ -83,8 +84,9 @@ def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_rol
         "remoting": {"role": remoting_role},
     }
     if limits:
-        sections["limits"] = limits
-    cluster = Cluster(root, 3, metrics=True, remoting=True, security=sections,
+        config["limits"] = limits
+    config |= sections or {}
+    cluster = Cluster(root, 3, metrics=True, remoting=True, security=config,
                       connect=lambda addr, opts=(): tlsconf.open_channel(
                           addr, tls=True, ca_file=ca.ca_file, token=tokens["admin"], options=opts))
     all_secrets = [*tokens.values(), *(hash_token(t) for t in tokens.values()), password]
