@@ -4,8 +4,9 @@ A session belongs to its owner (the caller's identity, nameserver/api/auth.py se
 auth). The rule, decided by the leader at translation and carried by the log's records, so every
 replica holds the same sessions:
 
-- An owner holds at most `per_owner` live sessions. A write that opens one more evicts the owner's OWN
-  least recently written session, in the same batch. Another owner's sessions are never touched.
+- An owner holds at most `per_owner` live sessions. A write that opens one more evicts one of the owner's
+  OWN least recently written sessions (among its 16 oldest), in the same batch. Another owner's
+  sessions are never touched.
 - Past the node-wide `max_sessions` live sessions, a new session of an owner below its quota is
   refused (RESOURCE_EXHAUSTED naming sessions.max_sessions); nothing is evicted.
 - Eviction (and idle expiry) leaves a tombstone: the record stays with `evicted` set, its last
@@ -20,6 +21,8 @@ replica holds the same sessions:
 
 from __future__ import annotations
 
+import itertools
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +31,8 @@ from nameserver.errors import TooLargeError
 from nameserver.pb import state_pb2
 from nameserver.state import keys
 from raftlog.pb import entry_pb2
+
+SPREAD = 16  # an eviction picks among this many of the owner's oldest sessions
 
 
 @dataclass(frozen=True)
@@ -86,11 +91,17 @@ class SessionBook:
     def evicted(self, owner: str) -> int:
         return len(self._evicted.get(owner, ()))
 
-    def oldest(self, owner: str, evicted: bool, other_than: str) -> str | None:
-        for sid in (self._evicted if evicted else self._live).get(owner, ()):
-            if sid != other_than:
-                return sid
-        return None
+    def oldest(self, owner: str, evicted: bool, other_than: str, count: int = 1) -> list[str]:
+        """`count` of the owner's SPREAD least recently written (live or evicted) sessions, picked from a
+        hash of `other_than` (the session making room) on: concurrent new sessions of one owner then
+        seldom pick the same victim, whose version each batch's precondition holds (one would fail)."""
+        table = self._evicted if evicted else self._live
+        few = list(itertools.islice((sid for sid in table.get(owner, ()) if sid != other_than),
+                                    max(SPREAD, count)))
+        if not few:
+            return []
+        start = zlib.crc32(other_than.encode()) % len(few)
+        return [few[(start + i) % len(few)] for i in range(min(count, len(few)))]
 
 
 def tombstone(session: state_pb2.ClientSession) -> state_pb2.ClientSession:
@@ -112,22 +123,23 @@ def open_session(batch: entry_pb2.Batch, book: SessionBook, version: Callable[[s
     or refuse (TooLargeError) when the node holds max_sessions live sessions and the owner is below quota."""
     reviving = book.get(session_id) is not None  # a tombstone of this very session becomes live again
     tombstones = book.evicted(owner) - reviving
-    if book.live(owner) >= quota.per_owner:
-        victim = book.oldest(owner, evicted=False, other_than=session_id)
-        session = book.get(victim) if victim is not None else None
-        if victim is not None and session is not None:
-            key = _guarded(batch, victim, version(keys.session_key(victim)))
-            batch.records.add(type=keys.SESSION_TYPE, op=entry_pb2.OP_PUT, key=key,
-                              value=tombstone(session).SerializeToString(deterministic=True))
-            tombstones += 1
+    # Back to the quota: concurrent translations each check the applied state, so an owner can end a
+    # few over it (the writes in flight); its next new session brings it back.
+    over = book.live(owner) - quota.per_owner + 1
+    if over > 0:
+        for victim in book.oldest(owner, evicted=False, other_than=session_id, count=over):
+            session = book.get(victim)
+            if session is not None:
+                key = _guarded(batch, victim, version(keys.session_key(victim)))
+                batch.records.add(type=keys.SESSION_TYPE, op=entry_pb2.OP_PUT, key=key,
+                                  value=tombstone(session).SerializeToString(deterministic=True))
+                tombstones += 1
     elif book.live_total >= quota.max_sessions:
         raise TooLargeError("sessions.max_sessions", f"the node holds {book.live_total} exactly-once sessions "
                             f"(limit {quota.max_sessions}); retry without x-client-id or later")
-    if tombstones > quota.per_owner:
-        dropped = book.oldest(owner, evicted=True, other_than=session_id)
-        if dropped is not None:
-            key = _guarded(batch, dropped, version(keys.session_key(dropped)))
-            batch.records.add(type=keys.SESSION_TYPE, op=entry_pb2.OP_DELETE, key=key)
+    for dropped in book.oldest(owner, evicted=True, other_than=session_id, count=tombstones - quota.per_owner):
+        key = _guarded(batch, dropped, version(keys.session_key(dropped)))
+        batch.records.add(type=keys.SESSION_TYPE, op=entry_pb2.OP_DELETE, key=key)
 
 
 def expiry(book: SessionBook, idle_ms: Callable[[str], float], ttl_ms: int, limit: int

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -44,7 +43,7 @@ pytestmark = pytest.mark.cluster
 SESSIONS = {"max_sessions": 2000, "max_sessions_per_owner": 500} if LONG else \
     {"max_sessions": 300, "max_sessions_per_owner": 40}
 FLOOD_SESSIONS = 8000 if LONG else 500
-BIG_TOPICS = 100_000 if LONG else 12_000   # topics per huge registration
+BIG_TOPICS = 100_000 if LONG else 20_000   # topics per huge registration
 BIG_AT_ONCE = 4
 QUOTAS = {"max_queue_datas": BIG_AT_ONCE * BIG_TOPICS + 20_000, "max_brokers": 40, "max_kv_keys": 400,
           "max_kv_bytes": 4 << 20, "registration_topics_in_flight": BIG_TOPICS}
@@ -87,8 +86,8 @@ def _applied(node: NodeProc, *types: str) -> float:
     """Records of these types this node applied (nameserver_records_applied): the log's end offset
     moves with the Writer and the idle leader's no-ops, these do not."""
     found = [float(m.group(2)) for m in re.finditer(
-        r'^nameserver_records_applied_total\{type="(\w+)",op="\w+"\} (\S+)$', _metrics(node), re.M)
-        if m.group(1) in types]
+        r'^nameserver_records_applied_total\{(.*)\} (\S+)$', _metrics(node), re.M)
+        if re.search(r'type="(\w+)"', m.group(1)).group(1) in types]  # type: ignore[union-attr]
     assert found, f"no nameserver_records_applied of {types} on {node.name}"
     return sum(found)
 
@@ -122,26 +121,29 @@ def test_12_a_session_flood_never_evicts_another_owners_session(sec: Secure) -> 
     assert first.records > 0
     terms, base_rss, base_threads = _terms(sec), rss_mib(leader), threads(leader)
     broker = sec.stub(leader, "broker")
-    counter = iter(range(2, 1 << 30))
-    lock = threading.Lock()
 
-    def flood(i: int) -> str:
-        with lock:
-            version = next(counter)
-        req = register_request("C12", "flood", "10.12.0.1:10911", ["T12"], counter=version, timeout_ms=600_000)
-        try:
-            broker.RegisterBroker(req, timeout=10, metadata=_session(f"flood-{i}", 1))
-            return "ok"
-        except grpc.RpcError as exc:
-            return exc.code().name
+    def flood(lane: int) -> list[str]:
+        """One broker address per flooding thread, a new client id per registration."""
+        out = []
+        for i in range(lane, FLOOD_SESSIONS, 8):
+            req = register_request("C12", f"flood{lane}", f"10.12.0.{lane}:10911", ["T12"], counter=i + 2,
+                                   timeout_ms=600_000)
+            try:
+                broker.RegisterBroker(req, timeout=10, metadata=_session(f"flood-{i}", 1))
+                out.append("ok")
+            except grpc.RpcError as exc:
+                out.append(exc.code().name)
+        return out
 
     with Writer(sec.stub(leader, "admin"), tag="s12-") as writer, \
             concurrent.futures.ThreadPoolExecutor(8) as pool:
-        outcomes = list(pool.map(flood, range(FLOOD_SESSIONS)))
-        assert outcomes.count("ok") > FLOOD_SESSIONS // 2, {o: outcomes.count(o) for o in set(outcomes)}
+        outcomes = [o for lane in pool.map(flood, range(8)) for o in lane]
+        assert outcomes.count("ok") == FLOOD_SESSIONS, {o: outcomes.count(o) for o in set(outcomes)}
         time.sleep(1.5)  # a session expiry scan (liveness.scan_interval_ms = 1000) has run since
         used, _ = _quota(leader, "max_sessions")
-        assert used <= SESSIONS["max_sessions_per_owner"] + 1, f"{used} live sessions: the flood was not bounded"
+        # its quota, the writes in flight at once (each checks the applied state), the admin's one
+        bound = SESSIONS["max_sessions_per_owner"] + 8 + 1
+        assert used <= bound, f"{used} live sessions: the flood was not bounded (bound {bound})"
         assert rss_mib(leader) - base_rss < 100, f"leader RSS grew {rss_mib(leader) - base_rss:.0f} MiB (bound 100)"
         assert threads(leader) <= base_threads + 16
     writer.check()
@@ -150,10 +152,16 @@ def test_12_a_session_flood_never_evicts_another_owners_session(sec: Secure) -> 
     again = admin.PutKv(put, timeout=10, metadata=_session("admin-idle", 1))
     assert again.offset == first.offset, f"the retry was applied again (offset {first.offset}, then {again.offset})"
 
-    # the admin's OWN sessions evict it (its quota): the retry is then refused, naming the session
-    for i in range(SESSIONS["max_sessions_per_owner"] + 1):
+    # the admin's OWN sessions evict it (its quota; each eviction picks one of the owner's 16 oldest):
+    # the retry is then refused, naming the session
+    for i in range(SESSIONS["max_sessions_per_owner"] + 200):
         admin.PutKv(api_pb2.PutKvRequest(namespace="S12", key=f"own{i}", value="1"), timeout=10,
                     metadata=_session(f"admin-own-{i}", 1))
+        if i >= SESSIONS["max_sessions_per_owner"] and i % 8 == 0:
+            try:
+                assert admin.PutKv(put, timeout=10, metadata=_session("admin-idle", 1)).offset == first.offset
+            except grpc.RpcError:
+                break  # evicted
     end = _applied(leader, "KV_CONFIG", "CLIENT_SESSION")
     for node in (leader, sec.cluster.followers()[0]):  # directly, and across the forwarding path
         with pytest.raises(grpc.RpcError) as err:
@@ -185,12 +193,14 @@ def test_10_huge_registrations_at_once_do_not_stall_writes_or_cost_an_election(s
         with Writer(sec.stub(leader, "admin"), tag="s10-") as writer, \
                 concurrent.futures.ThreadPoolExecutor(BIG_AT_ONCE) as pool:
             outcomes = list(pool.map(register, brokers))
-            for o in outcomes:  # written, or refused after waiting its turn
-                assert o == "ok" or "limits.registration_topics_in_flight" in o, o
-            assert "ok" in outcomes
             grown = {n.name: rss_mib(n) - base[n.name] for n in followers}
         writer.check()
         assert _terms(sec) == terms, "an election happened during the registrations"
+        # each written, or refused after waiting its turn: never left timed out with its outcome unknown
+        # (without the budget, 20,000-topic registrations at once time out here in the short run)
+        for o in outcomes:
+            assert o == "ok" or "limits.registration_topics_in_flight" in o, o
+        assert "ok" in outcomes
         # ~1.2 KiB of resident memory per queue data, and room for the apply's transient copies
         bound = BIG_AT_ONCE * BIG_TOPICS * 1.5 / 1024 + 80
         assert max(grown.values()) < bound, f"follower RSS grew {grown} MiB (bound {bound:.0f})"
