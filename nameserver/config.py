@@ -142,12 +142,12 @@ class NodeConfig:
     metrics_timeout_ms: int = 10_000          # a scrape must send its request within this
     reserved_fds: int = 64         # descriptors no connection may take: the journal and snapshots need them
     # What the state may hold (nameserver/state/quotas.py), refused past these at translation. Sized from
-    # the resident memory measured per record on each node (docs/operations.md, "Quotas"): the defaults
-    # together stay near 2 GiB.
+    # the resident memory measured per record (docs/operations.md, "Quotas: sizing the state"): the
+    # defaults together come to about 1.4 GiB per node.
     max_queue_datas: int = 1_000_000          # topic/ records (~1 KiB each): one per topic per broker name
-    max_brokers: int = 10_000                 # registered broker addresses
-    max_kv_keys: int = 100_000                # KV config keys and namespaces
-    max_kv_bytes: int = 64 << 20              # their bytes (~5 bytes of memory per byte stored)
+    max_brokers: int = 10_000                 # registered broker addresses (~0.6 KiB each)
+    max_kv_keys: int = 100_000                # KV config keys and namespaces (~0.5 KiB each)
+    max_kv_bytes: int = 64 << 20              # their bytes (~5 bytes of a node's memory per byte stored)
     max_controller_sets: int = 10_000         # controller-mode broker sets
     # Topics of registrations being translated and proposed at once on the leader: a bigger registration
     # waits its turn (up to max_wait_ms, then RESOURCE_EXHAUSTED), so several huge ones cannot stall
