@@ -18,7 +18,7 @@ import grpc
 from google.protobuf.message import Message
 
 from nameserver.config import NodeConfig
-from nameserver.core.budget import TopicBudget
+from nameserver.core.budget import TopicBudget, leading_parts
 from nameserver.core.forwarder import LeaderForwarder, NoLeader
 from nameserver.core.leaderduties import LeaderDuties
 from nameserver.core.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
@@ -35,6 +35,7 @@ from nameserver.state.sessions import SessionQuota
 from nameserver.state.translate import CasFailed
 from raftlog.kvstate import KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
+from raftlog.pb import entry_pb2
 from raftlog.proposer import NotLeader, ProposalError
 from snapshot import SnapshotStore
 
@@ -271,10 +272,11 @@ class NameServerNode:
         deadline = time.monotonic() + timeout
         # Waiting for the budget takes at most half the call's time: the other half is the write's own.
         with self.registrations.hold(topics, timeout / 2):
-            return self._write(translate_fn, deadline, client, reply_of)
+            return self._write(translate_fn, deadline, client, reply_of, in_parts=topics > 0)
 
     def _write(self, translate_fn: Callable[[MetadataState], Translation], deadline: float,
-               client: ClientRef | None, reply_of: Callable[[WriteResult], Message] | None) -> WriteResult:
+               client: ClientRef | None, reply_of: Callable[[WriteResult], Message] | None,
+               in_parts: bool = False) -> WriteResult:
         confirmed = False
         for _ in range(MAX_TRANSLATE_ATTEMPTS):
             if not self.log.is_leader():
@@ -305,13 +307,31 @@ class NameServerNode:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            applied = self.log.propose(translation.batch, left)
+            batch = translation.batch
+            if in_parts:  # a big registration: no entry's apply holds the state long (core/budget.py)
+                lead, batch = leading_parts(batch)
+                if not self._propose_all(lead, deadline):
+                    continue  # someone changed what the translation read: translate again
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+            applied = self.log.propose(batch, left)
             if applied.result.applied:
                 return WriteResult(applied.offset, records, translation)
             translation.batch.ClearField("request_id")
             log.info("write raced on %s (version %d); translating again", applied.result.failed_key,
                      applied.result.failed_key_version)
         raise ProposalError("write kept conflicting with concurrent writes or timed out", unknown_outcome=False)
+
+    def _propose_all(self, parts: list[entry_pb2.Batch], deadline: float) -> bool:
+        """Propose parts in order until one is refused at apply (False)."""
+        for part in parts:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProposalError("a registration's parts did not commit in time", unknown_outcome=True)
+            if not self.log.propose(part, left).result.applied:
+                return False
+        return True
 
     def _translate(self, translate_fn: Callable[[MetadataState], Translation], client: ClientRef | None,
                    reply_of: Callable[[WriteResult], Message] | None

@@ -7,12 +7,13 @@ import threading
 
 import pytest
 
-from nameserver.core.budget import TopicBudget
+from nameserver.core.budget import TopicBudget, leading_parts
 from nameserver.errors import TooLargeError
 from nameserver.pb import state_pb2
 from nameserver.state import MetadataState, Translation, keys, put_kv, quotas, translate
 from nameserver.state.sessions import SessionQuota
 from raftlog.pb import entry_pb2
+from tests.cluster import register_request
 
 QUOTA = SessionQuota(per_owner=3, max_sessions=8)
 
@@ -194,3 +195,25 @@ def test_an_owner_over_its_quota_is_brought_back_to_it() -> None:
     assert sum(r.key.startswith(keys.SESSION_PREFIX) for r in tr.batch.records) == 3 + 1  # 3 evicted, f
     apply(state, tr)
     assert state.session_book.live("o") == QUOTA.per_owner
+
+
+def test_a_big_registration_is_proposed_in_parts_that_each_apply_as_the_whole_would() -> None:
+    state = MetadataState()
+    req = register_request("C", "b1", "10.0.0.1:10911", [f"T{i}" for i in range(25)])
+    whole = translate.register_broker(state, req, 30_000)
+    lead, last = leading_parts(whole.batch, per_part=10)
+    assert [len(p.records) for p in lead] == [10, 10]
+    assert all(r.key.startswith(keys.TOPIC_PREFIX) for p in lead for r in p.records)
+    assert {r.key for r in last.records} >= {keys.broker_key("b1"), keys.live_key("10.0.0.1:10911")}
+    assert all(list(p.preconditions) == list(whole.batch.preconditions) for p in [*lead, last])
+    parted = MetadataState()
+    for part in [*lead, last]:
+        assert parted.apply_entry(parted.offset + 1, entry_pb2.Entry(batches=[part]))[0].applied
+    apply(state, whole)
+    assert parted.route("T7") == state.route("T7") and parted.topic_count() == state.topic_count() == 25
+    # a part refused (the broker changed under it) leaves a diff to translate again: only what is missing
+    changed = MetadataState()
+    assert changed.apply_entry(1, entry_pb2.Entry(batches=[lead[0]]))[0].applied
+    again = translate.register_broker(changed, req, 30_000)
+    assert len([r for r in again.batch.records if r.key.startswith(keys.TOPIC_PREFIX)]) == 15
+    assert leading_parts(again.batch, per_part=100) == ([], again.batch)  # small: one entry
