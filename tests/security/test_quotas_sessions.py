@@ -45,7 +45,9 @@ SESSIONS = {"max_sessions": 2000, "max_sessions_per_owner": 500} if LONG else \
 FLOOD_SESSIONS = 8000 if LONG else 500
 BIG_TOPICS = 100_000 if LONG else 20_000   # topics per huge registration
 BIG_AT_ONCE = 4
-QUOTAS = {"max_queue_datas": BIG_AT_ONCE * BIG_TOPICS + 20_000, "max_brokers": 40, "max_kv_keys": 400,
+# max_kv_keys leaves room for the Writers' keys (one per write, 5 a second) in the long run too
+QUOTAS = {"max_queue_datas": BIG_AT_ONCE * BIG_TOPICS + 20_000, "max_brokers": 40,
+          "max_kv_keys": 2000 if LONG else 400,
           "max_kv_bytes": 4 << 20, "registration_topics_in_flight": BIG_TOPICS}
 
 
@@ -157,7 +159,7 @@ def test_12_a_session_flood_never_evicts_another_owners_session(sec: Secure) -> 
     # the admin's OWN sessions evict it (its quota; each eviction picks one of the owner's 16 oldest):
     # the retry is then refused, naming the session
     for i in range(SESSIONS["max_sessions_per_owner"] + 200):
-        admin.PutKv(api_pb2.PutKvRequest(namespace="S12", key=f"own{i}", value="1"), timeout=10,
+        admin.PutKv(api_pb2.PutKvRequest(namespace="S12", key="own", value=str(i)), timeout=10,
                     metadata=_session(f"admin-own-{i}", 1))
         if i >= SESSIONS["max_sessions_per_owner"] and i % 8 == 0:
             try:
@@ -239,11 +241,11 @@ def _cross_queue_datas(sec: Secure, leader: NodeProc) -> None:
     broker = sec.stub(leader, "broker")
     used, limit = _quota(leader, "max_queue_datas")
     left, n = int(limit - used), 0
-    while left > 10_000:  # fill up to the last few thousand, one broker name per 10,000 topics
+    while left > BIG_TOPICS:  # fill up to the last few thousand, one broker name per BIG_TOPICS topics
         n += 1
         _register(broker, register_request("C11", f"fill{n}", f"10.11.1.{n}:10911",
-                                           [f"Q11-{n}-{t}" for t in range(10_000)], timeout_ms=600_000))
-        left -= 10_000
+                                           [f"Q11-{n}-{t}" for t in range(BIG_TOPICS)], timeout_ms=600_000))
+        left -= BIG_TOPICS
     end = _applied(leader, "TOPIC_QUEUE", "BROKER", "BROKER_LIVE")
     over = register_request("C11", "over", "10.11.2.1:10911", [f"Q11-over-{t}" for t in range(left + 1)],
                             timeout_ms=600_000)
