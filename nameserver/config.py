@@ -22,12 +22,14 @@
     [liveness]  default_timeout_ms (RocketMQ: 120000), scan_interval_ms (5000), forward_interval_ms
     [routes]    order_message_enable
     [grpc]      max_message_bytes, workers, write_timeout_ms
-    [sessions]  session_ttl_ms, max_sessions (exactly-once client sessions)
+    [sessions]  session_ttl_ms, max_sessions, max_sessions_per_owner (exactly-once client sessions)
     [limits]    what one caller can hold of a node (docs/operations.md, "Security"): max_wait_ms,
                 max_waiting_reads, remoting_max_connections, remoting_idle_timeout_ms,
                 remoting_frame_timeout_ms, remoting_reply_timeout_ms, grpc_max_connections,
                 grpc_handshake_timeout_ms, grpc_idle_timeout_ms, grpc_max_concurrent_rpcs,
-                metrics_max_connections, metrics_timeout_ms, reserved_fds, metrics_max_broker_sets
+                metrics_max_connections, metrics_timeout_ms, reserved_fds, metrics_max_broker_sets; quotas of
+                the state: max_queue_datas, max_brokers, max_kv_keys, max_kv_bytes, max_controller_sets;
+                registration_topics_in_flight
     [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent), role, tls
     [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
     [archive]   dir = "archive"              (node-side log archive; off when absent)
@@ -102,7 +104,10 @@ class NodeConfig:
     metrics_addr: str = ""         # Prometheus /metrics HTTP listener (host:port); empty: off
     archive_dir: str = ""          # node-side log archive (Parquet segments); empty: off
     session_ttl_ms: int = 3_600_000  # exactly-once client sessions idle longer than this expire
-    max_sessions: int = 100_000
+    max_sessions: int = 100_000    # live sessions of all owners; past it a new one is refused (never evicts)
+    # One owner's (caller's) live sessions: its next one evicts its own oldest, never another owner's
+    # (nameserver/state/sessions.py). 10,000 keeps ten owners flooding at once within max_sessions.
+    max_sessions_per_owner: int = 10_000
     security_mode: str = "dev"
     tls_cert_file: str = ""        # this node's certificate: served, and presented to peers as client cert
     tls_key_file: str = ""
@@ -139,6 +144,18 @@ class NodeConfig:
     # may make a set, so this bounds the page; 256 is more sets than a real cluster runs.
     metrics_max_broker_sets: int = 256
     reserved_fds: int = 64         # descriptors no connection may take: the journal and snapshots need them
+    # What the state may hold (nameserver/state/quotas.py), refused past these at translation. Sized from
+    # the resident memory measured per record (docs/operations.md, "Quotas: sizing the state"): the
+    # defaults together come to about 1.4 GiB per node.
+    max_queue_datas: int = 1_000_000          # topic/ records (~1 KiB each): one per topic per broker name
+    max_brokers: int = 10_000                 # registered broker addresses (~0.6 KiB each)
+    max_kv_keys: int = 100_000                # KV config keys and namespaces (~0.5 KiB each)
+    max_kv_bytes: int = 64 << 20              # their bytes (~5 bytes of a node's memory per byte stored)
+    max_controller_sets: int = 10_000         # controller-mode broker sets
+    # Topics of registrations being translated and proposed at once on the leader: a bigger registration
+    # waits its turn (up to max_wait_ms, then RESOURCE_EXHAUSTED), so several huge ones cannot stall
+    # the log (nameserver/core/budget.py). One 200,000-topic registration always fits alone.
+    registration_topics_in_flight: int = 100_000
 
     @property
     def tls_enabled(self) -> bool:
@@ -179,11 +196,13 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "liveness": ("default_timeout_ms", "scan_interval_ms", "forward_interval_ms"),
     "routes": ("order_message_enable",),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
-    "sessions": ("session_ttl_ms", "max_sessions"),
+    "sessions": ("session_ttl_ms", "max_sessions", "max_sessions_per_owner"),
     "limits": ("max_wait_ms", "max_waiting_reads", "remoting_max_connections", "remoting_idle_timeout_ms",
                "remoting_frame_timeout_ms", "remoting_reply_timeout_ms", "grpc_max_connections",
                "grpc_handshake_timeout_ms", "grpc_idle_timeout_ms", "grpc_max_concurrent_rpcs",
-               "metrics_max_connections", "metrics_timeout_ms", "reserved_fds", "metrics_max_broker_sets"),
+               "metrics_max_connections", "metrics_timeout_ms", "reserved_fds", "metrics_max_broker_sets",
+               "max_queue_datas", "max_brokers", "max_kv_keys", "max_kv_bytes", "max_controller_sets",
+               "registration_topics_in_flight"),
 }
 LIMITS = _SECTIONS["limits"]
 # Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.
@@ -257,6 +276,8 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         raise ConfigError("raft.election_min_ms must be positive and below raft.election_max_ms")
     if cfg.scan_interval_ms < 100:
         raise ConfigError("liveness.scan_interval_ms must be >= 100")
+    if cfg.max_sessions_per_owner <= 0:
+        raise ConfigError("sessions.max_sessions_per_owner must be positive")
     for key in LIMITS:
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"limits.{key} must be positive")

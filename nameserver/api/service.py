@@ -49,9 +49,10 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
 
     def write(self, context: grpc.ServicerContext, method: str, request: Any, translate_fn: Callable,
               reply_of: Callable[[WriteResult], Any],
-              service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub) -> Any:
+              service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub, topics: int = 0) -> Any:
         """Apply a write here when leading, else pass `request` on to `method` of the leader's `service`
-        (nameserver/core/forwarder.py); returns the method's reply."""
+        (nameserver/core/forwarder.py); returns the method's reply. `topics`: a registration's, for the
+        leader's budget (nameserver/core/budget.py)."""
         client = client_ref(context)
         timeout = call_timeout(context, self.default_timeout, self.max_wait)
         deadline = time.monotonic() + timeout
@@ -59,11 +60,11 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         if client is not None and client.owner:
             md.append((headers.SESSION_OWNER, client.owner))
         reply = self.node.forwarder.serve_or_forward(
-            lambda left: self._apply_write(translate_fn, reply_of, client, left), method, request, timeout,
+            lambda left: self._apply_write(translate_fn, reply_of, client, left, topics), method, request, timeout,
             forwarded=forwarded(context), wait_s=LEADER_WAIT_S, service=service, metadata=md,
             forward_if_lead_lost=True)
         offset = getattr(reply, "offset", 0)
-        if offset:  # served here: applied already, no wait
+        if offset:  # a write served on the leader is applied already: no wait there
             # Read-your-writes on this node, as on the leader: answer once this node has applied the
             # write too (a broker that registered through us asks us for its routes next). Bounded: a
             # follower cut off from the leader still answers; the write itself is done.
@@ -72,8 +73,8 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         return reply
 
     def _apply_write(self, translate_fn: Callable, reply_of: Callable[[WriteResult], Any],
-                     client: ClientRef | None, timeout: float) -> Any:
-        res = self.node.write(translate_fn, timeout, client, reply_of)
+                     client: ClientRef | None, timeout: float, topics: int = 0) -> Any:
+        res = self.node.write(translate_fn, timeout, client, reply_of, topics)
         if res.replayed is not None:
             reply = reply_of(WriteResult(0, 0, None))  # an empty reply of the right type
             reply.ParseFromString(res.replayed)
@@ -135,9 +136,9 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                 return reply_of(unchanged)
         if should_stream(request):  # passed on to the leader in chunks, made only if it is passed on
             reply = self.write(context, "RegisterBrokerStream", _lazy(register_chunks, request), translate_fn,
-                               reply_of)
+                               reply_of, topics=len(request.topics))
         else:
-            reply = self.write(context, "RegisterBroker", request, translate_fn, reply_of)
+            reply = self.write(context, "RegisterBroker", request, translate_fn, reply_of, topics=len(request.topics))
         if self.node.log.is_leader():
             self.node.liveness.touch(request.broker_addr)
         return reply

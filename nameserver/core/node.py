@@ -18,6 +18,7 @@ import grpc
 from google.protobuf.message import Message
 
 from nameserver.config import NodeConfig
+from nameserver.core.budget import TopicBudget, leading_parts
 from nameserver.core.forwarder import LeaderForwarder, NoLeader
 from nameserver.core.leaderduties import LeaderDuties
 from nameserver.core.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
@@ -30,10 +31,12 @@ from nameserver.core.watch import WatchHub
 from nameserver.errors import TooLargeError
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.safetext import shown
-from nameserver.state import MetadataState, Translation, translate
+from nameserver.state import MetadataState, Translation, quotas, translate
+from nameserver.state.sessions import SessionQuota
 from nameserver.state.translate import CasFailed
 from raftlog.kvstate import KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
+from raftlog.pb import entry_pb2
 from raftlog.proposer import NotLeader, ProposalError
 from snapshot import SnapshotStore
 
@@ -88,6 +91,10 @@ class SessionSuperseded(Exception):
     """A retry of a write older than the client's latest: its result is no longer kept."""
 
 
+class SessionEvicted(SessionSuperseded):
+    """A retry whose session was evicted or expired (a tombstone: nameserver/state/sessions.py)."""
+
+
 class NameServerNode:
     def __init__(self, cfg: NodeConfig) -> None:
         self.cfg = cfg
@@ -104,6 +111,9 @@ class NameServerNode:
         self._stop = threading.Event()
         self.expired_total = 0
         self._waiting_reads = threading.BoundedSemaphore(cfg.max_waiting_reads)
+        self.quota_limits = {name: getattr(cfg, name) for name in quotas.QUOTAS}
+        self.session_quota = SessionQuota(cfg.max_sessions_per_owner, cfg.max_sessions)
+        self.registrations = TopicBudget(cfg.registration_topics_in_flight)
         self.log = ReplicatedLog(
             LogConfig(
                 self_addr=cfg.raft_addr,
@@ -247,16 +257,27 @@ class NameServerNode:
     # ---- writes (leader) -------------------------------------------------------------------------
 
     def write(self, translate_fn: Callable[[MetadataState], Translation], timeout: float,
-              client: ClientRef | None = None, reply_of: Callable[[WriteResult], Message] | None = None
-              ) -> WriteResult:
+              client: ClientRef | None = None, reply_of: Callable[[WriteResult], Message] | None = None,
+              topics: int = 0) -> WriteResult:
         """Translate against the current state and propose; re-translate if a precondition failed.
 
         With a client ref, the write is exactly-once: a retry of the client's latest sequence
         returns the first attempt's reply (`replayed`) instead of applying again.
-        Raises NotLeader (the caller forwards), ProposalError, SessionSuperseded, or the
-        translator's own errors (ValidationError, CasFailed).
+        `topics`: a registration's topic count, held of the leader's budget until it commits
+        (nameserver/core/budget.py).
+        Raises NotLeader (the caller forwards), ProposalError, SessionSuperseded, TooLargeError (a quota
+        or the budget), or the translator's own errors (ValidationError, CasFailed).
         """
+        if topics and not self.log.is_leader():
+            raise NotLeader("this node is not the leader")
         deadline = time.monotonic() + timeout
+        # Waiting for the budget takes at most half the call's time: the other half is the write's own.
+        with self.registrations.hold(topics, timeout / 2):
+            return self._write(translate_fn, deadline, client, reply_of, in_parts=topics > 0)
+
+    def _write(self, translate_fn: Callable[[MetadataState], Translation], deadline: float,
+               client: ClientRef | None, reply_of: Callable[[WriteResult], Message] | None,
+               in_parts: bool = False) -> WriteResult:
         confirmed = False
         for _ in range(MAX_TRANSLATE_ATTEMPTS):
             if not self.log.is_leader():
@@ -287,13 +308,31 @@ class NameServerNode:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            applied = self.log.propose(translation.batch, left)
+            batch = translation.batch
+            if in_parts:  # a big registration: no entry's apply holds the state long (core/budget.py)
+                lead, batch = leading_parts(batch)
+                if not self._propose_all(lead, deadline):
+                    continue  # someone changed what the translation read: translate again
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+            applied = self.log.propose(batch, left)
             if applied.result.applied:
                 return WriteResult(applied.offset, records, translation)
             translation.batch.ClearField("request_id")
             log.info("write raced on %s (version %d); translating again", shown(applied.result.failed_key),
                      applied.result.failed_key_version)
         raise ProposalError("write kept conflicting with concurrent writes or timed out", unknown_outcome=False)
+
+    def _propose_all(self, parts: list[entry_pb2.Batch], deadline: float) -> bool:
+        """Propose parts in order until one is refused at apply (False)."""
+        for part in parts:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProposalError("a registration's parts did not commit in time", unknown_outcome=True)
+            if not self.log.propose(part, left).result.applied:
+                return False
+        return True
 
     def _translate(self, translate_fn: Callable[[MetadataState], Translation], client: ClientRef | None,
                    reply_of: Callable[[WriteResult], Message] | None
@@ -308,10 +347,12 @@ class NameServerNode:
         offset_now = self.state.kv.offset
         translation = translate_fn(self.state)
         records = len(translation.batch.records)
+        if records:
+            quotas.check(self.state.usage, self.state.kv, translation.batch, self.quota_limits)
         if records and client is not None and reply_of is not None:
             reply = reply_of(WriteResult(0, records, translation)).SerializeToString()
-            translate.record_session(translation, self.state, client.session_id, client.seq, reply,
-                                     int(time.time() * 1000))
+            translate.record_session(translation, self.state, client.session_id, client.owner, client.seq, reply,
+                                     int(time.time() * 1000), self.session_quota)
         return translation, offset_now, records
 
     def unchanged_here(self, translate_fn: Callable[[MetadataState], Translation]) -> WriteResult | None:
@@ -336,6 +377,12 @@ class NameServerNode:
         if found is None:
             return None
         session, version = found
+        if session.evicted:
+            if client.seq <= session.last_seq:
+                raise SessionEvicted(f"session {client.client_id} expired or was evicted; sequence {client.seq} "
+                                     "cannot be checked for a duplicate (read the state to see whether it "
+                                     "applied; a new sequence opens the session again)")
+            return None  # a new write: it opens the session again
         if session.last_seq == client.seq:
             return WriteResult(version, 0, None, replayed=session.reply)
         if session.last_seq > client.seq:
@@ -379,7 +426,7 @@ class NameServerNode:
         if not self.log.is_leader() or not self.log.ready:
             return 0
         fn = lambda s: translate.expire_sessions(  # noqa: E731
-            s, self.session_clock.idle_ms, self.cfg.session_ttl_ms, self.cfg.max_sessions)
+            s, self.session_clock.idle_ms, self.cfg.session_ttl_ms)
         try:
             return self.write(fn, self.cfg.write_timeout_ms / 1000).records
         except (NotLeader, ProposalError) as exc:

@@ -57,6 +57,7 @@ from nameserver.config import NodeConfig
 from nameserver.core.node import NameServerNode
 from nameserver.pb import state_pb2
 from nameserver.remoting import codes as remoting_codes
+from nameserver.state import quotas
 from raftlog.history import AppliedEntry
 from raftlog.roles import Role
 from snapshot.store import parse_snapshot_name
@@ -180,6 +181,28 @@ def _controller_gauges(sets: list[tuple[str, state_pb2.ControllerBrokerSet]],
         yield GaugeMetricFamily("nameserver_controller_broker_sets_unlisted", "Broker sets without series of "
                                 "their own here ([limits] metrics_max_broker_sets; sets that have held an "
                                 "election are listed first).", value=len(sets) - len(listed))
+
+
+def _quota_gauges(node: NameServerNode) -> Iterator[Metric]:
+    """What the state holds of each quota, and the limit (nameserver/state/quotas.py, sessions.py), with the
+    registration topics the leader is writing (nameserver/core/budget.py)."""
+    totals, live, kept = node.inspect(lambda s: (dict(s.usage.totals), s.session_book.live_total,
+                                                len(s.session_book.ids())))
+    used = GaugeMetricFamily("nameserver_quota_used", "What this node's state holds of each quota ([limits] "
+                             "and [sessions] max_sessions: live exactly-once sessions), and the registration "
+                             "topics being written on the leader.", labels=["quota"])
+    limit = GaugeMetricFamily("nameserver_quota_limit", "Each quota's limit (nameserver_quota_used reaches it: "
+                              "writes that grow past it are refused).", labels=["quota"])
+    rows = [(name, totals[name], node.quota_limits[name]) for name in quotas.QUOTAS]
+    rows += [("max_sessions", live, node.session_quota.max_sessions),
+             ("registration_topics_in_flight", node.registrations.held, node.registrations.capacity)]
+    for name, value, bound in rows:
+        used.add_metric([name], value)
+        limit.add_metric([name], bound)
+    yield used
+    yield limit
+    yield GaugeMetricFamily("nameserver_session_tombstones", "Evicted or expired exactly-once sessions kept so "
+                            "that their retries are refused, not applied twice.", value=kept - live)
 
 
 class NodeMetrics:
@@ -375,6 +398,7 @@ class _NodeCollector(Collector):
                     "unregistered).", live_brokers)
         yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
         yield from _controller_gauges(broker_sets, m.broker_alive, m.max_broker_sets)
+        yield from _quota_gauges(node)
         yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])
         routes = CounterMetricFamily("nameserver_route_reads", "Route reads this node answered, by whether the "
                                      "route was kept from an earlier read (hit) or computed (miss).",

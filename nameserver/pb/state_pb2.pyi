@@ -154,14 +154,18 @@ class QueueBindingValue(_message.Message):
     def __init__(self, owner: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class ClientSession(_message.Message):
-    __slots__ = ("last_seq", "reply", "last_write_ms")
+    __slots__ = ("last_seq", "reply", "last_write_ms", "owner", "evicted")
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     REPLY_FIELD_NUMBER: _ClassVar[int]
     LAST_WRITE_MS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
     last_seq: int
     reply: bytes
     last_write_ms: int
-    def __init__(self, last_seq: _Optional[int] = ..., reply: _Optional[bytes] = ..., last_write_ms: _Optional[int] = ...) -> None: ...
+    owner: str
+    evicted: bool
+    def __init__(self, last_seq: _Optional[int] = ..., reply: _Optional[bytes] = ..., last_write_ms: _Optional[int] = ..., owner: _Optional[str] = ..., evicted: _Optional[bool] = ...) -> None: ...
 
 class MemberInfo(_message.Message):
     __slots__ = ("grpc_addr",)

@@ -62,7 +62,8 @@ PUBLIC_SETTINGS = (
     "snapshot_every_seconds", "snapshots_kept", "batch_append", "fsync", "read_lease", "group_commit_linger_us",
     "idle_noop_ms", "default_timeout_ms", "scan_interval_ms", "forward_interval_ms", "order_message_enable",
     "max_message_bytes", "workers", "max_watchers", "write_timeout_ms", "remoting_addr",
-    "metrics_addr", "session_ttl_ms", "max_sessions", "security_mode", "tls_client_auth", "remoting_tls_mode",
+    "metrics_addr", "session_ttl_ms", "max_sessions", "max_sessions_per_owner", "security_mode", "tls_client_auth",
+    "remoting_tls_mode",
 ) + LIMITS
 
 

@@ -19,6 +19,8 @@ from nameserver.errors import ValidationError
 from nameserver.logformat import records
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.state import keys
+from nameserver.state.quotas import Usage
+from nameserver.state.sessions import SessionBook
 from raftlog.kvstate import Change, KVState
 from raftlog.pb import entry_pb2
 
@@ -112,6 +114,9 @@ class MetadataState:
         # right while it has that value (nameserver/core/routecache.py).
         self.route_generation = 0
         self._reset_indexes()
+        # Quota totals (nameserver/state/quotas.py): counted from every change, rebuilt on a restore.
+        self.usage = Usage()
+        self.kv.listeners.append(self.usage.on_change)
 
     def _reset_indexes(self) -> None:
         # Decoded values are cached (never handed out: reads return copies).
@@ -129,7 +134,7 @@ class MetadataState:
         self._kv_namespaces: set[str] = set()  # kvns/ records: namespaces ever written
         self._settings: dict[str, str] = {}  # setting/ records: name -> "true"/"false"
         self._bindings: dict[str, dict[int, state_pb2.QueueBindingValue]] = {}  # topic -> queue id -> binding
-        self._sessions: dict[str, state_pb2.ClientSession] = {}
+        self.session_book = SessionBook()  # exactly-once sessions by owner (nameserver/state/sessions.py)
         self._controller_sets: dict[str, state_pb2.ControllerBrokerSet] = {}  # ctrl/ records by broker name
 
     # ---- log application ---------------------------------------------------------------------
@@ -179,6 +184,8 @@ class MetadataState:
                                 unit[kind][topic] = unit[kind].get(topic, 0) + 1
                     continue
             self._on_change(rtype, key, None, value)
+        self.session_book.reorder(lambda sid: self.kv.version(keys.session_key(sid)))
+        self.usage.rebuild(self.kv._values)
 
     def _on_change(self, rtype: int, key: str, old: bytes | None, new: bytes | None) -> None:
         # Dispatch on the key's prefix: the layout, not the record's type field, defines meaning.
@@ -254,7 +261,7 @@ class MetadataState:
     def _on_session(self, key: str, new: bytes | None) -> None:
         client = keys.parse_session_key(key)
         if client is not None:
-            _put_or_pop(self._sessions, client, _decode(state_pb2.ClientSession, new))
+            self.session_book.set(client, _decode(state_pb2.ClientSession, new))
 
     @_handles(records.CONTROLLER)
     def _on_controller(self, key: str, new: bytes | None) -> None:
@@ -552,14 +559,10 @@ class MetadataState:
 
     def session(self, client_id: str) -> tuple[state_pb2.ClientSession, int] | None:
         """A client's latest exactly-once result and the offset that wrote it."""
-        s = self._sessions.get(client_id)
+        s = self.session_book.get(client_id)
         if s is None:
             return None
         return _copy(s), self.kv.version(keys.session_key(client_id))
-
-    def sessions(self) -> list[tuple[str, int]]:
-        """(client id, last write ms) of every session, for the leader's idle expiry."""
-        return [(cid, s.last_write_ms) for cid, s in self._sessions.items()]
 
     # ---- controller mode ---------------------------------------------------------------------------
 

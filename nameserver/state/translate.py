@@ -22,8 +22,9 @@ from google.protobuf.message import Message
 from nameserver.errors import ValidationError
 from nameserver.logformat.records import EXPIRE_TAG, UNREGISTER_TAG
 from nameserver.pb import api_pb2, state_pb2
-from nameserver.state import keys, settings
+from nameserver.state import keys, sessions, settings
 from nameserver.state.metadata import MASTER_ID, ORDER_TOPIC_CONFIG, PERM_READ, PERM_WRITE, MetadataState
+from nameserver.state.sessions import SessionQuota
 from raftlog.pb import entry_pb2
 
 
@@ -407,30 +408,34 @@ def release_queue(state: MetadataState, topic: str, queue_id: int, expected_vers
 
 # ---- exactly-once client sessions ------------------------------------------------------------------
 
-def record_session(t: Translation, state: MetadataState, client_id: str, seq: int, reply: bytes,
-                   now_ms: int) -> None:
-    """Add the client's session record to a non-empty translation, guarded by its current version."""
+def record_session(t: Translation, state: MetadataState, client_id: str, owner: str, seq: int, reply: bytes,
+                   now_ms: int, quota: SessionQuota) -> None:
+    """Add the client's session record to a non-empty translation, guarded by its current version; a
+    session not live yet takes its room within its owner's quota first (nameserver/state/sessions.py)."""
     key = keys.session_key(client_id)
     t.batch.preconditions.add(key=key, version=state.kv.version(key))
-    value = state_pb2.ClientSession(last_seq=seq, reply=reply, last_write_ms=now_ms)
+    found = state.session_book.get(client_id)
+    if found is None or found.evicted:
+        sessions.open_session(t.batch, state.session_book, state.kv.version, client_id, owner, quota)
+    value = state_pb2.ClientSession(last_seq=seq, reply=reply, last_write_ms=now_ms, owner=owner)
     t.batch.records.add(type=keys.SESSION_TYPE, op=entry_pb2.OP_PUT, key=key, value=canonical(value))
 
 
-def expire_sessions(state: MetadataState, idle_ms: Callable[[str], float], ttl_ms: int, max_sessions: int,
-                    limit: int = 1000) -> Translation:
-    """Delete sessions idle past the TTL, and the most idle beyond max_sessions (at most `limit` per batch).
+def expire_sessions(state: MetadataState, idle_ms: Callable[[str], float], ttl_ms: int, limit: int = 1000
+                    ) -> Translation:
+    """Sessions idle past the TTL become tombstones; tombstones idle past it are deleted (at most `limit`).
 
     `idle_ms(session id)` is the caller's measure of idleness: the leader's monotonic clock
-    (nameserver/core/sessionclock.py), never the wall-clock stamp in the record, which a clock step moves."""
-    idle = {cid: idle_ms(cid) for cid, _ in state.sessions()}
-    sessions = sorted(idle, key=lambda cid: (-idle[cid], cid))
-    over = max(0, len(sessions) - max_sessions)
-    doomed = [cid for i, cid in enumerate(sessions) if i < over or idle[cid] > ttl_ms][:limit]
+    (nameserver/core/sessionclock.py), never the wall-clock stamp in the record, which a clock step moves.
+    The count of sessions is bounded at translation (sessions.open_session), never by evicting here."""
     b = _Builder(state)
-    for cid in doomed:
-        key = keys.session_key(cid)
+    for sid, stone in sessions.expiry(state.session_book, idle_ms, ttl_ms, limit):
+        key = keys.session_key(sid)
         b.require(key)
-        b.delete(keys.SESSION_TYPE, key)
+        if stone is None:
+            b.delete(keys.SESSION_TYPE, key)
+        else:
+            b.put(keys.SESSION_TYPE, key, stone)
     return b.build()
 
 

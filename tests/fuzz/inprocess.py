@@ -99,7 +99,7 @@ class LocalNode:
         return fn(self.state)
 
     def write(self, translate_fn: Callable[[MetadataState], Translation], timeout: float, client: Any = None,
-              reply_of: Any = None) -> WriteResult:
+              reply_of: Any = None, topics: int = 0) -> WriteResult:
         tr = translate_fn(self.state)
         if not tr.batch.records:
             return WriteResult(self.state.offset, 0, tr)

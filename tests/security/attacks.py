@@ -57,10 +57,11 @@ class Secure:
 
 
 def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_role: str = "broker",
-                   controller: bool = False) -> Secure:
+                   controller: bool = False, sections: dict[str, dict] | None = None) -> Secure:
     """Secure mode as docs/operations.md sets it up: TLS, tokens by role, a peer token, the Raft
     password, remoting on with an explicit role, metrics on; `controller`: the controller port on too,
-    its callers brokers (as RocketMQ's brokers in controller mode)."""
+    its callers brokers (as RocketMQ's brokers in controller mode). `sections`: more TOML
+    ({"sessions": {...}})."""
     os.makedirs(root, exist_ok=True)
     ca = TestCA(os.path.join(root, "pki"))
     node_cert = ca.node("node")
@@ -77,7 +78,7 @@ def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_rol
     tokens_file = write("tokens.toml", "[tokens]\n" + "".join(
         f'"{hash_token(t)}" = "{roles.get(r, r)}"\n' for r, t in tokens.items()))
     password = secrets.token_urlsafe(24)
-    sections: dict[str, dict] = {
+    config: dict[str, dict] = {
         "security": {"mode": "secure"},
         "raft": {"password_file": write("raft.pw", password)},
         "tls": {"cert_file": node_cert.cert, "key_file": node_cert.key, "ca_file": ca.ca_file, "client_auth": "none"},
@@ -85,10 +86,11 @@ def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_rol
         "remoting": {"role": remoting_role},
     }
     if controller:
-        sections["controller"] = {"role": "broker"}
+        config["controller"] = {"role": "broker"}
     if limits:
-        sections["limits"] = limits
-    cluster = Cluster(root, 3, metrics=True, remoting=True, controller=controller, security=sections,
+        config["limits"] = limits
+    config |= sections or {}
+    cluster = Cluster(root, 3, metrics=True, remoting=True, controller=controller, security=config,
                       connect=lambda addr, opts=(): tlsconf.open_channel(
                           addr, tls=True, ca_file=ca.ca_file, token=tokens["admin"], options=opts))
     all_secrets = [*tokens.values(), *(hash_token(t) for t in tokens.values()), password]

@@ -42,9 +42,9 @@ def test_expiry_uses_the_idle_measure_given_never_the_records_wall_clock() -> No
     stamp = state_pb2.ClientSession(last_seq=1, last_write_ms=0).SerializeToString()  # wall clock: 1970
     state.restore(3, [(keys.session_key(cid), stamp, i + 1, keys.SESSION_TYPE)
                       for i, cid in enumerate(("mid", "new", "old"))])
-    assert len(state.sessions()) == 3
+    assert len(state.session_book.ids()) == 3
     idle = {"old": 90_000.0, "mid": 50_000.0, "new": 1_000.0}
-    doomed = {r.key for r in expire_sessions(state, idle.__getitem__, 60_000, 100).batch.records}
+    doomed = {r.key for r in expire_sessions(state, idle.__getitem__, 60_000).batch.records}
     assert doomed == {keys.session_key("old")}  # the 1970 stamps decide nothing
-    capped = {r.key for r in expire_sessions(state, idle.__getitem__, 600_000, 1).batch.records}
-    assert capped == {keys.session_key("old"), keys.session_key("mid")}  # the most idle beyond the cap
+    most_idle = {r.key for r in expire_sessions(state, idle.__getitem__, 10_000, limit=1).batch.records}
+    assert most_idle == {keys.session_key("old")}  # at most `limit`, the most idle first

@@ -1,0 +1,219 @@
+"""Exactly-once sessions by owner (nameserver/state/sessions.py), the state's quotas (quotas.py) and the
+leader's registration budget (nameserver/core/budget.py): the pure parts."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nameserver.core.budget import TopicBudget, leading_parts
+from nameserver.errors import TooLargeError
+from nameserver.pb import state_pb2
+from nameserver.state import MetadataState, Translation, keys, put_kv, quotas, translate
+from nameserver.state.sessions import SessionQuota
+from raftlog.pb import entry_pb2
+from tests.cluster import register_request
+
+QUOTA = SessionQuota(per_owner=3, max_sessions=8)
+
+
+def apply(state: MetadataState, tr: Translation) -> entry_pb2.BatchResult:
+    return state.apply_entry(state.offset + 1, entry_pb2.Entry(batches=[tr.batch]))[0]
+
+
+def session_write(state: MetadataState, owner: str, cid: str, seq: int, quota: SessionQuota = QUOTA
+                  ) -> Translation:
+    """An exactly-once KV write of `owner`'s client `cid`, as the leader translates it."""
+    tr = put_kv(state, "NS", f"{owner}-{cid}-{seq}", "v")
+    translate.record_session(tr, state, f"{owner}.{cid}", owner, seq, b"reply", 0, quota)
+    return tr
+
+
+def write(state: MetadataState, owner: str, cid: str, seq: int, quota: SessionQuota = QUOTA) -> None:
+    assert apply(state, session_write(state, owner, cid, seq, quota)).applied
+
+
+def live(state: MetadataState) -> set[str]:
+    return {sid for sid in state.session_book.ids() if not state.session_book.get(sid).evicted}  # type: ignore[union-attr]
+
+
+def test_a_flood_of_one_owner_evicts_only_its_own_oldest_sessions() -> None:
+    state = MetadataState()
+    write(state, "admin", "idle", 1)
+    for i in range(50):
+        write(state, "broker", f"flood{i}", 1)
+    assert "admin.idle" in live(state) and "broker.flood49" in live(state)
+    assert state.session_book.live("broker") == QUOTA.per_owner
+    assert state.session_book.evicted("broker") == QUOTA.per_owner  # tombstones are bounded as well
+    admin = state.session("admin.idle")
+    assert admin is not None and not admin[0].evicted and admin[0].reply == b"reply"
+
+
+def test_an_evicted_session_leaves_a_tombstone_with_its_last_sequence() -> None:
+    state = MetadataState()
+    one = SessionQuota(per_owner=1, max_sessions=8)
+    write(state, "broker", "a", 7, one)
+    write(state, "broker", "b", 1, one)
+    found = state.session("broker.a")
+    assert found is not None
+    stone = found[0]
+    assert stone.evicted and stone.last_seq == 7 and stone.reply == b"" and stone.owner == "broker"
+    # a new sequence opens it again, evicting the owner's then oldest
+    write(state, "broker", "a", 8, one)
+    assert live(state) == {"broker.a"}
+    assert state.session_book.evicted("broker") == 1  # b's tombstone; a's own became live again
+
+
+def test_past_max_sessions_a_new_owner_is_refused_and_nobody_is_evicted() -> None:
+    state = MetadataState()
+    for owner in "abc":
+        for cid in "xyz":
+            if len(live(state)) < QUOTA.max_sessions:
+                write(state, owner, cid, 1)
+    before = set(live(state))
+    with pytest.raises(TooLargeError) as err:
+        session_write(state, "d", "x", 1)
+    assert err.value.field == "sessions.max_sessions"
+    assert live(state) == before
+    write(state, "a", "w", 1)  # an owner at its quota still opens one, in its own room
+    assert state.session_book.live_total == QUOTA.max_sessions
+
+
+def test_every_replica_and_a_restored_one_agree_on_sessions_and_the_next_eviction() -> None:
+    leader, follower = MetadataState(), MetadataState()
+    quota = SessionQuota(per_owner=3, max_sessions=100)
+    for i in range(20):
+        tr = session_write(leader, "abcd"[i % 4], f"c{i % 7}", i + 1, quota)
+        apply(leader, tr)
+        apply(follower, tr)
+    assert leader.digest_hex == follower.digest_hex
+    restored = MetadataState()
+    restored.restore(leader.offset, [(k, v, ver, t) for k, (v, ver, t) in leader.kv.freeze().items()])
+    for state in (follower, restored):
+        assert set(state.session_book.ids()) == set(leader.session_book.ids())
+        nxt = session_write(state, "a", "new", 1, quota)
+        assert [(r.key, r.op) for r in nxt.batch.records] == [
+            (r.key, r.op) for r in session_write(leader, "a", "new", 1, quota).batch.records]
+        assert len(nxt.batch.records) == 3  # the KV write, owner a's oldest evicted, the new session
+
+
+def test_expiry_makes_tombstones_then_deletes_them() -> None:
+    state = MetadataState()
+    write(state, "a", "x", 3)
+    tr = translate.expire_sessions(state, lambda sid: 10_000.0, 5_000)
+    assert [r.op for r in tr.batch.records] == [entry_pb2.OP_PUT]
+    apply(state, tr)
+    found = state.session("a.x")
+    assert found is not None and found[0].evicted and found[0].last_seq == 3
+    tr = translate.expire_sessions(state, lambda sid: 10_000.0, 5_000)
+    assert [r.op for r in tr.batch.records] == [entry_pb2.OP_DELETE]
+    apply(state, tr)
+    assert state.session("a.x") is None
+
+
+# ---- quotas --------------------------------------------------------------------------------------
+
+LIMITS = {quotas.QUEUE_DATAS: 10, quotas.BROKERS: 10, quotas.KV_KEYS: 4, quotas.KV_BYTES: 200,
+          quotas.CONTROLLER_SETS: 10}
+
+
+def test_a_write_that_would_cross_a_quota_is_refused_naming_it() -> None:
+    state = MetadataState()
+    for i in range(3):
+        tr = put_kv(state, "NS", f"k{i}", "v")  # the namespace record counts once
+        quotas.check(state.usage, state.kv, tr.batch, LIMITS)
+        apply(state, tr)
+    assert state.usage.totals[quotas.KV_KEYS] == 4
+    with pytest.raises(TooLargeError) as err:
+        quotas.check(state.usage, state.kv, put_kv(state, "NS", "k9", "v").batch, LIMITS)
+    assert err.value.field == "limits.max_kv_keys"
+    quotas.check(state.usage, state.kv, put_kv(state, "NS", "k0", "w").batch, LIMITS)  # a rewrite: no growth
+    quotas.check(state.usage, state.kv, translate.delete_kv(state, "NS", "k0").batch, LIMITS)
+    with pytest.raises(TooLargeError) as err:
+        quotas.check(state.usage, state.kv, put_kv(state, "NS", "k0", "v" * 300).batch, LIMITS)
+    assert err.value.field == "limits.max_kv_bytes"
+
+
+def test_usage_follows_every_change_and_a_restore_rebuilds_it() -> None:
+    state = MetadataState()
+    for i in range(5):
+        apply(state, put_kv(state, f"N{i % 2}", f"k{i}", "x" * i))
+    apply(state, translate.delete_kv(state, "N0", "k0"))
+    restored = MetadataState()
+    restored.restore(state.offset, [(k, v, ver, t) for k, (v, ver, t) in state.kv.freeze().items()])
+    assert restored.usage.totals == state.usage.totals
+    assert state.usage.totals[quotas.KV_KEYS] == 4 + 2
+    stored = sum(len(k) + len(v) for k, (v, _, _) in state.kv.freeze().items() if k.startswith(("kv/", "kvns/")))
+    assert state.usage.totals[quotas.KV_BYTES] == stored
+
+
+def test_queue_datas_count_per_broker_name() -> None:
+    state = MetadataState()
+    batch = entry_pb2.Batch()
+    for topic in ("T1", "T2"):
+        for broker in ("b1", "b2"):
+            batch.records.add(type=keys.TOPIC_TYPE, op=entry_pb2.OP_PUT, key=keys.topic_key(topic, broker),
+                              value=state_pb2.QueueData(broker_name=broker).SerializeToString())
+    quotas.check(state.usage, state.kv, batch, LIMITS)
+    with pytest.raises(TooLargeError, match="limits.max_queue_datas"):
+        quotas.check(state.usage, state.kv, batch, {**LIMITS, quotas.QUEUE_DATAS: 3})
+
+
+# ---- the registration budget -----------------------------------------------------------------------
+
+
+def test_the_budget_queues_a_registration_behind_others_and_refuses_past_its_wait() -> None:
+    budget = TopicBudget(100)
+    got: list[int] = []
+
+    def second() -> None:
+        with budget.hold(50, 10.0):
+            got.append(budget.held)
+
+    with budget.hold(70, 1.0):
+        with budget.hold(20, 1.0):  # fits beside
+            assert budget.held == 90
+        with pytest.raises(TooLargeError, match="limits.registration_topics_in_flight"), budget.hold(50, 0.05):
+            pass
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        waiter.join(0.2)
+        assert not got  # still waiting for room
+    waiter.join(10)
+    assert got == [50]  # ran once the first was done
+    with budget.hold(500, 0.05):  # bigger than the budget: runs alone
+        assert budget.held == 100
+    assert budget.held == 0
+
+
+def test_an_owner_over_its_quota_is_brought_back_to_it() -> None:
+    state = MetadataState()
+    for cid in "abcde":  # concurrent translations can leave an owner over: here, a quota lowered since
+        write(state, "o", cid, 1, SessionQuota(per_owner=10, max_sessions=100))
+    tr = session_write(state, "o", "f", 1)
+    assert sum(r.key.startswith(keys.SESSION_PREFIX) for r in tr.batch.records) == 3 + 1  # 3 evicted, f
+    apply(state, tr)
+    assert state.session_book.live("o") == QUOTA.per_owner
+
+
+def test_a_big_registration_is_proposed_in_parts_that_each_apply_as_the_whole_would() -> None:
+    state = MetadataState()
+    req = register_request("C", "b1", "10.0.0.1:10911", [f"T{i}" for i in range(25)])
+    whole = translate.register_broker(state, req, 30_000)
+    lead, last = leading_parts(whole.batch, per_part=10)
+    assert [len(p.records) for p in lead] == [10, 10]
+    assert all(r.key.startswith(keys.TOPIC_PREFIX) for p in lead for r in p.records)
+    assert {r.key for r in last.records} >= {keys.broker_key("b1"), keys.live_key("10.0.0.1:10911")}
+    assert all(list(p.preconditions) == list(whole.batch.preconditions) for p in [*lead, last])
+    parted = MetadataState()
+    for part in [*lead, last]:
+        assert parted.apply_entry(parted.offset + 1, entry_pb2.Entry(batches=[part]))[0].applied
+    apply(state, whole)
+    assert parted.route("T7") == state.route("T7") and parted.topic_count() == state.topic_count() == 25
+    # a part refused (the broker changed under it) leaves a diff to translate again: only what is missing
+    changed = MetadataState()
+    assert changed.apply_entry(1, entry_pb2.Entry(batches=[lead[0]]))[0].applied
+    again = translate.register_broker(changed, req, 30_000)
+    assert len([r for r in again.batch.records if r.key.startswith(keys.TOPIC_PREFIX)]) == 15
+    assert leading_parts(again.batch, per_part=100) == ([], again.batch)  # small: one entry
