@@ -4,7 +4,8 @@ A session belongs to its owner (the caller's identity, nameserver/api/auth.py se
 auth). The rule, decided by the leader at translation and carried by the log's records, so every
 replica holds the same sessions:
 
-- An owner holds at most `per_owner` live sessions. A write that opens one more evicts one of the owner's
+- An owner holds at most `per_owner` live sessions (without [auth], the one owner "" holds up to
+  `max_sessions`). A write that opens one more evicts one of the owner's
   OWN least recently written sessions (among its 16 oldest), in the same batch. Another owner's
   sessions are never touched.
 - Past the node-wide `max_sessions` live sessions, a new session of an owner below its quota is
@@ -39,6 +40,11 @@ SPREAD = 16  # an eviction picks among this many of the owner's oldest sessions
 class SessionQuota:
     per_owner: int     # [sessions] max_sessions_per_owner: live sessions of one owner
     max_sessions: int  # [sessions] max_sessions: live sessions of all owners
+
+    def of(self, owner: str) -> int:
+        """Live sessions `owner` may hold. Without [auth] every caller is the one owner "", so it gets
+        the node-wide limit (per-owner quotas need identities to tell tenants apart)."""
+        return self.max_sessions if owner == "" else self.per_owner
 
 
 class SessionBook:
@@ -125,7 +131,8 @@ def open_session(batch: entry_pb2.Batch, book: SessionBook, version: Callable[[s
     tombstones = book.evicted(owner) - reviving
     # Back to the quota: concurrent translations each check the applied state, so an owner can end a
     # few over it (the writes in flight); its next new session brings it back.
-    over = book.live(owner) - quota.per_owner + 1
+    per_owner = quota.of(owner)
+    over = book.live(owner) - per_owner + 1
     if over > 0:
         for victim in book.oldest(owner, evicted=False, other_than=session_id, count=over):
             session = book.get(victim)
@@ -137,7 +144,7 @@ def open_session(batch: entry_pb2.Batch, book: SessionBook, version: Callable[[s
     elif book.live_total >= quota.max_sessions:
         raise TooLargeError("sessions.max_sessions", f"the node holds {book.live_total} exactly-once sessions "
                             f"(limit {quota.max_sessions}); retry without x-client-id or later")
-    for dropped in book.oldest(owner, evicted=True, other_than=session_id, count=tombstones - quota.per_owner):
+    for dropped in book.oldest(owner, evicted=True, other_than=session_id, count=tombstones - per_owner):
         key = _guarded(batch, dropped, version(keys.session_key(dropped)))
         batch.records.add(type=keys.SESSION_TYPE, op=entry_pb2.OP_DELETE, key=key)
 

@@ -217,3 +217,13 @@ def test_a_big_registration_is_proposed_in_parts_that_each_apply_as_the_whole_wo
     again = translate.register_broker(changed, req, 30_000)
     assert len([r for r in again.batch.records if r.key.startswith(keys.TOPIC_PREFIX)]) == 15
     assert leading_parts(again.batch, per_part=100) == ([], again.batch)  # small: one entry
+
+
+def test_without_auth_the_one_anonymous_owner_may_hold_up_to_max_sessions() -> None:
+    """Without [auth] every caller is the owner "": its quota is the node's, not one tenant's."""
+    state = MetadataState()
+    for i in range(QUOTA.max_sessions):
+        write(state, "", f"c{i}", 1)
+    assert state.session_book.live("") == QUOTA.max_sessions  # per_owner (3) would have evicted 5
+    write(state, "", "one-more", 1)
+    assert state.session_book.live("") == QUOTA.max_sessions and state.session_book.evicted("") == 1
