@@ -27,7 +27,8 @@
                 max_waiting_reads, remoting_max_connections, remoting_idle_timeout_ms,
                 remoting_frame_timeout_ms, remoting_reply_timeout_ms, grpc_max_connections,
                 grpc_handshake_timeout_ms, grpc_idle_timeout_ms, grpc_max_concurrent_rpcs,
-                metrics_max_connections, metrics_timeout_ms, reserved_fds
+                grpc_max_streams_per_connection, grpc_progress_timeout_ms, grpc_max_streams,
+                grpc_max_streams_per_caller, metrics_max_connections, metrics_timeout_ms, reserved_fds
     [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent), role, tls
     [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
     [archive]   dir = "archive"              (node-side log archive; off when absent)
@@ -133,6 +134,12 @@ class NodeConfig:
     grpc_handshake_timeout_ms: int = 10_000   # a connection that never speaks HTTP/2 is closed
     grpc_idle_timeout_ms: int = 300_000       # connections without calls are closed (clients reconnect)
     grpc_max_concurrent_rpcs: int = 1024      # calls running or queued; more fail RESOURCE_EXHAUSTED
+    # What one call holds of a worker (nameserver/api/callguard.py). 100 streams a connection (gRPC-Go's
+    # default): grpc clients queue past it, a raw client's extra streams are refused by the transport.
+    grpc_max_streams_per_connection: int = 100
+    grpc_progress_timeout_ms: int = 10_000    # a request message, a client stream's next, a reply's send
+    grpc_max_streams: int = 16                # streaming calls at once (Watch apart): a quarter of the workers
+    grpc_max_streams_per_caller: int = 4      # of those, one caller's (its token, else its address)
     metrics_max_connections: int = 16
     metrics_timeout_ms: int = 10_000          # a scrape must send its request within this
     reserved_fds: int = 64         # descriptors no connection may take: the journal and snapshots need them
@@ -180,7 +187,8 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "limits": ("max_wait_ms", "max_waiting_reads", "remoting_max_connections", "remoting_idle_timeout_ms",
                "remoting_frame_timeout_ms", "remoting_reply_timeout_ms", "grpc_max_connections",
                "grpc_handshake_timeout_ms", "grpc_idle_timeout_ms", "grpc_max_concurrent_rpcs",
-               "metrics_max_connections", "metrics_timeout_ms", "reserved_fds"),
+               "grpc_max_streams_per_connection", "grpc_progress_timeout_ms", "grpc_max_streams",
+               "grpc_max_streams_per_caller", "metrics_max_connections", "metrics_timeout_ms", "reserved_fds"),
 }
 LIMITS = _SECTIONS["limits"]
 # Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.

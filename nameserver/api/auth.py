@@ -165,6 +165,19 @@ class Authorizer:
         return caller
 
 
+    def refusal(self, method: str, metadata: dict[str, str]) -> tuple[grpc.StatusCode, str] | None:
+        """The status a call gets whatever its request says, when its metadata alone decides (a token
+        was sent, or certificates grant no role): such a call is refused before its request arrives
+        (nameserver/api/callguard.py), so a caller without a credential never holds a worker."""
+        if is_open(method) or (headers.AUTHORIZATION not in metadata and self.cert_roles):
+            return None
+        try:
+            self.check(method, metadata, {})
+        except Denied as exc:
+            return exc.code, str(exc)
+        return None
+
+
 class AuthInterceptor(grpc.ServerInterceptor):
     """Checks every call before its handler runs. Placed after the metrics interceptor so that refused
     calls are still counted (by their status code)."""
