@@ -134,9 +134,10 @@ class NodeConfig:
     grpc_handshake_timeout_ms: int = 10_000   # a connection that never speaks HTTP/2 is closed
     grpc_idle_timeout_ms: int = 300_000       # connections without calls are closed (clients reconnect)
     grpc_max_concurrent_rpcs: int = 1024      # calls running or queued; more fail RESOURCE_EXHAUSTED
-    # What one call holds of a worker (nameserver/api/callguard.py). 100 streams a connection (gRPC-Go's
-    # default): grpc clients queue past it, a raw client's extra streams are refused by the transport.
-    grpc_max_streams_per_connection: int = 100
+    # What one call holds of a worker (nameserver/api/callguard.py). Streams a connection: about Go's
+    # HTTP/2 server default (250); gRPC clients queue past it, but the transport resets streams a client
+    # opens before the node's SETTINGS reach it, so it stays above any client's burst of calls.
+    grpc_max_streams_per_connection: int = 256
     grpc_progress_timeout_ms: int = 10_000    # a request message, a client stream's next, a reply's send
     grpc_max_streams: int = 16                # streaming calls at once (Watch apart): a quarter of the workers
     grpc_max_streams_per_caller: int = 4      # of those, one caller's (its token, else its address)

@@ -13,13 +13,13 @@ off the wire (a client that never reads). Three bounds, enforced by one intercep
   for it before any of our code runs).
 - streams per node: streaming calls (client or server streams, Watch excepted: limits its own with
   [grpc] max_watchers) running at once; more fail RESOURCE_EXHAUSTED at once.
-- streams per caller: the same, per caller (its bearer token, else its address). Forwarded calls
-  from peer nodes count only against the node's bound.
+- streams per caller: the same, per caller (its bearer token, else its certificate's name, else its
+  address). Forwarded calls from peer nodes count only against the node's bound.
 
 A call the auth interceptor will refuse whatever its request says (no token, a bad token, a role
 without the right: `refusal`, decided from the metadata alone) is refused without waiting for its
-request: the inner interceptors run with a placeholder request, so the refusal is answered (and
-counted by the metrics) as always. The guard is the outermost interceptor: the others see every
+request: the inner interceptors run with a stand-in request that fails closed, so the refusal is
+answered (and counted by the metrics) as always. The guard is the outermost interceptor: the others see every
 method as what it is.
 
 All deadlines wait on one watch thread (nameserver/api/deadlines.py).
@@ -43,13 +43,16 @@ from nameserver.pb import api_pb2
 _OWN_BOUND = frozenset({"/" + api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name + "/Watch"})
 
 
-def caller_key(metadata: dict[str, str], peer: str) -> str:
-    """Who a call is, for per-caller bounds: its bearer token (hashed; never kept), else its address
-    without the port (one host's connections are one caller)."""
+def caller_key(metadata: dict[str, str], context: grpc.ServicerContext) -> str:
+    """Who a call is, for per-caller bounds: its bearer token (hashed; never kept), else its client
+    certificate's name, else its address without the port (one host's connections are one caller)."""
     token = metadata.get(headers.AUTHORIZATION)
     if token:
         return "token:" + hashlib.sha256(token.encode()).hexdigest()[:16]
-    return peer.rsplit(":", 1)[0]  # "ipv4:10.0.0.1:53412", "ipv6:[::1]:53412"
+    names = (context.auth_context() or {}).get("x509_common_name")
+    if names:
+        return "cert:" + bytes(next(iter(names))).decode(errors="replace")
+    return context.peer().rsplit(":", 1)[0]  # "ipv4:10.0.0.1:53412", "ipv6:[::1]:53412"
 
 
 def cancel_call(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
@@ -124,7 +127,7 @@ class CallGuard(grpc.ServerInterceptor):
                 "response_serializer": handler.response_serializer}
         refused = self.refusal(method, metadata) if self.refusal is not None else None
         if refused is not None:
-            return self._refuse(behavior, handler, refused, args)
+            return self._refuse(behavior, handler.response_streaming, refused, args)
         if handler.response_streaming:
             return grpc.stream_stream_rpc_method_handler(
                 self._streamed(behavior, handler.request_streaming, metadata, counted), **args)
@@ -132,28 +135,28 @@ class CallGuard(grpc.ServerInterceptor):
             self._unary(behavior, handler.request_streaming, metadata, counted), **args)
 
     @staticmethod
-    def _refuse(behavior: Callable, handler: grpc.RpcMethodHandler, refused: tuple[grpc.StatusCode, str],
+    def _refuse(behavior: Callable, response_streaming: bool, refused: tuple[grpc.StatusCode, str],
                 args: dict[str, Any]) -> grpc.RpcMethodHandler:
-        """A handler that never reads the request: request-streaming, so grpcio runs it at once."""
-        def placeholder() -> Any:
-            return iter(()) if handler.request_streaming else None
-
-        if handler.response_streaming:
+        """A handler that never reads the request: request-streaming, so grpcio runs it at once. The
+        inner interceptors (metrics, then auth, which aborts with the same verdict) get a stand-in that
+        fails closed should anything ever touch it."""
+        if response_streaming:
             def refuse_stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-                yield from behavior(placeholder(), context)  # the auth interceptor aborts first
+                yield from behavior(_Unread(), context)
                 context.abort(*refused)
             return grpc.stream_stream_rpc_method_handler(refuse_stream, **args)
 
         def refuse(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
-            behavior(placeholder(), context)
+            behavior(_Unread(), context)
             context.abort(*refused)
         return grpc.stream_unary_rpc_method_handler(refuse, **args)
 
     # ---- the waits on the client -------------------------------------------------------------------
 
-    def _stall_watch(self, context: grpc.ServicerContext, what: str) -> tuple[Callable[[], object], Callable[[], bool]]:
-        """(the action that cancels the call, whether it ran). After a cancel grpcio may report the
-        client's stream as ended, not cancelled: a stream cut short must never pass for a whole one."""
+    def _stall_watch(self, context: grpc.ServicerContext, what: str) -> tuple[Callable[[], None], Callable[[], None]]:
+        """(the action that cancels the call, a check that aborts once it has run). After a cancel,
+        grpcio may report the client's stream as ended rather than cancelled: a stream cut short must
+        never pass for a whole one."""
         fired = threading.Event()
         message = f"{what} within {int(self.progress_s * 1000)} ms (limits.grpc_progress_timeout_ms)"
 
@@ -161,10 +164,9 @@ class CallGuard(grpc.ServerInterceptor):
             fired.set()
             cancel_call(context, grpc.StatusCode.DEADLINE_EXCEEDED, message)
 
-        def check() -> bool:
+        def check() -> None:
             if fired.is_set():
                 context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, message)
-            return True
         return cancel, check
 
     def _received(self, requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
@@ -201,7 +203,7 @@ class CallGuard(grpc.ServerInterceptor):
         """Take a stream slot for a counted call, or abort; (taken, the caller it was counted on)."""
         if not counted:
             return False, None
-        caller = None if headers.FORWARDED in metadata else caller_key(metadata, context.peer())
+        caller = None if headers.FORWARDED in metadata else caller_key(metadata, context)
         refused = self.slots.take(caller)
         if refused is not None:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
@@ -234,5 +236,19 @@ class CallGuard(grpc.ServerInterceptor):
 
 
 _END = object()
+
+
+class _Unread:
+    """The request of a call refused before it was read: a request (or request stream) that raises
+    on any use, so a handler can never act on it."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("the request of a refused call was never read")
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        raise RuntimeError("the request of a refused call was never read")
 
 __all__ = ["CallGuard", "Refusal", "StreamSlots", "caller_key", "cancel_call"]

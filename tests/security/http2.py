@@ -71,37 +71,40 @@ class RawConnection:
         return stream
 
     def _read(self) -> None:
-        buf = b""
+        buf, pos = bytearray(), 0
         try:
             while True:
-                while len(buf) < 9:
-                    data = self.sock.recv(1 << 16)
-                    if not data:
-                        return
-                    buf += data
-                length = int.from_bytes(buf[:3], "big")
-                kind, flags, stream = buf[3], buf[4], struct.unpack(">I", buf[5:9])[0] & 0x7FFFFFFF
-                while len(buf) < 9 + length:
-                    data = self.sock.recv(1 << 16)
-                    if not data:
-                        return
-                    buf += data
-                payload, buf = buf[9:9 + length], buf[9 + length:]
-                if kind == SETTINGS and not flags & ACK:
-                    self._send(frame(SETTINGS, ACK, 0))
-                elif kind == PING and not flags & ACK:
-                    self._send(frame(PING, ACK, 0, payload))
-                elif kind == RST_STREAM:
-                    self.reset.add(stream)
-                    self.ended.add(stream)
-                elif kind in (HEADERS, DATA) and flags & END_STREAM:
-                    self.ended.add(stream)
-                elif kind == GOAWAY:
-                    self.goaway = True
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    return
+                buf += data
+                while len(buf) - pos >= 9:
+                    length = int.from_bytes(buf[pos:pos + 3], "big")
+                    if len(buf) - pos < 9 + length:
+                        break
+                    kind, flags = buf[pos + 3], buf[pos + 4]
+                    stream = int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+                    self._on_frame(kind, flags, stream, bytes(buf[pos + 9:pos + 9 + length]))
+                    pos += 9 + length
+                del buf[:pos]
+                pos = 0
         except OSError:
             return
         finally:
             self.closed.set()
+
+    def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+        if kind == SETTINGS and not flags & ACK:
+            self._send(frame(SETTINGS, ACK, 0))
+        elif kind == PING and not flags & ACK:
+            self._send(frame(PING, ACK, 0, payload))
+        elif kind == RST_STREAM:
+            self.reset.add(stream)
+            self.ended.add(stream)
+        elif kind in (HEADERS, DATA) and flags & END_STREAM:
+            self.ended.add(stream)
+        elif kind == GOAWAY:
+            self.goaway = True
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
