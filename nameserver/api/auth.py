@@ -10,8 +10,9 @@
 Health checking and reflection stay open. A call without a credential fails UNAUTHENTICATED (so does a
 bad token); an authenticated caller without the right fails PERMISSION_DENIED. Either way the method
 never runs, so nothing changes; when the headers alone decide, the call is refused before its request
-message is read (`Authorizer.refusal`, used by nameserver/api/callguard.py). A follower authorizes the original caller, then forwards with its peer
-credential and the x-rip18-forwarded header; that header is honoured only from the peer role.
+message is read (`Authorizer.refusal`, used by nameserver/api/callguard.py). A follower authorizes the
+original caller, then forwards with its peer credential and the x-rip18-forwarded header; that header
+is honoured only from the peer role.
 
 Exactly-once sessions belong to the authenticated caller: `session_owner()` names the caller of the
 call being served (a token's hash or a certificate's name, hashed), and a client id is only ever looked
