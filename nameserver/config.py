@@ -134,10 +134,11 @@ class NodeConfig:
     grpc_handshake_timeout_ms: int = 10_000   # a connection that never speaks HTTP/2 is closed
     grpc_idle_timeout_ms: int = 300_000       # connections without calls are closed (clients reconnect)
     grpc_max_concurrent_rpcs: int = 1024      # calls running or queued; more fail RESOURCE_EXHAUSTED
-    # What one call holds of a worker (nameserver/api/callguard.py). Streams a connection: about Go's
-    # HTTP/2 server default (250); gRPC clients queue past it, but the transport resets streams a client
-    # opens before the node's SETTINGS reach it, so it stays above any client's burst of calls.
-    grpc_max_streams_per_connection: int = 256
+    # What one call holds of a worker (nameserver/api/callguard.py). Streams a connection: gRPC clients
+    # queue past it, but streams a fresh connection opens before the node's SETTINGS arrive are reset, so
+    # it stays above any client's burst (a follower forwards at most [grpc] workers calls at once). 256
+    # let a 20-connection flood grow the node by 107 MiB and writes to 1.7 s; 100: 37-49 MiB.
+    grpc_max_streams_per_connection: int = 100
     grpc_progress_timeout_ms: int = 10_000    # a request message, a client stream's next, a reply's send
     grpc_max_streams: int = 16                # streaming calls at once (Watch apart): a quarter of the workers
     grpc_max_streams_per_caller: int = 4      # of those, one caller's (its token, else its address)
