@@ -27,9 +27,10 @@
                 max_waiting_reads, remoting_max_connections, remoting_idle_timeout_ms,
                 remoting_frame_timeout_ms, remoting_reply_timeout_ms, grpc_max_connections,
                 grpc_handshake_timeout_ms, grpc_idle_timeout_ms, grpc_max_concurrent_rpcs,
-                metrics_max_connections, metrics_timeout_ms, reserved_fds, metrics_max_broker_sets; quotas of
-                the state: max_queue_datas, max_brokers, max_kv_keys, max_kv_bytes, max_controller_sets;
-                registration_topics_in_flight
+                grpc_max_streams_per_connection, grpc_progress_timeout_ms, grpc_max_streams,
+                grpc_max_streams_per_caller, metrics_max_connections, metrics_timeout_ms, reserved_fds,
+                metrics_max_broker_sets; quotas of the state: max_queue_datas, max_brokers, max_kv_keys,
+                max_kv_bytes, max_controller_sets; registration_topics_in_flight
     [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent), role, tls
     [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
     [archive]   dir = "archive"              (node-side log archive; off when absent)
@@ -138,6 +139,14 @@ class NodeConfig:
     grpc_handshake_timeout_ms: int = 10_000   # a connection that never speaks HTTP/2 is closed
     grpc_idle_timeout_ms: int = 300_000       # connections without calls are closed (clients reconnect)
     grpc_max_concurrent_rpcs: int = 1024      # calls running or queued; more fail RESOURCE_EXHAUSTED
+    # What one call holds of a worker (nameserver/api/callguard.py). Streams a connection: gRPC clients
+    # queue past it, but streams a fresh connection opens before the node's SETTINGS arrive are reset, so
+    # it stays above any client's burst (a follower forwards at most [grpc] workers calls at once). 256
+    # let a 20-connection flood grow the node by 107 MiB and writes to 1.7 s; 100: 37-49 MiB.
+    grpc_max_streams_per_connection: int = 100
+    grpc_progress_timeout_ms: int = 10_000    # a request message, a client stream's next, a reply's send
+    grpc_max_streams: int = 16                # streaming calls at once (Watch apart): a quarter of the workers
+    grpc_max_streams_per_caller: int = 4      # of those, one caller's (its token, else its address)
     metrics_max_connections: int = 16
     metrics_timeout_ms: int = 10_000          # a scrape must send its request within this
     # broker sets with series of their own on /metrics (5 each); the rest only in totals. Any broker
@@ -200,9 +209,10 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "limits": ("max_wait_ms", "max_waiting_reads", "remoting_max_connections", "remoting_idle_timeout_ms",
                "remoting_frame_timeout_ms", "remoting_reply_timeout_ms", "grpc_max_connections",
                "grpc_handshake_timeout_ms", "grpc_idle_timeout_ms", "grpc_max_concurrent_rpcs",
-               "metrics_max_connections", "metrics_timeout_ms", "reserved_fds", "metrics_max_broker_sets",
-               "max_queue_datas", "max_brokers", "max_kv_keys", "max_kv_bytes", "max_controller_sets",
-               "registration_topics_in_flight"),
+               "grpc_max_streams_per_connection", "grpc_progress_timeout_ms", "grpc_max_streams",
+               "grpc_max_streams_per_caller", "metrics_max_connections", "metrics_timeout_ms", "reserved_fds",
+               "metrics_max_broker_sets", "max_queue_datas", "max_brokers", "max_kv_keys", "max_kv_bytes",
+               "max_controller_sets", "registration_topics_in_flight"),
 }
 LIMITS = _SECTIONS["limits"]
 # Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.

@@ -12,6 +12,7 @@ from grpc_reflection.v1alpha import reflection
 from nameserver import tlsconf
 from nameserver.api import auth
 from nameserver.api.adminservice import AdminService
+from nameserver.api.callguard import CallGuard
 from nameserver.api.inprocess import InProcessStub
 from nameserver.api.logservice import LogService
 from nameserver.api.rpc import DecodeGuard
@@ -50,13 +51,20 @@ class Server:
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_allowed_incoming_connections", self.budget.grpc),
                 ("grpc.server_handshake_timeout_ms", cfg.grpc_handshake_timeout_ms),
-                ("grpc.max_connection_idle_ms", cfg.grpc_idle_timeout_ms)]
+                ("grpc.max_connection_idle_ms", cfg.grpc_idle_timeout_ms),
+                ("grpc.max_concurrent_streams", cfg.grpc_max_streams_per_connection)]
+        # Outermost: no call holds a worker waiting on its client past a bound, and a call auth refuses
+        # anyway is refused before its request arrives (nameserver/api/callguard.py).
+        authz = auth.interceptor(cfg)
+        interceptors: list[grpc.ServerInterceptor] = [CallGuard(
+            cfg.grpc_progress_timeout_ms, cfg.grpc_max_streams, cfg.grpc_max_streams_per_caller,
+            refusal=authz.authorizer.refusal if authz is not None else None)]
         # Prometheus metrics (nameserver/ops/metrics.py): RPCs are counted by an interceptor.
         self.metrics = (NodeMetrics(self.node, max_broker_sets=cfg.metrics_max_broker_sets)
                         if cfg.metrics_addr else None)
-        interceptors: list[grpc.ServerInterceptor] = [self.metrics.interceptor()] if self.metrics is not None else []
+        if self.metrics is not None:
+            interceptors.append(self.metrics.interceptor())
         # Auth runs inside metrics, so refused calls are counted too (nameserver/api/auth.py).
-        authz = auth.interceptor(cfg)
         if authz is not None:
             interceptors.append(authz)
         interceptors.append(DecodeGuard())  # undecodable request bytes: INVALID_ARGUMENT, not INTERNAL

@@ -9,8 +9,10 @@
 
 Health checking and reflection stay open. A call without a credential fails UNAUTHENTICATED (so does a
 bad token); an authenticated caller without the right fails PERMISSION_DENIED. Either way the method
-never runs, so nothing changes. A follower authorizes the original caller, then forwards with its peer
-credential and the x-rip18-forwarded header; that header is honoured only from the peer role.
+never runs, so nothing changes; when the headers alone decide, the call is refused before its request
+message is read (`Authorizer.refusal`, used by nameserver/api/callguard.py). A follower authorizes the
+original caller, then forwards with its peer credential and the x-rip18-forwarded header; that header
+is honoured only from the peer role.
 
 Exactly-once sessions belong to the authenticated caller: `session_owner()` names the caller of the
 call being served (a token's hash or a certificate's name, hashed), and a client id is only ever looked
@@ -163,6 +165,19 @@ class Authorizer:
         if not (is_peer or allowed(role, method)):
             raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"role {role} ({caller.via}) may not call {method}")
         return caller
+
+
+    def refusal(self, method: str, metadata: dict[str, str]) -> tuple[grpc.StatusCode, str] | None:
+        """The status a call gets whatever its request says, when its metadata alone decides (a token
+        was sent, or certificates grant no role): such a call is refused before its request arrives
+        (nameserver/api/callguard.py), so a caller without a credential never holds a worker."""
+        if is_open(method) or (headers.AUTHORIZATION not in metadata and self.cert_roles):
+            return None
+        try:
+            self.check(method, metadata, {})
+        except Denied as exc:
+            return exc.code, str(exc)
+        return None
 
 
 class AuthInterceptor(grpc.ServerInterceptor):

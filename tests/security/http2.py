@@ -1,0 +1,112 @@
+"""HTTP/2 spoken by hand, for attacks a gRPC client will not make: streams opened (HEADERS only) and
+never finished, as many as the attacker likes on one connection, whatever the server's SETTINGS say.
+
+Only what such an attacker needs: the preface, HEADERS with literal (never indexed, never Huffman)
+HPACK fields, and a reader that acknowledges the server's SETTINGS and PINGs and notes which streams
+the server ended (trailers with END_STREAM, or RST_STREAM) and whether it sent GOAWAY.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import struct
+import threading
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
+END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", kind, flags, stream) + payload
+
+
+def _string(s: str) -> bytes:
+    data = s.encode()
+    assert len(data) < 127, "one-byte HPACK lengths only"
+    return bytes([len(data)]) + data
+
+
+def header_block(fields: list[tuple[str, str]]) -> bytes:
+    """HPACK "literal header field without indexing, new name" for each field (RFC 7541 6.2.2)."""
+    return b"".join(b"\x00" + _string(name) + _string(value) for name, value in fields)
+
+
+class RawConnection:
+    def __init__(self, addr: str, ca_file: str | None = None, timeout: float = 10.0) -> None:
+        host, port = addr.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        if ca_file is not None:
+            ctx = ssl.create_default_context(cafile=ca_file)
+            ctx.set_alpn_protocols(["h2"])
+            sock = ctx.wrap_socket(sock, server_hostname=host)
+        sock.settimeout(None)
+        self.sock = sock
+        self.scheme = "https" if ca_file is not None else "http"
+        self.authority = addr
+        self._send_lock = threading.Lock()
+        self._next_id = 1
+        self.ended: set[int] = set()   # streams the server finished (trailers) or reset
+        self.reset: set[int] = set()   # of those, reset (RST_STREAM)
+        self.goaway = False
+        self.closed = threading.Event()
+        self._send(PREFACE + frame(SETTINGS, 0, 0))
+        self._reader = threading.Thread(target=self._read, daemon=True, name="raw-h2")
+        self._reader.start()
+
+    def _send(self, data: bytes) -> None:
+        with self._send_lock:
+            self.sock.sendall(data)
+
+    def open_stream(self, path: str, metadata: tuple[tuple[str, str], ...] = ()) -> int:
+        """A gRPC call's HEADERS, and nothing after them: no message, no END_STREAM."""
+        stream = self._next_id
+        self._next_id += 2
+        fields = [(":method", "POST"), (":scheme", self.scheme), (":path", path),
+                  (":authority", self.authority), ("content-type", "application/grpc"), ("te", "trailers"),
+                  *metadata]
+        self._send(frame(HEADERS, END_HEADERS, stream, header_block(fields)))
+        return stream
+
+    def _read(self) -> None:
+        buf, pos = bytearray(), 0
+        try:
+            while True:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    return
+                buf += data
+                while len(buf) - pos >= 9:
+                    length = int.from_bytes(buf[pos:pos + 3], "big")
+                    if len(buf) - pos < 9 + length:
+                        break
+                    kind, flags = buf[pos + 3], buf[pos + 4]
+                    stream = int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+                    self._on_frame(kind, flags, stream, bytes(buf[pos + 9:pos + 9 + length]))
+                    pos += 9 + length
+                del buf[:pos]
+                pos = 0
+        except OSError:
+            return
+        finally:
+            self.closed.set()
+
+    def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+        if kind == SETTINGS and not flags & ACK:
+            self._send(frame(SETTINGS, ACK, 0))
+        elif kind == PING and not flags & ACK:
+            self._send(frame(PING, ACK, 0, payload))
+        elif kind == RST_STREAM:
+            self.reset.add(stream)
+            self.ended.add(stream)
+        elif kind in (HEADERS, DATA) and flags & END_STREAM:
+            self.ended.add(stream)
+        elif kind == GOAWAY:
+            self.goaway = True
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self._reader.join(timeout=5)
