@@ -24,6 +24,7 @@ import enum
 
 SMALL_REPLY = 64 << 10
 BUILD_FACTOR = 4
+TRIM_AFTER = 16 << 20  # a peak of held bytes after which freed memory is given back once they are sent
 
 
 class Verdict(enum.Enum):
@@ -38,6 +39,7 @@ class ReplyBudget:
         self.per_connection = per_connection
         self.node = node
         self.held = 0            # every connection's reserved and unsent reply bytes together
+        self.peak = 0            # the most held since memory was last given back
         self.busy_total = 0      # requests answered SYSTEM_BUSY because the node had no room
         self.closed_total = 0    # connections closed for holding more than their share
         self._largest: dict[int, int] = {}  # request code -> its largest reply (served codes only)
@@ -73,6 +75,12 @@ class ReplyBudget:
 
     def charge(self, size: int) -> None:
         self.held += size
+        self.peak = max(self.peak, self.held)
 
-    def release(self, size: int) -> None:
+    def release(self, size: int) -> bool:
+        """True when the node held a lot and now holds almost nothing: time to give memory back."""
         self.held -= size
+        if self.peak >= TRIM_AFTER and self.held <= SMALL_REPLY:
+            self.peak = self.held
+            return True
+        return False

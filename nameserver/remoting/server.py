@@ -45,7 +45,7 @@ from nameserver.api.auth import NAMESERVER_SERVICE
 from nameserver.api.inprocess import InProcessStub
 from nameserver.config import NodeConfig
 from nameserver.core.nowait import WouldBlock, no_wait
-from nameserver.remoting import codes, frame
+from nameserver.remoting import codes, frame, memtrim
 from nameserver.remoting.command import Command, FrameError, FrameRefused
 from nameserver.remoting.handlers import Handlers
 from nameserver.remoting.ratelog import RateLimitedLog
@@ -61,6 +61,7 @@ MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up 
 WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained
 TLS_HANDSHAKE_RECORD = 0x16    # the first byte of every TLS ClientHello
 LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on with no time: close() resets the connection
+TRIM_DELAY_S = 1.0  # after the last large reply is released, for the transports and builds to let go of it
 
 
 class Connection:
@@ -308,9 +309,8 @@ class RemotingServer:
                                          peer_s, len(exc.partial), exc.expected)
                     break
                 except TimeoutError:
-                    self.bad_log.info("remoting: closing connection from %s: idle for %.0f s, a frame took longer "
-                                      "than %.0f s to arrive, or its replies went unread for %.0f s", peer_s,
-                                      self.idle_s, self.frame_s, self.reply_s)
+                    self.bad_log.info("remoting: closing connection from %s: idle for %.0f s, or a frame took "
+                                      "longer than %.0f s to arrive", peer_s, self.idle_s, self.frame_s)
                     break
                 except ConnectionError:
                     break
@@ -370,9 +370,15 @@ class RemotingServer:
 
     def _release(self, conn: Connection, size: int) -> None:
         conn.held -= size
-        self.budget.release(size)
+        if self.budget.release(size):  # after large replies: freed memory back to the system, off the loop
+            loop = asyncio.get_running_loop()
+            loop.call_later(TRIM_DELAY_S, self._give_back, loop)
         if size and self._freed is not None and not self._freed.done():
             self._freed.set_result(None)  # connections waiting for room look again
+
+    def _give_back(self, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(RuntimeError):  # the pool is shut down: the node is stopping
+            loop.run_in_executor(self._pool, memtrim.give_back)
 
     async def _dispatch(self, cmd: Command, slots: asyncio.Semaphore, conn: Connection,
                         reserved: int | None) -> None:

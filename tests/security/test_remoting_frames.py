@@ -111,7 +111,9 @@ class RouteReader:
 
     def check(self, limit_s: float = 2.0) -> None:
         assert not self.failures, f"route reads failed during the attack: {self.failures[:3]}"
-        assert len(self.latencies) >= 5, f"only {len(self.latencies)} route reads answered during the attack"
+        least = int(ATTACK_S * 2)  # one every 0.1 s when the node is free: the attack may slow them, not starve them
+        assert len(self.latencies) >= least, f"only {len(self.latencies)} route reads answered during the attack " \
+                                             f"(at least {least})"
         ordered = sorted(self.latencies)
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
         assert p99 < limit_s, f"route reads' p99 {p99:.2f} s during the attack (limit {limit_s} s; " \
