@@ -323,9 +323,7 @@ class RemotingServer:
                     reserved = await self._reserve(conn, cmd)
                 except TimeoutError:
                     slots.release()
-                    self.bad_log.warning("remoting: closing connection from %s: its replies went unread for %.0f s",
-                                         peer_s, self.reply_s)
-                    self._abort(conn)
+                    self._unread(conn)
                     break
                 task = asyncio.create_task(self._dispatch(cmd, slots, conn, reserved))
                 conn.tasks.add(task)
@@ -447,13 +445,16 @@ class RemotingServer:
             async with asyncio.timeout(self.reply_s):
                 await writer.drain()
         except TimeoutError:
-            self.bad_log.warning("remoting: closing connection from %s: its replies went unread for %.0f s",
-                                 conn.peer, self.reply_s)
-            self._abort(conn)
+            self._unread(conn)
         except (ConnectionError, RuntimeError) as exc:
             log.info("remoting: could not answer %s (code %d): %s", conn.peer, cmd.code, exc)
         finally:
             self._release(conn, size)
+
+    def _unread(self, conn: Connection) -> None:
+        self.bad_log.warning("remoting: closing connection from %s: its replies went unread for %.0f s",
+                             conn.peer, self.reply_s)
+        self._abort(conn)
 
     @staticmethod
     def _abort(conn: Connection) -> None:

@@ -46,6 +46,7 @@ from tests.security.attacks import (
     remoting_frame,
     rss_mib,
     secure_cluster,
+    threads,
 )
 
 pytestmark = pytest.mark.cluster
@@ -132,15 +133,16 @@ def terms(cluster: Cluster) -> list[int]:
 def attacked(cluster: Cluster, node: NodeProc, writer_stub: api_pb2_grpc.NameServerStub, attack: Callable[[], None],
              rss_bound_mib: float) -> float:
     """Run `attack` while a route reader and a writer use `node`; check both, the terms and the node's
-    memory during the attack. Returns the most the node's memory grew (MiB)."""
+    memory and threads during the attack. Returns the most the node's memory grew (MiB)."""
     before_terms = terms(cluster)
-    before = rss_mib(node)
-    peak = [0.0]
+    before, before_threads = rss_mib(node), threads(node)
+    peak, most_threads = [0.0], [0]
     done = threading.Event()
 
     def watch() -> None:
         while not done.is_set():
             peak[0] = max(peak[0], rss_mib(node) - before)
+            most_threads[0] = max(most_threads[0], threads(node))
             done.wait(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -156,6 +158,8 @@ def attacked(cluster: Cluster, node: NodeProc, writer_stub: api_pb2_grpc.NameSer
     reader.check()
     assert terms(cluster) == before_terms, "an election happened during the attack"
     assert peak[0] < rss_bound_mib, f"resident memory grew {peak[0]:.0f} MiB (bound {rss_bound_mib} MiB)"
+    # the remoting pool's 16 workers start as they are first needed; nothing else may
+    assert most_threads[0] <= before_threads + 16, f"{most_threads[0]} threads (were {before_threads})"
     return peak[0]
 
 
