@@ -134,8 +134,9 @@ class NodeConfig:
     # (a stock header is a few hundred bytes and ~15 extFields; the frame itself may be 16 MiB).
     remoting_max_header_bytes: int = 64 << 10
     remoting_max_ext_fields: int = 256
-    # Replies written but not yet read by their client: per connection twice the largest frame a
-    # client accepts (16 MiB), so two pipelined large replies fit; the node's total bounds the rest.
+    # Request bodies not yet handled, replies being built or not yet read by their client: per connection
+    # twice the largest frame a client accepts (16 MiB), so two pipelined large replies fit; the node's
+    # total bounds the rest.
     remoting_max_unsent_bytes_per_connection: int = 32 << 20
     remoting_max_unsent_bytes: int = 256 << 20
     grpc_max_connections: int = 4096

@@ -1,11 +1,11 @@
-"""Reply bytes a node holds for its remoting clients: bounded per connection and for the node.
+"""Request and reply bytes a node holds for its remoting clients: bounded per connection and for the node.
 
 A reply is held from before it is built until the transport has sent it: a client that asks for large
 replies (a KV namespace's list, every topic) and never reads them would otherwise grow the node
 without bound, and so would many such requests being built at once. Used on the listener's one
 thread only: no locks.
 
-- Before a request is handled, the bytes its reply may take while it is built are reserved:
+- Before a request is handled, its body and the bytes its reply may take while it is built are reserved:
   BUILD_FACTOR times the largest reply its code has produced (a reply being built holds about that
   many copies of itself: the state's, the JSON text, its bytes, the frame); the whole per-connection
   share for a code never answered yet. A connection with nothing held may always reserve (one reply

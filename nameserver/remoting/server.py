@@ -345,10 +345,11 @@ class RemotingServer:
             return None
 
     async def _reserve(self, conn: Connection, cmd: Command) -> int | None:
-        """Reserve what the request's reply may hold while it is built: the bytes reserved, or None when
+        """Reserve what the request and its reply may hold while it is handled: the bytes reserved, or None when
         the node has no room (the request is answered SYSTEM_BUSY). While the connection holds its share,
         this waits (the connection is not read meanwhile); TimeoutError after remoting_reply_timeout_ms."""
-        need = self.budget.need(cmd.code) if cmd.code in self._served and not cmd.is_oneway else 0
+        # the request's body is held until it is handled too: a frame may be 16 MiB
+        need = len(cmd.body) + (self.budget.need(cmd.code) if cmd.code in self._served and not cmd.is_oneway else 0)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.reply_s
         while (verdict := self.budget.reserve(conn.held, need)) is Verdict.WAIT:
@@ -396,6 +397,7 @@ class RemotingServer:
             resp = await self._answer(cmd, conn) if reserved is not None else self._busy(cmd, conn)
             return b"" if cmd.is_oneway else frame.encode(resp)
         finally:
+            cmd.body = b""  # handled: what was reserved for it is free again
             self._release(conn, reserved or 0)
 
     def _busy(self, cmd: Command, conn: Connection) -> Command:
