@@ -25,7 +25,8 @@
     [sessions]  session_ttl_ms, max_sessions, max_sessions_per_owner (exactly-once client sessions)
     [limits]    what one caller can hold of a node (docs/operations.md, "Security"): max_wait_ms,
                 max_waiting_reads, remoting_max_connections, remoting_idle_timeout_ms,
-                remoting_frame_timeout_ms, remoting_reply_timeout_ms, grpc_max_connections,
+                remoting_frame_timeout_ms, remoting_reply_timeout_ms, remoting_max_header_bytes,
+                remoting_max_ext_fields, remoting_max_unsent_bytes(_per_connection), grpc_max_connections,
                 grpc_handshake_timeout_ms, grpc_idle_timeout_ms, grpc_max_concurrent_rpcs,
                 grpc_max_streams_per_connection, grpc_progress_timeout_ms, grpc_max_streams,
                 grpc_max_streams_per_caller, metrics_max_connections, metrics_timeout_ms, reserved_fds,
@@ -135,6 +136,15 @@ class NodeConfig:
     remoting_idle_timeout_ms: int = 120_000   # RocketMQ's serverChannelMaxIdleTimeSeconds
     remoting_frame_timeout_ms: int = 30_000   # a frame, once begun, must arrive whole within this
     remoting_reply_timeout_ms: int = 30_000   # replies a client leaves unread this long close it
+    # A frame's header is decoded on the listener's one thread: these bound what one frame costs it
+    # (a stock header is a few hundred bytes and ~15 extFields; the frame itself may be 16 MiB).
+    remoting_max_header_bytes: int = 64 << 10
+    remoting_max_ext_fields: int = 256
+    # Request bodies not yet handled, replies being built or not yet read by their client: per connection
+    # twice the largest frame a client accepts (16 MiB), so two pipelined large replies fit; the node's
+    # total bounds the rest.
+    remoting_max_unsent_bytes_per_connection: int = 32 << 20
+    remoting_max_unsent_bytes: int = 256 << 20
     grpc_max_connections: int = 4096
     grpc_handshake_timeout_ms: int = 10_000   # a connection that never speaks HTTP/2 is closed
     grpc_idle_timeout_ms: int = 300_000       # connections without calls are closed (clients reconnect)
@@ -207,7 +217,9 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
     "sessions": ("session_ttl_ms", "max_sessions", "max_sessions_per_owner"),
     "limits": ("max_wait_ms", "max_waiting_reads", "remoting_max_connections", "remoting_idle_timeout_ms",
-               "remoting_frame_timeout_ms", "remoting_reply_timeout_ms", "grpc_max_connections",
+               "remoting_frame_timeout_ms", "remoting_reply_timeout_ms", "remoting_max_header_bytes",
+               "remoting_max_ext_fields", "remoting_max_unsent_bytes_per_connection", "remoting_max_unsent_bytes",
+               "grpc_max_connections",
                "grpc_handshake_timeout_ms", "grpc_idle_timeout_ms", "grpc_max_concurrent_rpcs",
                "grpc_max_streams_per_connection", "grpc_progress_timeout_ms", "grpc_max_streams",
                "grpc_max_streams_per_caller", "metrics_max_connections", "metrics_timeout_ms", "reserved_fds",

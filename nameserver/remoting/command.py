@@ -11,6 +11,10 @@ class FrameError(Exception):
     """A frame that cannot be decoded: the connection it came from is closed."""
 
 
+class FrameRefused(FrameError):
+    """A frame past one of the node's limits: answered with the reason, then its connection is closed."""
+
+
 @dataclass
 class Command:
     code: int

@@ -7,14 +7,18 @@ import asyncio
 import struct
 
 from nameserver.remoting import codes, header
-from nameserver.remoting.command import Command, FrameError
+from nameserver.remoting.command import Command, FrameError, FrameRefused
 
 DEFAULT_MAX_FRAME = 16 << 20  # RocketMQ's own limit (NettySystemConfig frameMaxLength)
+# limits.remoting_max_header_bytes: a stock header is a few hundred bytes (a few KB with ACL fields);
+# the header is decoded on the listener's one thread, so its size bounds what one frame can stall.
+DEFAULT_MAX_HEADER = 64 << 10
 _INT32 = struct.Struct(">i")
 _HEADER_LENGTH_MASK = 0xFFFFFF
 
 
-def decode(payload: bytes) -> Command:
+def decode(payload: bytes, max_header: int = DEFAULT_MAX_HEADER,
+           max_ext_fields: int = header.DEFAULT_MAX_EXT_FIELDS) -> Command:
     """One frame without its 4-byte length prefix."""
     if len(payload) < 4:
         raise FrameError(f"frame of {len(payload)} bytes is shorter than its header-length word")
@@ -23,11 +27,12 @@ def decode(payload: bytes) -> Command:
     head_len = word & _HEADER_LENGTH_MASK
     if head_len > len(payload) - 4:
         raise FrameError(f"header length {head_len} exceeds the frame's {len(payload) - 4} bytes")
+    check_header_length(head_len, max_header)
     head = payload[4:4 + head_len]
     if kind == codes.SERIALIZE_JSON:
-        cmd = header.decode_json(head)
+        cmd = header.decode_json(head, max_ext_fields)
     elif kind == codes.SERIALIZE_ROCKETMQ:
-        cmd = header.decode_rocketmq(head)
+        cmd = header.decode_rocketmq(head, max_ext_fields)
     else:
         raise FrameError(f"unknown header serialization type {kind}")
     cmd.body = payload[4 + head_len:]
@@ -44,12 +49,18 @@ def encode(cmd: Command, serialize_type: int = codes.SERIALIZE_JSON) -> bytes:
             + head + cmd.body)
 
 
+def check_header_length(head_len: int, max_header: int) -> None:
+    if head_len > max_header:
+        raise FrameRefused(f"header of {head_len} bytes exceeds limits.remoting_max_header_bytes ({max_header})")
+
+
 async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME, idle_s: float | None = None,
-               frame_s: float | None = None) -> bytes | None:
+               frame_s: float | None = None, max_header: int | None = None) -> bytes | None:
     """The next frame's payload; None at a clean end of stream (between frames).
 
     `idle_s` bounds the wait for a frame to begin, `frame_s` the time a begun frame may take to arrive
-    whole (a slow sender holds a connection no longer than that). Raises FrameError for a bad length,
+    whole (a slow sender holds a connection no longer than that). With `max_header`, a header-length
+    word over it is refused before the rest of the frame is read. Raises FrameError for a bad length,
     asyncio.IncompleteReadError for a stream cut mid-frame, and TimeoutError."""
     async with asyncio.timeout(idle_s):
         prefix = await reader.read(4)
@@ -63,4 +74,10 @@ async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME,
             raise FrameError(f"frame length {total} is below the minimum of 4")
         if total > max_frame:
             raise FrameError(f"frame length {total} exceeds the {max_frame}-byte limit")
-        return await reader.readexactly(total)
+        if max_header is None:
+            return await reader.readexactly(total)
+        word = await reader.readexactly(4)
+        head_len = _INT32.unpack(word)[0] & _HEADER_LENGTH_MASK
+        if head_len <= total - 4:  # else malformed, not too large: decode says so
+            check_header_length(head_len, max_header)
+        return word + await reader.readexactly(total - 4)

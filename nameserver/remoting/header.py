@@ -8,12 +8,15 @@ JSON as Java writes it: keys sorted, nulls omitted. We accept more than that: a 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import Any
 
 from nameserver.remoting import codes, jsonfmt
 from nameserver.remoting.command import Command, FrameError
 
+DEFAULT_MAX_EXT_FIELDS = 256  # limits.remoting_max_ext_fields (a nameserver request carries ~15)
+_SHOWN = 64  # characters of a bad value a message quotes: the message goes to the log and the reply
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 # code, language, version, opaque, flag
@@ -38,22 +41,40 @@ def _ext_value(value: Any) -> str | None:
     raise _NotScalar
 
 
+_INT_TEXT = re.compile(r"\s*[+-]?\d{1,20}\s*")  # int32 fields: longer digit strings are out of range anyway
+
+
+def shown(value: Any) -> str:
+    """A value as a message quotes it: its repr, cut to a few dozen characters."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text)} characters)"
+
+
+def too_many_ext_fields(limit: int) -> str:
+    return f"more than {limit} custom fields (extFields): limits.remoting_max_ext_fields is {limit}"
+
+
 def _int(doc: dict, name: str, default: int | None = None) -> int:
     value = doc.get(name, default)
     if value is None:
         raise FrameError(f"header field {name!r} is missing")
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise FrameError(f"header field {name!r} is not an integer: {value!r}")
+        raise FrameError(f"header field {name!r} is not an integer: {shown(value)}")
+    if isinstance(value, str) and not _INT_TEXT.fullmatch(value):  # checked before int() reads a long text
+        raise FrameError(f"header field {name!r} is not an integer: {shown(value)}")
     try:
         number = int(value)
     except ValueError:
-        raise FrameError(f"header field {name!r} is not an integer: {value!r}") from None
+        raise FrameError(f"header field {name!r} is not an integer: {shown(value)}") from None
     if not -(1 << 31) <= number < (1 << 31):
         raise FrameError(f"header field {name!r} is out of the int32 range: {number}")
     return number
 
 
-def decode_json(data: bytes) -> Command:
+def decode_json(data: bytes, max_ext_fields: int = DEFAULT_MAX_EXT_FIELDS) -> Command:
+    start = data.lstrip()[:1]
+    if start != b"{":  # refused before the parser (and its fastjson retry) walks the whole header
+        raise FrameError(f"header is not JSON: not a JSON object (it begins with {shown(start)})")
     try:
         doc = jsonfmt.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -63,10 +84,12 @@ def decode_json(data: bytes) -> Command:
     ext = doc.get("extFields") or {}
     if not isinstance(ext, dict):
         raise FrameError("header field 'extFields' is not an object")
+    invalid = None
+    if len(ext) > max_ext_fields:
+        invalid, ext = too_many_ext_fields(max_ext_fields), {}
     remark = doc.get("remark")
     language = doc.get("language", "OTHER")
     fields: dict[str, str] = {}
-    invalid = None
     for key, raw in ext.items():
         try:
             value = _ext_value(raw)
@@ -128,7 +151,7 @@ class _Reader:
             raise FrameError(f"binary header: {what} is not UTF-8") from None
 
 
-def decode_rocketmq(data: bytes) -> Command:
+def decode_rocketmq(data: bytes, max_ext_fields: int = DEFAULT_MAX_EXT_FIELDS) -> Command:
     r = _Reader(data)
     code, lang, version, opaque, flag = _FIXED.unpack(r.take(_FIXED.size, "fixed fields"))
     remark_len = r.int32("remark length")
@@ -136,14 +159,18 @@ def decode_rocketmq(data: bytes) -> Command:
     ext_len = r.int32("extFields length")
     ext_data = _Reader(r.take(ext_len, "extFields") if ext_len > 0 else b"")
     ext: dict[str, str] = {}
+    invalid = None
     while ext_data.pos < len(ext_data.data):
+        if len(ext) >= max_ext_fields:  # the rest is not read: the request is answered with an error
+            invalid, ext = too_many_ext_fields(max_ext_fields), {}
+            break
         key = ext_data.text(ext_data.int16("extFields key length"), "extFields key")
         ext[key] = ext_data.text(ext_data.int32("extFields value length"), "extFields value")
     if r.pos != len(data):
         raise FrameError(f"binary header has {len(data) - r.pos} trailing bytes")
     language = codes.LANGUAGES[lang] if 0 <= lang < len(codes.LANGUAGES) else "OTHER"
     return Command(code=code, language=language, version=version, opaque=opaque, flag=flag, remark=remark,
-                   ext_fields=ext, serialize_type=codes.SERIALIZE_ROCKETMQ)
+                   ext_fields=ext, serialize_type=codes.SERIALIZE_ROCKETMQ, invalid=invalid)
 
 
 def encode_rocketmq(cmd: Command) -> bytes:

@@ -5,9 +5,16 @@ closed with one log line; other connections never notice. Requests on one connec
 concurrently (responses carry the request's opaque); oneway requests get no response.
 
 What one connection can hold is bounded ([limits] in the node's TOML):
+- a frame's header is at most remoting_max_header_bytes with at most remoting_max_ext_fields
+  extFields (it is decoded on this listener's one thread: its size bounds what one frame can stall);
+  a larger header is answered with an error and its connection closed before the rest is read;
 - at most MAX_INFLIGHT_PER_CONNECTION requests, counted until their reply has left (written and
   drained), so a client that never reads its replies stops being read itself (TCP backpressure), and
   is closed when a reply stays unread for remoting_reply_timeout_ms;
+- reply bytes being built or not yet sent: remoting_max_unsent_bytes_per_connection, and
+  remoting_max_unsent_bytes for the node (replybudget.py): a connection at its share is not read until
+  its replies are sent (closed after remoting_reply_timeout_ms), a request past the node's total is
+  answered SYSTEM_BUSY;
 - a frame, once begun, arrives whole within remoting_frame_timeout_ms (slow senders);
 - a connection silent for remoting_idle_timeout_ms is closed (RocketMQ closes idle channels too);
 - beyond remoting_max_connections, new connections are closed at once.
@@ -27,6 +34,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -37,15 +45,31 @@ from nameserver.api.auth import NAMESERVER_SERVICE
 from nameserver.api.inprocess import InProcessStub
 from nameserver.config import NodeConfig
 from nameserver.core.nowait import WouldBlock, no_wait
-from nameserver.remoting import codes, frame
-from nameserver.remoting.command import Command, FrameError
+from nameserver.remoting import codes, frame, memtrim
+from nameserver.remoting.command import Command, FrameError, FrameRefused
 from nameserver.remoting.handlers import INLINE_CODES, Handlers  # INLINE_CODES: route reads, on the loop
+from nameserver.remoting.ratelog import RateLimitedLog
+from nameserver.remoting.replybudget import ReplyBudget, Verdict
 
 log = logging.getLogger("nameserver.remoting")
 
 MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up to one frame and its reply)
 WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained
 TLS_HANDSHAKE_RECORD = 0x16    # the first byte of every TLS ClientHello
+LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on with no time: close() resets the connection
+TRIM_DELAY_S = 1.0  # after the last large reply is released, for the transports and builds to let go of it
+
+
+class Connection:
+    """One client connection: what its replies hold, and its requests in flight."""
+
+    __slots__ = ("writer", "peer", "held", "tasks")
+
+    def __init__(self, writer: asyncio.StreamWriter, peer: str) -> None:
+        self.writer = writer
+        self.peer = peer
+        self.held = 0  # bytes reserved for its replies being built, and of those written and not yet sent
+        self.tasks: set[asyncio.Task] = set()
 
 
 class RequestHandlers(Protocol):
@@ -79,6 +103,11 @@ class RemotingServer:
         self.idle_s = cfg.remoting_idle_timeout_ms / 1000
         self.frame_s = cfg.remoting_frame_timeout_ms / 1000
         self.reply_s = cfg.remoting_reply_timeout_ms / 1000
+        self.max_header = cfg.remoting_max_header_bytes
+        self.max_ext_fields = cfg.remoting_max_ext_fields
+        self.budget = ReplyBudget(cfg.remoting_max_unsent_bytes_per_connection, cfg.remoting_max_unsent_bytes)
+        # what clients' bad frames and unread replies make us log: a few lines per 10 s, values cut short
+        self.bad_log = RateLimitedLog(log)
         self.refused_total = 0  # connections closed at accept (over the limit)
         self.inline_fallbacks = 0  # inline reads that found the state busy and went to a worker
         self._refusal_logged = 0.0
@@ -92,6 +121,7 @@ class RemotingServer:
         # client cannot grow the label set; response code; seconds from frame to answer).
         self.observer = observer
         self._served = frozenset(self.handlers.supported_codes)
+        self._freed: asyncio.Future[None] | None = None  # done when reply bytes were last released
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="remoting")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -254,26 +284,29 @@ class RemotingServer:
             return
         writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         self._writers.add(writer)
-        conn = object()  # this connection, as the handlers know it (brokers' channels)
+        conn = Connection(writer, peer_s)  # also this connection as the handlers know it (brokers' channels)
         slots = asyncio.Semaphore(MAX_INFLIGHT_PER_CONNECTION)
-        tasks: set[asyncio.Task] = set()
         try:
             while True:
                 try:
-                    payload = await frame.read(reader, self.max_frame, self.idle_s, self.frame_s)
+                    payload = await frame.read(reader, self.max_frame, self.idle_s, self.frame_s, self.max_header)
                     if payload is None:
                         break
-                    cmd = frame.decode(payload)
+                    cmd = frame.decode(payload, self.max_header, self.max_ext_fields)
+                    del payload
                 except FrameError as exc:
-                    log.warning("remoting: closing connection from %s: %s", peer_s, exc)
+                    self.bad_log.warning("remoting: closing connection from %s: %s", peer_s, str(exc))
+                    if isinstance(exc, FrameRefused):  # its opaque is unknown: the answer carries 0
+                        writer.write(frame.encode(Command(code=codes.SYSTEM_ERROR, flag=codes.FLAG_RESPONSE,
+                                                          version=codes.SERVER_VERSION, remark=str(exc))))
                     break
                 except asyncio.IncompleteReadError as exc:
-                    log.warning("remoting: closing connection from %s: truncated frame (%d of %s bytes)",
-                                peer_s, len(exc.partial), exc.expected)
+                    self.bad_log.warning("remoting: closing connection from %s: truncated frame (%d of %s bytes)",
+                                         peer_s, len(exc.partial), exc.expected)
                     break
                 except TimeoutError:
-                    log.info("remoting: closing connection from %s: idle for %.0f s, or a frame took longer "
-                             "than %.0f s to arrive", peer_s, self.idle_s, self.frame_s)
+                    self.bad_log.info("remoting: closing connection from %s: idle for %.0f s, or a frame took "
+                                      "longer than %.0f s to arrive", peer_s, self.idle_s, self.frame_s)
                     break
                 except ConnectionError:
                     break
@@ -282,9 +315,15 @@ class RemotingServer:
                     log.debug("remoting: ignoring a response frame from %s (opaque %d)", peer_s, cmd.opaque)
                     continue
                 await slots.acquire()
-                task = asyncio.create_task(self._dispatch(cmd, writer, slots, peer_s, conn))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+                try:
+                    reserved = await self._reserve(conn, cmd)
+                except TimeoutError:
+                    slots.release()
+                    self._unread(conn)
+                    break
+                task = asyncio.create_task(self._dispatch(cmd, slots, conn, reserved))
+                conn.tasks.add(task)
+                task.add_done_callback(conn.tasks.discard)
         finally:
             self._writers.discard(writer)
             writer.close()
@@ -301,38 +340,132 @@ class RemotingServer:
             self.inline_fallbacks += 1
             return None
 
-    async def _dispatch(self, cmd: Command, writer: asyncio.StreamWriter, slots: asyncio.Semaphore,
-                        peer: str, conn: object) -> None:
+    async def _reserve(self, conn: Connection, cmd: Command) -> int | None:
+        """Reserve what the request and its reply may hold while it is handled: the bytes reserved, or None when
+        the node has no room (the request is answered SYSTEM_BUSY). While the connection holds its share,
+        this waits (the connection is not read meanwhile); TimeoutError after remoting_reply_timeout_ms."""
+        # the request's body is held until it is handled too: a frame may be 16 MiB
+        need = len(cmd.body) + (self.budget.need(cmd.code) if cmd.code in self._served and not cmd.is_oneway else 0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.reply_s
+        while (verdict := self.budget.reserve(conn.held, need)) is Verdict.WAIT:
+            if self._freed is None or self._freed.done():
+                self._freed = loop.create_future()
+            if loop.time() >= deadline:
+                raise TimeoutError
+            await asyncio.wait([self._freed], timeout=deadline - loop.time())  # does not cancel it
+        if verdict is Verdict.BUSY:
+            return None
+        self._hold(conn, need)
+        return need
+
+    def _hold(self, conn: Connection, size: int) -> None:
+        conn.held += size
+        self.budget.charge(size)
+
+    def _release(self, conn: Connection, size: int) -> None:
+        conn.held -= size
+        if self.budget.release(size):  # after large replies: freed memory back to the system, off the loop
+            loop = asyncio.get_running_loop()
+            loop.call_later(TRIM_DELAY_S, self._give_back, loop)
+        if size and self._freed is not None and not self._freed.done():
+            self._freed.set_result(None)  # connections waiting for room look again
+
+    def _give_back(self, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(RuntimeError):  # the pool is shut down: the node is stopping
+            loop.run_in_executor(self._pool, memtrim.give_back)
+
+    async def _dispatch(self, cmd: Command, slots: asyncio.Semaphore, conn: Connection,
+                        reserved: int | None) -> None:
         # The slot is held until the reply has been drained: replies nobody reads count against the
         # connection's in-flight requests, so its reader stops (backpressure) instead of queueing more.
         try:
-            loop = asyncio.get_running_loop()
-            started = time.monotonic()
-            try:
-                resp = self._inline(cmd, conn) if cmd.code in INLINE_CODES else None
-                if resp is None:
-                    resp = await loop.run_in_executor(self._pool, self.handlers.handle, cmd, conn)
-            except Exception as exc:  # a handler bug answers SYSTEM_ERROR, never kills the server
-                log.exception("remoting: request code %d from %s failed", cmd.code, peer)
-                resp = cmd.response(codes.SYSTEM_ERROR, f"internal error: {exc}")
-            if self.observer is not None:
-                self.observer(str(cmd.code) if cmd.code in self._served else "other", resp.code,
-                              time.monotonic() - started)
-            log.debug("remoting: %s code %d opaque %d -> %d", peer, cmd.code, cmd.opaque, resp.code)
-            if cmd.is_oneway or writer.is_closing():
-                return
-            try:
-                writer.write(frame.encode(resp))
-                async with asyncio.timeout(self.reply_s):
-                    await writer.drain()
-            except TimeoutError:
-                log.warning("remoting: closing connection from %s: its replies went unread for %.0f s",
-                            peer, self.reply_s)
-                writer.transport.abort()
-            except (ConnectionError, RuntimeError) as exc:
-                log.info("remoting: could not answer %s (code %d): %s", peer, cmd.code, exc)
+            if cmd.is_oneway:
+                await self._answered(cmd, conn, reserved)
+            else:  # no local here holds the reply: it is freed as soon as the transport has its copy
+                await self._reply(conn, cmd, await self._answered(cmd, conn, reserved))
         finally:
             slots.release()
+
+    async def _answered(self, cmd: Command, conn: Connection, reserved: int | None) -> bytes:
+        """The request's response frame (empty for a oneway request); its reservation released."""
+        try:
+            resp = await self._answer(cmd, conn) if reserved is not None else self._busy(cmd, conn)
+            return b"" if cmd.is_oneway else frame.encode(resp)
+        finally:
+            cmd.body = b""  # handled: what was reserved for it is free again
+            self._release(conn, reserved or 0)
+
+    def _busy(self, cmd: Command, conn: Connection) -> Command:
+        self.bad_log.warning("remoting: answering %s (code %d) SYSTEM_BUSY: the node's replies hold "
+                             "limits.remoting_max_unsent_bytes (%d)", conn.peer, cmd.code, self.budget.node)
+        return cmd.response(codes.SYSTEM_BUSY, "[REMOTING_UNSENT_BYTES] the node's replies not yet sent are at "
+                            f"limits.remoting_max_unsent_bytes ({self.budget.node} bytes); try again later")
+
+    async def _answer(self, cmd: Command, conn: Connection) -> Command:
+        started = time.monotonic()
+        try:
+            resp = self._inline(cmd, conn) if cmd.code in INLINE_CODES else None
+            if resp is None:
+                resp = await asyncio.get_running_loop().run_in_executor(self._pool, self.handlers.handle, cmd, conn)
+        except Exception as exc:  # a handler bug answers SYSTEM_ERROR, never kills the server
+            log.exception("remoting: request code %d from %s failed", cmd.code, conn.peer)
+            resp = cmd.response(codes.SYSTEM_ERROR, f"internal error: {exc}")
+        if self.observer is not None:
+            self.observer(str(cmd.code) if cmd.code in self._served else "other", resp.code,
+                          time.monotonic() - started)
+        log.debug("remoting: %s code %d opaque %d -> %d", conn.peer, cmd.code, cmd.opaque, resp.code)
+        return resp
+
+    async def _reply(self, conn: Connection, cmd: Command, data: bytes) -> None:
+        """Write a reply within the connection's and the node's unsent-bytes budget; return once it is
+        sent (drained), or its connection is closed."""
+        writer, budget = conn.writer, self.budget
+        if writer.is_closing():
+            return
+        if cmd.code in self._served:
+            budget.learn(cmd.code, len(data))
+        verdict = budget.admit(conn.held, len(data))
+        if verdict is Verdict.CLOSE:
+            self.bad_log.warning(
+                "remoting: closing connection from %s: it does not read its replies (%d bytes held, and a "
+                "reply of %d would pass limits.remoting_max_unsent_bytes_per_connection, %d)",
+                conn.peer, conn.held, len(data), budget.per_connection)
+            self._abort(conn)
+            return
+        if verdict is Verdict.BUSY:
+            data = frame.encode(self._busy(cmd, conn))
+        size = len(data)
+        self._hold(conn, size)
+        try:
+            writer.write(data)
+            del data  # the transport holds its own copy: nothing else keeps the reply while it waits
+            async with asyncio.timeout(self.reply_s):
+                await writer.drain()
+        except TimeoutError:
+            self._unread(conn)
+        except (ConnectionError, RuntimeError) as exc:
+            log.info("remoting: could not answer %s (code %d): %s", conn.peer, cmd.code, exc)
+        finally:
+            self._release(conn, size)
+
+    def _unread(self, conn: Connection) -> None:
+        self.bad_log.warning("remoting: closing connection from %s: its replies went unread for %.0f s",
+                             conn.peer, self.reply_s)
+        self._abort(conn)
+
+    @staticmethod
+    def _abort(conn: Connection) -> None:
+        """Close a connection now, its unsent replies dropped and its requests not yet handled cancelled."""
+        sock = conn.writer.get_extra_info("socket")
+        if sock is not None:  # a reset: the kernel drops what it still buffers for the client too
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_RESET)
+        conn.writer.transport.abort()
+        current = asyncio.current_task()
+        for task in conn.tasks:
+            if task is not current:
+                task.cancel()
 
 
 def tls_server_context(cfg: NodeConfig) -> ssl.SSLContext:

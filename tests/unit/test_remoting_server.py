@@ -3,6 +3,7 @@ oneway and pipelined requests, concurrency across connections, start/stop."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -162,6 +163,12 @@ def test_response_frames_from_a_peer_are_ignored(server: RemotingServer) -> None
 
 
 def test_a_slow_request_does_not_hold_up_other_connections(server: RemotingServer, servicer: RouteOnly) -> None:
+    # The first reply of a code the server never answered reserves the connection's whole reply share
+    # (replybudget.py): one route read first, so that its size is known.
+    primer = connect(server)
+    primer.sendall(route_frame(9))
+    assert read_response(primer)["opaque"] == 9
+    primer.close()
     slow = connect(server)
     slow.sendall(route_frame(1, topic="Slow"))
     fast = connect(server)
@@ -217,3 +224,43 @@ def test_local_deploy_configs_listen_on_9876_and_up(size: int) -> None:
     root = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", f"local-{size}")
     addrs = [config.load(os.path.join(root, f"n{i}.toml")).remoting_addr for i in range(1, size + 1)]
     assert addrs == [f"127.0.0.1:{9875 + i}" for i in range(1, size + 1)]
+
+
+def test_request_bodies_waiting_to_be_handled_count_against_the_reply_budget(servicer: RouteOnly,
+                                                                             tmp_path: Any) -> None:
+    """Bodies of requests not yet handled are held too: two connections that fill the node's budget with
+    them make a third one's large request SYSTEM_BUSY at once, instead of a third pile of bodies."""
+    mib = 1 << 20
+    cfg = dataclasses.replace(_cfg(tmp_path), remoting_max_unsent_bytes_per_connection=4 * mib,
+                              remoting_max_unsent_bytes=6 * mib + (64 << 10))
+    remoting = RemotingServer(cfg, servicer)
+    remoting.start()
+    try:
+        primer = connect(remoting)
+        primer.sendall(route_frame(1))  # route reads' size is known from now on
+        assert read_response(primer)["opaque"] == 1
+
+        def slow_with_body(opaque: int) -> bytes:  # a route read that waits for the servicer, 1 MiB body
+            head = json.dumps({"code": 105, "extFields": {"topic": "Slow"}, "flag": 0, "language": "JAVA",
+                               "opaque": opaque, "version": 479}).encode()
+            return struct.pack(">ii", 4 + len(head) + mib, len(head)) + head + b"b" * mib
+
+        holders = [connect(remoting) for _ in range(2)]
+        for sock in holders:
+            sock.sendall(b"".join(slow_with_body(i) for i in range(10, 13)))  # 3 MiB: within its share
+        deadline = time.monotonic() + 5
+        while remoting.budget.held < 6 * mib and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert remoting.budget.held >= 6 * mib
+        late = connect(remoting)
+        late.sendall(slow_with_body(99))
+        reply = read_response(late)
+        assert reply["opaque"] == 99 and reply["code"] == 2 and "remoting_max_unsent_bytes" in reply["remark"], reply
+        servicer.release.set()
+        for sock in holders:
+            assert {read_response(sock)["opaque"] for _ in range(3)} == {10, 11, 12}
+        for sock in (primer, late, *holders):
+            sock.close()
+    finally:
+        servicer.release.set()
+        remoting.stop()

@@ -1,0 +1,56 @@
+"""The remoting listener's reply budget (replybudget.py) and its bounded log lines (ratelog.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from nameserver.remoting.ratelog import RateLimitedLog, cut
+from nameserver.remoting.replybudget import BUILD_FACTOR, SMALL_REPLY, ReplyBudget, Verdict
+
+MIB = 1 << 20
+
+
+def test_a_code_never_answered_reserves_the_whole_share_then_what_it_was_seen_to_need() -> None:
+    budget = ReplyBudget(per_connection=8 * MIB, node=32 * MIB)
+    assert budget.need(219) == 8 * MIB
+    budget.learn(219, 2 * MIB)
+    budget.learn(219, 1 * MIB)  # the largest is kept
+    assert budget.need(219) == 2 * MIB * BUILD_FACTOR
+
+
+def test_a_connection_at_its_share_waits_and_one_holding_nothing_may_take_a_large_reply() -> None:
+    budget = ReplyBudget(per_connection=8 * MIB, node=32 * MIB)
+    assert budget.reserve(0, 20 * MIB) is Verdict.SEND  # larger than the share, but nothing else held
+    assert budget.reserve(1 * MIB, 7 * MIB) is Verdict.SEND
+    assert budget.reserve(1 * MIB, 7 * MIB + 1) is Verdict.WAIT
+    # a built reply larger than expected while earlier ones are unread: the connection is closed
+    assert budget.admit(6 * MIB, 6 * MIB) is Verdict.CLOSE
+    assert budget.closed_total == 1
+
+
+def test_past_the_node_total_large_replies_are_busy_and_small_ones_still_go() -> None:
+    budget = ReplyBudget(per_connection=8 * MIB, node=32 * MIB)
+    budget.charge(32 * MIB)
+    assert budget.reserve(0, 4 * MIB) is Verdict.BUSY
+    assert budget.admit(0, SMALL_REPLY) is Verdict.SEND  # a route read to an idle connection
+    assert budget.admit(1024, SMALL_REPLY) is Verdict.BUSY  # not to one that already holds replies
+    budget.release(32 * MIB)
+    assert budget.held == 0 and budget.reserve(0, 4 * MIB) is Verdict.SEND
+
+
+def test_log_lines_past_the_burst_are_counted_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="test.ratelog")
+    limited = RateLimitedLog(logging.getLogger("test.ratelog"), every_s=3600, burst=2)
+    written = [limited.warning("bad frame from %s: %s", "peer", "x" * 10_000) for _ in range(5)]
+    assert written == [True, True, False, False, False] and limited.suppressed == 3
+    assert all(len(r.getMessage()) < 400 for r in caplog.records)  # the 10,000 characters cut short
+    limited._window -= 3600  # the next interval
+    assert limited.warning("bad frame from %s", "peer")
+    assert "3 more such lines left out" in caplog.records[-1].getMessage()
+
+
+def test_cut_says_how_long_the_value_was() -> None:
+    assert cut("abc") == "abc" and cut(7) == 7
+    assert cut("y" * 1000, 10) == "yyyyyyyyyy... (1000 characters)"
