@@ -29,8 +29,8 @@
                 remoting_max_ext_fields, remoting_max_unsent_bytes(_per_connection), grpc_max_connections,
                 grpc_handshake_timeout_ms, grpc_idle_timeout_ms, grpc_max_concurrent_rpcs,
                 grpc_max_streams_per_connection, grpc_progress_timeout_ms, grpc_max_streams,
-                grpc_max_streams_per_caller, metrics_max_connections, metrics_timeout_ms, reserved_fds,
-                metrics_max_broker_sets; quotas of the state: max_queue_datas, max_brokers, max_kv_keys,
+                grpc_max_streams_per_caller, max_followers, metrics_max_connections, metrics_timeout_ms,
+                reserved_fds, metrics_max_broker_sets; quotas of the state: max_queue_datas, max_brokers, max_kv_keys,
                 max_kv_bytes, max_controller_sets; registration_topics_in_flight
     [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent), role, tls
     [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
@@ -157,6 +157,9 @@ class NodeConfig:
     grpc_progress_timeout_ms: int = 10_000    # a request message, a client stream's next, a reply's send
     grpc_max_streams: int = 16                # streaming calls at once (Watch apart): a quarter of the workers
     grpc_max_streams_per_caller: int = 4      # of those, one caller's (its token, else its address)
+    # Read replicas following this node at once (Log.Follow; a node's worker processes are replicas too,
+    # all with one peer credential, so they are bounded here, not per caller). Each holds a gRPC worker.
+    max_followers: int = 16
     metrics_max_connections: int = 16
     metrics_timeout_ms: int = 10_000          # a scrape must send its request within this
     # broker sets with series of their own on /metrics (5 each); the rest only in totals. Any broker
@@ -222,9 +225,9 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
                "grpc_max_connections",
                "grpc_handshake_timeout_ms", "grpc_idle_timeout_ms", "grpc_max_concurrent_rpcs",
                "grpc_max_streams_per_connection", "grpc_progress_timeout_ms", "grpc_max_streams",
-               "grpc_max_streams_per_caller", "metrics_max_connections", "metrics_timeout_ms", "reserved_fds",
-               "metrics_max_broker_sets", "max_queue_datas", "max_brokers", "max_kv_keys", "max_kv_bytes",
-               "max_controller_sets", "registration_topics_in_flight"),
+               "grpc_max_streams_per_caller", "max_followers", "metrics_max_connections", "metrics_timeout_ms",
+               "reserved_fds", "metrics_max_broker_sets", "max_queue_datas", "max_brokers", "max_kv_keys",
+               "max_kv_bytes", "max_controller_sets", "registration_topics_in_flight"),
 }
 LIMITS = _SECTIONS["limits"]
 # Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.

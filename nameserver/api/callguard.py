@@ -39,8 +39,10 @@ from nameserver import headers
 from nameserver.api.deadlines import DeadlineWatch
 from nameserver.pb import api_pb2
 
-# Watch holds its own bound (max_watchers) and its feed is bounded (cut off when it lags).
-_OWN_BOUND = frozenset({"/" + api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name + "/Watch"})
+# Streams with bounds of their own: Watch (max_watchers; its feed is cut off when it lags) and a read
+# replica's Follow (limits.max_followers: a node's worker processes all follow with one peer credential).
+_OWN_BOUND = frozenset({"/" + api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name + "/Watch",
+                        "/" + api_pb2.DESCRIPTOR.services_by_name["Log"].full_name + "/Follow"})
 
 
 def caller_key(metadata: dict[str, str], context: grpc.ServicerContext) -> str:

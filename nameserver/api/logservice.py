@@ -11,6 +11,7 @@ replica (nameserver/replica): such a copy, then the entries applied after it, as
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Generator, Iterator
 
 import grpc
@@ -35,6 +36,9 @@ class LogService(api_pb2_grpc.LogServicer):
     def __init__(self, node: NameServerNode) -> None:
         self.node = node
         self.max_message_bytes = node.cfg.max_message_bytes
+        self.max_followers = node.cfg.max_followers
+        self._followers = 0
+        self._followers_lock = threading.Lock()
 
     def _check_ready(self, context: grpc.ServicerContext) -> None:
         if not self.node.log.ready:
@@ -142,8 +146,21 @@ class LogService(api_pb2_grpc.LogServicer):
         if request.from_offset < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "from_offset: must be >= 0")
         self._check_ready(context)
+        with self._followers_lock:
+            full = self._followers >= self.max_followers
+            self._followers += not full
+        if full:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"limits.max_followers: this node already feeds "
+                          f"{self.max_followers} read replicas; follow another node")
+        try:
+            yield from self._follow(request.from_offset, context)
+        finally:
+            with self._followers_lock:
+                self._followers -= 1
+
+    def _follow(self, from_offset: int, context: grpc.ServicerContext) -> Iterator[api_pb2.FollowMessage]:
         rlog = self.node.log
-        cursor = request.from_offset
+        cursor = from_offset
         if cursor == 0 or cursor < rlog.history.first_kept - 1:
             cursor = yield from self._follow_snapshot(rlog.apply_offset)
         while context.is_active():

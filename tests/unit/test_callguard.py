@@ -136,3 +136,32 @@ def test_stream_slots_bound_each_caller_and_the_node() -> None:
     slots.give_back("a")
     assert slots.take("b") is None
     assert slots.running() == 3
+
+
+def test_follow_streams_are_bounded_by_max_followers_not_the_callers_slots() -> None:
+    """A node's worker processes all follow their core with one peer credential: Log.Follow has its own
+    bound (limits.max_followers, in the Log service), so the guard's per-caller slots do not refuse it."""
+    from nameserver.pb import api_pb2
+
+    release = threading.Event()
+
+    def follow(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        yield b"snapshot"
+        release.wait(30)
+
+    log_service = api_pb2.DESCRIPTOR.services_by_name["Log"].full_name
+    handlers = grpc.method_handlers_generic_handler(log_service, {
+        "Follow": grpc.unary_stream_rpc_method_handler(follow)})
+    guard = CallGuard(10_000, max_streams=1, max_streams_per_caller=1)
+    server = grpc.server(futures.ThreadPoolExecutor(8), handlers=[handlers], interceptors=[guard])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub: Any = channel.unary_stream(f"/{log_service}/Follow")
+            calls = [stub(b"", timeout=10) for _ in range(3)]  # one caller, three followers
+            assert [next(c) for c in calls] == [b"snapshot"] * 3
+            release.set()
+    finally:
+        release.set()
+        server.stop(0)

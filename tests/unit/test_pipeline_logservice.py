@@ -25,7 +25,7 @@ class StandIn:
 
     def __init__(self, last: int, keep: int = 1000, skip: tuple[int, ...] = ()) -> None:
         self.lock = threading.RLock()
-        self.cfg = SimpleNamespace(max_message_bytes=1 << 20)
+        self.cfg = SimpleNamespace(max_message_bytes=1 << 20, max_followers=2)
         self.state = SimpleNamespace(kv=KVState())
         history = EntryHistory(max_entries=keep)
         self.digests = {0: self.state.kv.digest_hex}  # the digest after each offset, as applied

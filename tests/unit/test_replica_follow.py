@@ -51,7 +51,7 @@ class StandInCore:
 
     def __init__(self, keep: int = 1000) -> None:
         self.lock = threading.RLock()
-        self.cfg = SimpleNamespace(max_message_bytes=1 << 20)
+        self.cfg = SimpleNamespace(max_message_bytes=1 << 20, max_followers=2)
         self.state = MetadataState()
         self.log = StandInLog(keep)
 
@@ -171,6 +171,34 @@ def test_follow_from_an_offset_sends_entries_only_and_keepalives_when_idle(serve
         with pytest.raises(grpc.RpcError) as err:
             next(api_pb2_grpc.LogStub(ch).Follow(api_pb2.FollowRequest(from_offset=-1), timeout=5))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "from_offset" in (err.value.details() or "")
+
+
+def test_followers_past_max_followers_are_refused_until_one_leaves(serve_log) -> None:
+    """limits.max_followers (2 on the stand-in) bounds the Follow streams a node feeds: the workers of a
+    node all follow with one peer credential, so the call guard's per-caller slots do not bound them."""
+    core = StandInCore()
+    core.put("k", "v")
+    with grpc.insecure_channel(serve_log(core)) as ch:
+        stub = api_pb2_grpc.LogStub(ch)
+        held = [stub.Follow(api_pb2.FollowRequest(), timeout=30) for _ in range(2)]
+        for call in held:
+            assert next(call).snapshot_done
+        with pytest.raises(grpc.RpcError) as err:
+            next(stub.Follow(api_pb2.FollowRequest(), timeout=5))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "limits.max_followers" in (err.value.details() or "")
+        held.pop().cancel()
+        deadline = time.monotonic() + 5  # the cancelled stream's handler notices within a keepalive
+        while True:
+            try:
+                again = stub.Follow(api_pb2.FollowRequest(), timeout=30)
+                assert next(again).snapshot_done
+                again.cancel()
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
+                time.sleep(0.2)
+        held[0].cancel()
 
 
 def _snapshot_of(state: MetadataState, digest: str | None = None) -> api_pb2.StateChunk:
