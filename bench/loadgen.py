@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.procs import children_on
+
 SOURCE = Path(__file__).with_name("loadgen")
 WORKLOADS = ("reads", "register", "unchanged")
 
@@ -62,9 +64,8 @@ def run(workload: str, addrs: Sequence[str], connections: int, seconds: float, i
         cmd += ["-topics", ",".join(topics)]
     if prefix:
         cmd += ["-prefix", prefix]
-    allowed = set(cpus) if cpus is not None else None
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120,
-                         preexec_fn=(lambda: os.sched_setaffinity(0, allowed)) if allowed else None)
+    with children_on(set(cpus) if cpus is not None else None):
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     if res.returncode != 0:
         raise RuntimeError(f"loadgen {workload} failed ({res.returncode}): {res.stderr.strip()[-500:]}")
     out: dict[str, Any] = json.loads(res.stdout)

@@ -59,14 +59,20 @@ func (r *result) fail(err error) {
 	}
 }
 
-// request builds the frames of one connection's calls.
+// request builds the frames of one connection's calls. A connection with several calls in flight
+// registers one broker per slot, each slot's calls one at a time, as a broker does: concurrent
+// registrations of one broker are no broker's traffic.
 type request struct {
 	opts   *options
 	index  int
 	opaque int32
-	count  int // DataVersion counter of the next registration
+	counts []int // per slot: DataVersion counter of its last registration
 	topic  int
 	buf    []byte
+}
+
+func newRequest(opts *options, index int) *request {
+	return &request{opts: opts, index: index, topic: index, counts: make([]int, opts.inflight)}
 }
 
 func appendJSONString(b []byte, s string) []byte {
@@ -101,11 +107,16 @@ func (q *request) frame(code int, ext [][2]string, body []byte) []byte {
 	return append(out, body...)
 }
 
-func (q *request) brokerName() string { return fmt.Sprintf("%s-%d", q.opts.prefix, q.index) }
+func (q *request) brokerName(slot int) string {
+	if slot == 0 {
+		return fmt.Sprintf("%s-%d", q.opts.prefix, q.index)
+	}
+	return fmt.Sprintf("%s-%d-%d", q.opts.prefix, q.index, slot)
+}
 
 // registerBody is a RegisterBrokerBody as a RocketMQ 5 broker writes it uncompressed (JSON).
-func (q *request) registerBody(counter int) []byte {
-	name := q.brokerName()
+func (q *request) registerBody(slot, counter int) []byte {
+	name := q.brokerName(slot)
 	var b strings.Builder
 	b.WriteString(`{"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":{"counter":`)
 	b.WriteString(strconv.Itoa(counter))
@@ -121,30 +132,30 @@ func (q *request) registerBody(counter int) []byte {
 	return []byte(b.String())
 }
 
-func (q *request) register(counter int) []byte {
-	body := q.registerBody(counter)
-	addr := fmt.Sprintf("127.0.0.1:%d", 20000+q.index)
+func (q *request) register(slot, counter int) []byte {
+	body := q.registerBody(slot, counter)
+	addr := fmt.Sprintf("127.0.0.1:%d", 20000+q.index*q.opts.inflight+slot)
 	ext := [][2]string{
 		{"bodyCrc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)&0x7FFFFFFF), 10)},
-		{"brokerAddr", addr}, {"brokerId", "0"}, {"brokerName", q.brokerName()},
+		{"brokerAddr", addr}, {"brokerId", "0"}, {"brokerName", q.brokerName(slot)},
 		{"clusterName", q.opts.prefix + "-cluster"}, {"compressed", "false"},
 		{"haServerAddr", "127.0.0.1:10912"},
 	}
 	return q.frame(codeRegisterBroker, ext, body)
 }
 
-// next is the frame of the workload's next call.
-func (q *request) next() []byte {
+// next is the frame of the workload's next call in the given slot.
+func (q *request) next(slot int) []byte {
 	switch q.opts.workload {
 	case "reads":
 		t := q.opts.topics[q.topic%len(q.opts.topics)]
 		q.topic++
 		return q.frame(codeGetRoute, [][2]string{{"topic", t}}, nil)
 	case "register":
-		q.count++
-		return q.register(q.count)
+		q.counts[slot]++
+		return q.register(slot, q.counts[slot])
 	default: // unchanged
-		return q.register(1)
+		return q.register(slot, 1)
 	}
 }
 
@@ -215,9 +226,22 @@ func (c *conn) call(frame []byte) error {
 // arrives after end is not counted. A broken connection is counted as an error and dialled again.
 func drive(opts *options, index int, c *conn, start <-chan struct{}, end *time.Time, res *result) {
 	addr := opts.addrs[index%len(opts.addrs)]
-	q := &request{opts: opts, index: index, topic: index}
+	q := newRequest(opts, index)
 	<-start
-	sent := map[int32]time.Time{}
+	type call struct {
+		t0   time.Time
+		slot int
+	}
+	sent := map[int32]call{}
+	free := make([]int, 0, opts.inflight)
+	reset := func() {
+		sent = map[int32]call{}
+		free = free[:0]
+		for s := opts.inflight - 1; s >= 0; s-- {
+			free = append(free, s)
+		}
+	}
+	reset()
 	for time.Now().Before(*end) {
 		if c == nil {
 			var err error
@@ -226,13 +250,15 @@ func drive(opts *options, index int, c *conn, start <-chan struct{}, end *time.T
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
-			sent = map[int32]time.Time{}
+			reset()
 		}
 		err := func() error {
 			c.c.SetDeadline(time.Now().Add(ioTimeout))
-			for len(sent) < opts.inflight && time.Now().Before(*end) {
-				frame := q.next()
-				sent[q.opaque] = time.Now()
+			for len(free) > 0 && time.Now().Before(*end) {
+				slot := free[len(free)-1]
+				free = free[:len(free)-1]
+				frame := q.next(slot)
+				sent[q.opaque] = call{time.Now(), slot}
 				if _, err := c.c.Write(frame); err != nil {
 					return err
 				}
@@ -244,11 +270,12 @@ func drive(opts *options, index int, c *conn, start <-chan struct{}, end *time.T
 			if err != nil {
 				return err
 			}
-			t0, ok := sent[rep.Opaque]
+			c0, ok := sent[rep.Opaque]
 			if !ok {
 				return fmt.Errorf("reply with unknown opaque %d", rep.Opaque)
 			}
 			delete(sent, rep.Opaque)
+			free = append(free, c0.slot)
 			now := time.Now()
 			if now.After(*end) {
 				return nil
@@ -256,7 +283,7 @@ func drive(opts *options, index int, c *conn, start <-chan struct{}, end *time.T
 			if rep.Code != 0 {
 				res.fail(fmt.Errorf("code %d: %s", rep.Code, rep.Remark))
 			} else {
-				res.lat = append(res.lat, now.Sub(t0).Nanoseconds())
+				res.lat = append(res.lat, now.Sub(c0.t0).Nanoseconds())
 			}
 			return nil
 		}()
@@ -337,9 +364,8 @@ func main() {
 			fmt.Fprintln(os.Stderr, "loadgen: connect:", err)
 			os.Exit(1)
 		}
-		if opts.workload == "unchanged" {
-			q := &request{opts: opts, index: i}
-			if err := conns[i].call(q.register(1)); err != nil {
+		for slot := 0; opts.workload == "unchanged" && slot < opts.inflight; slot++ {
+			if err := conns[i].call(newRequest(opts, i).register(slot, 1)); err != nil {
 				fmt.Fprintln(os.Stderr, "loadgen: first registration:", err)
 				os.Exit(1)
 			}
