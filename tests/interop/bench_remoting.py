@@ -86,6 +86,12 @@ def measure_side(addrs: list[str], server_pids: list[int], clients: list[int], s
         seed.stop()
 
 
+def _check_pinned(pids: list[int], cpus: set[int] | None) -> None:
+    for pid in with_descendants(pids):
+        if cpus is not None and os.sched_getaffinity(pid) != cpus:
+            raise RuntimeError(f"server process {pid} runs on CPUs {os.sched_getaffinity(pid)}, not {cpus}")
+
+
 @contextmanager
 def stock_server(version: str, root: str, cpus: set[int] | None) -> Iterator[tuple[list[str], list[int]]]:
     """The stock NameServer started on `cpus`: ([address], [JVM pid])."""
@@ -93,6 +99,7 @@ def stock_server(version: str, root: str, cpus: set[int] | None) -> Iterator[tup
     try:
         with children_on(cpus):
             proc, addr = rmq.namesrv()
+        _check_pinned([proc.pid], cpus)
         yield [addr], [proc.pid]
     finally:
         rmq.stop_all()
@@ -107,7 +114,9 @@ def our_cluster(root: str, size: int, cpus: set[int] | None) -> Iterator[tuple[l
         with children_on(cpus):
             c.start()
         c.wait_ready(timeout=60)
-        yield [n.remoting_addr for n in c.nodes], [n.proc.pid for n in c.nodes if n.proc is not None]
+        pids = [n.proc.pid for n in c.nodes if n.proc is not None]
+        _check_pinned(pids, cpus)
+        yield [n.remoting_addr for n in c.nodes], pids
     finally:
         c.stop()
 
