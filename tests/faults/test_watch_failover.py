@@ -154,8 +154,11 @@ class Writers:
 @pytest.mark.timeout(600)
 def test_watchers_resume_without_gap_or_duplicate_across_a_leader_kill(fault_cluster) -> None:
     per_node = WATCHERS // 2 + 50  # two survivors carry them all while the third is down
-    c: Cluster = fault_cluster(start=True, security={"grpc": {"workers": per_node + WRITERS + 64,
-                                                              "max_watchers": per_node}})
+    # Sized for its watchers, as an operator would: gRPC channels to one address share one connection, so
+    # every watch to a node is a stream on one HTTP/2 connection (limits.grpc_max_streams_per_connection).
+    c: Cluster = fault_cluster(start=True, security={
+        "grpc": {"workers": per_node + WRITERS + 64, "max_watchers": per_node},
+        "limits": {"grpc_max_streams_per_connection": per_node + WRITERS + 64}})
     leader = c.wait_ready()
     start = max(s.apply_offset for s in c.wait_converged())
     stop = threading.Event()

@@ -18,12 +18,15 @@ pytestmark = pytest.mark.cluster
 
 
 def recipe(target: str) -> list[str]:
-    """The command line of a one-line Makefile target, with $(PY) as this interpreter."""
+    """The command line of a Makefile target's line that runs the suite (`$(PY) -m bench`), with $(PY) as
+    this interpreter (the target may install tools on lines before it)."""
     with open(os.path.join(ROOT, "Makefile")) as f:
         text = f.read()
-    m = re.search(rf"^{re.escape(target)}:.*\n\t(.+)$", text, re.M)
+    m = re.search(rf"^{re.escape(target)}:.*\n((?:\t.+\n)+)", text, re.M)
     assert m, f"no target {target} in the Makefile"
-    line = m.group(1).split("&&")[-1].strip()  # "mkdir -p data && $(PY) -m bench ..."
+    lines = [line.split("&&")[-1].strip() for line in m.group(1).splitlines()]  # "mkdir -p data && $(PY) -m bench"
+    line = next((line for line in lines if line.startswith("$(PY) -m bench")), "")
+    assert line, f"target {target} does not run $(PY) -m bench"
     return [sys.executable if word == "$(PY)" else word for word in line.split()]
 
 
