@@ -25,7 +25,7 @@ def new_channel(addr: str) -> grpc.Channel:
         ("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)])
 
 
-def _proc_cpu_s(pids: list[int]) -> float:
+def proc_cpu_s(pids: list[int]) -> float:
     """User + system CPU seconds of the given processes so far (Linux /proc)."""
     total = 0
     for pid in pids:
@@ -61,7 +61,7 @@ def run_load(make: Callable[[int], tuple[grpc.Channel, Op]], threads: int, secon
     def begin() -> None:  # runs once, when every worker is connected, before any is released
         marks["t0"] = time.monotonic()
         marks["cpu0"] = _self_cpu_s()
-        marks["srv0"] = _proc_cpu_s(server_pids or [])
+        marks["srv0"] = proc_cpu_s(server_pids or [])
 
     barrier = threading.Barrier(threads, action=begin)
 
@@ -116,7 +116,7 @@ def run_load(make: Callable[[int], tuple[grpc.Channel, Op]], threads: int, secon
     # CPU cores busy on average: the client (this process: load threads, GIL-bound) and the servers.
     out["client_cpu_cores"] = round((_self_cpu_s() - marks["cpu0"]) / elapsed, 2)
     if server_pids:
-        out["server_cpu_cores"] = round((_proc_cpu_s(server_pids) - marks["srv0"]) / elapsed, 2)
+        out["server_cpu_cores"] = round((proc_cpu_s(server_pids) - marks["srv0"]) / elapsed, 2)
     if group is not None:
         names = [group(i) for i in range(threads)]
         out["per_node"] = {name: {"threads": names.count(name),

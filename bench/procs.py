@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,41 @@ def rss_bytes(pid: int) -> int:
                 return int(line.split()[1]) * 1024
     return 0
 
+
+
+def with_descendants(pids: list[int]) -> list[int]:
+    """The processes and every live process below them (a node's worker processes count as the node's),
+    from each thread's /proc children list."""
+    out, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo += [int(child) for child in f.read().split()]
+            except OSError:
+                pass
+    return out
+
+
+@contextmanager
+def children_on(cpus: set[int] | None) -> Iterator[None]:
+    """Processes started inside run only on `cpus` (None: no change), as under `taskset -c`: they inherit
+    the starting thread's CPU affinity, so a JVM sizes its thread pools for the CPUs it is given."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 def _toml(v: Any) -> str:
     if isinstance(v, bool):

@@ -1,175 +1,229 @@
-"""The remoting port side by side: Apache RocketMQ's stock NameServer (one node, its own jars) and our
-3-node cluster, driven by one load generator (the performance anchor of docs/benchmarks.md).
+"""The remoting port side by side: Apache RocketMQ's stock NameServer (one node, its own jars) and ours,
+driven by the compiled load generator (bench/loadgen/), per core, per node and per machine (the
+performance anchor of docs/benchmarks.md).
 
-    .venv/bin/python -m tests.interop.bench_remoting --seconds 10 --clients 1,8 [--json out.json]
+    .venv/bin/python -m tests.interop.bench_remoting --seconds 10 --clients 1,8 [--setups core,node,machine]
+        [--server-cpus 0 --loadgen-cpus 1] [--json out.json] [--report out.md]
 
-Each client is a process with one persistent connection (as a broker or client keeps one), sending one
-request at a time:
-- route reads: GET_ROUTEINFO_BY_TOPIC (105) for topics registered beforehand; our clients are spread
-  over the 3 nodes, the stock ones all go to its single node;
+Setups (each measures the stock side, then ours, on a fresh server):
+- core: the stock NameServer on --server-cpus (CPU 0) beside ONE node of ours (a 1-node cluster: Raft log,
+  fsync on) on the same CPU; the load generator on --loadgen-cpus (the other CPU);
+- node: the same two, each free to use every CPU (the load generator too);
+- machine: our 3-node cluster (connections spread over its nodes) beside one stock node, every CPU free.
+Each connection is one broker's or client's, sending one request at a time unless --inflight says more:
+- route reads: GET_ROUTEINFO_BY_TOPIC (105) for topics registered beforehand;
 - registrations: REGISTER_BROKER (103) of a broker of its own with 8 topics, its DataVersion changed on
   every call, so every call is a write;
 - unchanged re-registrations: the same DataVersion every time (ours writes nothing then).
-The two sides run one after the other in one invocation; on a shared machine compare the ratios.
+Beside each throughput: the server's CPU per operation (user + system of its process(es) and their
+children over the load, from /proc) and the load generator's own. On a shared machine compare the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
-import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from bench import loadgen
+from bench.load import proc_cpu_s
+from bench.procs import children_on, with_descendants
 from tests.cluster import Cluster
 from tests.fakebroker import FakeBroker
 
 from . import jars
 from .launcher import RocketMQ
 
-TOPICS_PER_BROKER = 8
 ROUTE_TOPICS = [f"BenchRoute{i}" for i in range(32)]
+KINDS = {"reads": "reads", "registrations": "register", "unchanged": "unchanged"}  # ours -> loadgen's names
+SETUPS = ("core", "node", "machine")
 
 
-def _register(b: FakeBroker, ns: str, counter: int) -> None:
-    resp = b.register(ns, [f"{b.name}-T{t}" for t in range(TOPICS_PER_BROKER)], counter=counter, compressed=False)
-    if resp.code != 0:
-        raise RuntimeError(f"register answered {resp.code}: {resp.remark}")
+def _cpus(spec: str) -> set[int]:
+    return {int(c) for c in spec.split(",") if c != ""}
 
 
-def _client(args: tuple[str, str, float, int]) -> dict[str, Any]:
-    """One client process: (workload, nameserver address, seconds, index) -> counts and latencies."""
-    kind, ns, seconds, index = args
-    b = FakeBroker(name=f"bench-{os.getpid()}-{index}", cluster="BenchCluster")
-    lat: list[float] = []
-    errors, first_error = 0, ""
-    counter = 1
-    try:
-        if kind == "unchanged":
-            _register(b, ns, counter)  # the first one writes; the measured ones do not
-        end = time.perf_counter() + seconds
-        i = index
-        while (now := time.perf_counter()) < end:
-            try:
-                if kind == "reads":
-                    resp = b.call(ns, 105, {"topic": ROUTE_TOPICS[i % len(ROUTE_TOPICS)]})
-                    if resp is None or resp.code != 0:
-                        raise RuntimeError(f"route answered {resp and resp.code}: {resp and resp.remark}")
-                else:
-                    if kind == "registrations":
-                        counter += 1
-                    _register(b, ns, counter)
-                lat.append(time.perf_counter() - now)
-            except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
-                errors += 1
-                first_error = first_error or repr(exc)[:300]
-            i += 1
-    finally:
-        b.close_channels()
-        b.stop()
-    return {"lat": lat, "errors": errors, "first_error": first_error}
+def _cpu_list(cpus: set[int] | None) -> str:
+    return ",".join(map(str, sorted(cpus))) if cpus else "all"
 
 
-def run_load(kind: str, addrs: list[str], clients: int, seconds: float) -> dict[str, Any]:
-    jobs = [(kind, addrs[i % len(addrs)], seconds, i) for i in range(clients)]
-    with multiprocessing.get_context("spawn").Pool(clients) as pool:
-        results = pool.map(_client, jobs)
-    lat = sorted(x for r in results for x in r["lat"])
-    n = len(lat)
-    return {"clients": clients, "n": n, "per_s": round(n / seconds, 1), "errors": sum(r["errors"] for r in results),
-            "first_error": next((r["first_error"] for r in results if r["first_error"]), ""),
-            "p50_ms": round(statistics.median(lat) * 1000, 2) if lat else 0.0,
-            "p99_ms": round(lat[min(n - 1, int(n * 0.99))] * 1000, 2) if lat else 0.0}
+def run_load(kind: str, addrs: list[str], clients: int, seconds: float, server_pids: list[int], inflight: int = 1,
+             loadgen_cpus: set[int] | None = None, prefix: str = "bench") -> dict[str, Any]:
+    """One load by the compiled generator, with the servers' CPU over it."""
+    pids = with_descendants(server_pids)
+    cpu0 = proc_cpu_s(pids)
+    g = loadgen.run(KINDS[kind], addrs, clients, seconds, inflight=inflight, topics=ROUTE_TOPICS,
+                    prefix=f"{prefix}-{kind}-{clients}", cpus=loadgen_cpus)
+    server_s = proc_cpu_s(pids) - cpu0
+    n = g["ops"]
+    return {"clients": clients, "inflight": inflight, "n": n, "per_s": g["ops_per_s"], "errors": g["errors"],
+            "first_error": g["first_error"], "p50_ms": g["p50_ms"], "p90_ms": g["p90_ms"], "p99_ms": g["p99_ms"],
+            "max_ms": g["max_ms"], "server_cpu_s": round(server_s, 3),
+            "server_us_per_op": round(server_s / n * 1e6, 1) if n else 0.0,
+            "loadgen_cpu_s": g["cpu_s"], "loadgen_us_per_op": g["cpu_us_per_op"]}
 
 
-def measure_side(addrs: list[str], clients: list[int], seconds: float, settle: float = 1.0) -> dict[str, Any]:
+def measure_side(addrs: list[str], server_pids: list[int], clients: list[int], seconds: float, inflight: int = 1,
+                 loadgen_cpus: set[int] | None = None, settle: float = 1.0, prefix: str = "bench") -> dict[str, Any]:
     # The topics route reads ask for, held by one broker whose connection stays open (a nameserver
     # unregisters a broker whose connection closes).
-    seed = FakeBroker(name="bench-routes", cluster="BenchCluster")
+    seed = FakeBroker(name=f"{prefix}-routes", cluster="BenchCluster")
     try:
         resp = seed.register(addrs[0], ROUTE_TOPICS, counter=1, compressed=False)
         assert resp.code == 0, resp.remark
         time.sleep(settle)  # the seed reaches every node
-        out: dict[str, Any] = {}
-        for kind in ("reads", "registrations", "unchanged"):
-            out[kind] = {str(c): run_load(kind, addrs, c, seconds) for c in clients}
-        return out
+        return {kind: {str(c): run_load(kind, addrs, c, seconds, server_pids, inflight, loadgen_cpus,
+                                        f"{prefix}-{c}") for c in clients}
+                for kind in KINDS}
     finally:
         seed.close_channels()
         seed.stop()
+
+
+def _check_pinned(pids: list[int], cpus: set[int] | None) -> None:
+    for pid in with_descendants(pids):
+        if cpus is not None and os.sched_getaffinity(pid) != cpus:
+            raise RuntimeError(f"server process {pid} runs on CPUs {os.sched_getaffinity(pid)}, not {cpus}")
+
+
+@contextmanager
+def stock_server(version: str, root: str, cpus: set[int] | None) -> Iterator[tuple[list[str], list[int]]]:
+    """The stock NameServer started on `cpus`: ([address], [JVM pid])."""
+    rmq = RocketMQ(version, root)
+    try:
+        with children_on(cpus):
+            proc, addr = rmq.namesrv()
+        _check_pinned([proc.pid], cpus)
+        yield [addr], [proc.pid]
+    finally:
+        rmq.stop_all()
+
+
+@contextmanager
+def our_cluster(root: str, size: int, cpus: set[int] | None) -> Iterator[tuple[list[str], list[int]]]:
+    """Our cluster of `size` nodes started on `cpus`: (remoting addresses, node pids)."""
+    os.makedirs(root)
+    c = Cluster(root, size, remoting=True)
+    try:
+        with children_on(cpus):
+            c.start()
+        c.wait_ready(timeout=60)
+        pids = [n.proc.pid for n in c.nodes if n.proc is not None]
+        _check_pinned(pids, cpus)
+        yield [n.remoting_addr for n in c.nodes], pids
+    finally:
+        c.stop()
+
+
+def run(version: str, clients: list[int], seconds: float, json_path: str = "", setups: tuple[str, ...] = SETUPS,
+        server_cpus: set[int] | None = None, loadgen_cpus: set[int] | None = None,
+        inflight: int = 1) -> dict[str, Any]:
+    jars.ensure(version)
+    every = os.sched_getaffinity(0)
+    server_cpus = server_cpus or {min(every)}
+    loadgen_cpus = loadgen_cpus or (every - server_cpus) or every
+    res: dict[str, Any] = {"meta": {"seconds_per_load": seconds, "clients": clients, "inflight": inflight,
+                                    "stock": f"Apache RocketMQ {version} NameServer, 1 node, -Xmx128m",
+                                    "ours": "Raft, fsync on, remoting on each node",
+                                    "loadgen": "bench/loadgen (Go), one goroutine per connection",
+                                    "cpus": len(every), "date": time.strftime("%Y-%m-%d %H:%M:%S")},
+                           "setups": {}}
+    with tempfile.TemporaryDirectory(prefix="bench-remoting-") as root:
+        for setup in setups:
+            pinned = setup == "core"
+            srv, gen = (server_cpus, loadgen_cpus) if pinned else (None, None)
+            size = 3 if setup == "machine" else 1
+            out: dict[str, Any] = {"server_cpus": _cpu_list(srv), "loadgen_cpus": _cpu_list(gen),
+                                   "ours_nodes": size}
+            with stock_server(version, os.path.join(root, f"rmq-{setup}"), srv) as (addrs, pids):
+                out["stock"] = measure_side(addrs, pids, clients, seconds, inflight, gen, prefix=f"s-{setup}")
+            with our_cluster(os.path.join(root, f"ours-{setup}"), size, srv) as (addrs, pids):
+                out["ours"] = measure_side(addrs, pids, clients, seconds, inflight, gen, prefix=f"o-{setup}")
+            out["ratios"] = {kind: {cl: round(ours["per_s"] / max(out["stock"][kind][cl]["per_s"], 1e-9), 2)
+                                    for cl, ours in per.items()} for kind, per in out["ours"].items()}
+            out["cpu_ratios"] = {kind: {cl: round(ours["server_us_per_op"]
+                                                  / max(out["stock"][kind][cl]["server_us_per_op"], 1e-9), 2)
+                                        for cl, ours in per.items()} for kind, per in out["ours"].items()}
+            res["setups"][setup] = out
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(res, f, indent=2)
+    return res
+
+
+_LABELS = {"reads": "route reads", "registrations": "registrations (changed)",
+           "unchanged": "registrations (unchanged)"}
+_SETUP_LABELS = {"core": "per core", "node": "per node", "machine": "per machine"}
+
+
+def _describe(setup: str, out: dict[str, Any]) -> str:
+    ours = "our 3-node cluster" if out["ours_nodes"] == 3 else "one node of ours (a 1-node cluster)"
+    where = (f"each server on CPU {out['server_cpus']}, the load generator on CPU {out['loadgen_cpus']}"
+             if out["server_cpus"] != "all" else "servers and load generator free to use every CPU")
+    return f"**{_SETUP_LABELS.get(setup, setup)}**: one stock NameServer beside {ours}; {where}."
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The docs/benchmarks.md tables of one run: per setup, each load, stock beside ours, the ratios of
+    throughput and of server CPU per operation, and the load generator's own CPU per operation."""
+    meta = res["meta"]
+    lines = [f"**Remoting: ours beside the stock NameServer** ({meta['date']}; {meta['stock']}; ours: "
+             f"{meta['ours']}; load: {meta['loadgen']}, {meta['inflight']} request(s) in flight per connection; "
+             f"{meta['seconds_per_load']:g} s per load; {meta['cpus']} CPUs)", ""]
+    errors = 0
+    for setup, out in res["setups"].items():
+        lines += [_describe(setup, out), "",
+                  "| workload | conns | stock ops/s (p50 / p99 ms) | stock CPU µs/op | ours ops/s (p50 / p99 ms) "
+                  "| ours CPU µs/op | ours / stock ops/s | ours / stock CPU per op | load generator µs/op "
+                  "(stock / ours) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for kind, per_clients in out["ours"].items():
+            for clients, ours in per_clients.items():
+                stock = out["stock"][kind][clients]
+                lines.append(
+                    f"| {_LABELS.get(kind, kind)} | {clients} | {stock['per_s']:,.0f} ({stock['p50_ms']} / "
+                    f"{stock['p99_ms']}) | {stock['server_us_per_op']:,.0f} | {ours['per_s']:,.0f} "
+                    f"({ours['p50_ms']} / {ours['p99_ms']}) | {ours['server_us_per_op']:,.0f} | "
+                    f"{out['ratios'][kind][clients]:.2f} | {out['cpu_ratios'][kind][clients]:.2f} | "
+                    f"{stock['loadgen_us_per_op']:,.0f} / {ours['loadgen_us_per_op']:,.0f} |")
+        errors += sum(v["errors"] for side in ("stock", "ours") for per in out[side].values() for v in per.values())
+        lines.append("")
+    lines.append(f"Errors: {errors}.")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.interop.bench_remoting",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per load")
-    parser.add_argument("--clients", default="1,8", help="client counts, comma-separated")
+    parser.add_argument("--clients", default="1,8", help="connection counts, comma-separated")
+    parser.add_argument("--inflight", type=int, default=1, help="requests outstanding per connection")
+    parser.add_argument("--setups", default=",".join(SETUPS), help=f"some of {', '.join(SETUPS)}")
+    parser.add_argument("--server-cpus", default="", help="CPUs of the servers in the core setup (default: the first)")
+    parser.add_argument("--loadgen-cpus", default="", help="CPUs of the load generator in the core setup "
+                                                           "(default: the others)")
     parser.add_argument("--version", default=jars.LINE_5, choices=jars.LINES)
     parser.add_argument("--json", default="", help="write the results here too")
-    parser.add_argument("--report", default="", help="write the markdown table here (it is printed too)")
+    parser.add_argument("--report", default="", help="write the markdown tables here (they are printed too)")
     args = parser.parse_args(argv)
-    res = run(args.version, [int(c) for c in args.clients.split(",")], args.seconds, args.json)
+    setups = tuple(s for s in args.setups.split(",") if s)
+    unknown = set(setups) - set(SETUPS)
+    if unknown:
+        parser.error(f"--setups: unknown {', '.join(sorted(unknown))} (known: {', '.join(SETUPS)})")
+    res = run(args.version, [int(c) for c in args.clients.split(",")], args.seconds, args.json, setups,
+              _cpus(args.server_cpus) or None, _cpus(args.loadgen_cpus) or None, args.inflight)
     report = markdown(res)
     if args.report:
         with open(args.report, "w") as f:
             f.write(report)
     print(report)
     return 0
-
-
-_LABELS = {"reads": "route reads", "registrations": "registrations (changed)",
-           "unchanged": "registrations (unchanged)"}
-
-
-def markdown(res: dict[str, Any]) -> str:
-    """The docs/benchmarks.md table of one run: each load, stock beside ours, and the ratio."""
-    meta = res["meta"]
-    lines = [f"**Remoting: ours beside the stock NameServer** ({meta['date']}; {meta['stock']}; ours: "
-             f"{meta['ours']}; {meta['seconds_per_load']:g} s per load)", "",
-             "| workload | clients | stock ops/s (p50 / p99 ms) | ours ops/s (p50 / p99 ms) | ours / stock |",
-             "|---|---|---|---|---|"]
-    for kind, per_clients in res["ours"].items():
-        for clients, ours in per_clients.items():
-            stock = res["stock"][kind][clients]
-            lines.append(f"| {_LABELS.get(kind, kind)} | {clients} | {stock['per_s']:,.0f} ({stock['p50_ms']} / "
-                         f"{stock['p99_ms']}) | {ours['per_s']:,.0f} ({ours['p50_ms']} / {ours['p99_ms']}) | "
-                         f"{res['ratios'][kind][clients]:.2f} |")
-    errors = sum(v["errors"] for side in ("stock", "ours") for per in res[side].values() for v in per.values())
-    lines += ["", f"Errors: {errors}."]
-    return "\n".join(lines) + "\n"
-
-
-def run(version: str, clients: list[int], seconds: float, json_path: str = "") -> dict[str, Any]:
-    jars.ensure(version)
-    res: dict[str, Any] = {"meta": {"seconds_per_load": seconds, "clients": clients,
-                                    "stock": f"Apache RocketMQ {version} NameServer, 1 node, -Xmx128m",
-                                    "ours": "3 nodes (Raft, fsync on), remoting on each",
-                                    "date": time.strftime("%Y-%m-%d %H:%M:%S")}}
-    with tempfile.TemporaryDirectory(prefix="bench-remoting-") as root:
-        rmq = RocketMQ(version, os.path.join(root, "rmq"))
-        try:
-            _, stock = rmq.namesrv()
-            res["stock"] = measure_side([stock], clients, seconds)
-        finally:
-            rmq.stop_all()
-        os.makedirs(os.path.join(root, "ours"))
-        c = Cluster(os.path.join(root, "ours"), 3, remoting=True)
-        c.start()
-        try:
-            c.wait_ready(timeout=60)
-            res["ours"] = measure_side([n.remoting_addr for n in c.nodes], clients, seconds)
-        finally:
-            c.stop()
-    res["ratios"] = {kind: {cl: round(res["ours"][kind][cl]["per_s"] / max(res["stock"][kind][cl]["per_s"], 1e-9), 2)
-                            for cl in res["ours"][kind]} for kind in res["ours"]}
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(res, f, indent=2)
-    return res
 
 
 if __name__ == "__main__":

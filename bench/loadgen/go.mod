@@ -1,0 +1,3 @@
+module nameserver-bench/loadgen
+
+go 1.19
