@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from raftlog.codec import UnknownEntryFormat, decode_entry
+from raftlog.codec import decode_for_apply
 from raftlog.digest import digest_hex, digest_of
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.kvstate import Change
@@ -188,13 +188,7 @@ class Applier:
     def _apply(self, index: int, data: bytes) -> None:
         if index <= self.apply_offset:
             return  # already covered by a restored snapshot
-        try:
-            entry = decode_entry(data)
-        except UnknownEntryFormat:
-            raise
-        except Exception:
-            log.error("entry %d is not a valid Entry (%d bytes); applied as a no-op", index, len(data))
-            entry = entry_pb2.Entry()
+        entry = decode_for_apply(index, data)
         changes: list[Change] = []
         with self.lock:
             results = self.fsm.apply_entry(index, entry, changes)

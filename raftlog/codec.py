@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 
 from raftlog.pb import entry_pb2
+
+log = logging.getLogger("raftlog.apply")
 
 # Bump when the Entry layout changes incompatibly; a node refuses entries newer than it knows.
 ENTRY_FORMAT = 1
@@ -25,6 +28,18 @@ def decode_entry(data: bytes) -> entry_pb2.Entry:
     if entry.format > ENTRY_FORMAT:
         raise UnknownEntryFormat(f"entry format {entry.format} is newer than this node's {ENTRY_FORMAT}")
     return entry
+
+
+def decode_for_apply(index: int, data: bytes) -> entry_pb2.Entry:
+    """The entry at `index` as every replica applies it: a malformed one is an empty entry (a no-op, so
+    replicas agree), a newer format raises UnknownEntryFormat (stop rather than diverge)."""
+    try:
+        return decode_entry(data)
+    except UnknownEntryFormat:
+        raise
+    except Exception:
+        log.error("entry %d is not a valid Entry (%d bytes); applied as a no-op", index, len(data))
+        return entry_pb2.Entry()
 
 
 # pysyncobj log entries are (command bytes, index, term) tuples; a snapshot must give back the

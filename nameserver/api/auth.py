@@ -54,7 +54,9 @@ BROKER_METHODS |= frozenset(f"/{CONTROLLER_SERVICE}/{m}" for m in (
     "GetNextBrokerId", "ApplyBrokerId", "RegisterBroker", "ElectMaster", "AlterSyncStateSet", "GetReplicaInfo",
     "Heartbeat", "GetLeader"))
 CLIENT_METHODS |= frozenset(f"/{CONTROLLER_SERVICE}/{m}" for m in ("GetReplicaInfo", "ListBrokerSets", "GetLeader"))
-PEER_ONLY = frozenset({f"/{NAMESERVER_SERVICE}/ReadIndex"})
+LOG_SERVICE = api_pb2.DESCRIPTOR.services_by_name["Log"].full_name
+# Follow feeds a read replica every entry as applied, sessions and all: a node's (or its workers').
+PEER_ONLY = frozenset({f"/{NAMESERVER_SERVICE}/ReadIndex", f"/{LOG_SERVICE}/Follow"})
 OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
                  "grpc.reflection.v1.ServerReflection")
 

@@ -4,13 +4,14 @@ ReadLog streams committed entries from this node's in-memory history ring (raftl
 bounded batches, from any node. Entries older than the ring fail OUT_OF_RANGE naming the oldest offset
 kept: another node may keep more, and the node's archive (nameserver/ops/archive.py) holds the rest as
 Parquet segments the pipeline reads directly. DumpState streams a consistent copy of the state, taken
-under the state lock in O(keys) pointer copies, then sorted and chunked outside it.
+under the state lock in O(keys) pointer copies, then sorted and chunked outside it. Follow feeds a read
+replica (nameserver/replica): such a copy, then the entries applied after it, as they are applied.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import grpc
 
@@ -26,6 +27,7 @@ MAX_BATCH = 5000
 DUMP_CHUNK_ITEMS = 1000
 DUMP_CHUNK_BYTES = 1 << 20
 WAIT_CAP_S = 30.0
+FOLLOW_KEEPALIVE_S = 1.0  # an idle Follow stream sends the apply offset this often (the follower's lag)
 # Initial metadata of ReadLog: the last offset the stream covers (to_offset, resolved) and the oldest kept.
 
 
@@ -105,7 +107,15 @@ class LogService(api_pb2_grpc.LogServicer):
     def DumpState(self, request: api_pb2.DumpStateRequest, context: grpc.ServicerContext
                   ) -> Iterator[api_pb2.StateChunk]:
         self._check_ready(context)
-        # a consistent copy: values are immutable bytes, so this is pointer copies
+        for chunk in self._state_chunks():
+            yield chunk
+            if not context.is_active():
+                return
+
+    def _state_chunks(self) -> Iterator[api_pb2.StateChunk]:
+        """A consistent copy of the state, sorted and chunked: always at least one chunk, so an empty
+        state still reports its offset and digest."""
+        # under the state lock: values are immutable bytes, so this is pointer copies
         frozen, offset, digest = self.node.inspect(lambda s: (s.kv.freeze(), s.kv.offset, s.kv.digest_hex))
         chunk = api_pb2.StateChunk(apply_offset=offset, digest=digest)
         size = 0
@@ -115,8 +125,63 @@ class LogService(api_pb2_grpc.LogServicer):
             size += len(key) + len(value) + 24
             if len(chunk.items) >= DUMP_CHUNK_ITEMS or size >= DUMP_CHUNK_BYTES:
                 yield chunk
-                if not context.is_active():
-                    return
                 chunk = api_pb2.StateChunk(apply_offset=offset, digest=digest)
                 size = 0
-        yield chunk  # always at least one message, so an empty state still reports offset and digest
+        yield chunk
+
+    def Follow(self, request: api_pb2.FollowRequest, context: grpc.ServicerContext
+               ) -> Iterator[api_pb2.FollowMessage]:
+        """A read replica's feed (nameserver/replica/replica.py): a snapshot when the follower has
+        nothing or is older than this node's history, then the entries after its offset as they are
+        applied (woken by the apply offset, not polling), a keepalive every FOLLOW_KEEPALIVE_S when idle.
+
+        Nothing is buffered per stream but the message being sent: entries are read from the history
+        ring (raftlog/history.py) that ReadLog serves too. A follower that stops reading is cut off by
+        the call guard's progress timeout (limits.grpc_progress_timeout_ms) and resumes from its offset;
+        one that fell behind the ring is sent a snapshot again."""
+        if request.from_offset < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "from_offset: must be >= 0")
+        self._check_ready(context)
+        rlog = self.node.log
+        cursor = request.from_offset
+        if cursor == 0 or cursor < rlog.history.first_kept - 1:
+            cursor = yield from self._follow_snapshot(rlog.apply_offset)
+        while context.is_active():
+            if rlog.apply_error:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"not ready: {self.node.not_ready_reason()}")
+            rlog.wait_applied(cursor + 1, FOLLOW_KEEPALIVE_S, context.is_active)
+            applied = rlog.apply_offset  # before reading the history: it holds every entry up to here
+            try:
+                entries = rlog.history.after(cursor, limit=MAX_BATCH, upto=applied)
+            except Compacted:
+                cursor = yield from self._follow_snapshot(applied)
+                continue
+            msg = api_pb2.FollowMessage(core_offset=applied)
+            through = max(cursor, applied)
+            size = 0
+            for i, e in enumerate(entries):
+                if msg.entries and size + len(e.data) > self.max_message_bytes // 2:
+                    through = entries[i - 1].offset  # the rest next time
+                    break
+                msg.entries.add(offset=e.offset, term=e.term, entry=e.data)
+                size += len(e.data) + 32
+            else:
+                if len(entries) == MAX_BATCH:
+                    through = entries[-1].offset
+            msg.through_offset = cursor = through
+            yield msg
+
+    def _follow_snapshot(self, core_offset: int) -> Generator[api_pb2.FollowMessage, None, int]:
+        """Send the state as it is now; returns its offset (the follower's new cursor)."""
+        offset = 0
+        last: api_pb2.FollowMessage | None = None
+        for chunk in self._state_chunks():
+            if last is not None:
+                yield last
+            last = api_pb2.FollowMessage(snapshot=chunk, core_offset=core_offset)
+            offset = chunk.apply_offset
+        assert last is not None  # _state_chunks yields at least one chunk
+        last.snapshot_done = True
+        last.through_offset = offset
+        yield last
+        return offset

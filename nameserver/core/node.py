@@ -22,13 +22,14 @@ from nameserver.core.budget import TopicBudget, leading_parts
 from nameserver.core.forwarder import LeaderForwarder, NoLeader
 from nameserver.core.leaderduties import LeaderDuties
 from nameserver.core.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
-from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.core.readindex import ReadIndexBatcher
-from nameserver.core.routecache import MISS, RouteCache, RouteKey
+from nameserver.core.reads import LocalReads
+from nameserver.core.reads import NotReady as NotReady  # re-exported: callers import them from the node
+from nameserver.core.reads import OffsetNotReached as OffsetNotReached
+from nameserver.core.routecache import RouteCache
 from nameserver.core.sessionclock import SessionClock
 from nameserver.core.stateguard import StateGuard
 from nameserver.core.watch import WatchHub
-from nameserver.errors import TooLargeError
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.safetext import shown
 from nameserver.state import MetadataState, Translation, quotas, translate
@@ -46,10 +47,6 @@ log = logging.getLogger("nameserver.core.node")
 
 MAX_TRANSLATE_ATTEMPTS = 5
 BROKER_EXPIRY, SESSION_EXPIRY = "broker-expiry", "session-expiry"  # the node's own leader duties
-
-
-class NotReady(Exception):
-    pass
 
 
 class StateMachineAdapter(KVStateMachine):
@@ -95,7 +92,7 @@ class SessionEvicted(SessionSuperseded):
     """A retry whose session was evicted or expired (a tombstone: nameserver/state/sessions.py)."""
 
 
-class NameServerNode:
+class NameServerNode(LocalReads):
     def __init__(self, cfg: NodeConfig) -> None:
         self.cfg = cfg
         os.makedirs(cfg.data_dir, exist_ok=True)
@@ -163,67 +160,7 @@ class NameServerNode:
         self.log.close()
         self.forwarder.close()
 
-    # ---- reads ---------------------------------------------------------------------------------
-
-    def read(self, fn: Callable[[MetadataState], Any], min_offset: int, timeout: float,
-             alive: Callable[[], bool] | None = None) -> tuple[Any, int]:
-        """Run `fn` on the local state once ready and applied to `min_offset`; (result, apply offset).
-
-        At most limits.max_waiting_reads reads wait at once (a waiting read holds a server thread);
-        one beyond that fails TooLargeError at once. A wait ends early when `alive()` turns false."""
-        if not self.log.ready:
-            raise NotReady(self.not_ready_reason())
-        if not waiting_allowed():  # an inline caller on an event loop: never wait (nameserver/core/nowait.py)
-            if min_offset > self.log.apply_offset or not self.lock.acquire(blocking=False):
-                raise WouldBlock("the state is busy or the offset is not applied yet")
-        else:
-            self._wait_for(min_offset, timeout, alive)
-            self.lock.acquire()
-        try:
-            return fn(self.state), self.state.kv.offset
-        finally:
-            self.lock.release()
-
-    def read_route(self, key: RouteKey, compute: Callable[[MetadataState], Any], min_offset: int,
-                   timeout: float, alive: Callable[[], bool] | None = None) -> tuple[Any, int]:
-        """A route read: as read(), but a route computed earlier is reused while the state's route
-        generation has not moved, without taking the state lock (nameserver/core/routecache.py).
-        Returns (route or None, the apply offset it is valid at); the route is shared: copy it."""
-        if self.log.ready:
-            offset = self.state.kv.offset  # the offset first, then the generation (see routecache.py)
-            if min_offset <= offset:
-                hit = self.routes.get(key, self.state.route_generation)
-                if hit is not MISS:
-                    return hit, offset
-
-        def fill(state: MetadataState) -> Any:
-            route = compute(state)
-            self.routes.put(key, state.route_generation, route)
-            return route
-
-        return self.read(fill, min_offset, timeout, alive)
-
-    def inspect(self, fn: Callable[[MetadataState], Any]) -> Any:
-        """Run `fn` on the state as it is now, ready or not (status, metrics, dumps, a watch's first
-        listing). Under the state lock, so `fn` sees no apply half done: keep it short."""
-        with self.lock:
-            return fn(self.state)
-
-    def _wait_for(self, min_offset: int, timeout: float, alive: Callable[[], bool] | None) -> None:
-        if min_offset <= self.log.apply_offset:
-            return
-        if not self._waiting_reads.acquire(blocking=False):
-            raise TooLargeError("min_offset", f"{self.cfg.max_waiting_reads} reads are already waiting for "
-                                "offsets not yet applied here (limits.max_waiting_reads); retry later")
-        try:
-            if not self.log.wait_applied(min_offset, timeout, alive):
-                raise OffsetNotReached(self.log.apply_offset, min_offset)
-        finally:
-            self._waiting_reads.release()
-
-    def catch_up(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool:
-        """Wait (bounded) until this node has applied `offset`; False when it has not in time."""
-        return self.log.wait_applied(offset, timeout, alive)
+    # ---- reads (read, read_route, inspect, catch_up: nameserver/core/reads.py) ---------------------
 
     def not_ready_reason(self) -> str:
         if self.log.apply_error:
@@ -564,10 +501,3 @@ class NameServerNode:
 
 class MembershipError(Exception):
     """A membership change that cannot be made as asked (the message says why)."""
-
-
-class OffsetNotReached(Exception):
-    def __init__(self, apply_offset: int, min_offset: int) -> None:
-        super().__init__(f"node is at apply offset {apply_offset}, below min_offset {min_offset}")
-        self.apply_offset = apply_offset
-        self.min_offset = min_offset

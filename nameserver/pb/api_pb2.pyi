@@ -715,6 +715,26 @@ class StateChunk(_message.Message):
     digest: str
     def __init__(self, items: _Optional[_Iterable[_Union[StateItem, _Mapping]]] = ..., apply_offset: _Optional[int] = ..., digest: _Optional[str] = ...) -> None: ...
 
+class FollowRequest(_message.Message):
+    __slots__ = ("from_offset",)
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    from_offset: int
+    def __init__(self, from_offset: _Optional[int] = ...) -> None: ...
+
+class FollowMessage(_message.Message):
+    __slots__ = ("snapshot", "snapshot_done", "entries", "through_offset", "core_offset")
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_DONE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    THROUGH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CORE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    snapshot: StateChunk
+    snapshot_done: bool
+    entries: _containers.RepeatedCompositeFieldContainer[LogEntry]
+    through_offset: int
+    core_offset: int
+    def __init__(self, snapshot: _Optional[_Union[StateChunk, _Mapping]] = ..., snapshot_done: _Optional[bool] = ..., entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ..., through_offset: _Optional[int] = ..., core_offset: _Optional[int] = ...) -> None: ...
+
 class BrokerSetRequest(_message.Message):
     __slots__ = ("cluster_name", "broker_name", "consistency")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]

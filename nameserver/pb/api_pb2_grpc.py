@@ -1593,6 +1593,11 @@ class LogStub:
                 request_serializer=nameserver_dot_pb_dot_api__pb2.DigestAtRequest.SerializeToString,
                 response_deserializer=nameserver_dot_pb_dot_api__pb2.DigestAtReply.FromString,
                 _registered_method=True)
+        self.Follow = channel.unary_stream(
+                '/rip18.nameserver.v1.Log/Follow',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.FollowRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.FollowMessage.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -1619,6 +1624,15 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Follow(self, request, context):
+        """A read replica's feed (nameserver/replica): a consistent snapshot when from_offset is 0 or older
+        than this node's history, then every applied entry after it, in order, as it is applied, and a
+        keepalive carrying this node's apply offset when idle. Peer role only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1636,6 +1650,11 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.DigestAt,
                     request_deserializer=nameserver_dot_pb_dot_api__pb2.DigestAtRequest.FromString,
                     response_serializer=nameserver_dot_pb_dot_api__pb2.DigestAtReply.SerializeToString,
+            ),
+            'Follow': grpc.unary_stream_rpc_method_handler(
+                    servicer.Follow,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.FollowRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.FollowMessage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1719,6 +1738,33 @@ class Log:
             '/rip18.nameserver.v1.Log/DigestAt',
             nameserver_dot_pb_dot_api__pb2.DigestAtRequest.SerializeToString,
             nameserver_dot_pb_dot_api__pb2.DigestAtReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Follow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rip18.nameserver.v1.Log/Follow',
+            nameserver_dot_pb_dot_api__pb2.FollowRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.FollowMessage.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any
 
+import grpc
 import pytest
 
+from nameserver.api.logservice import LogService
 from nameserver.config import Member, NodeConfig
 from nameserver.core import NameServerNode
 from nameserver.localports import free_ports
+from nameserver.pb import api_pb2_grpc
 
 
 @pytest.fixture
@@ -25,3 +30,21 @@ def node(tmp_path) -> Iterator[NameServerNode]:
         time.sleep(0.05)
     yield n
     n.close()
+
+
+@pytest.fixture
+def serve_log() -> Iterator[Callable[[Any], str]]:
+    """Serve the Log service over a stand-in node on an in-process gRPC server; returns its address."""
+    servers = []
+
+    def start(node: Any) -> str:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        api_pb2_grpc.add_LogServicer_to_server(LogService(node), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return f"127.0.0.1:{port}"
+
+    yield start
+    for s in servers:
+        s.stop(0)

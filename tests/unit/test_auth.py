@@ -48,7 +48,7 @@ def test_role_table_covers_every_method(method: str) -> None:
     is_ns, is_ctl = service == NS, service == CTL
     assert allowed("broker", method) == (is_ns and name in BROKER or is_ctl and name in CTL_BROKER)
     assert allowed("client", method) == (is_ns and name in CLIENT or is_ctl and name in CTL_CLIENT)
-    assert allowed("admin", method) == (name != "ReadIndex")
+    assert allowed("admin", method) == (name not in ("ReadIndex", "Follow"))  # peer only
     assert allowed("peer", method)
     assert not allowed("nobody", method)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from concurrent import futures
 from types import SimpleNamespace
 
 import grpc
@@ -11,7 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from nameserver import headers
-from nameserver.api.logservice import LogService
 from nameserver.cli import nsctl
 from nameserver.logformat.segments import covered_ranges
 from nameserver.pb import api_pb2, api_pb2_grpc
@@ -49,23 +47,6 @@ class StandIn:
             return fn(self.state)
 
 
-@pytest.fixture
-def serve():
-    servers = []
-
-    def start(node: StandIn) -> str:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        api_pb2_grpc.add_LogServicer_to_server(LogService(node), server)  # type: ignore[arg-type]
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        return f"127.0.0.1:{port}"
-
-    yield start
-    for s in servers:
-        s.stop(0)
-
-
 def _read(addr: str, **kw) -> tuple[dict, list[list[int]]]:
     with grpc.insecure_channel(addr) as ch:
         call = api_pb2_grpc.LogStub(ch).ReadLog(api_pb2.ReadLogRequest(**kw), timeout=5)
@@ -73,8 +54,8 @@ def _read(addr: str, **kw) -> tuple[dict, list[list[int]]]:
         return md, [[e.offset for e in b.entries] for b in call]
 
 
-def test_read_log_streams_bounded_batches_from_an_offset(serve) -> None:
-    addr = serve(StandIn(30, skip=(10,)))
+def test_read_log_streams_bounded_batches_from_an_offset(serve_log) -> None:
+    addr = serve_log(StandIn(30, skip=(10,)))
     md, batches = _read(addr, from_offset=5, max_batch=8)
     assert md[headers.LOG_TO_OFFSET] == "30"
     assert [len(b) for b in batches] == [8, 8, 8, 1]
@@ -83,8 +64,8 @@ def test_read_log_streams_bounded_batches_from_an_offset(serve) -> None:
     assert batches == [[28, 29]]
 
 
-def test_read_log_errors_name_the_problem(serve) -> None:
-    addr = serve(StandIn(30, keep=10))
+def test_read_log_errors_name_the_problem(serve_log) -> None:
+    addr = serve_log(StandIn(30, keep=10))
     for kw, code, text in [
         ({"from_offset": -1}, grpc.StatusCode.INVALID_ARGUMENT, "from_offset"),
         ({"from_offset": 9, "to_offset": 3}, grpc.StatusCode.INVALID_ARGUMENT, "to_offset"),
@@ -96,9 +77,9 @@ def test_read_log_errors_name_the_problem(serve) -> None:
         assert err.value.code() == code and text in err.value.details()
 
 
-def test_dump_state_is_one_consistent_copy_in_chunks(serve) -> None:
+def test_dump_state_is_one_consistent_copy_in_chunks(serve_log) -> None:
     node = StandIn(30)
-    addr = serve(node)
+    addr = serve_log(node)
     with grpc.insecure_channel(addr) as ch:
         chunks = list(api_pb2_grpc.LogStub(ch).DumpState(api_pb2.DumpStateRequest(), timeout=5))
     items = [(i.key, i.value, i.version, i.type) for c in chunks for i in c.items]
@@ -106,9 +87,9 @@ def test_dump_state_is_one_consistent_copy_in_chunks(serve) -> None:
     assert {(c.apply_offset, c.digest) for c in chunks} == {(30, node.state.kv.digest_hex)}
 
 
-def test_digest_at_gives_the_digest_right_after_any_applied_offset(serve) -> None:
+def test_digest_at_gives_the_digest_right_after_any_applied_offset(serve_log) -> None:
     node = StandIn(30, skip=(10, 11))
-    addr = serve(node)
+    addr = serve_log(node)
     with grpc.insecure_channel(addr) as ch:
         stub = api_pb2_grpc.LogStub(ch)
         for offset in range(0, 31):  # pysyncobj's own offsets (10, 11) give the digest before them
@@ -122,9 +103,9 @@ def test_digest_at_gives_the_digest_right_after_any_applied_offset(serve) -> Non
             assert err.value.code() == code and text in err.value.details()
 
 
-def test_digest_at_older_than_the_ring_is_out_of_range(serve, monkeypatch) -> None:
+def test_digest_at_older_than_the_ring_is_out_of_range(serve_log, monkeypatch) -> None:
     monkeypatch.setattr(kvstate, "DIGEST_HISTORY", 5)
-    addr = serve(StandIn(30))
+    addr = serve_log(StandIn(30))
     with grpc.insecure_channel(addr) as ch:
         stub = api_pb2_grpc.LogStub(ch)
         assert stub.DigestAt(api_pb2.DigestAtRequest(offset=26), timeout=5).first_kept == 26
@@ -133,9 +114,9 @@ def test_digest_at_older_than_the_ring_is_out_of_range(serve, monkeypatch) -> No
         assert err.value.code() == grpc.StatusCode.OUT_OF_RANGE and "oldest: 26" in err.value.details()
 
 
-def test_export_moves_on_to_a_node_that_still_has_the_offsets(serve, tmp_path) -> None:
-    short = serve(StandIn(40, keep=5))   # compacted its ring: OUT_OF_RANGE for offset 1
-    full = serve(StandIn(40))
+def test_export_moves_on_to_a_node_that_still_has_the_offsets(serve_log, tmp_path) -> None:
+    short = serve_log(StandIn(40, keep=5))   # compacted its ring: OUT_OF_RANGE for offset 1
+    full = serve_log(StandIn(40))
     out = str(tmp_path / "log")
     assert nsctl.main(["--endpoints", f"{short},{full}", "log", "export", "--out", out,
                        "--segment-rows", "16", "--batch", "7"]) == 0

@@ -1,0 +1,261 @@
+"""A read replica of a core's state, fed by its Log.Follow stream (nameserver/api/logservice.py).
+
+The replica holds a MetadataState built by the same code the core's apply thread runs: a snapshot is
+loaded with MetadataState.restore (its digest recomputed from the pairs and checked against the
+core's, not trusted), then each entry is decoded and applied with MetadataState.apply_entry, in order,
+at its offset. Same entries at the same offsets: the same state, the same digest at each offset.
+
+One thread follows; on any failure it reconnects with backoff and resumes from its offset (the core
+sends a snapshot again when that is older than its history). A stream silent past `max_silence_s`
+(the core sends a keepalive every second) is cut and reopened: a half-open connection is noticed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc
+
+from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.state import MetadataState
+from raftlog.codec import UnknownEntryFormat, decode_for_apply
+
+log = logging.getLogger("nameserver.replica")
+
+DEFAULT_MAX_LAG = 1000  # entries behind the core's last reported apply offset a ready replica may be
+DEFAULT_MAX_SILENCE_S = 5.0  # five missed keepalives: the stream is reopened and the replica is not ready
+BACKOFF_MIN_S, BACKOFF_MAX_S = 0.05, 2.0  # between reconnects; back to the minimum after a message
+ALIVE_CHECK_S = 0.2  # how soon a waiting reader notices that its caller went away
+
+
+class SnapshotMismatch(Exception):
+    """The snapshot's pairs do not hash to the digest the core stamped it with."""
+
+
+class ReadReplica:
+    """The state of `target` (a node's gRPC address, opened with `open_channel`), kept current.
+
+    Also the AppliedSource of a ReplicaNode (nameserver/core/reads.py): ready, apply_offset,
+    wait_applied; and is_leader() (never) for read paths that ask."""
+
+    def __init__(self, target: str, open_channel: Callable[[str], grpc.Channel], name: str = "",
+                 max_lag: int = DEFAULT_MAX_LAG, max_silence_s: float = DEFAULT_MAX_SILENCE_S) -> None:
+        self.target = target
+        self.name = name or target
+        self.max_lag = max_lag
+        self.max_silence_s = max_silence_s
+        self._open_channel = open_channel
+        # Held by the follower thread while it applies one entry or swaps in a restored state, and by a
+        # reader for one read: readers never see half an entry.
+        self.lock = threading.Lock()
+        self.state = MetadataState()
+        self._bootstrapped = False
+        self._offset_cv = threading.Condition()
+        self._published = 0  # the offset waiters see: everything up to it is in `state`
+        self._core_offset = 0
+        self._heard = 0.0  # monotonic time of the last message handled
+        self._quiet_since = 0.0  # the same, or the current call's start: what the watchdog measures
+        self.failed = ""  # apply stopped for good (an entry of a newer format)
+        self.last_error = ""
+        self.bootstraps = 0  # snapshots installed
+        self.reconnects = 0
+        self._stop = threading.Event()
+        self._call: Any = None  # the running Follow call (a grpc.Call and iterator)
+        self._channel: grpc.Channel | None = None
+        self._thread: threading.Thread | None = None
+        self._watchdog: threading.Thread | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"replica-{self.name}", daemon=True)
+        self._watchdog = threading.Thread(target=self._watch_silence, name=f"replica-watch-{self.name}",
+                                          daemon=True)
+        self._thread.start()
+        self._watchdog.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        call = self._call
+        if call is not None:
+            call.cancel()
+        for t in (self._thread, self._watchdog):
+            if t is not None:
+                t.join(timeout=5)
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        with self._offset_cv:
+            self._offset_cv.notify_all()
+
+    # ---- what readers see ----------------------------------------------------------------------
+
+    @property
+    def offset(self) -> int:
+        """The last offset applied here."""
+        return self._published
+
+    apply_offset = offset  # the name reads (nameserver/core/reads.py) use
+
+    @property
+    def digest_hex(self) -> str:
+        with self.lock:
+            return self.state.kv.digest_hex
+
+    @property
+    def core_offset(self) -> int:
+        """The core's apply offset, as last heard."""
+        return self._core_offset
+
+    @property
+    def lag(self) -> int:
+        """Entries (offsets) the replica is behind the core, as last heard."""
+        return max(0, self._core_offset - self._published)
+
+    @property
+    def ready(self) -> bool:
+        return not self.not_ready_reason()
+
+    def not_ready_reason(self) -> str:
+        """Why reads are refused here, or "" when they are served."""
+        if self.failed:
+            return f"replica of {self.target} stopped applying: {self.failed}"
+        if not self._bootstrapped:
+            why = f" ({self.last_error})" if self.last_error else ""
+            return f"replica of {self.target} has not loaded the state yet{why}"
+        silent = time.monotonic() - self._heard
+        if silent > self.max_silence_s:
+            why = f": {self.last_error}" if self.last_error else ""
+            return f"replica has not heard from {self.target} for {silent:.1f} s{why}"
+        if self.lag > self.max_lag:
+            return (f"replica is {self.lag} entries behind {self.target} (at {self._published}, core at "
+                    f"{self._core_offset}; ready within {self.max_lag})")
+        return ""
+
+    @property
+    def apply_error(self) -> str:
+        return self.failed
+
+    def is_leader(self) -> bool:
+        return False
+
+    def wait_applied(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool:
+        """Block until this replica has applied `offset`; False at the timeout, once `alive()` turns
+        false (checked every ALIVE_CHECK_S), or when the replica stopped."""
+        deadline = time.monotonic() + timeout
+        with self._offset_cv:
+            while self._published < offset:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.failed or self._stop.is_set() or (alive is not None and not alive()):
+                    return False
+                self._offset_cv.wait(left if alive is None else min(left, ALIVE_CHECK_S))
+            return True
+
+    # ---- the follower thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = BACKOFF_MIN_S
+        while not self._stop.is_set():
+            heard_before = self._heard
+            try:
+                self._follow()
+                self.last_error = f"{self.target} ended the stream"
+            except grpc.RpcError as exc:
+                if self._stop.is_set():
+                    return
+                self.last_error = f"{exc.code().name}: {exc.details()}"
+            except UnknownEntryFormat as exc:
+                self.failed = str(exc)
+                log.critical("replica of %s stopped: %s", self.target, exc)
+                with self._offset_cv:
+                    self._offset_cv.notify_all()
+                return
+            except SnapshotMismatch as exc:
+                self.last_error = str(exc)
+                log.error("replica of %s: %s", self.target, exc)
+            if self._heard > heard_before:
+                backoff = BACKOFF_MIN_S  # the last attempt got somewhere: retry soon
+            log.info("replica of %s reconnects in %.2f s from offset %d: %s", self.target, backoff,
+                     self._published, self.last_error)
+            self.reconnects += 1
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def _follow(self) -> None:
+        """One Follow call, until it fails or ends."""
+        if self._channel is None:
+            self._channel = self._open_channel(self.target)
+        start = self._published if self._bootstrapped else 0
+        call = api_pb2_grpc.LogStub(self._channel).Follow(api_pb2.FollowRequest(from_offset=start))
+        self._quiet_since = time.monotonic()
+        self._call = call
+        if self._stop.is_set():
+            call.cancel()
+        snapshot: list[api_pb2.StateChunk] = []
+        for msg in call:
+            self._core_offset = msg.core_offset
+            if msg.HasField("snapshot"):
+                snapshot.append(msg.snapshot)
+                if msg.snapshot_done:
+                    self._install(snapshot)
+                    snapshot = []
+            else:
+                self._apply(msg)
+            self._heard = self._quiet_since = time.monotonic()
+
+    def _install(self, chunks: list[api_pb2.StateChunk]) -> None:
+        """Load a snapshot into a fresh state (readers keep the old one meanwhile), then swap it in."""
+        offset, digest = chunks[-1].apply_offset, chunks[-1].digest
+        items: Iterable[tuple[str, bytes, int, int]] = (
+            (it.key, it.value, it.version, it.type) for chunk in chunks for it in chunk.items)
+        fresh = MetadataState()
+        # Above every generation of the old state: a route cached against it never matches the new one.
+        fresh.route_generation = self.state.route_generation + 1
+        fresh.restore(offset, items)  # no stamped digest: every pair is hashed, and checked below
+        if fresh.digest_hex != digest:
+            self._bootstrapped = False
+            raise SnapshotMismatch(f"snapshot at offset {offset} from {self.target} hashes to "
+                                   f"{fresh.digest_hex}, stamped {digest}")
+        with self.lock:
+            self.state = fresh
+        self._bootstrapped = True
+        self.bootstraps += 1
+        log.info("replica of %s loaded a snapshot at offset %d (digest %s, %d keys)", self.target, offset,
+                 digest, len(fresh.kv))
+        self._publish(offset, force=True)
+
+    def _apply(self, msg: api_pb2.FollowMessage) -> None:
+        """Apply a message's entries in order, each under the lock, as the core's apply thread does."""
+        state = self.state
+        for e in msg.entries:
+            if e.offset <= state.kv.offset:
+                continue  # already held (a resumed stream repeats nothing, but be safe)
+            entry = decode_for_apply(e.offset, e.entry)
+            with self.lock:
+                state.apply_entry(e.offset, entry)
+        if msg.through_offset > state.kv.offset:
+            with self.lock:  # offsets without entries of ours (pysyncobj's no-ops): as the core's advance
+                state.kv.offset = msg.through_offset
+        self._publish(state.kv.offset)
+
+    def _publish(self, offset: int, force: bool = False) -> None:
+        with self._offset_cv:
+            if force or offset > self._published:
+                self._published = offset
+            self._offset_cv.notify_all()
+
+    def _watch_silence(self) -> None:
+        """Cut a stream that stopped talking (a half-open connection, a core frozen): the follower
+        thread then reconnects."""
+        while not self._stop.wait(max(0.1, self.max_silence_s / 4)):
+            call = self._call
+            if call is not None and time.monotonic() - self._quiet_since > self.max_silence_s:
+                self.last_error = f"no message from {self.target} for {self.max_silence_s} s"
+                self._quiet_since = time.monotonic()  # once per silence
+                call.cancel()

@@ -1,0 +1,35 @@
+"""A read-only node over a ReadReplica: what the gRPC read handlers (nameserver/api/service.py) use of a
+NameServerNode, so NameServerService(ReplicaNode(...)) serves GetRoute, GetClusterInfo, GetTopicList,
+GetKv, ListKv, GetBrokerMemberGroup, GetSettings and serializable binding reads from the replica.
+
+Reads are the core's own (nameserver/core/reads.py): bounded waits for min_offset, NotReady while the
+replica is not ready, the route cache. Writes, linearizable reads and watches are not here.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from nameserver.config import NodeConfig
+from nameserver.core.reads import LocalReads
+from nameserver.core.routecache import RouteCache
+from nameserver.replica.follower import ReadReplica
+from nameserver.state import MetadataState
+
+
+class ReplicaNode(LocalReads):
+    def __init__(self, replica: ReadReplica, cfg: NodeConfig) -> None:
+        self.cfg = cfg
+        self.replica = replica
+        self.log = replica  # ready, apply_offset, wait_applied, is_leader()
+        self.lock = replica.lock
+        self.routes = RouteCache()
+        self._waiting_reads = threading.BoundedSemaphore(cfg.max_waiting_reads)
+
+    @property
+    def state(self) -> MetadataState:  # type: ignore[override]  # read-only here: the follower swaps it
+        """The replica's current state: a snapshot install swaps it (under the lock)."""
+        return self.replica.state
+
+    def not_ready_reason(self) -> str:
+        return self.replica.not_ready_reason() or "replica is ready"

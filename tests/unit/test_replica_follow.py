@@ -1,0 +1,215 @@
+"""ReadReplica over a real in-process gRPC server serving Log.Follow from a stand-in core (a MetadataState,
+its history ring and an apply offset that waiters are woken on), and the replica's pure parts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+
+import grpc
+import pytest
+
+from nameserver.config import Member, NodeConfig
+from nameserver.core.reads import NotReady
+from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.replica import ReadReplica, ReplicaNode
+from nameserver.replica.follower import SnapshotMismatch
+from nameserver.state import MetadataState, translate
+from raftlog.codec import encode_entry
+from raftlog.history import AppliedEntry, EntryHistory
+from raftlog.pb import entry_pb2
+from tests.cluster import register_request
+
+
+class StandInLog:
+    """What Follow uses of a ReplicatedLog: ready, apply offset, a wait woken when it moves, history."""
+
+    def __init__(self, keep: int) -> None:
+        self.ready = True
+        self.apply_error = ""
+        self.apply_offset = 0
+        self.history = EntryHistory(max_entries=keep)
+        self.cv = threading.Condition()
+
+    def wait_applied(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool:
+        with self.cv:
+            return self.cv.wait_for(lambda: self.apply_offset >= offset, timeout)
+
+    def publish(self, offset: int) -> None:
+        with self.cv:
+            self.apply_offset = offset
+            self.cv.notify_all()
+
+
+class StandInCore:
+    """A core's state and log, applied by the test: entries through the same MetadataState code."""
+
+    def __init__(self, keep: int = 1000) -> None:
+        self.lock = threading.RLock()
+        self.cfg = SimpleNamespace(max_message_bytes=1 << 20)
+        self.state = MetadataState()
+        self.log = StandInLog(keep)
+
+    def write(self, translation: translate.Translation) -> int:
+        offset = self.log.apply_offset + 1
+        entry = entry_pb2.Entry(term=1, batches=[translation.batch])
+        with self.lock:
+            self.state.apply_entry(offset, entry)
+        self.log.history.append(AppliedEntry(offset, 1, encode_entry(entry), ()))
+        self.log.publish(offset)
+        return offset
+
+    def noop(self) -> int:
+        """An offset without an entry of ours (pysyncobj's no-op)."""
+        offset = self.log.apply_offset + 1
+        with self.lock:
+            self.state.kv.offset = offset
+        self.log.publish(offset)
+        return offset
+
+    def put(self, key: str, value: str) -> int:
+        return self.write(translate.put_kv(self.state, "ns", key, value))
+
+    def inspect(self, fn: Callable) -> object:
+        with self.lock:
+            return fn(self.state)
+
+    def not_ready_reason(self) -> str:
+        return "stand-in"
+
+
+@pytest.fixture
+def replicas() -> Iterator[Callable[..., ReadReplica]]:
+    made: list[ReadReplica] = []
+
+    def make(addr: str, **kw: object) -> ReadReplica:
+        r = ReadReplica(addr, grpc.insecure_channel, name=f"r{len(made)}", **kw)  # type: ignore[arg-type]
+        made.append(r)
+        r.start()
+        return r
+
+    yield make
+    for r in made:
+        r.stop()
+
+
+def wait_until(cond: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def at(replica: ReadReplica, core: StandInCore) -> Callable[[], bool]:
+    return lambda: replica.offset == core.log.apply_offset and replica.ready
+
+
+def test_replica_loads_the_state_then_applies_entries_as_applied(serve_log, replicas) -> None:
+    core = StandInCore()
+    for i in range(30):
+        core.put(f"k{i % 7}", f"v{i}")
+    core.write(translate.register_broker(core.state, register_request("C", "b", "10.0.0.1:10911", ["T"]), 30000))
+    r = replicas(serve_log(core))
+    wait_until(at(r, core))
+    assert r.bootstraps == 1 and r.digest_hex == core.state.digest_hex and r.lag == 0
+    digests = {}
+    for i in range(40):  # live: entries and no-op offsets, each pushed as applied
+        offset = core.noop() if i % 5 == 0 else core.put(f"k{i % 3}", f"w{i}")
+        digests[offset] = core.state.digest_hex
+    wait_until(at(r, core))
+    with r.lock:
+        assert {o: r.state.kv.digest_at(o) for o in digests} == digests
+        assert r.state.route("T") == core.state.route("T")
+    assert r.bootstraps == 1 and r.reconnects == 0
+
+
+def test_resume_from_an_offset_older_than_the_history_loads_a_snapshot_again(serve_log, replicas) -> None:
+    core = StandInCore(keep=5)
+    for i in range(10):
+        core.put(f"k{i}", "v")
+    addr = serve_log(core)
+    r = replicas(addr)
+    wait_until(at(r, core))
+    r.stop()
+    for i in range(3):  # within the history: the replica resumes with these entries only
+        core.put(f"k{i}", "again")
+    r.start()
+    wait_until(at(r, core))
+    assert r.bootstraps == 1 and r.digest_hex == core.state.digest_hex
+    r.stop()
+    for i in range(20):  # more than the ring keeps
+        core.put(f"k{i}", "later")
+    r.start()
+    wait_until(at(r, core))
+    assert r.bootstraps == 2 and r.digest_hex == core.state.digest_hex
+
+
+def test_follow_from_an_offset_sends_entries_only_and_keepalives_when_idle(serve_log) -> None:
+    core = StandInCore()
+    for i in range(6):
+        core.put("k", str(i))
+    core.noop()
+    with grpc.insecure_channel(serve_log(core)) as ch:
+        call = api_pb2_grpc.LogStub(ch).Follow(api_pb2.FollowRequest(from_offset=3), timeout=5)
+        first = next(call)
+        assert not first.HasField("snapshot")
+        assert [e.offset for e in first.entries] == [4, 5, 6]
+        assert first.through_offset == first.core_offset == 7
+        idle = next(call)  # a keepalive: nothing new
+        assert not idle.entries and idle.through_offset == 7
+        call.cancel()
+        whole = api_pb2_grpc.LogStub(ch).Follow(api_pb2.FollowRequest(), timeout=5)
+        first = next(whole)
+        assert first.snapshot_done and first.snapshot.apply_offset == first.through_offset == 7
+        assert first.snapshot.digest == core.state.digest_hex
+        whole.cancel()
+        with pytest.raises(grpc.RpcError) as err:
+            next(api_pb2_grpc.LogStub(ch).Follow(api_pb2.FollowRequest(from_offset=-1), timeout=5))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "from_offset" in (err.value.details() or "")
+
+
+def _snapshot_of(state: MetadataState, digest: str | None = None) -> api_pb2.StateChunk:
+    chunk = api_pb2.StateChunk(apply_offset=state.kv.offset, digest=digest or state.digest_hex)
+    for key, value, version, rtype in state.kv.items():
+        chunk.items.add(key=key, value=value, version=version, type=rtype)
+    return chunk
+
+
+def test_a_snapshot_whose_pairs_do_not_match_its_digest_is_refused() -> None:
+    core = StandInCore()
+    core.put("k", "v")
+    r = ReadReplica("nowhere", grpc.insecure_channel)
+    with pytest.raises(SnapshotMismatch):
+        r._install([_snapshot_of(core.state, digest="00" * 16)])
+    assert not r.ready and "not loaded" in r.not_ready_reason()
+
+
+def test_readiness_follows_lag_and_silence_and_reads_wait_for_min_offset() -> None:
+    core = StandInCore()
+    core.put("k", "v1")
+    r = ReadReplica("core", grpc.insecure_channel, max_lag=2)
+    cfg = NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:2", data_dir="/nonexistent",
+                     members=[Member("127.0.0.1:1", "127.0.0.1:2")])
+    node = ReplicaNode(r, cfg)
+    with pytest.raises(NotReady):
+        node.read(lambda s: s.kv_get("ns", "k"), 0, 1.0)
+    generation = r.state.route_generation
+    r._install([_snapshot_of(core.state)])
+    assert r.state.route_generation > generation + 1  # a route cached before never matches after
+    r._heard = time.monotonic()
+    assert r.ready and node.read(lambda s: s.kv_get("ns", "k"), 1, 1.0) == ("v1", 1)
+    r._core_offset = 9  # the core is further on than the bound allows
+    assert not r.ready and "8 entries behind" in r.not_ready_reason()
+    entry = encode_entry(entry_pb2.Entry(term=1, batches=[translate.put_kv(core.state, "ns", "k", "v2").batch]))
+    r._apply(api_pb2.FollowMessage(entries=[api_pb2.LogEntry(offset=2, term=1, entry=entry)], through_offset=8,
+                                   core_offset=9))
+    assert r.ready and r.offset == 8 and r.lag == 1
+    # a read at an offset not applied yet waits for it, and fails naming both offsets when it does not come
+    threading.Timer(0.2, lambda: r._apply(api_pb2.FollowMessage(through_offset=9, core_offset=9))).start()
+    assert node.read(lambda s: s.kv_get("ns", "k"), 9, 5.0) == ("v2", 9)
+    with pytest.raises(Exception, match="below min_offset 10"):
+        node.read(lambda s: s.kv_get("ns", "k"), 10, 0.2)
+    r.max_silence_s = 0.0
+    assert not r.ready and "has not heard" in r.not_ready_reason()
