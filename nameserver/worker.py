@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     if not stopped.is_set():
         timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
         front = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
-        server = RemotingServer(share, NameServerService(ReplicaNode(replica, cfg)),
+        # ReplicaNode has the node's read API, which is all the replica codes' service methods use
+        service = NameServerService(ReplicaNode(replica, cfg))  # type: ignore[arg-type]
+        server = RemotingServer(share, service,
                                 max_connections=budget.remoting, reuse_port=True, front=front)
         server.start()
         log.info("remoting worker %d (pid %d) serving on %s at offset %d", args.index, os.getpid(),
