@@ -42,12 +42,12 @@ class WorkerSpec:
 
 
 def process_share(cfg: NodeConfig) -> NodeConfig:
-    """Each process's part of the node-wide remoting limits when workers share the port: the node's
-    connection cap and unsent-bytes total divided among the core and its workers (the kernel spreads
-    connections about evenly); per-connection limits stay as they are."""
+    """Each process's remoting limits when workers share the port: the node's connection cap divided
+    among the core and its workers (the kernel spreads connections about evenly). The unsent-bytes total
+    stays per process: divided, a process would answer SYSTEM_BUSY to its fifth fresh connection (a
+    code never answered yet reserves a connection's whole 32 MiB share: 4 of them fill 128 MiB)."""
     processes = cfg.worker_processes + 1
-    return replace(cfg, remoting_max_connections=max(1, cfg.remoting_max_connections // processes),
-                   remoting_max_unsent_bytes=max(1, cfg.remoting_max_unsent_bytes // processes))
+    return replace(cfg, remoting_max_connections=max(1, cfg.remoting_max_connections // processes))
 
 
 class WorkerSupervisor:

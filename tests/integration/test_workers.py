@@ -26,6 +26,7 @@ from nameserver.remoting.command import Command
 from nameserver.remoting.corechannel import CONN_FIELD, CONNECTION_CLOSED
 from nameserver.remoting.handlers import REPLICA_CODES, REQUESTS
 from tests.cluster import Cluster, NodeProc
+from tests.procnet import children, listener_pids, listening, socket_inodes, tcp_sockets
 
 pytestmark = pytest.mark.cluster
 
@@ -61,47 +62,7 @@ class Conn:
         self.sock.close()
 
 
-# ---- which process holds what (Linux /proc) -------------------------------------------------------
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:
-        pass
-    return out
-
-
-def socket_inodes(pid: int) -> set[int]:
-    out = set()
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                out.add(int(link[8:-1]))
-    except OSError:
-        pass
-    return out
-
-
-def tcp_sockets() -> list[tuple[int, int, int, int]]:
-    """(local port, remote port, state, inode) of every IPv4 TCP socket."""
-    rows = []
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            parts = line.split()
-            rows.append((int(parts[1].split(":")[1], 16), int(parts[2].split(":")[1], 16), int(parts[3], 16),
-                         int(parts[9])))
-    return rows
-
-
-LISTEN = 0x0A
-
+# ---- which process holds what ------------------------------------------------------------------
 
 def port_of(node: NodeProc) -> int:
     return int(node.remoting_addr.rsplit(":", 1)[1])
@@ -109,9 +70,8 @@ def port_of(node: NodeProc) -> int:
 
 def listener_owners(node: NodeProc) -> list[int]:
     """The pids (the core and its children) with a socket listening on the node's remoting port."""
-    inodes = {inode for lport, _, state, inode in tcp_sockets() if lport == port_of(node) and state == LISTEN}
     assert node.proc is not None
-    return [pid for pid in [node.proc.pid, *children(node.proc.pid)] if socket_inodes(pid) & inodes]
+    return listener_pids(node.proc.pid, port_of(node))
 
 
 def owner(node: NodeProc, conn: Conn) -> int:
@@ -262,8 +222,17 @@ def test_a_killed_worker_is_restarted_and_clients_reconnect(cluster: Cluster) ->
         conn.close()
     again = Conn(node.remoting_addr)
     assert again.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]}).code == codes.SUCCESS
-    cluster.wait_for("the worker restarted and listening", lambda: len(listener_owners(node)) == WORKERS + 1
-                     and victim not in listener_owners(node))
+
+    def restarted() -> bool:
+        # meanwhile, fresh connections' reads succeed: the new worker takes none before its replica is ready
+        fresh = Conn(node.remoting_addr)
+        resp = fresh.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]})
+        fresh.close()
+        assert resp.code == codes.SUCCESS, resp.remark
+        owners = listener_owners(node)
+        return len(owners) == WORKERS + 1 and victim not in owners
+
+    cluster.wait_for("the worker restarted and listening", restarted, every=0.02)
     assert metric(node, "nameserver_worker_restarts_total") == restarts + 1
     assert metric(node, "nameserver_worker_processes") == WORKERS
     fresh = conns_by_owner(node, want_each=1)
@@ -281,11 +250,8 @@ def test_a_killed_core_takes_its_workers_down(cluster: Cluster) -> None:
     assert len(workers) == WORKERS
     cluster.kill(node)
 
-    def listening() -> set[int]:
-        return {inode for lport, _, state, inode in tcp_sockets() if lport == port_of(node) and state == LISTEN}
-
     # (a killed process's threads exit one by one: its descriptors are closed when the last has)
     cluster.wait_for("the workers gone and nothing listening on the node's remoting port",
-                     lambda: not any(alive(pid) for pid in workers) and not listening(), timeout=10)
+                     lambda: not any(alive(pid) for pid in workers) and not listening(port_of(node)), timeout=10)
     with pytest.raises(OSError):
         Conn(node.remoting_addr)
