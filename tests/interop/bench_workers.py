@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from bench.load import proc_cpu_s
@@ -107,11 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", default="", help="write the markdown table here too")
     args = parser.parse_args(argv)
     rows = run([int(w) for w in args.workers.split(",")], args.connections, args.seconds, args.rounds)
-    report = markdown(rows, args.connections, args.seconds)
+    print(report := markdown(rows, args.connections, args.seconds))
     if args.report:
-        with open(args.report, "w") as f:
-            f.write(report)
-    print(report)
+        Path(args.report).write_text(report)
     return 0
 
 
