@@ -1,10 +1,10 @@
 """The local channel between a node's core and its remoting worker processes (docs/architecture.md).
 
-The core serves the remoting protocol on a private Unix socket too (<data_dir>/remoting.sock, mode 0600)
-with the same handlers and role as its public port. A worker answers the codes REQUESTS marks `replica`
-from its read replica and passes every other frame to the core over a few persistent connections to
-that socket (CoreChannel): requests pipelined, each given an opaque of the link's own and its answer
-mapped back to the client's. Two fields ride along, set by us and never by a client:
+The core serves the remoting protocol on a private Unix socket too (<data_dir>/channel/remoting.sock: the
+socket 0600, its directory 0700) with the same handlers and role as its public port. A worker answers
+the codes REQUESTS marks `replica` from its read replica and passes every other frame to the core over
+a few persistent connections to that socket (CoreChannel): requests pipelined, each given an opaque
+of the link's own and its answer mapped back to the client's. Two fields ride along, set by us and never by a client:
 - CONN_FIELD on a request: the worker's name for the client connection it came on, so the core binds a
   broker to that client connection, not to the shared link (RocketMQ unregisters a broker whose
   channel closes: the worker sends CONNECTION_CLOSED when such a client goes, the supervisor reports
@@ -35,7 +35,7 @@ log = logging.getLogger("nameserver.remoting.channel")
 CONN_FIELD = "__rip18WorkerConn"
 APPLIED_FIELD = "__rip18AppliedOffset"
 CONNECTION_CLOSED = 99_001  # oneway, worker to core; a private code no RocketMQ release uses
-SOCKET_NAME = "remoting.sock"
+SOCKET_NAME = os.path.join("channel", "remoting.sock")
 LINKS = 4                    # connections from each worker to the core
 LINK_INFLIGHT = 256          # requests in flight on one link (the core reads no further until some are answered)
 MAX_REPLY_FRAME = 256 << 20  # the core's answers: ours, not a client's

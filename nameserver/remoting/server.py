@@ -203,14 +203,16 @@ class RemotingServer:
             loop.close()
 
     async def _start_unix(self) -> asyncio.Server:
-        """A private socket only this user may open: made fresh (a stale one from a killed node is removed)."""
+        """A private socket only this user may open, made fresh (a stale one from a killed node is removed),
+        in a directory only this user may enter: no window in which another user could connect."""
+        folder = os.path.dirname(self.unix_path)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.unix_path)
-        old = os.umask(0o177)  # created 0600: no window in which another user could connect
-        try:
-            return await asyncio.start_unix_server(self._serve, self.unix_path)
-        finally:
-            os.umask(old)
+        server = await asyncio.start_unix_server(self._serve, self.unix_path)
+        os.chmod(self.unix_path, 0o600)
+        return server
 
     def stop(self) -> None:
         loop, thread = self._loop, self._thread

@@ -71,7 +71,7 @@ def core_server(cfg: NodeConfig, core: Core, path: str) -> RemotingServer:
 def ends(tmp_path: Any) -> Iterator[tuple[Core, Replica, RemotingServer, RemotingServer]]:
     """The core's listener on its Unix socket, and a worker's TCP listener passing to it."""
     cfg, core, replica = _cfg(tmp_path), Core(), Replica()
-    path = os.path.join(str(tmp_path), "remoting.sock")
+    path = os.path.join(str(tmp_path), "channel", "remoting.sock")
     core_end = core_server(cfg, core, path)
     worker = RemotingServer(cfg, replica, front=CoreChannel(path, lambda: replica.offset, timeout_s=5.0))
     worker.start()
@@ -92,7 +92,9 @@ def receive(sock: socket.socket) -> Command:
 
 
 def test_the_core_socket_is_private(ends: tuple) -> None:
-    assert stat.S_IMODE(os.stat(ends[3].unix_path).st_mode) == 0o600
+    path = ends[3].unix_path
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
 
 
 def test_writes_are_pipelined_to_the_core_and_answered_under_the_clients_opaques(ends: tuple) -> None:
