@@ -176,6 +176,27 @@ def test_route_reads_are_answered_by_workers_as_the_core_answers(cluster: Cluste
                 conn.close()
 
 
+def test_the_remoting_limits_hold_in_workers(cluster: Cluster) -> None:
+    """Workers run the core's listener code: a header past limits.remoting_max_header_bytes is refused
+    naming the key and its connection closed; too many extFields are refused by name, and the worker
+    does not pass such a request to the core."""
+    node = cluster.nodes[0]
+    assert node.proc is not None
+    conns = [c for pid, cs in conns_by_owner(node, want_each=1).items() if pid != node.proc.pid for c in cs]
+    big, many = conns[0], conns[1]
+    big.sock.sendall(frame.encode(Command(code=codes.REGISTER_BROKER, opaque=1,
+                                          ext_fields={"brokerName": "x" * (70 << 10)})))
+    payload = read_frame(big.sock)
+    assert payload is not None and "limits.remoting_max_header_bytes" in (frame.decode(payload).remark or "")
+    assert read_frame(big.sock) is None, "the connection stays open after an oversize header"
+    before = metric(node, "nameserver_remoting_handled_total", request="104")
+    resp = many.call(codes.UNREGISTER_BROKER, {f"k{i}": "v" for i in range(300)})
+    assert resp.code == codes.SYSTEM_ERROR and "limits.remoting_max_ext_fields" in (resp.remark or "")
+    assert metric(node, "nameserver_remoting_handled_total", request="104") == before  # answered by the worker
+    for conn in conns:
+        conn.close()
+
+
 def test_writes_through_a_worker_are_read_back_on_the_same_connection(cluster: Cluster) -> None:
     """A registration through a worker is passed to the core (on a follower, on to the leader); the next
     read on that connection, answered by the worker's replica, sees it. When every connection the
