@@ -93,6 +93,8 @@ class SessionEvicted(SessionSuperseded):
 
 
 class NameServerNode(LocalReads):
+    log: ReplicatedLog  # narrower than LocalReads' (which a read replica shares)
+
     def __init__(self, cfg: NodeConfig) -> None:
         self.cfg = cfg
         os.makedirs(cfg.data_dir, exist_ok=True)

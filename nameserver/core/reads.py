@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from nameserver.config import NodeConfig
 from nameserver.core.nowait import WouldBlock, waiting_allowed
@@ -30,24 +30,14 @@ class OffsetNotReached(Exception):
         self.min_offset = min_offset
 
 
-class AppliedSource(Protocol):
-    """What reads need of whatever applies the state: the core's ReplicatedLog, or a ReadReplica."""
-
-    @property
-    def ready(self) -> bool: ...
-
-    @property
-    def apply_offset(self) -> int: ...
-
-    def wait_applied(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool: ...
-
-
 class LocalReads:
     """The read API the gRPC read handlers use (nameserver/api/service.py). A subclass sets `cfg`,
     `log`, `lock`, `routes`, `state` (the state the lock guards) and gives `not_ready_reason`."""
 
     cfg: NodeConfig
-    log: Any  # an AppliedSource (the core's ReplicatedLog has much more)
+    # What applies the state (the core's ReplicatedLog, or a ReadReplica): reads use its `ready`,
+    # `apply_offset` and `wait_applied(offset, timeout, alive) -> bool`.
+    log: Any
     lock: Any  # a lock: held by the apply thread per entry, by a reader per read
     routes: RouteCache
     state: MetadataState

@@ -3,7 +3,7 @@ NameServerNode, so NameServerService(ReplicaNode(...)) serves GetRoute, GetClust
 GetKv, ListKv, GetBrokerMemberGroup, GetSettings and serializable binding reads from the replica.
 
 Reads are the core's own (nameserver/core/reads.py): bounded waits for min_offset, NotReady while the
-replica is not ready, the route cache. Writes, linearizable reads and watches are not here.
+replica is not ready, the route cache. Writes, linearizable reads and watches are not served here yet.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from nameserver.core.reads import LocalReads
 from nameserver.core.routecache import RouteCache
 from nameserver.replica.follower import ReadReplica
 from nameserver.state import MetadataState
+from raftlog.proposer import NotLeader
 
 
 class ReplicaNode(LocalReads):
@@ -33,3 +34,9 @@ class ReplicaNode(LocalReads):
 
     def not_ready_reason(self) -> str:
         return self.replica.not_ready_reason() or "replica is ready"
+
+    def linearizable_index(self, timeout: float) -> int:
+        """Not here yet (it needs a read index from the core's leader): a linearizable read is refused
+        UNAVAILABLE with this message, as a write to a node without a leader is, and not answered stale."""
+        raise NotLeader("a read replica serves SERIALIZABLE reads only (for now): read LINEARIZABLE from a "
+                        "core node")

@@ -24,6 +24,7 @@ WATCH_LIMITS = re.compile(r"^(this node already serves \d+ watchers|watcher fell
 REFUSALS = {C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED, C.NOT_FOUND, C.FAILED_PRECONDITION, C.OUT_OF_RANGE}
 MAX_STREAM_MESSAGES = 200  # read this many at most, then cancel (a Watch never ends by itself)
 WATCH_MESSAGES = 3         # past its initial state a watch only sends changes and progress
+ENDLESS = ("Watch", "Follow")  # streams that never end by themselves: read WATCH_MESSAGES, then cancel
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def call(channel: grpc.Channel, m: Method, request: Message | bytes | list, time
                 request, timeout=timeout, metadata=metadata)
             for reply in stream:
                 replies.append(reply)
-                limit = WATCH_MESSAGES if m.name == "Watch" else MAX_STREAM_MESSAGES
+                limit = WATCH_MESSAGES if m.name in ENDLESS else MAX_STREAM_MESSAGES
                 if len(replies) >= limit or getattr(reply, "initial_state_done", False):
                     stream.cancel()
                     break

@@ -194,6 +194,15 @@ def test_reads_through_replica_node_answer_as_the_core(cluster: Cluster) -> None
         with pytest.raises(grpc.RpcError) as err:
             ns.GetKv(api_pb2.GetKvRequest(namespace="rns", key="k", min_offset=put2.offset + 10_000), timeout=0.5)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "below min_offset" in (err.value.details() or "")
+        # bindings: SERIALIZABLE from the replica; LINEARIZABLE refused, naming why, rather than stale
+        bound = retry(lambda: leader.ns.BindQueue(api_pb2.BindQueueRequest(topic="RT1", queue_id=0, owner="o"),
+                                                  timeout=10))
+        got_binding = ns.GetBinding(api_pb2.GetBindingRequest(topic="RT1", queue_id=0, min_offset=bound.offset,
+                                                              consistency=api_pb2.SERIALIZABLE), timeout=5)
+        assert got_binding.found and got_binding.binding.owner == "o"
+        with pytest.raises(grpc.RpcError) as err:
+            ns.GetBinding(api_pb2.GetBindingRequest(topic="RT1", queue_id=0), timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "SERIALIZABLE" in (err.value.details() or "")
         # a route cached on the replica is dropped when a record feeding it is applied
         before = ns.GetRoute(api_pb2.GetRouteRequest(topic="RT1"), timeout=5)
         reg2 = leader.ns.RegisterBroker(register_request("RC", "rb2", "10.1.0.2:10911", ["RT1"]), timeout=10)
@@ -251,3 +260,25 @@ def test_replica_survives_core_kill_and_rebootstraps_after_compaction(cluster: C
     finally:
         replica.stop()
         late.stop()
+
+
+def test_in_secure_mode_only_the_peer_role_may_follow(tmp_path) -> None:
+    from tests.security.attacks import secure_cluster, started
+
+    with started(secure_cluster(str(tmp_path))) as s:
+        core = s.cluster.nodes[0]
+        peer = ReadReplica(core.grpc_addr, lambda addr: s.channel(core, "peer"), name="peer")
+        admin = ReadReplica(core.grpc_addr, lambda addr: s.channel(core, "admin"), name="admin")
+        peer.start()
+        admin.start()
+        try:
+            status = core.status()
+            assert status is not None
+            wait_until("the peer's replica", caught_up(peer, status.apply_offset), timeout=30)
+            assert replica_digest_at(peer, status.apply_offset) == core_digest(core, status.apply_offset)
+            wait_until("the admin's refusal", lambda: "PERMISSION_DENIED" in admin.not_ready_reason())
+            assert not admin.ready and admin.bootstraps == 0
+            assert "may not call /rip18.nameserver.v1.Log/Follow" in admin.not_ready_reason()
+        finally:
+            peer.stop()
+            admin.stop()

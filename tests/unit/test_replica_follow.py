@@ -6,11 +6,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from types import SimpleNamespace
 
 import grpc
 import pytest
 
+from nameserver.api.callguard import CallGuard
+from nameserver.api.logservice import LogService
 from nameserver.config import Member, NodeConfig
 from nameserver.core.reads import NotReady
 from nameserver.pb import api_pb2, api_pb2_grpc
@@ -213,3 +216,28 @@ def test_readiness_follows_lag_and_silence_and_reads_wait_for_min_offset() -> No
         node.read(lambda s: s.kv_get("ns", "k"), 10, 0.2)
     r.max_silence_s = 0.0
     assert not r.ready and "has not heard" in r.not_ready_reason()
+
+
+def test_a_follower_that_stops_reading_is_cut_off_and_resumes_from_its_offset() -> None:
+    """Nothing queues per stream on the core: the stream's next message waits on the client, and the
+    call guard's progress timeout ends a stream whose client stopped reading."""
+    core = StandInCore()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                         interceptors=[CallGuard(progress_timeout_ms=300, max_streams=4, max_streams_per_caller=4)])
+    api_pb2_grpc.add_LogServicer_to_server(LogService(core), server)  # type: ignore[arg-type]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            call = api_pb2_grpc.LogStub(ch).Follow(api_pb2.FollowRequest(), timeout=30)
+            assert next(call).snapshot_done
+            for i in range(400):  # ~40 MB of entries the client does not read
+                core.put(f"k{i}", "x" * 100_000)
+            time.sleep(1.5)
+            with pytest.raises(grpc.RpcError) as err:
+                for _ in call:
+                    pass
+            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "the client read no reply" in (err.value.details() or "")
+    finally:
+        server.stop(0)
