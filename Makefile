@@ -62,8 +62,9 @@ security: setup
 	SECURITY_LONG=1 $(PY) -m pytest -q tests/security
 
 # The benchmark suite beside etcd and a gRPC echo ceiling, then the remoting port beside the stock RocketMQ
-# NameServer (docs/benchmarks.md; about 35 minutes).
+# NameServer (docs/benchmarks.md; about 40 minutes).
 bench: interop-setup
+	scripts/ensure-debian-package.sh golang-go go   # the remoting benchmark's load generator
 	mkdir -p data && $(PY) -m bench --json data/bench.json --report data/bench.md
 	$(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json --report data/bench-remoting.md
 
@@ -94,9 +95,11 @@ interop-setup: setup
 rocketmq-tour: interop-setup
 	$(PY) -m tests.interop.tour
 
-# The remoting port beside Apache RocketMQ's stock NameServer, one load generator for both
-# (docs/benchmarks.md, "Remoting: ours vs the stock RocketMQ NameServer"; about 3 minutes).
+# The remoting port beside Apache RocketMQ's stock NameServer per core, per node and per machine, driven by
+# the compiled load generator (bench/loadgen/, Go; built on first use into ~/.cache), with each server's CPU
+# per operation (docs/benchmarks.md, "Remoting with a compiled load generator"; about 8 minutes).
 bench-remoting: interop-setup
+	scripts/ensure-debian-package.sh golang-go go
 	mkdir -p data && $(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json --report data/bench-remoting.md
 
 interop: interop-setup

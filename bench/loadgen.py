@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,9 @@ def build() -> str:
         subprocess.run([_go(), "build", "-o", str(tmp), "."], cwd=SOURCE, check=True, timeout=600,
                        env={**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"})
         tmp.rename(binary)  # atomic: a concurrent build of the same sources ends with the same file
-        for old in cache.glob("loadgen-*"):  # builds of earlier sources
-            if old != binary:
+        # Builds of other sources made over a week ago go; newer ones may be another checkout's, in use.
+        for old in cache.glob("loadgen-*"):
+            if old != binary and time.time() - old.stat().st_mtime > 7 * 86400:
                 old.unlink(missing_ok=True)
     return str(binary)
 
