@@ -102,16 +102,25 @@ class WorkerSupervisor:
                     self._exited(i, proc, now)
                 elif proc is None and now >= self._due[i] and not self._stop.is_set():
                     self.restarts_total += 1
-                    log.info("remoting worker %d restarted: pid %d (%d restarts)", i, self._spawn(i).pid,
-                             self.restarts_total)
+                    try:
+                        log.info("remoting worker %d restarted: pid %d (%d restarts)", i, self._spawn(i).pid,
+                                 self.restarts_total)
+                    except OSError as exc:  # out of processes or memory: try again after the backoff
+                        log.warning("remoting worker %d could not be started: %s; trying again in %.1f s", i,
+                                    exc, self._retry_later(i, now))
+
+    def _retry_later(self, i: int, now: float) -> float:
+        """Start worker `i` after its backoff, which doubles for next time; returns the wait."""
+        wait = self._backoff[i]
+        self._due[i] = now + wait
+        self._backoff[i] = min(BACKOFF_MAX_S, wait * 2)
+        return wait
 
     def _exited(self, i: int, proc: subprocess.Popen, now: float) -> None:
         if now - self._started[i] >= STABLE_S:
             self._backoff[i] = BACKOFF_MIN_S
-        self._due[i] = now + self._backoff[i]
         log.warning("remoting worker %d (pid %d) exited with %s; starting it again in %.1f s", i, proc.pid,
-                    proc.returncode, self._backoff[i])
-        self._backoff[i] = min(BACKOFF_MAX_S, self._backoff[i] * 2)
+                    proc.returncode, self._retry_later(i, now))
         if proc.stdin is not None:
             with contextlib.suppress(OSError):
                 proc.stdin.close()
