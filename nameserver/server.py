@@ -147,15 +147,16 @@ class Server:
         the workers (started last, stopped first)."""
         cfg = self.cfg
         share = process_share(cfg)
-        self.extras.append(RemotingServer(share, self.service, reuse_port=True, observer=observer,
-                                          max_connections=max(1, self.budget.remoting // (cfg.worker_processes + 1))))
+        public = RemotingServer(share, self.service, reuse_port=True, observer=observer,
+                                max_connections=max(1, self.budget.remoting // (cfg.worker_processes + 1)))
+        self.extras.append(public)
         role = (cfg.remoting_role or "peer") if cfg.auth_enabled else ""
         channel = CoreHandlers(Handlers(InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
                                         cfg.write_timeout_ms / 1000), lambda: self.node.log.apply_offset)
         self.extras.append(RemotingServer(channel_config(cfg, cfg.worker_processes), None, handlers=channel,
                                           unix_path=socket_path(cfg), max_frame_bytes=CHANNEL_MAX_FRAME,
                                           inflight_per_connection=LINK_INFLIGHT, observer=observer))
-        self.workers = WorkerSupervisor(spec, on_exit=channel.worker_gone)
+        self.workers = WorkerSupervisor(spec, on_exit=channel.worker_gone, reply_sizes=public.budget.learned)
         self.extras.append(self.workers)
         if self.metrics is not None:
             self.metrics.workers = self.workers

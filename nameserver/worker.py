@@ -24,7 +24,9 @@ from nameserver import tlsconf
 from nameserver.api.service import NameServerService
 from nameserver.ops import fdlimits, logfmt
 from nameserver.ops.workers import WorkerSpec, process_share
-from nameserver.remoting import RemotingServer
+from nameserver.pb import api_pb2
+from nameserver.remoting import RemotingServer, codes, frame
+from nameserver.remoting.command import Command
 from nameserver.remoting.corechannel import CoreChannel, socket_path
 from nameserver.remoting.handlers import BIG_REGISTRATION_TIMEOUT_S
 from nameserver.replica import ReadReplica, ReplicaNode
@@ -74,9 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
         front = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
         # ReplicaNode has the node's read API, which is all the replica codes' service methods use
-        service = NameServerService(ReplicaNode(replica, cfg))  # type: ignore[arg-type]
+        node = ReplicaNode(replica, cfg)
+        service = NameServerService(node)  # type: ignore[arg-type]
         server = RemotingServer(share, service,
                                 max_connections=budget.remoting, reuse_port=True, front=front)
+        warm_up(server, node, spec.reply_sizes)
         server.start()
         log.info("remoting worker %d (pid %d) serving on %s at offset %d", args.index, os.getpid(),
                  cfg.remoting_addr, replica.offset)
@@ -85,6 +89,19 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
     replica.stop()
     return 0
+
+
+def warm_up(server: RemotingServer, node: ReplicaNode, reply_sizes: dict[int, int]) -> None:
+    """Before the port: the reply budget starts from the core's reply sizes, and one route read runs here
+    (this interpreter's first is slow: imports, caches), its size learned. Without it a burst of fresh
+    connections each reserved a connection's whole share for the code's first reply: SYSTEM_BUSY."""
+    for code, size in reply_sizes.items():
+        server.budget.learn(code, size)
+    topics = node.inspect(lambda s: s.topic_list(api_pb2.TOPIC_LIST_ALL))
+    req = Command(code=codes.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topics[0] if topics else "-"})
+    resp = server.handlers.handle(req)
+    if resp.code == codes.SUCCESS:
+        server.budget.learn(req.code, len(frame.encode(resp)))
 
 
 def _until_eof(stopped: threading.Event) -> None:

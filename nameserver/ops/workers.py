@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from nameserver.config import NodeConfig
 
@@ -39,6 +39,9 @@ class WorkerSpec:
     cfg: NodeConfig
     log_format: str = "text"
     log_level: str = "INFO"
+    # the core's largest remoting reply per code so far: a worker's reply budget starts from them instead of
+    # reserving a connection's whole share for each code it has not answered yet (SYSTEM_BUSY in a burst)
+    reply_sizes: dict[int, int] = field(default_factory=dict)
 
 
 def process_share(cfg: NodeConfig) -> NodeConfig:
@@ -51,9 +54,12 @@ def process_share(cfg: NodeConfig) -> NodeConfig:
 
 
 class WorkerSupervisor:
-    def __init__(self, spec: WorkerSpec, on_exit: Callable[[int], None] | None = None) -> None:
-        """`on_exit(pid)`: told of each worker that exited (the core closes what it held for it)."""
+    def __init__(self, spec: WorkerSpec, on_exit: Callable[[int], None] | None = None,
+                 reply_sizes: Callable[[], dict[int, int]] | None = None) -> None:
+        """`on_exit(pid)`: told of each worker that exited (the core closes what it held for it);
+        `reply_sizes()`: what a worker starting now begins its reply budget with (WorkerSpec)."""
         self.spec = spec
+        self.reply_sizes = reply_sizes
         self.count = spec.cfg.worker_processes
         self.on_exit = on_exit
         self.restarts_total = 0
@@ -84,8 +90,9 @@ class WorkerSupervisor:
         proc = subprocess.Popen([sys.executable, "-m", "nameserver.worker", "--index", str(i),
                                  "--core-pid", str(os.getpid())], stdin=subprocess.PIPE)
         assert proc.stdin is not None
+        spec = replace(self.spec, reply_sizes=self.reply_sizes()) if self.reply_sizes is not None else self.spec
         try:
-            proc.stdin.write(pickle.dumps(self.spec))
+            proc.stdin.write(pickle.dumps(spec))
             proc.stdin.flush()  # left open: its end tells the worker the core is gone
         except OSError as exc:
             log.warning("remoting worker %d (pid %d) did not take its configuration: %s", i, proc.pid, exc)
