@@ -241,6 +241,10 @@ def test_a_killed_worker_is_restarted_and_clients_reconnect(cluster: Cluster) ->
         with pytest.raises((OSError, AssertionError)):
             conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]})
         conn.close()
+    # Until the killed process's last thread has exited its listening socket is still in the port's group:
+    # a connection the kernel queues on it then is reset when it closes (clients reconnect; Linux's
+    # net.ipv4.tcp_migrate_req = 1 hands such connections to another listener instead).
+    cluster.wait_for("the killed worker's socket closed", lambda: victim not in listener_owners(node))
     again = Conn(node.remoting_addr)
     assert again.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]}).code == codes.SUCCESS
 
