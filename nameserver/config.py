@@ -4,6 +4,7 @@
     raft_addr = "127.0.0.1:9201"      # this node's id in the cluster
     grpc_addr = "127.0.0.1:9101"
     data_dir = "data/local/n1"
+    worker_processes = 0              # remoting front-end processes beside this one (docs/architecture.md)
 
     [[cluster.members]]               # every member, this node included
     raft_addr = "127.0.0.1:9201"
@@ -105,6 +106,10 @@ class NodeConfig:
     remoting_addr: str = ""        # RocketMQ remoting protocol listener (host:port); empty: off
     metrics_addr: str = ""         # Prometheus /metrics HTTP listener (host:port); empty: off
     archive_dir: str = ""          # node-side log archive (Parquet segments); empty: off
+    # Remoting worker processes sharing [remoting] listen (SO_REUSEPORT), each serving reads from a read
+    # replica and passing the rest to this process (docs/architecture.md). 0: one process, as before: a
+    # worker costs a Python interpreter and a copy of the state, worth it only with cores to spare.
+    worker_processes: int = 0
     session_ttl_ms: int = 3_600_000  # exactly-once client sessions idle longer than this expire
     max_sessions: int = 100_000    # live sessions of all owners; past it a new one is refused (never evicts)
     # One owner's (caller's) live sessions: its next one evicts its own oldest, never another owner's
@@ -211,7 +216,9 @@ class NodeConfig:
 
 
 INITIAL_STATES = ("new", "existing")
+MAX_WORKER_PROCESSES = 64  # each one is an interpreter with a copy of the state: more is a typo
 _SECTIONS: dict[str, tuple[str, ...]] = {
+    "node": ("worker_processes",),
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
              "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us", "fsync",
              "read_lease"),
@@ -301,6 +308,8 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         raise ConfigError("raft.election_min_ms must be positive and below raft.election_max_ms")
     if cfg.scan_interval_ms < 100:
         raise ConfigError("liveness.scan_interval_ms must be >= 100")
+    if not 0 <= cfg.worker_processes <= MAX_WORKER_PROCESSES:
+        raise ConfigError(f"node.worker_processes must be 0..{MAX_WORKER_PROCESSES}")
     if cfg.max_sessions_per_owner <= 0:
         raise ConfigError("sessions.max_sessions_per_owner must be positive")
     for key in LIMITS:

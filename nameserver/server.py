@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent import futures
 
 import grpc
@@ -23,9 +24,18 @@ from nameserver.core.idlenoop import IdleNoop
 from nameserver.core.node import NameServerNode
 from nameserver.ops import fdlimits
 from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
+from nameserver.ops.workers import WorkerSpec, WorkerSupervisor, process_share
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
 from nameserver.remoting.controller import ControllerHandlers
+from nameserver.remoting.corechannel import (
+    CHANNEL_MAX_FRAME,
+    LINK_INFLIGHT,
+    CoreHandlers,
+    channel_config,
+    socket_path,
+)
+from nameserver.remoting.handlers import Handlers
 from raftlog.fdreserve import RESERVE as FD_RESERVE
 from raftlog.log import LeaderView, Subscription
 
@@ -39,7 +49,8 @@ SERVICE_NAMES = (
 
 
 class Server:
-    def __init__(self, cfg: NodeConfig) -> None:
+    def __init__(self, cfg: NodeConfig, log_format: str = "text", log_level: str = "INFO") -> None:
+        """`log_format`, `log_level`: the node's, for its worker processes."""
         self.cfg = cfg
         # Descriptors first: connection limits that fit the open-file limit, and a reserve that no
         # connection can take, so a flood is refused at the door and never stops the journal.
@@ -104,11 +115,15 @@ class Server:
             noop = IdleNoop(self.node.log, interval_s=cfg.idle_noop_ms / 1000,
                             on_noop=self.metrics.count_idle_noop if self.metrics else None)
             self.node.duties.add("idle-noop", noop.check_every_s, noop.tick)
+        self.workers: WorkerSupervisor | None = None
         if cfg.remoting_addr:
-            # RocketMQ remoting protocol (nameserver/remoting)
-            self.extras.append(RemotingServer(
-                cfg, self.service, max_connections=self.budget.remoting,
-                observer=self.metrics.observe_remoting if self.metrics is not None else None))
+            # RocketMQ remoting protocol (nameserver/remoting), shared with worker processes when configured
+            observer = self.metrics.observe_remoting if self.metrics is not None else None
+            if cfg.worker_processes:
+                self._add_remoting_workers(WorkerSpec(cfg, log_format, log_level), observer)
+            else:
+                self.extras.append(RemotingServer(cfg, self.service, max_connections=self.budget.remoting,
+                                                  observer=observer))
         controller = InProcessStub(self.controller, auth.CONTROLLER_SERVICE)  # the node's own calls: all rights
         elections = ElectionScan(self.node, controller, self.heartbeats, cfg.controller_scan_interval_ms / 1000)
         elections.add_to(self.node.duties)
@@ -125,6 +140,26 @@ class Server:
             self.extras.append(LogArchiver(self.node.log, cfg.archive_dir))
         self._ready_seen: bool | None = None
         self._health_feed: Subscription | None = None
+
+    def _add_remoting_workers(self, spec: WorkerSpec, observer: Callable[[str, int, float], None] | None) -> None:
+        """The core's part of a remoting port shared with worker processes (nameserver/ops/workers.py):
+        its own listener on the shared port, the private socket the workers pass writes through, and
+        the workers (started last, stopped first)."""
+        cfg = self.cfg
+        share = process_share(cfg)
+        public = RemotingServer(share, self.service, reuse_port=True, observer=observer,
+                                max_connections=max(1, self.budget.remoting // (cfg.worker_processes + 1)))
+        self.extras.append(public)
+        role = (cfg.remoting_role or "peer") if cfg.auth_enabled else ""
+        channel = CoreHandlers(Handlers(InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
+                                        cfg.write_timeout_ms / 1000), lambda: self.node.log.apply_offset)
+        self.extras.append(RemotingServer(channel_config(cfg, cfg.worker_processes), None, handlers=channel,
+                                          unix_path=socket_path(cfg), max_frame_bytes=CHANNEL_MAX_FRAME,
+                                          inflight_per_connection=LINK_INFLIGHT, observer=observer))
+        self.workers = WorkerSupervisor(spec, on_exit=channel.worker_gone, reply_sizes=public.budget.learned)
+        self.extras.append(self.workers)
+        if self.metrics is not None:
+            self.metrics.workers = self.workers
 
     def start(self) -> None:
         self._set_health(False)

@@ -71,10 +71,13 @@ class NodeProc:
 class Cluster:
     def __init__(self, root: str, size: int = 3, metrics: bool = False, remoting: bool = False,
                  controller: bool = False, security: dict | Callable[[NodeProc], dict] | None = None,
-                 connect: Callable[[str, list], grpc.Channel] | None = None, **settings: Any) -> None:
+                 connect: Callable[[str, list], grpc.Channel] | None = None, worker_processes: int = 0,
+                 **settings: Any) -> None:
         """`security`: extra TOML sections ({"tls": {...}, "raft": {"password_file": ...}}), or a function of
-        the node giving them; `connect(addr, options)`: the channel tests use to reach a node."""
+        the node giving them; `connect(addr, options)`: the channel tests use to reach a node;
+        `worker_processes`: [node] worker_processes (remoting worker processes beside each node)."""
         self.root = root
+        self.worker_processes = worker_processes
         self.security = security
         self.settings = {"default_timeout_ms": 120000, "scan_interval_ms": 1000,
                          "snapshot_every_entries": 10000, "snapshot_every_seconds": 300} | settings
@@ -94,7 +97,8 @@ class Cluster:
         """Write a node's TOML; `members` (default: every node) is its initial cluster membership."""
         s = self.settings
         lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
-                 f'data_dir = "{node.name}-data"', ""]
+                 f'data_dir = "{node.name}-data"']
+        lines += [f"worker_processes = {self.worker_processes}", ""] if self.worker_processes else [""]
         for m in members or self.nodes:
             lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"']
             lines += [f'controller_addr = "{m.controller_addr}"', ""] if m.controller_addr else [""]

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log_handler.setFormatter(logfmt.make_formatter(log_format, {"node": cfg.raft_addr}))  # JSON lines name the node
     try:
-        server = Server(cfg)
+        server = Server(cfg, log_format, args.log_level)
     except JournalCorrupt as exc:
         # acknowledged entries are unreadable: never serve from a log with a hole in it
         logging.getLogger("nameserver").critical("refusing to start: %s", exc)

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
@@ -136,6 +136,14 @@ def record_type_name(rtype: int) -> str:
 # ---- the node's metrics ------------------------------------------------------------------------
 
 BrokerAlive = Callable[[str, int], bool]  # (broker set, broker id) -> heartbeating to this node
+
+
+class WorkerCount(Protocol):
+    """What /metrics shows of the remoting worker processes (nameserver/ops/workers.py)."""
+
+    restarts_total: int
+
+    def alive(self) -> int: ...
 
 
 def _listed_first(item: tuple[str, state_pb2.ControllerBrokerSet]) -> tuple[bool, str]:
@@ -248,6 +256,7 @@ class NodeMetrics:
         self.leader_changes_seen = 0
         self.idle_noops = 0
         self.broker_alive: BrokerAlive | None = None  # the controller's heartbeat table, when the server has one
+        self.workers: WorkerCount | None = None  # the remoting worker processes' supervisor, when there are any
         self.registry.register(_NodeCollector(self))
         self.subscription = node.log.subscribe(self.on_entry)
 
@@ -399,6 +408,11 @@ class _NodeCollector(Collector):
         yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
         yield from _controller_gauges(broker_sets, m.broker_alive, m.max_broker_sets)
         yield from _quota_gauges(node)
+        if m.workers is not None:  # their own requests are not counted here (docs/operations.md)
+            yield gauge("nameserver_worker_processes", "Remoting worker processes of this node alive now "
+                        "([node] worker_processes).", m.workers.alive())
+            yield counter("nameserver_worker_restarts", "Remoting worker processes restarted after they "
+                          "exited.", m.workers.restarts_total)
         yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])
         routes = CounterMetricFamily("nameserver_route_reads", "Route reads this node answered, by whether the "
                                      "route was kept from an earlier read (hit) or computed (miss).",

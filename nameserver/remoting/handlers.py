@@ -387,33 +387,38 @@ class Served:
     # else on a worker: route reads, which clients ask every 30 s per topic (a worker thread's hand-off
     # cost several times the read itself: ~15 us in-process against ~200 us for the hop).
     inline: bool = False
+    # Answered by a remoting worker process from its read replica (nameserver/worker.py): the handler
+    # only reads the state (and the node's own settings). Every other code goes to the node's core.
+    replica: bool = False
 
 
 # The request codes this port serves: the one list (docs/remoting.md's table is checked against it, the
 # fuzzers draw from it, the listener counts and inlines from it).
 REQUESTS: dict[int, Served] = {
     codes.PUT_KV_CONFIG: Served(lambda h: h.put_kv),
-    codes.GET_KV_CONFIG: Served(lambda h: h.get_kv),
+    codes.GET_KV_CONFIG: Served(lambda h: h.get_kv, replica=True),
     codes.DELETE_KV_CONFIG: Served(lambda h: h.delete_kv),
-    codes.GET_KVLIST_BY_NAMESPACE: Served(lambda h: h.list_kv),
+    codes.GET_KVLIST_BY_NAMESPACE: Served(lambda h: h.list_kv, replica=True),
     codes.REGISTER_BROKER: Served(lambda h: h.register_broker),
     codes.UNREGISTER_BROKER: Served(lambda h: h.unregister_broker),
     codes.BROKER_HEARTBEAT: Served(lambda h: h.broker_heartbeat),
     codes.QUERY_DATA_VERSION: Served(lambda h: h.query_data_version),
-    codes.GET_BROKER_MEMBER_GROUP: Served(lambda h: h.broker_member_group),
-    codes.GET_ROUTEINFO_BY_TOPIC: Served(lambda h: h.route, inline=True),
-    codes.GET_BROKER_CLUSTER_INFO: Served(lambda h: h.cluster_info),
-    codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_ALL)),
-    codes.GET_TOPICS_BY_CLUSTER: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_BY_CLUSTER)),
-    codes.GET_SYSTEM_TOPIC_LIST_FROM_NS: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_SYSTEM)),
-    codes.GET_UNIT_TOPIC_LIST: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_UNIT)),
-    codes.GET_HAS_UNIT_SUB_TOPIC_LIST: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_HAS_UNIT_SUB)),
-    codes.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_HAS_UNIT_SUB_NOT_UNIT)),
+    codes.GET_BROKER_MEMBER_GROUP: Served(lambda h: h.broker_member_group, replica=True),
+    codes.GET_ROUTEINFO_BY_TOPIC: Served(lambda h: h.route, inline=True, replica=True),
+    codes.GET_BROKER_CLUSTER_INFO: Served(lambda h: h.cluster_info, replica=True),
+    codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_ALL), replica=True),
+    codes.GET_TOPICS_BY_CLUSTER: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_BY_CLUSTER), replica=True),
+    codes.GET_SYSTEM_TOPIC_LIST_FROM_NS: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_SYSTEM), replica=True),
+    codes.GET_UNIT_TOPIC_LIST: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_UNIT), replica=True),
+    codes.GET_HAS_UNIT_SUB_TOPIC_LIST: Served(lambda h: h._topic_list(api_pb2.TOPIC_LIST_HAS_UNIT_SUB), replica=True),
+    codes.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: Served(
+        lambda h: h._topic_list(api_pb2.TOPIC_LIST_HAS_UNIT_SUB_NOT_UNIT), replica=True),
     codes.WIPE_WRITE_PERM_OF_BROKER: Served(lambda h: h._perm("WipeWritePerm", "wipeTopicCount")),
     codes.ADD_WRITE_PERM_OF_BROKER: Served(lambda h: h._perm("AddWritePerm", "addTopicCount")),
     codes.DELETE_TOPIC_IN_NAMESRV: Served(lambda h: h.delete_topic),
     codes.REGISTER_TOPIC_IN_NAMESRV: Served(lambda h: h.register_topic),
     codes.UPDATE_NAMESRV_CONFIG: Served(lambda h: h.update_config),
-    codes.GET_NAMESRV_CONFIG: Served(lambda h: h.get_config),
+    codes.GET_NAMESRV_CONFIG: Served(lambda h: h.get_config, replica=True),
 }
 INLINE_CODES = frozenset(code for code, served in REQUESTS.items() if served.inline)
+REPLICA_CODES = frozenset(code for code, served in REQUESTS.items() if served.replica)

@@ -54,6 +54,10 @@ class ReplyBudget:
         if size > self._largest.get(code, -1):
             self._largest[code] = size
 
+    def learned(self) -> dict[int, int]:
+        """The largest reply of each code so far (a copy: a starting worker process begins with the core's)."""
+        return dict(self._largest)
+
     def reserve(self, held: int, need: int) -> Verdict:
         """May a connection holding `held` bytes reserve `need` more for a reply being built?"""
         if held and held + need > self.per_connection:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import ssl
 import struct
@@ -72,6 +73,19 @@ class Connection:
         self.tasks: set[asyncio.Task] = set()
 
 
+class FrontEnd(Protocol):
+    """A remoting worker's split (nameserver/remoting/corechannel.py): the codes it answers itself, and
+    the node's core for the rest."""
+
+    local_codes: frozenset[int]
+
+    async def forward(self, cmd: Command, conn: Connection) -> Command: ...
+
+    async def settle(self, conn: Connection) -> None: ...  # before a local read: the connection's writes seen
+
+    def closed(self, conn: Connection) -> None: ...
+
+
 class RequestHandlers(Protocol):
     """What the listener needs of a protocol's handlers (remoting/handlers.py, remoting/controller.py)."""
 
@@ -96,8 +110,17 @@ class RemotingServer:
                  max_frame_bytes: int = frame.DEFAULT_MAX_FRAME, workers: int = 16,
                  call_timeout_s: float | None = None, max_connections: int | None = None,
                  observer: Callable[[str, int, float], None] | None = None,
-                 handlers: RequestHandlers | None = None) -> None:
-        self.listen_addr = listen_addr or cfg.remoting_addr
+                 handlers: RequestHandlers | None = None, reuse_port: bool = False,
+                 unix_path: str = "", front: FrontEnd | None = None,
+                 inflight_per_connection: int = MAX_INFLIGHT_PER_CONNECTION) -> None:
+        """`reuse_port`: bind with SO_REUSEPORT (a node's core and its workers share the port);
+        `unix_path`: listen on this Unix socket instead (mode 0600, made fresh), without TLS;
+        `front`: a worker's split between codes answered here and the core (see FrontEnd)."""
+        self.listen_addr = unix_path or listen_addr or cfg.remoting_addr
+        self.unix_path = unix_path
+        self.reuse_port = reuse_port
+        self.front = front
+        self.inflight_per_connection = inflight_per_connection
         self.max_frame = max_frame_bytes
         self.max_connections = max_connections or cfg.remoting_max_connections
         self.idle_s = cfg.remoting_idle_timeout_ms / 1000
@@ -129,7 +152,7 @@ class RemotingServer:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self.tls_mode = cfg.remoting_tls_mode
+        self.tls_mode = "off" if unix_path else cfg.remoting_tls_mode
         self._ssl = tls_server_context(cfg) if self.tls_mode != "off" else None
         self._opening = 0  # accepted connections still in the TLS peek or handshake
         self._listener: socket.socket | None = None  # with TLS, the listening socket (no asyncio.Server)
@@ -150,17 +173,22 @@ class RemotingServer:
         loop = asyncio.new_event_loop()
         self._loop = loop
         try:
-            host, port = split_addr(self.listen_addr)
-            if self._ssl is None:
+            if self.unix_path:
+                self._server = loop.run_until_complete(self._start_unix())
+            elif self._ssl is None:
+                host, port = split_addr(self.listen_addr)
                 self._server = loop.run_until_complete(
-                    asyncio.start_server(self._serve, host or None, port, reuse_address=True))
+                    asyncio.start_server(self._serve, host or None, port, reuse_address=True,
+                                         reuse_port=self.reuse_port or None))
             else:  # connections are accepted here and peeked at before a stream is made of them
+                host, port = split_addr(self.listen_addr)
                 family = socket.AF_INET6 if ":" in host else socket.AF_INET
-                self._listener = socket.create_server((host, port), family=family, backlog=1024)
+                self._listener = socket.create_server((host, port), family=family, backlog=1024,
+                                                      reuse_port=self.reuse_port)
                 loop.create_task(self._accept_loop(self._listener))
             if self._listener is not None:
                 self.port = self._listener.getsockname()[1]
-            elif self._server is not None:
+            elif self._server is not None and not self.unix_path:
                 self.port = self._server.sockets[0].getsockname()[1]
         except (OSError, ValueError) as exc:
             self._error = exc
@@ -173,6 +201,18 @@ class RemotingServer:
         finally:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+
+    async def _start_unix(self) -> asyncio.Server:
+        """A private socket only this user may open, made fresh (a stale one from a killed node is removed),
+        in a directory only this user may enter: no window in which another user could connect."""
+        folder = os.path.dirname(self.unix_path)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.unix_path)
+        server = await asyncio.start_unix_server(self._serve, self.unix_path)
+        os.chmod(self.unix_path, 0o600)
+        return server
 
     def stop(self) -> None:
         loop, thread = self._loop, self._thread
@@ -272,7 +312,7 @@ class RemotingServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        peer_s = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        peer_s = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else (str(peer) or f"unix:{self.unix_path}")
         if len(self._writers) >= self.max_connections:
             self.refused_total += 1
             now = time.monotonic()
@@ -285,7 +325,7 @@ class RemotingServer:
         writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         self._writers.add(writer)
         conn = Connection(writer, peer_s)  # also this connection as the handlers know it (brokers' channels)
-        slots = asyncio.Semaphore(MAX_INFLIGHT_PER_CONNECTION)
+        slots = asyncio.Semaphore(self.inflight_per_connection)
         try:
             while True:
                 try:
@@ -327,6 +367,8 @@ class RemotingServer:
         finally:
             self._writers.discard(writer)
             writer.close()
+            if self.front is not None:
+                self.front.closed(conn)
             # Brokers that spoke on it lose this connection (off the loop: it is a gRPC call).
             with contextlib.suppress(RuntimeError):  # the pool is shut down: the node is stopping
                 asyncio.get_running_loop().run_in_executor(self._pool, self.handlers.connection_closed, conn)
@@ -405,7 +447,14 @@ class RemotingServer:
     async def _answer(self, cmd: Command, conn: Connection) -> Command:
         started = time.monotonic()
         try:
-            resp = self._inline(cmd, conn) if cmd.code in INLINE_CODES else None
+            resp = None
+            if self.front is not None and cmd.invalid is None:  # a worker: the core answers what it does not
+                if cmd.code not in self.front.local_codes:
+                    resp = await self.front.forward(cmd, conn)
+                else:
+                    await self.front.settle(conn)
+            if resp is None and cmd.code in INLINE_CODES:
+                resp = self._inline(cmd, conn)
             if resp is None:
                 resp = await asyncio.get_running_loop().run_in_executor(self._pool, self.handlers.handle, cmd, conn)
         except Exception as exc:  # a handler bug answers SYSTEM_ERROR, never kills the server

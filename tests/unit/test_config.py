@@ -100,3 +100,16 @@ def test_initial_state_is_new_by_default_existing_on_request_and_checked_by_name
     p.write_text(GOOD + '[cluster]\ninitial_sate = "existing"\n')
     with pytest.raises(config.ConfigError, match="cluster.initial_sate is not a setting"):
         config.load(str(p))
+
+
+def test_worker_processes_is_off_by_default_and_checked_by_name(tmp_path) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD)
+    assert config.load(str(p)).worker_processes == 0
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 2'))
+    assert config.load(str(p)).worker_processes == 2
+    for bad, says in (("-1", "node.worker_processes must be 0..64"), ("1000", "node.worker_processes must be 0..64"),
+                      ('"two"', "node.worker_processes must be int")):
+        p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "data/n1"\nworker_processes = {bad}'))
+        with pytest.raises(config.ConfigError, match=says):
+            config.load(str(p))

@@ -1,0 +1,160 @@
+"""The node's remoting worker processes ([node] worker_processes; docs/architecture.md, "Processes"),
+started and watched by the core.
+
+Each worker is `python -m nameserver.worker --index I --core-pid P`, given the core's configuration on
+its stdin (pickled: the same settings, command-line overrides and secrets as the core, never in argv
+or the environment). The pipe stays open: a worker stops at its end-of-file, so it never outlives the
+core, which also asks the kernel to kill it when the core dies (PR_SET_PDEATHSIG, nameserver/worker.py).
+A worker that exits is started again after a backoff (0.5 s, doubling to 10 s; back to 0.5 s once one
+ran 30 s), and counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from nameserver.config import NodeConfig
+
+log = logging.getLogger("nameserver.workers")
+
+BACKOFF_MIN_S, BACKOFF_MAX_S = 0.5, 10.0
+STABLE_S = 30.0       # a worker that ran this long restarts after the shortest backoff again
+CHECK_EVERY_S = 0.2
+STOP_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker reads from its stdin."""
+
+    cfg: NodeConfig
+    log_format: str = "text"
+    log_level: str = "INFO"
+    # the core's largest remoting reply per code so far: a worker's reply budget starts from them instead of
+    # reserving a connection's whole share for each code it has not answered yet (SYSTEM_BUSY in a burst)
+    reply_sizes: dict[int, int] = field(default_factory=dict)
+
+
+def process_share(cfg: NodeConfig) -> NodeConfig:
+    """Each process's remoting limits when workers share the port: the node's connection cap divided
+    among the core and its workers (the kernel spreads connections about evenly). The unsent-bytes total
+    stays per process: divided, a process would answer SYSTEM_BUSY to its fifth fresh connection (a
+    code never answered yet reserves a connection's whole 32 MiB share: 4 of them fill 128 MiB)."""
+    processes = cfg.worker_processes + 1
+    return replace(cfg, remoting_max_connections=max(1, cfg.remoting_max_connections // processes))
+
+
+class WorkerSupervisor:
+    def __init__(self, spec: WorkerSpec, on_exit: Callable[[int], None] | None = None,
+                 reply_sizes: Callable[[], dict[int, int]] | None = None) -> None:
+        """`on_exit(pid)`: told of each worker that exited (the core closes what it held for it);
+        `reply_sizes()`: what a worker starting now begins its reply budget with (WorkerSpec)."""
+        self.spec = spec
+        self.reply_sizes = reply_sizes
+        self.count = spec.cfg.worker_processes
+        self.on_exit = on_exit
+        self.restarts_total = 0
+        self._procs: list[subprocess.Popen | None] = [None] * self.count
+        self._started = [0.0] * self.count
+        self._backoff = [BACKOFF_MIN_S] * self.count
+        self._due = [0.0] * self.count  # when a dead worker starts again
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def alive(self) -> int:
+        with self._lock:
+            return sum(1 for p in self._procs if p is not None and p.poll() is None)
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [p.pid for p in self._procs if p is not None and p.poll() is None]
+
+    def start(self) -> None:
+        for i in range(self.count):
+            self._spawn(i)
+        self._thread = threading.Thread(target=self._watch, name="workers", daemon=True)
+        self._thread.start()
+        log.info("started %d remoting worker process(es): pids %s", self.count, self.pids())
+
+    def _spawn(self, i: int) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "nameserver.worker", "--index", str(i),
+                                 "--core-pid", str(os.getpid())], stdin=subprocess.PIPE)
+        assert proc.stdin is not None
+        spec = replace(self.spec, reply_sizes=self.reply_sizes()) if self.reply_sizes is not None else self.spec
+        try:
+            proc.stdin.write(pickle.dumps(spec))
+            proc.stdin.flush()  # left open: its end tells the worker the core is gone
+        except OSError as exc:
+            log.warning("remoting worker %d (pid %d) did not take its configuration: %s", i, proc.pid, exc)
+        with self._lock:
+            self._procs[i] = proc
+        self._started[i] = time.monotonic()
+        return proc
+
+    def _watch(self) -> None:
+        while not self._stop.wait(CHECK_EVERY_S):
+            now = time.monotonic()
+            for i, proc in enumerate(self._procs):
+                if proc is not None and proc.poll() is not None:
+                    self._exited(i, proc, now)
+                elif proc is None and now >= self._due[i] and not self._stop.is_set():
+                    self.restarts_total += 1
+                    try:
+                        log.info("remoting worker %d restarted: pid %d (%d restarts)", i, self._spawn(i).pid,
+                                 self.restarts_total)
+                    except OSError as exc:  # out of processes or memory: try again after the backoff
+                        log.warning("remoting worker %d could not be started: %s; trying again in %.1f s", i,
+                                    exc, self._retry_later(i, now))
+
+    def _retry_later(self, i: int, now: float) -> float:
+        """Start worker `i` after its backoff, which doubles for next time; returns the wait."""
+        wait = self._backoff[i]
+        self._due[i] = now + wait
+        self._backoff[i] = min(BACKOFF_MAX_S, wait * 2)
+        return wait
+
+    def _exited(self, i: int, proc: subprocess.Popen, now: float) -> None:
+        if now - self._started[i] >= STABLE_S:
+            self._backoff[i] = BACKOFF_MIN_S
+        log.warning("remoting worker %d (pid %d) exited with %s; starting it again in %.1f s", i, proc.pid,
+                    proc.returncode, self._retry_later(i, now))
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        with self._lock:
+            self._procs[i] = None
+        if self.on_exit is not None:
+            try:
+                self.on_exit(proc.pid)
+            except Exception:  # the core's bookkeeping must not stop the supervision
+                log.exception("remoting worker %d: cleanup after its exit failed", i)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            procs = [p for p in self._procs if p is not None]
+        for proc in procs:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

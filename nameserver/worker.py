@@ -1,0 +1,117 @@
+"""A remoting worker process: `python -m nameserver.worker --index I --core-pid P`, started by its node's
+core (nameserver/ops/workers.py), which writes the node's configuration to its stdin.
+
+It follows the core's state in a read replica (nameserver/replica), and once the replica is ready it
+binds the node's [remoting] listen address beside the core (SO_REUSEPORT: the kernel spreads new
+connections over the processes). The read codes REQUESTS marks `replica` are answered here by the same
+handlers and service code the core runs, over the replica; every other frame goes to the core over its
+private socket (nameserver/remoting/corechannel.py). It stops at SIGTERM, at the end of its stdin (the
+core is gone), and the kernel kills it when the core dies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import pickle
+import signal
+import sys
+import threading
+
+from nameserver import tlsconf
+from nameserver.api.service import NameServerService
+from nameserver.ops import fdlimits, logfmt
+from nameserver.ops.workers import WorkerSpec, process_share
+from nameserver.pb import api_pb2
+from nameserver.remoting import RemotingServer, codes, frame
+from nameserver.remoting.command import Command
+from nameserver.remoting.corechannel import CoreChannel, socket_path
+from nameserver.remoting.handlers import BIG_REGISTRATION_TIMEOUT_S
+from nameserver.replica import ReadReplica, ReplicaNode
+
+log = logging.getLogger("nameserver.worker")
+
+PR_SET_PDEATHSIG = 1
+READY_POLL_S = 0.05
+
+
+def die_with(core_pid: int) -> None:
+    """Have the kernel kill this process when the core dies; exit now if it already has."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the end of stdin still stops it
+        pass
+    if os.getppid() != core_pid:
+        sys.exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="nameserver.worker", description="A node's remoting worker process.")
+    p.add_argument("--index", type=int, required=True)
+    p.add_argument("--core-pid", type=int, required=True)
+    args = p.parse_args(argv)
+    die_with(args.core_pid)
+    spec: WorkerSpec = pickle.load(sys.stdin.buffer)  # from the core, over the pipe only it holds
+    cfg = spec.cfg
+    logfmt.configure(spec.log_format, spec.log_level, {"node": cfg.raft_addr, "worker": args.index})
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _s, _f: stopped.set())
+    signal.signal(signal.SIGINT, lambda _s, _f: stopped.set())
+    threading.Thread(target=_until_eof, args=(stopped,), name="core-pipe", daemon=True).start()
+
+    share = process_share(cfg)
+    budget = fdlimits.budget(share, fdlimits.raise_nofile())
+    opts = [("grpc.max_receive_message_length", cfg.max_message_bytes)]
+    replica = ReadReplica(cfg.grpc_addr, lambda target: tlsconf.peer_channel(cfg, target, opts),
+                          name=f"worker-{args.index}")
+    replica.start()
+    # Not on the port before the replica can answer: a starting worker never refuses a read.
+    while not replica.ready and not stopped.wait(READY_POLL_S):
+        pass
+    server = None
+    if not stopped.is_set():
+        timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
+        front = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
+        # ReplicaNode has the node's read API, which is all the replica codes' service methods use
+        node = ReplicaNode(replica, cfg)
+        service = NameServerService(node)  # type: ignore[arg-type]
+        server = RemotingServer(share, service,
+                                max_connections=budget.remoting, reuse_port=True, front=front)
+        warm_up(server, node, spec.reply_sizes)
+        server.start()
+        log.info("remoting worker %d (pid %d) serving on %s at offset %d", args.index, os.getpid(),
+                 cfg.remoting_addr, replica.offset)
+        stopped.wait()
+    if server is not None:
+        server.stop()
+    replica.stop()
+    return 0
+
+
+def warm_up(server: RemotingServer, node: ReplicaNode, reply_sizes: dict[int, int]) -> None:
+    """Before the port: the reply budget starts from the core's reply sizes, and one route read runs here
+    (this interpreter's first is slow: imports, caches), its size learned. Without it a burst of fresh
+    connections each reserved a connection's whole share for the code's first reply: SYSTEM_BUSY."""
+    for code, size in reply_sizes.items():
+        server.budget.learn(code, size)
+    topics = node.inspect(lambda s: s.topic_list(api_pb2.TOPIC_LIST_ALL))
+    req = Command(code=codes.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topics[0] if topics else "-"})
+    resp = server.handlers.handle(req)
+    if resp.code == codes.SUCCESS:
+        server.budget.learn(req.code, len(frame.encode(resp)))
+
+
+def _until_eof(stopped: threading.Event) -> None:
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except OSError:
+        pass
+    stopped.set()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

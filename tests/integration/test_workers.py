@@ -1,0 +1,282 @@
+"""Remoting worker processes ([node] worker_processes = 2) on a real 3-node cluster.
+
+Which process holds a connection is read from the kernel: the accepted socket's inode in /proc/net/tcp,
+found among the descriptors of the core or of one of its workers (its child processes). A worker's
+answers are proven its own by the core's remoting counter, which counts every request the core
+answers, on its public port and on the private socket workers pass requests through alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from fakebroker import crc32, read_frame, register_body
+from prometheus_client.parser import text_string_to_metric_families
+
+from nameserver.pb import api_pb2
+from nameserver.remoting import codes, frame
+from nameserver.remoting.command import Command
+from nameserver.remoting.corechannel import CONN_FIELD, CONNECTION_CLOSED
+from nameserver.remoting.handlers import REPLICA_CODES, REQUESTS
+from tests.cluster import Cluster, NodeProc
+from tests.procnet import children, listener_pids, listening, socket_inodes, tcp_sockets
+
+pytestmark = pytest.mark.cluster
+
+WORKERS = 2
+TOPICS = [f"TopicW{i}" for i in range(4)]
+_opaques = itertools.count(1)
+
+
+class Conn:
+    """One client connection to a node's remoting port, one request at a time."""
+
+    def __init__(self, addr: str) -> None:
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.local_port = self.sock.getsockname()[1]
+
+    def call(self, code: int, ext: dict[str, str], body: bytes = b"") -> Command:
+        req = Command(code=code, version=479, opaque=next(_opaques), ext_fields=ext, body=body)
+        self.sock.sendall(frame.encode(req))
+        payload = read_frame(self.sock)
+        assert payload is not None, f"connection closed instead of answering code {code}"
+        resp = frame.decode(payload)
+        assert resp.opaque == req.opaque and resp.is_response
+        return resp
+
+    def register(self, broker: str, addr: str, topics: list[str], counter: int = 1) -> Command:
+        body = register_body(topics, counter, compressed=False)
+        return self.call(codes.REGISTER_BROKER, {"brokerName": broker, "brokerAddr": addr, "clusterName": "CW",
+                                                 "brokerId": "0", "haServerAddr": "127.0.0.1:10912",
+                                                 "compressed": "false", "bodyCrc32": str(crc32(body))}, body)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+# ---- which process holds what ------------------------------------------------------------------
+
+def port_of(node: NodeProc) -> int:
+    return int(node.remoting_addr.rsplit(":", 1)[1])
+
+
+def listener_owners(node: NodeProc) -> list[int]:
+    """The pids (the core and its children) with a socket listening on the node's remoting port."""
+    assert node.proc is not None
+    return listener_pids(node.proc.pid, port_of(node))
+
+
+def owner(node: NodeProc, conn: Conn) -> int:
+    """The pid of the core or worker that accepted `conn` (a connection still in the accept queue has
+    no process yet: asked again for a while)."""
+    assert node.proc is not None
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        inodes = {inode for lport, rport, _, inode in tcp_sockets()
+                  if lport == port_of(node) and rport == conn.local_port}
+        for pid in [node.proc.pid, *children(node.proc.pid)]:
+            if socket_inodes(pid) & inodes:
+                return pid
+        time.sleep(0.01)
+    raise AssertionError(f"no process of {node.name} holds the connection from port {conn.local_port}")
+
+
+def conns_by_owner(node: NodeProc, want_each: int = 2, limit: int = 300) -> dict[int, list[Conn]]:
+    """Connections opened until the core and each worker hold `want_each` (the kernel picks)."""
+    got: dict[int, list[Conn]] = {}
+    for _ in range(limit):
+        c = Conn(node.remoting_addr)
+        got.setdefault(owner(node, c), []).append(c)
+        if len(got) == WORKERS + 1 and all(len(v) >= want_each for v in got.values()):
+            return got
+    raise AssertionError(f"{limit} connections did not reach every process: {({k: len(v) for k, v in got.items()})}")
+
+
+def metric(node: NodeProc, name: str, **labels: str) -> float:
+    """A sample of the node's (the core's) /metrics; 0 when it has none yet."""
+    with urllib.request.urlopen(f"http://{node.metrics_addr}/metrics", timeout=5) as resp:
+        for family in text_string_to_metric_families(resp.read().decode()):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return sample.value
+    return 0.0
+
+
+def reads_counted(node: NodeProc) -> float:
+    return metric(node, "nameserver_remoting_handled_total", request="105", response="0")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(str(tmp_path_factory.mktemp("workers")), remoting=True, metrics=True, worker_processes=WORKERS)
+    c.start()
+    try:
+        c.wait_ready()
+        for n in c.nodes:  # the workers bind once their replicas are ready
+            c.wait_for(f"{n.name}'s core and {WORKERS} workers listening",
+                       lambda n=n: len(listener_owners(n)) == WORKERS + 1)
+        seed = Conn(c.nodes[0].remoting_addr)
+        assert seed.register("broker-seed", "127.0.0.1:10911", TOPICS).code == codes.SUCCESS
+        c.wait_converged()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_replica_codes_are_reads_and_include_routes() -> None:
+    assert codes.GET_ROUTEINFO_BY_TOPIC in REPLICA_CODES
+    assert not REPLICA_CODES & {codes.REGISTER_BROKER, codes.UNREGISTER_BROKER, codes.BROKER_HEARTBEAT,
+                                codes.QUERY_DATA_VERSION, codes.PUT_KV_CONFIG, codes.DELETE_KV_CONFIG,
+                                codes.UPDATE_NAMESRV_CONFIG, codes.REGISTER_TOPIC_IN_NAMESRV,
+                                codes.DELETE_TOPIC_IN_NAMESRV, codes.WIPE_WRITE_PERM_OF_BROKER,
+                                codes.ADD_WRITE_PERM_OF_BROKER}
+    assert REQUESTS.keys() >= REPLICA_CODES
+
+
+def test_route_reads_are_answered_by_workers_as_the_core_answers(cluster: Cluster) -> None:
+    for node in cluster.nodes:
+        assert node.proc is not None
+        by_owner = conns_by_owner(node)
+        core = node.proc.pid
+        assert set(by_owner) - {core} == set(children(core)), "the other listeners are the core's workers"
+        before = reads_counted(node)
+        answers: dict[int, set[bytes]] = {}
+        reads_on_core = 0
+        for pid, conns in by_owner.items():
+            for conn in conns:
+                for topic in TOPICS:
+                    resp = conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+                    assert resp.code == codes.SUCCESS, (node.name, pid, resp.remark)
+                    answers.setdefault(hash(topic), set()).add(resp.body)
+                    reads_on_core += pid == core
+        for topic in TOPICS:  # one answer per topic, whichever process gave it
+            assert len(answers[hash(topic)]) == 1, f"{node.name}: workers and core answer {topic} differently"
+        # The core counted only the reads on its own connections: the workers answered theirs themselves.
+        assert reads_counted(node) - before == reads_on_core
+        missing = Conn(node.remoting_addr).call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopicW"})
+        assert missing.code == codes.TOPIC_NOT_EXIST
+        for conns in by_owner.values():
+            for conn in conns:
+                conn.close()
+
+
+def test_the_remoting_limits_hold_in_workers(cluster: Cluster) -> None:
+    """Workers run the core's listener code: a header past limits.remoting_max_header_bytes is refused
+    naming the key and its connection closed; too many extFields are refused by name, and the worker
+    does not pass such a request to the core."""
+    node = cluster.nodes[0]
+    assert node.proc is not None
+    conns = [c for pid, cs in conns_by_owner(node, want_each=1).items() if pid != node.proc.pid for c in cs]
+    big, many = conns[0], conns[1]
+    big.sock.sendall(frame.encode(Command(code=codes.REGISTER_BROKER, opaque=1,
+                                          ext_fields={"brokerName": "x" * (70 << 10)})))
+    payload = read_frame(big.sock)
+    assert payload is not None and "limits.remoting_max_header_bytes" in (frame.decode(payload).remark or "")
+    assert read_frame(big.sock) is None, "the connection stays open after an oversize header"
+    before = metric(node, "nameserver_remoting_handled_total", request="104")
+    resp = many.call(codes.UNREGISTER_BROKER, {f"k{i}": "v" for i in range(300)})
+    assert resp.code == codes.SYSTEM_ERROR and "limits.remoting_max_ext_fields" in (resp.remark or "")
+    assert metric(node, "nameserver_remoting_handled_total", request="104") == before  # answered by the worker
+    for conn in conns:
+        conn.close()
+
+
+def test_writes_through_a_worker_are_read_back_on_the_same_connection(cluster: Cluster) -> None:
+    """A registration through a worker is passed to the core (on a follower, on to the leader); the next
+    read on that connection, answered by the worker's replica, sees it. When every connection the
+    broker spoke on closes, it leaves the routes (the core hears of the worker's client connections)."""
+    held = []
+    for i, node in enumerate(cluster.nodes):
+        assert node.proc is not None
+        conn = next(c for pid, cs in conns_by_owner(node, want_each=1).items() if pid != node.proc.pid for c in cs)
+        for round_ in range(10):
+            topic = f"TopicRyw{i}x{round_}"
+            resp = conn.register("broker-ryw", "127.0.0.1:20911", [topic], counter=10 * i + round_ + 2)
+            assert resp.code == codes.SUCCESS, resp.remark
+            assert CONN_FIELD not in resp.ext_fields and not any(k.startswith("__rip18") for k in resp.ext_fields)
+            route = conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            assert route.code == codes.SUCCESS, (node.name, round_, route.remark)
+            assert b"127.0.0.1:20911" in route.body
+        # a client may not send the channel's own code through a worker
+        assert conn.call(CONNECTION_CLOSED, {CONN_FIELD: "1:1"}).code == codes.REQUEST_CODE_NOT_SUPPORTED
+        held.append(conn)
+    leader = cluster.leader()
+    assert leader is not None
+    last = f"TopicRyw{len(cluster.nodes) - 1}x9"
+    assert leader.ns.GetRoute(api_pb2.GetRouteRequest(topic=last), timeout=5).route.broker_datas
+    for conn in held:  # the broker process exits
+        conn.close()
+    probe = Conn(leader.remoting_addr)
+    deadline = time.monotonic() + 10
+    while probe.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": last}).code != codes.TOPIC_NOT_EXIST:
+        assert time.monotonic() < deadline, "the broker is still routed 10 s after its connections closed"
+        time.sleep(0.1)
+    probe.close()
+
+
+def test_a_killed_worker_is_restarted_and_clients_reconnect(cluster: Cluster) -> None:
+    node = cluster.nodes[1]
+    assert node.proc is not None
+    by_owner = conns_by_owner(node, want_each=1)
+    victim = next(pid for pid in by_owner if pid != node.proc.pid)
+    restarts = metric(node, "nameserver_worker_restarts_total")
+    os.kill(victim, signal.SIGKILL)
+    for conn in by_owner[victim]:  # its clients lose their connection and open another
+        with pytest.raises((OSError, AssertionError)):
+            conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]})
+        conn.close()
+    # Until the killed process's last thread has exited its listening socket is still in the port's group:
+    # a connection the kernel queues on it then is reset when it closes (clients reconnect; Linux's
+    # net.ipv4.tcp_migrate_req = 1 hands such connections to another listener instead).
+    cluster.wait_for("the killed worker's socket closed", lambda: victim not in listener_owners(node))
+    again = Conn(node.remoting_addr)
+    assert again.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]}).code == codes.SUCCESS
+
+    def restarted() -> bool:
+        # meanwhile, fresh connections' reads succeed: the new worker takes none before its replica is ready
+        fresh = Conn(node.remoting_addr)
+        resp = fresh.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]})
+        fresh.close()
+        assert resp.code == codes.SUCCESS, resp.remark
+        owners = listener_owners(node)
+        return len(owners) == WORKERS + 1 and victim not in owners
+
+    cluster.wait_for("the worker restarted and listening", restarted, every=0.02)
+    assert metric(node, "nameserver_worker_restarts_total") == restarts + 1
+    assert metric(node, "nameserver_worker_processes") == WORKERS
+    fresh = conns_by_owner(node, want_each=1)
+    for conns in fresh.values():
+        assert conns[0].call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]}).code == codes.SUCCESS
+        for conn in conns:
+            conn.close()
+    again.close()
+
+
+def test_a_killed_core_takes_its_workers_down(cluster: Cluster) -> None:
+    node = cluster.nodes[2]
+    assert node.proc is not None
+    workers = children(node.proc.pid)
+    assert len(workers) == WORKERS
+    cluster.kill(node)
+
+    # (a killed process's threads exit one by one: its descriptors are closed when the last has)
+    cluster.wait_for("the workers gone and nothing listening on the node's remoting port",
+                     lambda: not any(alive(pid) for pid in workers) and not listening(port_of(node)), timeout=10)
+    with pytest.raises(OSError):
+        Conn(node.remoting_addr)

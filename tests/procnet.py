@@ -1,0 +1,57 @@
+"""Which process holds which TCP socket, from Linux /proc: a node's worker processes (its children), the
+sockets listening on its remoting port, the process that accepted a given connection."""
+
+from __future__ import annotations
+
+import os
+
+LISTEN = 0x0A  # /proc/net/tcp's state of a listening socket
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def socket_inodes(pid: int) -> set[int]:
+    out = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(int(link[8:-1]))
+    return out
+
+
+def tcp_sockets() -> list[tuple[int, int, int, int]]:
+    """(local port, remote port, state, inode) of every IPv4 TCP socket."""
+    rows = []
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            rows.append((int(parts[1].split(":")[1], 16), int(parts[2].split(":")[1], 16), int(parts[3], 16),
+                         int(parts[9])))
+    return rows
+
+
+def listening(port: int) -> set[int]:
+    """The inodes of the sockets listening on `port` (several with SO_REUSEPORT)."""
+    return {inode for lport, _, state, inode in tcp_sockets() if lport == port and state == LISTEN}
+
+
+def listener_pids(pid: int, port: int) -> list[int]:
+    """Of `pid` and its children, those with a socket listening on `port`."""
+    inodes = listening(port)
+    return [p for p in [pid, *children(pid)] if socket_inodes(p) & inodes]
