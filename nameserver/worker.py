@@ -22,7 +22,7 @@ import threading
 
 from nameserver import tlsconf
 from nameserver.api.service import NameServerService
-from nameserver.ops import fdlimits, logfmt
+from nameserver.ops import fdlimits, logfmt, stopsignal
 from nameserver.ops.workers import WorkerSpec, process_share
 from nameserver.pb import api_pb2
 from nameserver.remoting import RemotingServer, codes, frame
@@ -57,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     spec: WorkerSpec = pickle.load(sys.stdin.buffer)  # from the core, over the pipe only it holds
     cfg = spec.cfg
     logfmt.configure(spec.log_format, spec.log_level, {"node": cfg.raft_addr, "worker": args.index})
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda _s, _f: stopped.set())
-    signal.signal(signal.SIGINT, lambda _s, _f: stopped.set())
+    stopped = stopsignal.stop_event()
     threading.Thread(target=_until_eof, args=(stopped,), name="core-pipe", daemon=True).start()
 
     share = process_share(cfg)
@@ -84,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         server.start()
         log.info("remoting worker %d (pid %d) serving on %s at offset %d", args.index, os.getpid(),
                  cfg.remoting_addr, replica.offset)
-        stopped.wait()
+        stopsignal.wait_until_set(stopped)
     if server is not None:
         server.stop()
     replica.stop()

@@ -7,10 +7,9 @@ import faulthandler
 import logging
 import signal
 import sys
-import threading
 
 from nameserver import config
-from nameserver.ops import logfmt
+from nameserver.ops import logfmt, stopsignal
 from nameserver.server import Server
 from raftlog.journal import JournalCorrupt
 
@@ -56,17 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"nameserver: {exc}", file=sys.stderr)
         return 1
-    stopped = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stopped.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopped = stopsignal.stop_event()
     # `kill -USR2 <pid>` writes every thread's stack to the node's log (stderr): what a wedged node waits on
     faulthandler.register(signal.SIGUSR2, all_threads=True)
     server.start()
-    stopped.wait()
+    stopsignal.wait_until_set(stopped)  # never an untimed wait: see nameserver/ops/stopsignal.py
     logging.getLogger("nameserver").info("stopping %s", cfg.raft_addr)
     server.stop()
     return 0
