@@ -51,3 +51,23 @@ def test_one_thread_serves_every_deadline_and_a_failing_action_does_not_stop_it(
     assert names.count("test-deadlines") == 1 and len(names) == 1
     assert wait_until(lambda: len(fired) == 50)
     assert fired == sorted(fired) and handles[0].action is not None
+
+
+def test_later_bounds_do_not_wake_the_thread_and_an_earlier_one_still_fires_on_time() -> None:
+    """The call guard sets a bound of one length per gRPC call: each is later than those pending, so the
+    thread sleeps on; only one earlier than all of them needs it awake."""
+    watch = DeadlineWatch()
+    watch.after(60, lambda: None)
+    deadline = time.monotonic() + 5
+    while watch.wakeups == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    woken = watch.wakeups
+    for _ in range(200):  # calls that finish in time
+        with watch.after(60, lambda: None):
+            pass
+    time.sleep(0.1)
+    assert watch.wakeups == woken, f"woken {watch.wakeups - woken} times by 200 later bounds"
+    fired = threading.Event()
+    watch.after(0.05, fired.set)
+    assert fired.wait(5)
