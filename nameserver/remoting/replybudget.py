@@ -8,12 +8,9 @@ thread only: no locks.
 - Before a request is handled, its body and the bytes its reply may take while it is built are reserved:
   BUILD_FACTOR times the largest reply its code has produced (a reply being built holds about that
   many copies of itself: the state's, the JSON text, its bytes, the frame); the whole per-connection
-  share for a code never answered yet. Of such a code one request at a time reserves, and the others
-  wait until its reply is built and its size learned (a fresh node's first burst of route reads would
-  otherwise reserve a share each and answer SYSTEM_BUSY past the node's total). A connection with
-  nothing held may always reserve (one reply larger than the share must still be deliverable); one that
-  holds some and would pass its share waits: it is not read meanwhile. Past the node's total, the
-  request is answered SYSTEM_BUSY at once.
+  share for a code never answered yet. A connection with nothing held may always reserve (one reply
+  larger than the share must still be deliverable); one that holds some and would pass its share
+  waits: it is not read meanwhile. Past the node's total, the request is answered SYSTEM_BUSY at once.
 - Once built, the reservation gives way to the reply's own size until it is sent. A reply larger than
   expected that passes the connection's share while it already holds unsent replies closes it (CLOSE);
   one that passes the node's total is answered SYSTEM_BUSY instead (BUSY).
@@ -46,7 +43,6 @@ class ReplyBudget:
         self.busy_total = 0      # requests answered SYSTEM_BUSY because the node had no room
         self.closed_total = 0    # connections closed for holding more than their share
         self._largest: dict[int, int] = {}  # request code -> its largest reply (served codes only)
-        self._first: set[int] = set()       # codes never answered whose first request is being handled
 
     def need(self, code: int) -> int:
         """What a request of this code reserves while its reply is built."""
@@ -62,23 +58,11 @@ class ReplyBudget:
         """The largest reply of each code so far (a copy: a starting worker process begins with the core's)."""
         return dict(self._largest)
 
-    def reserve(self, held: int, need: int, code: int | None = None) -> Verdict:
-        """May a connection holding `held` bytes reserve `need` more for a reply being built? `code`: the
-        request's, when the node serves it and it is answered (its reply's size is learned)."""
-        first = None if code is None or code in self._largest else code  # a code never answered
-        if first is not None and first in self._first:
-            return Verdict.WAIT  # another request of this code is finding out how large its replies are
+    def reserve(self, held: int, need: int) -> Verdict:
+        """May a connection holding `held` bytes reserve `need` more for a reply being built?"""
         if held and held + need > self.per_connection:
             return Verdict.WAIT
-        verdict = self._node_room(held, need)
-        if first is not None and verdict is Verdict.SEND:
-            self._first.add(first)
-        return verdict
-
-    def handled(self, code: int) -> None:
-        """A request that reserved has been handled (its reply built, or it failed): the next request of
-        a code never answered may reserve."""
-        self._first.discard(code)
+        return self._node_room(held, need)
 
     def admit(self, held: int, size: int) -> Verdict:
         """May a built reply of `size` bytes be written to a connection holding `held` bytes?"""

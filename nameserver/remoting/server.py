@@ -387,13 +387,10 @@ class RemotingServer:
         the node has no room (the request is answered SYSTEM_BUSY). While the connection holds its share,
         this waits (the connection is not read meanwhile); TimeoutError after remoting_reply_timeout_ms."""
         # the request's body is held until it is handled too: a frame may be 16 MiB
-        sized = cmd.code in self._served and not cmd.is_oneway  # its reply's size is learned
+        need = len(cmd.body) + (self.budget.need(cmd.code) if cmd.code in self._served and not cmd.is_oneway else 0)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.reply_s
-        # what it needs is looked up at each try: a code's size may have been learned meanwhile
-        while (verdict := self.budget.reserve(
-                conn.held, need := len(cmd.body) + (self.budget.need(cmd.code) if sized else 0),
-                cmd.code if sized else None)) is Verdict.WAIT:
+        while (verdict := self.budget.reserve(conn.held, need)) is Verdict.WAIT:
             if self._freed is None or self._freed.done():
                 self._freed = loop.create_future()
             if loop.time() >= deadline:
@@ -439,8 +436,6 @@ class RemotingServer:
             return b"" if cmd.is_oneway else frame.encode(resp)
         finally:
             cmd.body = b""  # handled: what was reserved for it is free again
-            if reserved is not None:
-                self.budget.handled(cmd.code)
             self._release(conn, reserved or 0)
 
     def _busy(self, cmd: Command, conn: Connection) -> Command:

@@ -324,25 +324,3 @@ def test_8_bad_code_frames_are_logged_bounded(sec: Secure) -> None:
         f.seek(log_before)
         tail = f.read()
     assert "is not an integer" in tail and "characters)" in tail, tail[-2000:]  # said, and cut short
-
-
-def test_a_fresh_nodes_first_burst_of_reads_is_answered_not_busy(tmp_path) -> None:
-    """The budget reserves a connection's whole share for a code the node has never answered. Before,
-    every request of such a code did, so the first burst on a fresh node (here 24 connections asking
-    for cluster info at once, 8 MiB shares against a 32 MiB total) was partly answered SYSTEM_BUSY
-    though each reply is a few hundred bytes. Now one finds out the size and the others wait for it."""
-    limits = {"limits": SHORT_REPLY_LIMITS}
-    with running(Cluster(str(tmp_path), 1, remoting=True, security=limits), timeout=60) as cluster:
-        node = cluster.nodes[0]
-        host, port = node.remoting_addr.rsplit(":", 1)
-        socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(24)]
-        try:
-            burst = [remoting_frame(codes.GET_BROKER_CLUSTER_INFO, opaque=i + 1) for i in range(len(socks))]
-            for s, data in zip(socks, burst, strict=True):
-                s.sendall(data)
-            answers = [read_reply(s).code for s in socks]
-        finally:
-            for s in socks:
-                s.close()
-    assert codes.SYSTEM_BUSY not in answers, answers
-    assert answers == [codes.SUCCESS] * len(socks), answers

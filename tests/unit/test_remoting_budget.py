@@ -20,21 +20,6 @@ def test_a_code_never_answered_reserves_the_whole_share_then_what_it_was_seen_to
     assert budget.need(219) == 2 * MIB * BUILD_FACTOR
 
 
-def test_of_a_code_never_answered_one_request_reserves_and_the_others_wait_for_its_size() -> None:
-    """A fresh node's first burst of route reads: without this, each reserved the whole share and the
-    ninth found the node's total taken (SYSTEM_BUSY) though every reply was ~1 KB."""
-    budget = ReplyBudget(per_connection=8 * MIB, node=32 * MIB)
-    assert budget.reserve(0, budget.need(105), 105) is Verdict.SEND
-    budget.charge(budget.need(105))
-    assert [budget.reserve(0, budget.need(105), 105) for _ in range(8)] == [Verdict.WAIT] * 8
-    assert budget.reserve(0, budget.need(219), 219) is Verdict.SEND  # another code finds out its own
-    budget.release(budget.need(105))
-    budget.handled(105)
-    budget.learn(105, 1024)  # its reply is built: the waiting ones reserve what it needed
-    assert all(budget.reserve(0, budget.need(105), 105) is Verdict.SEND for _ in range(8))
-    assert budget.busy_total == 0
-
-
 def test_a_connection_at_its_share_waits_and_one_holding_nothing_may_take_a_large_reply() -> None:
     budget = ReplyBudget(per_connection=8 * MIB, node=32 * MIB)
     assert budget.reserve(0, 20 * MIB) is Verdict.SEND  # larger than the share, but nothing else held
