@@ -60,6 +60,12 @@ class Windows:
             held, window.held = window.held, 0
             return held
 
+    def held(self, kind: Hashable) -> int:
+        """How many of `kind` were held back since one passed."""
+        with self._lock:
+            window = self._kinds.get(kind)
+            return window.held if window is not None else 0
+
     def _forget_quiet(self, now: float) -> None:
         # a kind whose interval is over and that held nothing back has nothing left to report
         for kind in [k for k, w in self._kinds.items() if now - w.start >= self.interval_s and not w.held]:

@@ -8,8 +8,10 @@ are counted, and the next line written says how many were left out.
 from __future__ import annotations
 
 import logging
-import threading
 import time
+from collections.abc import Callable
+
+from nameserver.logthrottle import Windows
 
 MAX_ARG_CHARS = 200
 
@@ -22,28 +24,25 @@ def cut(value: object, limit: int = MAX_ARG_CHARS) -> object:
 
 
 class RateLimitedLog:
-    """At most `burst` lines per `every_s` seconds through `logger`."""
+    """At most `burst` lines per `every_s` seconds through `logger` (the counting is logthrottle's)."""
 
-    def __init__(self, logger: logging.Logger, every_s: float = 10.0, burst: int = 5) -> None:
-        self.logger, self.every_s, self.burst = logger, every_s, burst
-        self._lock = threading.Lock()
-        self._window = float("-inf")
-        self._written = 0
-        self.suppressed = 0  # lines left out since the last one written
+    def __init__(self, logger: logging.Logger, every_s: float = 10.0, burst: int = 5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger = logger
+        self._windows = Windows(burst, every_s, clock)
+
+    @property
+    def suppressed(self) -> int:
+        """Lines left out since the last one written."""
+        return self._windows.held(None)
 
     def log(self, level: int, msg: str, *args: object) -> bool:
         """Write the line unless this interval's burst is spent; True when written."""
         if not self.logger.isEnabledFor(level):
             return False
-        with self._lock:
-            now = time.monotonic()
-            if now - self._window >= self.every_s:
-                self._window, self._written = now, 0
-            if self._written >= self.burst:
-                self.suppressed += 1
-                return False
-            self._written += 1
-            left_out, self.suppressed = self.suppressed, 0
+        left_out = self._windows.admit(None)
+        if left_out is None:
+            return False
         if left_out:
             msg += f" ({left_out} more such lines left out since the last one)"
         self.logger.log(level, msg, *(cut(a) for a in args))

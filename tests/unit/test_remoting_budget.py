@@ -42,11 +42,12 @@ def test_past_the_node_total_large_replies_are_busy_and_small_ones_still_go() ->
 
 def test_log_lines_past_the_burst_are_counted_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="test.ratelog")
-    limited = RateLimitedLog(logging.getLogger("test.ratelog"), every_s=3600, burst=2)
+    now = [0.0]
+    limited = RateLimitedLog(logging.getLogger("test.ratelog"), every_s=3600, burst=2, clock=lambda: now[0])
     written = [limited.warning("bad frame from %s: %s", "peer", "x" * 10_000) for _ in range(5)]
     assert written == [True, True, False, False, False] and limited.suppressed == 3
     assert all(len(r.getMessage()) < 400 for r in caplog.records)  # the 10,000 characters cut short
-    limited._window -= 3600  # the next interval
+    now[0] += 3600  # the next interval
     assert limited.warning("bad frame from %s", "peer")
     assert "3 more such lines left out" in caplog.records[-1].getMessage()
 
