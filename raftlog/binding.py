@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -144,6 +145,10 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         self._enqueued = 0
         self._woken_for = 0  # the last log index a lone leader woke its tick loop to commit
         self._restores = 0
+        # pysyncobj's own methods that send (transferLeadership) write the peer connection's buffer;
+        # only the tick thread may: a gRPC thread doing it resized that buffer under the tick thread's
+        # memoryview ("Existing exports of data: object cannot be re-sized", seen in CI)
+        self._on_tick_calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.real_election_deadline = 0.0
         self.prevote: PreVote | None = None
         conf.serializer = self._serialize
@@ -297,6 +302,11 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         if notifier is not None:
             notifier.notify()
 
+    def call_on_tick(self, fn: Callable[[], None]) -> None:
+        """Run fn on the tick thread at its next tick (woken now); any thread may call this."""
+        self._on_tick_calls.put(fn)
+        self.wake()
+
     def tick_thread(self) -> threading.Thread | None:
         """pysyncobj's auto-tick thread (None before it started); close() joins it after destroy()."""
         thread: threading.Thread | None = self._SyncObj__thread
@@ -359,6 +369,15 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
 
     def _on_tick(self) -> None:
         self.tick_watch.beat()
+        while True:
+            try:
+                call = self._on_tick_calls.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                call()
+            except Exception:
+                log.exception("a call on the tick thread failed")
         # The leader's entries appended this tick go to the syncer; the commit index follows it.
         self.journal.request_sync()
         try:

@@ -420,7 +420,9 @@ class ReplicatedLog:
                     timeout)
 
     def transfer_leadership(self, addr: str | None, timeout: float) -> None:
-        self._await(lambda cb: self.raft.transferLeadership(addr, callback=cb), "transfer leadership", timeout)
+        # on the tick thread: it sends to the target (binding.RaftNode.call_on_tick says why)
+        self._await(lambda cb: self.raft.call_on_tick(lambda: self.raft.transferLeadership(addr, callback=cb)),
+                    "transfer leadership", timeout)
 
     def take_snapshot(self) -> None:
         self.raft.forceLogCompaction()

@@ -192,3 +192,24 @@ def test_the_typed_raft_view_reads_pysyncobj_s_own_state(trio) -> None:
         wait_for(lambda f=f: f.log.raft.leader_peer() is not None)
         assert f.log.raft.role() == Role.FOLLOWER and f.log.raft.leader_peer().id == leader.addr
         assert f.log.raft.current_term() == raft.current_term()
+
+
+def test_a_leadership_transfer_sends_from_the_tick_thread_only(trio) -> None:
+    """Only the tick thread may write a peer connection's buffer: TransferLeadership called pysyncobj's
+    transferLeadership on a gRPC thread, whose send resized the buffer under the tick thread's memoryview
+    (BufferError "Existing exports of data", answered UNKNOWN in CI)."""
+    leader = leader_of(trio)
+    top = leader.log.propose(put("k", "v"), timeout=10).offset
+    wait_for(lambda: all(link.match_index >= top for link in leader.log.peer_links().values()))
+    raft = leader.log.raft
+    senders: list[threading.Thread] = []
+    original = raft.transferLeadership
+
+    def recording(*args, **kwargs):
+        senders.append(threading.current_thread())
+        return original(*args, **kwargs)
+
+    raft.transferLeadership = recording
+    leader.log.transfer_leadership(None, timeout=10)
+    assert senders == [raft.tick_thread()]
+    wait_for(lambda: any(n.log.is_leader() for n in trio if n is not leader))
