@@ -8,6 +8,11 @@ the next big one waits its turn (bounded by its call's deadline, then TooLargeEr
 limits.registration_topics_in_flight), while small writes, which take no budget, go on. One
 registration bigger than the whole budget still runs, alone.
 
+A registration admitted too late to finish before its caller's deadline would end "outcome unknown"
+(and, proposed in parts, half written). So the budget learns what a topic costs (seconds held per
+topic, a moving average of the registrations it saw) and stops a waiter's wait while the time left
+still covers its expected cost: it is refused, by name, with its outcome known.
+
 And a big registration is proposed in parts (`leading_parts`): no single entry's apply holds the state
 for long, and other writes' entries commit between the parts.
 """
@@ -27,33 +32,54 @@ SETTING = "limits.registration_topics_in_flight"
 PART_RECORDS = 10_000  # topic records per entry of a registration proposed in parts (an apply of ~70 ms)
 
 
+COST_WEIGHT = 0.3  # of the newest registration in the moving average of seconds per topic
+COST_MARGIN = 1.5  # a waiter is admitted only while its time left covers this many times its expected cost
+
+
 class TopicBudget:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.held = 0
+        self.seconds_per_topic = 0.0  # learned from the registrations held so far (0: none yet)
         self._cond = threading.Condition()
 
+    def expected_s(self, topics: int) -> float:
+        return topics * self.seconds_per_topic
+
     @contextlib.contextmanager
-    def hold(self, topics: int, timeout: float) -> Iterator[None]:
-        """Hold `topics` of the budget (at most all of it) for the block; waits up to `timeout` for room."""
+    def hold(self, topics: int, timeout: float, call_left: float | None = None) -> Iterator[None]:
+        """Hold `topics` of the budget (at most all of it) for the block; waits up to `timeout` for room,
+        and, given the call's time left (`call_left`), only while that still covers the expected cost."""
         want = min(topics, self.capacity)
         if want <= 0:
             yield
             return
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = start + timeout
+        if call_left is not None:
+            deadline = min(deadline, start + call_left - COST_MARGIN * self.expected_s(topics))
         with self._cond:
             while self.held + want > self.capacity:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TooLargeError(SETTING, f"{self.held} topics of registrations are being written (limit "
-                                        f"{self.capacity}); this one of {topics} waited {timeout:.1f} s; retry")
+                                        f"{self.capacity}); this one of {topics} (expected to take "
+                                        f"{self.expected_s(topics):.1f} s) waited {time.monotonic() - start:.1f} s "
+                                        "and could no longer finish in its call's time; retry")
                 self._cond.wait(left)
             self.held += want
+        granted = time.monotonic()
+        ok = False
         try:
             yield
+            ok = True
         finally:
             with self._cond:
                 self.held -= want
+                if ok:  # a failed write's time says nothing of what a topic costs
+                    cost = (time.monotonic() - granted) / topics
+                    self.seconds_per_topic = cost if self.seconds_per_topic == 0 else \
+                        (1 - COST_WEIGHT) * self.seconds_per_topic + COST_WEIGHT * cost
                 self._cond.notify_all()
 
 

@@ -4,6 +4,7 @@ leader's registration budget (nameserver/core/budget.py): the pure parts."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -187,6 +188,37 @@ def test_the_budget_queues_a_registration_behind_others_and_refuses_past_its_wai
     assert budget.held == 0
 
 
+def test_the_budget_refuses_a_waiter_whose_time_left_no_longer_covers_its_expected_cost() -> None:
+    """Admitted with less time left than its write takes, a registration ended "outcome unknown" (and
+    half written, in parts): the budget learns seconds per topic and refuses such a waiter by name."""
+    budget = TopicBudget(100)
+    with budget.hold(100, 1.0):
+        time.sleep(0.2)  # 2 ms per topic
+    assert 0.0015 < budget.seconds_per_topic < 0.01
+    release = threading.Event()
+
+    def holder() -> None:
+        with budget.hold(100, 1.0):
+            release.wait(5)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        time.sleep(0.05)
+        start = time.monotonic()
+        # 100 topics are expected to take 0.2 s: with 0.25 s left, waiting cannot leave it enough
+        with pytest.raises(TooLargeError, match="could no longer finish"), budget.hold(100, 10.0, call_left=0.25):
+            pass
+        assert time.monotonic() - start < 0.1  # refused at once, not at its wait's end
+        # with time to spare it waits its turn
+        threading.Timer(0.1, release.set).start()
+        with budget.hold(100, 10.0, call_left=5.0):
+            assert budget.held == 100
+    finally:
+        release.set()
+        t.join(5)
+
+
 def test_an_owner_over_its_quota_is_brought_back_to_it() -> None:
     state = MetadataState()
     for cid in "abcde":  # concurrent translations can leave an owner over: here, a quota lowered since
@@ -227,3 +259,28 @@ def test_without_auth_the_one_anonymous_owner_may_hold_up_to_max_sessions() -> N
     assert state.session_book.live("") == QUOTA.max_sessions  # per_owner (3) would have evicted 5
     write(state, "", "one-more", 1)
     assert state.session_book.live("") == QUOTA.max_sessions and state.session_book.evicted("") == 1
+
+
+def test_a_registration_s_parts_go_on_past_the_call_deadline_once_the_first_committed() -> None:
+    """Stopping between parts left the first parts' topics with no broker to own them, for good."""
+    from types import SimpleNamespace
+
+    from nameserver.core.node import NameServerNode
+    from raftlog.proposer import ProposalError
+
+    proposed: list[int] = []
+
+    def propose(part: entry_pb2.Batch, timeout: float) -> SimpleNamespace:
+        assert timeout > 0
+        time.sleep(0.1)
+        proposed.append(len(proposed))
+        return SimpleNamespace(result=SimpleNamespace(applied=True))
+
+    node = SimpleNamespace(log=SimpleNamespace(propose=propose))
+    parts = [entry_pb2.Batch() for _ in range(4)]
+    now = time.monotonic()
+    assert NameServerNode._propose_all(node, parts, now + 0.15, now + 5.0)  # type: ignore[arg-type]
+    assert proposed == [0, 1, 2, 3]
+    # the first part still needs the caller's time
+    with pytest.raises(ProposalError, match="did not commit in time"):
+        NameServerNode._propose_all(node, parts, time.monotonic() - 0.01, time.monotonic() + 5.0)  # type: ignore[arg-type]
