@@ -43,6 +43,7 @@ FLAG_ONEWAY = 1 << 1
 # ---- header serialization types (top byte of the header-length word) -------------------------------
 SERIALIZE_JSON = 0
 SERIALIZE_ROCKETMQ = 1
+SERIALIZE_TYPES = (SERIALIZE_JSON, SERIALIZE_ROCKETMQ)
 
 # RocketMQ LanguageCode: the binary header carries the ordinal, the JSON header the name.
 LANGUAGES = ("JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER", "HTTP", "GO", "PHP",

@@ -12,7 +12,12 @@ class FrameError(Exception):
 
 
 class FrameRefused(FrameError):
-    """A frame past one of the node's limits: answered with the reason, then its connection is closed."""
+    """A frame past one of the node's limits: answered with the reason (in the frame's header type, when
+    it is one we write), then its connection is closed."""
+
+    def __init__(self, message: str, serialize_type: int = codes.SERIALIZE_JSON) -> None:
+        super().__init__(message)
+        self.serialize_type = serialize_type if serialize_type in codes.SERIALIZE_TYPES else codes.SERIALIZE_JSON
 
 
 @dataclass
@@ -25,7 +30,7 @@ class Command:
     remark: str | None = None
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
-    serialize_type: int = codes.SERIALIZE_JSON  # how the header arrived (responses are always JSON)
+    serialize_type: int = codes.SERIALIZE_JSON  # how the header arrived; a response goes out the same way
     # A header that framed correctly but holds a field no handler may act on (an extFields value that
     # is an object or an array): the request is answered with this remark and never handled.
     invalid: str | None = None
@@ -43,6 +48,6 @@ class Command:
 
     def response(self, code: int = codes.SUCCESS, remark: str | None = None,
                  ext_fields: dict[str, str] | None = None, body: bytes = b"") -> Command:
-        """The response to this request: opaque echoed, the response bit set."""
+        """The response to this request: opaque echoed, the response bit set, in the request's header type."""
         return Command(code=code, version=codes.SERVER_VERSION, opaque=self.opaque, flag=codes.FLAG_RESPONSE,
-                       remark=remark, ext_fields=ext_fields or {}, body=body)
+                       remark=remark, ext_fields=ext_fields or {}, body=body, serialize_type=self.serialize_type)

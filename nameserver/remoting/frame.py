@@ -27,21 +27,26 @@ def decode(payload: bytes, max_header: int = DEFAULT_MAX_HEADER,
     head_len = word & _HEADER_LENGTH_MASK
     if head_len > len(payload) - 4:
         raise FrameError(f"header length {head_len} exceeds the frame's {len(payload) - 4} bytes")
-    check_header_length(head_len, max_header)
+    check_header_length(head_len, max_header, kind)
     head = payload[4:4 + head_len]
     if kind == codes.SERIALIZE_JSON:
         cmd = header.decode_json(head, max_ext_fields)
+        cmd.body = payload[4 + head_len:]
     elif kind == codes.SERIALIZE_ROCKETMQ:
-        cmd = header.decode_rocketmq(head, max_ext_fields)
+        cmd, used = header.read_rocketmq(head, max_ext_fields)
+        # Stock RocketMQ reads the body where the header's fields ended, as long as the header length says
+        # the body is: bytes left in the header begin the body and as many at the frame's end are dropped.
+        cmd.body = payload[4 + used:len(payload) - (head_len - used)]
     else:
         raise FrameError(f"unknown header serialization type {kind}")
-    cmd.body = payload[4 + head_len:]
     return cmd
 
 
-def encode(cmd: Command, serialize_type: int = codes.SERIALIZE_JSON) -> bytes:
-    """The whole frame, length prefix included. We answer in JSON: one client (C++) reads the
-    header-length word without masking the type byte."""
+def encode(cmd: Command, serialize_type: int | None = None) -> bytes:
+    """The whole frame, length prefix included, its header in `serialize_type` (by default the command's:
+    a response's is its request's, as stock RocketMQ answers)."""
+    if serialize_type is None:
+        serialize_type = cmd.serialize_type
     head = header.encode_rocketmq(cmd) if serialize_type == codes.SERIALIZE_ROCKETMQ else header.encode_json(cmd)
     if len(head) > _HEADER_LENGTH_MASK:
         raise FrameError(f"header of {len(head)} bytes does not fit in 24 bits")
@@ -49,9 +54,10 @@ def encode(cmd: Command, serialize_type: int = codes.SERIALIZE_JSON) -> bytes:
             + head + cmd.body)
 
 
-def check_header_length(head_len: int, max_header: int) -> None:
+def check_header_length(head_len: int, max_header: int, kind: int) -> None:
     if head_len > max_header:
-        raise FrameRefused(f"header of {head_len} bytes exceeds limits.remoting_max_header_bytes ({max_header})")
+        raise FrameRefused(f"header of {head_len} bytes exceeds limits.remoting_max_header_bytes ({max_header})",
+                           kind)
 
 
 async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME, idle_s: float | None = None,
@@ -77,7 +83,8 @@ async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME,
         if max_header is None:
             return await reader.readexactly(total)
         word = await reader.readexactly(4)
-        head_len = _INT32.unpack(word)[0] & _HEADER_LENGTH_MASK
+        word_value = _INT32.unpack(word)[0]
+        head_len = word_value & _HEADER_LENGTH_MASK
         if head_len <= total - 4:  # else malformed, not too large: decode says so
-            check_header_length(head_len, max_header)
+            check_header_length(head_len, max_header, (word_value >> 24) & 0xFF)
         return word + await reader.readexactly(total - 4)

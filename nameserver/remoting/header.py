@@ -1,4 +1,4 @@
-"""Header codecs: JSON (what every client can send and what we answer in) and ROCKETMQ binary.
+"""Header codecs: JSON and ROCKETMQ binary (a request is answered in the codec it came in).
 
 JSON as Java writes it: keys sorted, nulls omitted. We accept more than that: a trailing newline
 (jsoncpp), extra fields (ACL signatures, serializeTypeCurrentRPC), numeric or boolean extFields values
@@ -144,39 +144,64 @@ class _Reader:
     def int16(self, what: str) -> int:
         return _INT16.unpack(self.take(2, what))[0]
 
-    def text(self, n: int, what: str) -> str:
-        try:
-            return self.take(n, what).decode("utf-8")
-        except UnicodeDecodeError:
-            raise FrameError(f"binary header: {what} is not UTF-8") from None
+    def text(self, n: int, what: str, limit: int) -> str | None:
+        """A string of n bytes: None when n is 0 (RocketMQSerializable.readStr), refused past `limit`.
+        Bad UTF-8 reads as U+FFFD, as Java's decoder reads it."""
+        if n == 0:
+            return None
+        if n > limit:
+            raise FrameError(f"binary header: {what} length {n} exceeds its limit of {limit}")
+        return self.take(n, what).decode("utf-8", errors="replace")
+
+
+def read_rocketmq(data: bytes, max_ext_fields: int = DEFAULT_MAX_EXT_FIELDS) -> tuple[Command, int]:
+    """A ROCKETMQ binary header as stock RocketMQ reads it, and the number of bytes its fields used.
+
+    A zero-length remark, key or value is null: a null value is no field (as a JSON null is), and a
+    null key names no field. Bytes after the fields are no error (frame.decode says where the body is)."""
+    r = _Reader(data)
+    code, lang, version, opaque, flag = _FIXED.unpack(r.take(_FIXED.size, "fixed fields"))
+    remark = r.text(r.int32("remark length"), "remark", len(data))
+    ext_len = r.int32("extFields length")
+    end = r.pos + ext_len  # pairs are read while short of it (a last pair may pass it, inside the header)
+    if ext_len > 0 and end > len(data):
+        raise FrameError(f"binary header truncated reading extFields ({ext_len} bytes at {r.pos} of {len(data)})")
+    ext: dict[str, str] = {}
+    invalid = None
+    pairs = 0
+    while r.pos < end:
+        if pairs >= max_ext_fields:  # the rest is not read: the request is answered with an error
+            invalid, ext, r.pos = too_many_ext_fields(max_ext_fields), {}, end
+            break
+        pairs += 1
+        key = r.text(r.int16("extFields key length"), "extFields key", ext_len)
+        value = r.text(r.int32("extFields value length"), "extFields value", ext_len)
+        if key is not None:
+            if value is None:
+                ext.pop(key, None)  # a later null replaces an earlier value (Java's map.put)
+            else:
+                ext[key] = value
+    language = codes.LANGUAGES[lang] if 0 <= lang < len(codes.LANGUAGES) else "OTHER"
+    return Command(code=code, language=language, version=version, opaque=opaque, flag=flag, remark=remark,
+                   ext_fields=ext, serialize_type=codes.SERIALIZE_ROCKETMQ, invalid=invalid), r.pos
 
 
 def decode_rocketmq(data: bytes, max_ext_fields: int = DEFAULT_MAX_EXT_FIELDS) -> Command:
-    r = _Reader(data)
-    code, lang, version, opaque, flag = _FIXED.unpack(r.take(_FIXED.size, "fixed fields"))
-    remark_len = r.int32("remark length")
-    remark = r.text(remark_len, "remark") if remark_len > 0 else None
-    ext_len = r.int32("extFields length")
-    ext_data = _Reader(r.take(ext_len, "extFields") if ext_len > 0 else b"")
-    ext: dict[str, str] = {}
-    invalid = None
-    while ext_data.pos < len(ext_data.data):
-        if len(ext) >= max_ext_fields:  # the rest is not read: the request is answered with an error
-            invalid, ext = too_many_ext_fields(max_ext_fields), {}
-            break
-        key = ext_data.text(ext_data.int16("extFields key length"), "extFields key")
-        ext[key] = ext_data.text(ext_data.int32("extFields value length"), "extFields value")
-    if r.pos != len(data):
-        raise FrameError(f"binary header has {len(data) - r.pos} trailing bytes")
-    language = codes.LANGUAGES[lang] if 0 <= lang < len(codes.LANGUAGES) else "OTHER"
-    return Command(code=code, language=language, version=version, opaque=opaque, flag=flag, remark=remark,
-                   ext_fields=ext, serialize_type=codes.SERIALIZE_ROCKETMQ, invalid=invalid)
+    """A binary header on its own (bytes after its fields are ignored)."""
+    return read_rocketmq(data, max_ext_fields)[0]
+
+
+def _short(n: int) -> int:
+    return (n + 0x8000) % 0x10000 - 0x8000  # Java's (short) cast: code and version are 16-bit here
+
+
+def _string(text: str | None, length: struct.Struct) -> bytes:
+    data = (text or "").encode("utf-8")  # null and "" are both written as length 0
+    return length.pack(len(data)) + data
 
 
 def encode_rocketmq(cmd: Command) -> bytes:
     lang = codes.LANGUAGES.index(cmd.language) if cmd.language in codes.LANGUAGES else codes.LANGUAGES.index("OTHER")
-    remark = (cmd.remark or "").encode("utf-8")
-    ext = b"".join(_INT16.pack(len(k := key.encode("utf-8"))) + k + _INT32.pack(len(v := value.encode("utf-8"))) + v
-                   for key, value in cmd.ext_fields.items())
-    return (_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag) + _INT32.pack(len(remark)) + remark
+    ext = b"".join(_string(key, _INT16) + _string(value, _INT32) for key, value in cmd.ext_fields.items())
+    return (_FIXED.pack(_short(cmd.code), lang, _short(cmd.version), cmd.opaque, cmd.flag) + _string(cmd.remark, _INT32)
             + _INT32.pack(len(ext)) + ext)

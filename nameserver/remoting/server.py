@@ -338,7 +338,8 @@ class RemotingServer:
                     self.bad_log.warning("remoting: closing connection from %s: %s", peer_s, str(exc))
                     if isinstance(exc, FrameRefused):  # its opaque is unknown: the answer carries 0
                         writer.write(frame.encode(Command(code=codes.SYSTEM_ERROR, flag=codes.FLAG_RESPONSE,
-                                                          version=codes.SERVER_VERSION, remark=str(exc))))
+                                                          version=codes.SERVER_VERSION, remark=str(exc),
+                                                          serialize_type=exc.serialize_type)))
                     break
                 except asyncio.IncompleteReadError as exc:
                     self.bad_log.warning("remoting: closing connection from %s: truncated frame (%d of %s bytes)",

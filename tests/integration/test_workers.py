@@ -43,8 +43,10 @@ class Conn:
         self.sock = socket.create_connection((host, int(port)), timeout=10)
         self.local_port = self.sock.getsockname()[1]
 
-    def call(self, code: int, ext: dict[str, str], body: bytes = b"") -> Command:
-        req = Command(code=code, version=479, opaque=next(_opaques), ext_fields=ext, body=body)
+    def call(self, code: int, ext: dict[str, str], body: bytes = b"",
+             serialize_type: int = codes.SERIALIZE_JSON) -> Command:
+        req = Command(code=code, version=479, opaque=next(_opaques), ext_fields=ext, body=body,
+                      serialize_type=serialize_type)
         self.sock.sendall(frame.encode(req))
         payload = read_frame(self.sock)
         assert payload is not None, f"connection closed instead of answering code {code}"
@@ -52,11 +54,13 @@ class Conn:
         assert resp.opaque == req.opaque and resp.is_response
         return resp
 
-    def register(self, broker: str, addr: str, topics: list[str], counter: int = 1) -> Command:
+    def register(self, broker: str, addr: str, topics: list[str], counter: int = 1,
+                 serialize_type: int = codes.SERIALIZE_JSON) -> Command:
         body = register_body(topics, counter, compressed=False)
         return self.call(codes.REGISTER_BROKER, {"brokerName": broker, "brokerAddr": addr, "clusterName": "CW",
                                                  "brokerId": "0", "haServerAddr": "127.0.0.1:10912",
-                                                 "compressed": "false", "bodyCrc32": str(crc32(body))}, body)
+                                                 "compressed": "false", "bodyCrc32": str(crc32(body))}, body,
+                         serialize_type)
 
     def close(self) -> None:
         self.sock.close()
@@ -228,6 +232,32 @@ def test_writes_through_a_worker_are_read_back_on_the_same_connection(cluster: C
         assert time.monotonic() < deadline, "the broker is still routed 10 s after its connections closed"
         time.sleep(0.1)
     probe.close()
+
+
+def test_binary_header_requests_are_answered_in_binary(cluster: Cluster) -> None:
+    """A client started with rocketmq.serialize.type=ROCKETMQ sends binary headers; stock RocketMQ answers
+    in the request's type. So do the core, a worker answering from its replica, and a worker passing a write
+    to the core. A zero-length extFields value is null, as stock reads it."""
+    binary = codes.SERIALIZE_ROCKETMQ
+    node = cluster.nodes[1]
+    assert node.proc is not None
+    by_owner = conns_by_owner(node, want_each=1)
+    for pid, conns in by_owner.items():
+        conn, where = conns[0], "core" if pid == node.proc.pid else "worker"
+        topic = f"TopicBin{pid}"
+        resp = conn.register("broker-bin", "127.0.0.1:30911", [topic], serialize_type=binary)  # a write
+        assert (resp.code, resp.serialize_type) == (codes.SUCCESS, binary), (where, resp)
+        route = conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, serialize_type=binary)
+        assert (route.code, route.serialize_type) == (codes.SUCCESS, binary), (where, route.remark)
+        assert b"127.0.0.1:30911" in route.body
+        null = conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": ""}, serialize_type=binary)
+        assert (null.code, null.remark, null.serialize_type) == (
+            codes.SYSTEM_ERROR, "the custom field <topic> is null", binary), where
+        plain = conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})  # the same connection, in JSON
+        assert (plain.code, plain.serialize_type, plain.body) == (codes.SUCCESS, codes.SERIALIZE_JSON, route.body)
+    for conns in by_owner.values():
+        for conn in conns:
+            conn.close()
 
 
 def test_a_killed_worker_is_restarted_and_clients_reconnect(cluster: Cluster) -> None:

@@ -56,8 +56,11 @@ class Consumer:
                              f"{sorted(keys - set(got))[:20]}\n{self.proc.tail()}")
 
 
-def start_consumer(d: Deployment, topic: str, group: str, instance: str, namesrv: str | None = None) -> Consumer:
-    p = d.rmq.client("consume", namesrv or d.namesrv, topic, group, instance, name=f"consumer-{instance}")
+def start_consumer(d: Deployment, topic: str, group: str, instance: str, namesrv: str | None = None,
+                   props: dict[str, str] | None = None) -> Consumer:
+    """`props`: the JVM's system properties (e.g. rocketmq.serialize.type)."""
+    p = d.rmq.client("consume", namesrv or d.namesrv, topic, group, instance, name=f"consumer-{instance}",
+                     props=props)
     p.wait_line(lambda ln: ln == "READY", timeout=90)
     return Consumer(p)
 
@@ -70,16 +73,17 @@ class ProduceResult:
 
 
 def produce(d: Deployment, topic: str, count: int, group: str = "interop-producer", interval_ms: int = 0,
-            prefix: str = "m", namesrv: str | None = None, timeout: float = 300.0) -> ProduceResult:
+            prefix: str = "m", namesrv: str | None = None, timeout: float = 300.0,
+            props: dict[str, str] | None = None) -> ProduceResult:
     """Run the producer to completion: `count` sync sends (each with the client's own 2 retries)."""
-    p = start_producer(d, topic, count, group, interval_ms, prefix, namesrv)
+    p = start_producer(d, topic, count, group, interval_ms, prefix, namesrv, props)
     return finish_producer(p, timeout)
 
 
 def start_producer(d: Deployment, topic: str, count: int, group: str = "interop-producer", interval_ms: int = 0,
-                   prefix: str = "m", namesrv: str | None = None) -> JavaProc:
+                   prefix: str = "m", namesrv: str | None = None, props: dict[str, str] | None = None) -> JavaProc:
     return d.rmq.client("produce", namesrv or d.namesrv, topic, str(count), group, str(interval_ms), prefix,
-                        name=f"producer-{prefix}")
+                        name=f"producer-{prefix}", props=props)
 
 
 def finish_producer(p: JavaProc, timeout: float = 300.0) -> ProduceResult:

@@ -11,9 +11,10 @@ import zlib
 import pytest
 from fakebroker import register_body
 
-from nameserver.remoting import bodies, codes, frame, header, jsonfmt, registerbody
+from nameserver.remoting import bodies, codes, frame, header, jsonfmt, registerbody, request
 from nameserver.remoting.bodies import BodyError
-from nameserver.remoting.command import Command, FrameError
+from nameserver.remoting.command import Command, FrameError, FrameRefused
+from nameserver.remoting.request import RequestError
 
 # The Java client's GET_ROUTEINFO_BY_TOPIC for TopicTest with a ROCKETMQ binary header (5.3.x, opaque 1).
 JAVA_BINARY_ROUTE_REQUEST = bytes.fromhex(
@@ -51,6 +52,62 @@ def test_binary_header_round_trip_matches_the_java_bytes() -> None:
     assert frame.encode(cmd, codes.SERIALIZE_ROCKETMQ) == JAVA_BINARY_ROUTE_REQUEST
 
 
+def binary_frame(head: bytes, body: bytes = b"") -> bytes:
+    return struct.pack(">ii", 4 + len(head) + len(body), (codes.SERIALIZE_ROCKETMQ << 24) | len(head)) + head + body
+
+
+def test_a_binary_request_is_answered_with_a_binary_header() -> None:
+    # Stock RocketMQ answers in the request's serialize type (the response's serializeTypeCurrentRPC).
+    req = frame.decode(JAVA_BINARY_ROUTE_REQUEST[4:])
+    data = frame.encode(req.response(codes.TOPIC_NOT_EXIST, "no route", {"b": "2", "a": "1"}, b"BODY"))
+    assert data == bytes.fromhex(
+        "00000035" "0100002d"         # total 53; type 1 (ROCKETMQ), header length 45
+        "0011" "00" "01df"            # code 17, language JAVA, version 479
+        "00000001" "00000001"         # opaque 1 (the request's), flag 1 (response)
+        "00000008" + b"no route".hex() + "00000010"
+        "0001" + b"b".hex() + "00000001" + b"2".hex() + "0001" + b"a".hex() + "00000001" + b"1".hex()) + b"BODY"
+    empty = frame.encode(req.response())  # no remark, no extFields: both lengths 0
+    assert empty[4:] == bytes.fromhex("01000015" "0000" "00" "01df" "00000001" "00000001" "00000000" "00000000")
+
+
+def test_zero_length_binary_strings_are_null() -> None:
+    # RocketMQSerializable.readStr: length 0 is null. A null extFields value is no field (a handler's
+    # "the custom field <topic> is null"), a null key names none; a later null replaces an earlier value.
+    ext = (struct.pack(">h", 5) + b"topic" + struct.pack(">i", 0)
+           + struct.pack(">h", 0) + struct.pack(">i", 1) + b"x"
+           + struct.pack(">h", 1) + b"k" + struct.pack(">i", 1) + b"v"
+           + struct.pack(">h", 1) + b"k" + struct.pack(">i", 0)
+           + struct.pack(">h", 1) + b"n" + struct.pack(">i", 1) + b"1")
+    cmd = frame.decode(binary_frame(BINARY_FIXED + struct.pack(">ii", 0, len(ext)) + ext)[4:])
+    assert cmd.remark is None and cmd.ext_fields == {"n": "1"}
+    with pytest.raises(RequestError, match="the custom field <topic> is null"):
+        request.need(cmd, "topic")
+
+
+def test_bytes_after_the_binary_header_fields_are_read_as_stock_reads_them() -> None:
+    fields = BINARY_FIXED + struct.pack(">ii", 0, 0)
+    # no body: what follows the fields is ignored
+    cmd = frame.decode(binary_frame(fields + b"??")[4:])
+    assert (cmd.code, cmd.opaque, cmd.ext_fields, cmd.body) == (105, 1, {}, b"")
+    # with a body: stock reads the body from where the fields ended, for the length the header word gives
+    cmd = frame.decode(binary_frame(fields + b"??", b"BODY")[4:])
+    assert cmd.body == b"??BO"
+    # a last pair may run past the extFields length, inside the header
+    pair = struct.pack(">h", 1) + b"k" + struct.pack(">i", 1) + b"v"
+    cmd = frame.decode(binary_frame(BINARY_FIXED + struct.pack(">ii", 0, 1) + pair)[4:])
+    assert cmd.ext_fields == {"k": "v"}
+
+
+def test_a_refused_binary_frame_is_answered_in_binary() -> None:
+    word = struct.pack(">i", (codes.SERIALIZE_ROCKETMQ << 24) | 70_000)
+    with pytest.raises(FrameRefused) as refused:
+        frame.decode(word + b"\0" * 70_000, max_header=65_536)
+    assert refused.value.serialize_type == codes.SERIALIZE_ROCKETMQ
+    with pytest.raises(FrameRefused) as refused:
+        frame.decode(struct.pack(">i", (9 << 24) | 70_000) + b"\0" * 70_000, max_header=65_536)
+    assert refused.value.serialize_type == codes.SERIALIZE_JSON  # a type we do not write
+
+
 def test_java_json_header_decodes() -> None:
     cmd = frame.decode(json_frame(JAVA_JSON_ROUTE_HEADER)[4:])
     assert (cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag) == (105, "JAVA", 479, 1, 0)
@@ -69,7 +126,7 @@ def test_cpp_client_header_with_newline_acl_fields_and_numeric_values() -> None:
 
 
 def test_response_header_is_json_sorted_with_the_response_bit() -> None:
-    req = frame.decode(JAVA_BINARY_ROUTE_REQUEST[4:])
+    req = frame.decode(json_frame(JAVA_JSON_ROUTE_HEADER)[4:])
     data = frame.encode(req.response(codes.TOPIC_NOT_EXIST, "no route", {"b": "2", "a": "1"}, b"BODY"))
     total, word = struct.unpack(">ii", data[:8])
     assert total == len(data) - 4 and word >> 24 == 0
@@ -112,8 +169,10 @@ def test_the_plain_reply_header_is_what_the_general_encoder_writes(cmd: Command)
     (struct.pack(">i", (1 << 24) | 5) + b"\x00\x69\x00\x01\xdf", "truncated"),
     (struct.pack(">i", (1 << 24) | 21) + BINARY_FIXED + struct.pack(">ii", 0, 0x7FFFFFFF), "truncated"),
     (struct.pack(">i", (1 << 24) | 27) + BINARY_FIXED + struct.pack(">ii", 0, 6) + b"\x00\x09ab\x00\x00",
-     "truncated"),
-    (struct.pack(">i", (1 << 24) | 22) + BINARY_FIXED + struct.pack(">ii", 0, 0) + b"?", "trailing"),
+     "key length 9 exceeds its limit of 6"),
+    (struct.pack(">i", (1 << 24) | 21) + BINARY_FIXED + struct.pack(">ii", -1, 0), "truncated reading remark"),
+    (struct.pack(">i", (1 << 24) | 26) + BINARY_FIXED + struct.pack(">iih", 0, 2, 3) + b"abc",
+     "key length 3 exceeds its limit of 2"),
 ])
 def test_malformed_frames_raise_frame_error(payload: bytes, message: str) -> None:
     with pytest.raises(FrameError, match=message):
