@@ -22,7 +22,9 @@ request: the inner interceptors run with a stand-in request that fails closed, s
 answered (and counted by the metrics) as always. The guard is the outermost interceptor: the others see every
 method as what it is.
 
-All deadlines wait on one watch thread (nameserver/api/deadlines.py).
+All bounds wait on one watch thread (nameserver/api/deadlines.py, EqualBounds: every bound is one length,
+so arming one per call is an append). Every call crosses this guard: its per-call path is kept to a few
+attribute writes (docs/benchmarks.md, "the call guard's cost").
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 import grpc
 
 from nameserver import headers
-from nameserver.api.deadlines import DeadlineWatch
+from nameserver.api.deadlines import EqualBounds
 from nameserver.pb import api_pb2
 
 # Streams with bounds of their own: Watch (max_watchers; its feed is cut off when it lags) and a read
@@ -113,7 +115,7 @@ class CallGuard(grpc.ServerInterceptor):
                  refusal: Refusal | None = None) -> None:
         self.progress_s = progress_timeout_ms / 1000
         self.slots = StreamSlots(max_streams, max_streams_per_caller)
-        self.watch = DeadlineWatch("call-progress")
+        self.bounds = EqualBounds(self.progress_s, "call-progress")
         self.refusal = refusal
 
     def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
@@ -121,8 +123,10 @@ class CallGuard(grpc.ServerInterceptor):
         if handler is None:
             return handler
         method = details.method
-        metadata = {k: v for k, v in details.invocation_metadata or () if isinstance(v, str)}
         counted = (handler.request_streaming or handler.response_streaming) and method not in _OWN_BOUND
+        # read only when something here needs it (most calls, in the default mode, do not)
+        metadata = {k: v for k, v in details.invocation_metadata or () if isinstance(v, str)} \
+            if counted or self.refusal is not None else _NO_METADATA
         behavior = next(b for b in (handler.unary_unary, handler.unary_stream, handler.stream_unary,
                                     handler.stream_stream) if b)
         args = {"request_deserializer": handler.request_deserializer,
@@ -155,36 +159,30 @@ class CallGuard(grpc.ServerInterceptor):
 
     # ---- the waits on the client -------------------------------------------------------------------
 
-    def _stall_watch(self, context: grpc.ServicerContext, what: str) -> tuple[Callable[[], None], Callable[[], None]]:
-        """(the action that cancels the call, a check that aborts once it has run). After a cancel,
-        grpcio may report the client's stream as ended rather than cancelled: a stream cut short must
-        never pass for a whole one."""
-        fired = threading.Event()
-        message = f"{what} within {int(self.progress_s * 1000)} ms (limits.grpc_progress_timeout_ms)"
-
-        def cancel() -> None:
-            fired.set()
-            cancel_call(context, grpc.StatusCode.DEADLINE_EXCEEDED, message)
-
-        def check() -> None:
-            if fired.is_set():
-                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, message)
-        return cancel, check
+    def _wait(self, context: grpc.ServicerContext, what: str, fn: Callable[[], Any]) -> Any:
+        """fn() (a wait on the client), cancelled with DEADLINE_EXCEEDED past the progress timeout. After
+        a cancel, grpcio may report the client's stream as ended rather than cancelled: a stream cut short
+        must never pass for a whole one, so a fired bound aborts whatever fn returned."""
+        stall = _Stall(context, what, self.progress_s)
+        bound = self.bounds.arm(stall.cancel)
+        try:
+            return fn()
+        finally:
+            bound.disarm()
+            if stall.fired:
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, stall.message())
 
     def _received(self, requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         """The client's messages, each of which must arrive within the progress timeout."""
-        cancel, check = self._stall_watch(context, "no request message from the client")
         while True:
-            with self.watch.after(self.progress_s, cancel):
-                item = next(requests, _END)
-            check()
+            item = self._wait(context, _NO_REQUEST, lambda: next(requests, _END))
             if item is _END:
                 return
             yield item
 
     def _request(self, requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
         """A unary method's one request message (grpcio answers a call without one UNIMPLEMENTED too)."""
-        request = next(self._received(requests, context), _END)
+        request = self._wait(context, _NO_REQUEST, lambda: next(requests, _END))
         if request is _END:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "request: the call carried no request message")
         return request
@@ -192,11 +190,15 @@ class CallGuard(grpc.ServerInterceptor):
     def _sent(self, responses: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         """grpcio asks for the next message once the last one is sent: each send must complete (the
         client reads) within the progress timeout."""
-        cancel, check = self._stall_watch(context, "the client read no reply")
         for response in responses:
-            with self.watch.after(self.progress_s, cancel):
+            stall = _Stall(context, _NOT_READ, self.progress_s)
+            bound = self.bounds.arm(stall.cancel)
+            try:
                 yield response
-            check()
+            finally:
+                bound.disarm()
+            if stall.fired:
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, stall.message())
 
     # ---- the handlers ------------------------------------------------------------------------------
 
@@ -238,6 +240,25 @@ class CallGuard(grpc.ServerInterceptor):
 
 
 _END = object()
+_NO_METADATA: dict[str, str] = {}
+_NO_REQUEST = "no request message from the client"
+_NOT_READ = "the client read no reply"
+
+
+class _Stall:
+    """A wait on the client that ran past its bound: cancels the call (on the watch thread)."""
+
+    __slots__ = ("context", "what", "progress_s", "fired")
+
+    def __init__(self, context: grpc.ServicerContext, what: str, progress_s: float) -> None:
+        self.context, self.what, self.progress_s, self.fired = context, what, progress_s, False
+
+    def message(self) -> str:
+        return f"{self.what} within {int(self.progress_s * 1000)} ms (limits.grpc_progress_timeout_ms)"
+
+    def cancel(self) -> None:
+        self.fired = True
+        cancel_call(self.context, grpc.StatusCode.DEADLINE_EXCEEDED, self.message())
 
 
 class _Unread:

@@ -3,11 +3,16 @@
 A streamed registration arrives chunk by chunk on a server thread: a slow (or stalled) sender holds that
 thread until the stream ends. Each stream used to start a `threading.Timer` (a thread per call) to cancel
 it after `limits.max_wait_ms`; now every such bound waits in one heap, watched by one thread that starts
-with the first and runs the due cancellations in deadline order.
+with the first and runs the due cancellations in deadline order (`DeadlineWatch`).
+
+The call guard sets a bound on every gRPC call, all of one length (limits.grpc_progress_timeout_ms):
+for those `EqualBounds` keeps them in arrival order, which is then their deadline order. Arming one is
+an append and disarming it a flag, with no lock, where the heap took a lock twice per call.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
@@ -104,4 +109,78 @@ class DeadlineWatch:
                     log.exception("a deadline's action failed")
 
 
-__all__ = ["Deadline", "DeadlineWatch"]
+class Bound:
+    """One armed bound of an EqualBounds; `disarm()` once the wait it bounds is over."""
+
+    __slots__ = ("due", "action", "done")
+
+    def __init__(self, due: float, action: Callable[[], object]) -> None:
+        self.due = due
+        self.action = action
+        self.done = False
+
+    def disarm(self) -> None:
+        self.done = True
+
+
+class EqualBounds:
+    """Bounds all `seconds` long, fired on one thread in arrival order (which is deadline order).
+
+    A bound fires at most `slack` late: the thread looks at least that often, so bounds disarmed at the
+    head are dropped even while a long one waits behind them."""
+
+    def __init__(self, seconds: float, name: str = "call-progress", clock: Callable[[], float] = time.monotonic,
+                 slack: float = 0.25) -> None:
+        self.seconds = seconds
+        self._name = name
+        self._clock = clock
+        self._slack = min(slack, seconds / 4)
+        self._armed: collections.deque[Bound] = collections.deque()
+        self._wake = threading.Event()
+        self._start_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.fired = 0
+
+    def arm(self, action: Callable[[], object]) -> Bound:
+        """Run `action` (on the watch thread; quick, like a call's cancel) `seconds` from now, unless the
+        returned Bound is disarmed first."""
+        bound = Bound(self._clock() + self.seconds, action)
+        idle = not self._armed
+        self._armed.append(bound)  # deque.append is atomic: no lock on the call's path
+        if self._thread is None:
+            with self._start_lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                    self._thread.start()
+        if idle:
+            self._wake.set()
+        return bound
+
+    def armed(self) -> int:
+        """Bounds not yet dropped (disarmed ones leave at the watch thread's next look)."""
+        return sum(not b.done for b in list(self._armed))
+
+    def _run(self) -> None:
+        armed = self._armed
+        while True:
+            if not armed:
+                # with a timeout: a bound appended just as the last one left may find the event unset
+                self._wake.wait(self._slack)
+                self._wake.clear()
+                continue
+            now = self._clock()
+            while armed and (armed[0].done or armed[0].due <= now):
+                bound = armed.popleft()  # only this thread pops
+                if bound.done:
+                    continue
+                bound.done = True
+                self.fired += 1
+                try:
+                    bound.action()
+                except Exception:  # one failing cancellation must not stop the others
+                    log.exception("a bound's action failed")
+            if armed:
+                time.sleep(min(max(armed[0].due - self._clock(), 0.0), self._slack))
+
+
+__all__ = ["Bound", "Deadline", "DeadlineWatch", "EqualBounds"]

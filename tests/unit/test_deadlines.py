@@ -71,3 +71,33 @@ def test_later_bounds_do_not_wake_the_thread_and_an_earlier_one_still_fires_on_t
     fired = threading.Event()
     watch.after(0.05, fired.set)
     assert fired.wait(5)
+
+
+def test_equal_bounds_fire_in_arrival_order_and_disarmed_ones_never() -> None:
+    from nameserver.api.deadlines import EqualBounds
+
+    bounds = EqualBounds(0.1, name="test-equal-bounds")
+    fired: list[int] = []
+    armed = [bounds.arm(lambda i=i: fired.append(i)) for i in range(20)]
+    for b in armed[::2]:
+        b.disarm()
+    assert wait_until(lambda: len(fired) == 10)
+    time.sleep(0.15)
+    assert fired == list(range(1, 20, 2)) and bounds.fired == 10 and bounds.armed() == 0
+
+
+def test_an_equal_bound_armed_after_an_idle_spell_fires_within_its_slack() -> None:
+    """The watch thread sleeps while nothing is armed: a bound armed then is still seen in time."""
+    from nameserver.api.deadlines import EqualBounds
+
+    bounds = EqualBounds(0.2, name="test-equal-idle")
+    for _ in range(3):
+        bounds.arm(lambda: None).disarm()
+        time.sleep(0.3)  # everything dropped: the thread is idle
+        fired = threading.Event()
+        start = time.monotonic()
+        bounds.arm(fired.set)
+        assert fired.wait(2)
+        assert 0.19 <= time.monotonic() - start < 0.2 + 0.05 + 0.2  # its length, at most its slack late (+ noise)
+    names = [t.name for t in threading.enumerate() if t.name == "test-equal-idle"]
+    assert len(names) == 1
