@@ -124,6 +124,15 @@ def check_addr(field: str, addr: str) -> None:
         raise ValidationError(field, f"address {_quoted(addr)}: port must be 1..65535")
 
 
+def check_node_addr(field: str, addr: str) -> None:
+    """A node's own address (Raft id, gRPC address), which gRPC and the Raft transport dial: as check_addr,
+    but an IPv6 host only in brackets ("[::1]:9201"). Unbracketed, gRPC reads "::1:9201" as some other
+    target; RocketMQ has no such rule to follow here, brokers never send these."""
+    check_addr(field, addr)
+    if not addr.startswith("[") and ":" in addr.rpartition(":")[0]:
+        raise ValidationError(field, f"address {_quoted(addr)}: write IPv6 literals in brackets ([::1]:port)")
+
+
 def _check_ipv6(field: str, addr: str, host: str) -> None:
     try:
         ipaddress.IPv6Address(host)

@@ -73,6 +73,30 @@ def test_invalid_addresses(addr: str) -> None:
     assert field_of(lambda: v.check_addr("broker_addr", addr)) == "broker_addr"
 
 
+@pytest.mark.parametrize("addr", ["fe80::1:9201", "::1:9101"])
+def test_a_node_address_takes_ipv6_only_in_brackets(addr: str) -> None:
+    # a node's own addresses are dialled by gRPC and the Raft transport, which need the brackets
+    v.check_addr("broker_addr", addr)
+    assert field_of(lambda: v.check_node_addr("node_id", addr)) == "node_id"
+    v.check_node_addr("node_id", "[" + addr.rpartition(":")[0] + "]:1")
+    v.check_node_addr("node_id", "10.0.0.1:9201")
+
+
+@pytest.mark.parametrize("check", [
+    lambda name: v.validate_controller_set(api_pb2.BrokerSetRequest(cluster_name=name, broker_name=name)),
+    lambda name: v.validate_elect_master(api_pb2.ElectMasterRequest(cluster_name=name, broker_name=name, broker_id=-1)),
+    lambda name: v.validate_controller_register(api_pb2.ControllerRegisterRequest(
+        cluster_name=name, broker_name=name, broker_id=1, broker_address="fe80::1:10911")),
+    lambda name: v.validate_broker_perm(api_pb2.BrokerPermRequest(broker_name=name)),
+    lambda name: v.validate_get_broker_member_group(api_pb2.GetBrokerMemberGroupRequest(
+        cluster_name=name, broker_name=name)),
+    lambda name: v.validate_get_topic_list(api_pb2.GetTopicListRequest(kind=api_pb2.TOPIC_LIST_BY_CLUSTER,
+                                                                       cluster_name=name)),
+])
+def test_admin_and_controller_calls_take_the_names_registration_takes(check) -> None:
+    check("team@host/a b ü")  # one rule for a name everywhere: a broker that registers can be named again
+
+
 def test_good_registration_passes() -> None:
     v.validate_register_broker(good_registration())
     req = good_registration()
