@@ -1,8 +1,8 @@
 """How a broker name is written inside a state key (the rule is described in nameserver/state/keys.py).
 
 Here, in the shared vocabulary, because the key layout is public: the node builds and parses keys with
-it (nameserver/state/keys.py), the client's route cache and the log report read names back out of
-watched and exported keys.
+it (nameserver/state/keys.py) and the client's route cache reads names back out of watched keys. (The log
+report, pipeline/report.py, only joins broker keys with topic keys: both escaped alike, it needs no decoding.)
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from __future__ import annotations
 import re
 
 ESCAPE = "~"
-# Each character that cannot appear as itself in a key part, and what stands for it there. The escape
-# character comes last: unescaping in this order (plain text replacements, as Spark's regexp_replace
-# does in the log report) never reads an escape out of another escape's result.
+# Each character that cannot appear as itself in a key part, and what stands for it there.
 ESCAPES: tuple[tuple[str, str], ...] = (("/", "~2F"), (ESCAPE, "~7E"))
 _ENCODE = {char: code for char, code in ESCAPES}
 _DECODE = {code: char for char, code in ESCAPES}

@@ -22,7 +22,7 @@ every other character, space and unicode letter included, is itself. The names a
 (letters, digits, '%', '|', '_', '.', '-') contain neither, so their keys are byte for byte what they
 were, and every key of an older snapshot or log keeps its meaning. A key part with any other '~'
 sequence, or with a '/', is no broker name (its parser answers None). The escape is
-nameserver/logformat/keynames.py (shared with the client's route cache and the log report); a watcher
+nameserver/logformat/keynames.py (shared with the client's route cache); a watcher
 of one broker's keys subscribes to the escaped name (broker_key() gives it).
 Watchers subscribe by key prefix, so the prefixes are part of the public contract. The prefixes and types
 are declared once, in the record registry (nameserver/logformat/records.py); this module builds and parses
