@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 
 from nameserver.errors import TooLargeError, ValidationError
+from nameserver.logformat import keynames
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.state import keys
 
@@ -22,18 +23,25 @@ from nameserver.state import keys
 # more: retry and DLQ topics are "%RETRY%"/"%DLQ%" + a group name of up to 255 characters. The bound
 # keeps "topic/<topic>/<broker name>" within a snapshot's 511-byte key.
 MAX_TOPIC_NAME_LEN = 300
-MAX_NAME_LEN = 127                  # broker, cluster and zone names (ours, same as topics)
+MAX_STATE_KEY_BYTES = 511          # LMDB's key size: every state key must fit in a snapshot
+MAX_NAME_LEN = 127                  # a static topic's mapping scope, in UTF-8 bytes (ours)
+# Broker, cluster and zone names: RocketMQ checks none, so any text is taken (keys.py escapes a broker name
+# where it goes into a key). Bounded by what a key can hold: "topic/<topic>/<broker name>" with the longest
+# topic must fit a snapshot's key, so a name may take 204 bytes of UTF-8 once escaped ('/', '~' count 3).
+# Every name of the former rule (127 of letters, digits, '%', '|', '_', '.', '-') is within it.
+MAX_NAME_BYTES = MAX_STATE_KEY_BYTES - len(keys.TOPIC_PREFIX) - MAX_TOPIC_NAME_LEN - len("/")
 MAX_HOST_LEN = 253                  # DNS name limit
 MAX_QUEUE_NUMS = 65535              # read/write queue numbers per topic per broker (ours)
 MAX_LOGICAL_QUEUES = 65535          # a static topic's logical queues (RIP-21 queue mapping)
 MAX_PERM = 7                        # read 4 | write 2 | inherit 1
+# A registration's heartbeat timeout is clamped into this range (0 = the server's default): RocketMQ takes
+# any value, so a broker is never refused for it; below a second it would expire between two heartbeats.
 MIN_HEARTBEAT_TIMEOUT_MS = 1_000
-MAX_HEARTBEAT_TIMEOUT_MS = 3_600_000  # 0 = the server's default
+MAX_HEARTBEAT_TIMEOUT_MS = 3_600_000
 MAX_TOPICS_PER_REGISTRATION = 200_000  # a 70k-topic broker fits with room to spare
 MAX_FILTER_SERVERS = 1_024
 MAX_HEARTBEATS_PER_REQUEST = 10_000
 MAX_QUEUE_DATAS_PER_TOPIC = 10_000  # one per broker name
-MAX_STATE_KEY_BYTES = 511          # LMDB's key size: every state key must fit in a snapshot
 MAX_KV_NAMESPACE_LEN = 255          # bytes in UTF-8
 # "kv/<namespace>/<key>" must fit MAX_STATE_KEY_BYTES: the key gets what the namespace leaves.
 MAX_KV_KEY_BYTES = MAX_STATE_KEY_BYTES - len(keys.KV_PREFIX) - len("/") - 1
@@ -43,7 +51,6 @@ MAX_KV_VALUE_BYTES = 1 << 20        # 1 MiB
 # register beside them: '.' in the topic named after the broker (its default name is the host name)
 # and '+' in 5.x POP retry topics ("%RETRY%group+topic"). The stock NameServer checks nothing.
 TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_.+-]+")
-NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_.-]+")      # broker / cluster / zone names
 _LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")  # DNS label ('_' tolerated)
 _PORT = re.compile(r"[0-9]{1,5}")
 _SCOPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # an IPv6 zone: an interface name or number
@@ -73,18 +80,23 @@ def check_topic(field: str, topic: str) -> None:
 
 
 def check_name(field: str, name: str, what: str = "name") -> None:
-    """Broker, cluster and zone names: non-empty, 1..127 of letters, digits, '_', '-', '.', '%', '|'."""
+    """Broker, cluster and zone names (and the names the controller and admin calls take): any non-empty
+    text, as the stock NameServer takes it, within MAX_NAME_BYTES once escaped for a key."""
     if not name:
         raise ValidationError(field, f"{what} must not be empty")
-    if len(name) > MAX_NAME_LEN:
-        raise ValidationError(field, f"{what} longer than {MAX_NAME_LEN} characters")
-    if not NAME_PATTERN.fullmatch(name):
-        raise ValidationError(field, f"{what} {name!r} may only contain letters, digits, "
-                                     "'_', '-', '.', '%', '|'")
+    try:
+        size = len(keynames.escape(name).encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate from a JSON escape: no UTF-8 can hold it
+        raise ValidationError(field, f"{what} {_quoted(name)} is not valid Unicode") from None
+    if size > MAX_NAME_BYTES:
+        raise ValidationError(field, f"{what} longer than {MAX_NAME_BYTES} bytes in UTF-8 "
+                                     "('/' and '~' count 3)")
 
 
 def check_addr(field: str, addr: str) -> None:
-    """host:port; host is a hostname, an IPv4 literal or a bracketed IPv6 literal; port 1..65535."""
+    """host:port, the port 1..65535 after the last ':'. The host is a hostname, an IPv4 literal or an
+    IPv6 literal, bracketed or not: a broker with brokerIP1=fe80::1 registers "fe80::1:10911", and the
+    stock NameServer stores it as it is."""
     if not addr:
         raise ValidationError(field, "address must not be empty")
     if addr.startswith("["):
@@ -92,24 +104,15 @@ def check_addr(field: str, addr: str) -> None:
         host, rest = (addr[1:end], addr[end + 1:]) if end > 0 else ("", "")
         if not rest.startswith(":"):
             raise ValidationError(field, f"address {_quoted(addr)} is not [ipv6]:port")
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ValidationError(field, f"address {_quoted(addr)}: {_quoted(host)} is not an IPv6 literal") from None
-        # Python accepts any scope ID ("%" + anything, any length); an interface name is enough, and an
-        # unbounded one would make state keys (live/<addr>) too long for a snapshot.
-        scope = host.partition("%")[2]
-        if scope and not _SCOPE.fullmatch(scope):
-            raise ValidationError(field, f"address {_quoted(addr)}: the scope ID must be 1..64 of letters, "
-                                         "digits, '_', '.', '-'")
+        _check_ipv6(field, addr, host)
         port = rest[1:]
     else:
         host, sep, port = addr.rpartition(":")
         if not sep or not host:
             raise ValidationError(field, f"address {_quoted(addr)} is not host:port")
         if ":" in host:
-            raise ValidationError(field, f"address {_quoted(addr)}: write IPv6 literals in brackets ([::1]:port)")
-        if re.fullmatch(r"[0-9.]+", host):
+            _check_ipv6(field, addr, host)
+        elif re.fullmatch(r"[0-9.]+", host):
             try:
                 ipaddress.IPv4Address(host)
             except ValueError:
@@ -119,6 +122,39 @@ def check_addr(field: str, addr: str) -> None:
             raise ValidationError(field, f"address {_quoted(addr)}: {_quoted(host)} is not a valid hostname")
     if not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
         raise ValidationError(field, f"address {_quoted(addr)}: port must be 1..65535")
+
+
+def check_node_addr(field: str, addr: str) -> None:
+    """A node's own address (Raft id, gRPC address), which gRPC and the Raft transport dial: as check_addr,
+    but an IPv6 host only in brackets ("[::1]:9201"). Unbracketed, gRPC reads "::1:9201" as some other
+    target; RocketMQ has no such rule to follow here, brokers never send these."""
+    check_addr(field, addr)
+    if not addr.startswith("[") and ":" in addr.rpartition(":")[0]:
+        raise ValidationError(field, f"address {_quoted(addr)}: write IPv6 literals in brackets ([::1]:port)")
+
+
+def _check_ipv6(field: str, addr: str, host: str) -> None:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        raise ValidationError(field, f"address {_quoted(addr)}: {_quoted(host)} is not an IPv6 literal") from None
+    # Python accepts any scope ID ("%" + anything, any length); an interface name is enough, and an
+    # unbounded one would make state keys (live/<addr>) too long for a snapshot.
+    scope = host.partition("%")[2]
+    if scope and not _SCOPE.fullmatch(scope):
+        raise ValidationError(field, f"address {_quoted(addr)}: the scope ID must be 1..64 of letters, "
+                                     "digits, '_', '.', '-'")
+
+
+def clamp_heartbeat_timeout(req: api_pb2.RegisterBrokerRequest) -> str | None:
+    """Bring the registration's heartbeat timeout into MIN..MAX_HEARTBEAT_TIMEOUT_MS (0, the default, stays);
+    the warning to pass on when it was changed, else None. Never a refusal: RocketMQ takes any value."""
+    asked = req.heartbeat_timeout_ms
+    if asked == 0 or MIN_HEARTBEAT_TIMEOUT_MS <= asked <= MAX_HEARTBEAT_TIMEOUT_MS:
+        return None
+    req.heartbeat_timeout_ms = min(max(asked, MIN_HEARTBEAT_TIMEOUT_MS), MAX_HEARTBEAT_TIMEOUT_MS)
+    return (f"heartbeatTimeoutMillis {asked} is outside {MIN_HEARTBEAT_TIMEOUT_MS}..{MAX_HEARTBEAT_TIMEOUT_MS}: "
+            f"registered with {req.heartbeat_timeout_ms}")
 
 
 def _check_range(field: str, value: int, low: int, high: int) -> None:
@@ -213,10 +249,7 @@ def validate_register_broker(req: api_pb2.RegisterBrokerRequest,
     check_broker_id("broker_id", req.broker_id)
     if req.ha_server_addr:
         check_addr("ha_server_addr", req.ha_server_addr)
-    timeout = req.heartbeat_timeout_ms
-    if timeout != 0 and not MIN_HEARTBEAT_TIMEOUT_MS <= timeout <= MAX_HEARTBEAT_TIMEOUT_MS:
-        raise ValidationError("heartbeat_timeout_ms", f"must be 0 (default) or {MIN_HEARTBEAT_TIMEOUT_MS}.."
-                              f"{MAX_HEARTBEAT_TIMEOUT_MS}, got {timeout}")
+    # heartbeat_timeout_ms: clamped before this (clamp_heartbeat_timeout), never refused
     if req.zone_name:
         check_name("zone_name", req.zone_name, "zone name")
     if req.data_version.counter < 0:

@@ -199,10 +199,12 @@ class FakeBroker:
                 "brokerId": str(broker_id)}
 
     def register(self, ns_addr: str, topics: list[str], counter: int = 1, compressed: bool = True,
-                 queues: int = 4, timeout: float = 60.0) -> Command:
+                 queues: int = 4, timeout: float = 60.0, extra: dict[str, str] | None = None) -> Command:
+        """REGISTER_BROKER; `extra`: more header fields (heartbeatTimeoutMillis, __ZONE_NAME, ...)."""
         body = register_body(topics, counter, compressed, queues)
         ext = self.header() | {"haServerAddr": self.addr.rsplit(":", 1)[0] + ":10912",
                                "compressed": "true" if compressed else "false", "bodyCrc32": str(crc32(body))}
+        ext |= extra or {}
         resp = self.call(ns_addr, 103, ext, body, timeout=timeout)
         assert resp is not None
         return resp

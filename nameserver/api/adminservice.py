@@ -59,8 +59,8 @@ class AdminService(api_pb2_grpc.AdminServicer):
     @rpc
     def AddMember(self, request: api_pb2.MemberChangeRequest, context: grpc.ServicerContext
                   ) -> api_pb2.MemberChangeReply:
-        validation.check_addr("node_id", request.node_id)
-        validation.check_addr("grpc_addr", request.grpc_addr)
+        validation.check_node_addr("node_id", request.node_id)
+        validation.check_node_addr("grpc_addr", request.grpc_addr)
 
         def local(timeout: float) -> api_pb2.MemberChangeReply:
             self.node.add_member(request.node_id, request.grpc_addr, timeout)
@@ -71,7 +71,7 @@ class AdminService(api_pb2_grpc.AdminServicer):
     @rpc
     def RemoveMember(self, request: api_pb2.MemberChangeRequest, context: grpc.ServicerContext
                      ) -> api_pb2.MemberChangeReply:
-        validation.check_addr("node_id", request.node_id)
+        validation.check_node_addr("node_id", request.node_id)
 
         def local(timeout: float) -> api_pb2.MemberChangeReply:
             self.node.remove_member(request.node_id, timeout)
@@ -83,7 +83,7 @@ class AdminService(api_pb2_grpc.AdminServicer):
     def TransferLeadership(self, request: api_pb2.TransferLeadershipRequest, context: grpc.ServicerContext
                            ) -> api_pb2.TransferLeadershipReply:
         if request.node_id:
-            validation.check_addr("node_id", request.node_id)
+            validation.check_node_addr("node_id", request.node_id)
 
         def local(timeout: float) -> api_pb2.TransferLeadershipReply:
             # Raft refuses an unknown target as if busy (UNAVAILABLE: retry): say what is wrong instead.

@@ -101,6 +101,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def RegisterBroker(self, request: api_pb2.RegisterBrokerRequest, context: grpc.ServicerContext
                        ) -> api_pb2.RegisterBrokerReply:
+        validation.clamp_heartbeat_timeout(request)  # never refused (the remoting port says so in its remark)
         validation.validate_register_broker(request)
         return self._register(request, context)
 
@@ -111,6 +112,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         # (or its own deadline), then the call is cancelled (one watch thread for every stream).
         with self.stream_deadlines.after(call_timeout(context, self.max_wait, self.max_wait), context.cancel):
             request = assemble_chunks(request_iterator)
+        validation.clamp_heartbeat_timeout(request)  # never refused (the remoting port says so in its remark)
         validation.validate_register_broker(request)
         return self._register(request, context)
 

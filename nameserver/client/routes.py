@@ -22,7 +22,7 @@ import grpc
 from nameserver.client.client import Client
 from nameserver.client.errors import NameServerError, status_of
 from nameserver.client.retry import RetryPolicy
-from nameserver.logformat import records
+from nameserver.logformat import keynames, records
 from nameserver.pb import api_pb2, state_pb2
 
 log = logging.getLogger("nameserver.client.routes")
@@ -183,16 +183,22 @@ class RouteCache:
     def _apply_event(self, ev: api_pb2.WatchEvent) -> None:
         kind, _, rest = ev.key.partition("/")
         if kind == "topic":
-            topic, _, broker = rest.rpartition("/")
+            topic, _, part = rest.rpartition("/")
+            broker = keynames.unescape(part)  # a broker name is escaped in keys (nameserver/state/keys.py)
+            if broker is None:
+                return
             if ev.deleted:
                 self._queues.get(topic, {}).pop(broker, None)
             else:
                 self._queues.setdefault(topic, {})[broker] = state_pb2.QueueData.FromString(ev.value)
         elif kind == "broker":
+            name = keynames.unescape(rest)
+            if name is None:
+                return
             if ev.deleted:
-                self._brokers.pop(rest, None)
+                self._brokers.pop(name, None)
             else:
-                self._brokers[rest] = state_pb2.BrokerData.FromString(ev.value)
+                self._brokers[name] = state_pb2.BrokerData.FromString(ev.value)
 
     def _notify(self, offset: int, keys: list[str]) -> None:
         for listener in list(self._listeners):

@@ -221,6 +221,7 @@ class Handlers:
                                   else bool_field(req, "enableActingMaster")),
             zone_name=req.ext("__ZONE_NAME") or "",
             data_version=body.data_version, topics=body.topics, filter_servers=body.filter_servers)
+        clamped = validation.clamp_heartbeat_timeout(request)  # RocketMQ takes any: said in the remark
         if should_stream(request):
             # Tens of thousands of topics take seconds to translate and replicate: allow more time.
             timeout = max(self.timeout, BIG_REGISTRATION_TIMEOUT_S)
@@ -232,7 +233,7 @@ class Handlers:
         ext = {k: v for k, v in (("haServerAddr", reply.ha_server_addr), ("masterAddr", reply.master_addr)) if v}
         # RocketMQ answers with the ORDER_TOPIC_CONFIG namespace's KVTable, or no body when it is empty.
         body_out = bodies.encode(bodies.kv_table(reply.order_topic_config)) if reply.order_topic_config else b""
-        return req.response(ext_fields=ext, body=body_out)
+        return req.response(ext_fields=ext, body=body_out, remark=clamped)
 
     def _storable_topics(self, topics: list[api_pb2.TopicConfig], broker: str) -> list[api_pb2.TopicConfig]:
         """The topics we can store. The stock NameServer checks none, and a broker whose registration

@@ -12,8 +12,18 @@
     member/<raftAddr>              MemberInfo      (new: gRPC address of a member added at runtime)
     ctrl/<brokerName>              ControllerBrokerSet (controller mode: a broker set's ids, master, epochs)
 
-Topic, broker and namespace names never contain '/', so the first '/' after a prefix ends the
-name; addresses and KV keys are the rest of the key verbatim (a KV key may contain anything).
+Topic, namespace and setting names never contain '/' (validation refuses it), so the first '/' after a
+prefix ends the name; addresses and KV keys are the rest of the key verbatim (a KV key may contain
+anything).
+
+A broker name is any non-empty text, as with the stock NameServer (RocketMQ checks none), so it is
+escaped where it goes into a key (broker/, topic/, ctrl/): '/' is written "~2F" and '~' is written "~7E";
+every other character, space and unicode letter included, is itself. The names allowed before
+(letters, digits, '%', '|', '_', '.', '-') contain neither, so their keys are byte for byte what they
+were, and every key of an older snapshot or log keeps its meaning. A key part with any other '~'
+sequence, or with a '/', is no broker name (its parser answers None). The escape is
+nameserver/logformat/keynames.py (shared with the client's route cache); a watcher
+of one broker's keys subscribes to the escaped name (broker_key() gives it).
 Watchers subscribe by key prefix, so the prefixes are part of the public contract. The prefixes and types
 are declared once, in the record registry (nameserver/logformat/records.py); this module builds and parses
 the keys.
@@ -21,7 +31,7 @@ the keys.
 
 from __future__ import annotations
 
-from nameserver.logformat import records
+from nameserver.logformat import keynames, records
 from nameserver.pb import state_pb2
 
 # Prefixes and types by name, as the record registry declares them (nameserver/logformat/records.py).
@@ -48,6 +58,13 @@ def _name(what: str, value: str) -> str:
     return value
 
 
+def _broker(value: str) -> str:
+    """A broker name as its key part (escaped: see the module's docstring)."""
+    if not value:
+        raise ValueError("broker name must be non-empty")
+    return keynames.escape(value)
+
+
 def _nonempty(what: str, value: str) -> str:
     if not value:
         raise ValueError(f"{what} must be non-empty")
@@ -57,7 +74,7 @@ def _nonempty(what: str, value: str) -> str:
 # ---- builders ------------------------------------------------------------------------------------
 
 def broker_key(broker_name: str) -> str:
-    return BROKER_PREFIX + _name("broker name", broker_name)
+    return BROKER_PREFIX + _broker(broker_name)
 
 
 def live_key(broker_addr: str) -> str:
@@ -65,7 +82,7 @@ def live_key(broker_addr: str) -> str:
 
 
 def topic_key(topic: str, broker_name: str) -> str:
-    return f"{TOPIC_PREFIX}{_name('topic', topic)}/{_name('broker name', broker_name)}"
+    return f"{TOPIC_PREFIX}{_name('topic', topic)}/{_broker(broker_name)}"
 
 
 def topic_prefix(topic: str) -> str:
@@ -112,7 +129,7 @@ def member_key(raft_addr: str) -> str:
 
 
 def controller_key(broker_name: str) -> str:
-    return CONTROLLER_PREFIX + _name("broker name", broker_name)
+    return CONTROLLER_PREFIX + _broker(broker_name)
 
 
 # ---- parsers (None when the key is not of that kind or malformed) ---------------------------------
@@ -124,14 +141,19 @@ def _tail(key: str, prefix: str) -> str | None:
     return rest or None
 
 
+def broker_of_part(part: str) -> str | None:
+    """The broker name a key part stands for (None: not one broker_key/topic_key writes)."""
+    return keynames.unescape(part) if part else None
+
+
 def parse_broker_key(key: str) -> str | None:
     rest = _tail(key, BROKER_PREFIX)
-    return rest if rest is not None and "/" not in rest else None
+    return None if rest is None else broker_of_part(rest)
 
 
 def parse_controller_key(key: str) -> str | None:
     rest = _tail(key, CONTROLLER_PREFIX)
-    return rest if rest is not None and "/" not in rest else None
+    return None if rest is None else broker_of_part(rest)
 
 
 def parse_live_key(key: str) -> str | None:
@@ -147,8 +169,9 @@ def parse_topic_key(key: str) -> tuple[str, str] | None:
     rest = _tail(key, TOPIC_PREFIX)
     if rest is None:
         return None
-    topic, sep, broker = rest.partition("/")
-    if not sep or not topic or not broker or "/" in broker:
+    topic, sep, part = rest.partition("/")
+    broker = broker_of_part(part)
+    if not sep or not topic or broker is None:
         return None
     return topic, broker
 

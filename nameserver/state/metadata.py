@@ -166,10 +166,12 @@ class MetadataState:
         intern, sys_flag_of = sys.intern, _queue_sys_flag
         for key, (value, _version, rtype) in self.kv._values.items():
             if key.startswith(topic_prefix):
-                topic, sep, broker = key[cut:].partition("/")
-                if sep and topic and broker and "/" not in broker:
-                    flag = sys_flag_of(value)
-                    if flag is not None:
+                topic, sep, part = key[cut:].partition("/")
+                if sep and topic and part and "/" not in part:
+                    # keys.parse_topic_key inlined; only an escaped broker name (a '~') needs decoding
+                    broker = part if "~" not in part else keys.broker_of_part(part)
+                    flag = None if broker is None else sys_flag_of(value)
+                    if broker is not None and flag is not None:
                         broker = intern(broker)
                         qmap = queues.get(topic)
                         if qmap is None:

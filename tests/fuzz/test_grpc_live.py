@@ -103,7 +103,7 @@ def membership_safe(m: Method, request: Message, cluster: Cluster, leader_id: st
 
 def valid_addr(addr: str) -> bool:
     try:
-        validation.check_addr("node_id", addr)
+        validation.check_node_addr("node_id", addr)
     except validation.ValidationError:
         return False
     return True

@@ -225,10 +225,10 @@ def test_ipv6_scope_id_is_bounded() -> None:
 
 
 @pytest.mark.parametrize("method, request_, field", [
-    ("GetRoute", api_pb2.GetRouteRequest(topic="T", zone_name="bad zone"), "zone_name"),
+    ("GetRoute", api_pb2.GetRouteRequest(topic="T", zone_name="z" * (validation.MAX_NAME_BYTES + 1)), "zone_name"),
     ("GetTopicList", api_pb2.GetTopicListRequest(kind=99), "kind"),
-    ("GetBrokerMemberGroup", api_pb2.GetBrokerMemberGroupRequest(broker_name="b", cluster_name="a b"),
-     "cluster_name"),
+    ("GetBrokerMemberGroup", api_pb2.GetBrokerMemberGroupRequest(
+        broker_name="b", cluster_name="c" * (validation.MAX_NAME_BYTES + 1)), "cluster_name"),
 ])
 def test_the_live_path_runs_the_request_validators(method: str, request_: Any, field: str) -> None:
     """The service validates with the same per-request validators the tests exercise (once, GetRoute

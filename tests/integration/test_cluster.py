@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nameserver.pb import api_pb2, state_pb2
+from nameserver.validation import MAX_NAME_BYTES
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
 
 pytestmark = pytest.mark.cluster
@@ -106,7 +107,7 @@ def test_reregistration_writes_only_what_changed(make_cluster) -> None:
 
 @pytest.mark.parametrize("mutate, field", [
     (lambda r: setattr(r, "cluster_name", ""), "cluster_name"),
-    (lambda r: setattr(r, "broker_name", "bad name!"), "broker_name"),
+    (lambda r: setattr(r, "broker_name", "b" * (MAX_NAME_BYTES + 1)), "broker_name"),
     (lambda r: setattr(r, "broker_addr", "no-port"), "broker_addr"),
     (lambda r: setattr(r, "broker_addr", "10.0.0.1:70000"), "broker_addr"),
     (lambda r: setattr(r, "broker_id", -1), "broker_id"),
@@ -114,7 +115,7 @@ def test_reregistration_writes_only_what_changed(make_cluster) -> None:
     (lambda r: setattr(r.topics[2], "topic_name", "x" * 301), "topics[2].topic_name"),
     (lambda r: setattr(r.topics[0], "perm", 9), "topics[0].perm"),
     (lambda r: setattr(r.topics[0], "read_queue_nums", -1), "topics[0].read_queue_nums"),
-    (lambda r: setattr(r, "heartbeat_timeout_ms", 5), "heartbeat_timeout_ms"),
+    (lambda r: setattr(r, "zone_name", "z" * (MAX_NAME_BYTES + 1)), "zone_name"),
 ])
 def test_bad_registrations_name_the_field_and_change_nothing(single, mutate, field) -> None:
     node = single.nodes[0]

@@ -97,6 +97,11 @@ def wait_port(addr: str, timeout: float = 60.0, proc: JavaProc | None = None) ->
     raise TimeoutError(f"{addr} not listening after {timeout}s" + (f"\n{proc.tail()}" if proc else ""))
 
 
+def _properties_text(value: str) -> str:
+    """A value for a .properties file: Java reads those as ISO-8859-1, so anything past ASCII is a \\u escape."""
+    return "".join(ch if ord(ch) < 128 else f"\\u{ord(ch):04x}" for ch in value)
+
+
 @dataclass
 class JavaProc:
     """One JVM; stdout and stderr go to `out_path` and are also kept as lines (`lines`) for the tests."""
@@ -322,7 +327,7 @@ class RocketMQ:
         conf |= extra or {}
         conf_path = os.path.join(self._dir(f"home-{proc_name}"), "broker.conf")
         with open(conf_path, "w") as f:
-            f.write("\n".join(f"{k}={v}" for k, v in conf.items()) + "\n")
+            f.write("\n".join(f"{k}={_properties_text(v)}" for k, v in conf.items()) + "\n")
         jp = self.start_java("org.apache.rocketmq.broker.BrokerStartup", ["-c", conf_path], proc_name, heap=heap,
                              props=props)
         b = Broker(jp, cluster, name, broker_id, f"127.0.0.1:{port}", f"127.0.0.1:{ha}", conf_path, store)

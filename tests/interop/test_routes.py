@@ -10,7 +10,7 @@ import pytest
 
 from nameserver.pb import api_pb2
 
-from . import remoting
+from . import jars, remoting
 from .conftest import CLUSTER, Deployment
 
 # Topics every broker creates at start (TopicConfigManager): the default topic, the self-test topic, and
@@ -111,6 +111,28 @@ def test_broker_named_like_a_host_registers(deployment: Deployment) -> None:
         d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}, "host.example": {0}}, timeout=60)
         d.wait_route("TBW102", lambda r: r is not None and "host.example" in
                      {q["brokerName"] for q in r["queueDatas"]}, timeout=30)
+    finally:
+        c.proc.stop()
+    d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, timeout=30)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("line", [jars.LINE_5], indirect=True)
+def test_broker_named_with_at_space_and_unicode_registers(deployment: Deployment) -> None:
+    """The stock NameServer takes any broker name (issue 28): a 5.x broker whose brokerName holds '@', a space
+    and a unicode letter registers, and every node answers routes and cluster info with the name as sent."""
+    d = deployment
+    name = "team@host b ü"
+    c = d.rmq.broker(name, d.namesrv, 0, CLUSTER)
+    try:
+        d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}, name: {0}}, timeout=60)
+        routes = d.wait_route("TBW102", lambda r: r is not None and name in
+                              {q["brokerName"] for q in r["queueDatas"]}, timeout=30)
+        for route in routes.values():
+            assert route is not None
+            assert [b["brokerAddrs"] for b in route["brokerDatas"] if b["brokerName"] == name] == [{"0": c.addr}]
+        for addr in d.addrs:
+            assert name in remoting.cluster_info(addr)["clusterAddrTable"][CLUSTER]
     finally:
         c.proc.stop()
     d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, timeout=30)

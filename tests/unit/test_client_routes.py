@@ -50,6 +50,23 @@ def test_listing_then_changes_drive_the_publish_queues() -> None:
     assert cache.route("T") is None
 
 
+def test_broker_names_escaped_in_watched_keys_come_out_as_sent() -> None:
+    # The node escapes '/' and '~' in a broker name where it goes into a key (nameserver/state/keys.py).
+    from nameserver.state import keys
+
+    name = "team/a~b ü"
+    broker, queue = broker_event(name), qd_event("T", name)
+    broker.key, queue.key = keys.broker_key(name), keys.topic_key("T", name)
+    assert "/a" not in broker.key
+    cache = RouteCache(Client("127.0.0.1:1"))
+    cache.replace_all(10, [broker, queue])
+    assert cache.broker_names() == {name}
+    assert [q.broker_name for q in cache.publish_queues("T")] == [name, name]
+    cache.apply_changes(11, [api_pb2.WatchEvent(type=3, key=queue.key, deleted=True),
+                             api_pb2.WatchEvent(type=1, key=broker.key, deleted=True)])
+    assert cache.broker_names() == set() and cache.route("T") is None
+
+
 class PullClient:
     """Answers GetRoute like a node would, at a given apply offset."""
 

@@ -434,6 +434,17 @@ def test_103_a_topic_we_cannot_store_is_left_out_never_the_broker(client: Client
         "T1", "host-1.example.com", "%RETRY%" + "g" * 255]
 
 
+@pytest.mark.parametrize(("asked", "stored"), [("500", 1000), ("-1", 1000), ("3600001", 3_600_000)])
+def test_103_a_heartbeat_timeout_out_of_range_is_clamped_and_said_in_the_remark(
+        client: Client, fake: FakeNameServer, asked: str, stored: int) -> None:
+    resp, _ = client.call(103, REGISTER_EXT | {"heartbeatTimeoutMillis": asked}, register_body(["T1"]))
+    assert resp["code"] == 0 and f"heartbeatTimeoutMillis {asked} " in resp["remark"] and str(stored) in resp["remark"]
+    assert fake.only("RegisterBroker").heartbeat_timeout_ms == stored
+    fake.calls.clear()
+    resp, _ = client.call(103, REGISTER_EXT, register_body(["T1"]))  # in range: stored as sent, no remark
+    assert resp["code"] == 0 and "remark" not in resp and fake.only("RegisterBroker").heartbeat_timeout_ms == 30000
+
+
 def test_103_crc_mismatch_is_refused_before_any_call(client: Client, fake: FakeNameServer) -> None:
     body = register_body(["T1"])
     resp, _ = client.call(103, REGISTER_EXT | {"compressed": "true", "bodyCrc32": str(crc32(body) ^ 1)}, body)

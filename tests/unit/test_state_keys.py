@@ -41,7 +41,7 @@ def test_other_parsers_reject_foreign_or_malformed_keys() -> None:
 
 @pytest.mark.parametrize("build", [
     lambda: keys.broker_key(""),
-    lambda: keys.broker_key("a/b"),
+    lambda: keys.controller_key(""),
     lambda: keys.topic_key("T/x", "b"),
     lambda: keys.topic_key("T", ""),
     lambda: keys.kv_key("a/b", "k"),
@@ -51,6 +51,51 @@ def test_other_parsers_reject_foreign_or_malformed_keys() -> None:
 def test_builders_refuse_ambiguous_components(build) -> None:
     with pytest.raises(ValueError):
         build()
+
+
+# Every name the former rule allowed: its keys are byte for byte what they were (old snapshots and logs).
+OLD_NAMES = ["broker-a", "broker_a.1", "Default%Cluster|x", "%RETRY%", "a" * 127, "0", "-", ".", "|"]
+# Names the stock NameServer takes that the former rule did not.
+NEW_NAMES = ["a/b", "a b", "broker@host", "brökér", "ブローカー", "~", "~2F", "~7E", "a~b", "/", "//", "a/", "/a",
+             "x:1", "%2F", "tab\tx", "\x00", "~/~"]
+
+
+@pytest.mark.parametrize("name", OLD_NAMES)
+def test_names_of_the_former_rule_keep_their_keys(name: str) -> None:
+    assert keys.broker_key(name).encode() == b"broker/" + name.encode()
+    assert keys.topic_key("T", name).encode() == b"topic/T/" + name.encode()
+    assert keys.controller_key(name).encode() == b"ctrl/" + name.encode()
+    assert keys.parse_broker_key("broker/" + name) == name
+    assert keys.parse_topic_key("topic/T/" + name) == ("T", name)
+    assert keys.parse_controller_key("ctrl/" + name) == name
+
+
+@pytest.mark.parametrize("name", OLD_NAMES + NEW_NAMES)
+def test_any_broker_name_round_trips_through_its_keys(name: str) -> None:
+    assert keys.parse_broker_key(keys.broker_key(name)) == name
+    assert keys.parse_controller_key(keys.controller_key(name)) == name
+    assert keys.parse_topic_key(keys.topic_key("%RETRY%g", name)) == ("%RETRY%g", name)
+    key = keys.topic_key("T", name)
+    # in its topic's prefix scan and no other's; one '/' after the prefix, so the record kind is still topic/
+    assert key.startswith(keys.topic_prefix("T")) and key.count("/") == 2
+    assert keys.record_type_of(keys.broker_key(name)) == state_pb2.BROKER
+
+
+def test_distinct_names_never_share_a_key() -> None:
+    names = OLD_NAMES + NEW_NAMES
+    assert len({keys.broker_key(n) for n in names}) == len(names)
+    assert len({keys.topic_key("T", n) for n in names}) == len(names)
+    # a '/' in the name does not move the topic/broker boundary: ("a", "b/c") is no ("a/b", "c")
+    assert keys.topic_key("a", "b/c") == "topic/a/b~2Fc" != "topic/a/b/c"
+    assert keys.parse_topic_key("topic/a/b/c") is None
+    assert keys.broker_key("a/b") != keys.broker_key("a~2Fb") != keys.broker_key("a~7E2Fb")
+
+
+@pytest.mark.parametrize("part", ["a~", "a~2", "a~2f", "~7e", "~41", "~~", "a/b"])
+def test_a_key_part_escape_never_writes_is_no_name(part: str) -> None:
+    assert keys.parse_broker_key("broker/" + part) is None
+    assert keys.parse_topic_key("topic/T/" + part) is None
+    assert keys.parse_controller_key("ctrl/" + part) is None
 
 
 def test_record_type_per_prefix() -> None:

@@ -99,6 +99,26 @@ def reads(state: MetadataState) -> dict[str, object]:
     return out
 
 
+def test_any_broker_name_reads_back_as_written_also_after_a_restore() -> None:
+    # '/' and '~' are escaped in the keys (keys.py); the indexes and every read hold the name itself
+    names = ["team/a~b", "broker@host ü", "~7E", "a"]
+    state = MetadataState()
+    apply(state, batch(*[broker("c 1", n, {0: f"10.0.0.{i}:10911"}) for i, n in enumerate(names)],
+                       *[queue("T", n) for n in names], queue("Own", "team/a~b")))
+    restored = MetadataState()
+    restored.restore(state.offset, state.kv.items())
+    for s in (state, restored):
+        assert s.broker_names() == sorted(names) and s.broker_names("c 1") == sorted(names)
+        assert [bd.broker_name for bd in s.route("T").broker_datas] == sorted(names)
+        assert [qd.broker_name for qd in s.route("T").queue_datas] == sorted(names)
+        assert s.broker_topics("team/a~b") == ["Own", "T"] and s.topic_brokers("Own") == ["team/a~b"]
+        assert s.topic_list(api_pb2.TOPIC_LIST_BY_CLUSTER, "c 1") == ["Own", "T"]
+        assert sorted(s.cluster_info().broker_addr_table) == sorted(names)
+    assert reads(restored) == reads(state)
+    apply(restored, batch(delete(keys.topic_key("Own", "team/a~b"))))  # a delete finds the escaped key
+    assert restored.broker_topics("team/a~b") == ["T"] and not restored.has_topic("Own")
+
+
 def test_route_sorted_with_filter_servers_and_order_conf() -> None:
     state = sample_state()
     route = state.route("TopicA", order_message_enable=True)

@@ -37,27 +37,64 @@ def test_invalid_topics(topic: str) -> None:
     assert field_of(lambda: v.check_topic("topic", topic)) == "topic"
 
 
-@pytest.mark.parametrize("name", ["broker-a", "broker_a.1", "Default%Cluster|x", "b" * 127])
+# The stock NameServer checks no name: any text a broker can send is taken, within the key size bound.
+@pytest.mark.parametrize("name", ["broker-a", "broker_a.1", "Default%Cluster|x", "b" * 127, "b" * v.MAX_NAME_BYTES,
+                                  "a/b", "a b", "a:b", "broker@host", "brökér", "ブローカー", "~", "tab\there",
+                                  "/" * (v.MAX_NAME_BYTES // 3)])
 def test_valid_names(name: str) -> None:
     v.check_name("broker_name", name)
 
 
-@pytest.mark.parametrize("name", ["", "b" * 128, "a/b", "a b", "a:b"])
+@pytest.mark.parametrize("name", ["", "b" * (v.MAX_NAME_BYTES + 1), "é" * (v.MAX_NAME_BYTES // 2 + 1),
+                                  "/" * (v.MAX_NAME_BYTES // 3 + 1), "a\ud800"])
 def test_invalid_names(name: str) -> None:
     assert field_of(lambda: v.check_name("broker_name", name)) == "broker_name"
 
 
+def test_a_name_of_the_longest_size_fits_a_key_with_the_longest_topic() -> None:
+    from nameserver.state import keys
+    key = keys.topic_key("T" * v.MAX_TOPIC_NAME_LEN, "/" * (v.MAX_NAME_BYTES // 3) + "b" * (v.MAX_NAME_BYTES % 3))
+    assert len(key.encode()) == v.MAX_STATE_KEY_BYTES
+
+
 @pytest.mark.parametrize("addr", ["10.0.0.1:10911", "localhost:9876", "broker-a.svc.cluster.local:1",
-                                  "[::1]:10911", "[fe80::1%eth0]:1", "rmq_broker:65535"])
+                                  "[::1]:10911", "[fe80::1%eth0]:1", "rmq_broker:65535",
+                                  # brokerIP1=fe80::1 (or ::1): the broker sends host:port unbracketed
+                                  "fe80::1:10911", "::1:10911", "fe80::1%eth0:10911", "2001:db8::10:1"])
 def test_valid_addresses(addr: str) -> None:
     v.check_addr("broker_addr", addr)
 
 
 @pytest.mark.parametrize("addr", ["", "10.0.0.1", "10.0.0.1:", ":10911", "10.0.0.1:0", "10.0.0.1:65536",
-                                  "10.0.0.256:1", "::1:10911", "[::1]10911", "[zz::1]:1", "[::1:1",
+                                  "10.0.0.256:1", "[::1]10911", "[zz::1]:1", "[::1:1", "zz::1:10911",
+                                  "fe80::1:", "fe80::1:65536", "::1", "fe80::1%" + "e" * 65 + ":1",
                                   "-bad-.host:1", "a..b:1", "host:+80", "h:123456", "a b:1"])
 def test_invalid_addresses(addr: str) -> None:
     assert field_of(lambda: v.check_addr("broker_addr", addr)) == "broker_addr"
+
+
+@pytest.mark.parametrize("addr", ["fe80::1:9201", "::1:9101"])
+def test_a_node_address_takes_ipv6_only_in_brackets(addr: str) -> None:
+    # a node's own addresses are dialled by gRPC and the Raft transport, which need the brackets
+    v.check_addr("broker_addr", addr)
+    assert field_of(lambda: v.check_node_addr("node_id", addr)) == "node_id"
+    v.check_node_addr("node_id", "[" + addr.rpartition(":")[0] + "]:1")
+    v.check_node_addr("node_id", "10.0.0.1:9201")
+
+
+@pytest.mark.parametrize("check", [
+    lambda name: v.validate_controller_set(api_pb2.BrokerSetRequest(cluster_name=name, broker_name=name)),
+    lambda name: v.validate_elect_master(api_pb2.ElectMasterRequest(cluster_name=name, broker_name=name, broker_id=-1)),
+    lambda name: v.validate_controller_register(api_pb2.ControllerRegisterRequest(
+        cluster_name=name, broker_name=name, broker_id=1, broker_address="fe80::1:10911")),
+    lambda name: v.validate_broker_perm(api_pb2.BrokerPermRequest(broker_name=name)),
+    lambda name: v.validate_get_broker_member_group(api_pb2.GetBrokerMemberGroupRequest(
+        cluster_name=name, broker_name=name)),
+    lambda name: v.validate_get_topic_list(api_pb2.GetTopicListRequest(kind=api_pb2.TOPIC_LIST_BY_CLUSTER,
+                                                                       cluster_name=name)),
+])
+def test_admin_and_controller_calls_take_the_names_registration_takes(check) -> None:
+    check("team@host/a b ü")  # one rule for a name everywhere: a broker that registers can be named again
 
 
 def test_good_registration_passes() -> None:
@@ -65,6 +102,26 @@ def test_good_registration_passes() -> None:
     req = good_registration()
     req.heartbeat_timeout_ms = 1000
     req.zone_name = "zone-1"
+    v.validate_register_broker(req)
+
+
+def test_registration_takes_any_name_the_stock_nameserver_takes() -> None:
+    req = good_registration()
+    req.cluster_name, req.broker_name, req.zone_name = "cluster one", "broker@host/ä", "zone:1 ü"
+    req.broker_addr = "fe80::1:10911"
+    v.validate_register_broker(req)
+
+
+@pytest.mark.parametrize(("asked", "stored"), [(0, 0), (1000, 1000), (3_600_000, 3_600_000), (999, 1000),
+                                               (500, 1000), (-5, 1000), (3_600_001, 3_600_000)])
+def test_heartbeat_timeout_is_clamped_never_refused(asked: int, stored: int) -> None:
+    req = good_registration()
+    req.heartbeat_timeout_ms = asked
+    warning = v.clamp_heartbeat_timeout(req)
+    assert req.heartbeat_timeout_ms == stored
+    assert (warning is None) == (asked == stored)
+    if warning is not None:
+        assert "heartbeatTimeoutMillis" in warning and str(asked) in warning and str(stored) in warning
     v.validate_register_broker(req)
 
 
@@ -76,13 +133,11 @@ def _mutated(mutate: Callable[[api_pb2.RegisterBrokerRequest], None]) -> api_pb2
 
 @pytest.mark.parametrize(("mutate", "field"), [
     (lambda r: setattr(r, "cluster_name", ""), "cluster_name"),
-    (lambda r: setattr(r, "broker_name", "bad name"), "broker_name"),
+    (lambda r: setattr(r, "broker_name", "b" * (v.MAX_NAME_BYTES + 1)), "broker_name"),
     (lambda r: setattr(r, "broker_addr", "nope"), "broker_addr"),
     (lambda r: setattr(r, "broker_id", -1), "broker_id"),
     (lambda r: setattr(r, "ha_server_addr", "x:0"), "ha_server_addr"),
-    (lambda r: setattr(r, "heartbeat_timeout_ms", 999), "heartbeat_timeout_ms"),
-    (lambda r: setattr(r, "heartbeat_timeout_ms", 3_600_001), "heartbeat_timeout_ms"),
-    (lambda r: setattr(r, "zone_name", "z/1"), "zone_name"),
+    (lambda r: setattr(r, "zone_name", "z" * (v.MAX_NAME_BYTES + 1)), "zone_name"),
     (lambda r: setattr(r.data_version, "counter", -1), "data_version.counter"),
     (lambda r: setattr(r.data_version, "timestamp", -5), "data_version.timestamp"),
     (lambda r: r.filter_servers.append("bad"), "filter_servers[1]"),
@@ -177,8 +232,9 @@ def test_other_requests() -> None:
         api_pb2.GetBrokerMemberGroupRequest(cluster_name="c"))) == "broker_name"
     assert field_of(lambda: v.validate_broker_perm(api_pb2.BrokerPermRequest())) == "broker_name"
     assert field_of(lambda: v.validate_delete_topic(api_pb2.DeleteTopicRequest(topic="a b"))) == "topic"
+    v.validate_delete_topic(api_pb2.DeleteTopicRequest(topic="T", cluster_name="c/1 ü"))  # any name, as stock
     assert field_of(lambda: v.validate_delete_topic(
-        api_pb2.DeleteTopicRequest(topic="T", cluster_name="c/1"))) == "cluster_name"
+        api_pb2.DeleteTopicRequest(topic="T", cluster_name="c" * (v.MAX_NAME_BYTES + 1)))) == "cluster_name"
 
 
 def test_register_topic_request() -> None:
