@@ -36,6 +36,7 @@ from nameserver.remoting.corechannel import (
     socket_path,
 )
 from nameserver.remoting.handlers import Handlers
+from nameserver.remoting.minbroker import MinBrokerIdNotifier
 from raftlog.fdreserve import RESERVE as FD_RESERVE
 from raftlog.log import LeaderView, Subscription
 
@@ -116,14 +117,23 @@ class Server:
                             on_noop=self.metrics.count_idle_noop if self.metrics else None)
             self.node.duties.add("idle-noop", noop.check_every_s, noop.tick)
         self.workers: WorkerSupervisor | None = None
+        # The RocketMQ port refuses connections until the node is first ready, so a client tries another
+        # nameserver rather than reading errors here (docs/remoting.md, "A starting node").
+        self.until_ready: list[RemotingServer] = []
+        self.broker_channels: list[Handlers] = []  # whose brokers' connections this node holds
+        self.min_broker_id: MinBrokerIdNotifier | None = None  # 905 pushes (replicated notifyMinBrokerIdChanged)
         if cfg.remoting_addr:
             # RocketMQ remoting protocol (nameserver/remoting), shared with worker processes when configured
             observer = self.metrics.observe_remoting if self.metrics is not None else None
             if cfg.worker_processes:
                 self._add_remoting_workers(WorkerSpec(cfg, log_format, log_level), observer)
             else:
-                self.extras.append(RemotingServer(cfg, self.service, max_connections=self.budget.remoting,
-                                                  observer=observer))
+                listener = RemotingServer(cfg, self.service, max_connections=self.budget.remoting,
+                                          observer=observer, accept_later=True)
+                self.until_ready.append(listener)
+                self.extras.append(listener)
+            self.broker_channels += [lis.handlers for lis in self.until_ready if isinstance(lis.handlers, Handlers)]
+            self.min_broker_id = MinBrokerIdNotifier(self._holds_broker)
         controller = InProcessStub(self.controller, auth.CONTROLLER_SERVICE)  # the node's own calls: all rights
         elections = ElectionScan(self.node, controller, self.heartbeats, cfg.controller_scan_interval_ms / 1000)
         elections.add_to(self.node.duties)
@@ -140,6 +150,10 @@ class Server:
             self.extras.append(LogArchiver(self.node.log, cfg.archive_dir))
         self._ready_seen: bool | None = None
         self._health_feed: Subscription | None = None
+        self._change_feed: Subscription | None = None
+
+    def _holds_broker(self, broker_addr: str) -> bool:
+        return any(h.holds(broker_addr) for h in self.broker_channels)
 
     def _add_remoting_workers(self, spec: WorkerSpec, observer: Callable[[str, int, float], None] | None) -> None:
         """The core's part of a remoting port shared with worker processes (nameserver/ops/workers.py):
@@ -148,11 +162,14 @@ class Server:
         cfg = self.cfg
         share = process_share(cfg)
         public = RemotingServer(share, self.service, reuse_port=True, observer=observer,
-                                max_connections=max(1, self.budget.remoting // (cfg.worker_processes + 1)))
+                                max_connections=max(1, self.budget.remoting // (cfg.worker_processes + 1)),
+                                accept_later=True)
+        self.until_ready.append(public)
         self.extras.append(public)
         role = (cfg.remoting_role or "peer") if cfg.auth_enabled else ""
         channel = CoreHandlers(Handlers(InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
                                         cfg.write_timeout_ms / 1000), lambda: self.node.log.apply_offset)
+        self.broker_channels.append(channel.inner)  # brokers connected through the workers
         self.extras.append(RemotingServer(channel_config(cfg, cfg.worker_processes), None, handlers=channel,
                                           unix_path=socket_path(cfg), max_frame_bytes=CHANNEL_MAX_FRAME,
                                           inflight_per_connection=LINK_INFLIGHT, observer=observer))
@@ -167,6 +184,10 @@ class Server:
         for extra in self.extras:
             extra.start()
         self._health_feed = self.node.log.watch_leader(self._on_leader_view)
+        notifier = self.min_broker_id
+        if notifier is not None:
+            self._change_feed = self.node.log.subscribe(lambda entry: notifier.on_changes(entry.changes,
+                                                                                           self.node.state))
         log.info("node %s serving gRPC on %s (data in %s; security %s, TLS %s, client certificates %s, "
                  "auth %s)", self.cfg.raft_addr, self.cfg.grpc_addr, self.cfg.data_dir, self.cfg.security_mode,
                  "on" if self.cfg.tls_enabled else "off", self.cfg.tls_client_auth,
@@ -183,10 +204,16 @@ class Server:
             self._ready_seen = view.ready
             self._set_health(view.ready)
             log.info("node %s is %s", self.cfg.raft_addr, "ready" if view.ready else "not ready")
+            if view.ready:  # the first time opens them; one not ready later (apply stopped) answers SYSTEM_BUSY
+                for listener in self.until_ready:
+                    listener.accept_connections()
 
     def stop(self, grace: float = 1.0) -> None:
-        if self._health_feed is not None:
-            self._health_feed.close()
+        for feed in (self._health_feed, self._change_feed):
+            if feed is not None:
+                feed.close()
+        if self.min_broker_id is not None:
+            self.min_broker_id.stop()
         for extra in reversed(self.extras):
             extra.stop()
         self.grpc.stop(grace).wait()

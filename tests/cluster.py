@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -195,7 +196,8 @@ class Cluster:
 
         def ok() -> NodeProc | None:
             sts = self.statuses(nodes)
-            if all(s is not None and s.ready for s in sts):
+            # a remoting port opens just after its node turns ready (docs/remoting.md, "A starting node")
+            if all(s is not None and s.ready for s in sts) and all(_accepts(n.remoting_addr) for n in nodes):
                 return self.leader(nodes)
             return None
 
@@ -230,6 +232,18 @@ def running(cluster: Cluster, timeout: float = 30.0) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def _accepts(addr: str) -> bool:
+    """A TCP connection to `addr` ("" when there is no listener: True) is accepted."""
+    if not addr:
+        return True
+    host, port = addr.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def _toml(value: Any) -> str:

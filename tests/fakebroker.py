@@ -4,7 +4,8 @@ Client side, it answers what the C++ producer sends (found by experiment): SEND_
 SEND_MESSAGE_V2 (310) with a SendMessageResponseHeader, HEARTBEAT (34) and UNREGISTER_CLIENT (35)
 with SUCCESS; anything else gets REQUEST_CODE_NOT_SUPPORTED (3), and every request is recorded.
 Nameserver side, it plays a broker: REGISTER_BROKER (103, plain or compressed body with CRC),
-BROKER_HEARTBEAT (904, oneway), QUERY_DATA_VERSION (322), UNREGISTER_BROKER (104).
+BROKER_HEARTBEAT (904, oneway), QUERY_DATA_VERSION (322), UNREGISTER_BROKER (104). What a nameserver
+pushes to its address (905 NOTIFY_MIN_BROKER_ID_CHANGE) is recorded like any request.
 """
 
 from __future__ import annotations
@@ -113,6 +114,17 @@ class FakeBroker:
         with self._lock:
             return [r.code for r in self.requests]
 
+    def wait_requests(self, code: int, n: int, timeout: float = 10.0) -> list[Command]:
+        """The first `n` requests of `code` this broker's port received, once it has (else AssertionError)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                got = [r for r in self.requests if r.code == code]
+            if len(got) >= n:
+                return got
+            time.sleep(0.05)
+        raise AssertionError(f"fake broker got {len(got)} requests of code {code}, wanted {n}; codes {self.codes()}")
+
     def wait_messages(self, n: int, timeout: float = 10.0) -> list[SentMessage]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -199,11 +211,15 @@ class FakeBroker:
                 "brokerId": str(broker_id)}
 
     def register(self, ns_addr: str, topics: list[str], counter: int = 1, compressed: bool = True,
-                 queues: int = 4, timeout: float = 60.0, extra: dict[str, str] | None = None) -> Command:
-        """REGISTER_BROKER; `extra`: more header fields (heartbeatTimeoutMillis, __ZONE_NAME, ...)."""
+                 queues: int = 4, timeout: float = 60.0, extra: dict[str, str] | None = None, broker_id: int = 0,
+                 acting_master: bool | None = None) -> Command:
+        """REGISTER_BROKER; `extra`: more header fields (heartbeatTimeoutMillis, __ZONE_NAME, ...);
+        `acting_master`: the enableActingMaster field a 5.x broker sends (None: absent, as before 5)."""
         body = register_body(topics, counter, compressed, queues)
-        ext = self.header() | {"haServerAddr": self.addr.rsplit(":", 1)[0] + ":10912",
-                               "compressed": "true" if compressed else "false", "bodyCrc32": str(crc32(body))}
+        ext = self.header(broker_id) | {"haServerAddr": self.addr.rsplit(":", 1)[0] + ":10912",
+                                        "compressed": "true" if compressed else "false", "bodyCrc32": str(crc32(body))}
+        if acting_master is not None:
+            ext["enableActingMaster"] = "true" if acting_master else "false"
         ext |= extra or {}
         resp = self.call(ns_addr, 103, ext, body, timeout=timeout)
         assert resp is not None

@@ -6,6 +6,7 @@ frame format and serves the nameserver request codes by calling this node's gRPC
     registerbody.py                   RegisterBrokerBody (plain or compressed) and its CRC
     handlers.py, status.py            request code -> service call; gRPC status -> response code
     server.py                         the asyncio TCP server (start()/stop())
+    oneway.py, minbroker.py           what we push to brokers' own addresses; 905 NOTIFY_MIN_BROKER_ID_CHANGE
 """
 
 from nameserver.remoting.server import RemotingServer

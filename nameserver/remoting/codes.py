@@ -26,6 +26,7 @@ QUERY_DATA_VERSION = 322
 ADD_WRITE_PERM_OF_BROKER = 327
 GET_BROKER_MEMBER_GROUP = 901
 BROKER_HEARTBEAT = 904
+NOTIFY_MIN_BROKER_ID_CHANGE = 905  # sent to brokers (nameserver/remoting/minbroker.py), never served here
 
 # ---- response codes (RocketMQ ResponseCode) --------------------------------------------------------
 SUCCESS = 0

@@ -18,6 +18,7 @@ import grpc
 from nameserver import validation
 from nameserver.chunking import register_chunks, should_stream
 from nameserver.config import LIMITS, NodeConfig
+from nameserver.errors import ValidationError
 from nameserver.logthrottle import ThrottledLog
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.remoting import bodies, codes, registerbody
@@ -47,6 +48,16 @@ FAQ_URL_5 = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
 
 def _faq_suggestion(req: Command) -> str:
     return f"\nSee {FAQ_URL_5 if req.version >= codes.V5_0_0 else FAQ_URL_4} for further details."
+
+
+def _not_found_if_refused(check: Callable[[], None], code: int, remark: str) -> None:
+    """A name we would refuse to store is never found: answer it with the not-found code (17, 22) the stock
+    NameServer gives any name it does not hold, not SYSTEM_ERROR. Clients act on that code: the 5.x proxy
+    takes only 17 as "no such topic"."""
+    try:
+        check()
+    except ValidationError:
+        raise RequestError(code, remark) from None
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 UNKNOWN_BROKER = "is not registered"  # RegisterTopic's refusal of a queue data naming an unknown broker
 # The requests by which a broker makes a connection its own (RocketMQ's brokerLiveTable channel).
@@ -144,6 +155,11 @@ class Handlers:
                                        broker_name=req.ext("brokerName") or "", broker_addr=need(req, "brokerAddr"),
                                        channel_node=self.cfg.raft_addr)
 
+    def holds(self, broker_addr: str) -> bool:
+        """The broker at this address spoke on a connection to this listener that is still open."""
+        with self._bound_lock:
+            return broker_addr in self._bound
+
     def connection_closed(self, conn: object) -> None:
         """The connection closed: the leader unregisters each broker whose every connection is gone."""
         with self._bound_lock:
@@ -182,8 +198,10 @@ class Handlers:
 
     def get_kv(self, req: Command) -> Command:
         namespace, key = need(req, "namespace"), need(req, "key")
+        missing = f"No config item, Namespace: {namespace} Key: {key}"
+        _not_found_if_refused(lambda: validation.check_kv(namespace, key), codes.QUERY_NOT_FOUND, missing)
         reply = self._call(self.ns.GetKv, api_pb2.GetKvRequest(namespace=namespace, key=key),
-                           codes.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}")
+                           codes.QUERY_NOT_FOUND, missing)
         return req.response(ext_fields={"value": reply.value})
 
     def delete_kv(self, req: Command) -> Command:
@@ -193,9 +211,11 @@ class Handlers:
 
     def list_kv(self, req: Command) -> Command:
         namespace = need(req, "namespace")
+        missing = f"No config item, Namespace: {namespace}"
+        _not_found_if_refused(lambda: validation.check_kv(namespace), codes.QUERY_NOT_FOUND, missing)
         reply = self._call(self.ns.ListKv, api_pb2.ListKvRequest(namespace=namespace))
         if not reply.table and not reply.namespace_exists:  # an emptied namespace answers {"table":{}}
-            return req.response(codes.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
+            return req.response(codes.QUERY_NOT_FOUND, missing)
         return req.response(body=bodies.encode(bodies.kv_table(reply.table)))
 
     # ---- broker side ---------------------------------------------------------------------------
@@ -301,9 +321,10 @@ class Handlers:
         topic = need(req, "topic")
         # RocketMQ's ZoneRouteRPCHook: the client opts in per request (the node must run in zone mode too).
         zone = (req.ext("__ZONE_NAME") or "") if bool_field(req, "__ZONE_MODE") else ""
+        missing = f"No topic route info in name server for the topic: {topic}{_faq_suggestion(req)}"
+        _not_found_if_refused(lambda: validation.check_topic("topic", topic), codes.TOPIC_NOT_EXIST, missing)
         reply = self._call(self.ns.GetRoute, api_pb2.GetRouteRequest(topic=topic, zone_name=zone),
-                           codes.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}"
-                           f"{_faq_suggestion(req)}")
+                           codes.TOPIC_NOT_EXIST, missing)
         fastjson = wants_fastjson(req)
         body = self.route_bodies.get(topic, fastjson, reply.route.SerializeToString(deterministic=True),
                                      lambda: bodies.encode(bodies.topic_route(reply.route, topic), fastjson))

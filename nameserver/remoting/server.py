@@ -57,6 +57,7 @@ log = logging.getLogger("nameserver.remoting")
 MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up to one frame and its reply)
 WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained
 TLS_HANDSHAKE_RECORD = 0x16    # the first byte of every TLS ClientHello
+LISTEN_BACKLOG = 1024
 LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on with no time: close() resets the connection
 TRIM_DELAY_S = 1.0  # after the last large reply is released, for the transports and builds to let go of it
 
@@ -112,15 +113,19 @@ class RemotingServer:
                  observer: Callable[[str, int, float], None] | None = None,
                  handlers: RequestHandlers | None = None, reuse_port: bool = False,
                  unix_path: str = "", front: FrontEnd | None = None,
-                 inflight_per_connection: int = MAX_INFLIGHT_PER_CONNECTION) -> None:
+                 inflight_per_connection: int = MAX_INFLIGHT_PER_CONNECTION, accept_later: bool = False) -> None:
         """`reuse_port`: bind with SO_REUSEPORT (a node's core and its workers share the port);
         `unix_path`: listen on this Unix socket instead (mode 0600, made fresh), without TLS;
-        `front`: a worker's split between codes answered here and the core (see FrontEnd)."""
+        `front`: a worker's split between codes answered here and the core (see FrontEnd);
+        `accept_later`: start() binds the port but does not listen, so connecting is refused, until
+        accept_connections() (a starting node: docs/remoting.md, "A starting node")."""
         self.listen_addr = unix_path or listen_addr or cfg.remoting_addr
         self.unix_path = unix_path
         self.reuse_port = reuse_port
         self.front = front
         self.inflight_per_connection = inflight_per_connection
+        self.accept_later = accept_later and not unix_path
+        self.accepting = False  # listening (set on the listener's thread)
         self.max_frame = max_frame_bytes
         self.max_connections = max_connections or cfg.remoting_max_connections
         self.idle_s = cfg.remoting_idle_timeout_ms / 1000
@@ -167,7 +172,8 @@ class RemotingServer:
         self._ready.wait()
         if self._error is not None:
             raise OSError(f"remoting: cannot listen on {self.listen_addr}: {self._error}") from self._error
-        log.info("remoting (RocketMQ protocol) listening on %s", self.listen_addr)
+        log.info("remoting (RocketMQ protocol) %s on %s", "bound, not yet accepting," if self.accept_later
+                 else "listening", self.listen_addr)
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
@@ -179,13 +185,12 @@ class RemotingServer:
                 host, port = split_addr(self.listen_addr)
                 self._server = loop.run_until_complete(
                     asyncio.start_server(self._serve, host or None, port, reuse_address=True,
-                                         reuse_port=self.reuse_port or None))
+                                         reuse_port=self.reuse_port or None, start_serving=False))
             else:  # connections are accepted here and peeked at before a stream is made of them
                 host, port = split_addr(self.listen_addr)
-                family = socket.AF_INET6 if ":" in host else socket.AF_INET
-                self._listener = socket.create_server((host, port), family=family, backlog=1024,
-                                                      reuse_port=self.reuse_port)
-                loop.create_task(self._accept_loop(self._listener))
+                self._listener = bound_socket(host, port, self.reuse_port)
+            if not self.accept_later:
+                loop.run_until_complete(self._listen())
             if self._listener is not None:
                 self.port = self._listener.getsockname()[1]
             elif self._server is not None and not self.unix_path:
@@ -201,6 +206,28 @@ class RemotingServer:
         finally:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+
+    def accept_connections(self) -> None:
+        """Listen (once): from now on connections are accepted. For a server made with accept_later."""
+        loop = self._loop
+        if self.accepting or loop is None or self._error is not None or loop.is_closed():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._listen(), loop).result(timeout=5)
+        except Exception as exc:  # stopping meanwhile, or listen() failed: the node serves on without this port
+            log.warning("remoting: could not start accepting connections on %s: %s", self.listen_addr, exc)
+            return
+        log.info("remoting: accepting connections on %s", self.listen_addr)
+
+    async def _listen(self) -> None:
+        if self.accepting:
+            return
+        self.accepting = True
+        if self._server is not None:
+            await self._server.start_serving()
+        elif self._listener is not None:
+            self._listener.listen(LISTEN_BACKLOG)
+            asyncio.get_running_loop().create_task(self._accept_loop(self._listener))
 
     async def _start_unix(self) -> asyncio.Server:
         """A private socket only this user may open, made fresh (a stale one from a killed node is removed),
@@ -268,6 +295,9 @@ class RemotingServer:
             try:
                 first = await asyncio.wait_for(self._peek(loop, sock), self.frame_s)
             except (TimeoutError, OSError):
+                sock.close()
+                return
+            if first is None:  # closed before sending anything (a port probe): nothing to say
                 sock.close()
                 return
             tls = first == TLS_HANDSHAKE_RECORD
@@ -516,6 +546,23 @@ class RemotingServer:
         for task in conn.tasks:
             if task is not current:
                 task.cancel()
+
+
+def bound_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
+    """A TCP socket bound to (host, port), not yet listening: a connection to it is refused."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:  # as socket.create_server: IPv6 only, no dual stack
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def tls_server_context(cfg: NodeConfig) -> ssl.SSLContext:

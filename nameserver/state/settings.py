@@ -22,6 +22,7 @@ ENABLE_ALL_TOPIC_LIST = "enableAllTopicList"
 ENABLE_TOPIC_LIST = "enableTopicList"
 DELETE_TOPIC_WITH_BROKER_REGISTRATION = "deleteTopicWithBrokerRegistration"
 SUPPORT_ACTING_MASTER = "supportActingMaster"
+NOTIFY_MIN_BROKER_ID_CHANGED = "notifyMinBrokerIdChanged"
 # Controller mode's switches (RocketMQ's ControllerConfig; docs/controller.md), replicated the same way.
 ENABLE_ELECT_UNCLEAN_MASTER = "enableElectUncleanMaster"
 NOTIFY_BROKER_ROLE_CHANGED = "notifyBrokerRoleChanged"
@@ -43,6 +44,8 @@ SETTINGS: dict[str, Setting] = {
         False, "a master's changed registration removes its topics it no longer lists"),
     SUPPORT_ACTING_MASTER: Setting(
         False, "routes show a master-less acting group's lowest-id slave as broker id 0"),
+    NOTIFY_MIN_BROKER_ID_CHANGED: Setting(
+        False, "a broker set's members are sent 905 when the set's lowest broker id changes"),
     ENABLE_ELECT_UNCLEAN_MASTER: Setting(
         False, "controller mode elects outside the in-sync replicas when none of them is alive"),
     NOTIFY_BROKER_ROLE_CHANGED: Setting(True, "controller mode pushes each election to the set's brokers"),
