@@ -34,7 +34,6 @@ from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.api.rpc import call_timeout, rpc
 from nameserver.config import NodeConfig
 from nameserver.pb import api_pb2
-from raftlog.proposer import NotLeader
 
 SOCKET_NAME = os.path.join("channel", "grpc.sock")
 SETTLE_S = 2.0  # how long an answer waits for the worker's replica to reach the core's offset
@@ -190,7 +189,7 @@ class ReadIndexes:
 # ---- the worker's side -----------------------------------------------------------------------------
 
 def core_read_index(channel: grpc.Channel) -> Callable[[float], int]:
-    """The core's read index (READ_INDEX), for ReplicaNode.linearizable_index; NotLeader when it has none."""
+    """The core's read index (READ_INDEX), for ReplicaNode.linearizable_index; TimeoutError when it has none."""
     call = channel.unary_unary(READ_INDEX, request_serializer=api_pb2.ReadIndexRequest.SerializeToString,
                                response_deserializer=api_pb2.ReadIndexReply.FromString)
 
@@ -198,7 +197,7 @@ def core_read_index(channel: grpc.Channel) -> Callable[[float], int]:
         try:
             return call(api_pb2.ReadIndexRequest(), timeout=max(0.1, timeout)).read_index
         except grpc.RpcError as exc:
-            raise NotLeader(f"no read index from the node's core: {exc.details()}") from None
+            raise TimeoutError(f"no read index from the node's core: {exc.details()}") from None
 
     return read_index
 
