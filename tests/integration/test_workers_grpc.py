@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nameserver import headers, tlsconf
 from nameserver.api.auth import hash_token
 from nameserver.pb import api_pb2, api_pb2_grpc
-from tests.certs import CertFiles, TestCA
+from tests.certs import CertFiles, TestCA, write_private
 from tests.cluster import Cluster, NodeProc, register_request
 from tests.procnet import children, listener_pids, socket_inodes, tcp_sockets
 
@@ -104,19 +104,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     ca = TestCA(os.path.join(root, "pki"))
     certs = {"node": ca.node("node")} | {cn: ca.issue(cn) for cn in ("broker", "client", "admin", "nobody")}
     admin_token = secrets.token_urlsafe(24)
-
-    def write(name: str, text: str) -> str:
-        path = os.path.join(root, name)
-        with open(path, "w") as f:
-            f.write(text)
-        os.chmod(path, 0o600)
-        return path
-
-    security = {"security": {"mode": "secure"}, "raft": {"password_file": write("raft.pw", secrets.token_urlsafe(24))},
+    password = write_private(root, "raft.pw", secrets.token_urlsafe(24))
+    tokens = write_private(root, "tokens.toml", f'[tokens]\n"{hash_token(admin_token)}" = "admin"\n')
+    security = {"security": {"mode": "secure"}, "raft": {"password_file": password},
                 "tls": {"cert_file": certs["node"].cert, "key_file": certs["node"].key, "ca_file": ca.ca_file,
                         "client_auth": "require"},
                 "auth": {"cert_roles": {"broker": "broker", "client": "client", "admin": "admin", "node": "peer"},
-                         "tokens_file": write("tokens.toml", f'[tokens]\n"{hash_token(admin_token)}" = "admin"\n')}}
+                         "tokens_file": tokens}}
     cluster = Cluster(root, 3, metrics=True, security=security, worker_processes=WORKERS,
                       connect=lambda addr, opts=(): tlsconf.open_channel(
                           addr, tls=True, ca_file=ca.ca_file, cert_file=certs["admin"].cert,

@@ -34,6 +34,7 @@ from tests.cluster import Cluster, NodeProc
 from tests.procnet import children, listener_pids
 
 from .bench_remoting import ROUTE_TOPICS
+from .bench_workers import medians
 
 KINDS = ("reads", "registrations")
 
@@ -128,12 +129,9 @@ def markdown(rows: list[dict[str, Any]], seconds: float, nodes: int) -> str:
                      f"{row['p50_ms']} / {row['p99_ms']} | {row['server_us_per_op']:,} | {row['core_us_per_op']:,} | "
                      f"{row['errors']}{error} |")
     lines.append("")
-    for key in sorted({(row["kind"], row["workers"]) for row in rows}):
-        mine = [row for row in rows if (row["kind"], row["workers"]) == key]
-        per_s, cpu, core = (statistics.median(r[k] for r in mine) for k in ("per_s", "server_us_per_op",
-                                                                            "core_us_per_op"))
-        lines.append(f"- {key[0]}, worker_processes = {key[1]}: median {per_s:,.0f} ops/s, {cpu:,.0f} µs of "
-                     f"server CPU per op ({core:,.0f} in the core)")
+    for (kind, workers), m in medians(rows, ("kind", "workers")):
+        lines.append(f"- {kind}, worker_processes = {workers}: median {m['per_s']:,.0f} ops/s, "
+                     f"{m['server_us_per_op']:,.0f} µs of server CPU per op ({m['core_us_per_op']:,.0f} in the core)")
     return "\n".join(lines) + "\n"
 
 
