@@ -3,14 +3,15 @@ in one run, with the server's CPU per operation: the core's and its workers' tog
 /proc over the load; with --nodes 3 every node's processes), and the core's alone.
 
     .venv/bin/python -m tests.interop.bench_workers_grpc --seconds 10 --clients 8 [--workers 0,2]
-        [--nodes 1|3] [--rounds 2] [--report out.md]
+        [--nodes 1|3] [--at follower|leader] [--kinds reads,registrations] [--rounds 2] [--report out.md]
 
 The load comes from --procs client processes (spawned, so no gRPC state crosses a fork), each running
 clients/procs threads with their own connection and one call in flight (bench/load.py). A Python client
 is GIL-bound: on a small machine it is part of the figure, which is why CPU per operation is reported
-beside throughput. With --nodes 3 the load goes to a follower: a registration is forwarded to the
-leader, which with workers is two extra process hops (the follower's worker to its core, the leader's
-worker to its core).
+beside throughput. With --nodes 3 the load goes to a follower (or, --at leader, to the leader): from a
+follower a registration is forwarded to the leader, which with workers is two extra process hops (the
+follower's worker to its core, the leader's worker to its core); the difference between the two
+targets is the forwarding's cost.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ KINDS = ("reads", "registrations")
 
 
 @contextmanager
-def cluster_with_workers(root: str, nodes: int, workers: int) -> Iterator[tuple[Cluster, NodeProc]]:
+def cluster_with_workers(root: str, nodes: int, workers: int, at: str = "follower"
+                         ) -> Iterator[tuple[Cluster, NodeProc]]:
     """A fresh cluster whose nodes run `workers` workers each, every gRPC listener up: (cluster, the node
-    the load goes to: a follower when there are several)."""
+    the load goes to: `at` "follower" (when there are several) or "leader")."""
     os.makedirs(root)
     c = Cluster(root, nodes, worker_processes=workers)
     try:
@@ -53,7 +55,7 @@ def cluster_with_workers(root: str, nodes: int, workers: int) -> Iterator[tuple[
             port = int(n.grpc_addr.rsplit(":", 1)[1])
             c.wait_for(f"{n.name}'s gRPC listeners", lambda pid=n.proc.pid, port=port:
                        len(listener_pids(pid, port)) == max(1, workers), timeout=60)
-        yield c, next((n for n in c.nodes if n is not leader), leader)
+        yield c, leader if at == "leader" else next((n for n in c.nodes if n is not leader), leader)
     finally:
         c.stop()
 
@@ -78,9 +80,10 @@ def _client(addr: str, kind: str, threads: int, seconds: float, proc: int) -> di
     return run_load(make, threads, seconds)
 
 
-def measure(root: str, nodes: int, workers: int, clients: int, procs: int, seconds: float) -> list[dict[str, Any]]:
+def measure(root: str, nodes: int, workers: int, clients: int, procs: int, seconds: float, at: str = "follower",
+            kinds: tuple[str, ...] = KINDS) -> list[dict[str, Any]]:
     rows = []
-    with cluster_with_workers(root, nodes, workers) as (cluster, target):
+    with cluster_with_workers(root, nodes, workers, at) as (cluster, target):
         seed = api_pb2_grpc.NameServerStub(new_channel(target.grpc_addr))
         seed.RegisterBroker(api_pb2.RegisterBrokerRequest(
             cluster_name="BenchCluster", broker_name="seed", broker_addr="10.8.0.1:10911",
@@ -89,7 +92,7 @@ def measure(root: str, nodes: int, workers: int, clients: int, procs: int, secon
         time.sleep(1.0)  # every replica has it
         core_pids = [n.proc.pid for n in cluster.nodes if n.proc is not None]
         ctx = multiprocessing.get_context("spawn")
-        for kind in KINDS:
+        for kind in kinds:
             every = core_pids + [w for pid in core_pids for w in children(pid)]
             all0, core0 = proc_cpu_s(every), proc_cpu_s(core_pids)
             with ctx.Pool(procs) as pool:
@@ -107,18 +110,19 @@ def measure(root: str, nodes: int, workers: int, clients: int, procs: int, secon
     return rows
 
 
-def run(workers: list[int], nodes: int, clients: int, procs: int, seconds: float, rounds: int) -> list[dict[str, Any]]:
+def run(workers: list[int], nodes: int, clients: int, procs: int, seconds: float, rounds: int, at: str = "follower",
+        kinds: tuple[str, ...] = KINDS) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-workers-grpc-") as root:
         for r in range(rounds):
             for w in workers:
-                rows += [row | {"round": r}
-                         for row in measure(os.path.join(root, f"r{r}-w{w}"), nodes, w, clients, procs, seconds)]
+                rows += [row | {"round": r} for row in measure(os.path.join(root, f"r{r}-w{w}"), nodes, w, clients,
+                                                               procs, seconds, at, kinds)]
     return rows
 
 
-def markdown(rows: list[dict[str, Any]], seconds: float, nodes: int) -> str:
-    where = "one node" if nodes == 1 else f"a follower of a {nodes}-node cluster"
+def markdown(rows: list[dict[str, Any]], seconds: float, nodes: int, at: str = "follower") -> str:
+    where = "one node" if nodes == 1 else f"the {at} of a {nodes}-node cluster"
     lines = [f"gRPC, load on {where}, 1 call in flight per connection, {seconds:g} s per load; {os.cpu_count()} CPUs; "
              f"{time.strftime('%Y-%m-%d %H:%M:%S')}", "",
              "| load | connections | worker_processes | round | ops/s | p50 / p99 ms | server CPU µs/op "
@@ -143,12 +147,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--procs", type=int, default=2, help="client processes")
     parser.add_argument("--workers", default="0,2", help="worker_processes values, comma-separated")
     parser.add_argument("--nodes", type=int, default=1, choices=(1, 3))
+    parser.add_argument("--at", default="follower", choices=("follower", "leader"), help="with --nodes 3")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="loads, comma-separated")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--report", default="", help="write the markdown table here too")
     args = parser.parse_args(argv)
+    kinds = tuple(args.kinds.split(","))
+    if not set(kinds) <= set(KINDS):
+        parser.error(f"--kinds: each one of {', '.join(KINDS)}")
     rows = run([int(w) for w in args.workers.split(",")], args.nodes, args.clients, args.procs, args.seconds,
-               args.rounds)
-    print(report := markdown(rows, args.seconds, args.nodes))
+               args.rounds, args.at, kinds)
+    print(report := markdown(rows, args.seconds, args.nodes, args.at))
     if args.report:
         Path(args.report).write_text(report)
     return 0
