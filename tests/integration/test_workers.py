@@ -33,6 +33,7 @@ from prometheus_client.samples import Sample
 from bench.load import proc_cpu_s
 from nameserver import headers, tlsconf
 from nameserver.api.auth import hash_token
+from nameserver.chunking import register_chunks
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command
@@ -414,6 +415,12 @@ def test_calls_through_workers_are_decided_as_direct_ones(env: Env) -> None:
     assert refused(lambda: admin.TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=10))[0] == (
         grpc.StatusCode.PERMISSION_DENIED)
     assert api_pb2_grpc.AdminStub(env.channel(node, "admin")).Status(api_pb2.StatusRequest(), timeout=10).ready
+    # a client stream (a registration in chunks) passes through the worker's guards to the core
+    big = register_request("CG", "bstream", "127.0.0.1:10941", [f"TopicS{k}" for k in range(50)])
+    streamed = env.ns(node, "broker").RegisterBrokerStream(iter(register_chunks(big, per_chunk=10)), timeout=10)
+    route = env.ns(node, "client").GetRoute(api_pb2.GetRouteRequest(topic="TopicS49", min_offset=streamed.offset),
+                                           timeout=10)
+    assert [b.broker_name for b in route.route.broker_datas] == ["bstream"]
     watch = env.ns(node, "client").Watch(api_pb2.WatchRequest(key_prefixes=["kv/wg/"]), timeout=10)
     first = next(iter(watch))
     assert first.initial_state and [e.key for e in first.events] == ["kv/wg/k"]

@@ -16,7 +16,7 @@ from nameserver import headers
 from nameserver.api import auth, corelink
 
 NS = corelink.NAMESERVER.full_name
-PUT, WATCH = f"/{NS}/PutKv", f"/{NS}/Watch"
+PUT, WATCH, STREAM = f"/{NS}/PutKv", f"/{NS}/Watch", f"/{NS}/RegisterBrokerStream"
 
 
 class Core:
@@ -37,6 +37,9 @@ class Core:
         context.set_trailing_metadata(((headers.APPLY_OFFSET, "5"),))
         return request[::-1]
 
+    def register_stream(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        return b"|".join(requests)
+
     def watch(self, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         self.record(request, context)
         yield from (b"a", b"\x00\xff", b"c")
@@ -49,7 +52,8 @@ def link(tmp_path: Any) -> Iterator[tuple[Core, grpc.Channel, list[tuple[int, fl
     core_server = grpc.server(futures.ThreadPoolExecutor(4), interceptors=[corelink.WorkerCallers(lambda: 42)])
     core_server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(NS, {
         "PutKv": grpc.unary_unary_rpc_method_handler(core.put),
-        "Watch": grpc.unary_stream_rpc_method_handler(core.watch)}),))
+        "Watch": grpc.unary_stream_rpc_method_handler(core.watch),
+        "RegisterBrokerStream": grpc.stream_unary_rpc_method_handler(core.register_stream)}),))
     target = f"unix:{tmp_path}/core.sock"
     core_server.add_insecure_port(target)
     core_server.start()
@@ -108,6 +112,11 @@ def test_a_stream_passes_through(link: Any) -> None:
     call = client.unary_stream(WATCH)(b"w", timeout=5)
     assert list(call) == [b"a", b"\x00\xff", b"c"]
     assert dict(call.trailing_metadata())[headers.LOG_TO_OFFSET] == "9"
+
+
+def test_a_client_stream_passes_through(link: Any) -> None:
+    _, client, _ = link
+    assert client.stream_unary(STREAM)(iter([b"1", b"22", b"333"]), timeout=5) == b"1|22|333"
 
 
 def test_a_method_of_no_forwarded_service_is_not_served(link: Any) -> None:
