@@ -4,7 +4,7 @@
     raft_addr = "127.0.0.1:9201"      # this node's id in the cluster
     grpc_addr = "127.0.0.1:9101"
     data_dir = "data/local/n1"
-    worker_processes = 0              # remoting front-end processes beside this one (docs/architecture.md)
+    worker_processes = 0              # gRPC and remoting front-end processes (docs/architecture.md)
 
     [[cluster.members]]               # every member, this node included
     raft_addr = "127.0.0.1:9201"

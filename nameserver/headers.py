@@ -7,12 +7,14 @@ Request metadata
     x-rip18-forwarded           a follower forwarded this write or read index (honoured from peers only)
     x-rip18-session-owner       the original caller's session owner, on a forwarded write (peers only)
     x-rip18-as-role             a peer acting for a less privileged caller (the remoting listener)
+    x-rip18-worker-caller       a worker's client (address, certificate names) on the core's private socket
 
 Trailing metadata
     x-apply-offset              the node's apply offset, on a read it could not serve yet (and NOT_FOUND)
     x-current-version           a binding's version, on a failed compare-and-set
     x-log-to-offset             the offset a ReadLog stream was served up to
     x-log-first-kept            the first offset a node's log still holds (ReadLog OUT_OF_RANGE)
+    x-rip18-core-offset         the core's apply offset, to its worker (which removes it)
 """
 
 CLIENT_ID = "x-client-id"
@@ -21,8 +23,10 @@ AUTHORIZATION = "authorization"
 FORWARDED = "x-rip18-forwarded"
 SESSION_OWNER = "x-rip18-session-owner"
 AS_ROLE = "x-rip18-as-role"
+WORKER_CALLER = "x-rip18-worker-caller"  # nameserver/api/corelink.py
 
 APPLY_OFFSET = "x-apply-offset"
 CURRENT_VERSION = "x-current-version"
 LOG_TO_OFFSET = "x-log-to-offset"
 LOG_FIRST_KEPT = "x-log-first-kept"
+CORE_OFFSET = "x-rip18-core-offset"

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
-from concurrent import futures
 
-import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from nameserver import tlsconf
-from nameserver.api import auth
+from nameserver.api import auth, corelink, grpcserver
 from nameserver.api.adminservice import AdminService
-from nameserver.api.callguard import CallGuard
 from nameserver.api.inprocess import InProcessStub
 from nameserver.api.logservice import LogService
-from nameserver.api.rpc import DecodeGuard
 from nameserver.api.service import NameServerService
 from nameserver.config import NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
@@ -42,6 +38,7 @@ from raftlog.log import LeaderView, Subscription
 
 log = logging.getLogger("nameserver.server")
 
+PRIVATE_CONNECTIONS_PER_WORKER = 4  # a worker's channels to the core's private socket (gRPC may open a few)
 SERVICE_NAMES = (
     api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name,
     api_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
@@ -58,32 +55,20 @@ class Server:
         self.budget = fdlimits.budget(cfg, fdlimits.raise_nofile())
         FD_RESERVE.hold(cfg.reserved_fds)
         self.node = NameServerNode(cfg)
-        opts = [("grpc.max_send_message_length", cfg.max_message_bytes),
-                ("grpc.max_receive_message_length", cfg.max_message_bytes),
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_allowed_incoming_connections", self.budget.grpc),
-                ("grpc.server_handshake_timeout_ms", cfg.grpc_handshake_timeout_ms),
-                ("grpc.max_connection_idle_ms", cfg.grpc_idle_timeout_ms),
-                ("grpc.max_concurrent_streams", cfg.grpc_max_streams_per_connection)]
-        # Outermost: no call holds a worker waiting on its client past a bound, and a call auth refuses
-        # anyway is refused before its request arrives (nameserver/api/callguard.py).
-        authz = auth.interceptor(cfg)
-        interceptors: list[grpc.ServerInterceptor] = [CallGuard(
-            cfg.grpc_progress_timeout_ms, cfg.grpc_max_streams, cfg.grpc_max_streams_per_caller,
-            refusal=authz.authorizer.refusal if authz is not None else None)]
         # Prometheus metrics (nameserver/ops/metrics.py): RPCs are counted by an interceptor.
         self.metrics = (NodeMetrics(self.node, max_broker_sets=cfg.metrics_max_broker_sets)
                         if cfg.metrics_addr else None)
-        if self.metrics is not None:
-            interceptors.append(self.metrics.interceptor())
-        # Auth runs inside metrics, so refused calls are counted too (nameserver/api/auth.py).
-        if authz is not None:
-            interceptors.append(authz)
-        interceptors.append(DecodeGuard())  # undecodable request bytes: INVALID_ARGUMENT, not INTERNAL
-        self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers,
-                                                           thread_name_prefix="grpc"), options=opts,
-                                interceptors=interceptors,
-                                maximum_concurrent_rpcs=cfg.grpc_max_concurrent_rpcs)
+        counter = self.metrics.interceptor() if self.metrics is not None else None
+        if cfg.worker_processes:
+            # The workers serve the public address; the core only its private socket (their forwarded
+            # calls, their replicas' Follow and read indexes: nameserver/api/corelink.py).
+            self.grpc = grpcserver.new_server(cfg, PRIVATE_CONNECTIONS_PER_WORKER * cfg.worker_processes + 8,
+                                              metrics=counter,
+                                              outermost=corelink.WorkerCallers(lambda: self.node.log.apply_offset))
+            self.grpc.add_generic_rpc_handlers(
+                (corelink.ReadIndexes(self.node.linearizable_index, cfg).handler(),))
+        else:
+            self.grpc = grpcserver.new_server(cfg, self.budget.grpc, metrics=counter)
         self.service = NameServerService(self.node)
         api_pb2_grpc.add_NameServerServicer_to_server(self.service, self.grpc)
         api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node), self.grpc)
@@ -100,11 +85,12 @@ class Server:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(SERVICE_NAMES + (health.SERVICE_NAME, reflection.SERVICE_NAME),
                                             self.grpc)
-        creds = tlsconf.server_credentials(cfg)
-        port = (self.grpc.add_secure_port(cfg.grpc_addr, creds) if creds is not None
-                else self.grpc.add_insecure_port(cfg.grpc_addr))
-        if port == 0:
-            raise OSError(f"cannot listen on {cfg.grpc_addr}")
+        if cfg.worker_processes:
+            if self.grpc.add_insecure_port(corelink.prepare_socket(cfg)) == 0:
+                raise OSError(f"cannot listen on {corelink.socket_path(cfg)}")
+            os.chmod(corelink.socket_path(cfg), 0o600)
+        else:
+            grpcserver.listen_public(self.grpc, cfg)
         # Optional listeners started and stopped with the node (each has start() and stop()):
         # the RocketMQ remoting listener, the Prometheus endpoint, the log archiver.
         self.extras: list = [LeaderWatch(self.node.log, self.metrics)]  # one log line per leader change
@@ -122,16 +108,15 @@ class Server:
         self.until_ready: list[RemotingServer] = []
         self.broker_channels: list[Handlers] = []  # whose brokers' connections this node holds
         self.min_broker_id: MinBrokerIdNotifier | None = None  # 905 pushes (replicated notifyMinBrokerIdChanged)
+        observer = self.metrics.observe_remoting if self.metrics is not None else None
+        if cfg.worker_processes:
+            self._add_workers(WorkerSpec(cfg, log_format, log_level), observer)
+        elif cfg.remoting_addr:  # RocketMQ remoting protocol (nameserver/remoting)
+            listener = RemotingServer(cfg, self.service, max_connections=self.budget.remoting,
+                                      observer=observer, accept_later=True)
+            self.until_ready.append(listener)
+            self.extras.append(listener)
         if cfg.remoting_addr:
-            # RocketMQ remoting protocol (nameserver/remoting), shared with worker processes when configured
-            observer = self.metrics.observe_remoting if self.metrics is not None else None
-            if cfg.worker_processes:
-                self._add_remoting_workers(WorkerSpec(cfg, log_format, log_level), observer)
-            else:
-                listener = RemotingServer(cfg, self.service, max_connections=self.budget.remoting,
-                                          observer=observer, accept_later=True)
-                self.until_ready.append(listener)
-                self.extras.append(listener)
             self.broker_channels += [lis.handlers for lis in self.until_ready if isinstance(lis.handlers, Handlers)]
             self.min_broker_id = MinBrokerIdNotifier(self._holds_broker)
         controller = InProcessStub(self.controller, auth.CONTROLLER_SERVICE)  # the node's own calls: all rights
@@ -155,25 +140,29 @@ class Server:
     def _holds_broker(self, broker_addr: str) -> bool:
         return any(h.holds(broker_addr) for h in self.broker_channels)
 
-    def _add_remoting_workers(self, spec: WorkerSpec, observer: Callable[[str, int, float], None] | None) -> None:
-        """The core's part of a remoting port shared with worker processes (nameserver/ops/workers.py):
-        its own listener on the shared port, the private socket the workers pass writes through, and
-        the workers (started last, stopped first)."""
+    def _add_workers(self, spec: WorkerSpec, observer: Callable[[str, int, float], None] | None) -> None:
+        """The worker processes (nameserver/ops/workers.py; started last, stopped first), and the core's
+        part of a remoting port shared with them: its own listener on the shared port and the private
+        socket the workers pass writes through."""
         cfg = self.cfg
-        share = process_share(cfg)
-        public = RemotingServer(share, self.service, reuse_port=True, observer=observer,
-                                max_connections=max(1, self.budget.remoting // (cfg.worker_processes + 1)),
-                                accept_later=True)
-        self.until_ready.append(public)
-        self.extras.append(public)
-        role = (cfg.remoting_role or "peer") if cfg.auth_enabled else ""
-        channel = CoreHandlers(Handlers(InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
-                                        cfg.write_timeout_ms / 1000), lambda: self.node.log.apply_offset)
-        self.broker_channels.append(channel.inner)  # brokers connected through the workers
-        self.extras.append(RemotingServer(channel_config(cfg, cfg.worker_processes), None, handlers=channel,
-                                          unix_path=socket_path(cfg), max_frame_bytes=CHANNEL_MAX_FRAME,
-                                          inflight_per_connection=LINK_INFLIGHT, observer=observer))
-        self.workers = WorkerSupervisor(spec, on_exit=channel.worker_gone, reply_sizes=public.budget.learned)
+        on_exit: Callable[[int], None] | None = None
+        reply_sizes: Callable[[], dict[int, int]] | None = None
+        if cfg.remoting_addr:
+            share = process_share(cfg)
+            public = RemotingServer(share, self.service, reuse_port=True, observer=observer,
+                                    max_connections=max(1, self.budget.remoting // (cfg.worker_processes + 1)),
+                                    accept_later=True)
+            self.until_ready.append(public)
+            self.extras.append(public)
+            role = (cfg.remoting_role or "peer") if cfg.auth_enabled else ""
+            channel = CoreHandlers(Handlers(InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
+                                            cfg.write_timeout_ms / 1000), lambda: self.node.log.apply_offset)
+            self.broker_channels.append(channel.inner)  # brokers connected through the workers
+            self.extras.append(RemotingServer(channel_config(cfg, cfg.worker_processes), None, handlers=channel,
+                                              unix_path=socket_path(cfg), max_frame_bytes=CHANNEL_MAX_FRAME,
+                                              inflight_per_connection=LINK_INFLIGHT, observer=observer))
+            on_exit, reply_sizes = channel.worker_gone, public.budget.learned
+        self.workers = WorkerSupervisor(spec, on_exit=on_exit, reply_sizes=reply_sizes)
         self.extras.append(self.workers)
         if self.metrics is not None:
             self.metrics.workers = self.workers
@@ -188,8 +177,10 @@ class Server:
         if notifier is not None:
             self._change_feed = self.node.log.subscribe(lambda entry: notifier.on_changes(entry.changes,
                                                                                            self.node.state))
+        where = (f"{self.cfg.grpc_addr} through {self.cfg.worker_processes} worker processes"
+                 if self.cfg.worker_processes else self.cfg.grpc_addr)
         log.info("node %s serving gRPC on %s (data in %s; security %s, TLS %s, client certificates %s, "
-                 "auth %s)", self.cfg.raft_addr, self.cfg.grpc_addr, self.cfg.data_dir, self.cfg.security_mode,
+                 "auth %s)", self.cfg.raft_addr, where, self.cfg.data_dir, self.cfg.security_mode,
                  "on" if self.cfg.tls_enabled else "off", self.cfg.tls_client_auth,
                  "on" if self.cfg.auth_enabled else "off")
 

@@ -1,12 +1,13 @@
-"""A remoting worker process: `python -m nameserver.worker --index I --core-pid P`, started by its node's
+"""A worker process: `python -m nameserver.worker --index I --core-pid P`, started by its node's
 core (nameserver/ops/workers.py), which writes the node's configuration to its stdin.
 
 It follows the core's state in a read replica (nameserver/replica), and once the replica is ready it
-binds the node's [remoting] listen address beside the core (SO_REUSEPORT: the kernel spreads new
-connections over the processes). The read codes REQUESTS marks `replica` are answered here by the same
-handlers and service code the core runs, over the replica; every other frame goes to the core over its
-private socket (nameserver/remoting/corechannel.py). It stops at SIGTERM, at the end of its stdin (the
-core is gone), and the kernel kills it when the core dies.
+binds the node's [grpc] address with the other workers and its [remoting] address beside the core
+(SO_REUSEPORT: the kernel spreads new connections over the processes). The eventual reads (gRPC:
+corelink.REPLICA_METHODS; remoting: the codes REQUESTS marks `replica`) are answered here by the same
+service and handler code the core runs, over the replica; every other call or frame goes to the core over
+its private sockets (nameserver/api/corelink.py, nameserver/remoting/corechannel.py). It stops at
+SIGTERM, at the end of its stdin (the core is gone), and the kernel kills it when the core dies.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import signal
 import sys
 import threading
 
-from nameserver import tlsconf
+import grpc
+
+from nameserver.api import corelink, grpcserver
 from nameserver.api.service import NameServerService
 from nameserver.ops import fdlimits, logfmt, stopsignal
 from nameserver.ops.workers import WorkerSpec, process_share
@@ -62,30 +65,42 @@ def main(argv: list[str] | None = None) -> int:
 
     share = process_share(cfg)
     budget = fdlimits.budget(share, fdlimits.raise_nofile())
-    opts = [("grpc.max_receive_message_length", cfg.max_message_bytes)]
-    replica = ReadReplica(cfg.grpc_addr, lambda target: tlsconf.peer_channel(cfg, target, opts),
+    opts = [("grpc.max_receive_message_length", cfg.max_message_bytes),
+            ("grpc.max_send_message_length", cfg.max_message_bytes)]
+    own = corelink.own_channel(cfg, opts)  # this worker's own calls: read indexes
+    replica = ReadReplica(corelink.target(cfg), lambda target: corelink.own_channel(cfg, opts),
                           name=f"worker-{args.index}")
     replica.start()
-    # Not on the port before the replica can answer: a starting worker never refuses a read.
+    # Not on the ports before the replica can answer: a starting worker never refuses a read.
     while not replica.ready and not stopped.wait(READY_POLL_S):
         pass
-    server = None
+    remoting, grpc_server = None, None
     if not stopped.is_set():
-        timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
-        front = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
-        # ReplicaNode has the node's read API, which is all the replica codes' service methods use
-        node = ReplicaNode(replica, cfg)
+        # ReplicaNode has the node's read API, which is all the replica methods and codes use
+        node = ReplicaNode(replica, cfg, read_index=corelink.core_read_index(own))
         service = NameServerService(node)  # type: ignore[arg-type]
-        server = RemotingServer(share, service,
-                                max_connections=budget.remoting, reuse_port=True, front=front)
-        warm_up(server, node, spec.reply_sizes)
-        server.start()
-        log.info("remoting worker %d (pid %d) serving on %s at offset %d", args.index, os.getpid(),
-                 cfg.remoting_addr, replica.offset)
+        # gRPC: the replica's reads here, every other call to the core's private socket as bytes
+        grpc_server = grpcserver.new_server(share, budget.grpc, reuse_port=True)
+        grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
+            grpc.insecure_channel(corelink.target(cfg), options=opts), corelink.local_handlers(service),
+            replica.wait_applied),))
+        grpcserver.listen_public(grpc_server, cfg)
+        grpc_server.start()
+        if cfg.remoting_addr:
+            timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
+            front = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
+            remoting = RemotingServer(share, service, max_connections=budget.remoting, reuse_port=True, front=front)
+            warm_up(remoting, node, spec.reply_sizes)
+            remoting.start()
+        log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d", args.index, os.getpid(), cfg.grpc_addr,
+                 f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset)
         stopsignal.wait_until_set(stopped)
-    if server is not None:
-        server.stop()
+    if remoting is not None:
+        remoting.stop()
+    if grpc_server is not None:
+        grpc_server.stop(1.0).wait()
     replica.stop()
+    own.close()
     return 0
 
 

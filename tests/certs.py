@@ -78,3 +78,12 @@ class TestCA:
 
     def node(self, cn: str = "node") -> CertFiles:
         return self.issue(cn, ips=("127.0.0.1",), dns=("localhost",))
+
+
+def write_private(directory: str, name: str, text: str) -> str:
+    """A secret file (a password, a tokens table) readable by its owner only; returns its path."""
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+    return path

@@ -1,5 +1,5 @@
 """Which process holds which TCP socket, from Linux /proc: a node's worker processes (its children), the
-sockets listening on its remoting port, the process that accepted a given connection."""
+sockets listening on one of its ports, the process that accepted a given connection."""
 
 from __future__ import annotations
 
@@ -36,10 +36,16 @@ def socket_inodes(pid: int) -> set[int]:
 
 
 def tcp_sockets() -> list[tuple[int, int, int, int]]:
-    """(local port, remote port, state, inode) of every IPv4 TCP socket."""
+    """(local port, remote port, state, inode) of every TCP socket, IPv4 and IPv6 (gRPC listens on
+    127.0.0.1 with an IPv6 socket: ::ffff:127.0.0.1)."""
     rows = []
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except OSError:  # no IPv6 in this kernel
+            continue
+        for line in lines:
             parts = line.split()
             rows.append((int(parts[1].split(":")[1], 16), int(parts[2].split(":")[1], 16), int(parts[3], 16),
                          int(parts[9])))

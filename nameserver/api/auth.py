@@ -57,6 +57,9 @@ CLIENT_METHODS |= frozenset(f"/{CONTROLLER_SERVICE}/{m}" for m in ("GetReplicaIn
 LOG_SERVICE = api_pb2.DESCRIPTOR.services_by_name["Log"].full_name
 # Follow feeds a read replica every entry as applied, sessions and all: a node's (or its workers').
 PEER_ONLY = frozenset({f"/{NAMESERVER_SERVICE}/ReadIndex", f"/{LOG_SERVICE}/Follow"})
+# Set in the auth context of a worker's own call on the core's private socket (nameserver/api/corelink.py),
+# never by gRPC: that caller is the node itself, with the peer role.
+NODE_ITSELF = "rip18_node_itself"
 OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
                  "grpc.reflection.v1.ServerReflection")
 
@@ -135,6 +138,8 @@ class Authorizer:
             if role is None:
                 raise Denied(grpc.StatusCode.UNAUTHENTICATED, "unknown token")
             return Caller(role, "token", f"token:{digest}", self._is_peer(role))
+        if auth_context.get(NODE_ITSELF):
+            return Caller("peer", "worker", "node", True)
         names = [v.decode(errors="replace") for key in ("x509_common_name", "x509_subject_alternative_name")
                  for v in auth_context.get(key, [])]
         if not names:

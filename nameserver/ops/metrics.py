@@ -409,9 +409,9 @@ class _NodeCollector(Collector):
         yield from _controller_gauges(broker_sets, m.broker_alive, m.max_broker_sets)
         yield from _quota_gauges(node)
         if m.workers is not None:  # their own requests are not counted here (docs/operations.md)
-            yield gauge("nameserver_worker_processes", "Remoting worker processes of this node alive now "
+            yield gauge("nameserver_worker_processes", "Worker processes of this node alive now "
                         "([node] worker_processes).", m.workers.alive())
-            yield counter("nameserver_worker_restarts", "Remoting worker processes restarted after they "
+            yield counter("nameserver_worker_restarts", "Worker processes restarted after they "
                           "exited.", m.workers.restarts_total)
         yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])
         routes = CounterMetricFamily("nameserver_route_reads", "Route reads this node answered, by whether the "

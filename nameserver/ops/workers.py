@@ -45,12 +45,14 @@ class WorkerSpec:
 
 
 def process_share(cfg: NodeConfig) -> NodeConfig:
-    """Each process's remoting limits when workers share the port: the node's connection cap divided
+    """Each process's connection limits when workers share the ports: the node's connection cap divided
     among the core and its workers (the kernel spreads connections about evenly). The unsent-bytes total
     stays per process: divided, a process would answer SYSTEM_BUSY to its fifth fresh connection (a
     code never answered yet reserves a connection's whole 32 MiB share: 4 of them fill 128 MiB)."""
     processes = cfg.worker_processes + 1
-    return replace(cfg, remoting_max_connections=max(1, cfg.remoting_max_connections // processes))
+    # gRPC's public address is the workers' alone (nameserver/api/corelink.py): its cap divided among them
+    return replace(cfg, remoting_max_connections=max(1, cfg.remoting_max_connections // processes),
+                   grpc_max_connections=max(1, cfg.grpc_max_connections // max(1, cfg.worker_processes)))
 
 
 class WorkerSupervisor:
@@ -84,7 +86,7 @@ class WorkerSupervisor:
             self._spawn(i)
         self._thread = threading.Thread(target=self._watch, name="workers", daemon=True)
         self._thread.start()
-        log.info("started %d remoting worker process(es): pids %s", self.count, self.pids())
+        log.info("started %d worker process(es): pids %s", self.count, self.pids())
 
     def _spawn(self, i: int) -> subprocess.Popen:
         proc = subprocess.Popen([sys.executable, "-m", "nameserver.worker", "--index", str(i),

@@ -3,12 +3,15 @@ NameServerNode, so NameServerService(ReplicaNode(...)) serves GetRoute, GetClust
 GetKv, ListKv, GetBrokerMemberGroup, GetSettings and serializable binding reads from the replica.
 
 Reads are the core's own (nameserver/core/reads.py): bounded waits for min_offset, NotReady while the
-replica is not ready, the route cache. Writes, linearizable reads and watches are not served here yet.
+replica is not ready, the route cache. A linearizable read takes its read index from `read_index` (a
+worker's core: nameserver/api/corelink.py) and waits for the replica to reach it. Writes and watches
+are not served here.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from nameserver.config import NodeConfig
 from nameserver.core.reads import LocalReads
@@ -19,8 +22,11 @@ from raftlog.proposer import NotLeader
 
 
 class ReplicaNode(LocalReads):
-    def __init__(self, replica: ReadReplica, cfg: NodeConfig) -> None:
+    def __init__(self, replica: ReadReplica, cfg: NodeConfig,
+                 read_index: Callable[[float], int] | None = None) -> None:
+        """`read_index(timeout)`: a read index covering every write acknowledged before the call."""
         self.cfg = cfg
+        self.read_index = read_index
         self.replica = replica
         self.log = replica  # ready, apply_offset, wait_applied, is_leader()
         self.lock = replica.lock
@@ -36,7 +42,8 @@ class ReplicaNode(LocalReads):
         return self.replica.not_ready_reason() or "replica is ready"
 
     def linearizable_index(self, timeout: float) -> int:
-        """Not here yet (it needs a read index from the core's leader): a linearizable read is refused
-        UNAVAILABLE with this message, as a write to a node without a leader is, and not answered stale."""
-        raise NotLeader("a read replica serves SERIALIZABLE reads only (for now): read LINEARIZABLE from a "
-                        "core node")
+        """The read index of `read_index`; without one a linearizable read is refused UNAVAILABLE with
+        this message (as a write to a node without a leader is), never answered stale."""
+        if self.read_index is None:
+            raise NotLeader("this read replica serves SERIALIZABLE reads only: read LINEARIZABLE from a node")
+        return self.read_index(timeout)

@@ -92,12 +92,19 @@ def markdown(rows: list[dict[str, Any]], seconds: float) -> str:
                      f"{row['p50_ms']} / {row['p99_ms']} | {row['server_us_per_op']:,.0f} | "
                      f"{row['core_us_per_op']:,.0f} | {row['loadgen_us_per_op']:,.0f} | {row['errors']}{_first(row)} |")
     lines.append("")
-    for key in sorted({(row["clients"], row["workers"]) for row in rows}):
-        mine = [row for row in rows if (row["clients"], row["workers"]) == key]
-        lines.append(f"- {key[0]} connection(s), worker_processes = {key[1]}: median "
-                     f"{statistics.median(r['per_s'] for r in mine):,.0f} reads/s, "
-                     f"{statistics.median(r['server_us_per_op'] for r in mine):,.0f} µs of server CPU per read")
+    for (clients, workers), m in medians(rows, ("clients", "workers")):
+        lines.append(f"- {clients} connection(s), worker_processes = {workers}: median {m['per_s']:,.0f} reads/s, "
+                     f"{m['server_us_per_op']:,.0f} µs of server CPU per read")
     return "\n".join(lines) + "\n"
+
+
+def medians(rows: list[dict[str, Any]], by: tuple[str, ...]) -> list[tuple[tuple[Any, ...], dict[str, float]]]:
+    """Per value of the `by` fields, in order: the rounds' medians of throughput and CPU per operation."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[k] for k in by), []).append(row)
+    return [(key, {k: statistics.median(r[k] for r in mine) for k in ("per_s", "server_us_per_op", "core_us_per_op")})
+            for key, mine in sorted(groups.items())]
 
 
 def _first(row: dict[str, Any]) -> str:

@@ -1,0 +1,304 @@
+"""gRPC between a node's worker processes and its core (docs/architecture.md, "Processes").
+
+With [node] worker_processes > 0 the workers serve the node's public gRPC address (SO_REUSEPORT) and the
+core serves gRPC only on a private Unix socket, <data_dir>/channel/grpc.sock (the socket 0600, its
+directory 0700: only the node's own user reaches it). A worker answers the eventual reads in
+REPLICA_METHODS from its read replica with the core's own service code; every other call goes to the
+core as it came (CoreForwarder): the request and reply bytes untouched (no decode, no encode), the
+caller's metadata and time left, the status, details and trailing metadata back.
+
+What the private socket cannot carry itself, the worker says in one header, CALLER (set by the worker,
+never taken from a client): the client's address and its TLS auth context (certificate names), or
+"self" on the worker's own calls (Log.Follow, read indexes). On the core, WorkerCallers (outermost,
+before every guard) hands the guards and the service a context that answers peer() and auth_context()
+with the client's: the core decides a forwarded call as if the client had called it directly
+(tokens, certificate roles, per-caller stream bounds, session owners). A call without the header is
+refused. The core stamps its apply offset on each unary answer (CORE_OFFSET, removed by the worker),
+which the worker's replica reaches before the answer leaves (bounded): a client reads its own writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
+
+from nameserver import headers, tlsconf
+from nameserver.api import auth
+from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
+from nameserver.api.rpc import call_timeout, rpc
+from nameserver.config import NodeConfig
+from nameserver.pb import api_pb2
+
+SOCKET_NAME = os.path.join("channel", "grpc.sock")
+SETTLE_S = 2.0  # how long an answer waits for the worker's replica to reach the core's offset
+# Eventual reads a replica answers (the gRPC twins of the remoting codes REQUESTS marks replica=True,
+# nameserver/remoting/handlers.py, and the other reads of the state). GetBinding and ListBindings read
+# LINEARIZABLE through a read index from the core (ReadIndexes) and a wait on the replica.
+REPLICA_METHODS = ("GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv",
+                   "GetSettings", "GetBinding", "ListBindings")
+NAMESERVER = api_pb2.DESCRIPTOR.services_by_name["NameServer"]
+# The services a worker passes on; any other method is UNIMPLEMENTED there (the core's private ones too).
+FORWARDED_SERVICES = (NAMESERVER, *(api_pb2.DESCRIPTOR.services_by_name[s] for s in ("Admin", "Controller", "Log")),
+                      health_pb2.DESCRIPTOR.services_by_name["Health"],
+                      reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"])
+READ_INDEX = "/rip18.CoreLink/ReadIndex"  # the core's linearizable read index, for its workers only
+_DROPPED = frozenset({"user-agent", headers.WORKER_CALLER})  # set by the channel, or by us
+# What of a TLS caller's auth context the core uses (auth.py, callguard.py): its certificate's names. Not
+# the whole context: the PEM certificate alone would pass gRPC's 8 KiB metadata bound once hex-encoded.
+_AUTH_KEYS = ("x509_common_name", "x509_subject_alternative_name", "transport_security_type")
+_NO_DEADLINE_S = 1e6  # what time_remaining() reports for a call without a deadline is far beyond this
+
+
+def socket_path(cfg: NodeConfig) -> str:
+    return os.path.join(cfg.data_dir, SOCKET_NAME)
+
+
+def target(cfg: NodeConfig) -> str:
+    return "unix:" + os.path.abspath(socket_path(cfg))
+
+
+def prepare_socket(cfg: NodeConfig) -> str:
+    """The private socket's address, its directory made 0700 and a stale socket removed."""
+    path = socket_path(cfg)
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    if os.path.exists(path):
+        os.unlink(path)
+    return target(cfg)
+
+
+def own_channel(cfg: NodeConfig, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
+    """A worker's channel for its own calls to the core: marked as the node itself, and with the
+    peer token when there is one (a token-only [auth] refuses a call without one before it runs)."""
+    return tlsconf.open_channel(target(cfg), token=cfg.peer_token if cfg.auth_enabled else None,
+                                extra_metadata=[(headers.WORKER_CALLER, json.dumps({"self": True}))],
+                                options=options or ())
+
+
+# ---- the core's side -------------------------------------------------------------------------------
+
+class CallerContext:
+    """A servicer context that answers with the worker's client as the caller."""
+
+    def __init__(self, context: grpc.ServicerContext, peer: str, auth_context: Mapping[str, list[bytes]],
+                 apply_offset: Callable[[], int]) -> None:
+        self._context = context
+        self._peer = peer
+        self._auth = auth_context
+        self._apply_offset = apply_offset
+        self._trailing: tuple[tuple[str, Any], ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    def peer(self) -> str:
+        return self._peer
+
+    def auth_context(self) -> Mapping[str, list[bytes]]:
+        return self._auth
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        self._trailing = tuple(metadata)
+        self.stamp()
+
+    def stamp(self) -> None:
+        """The trailing metadata with the core's apply offset as of now."""
+        self._context.set_trailing_metadata(self._trailing + ((headers.CORE_OFFSET, str(self._apply_offset())),))
+
+
+def _decode_caller(value: str | None) -> tuple[str, dict[str, list[bytes]]] | None:
+    """(peer, auth context) from CALLER; None when absent or malformed."""
+    if value is None:
+        return None
+    try:
+        said = json.loads(value)
+        if said.get("self") is True:
+            return "worker", {auth.NODE_ITSELF: [b"1"]}
+        return str(said["peer"]), {str(k): [bytes.fromhex(v) for v in vs] for k, vs in said["auth"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _encode_caller(context: grpc.ServicerContext) -> str:
+    said = context.auth_context() or {}
+    return json.dumps({"peer": context.peer(), "auth": {k: [bytes(v).hex() for v in said[k]] for k in _AUTH_KEYS
+                                                        if k in said}})
+
+
+class WorkerCallers(grpc.ServerInterceptor):
+    """Outermost on the core's private listener: who the worker's caller was (see the module's text)."""
+
+    def __init__(self, apply_offset: Callable[[], int]) -> None:
+        self.apply_offset = apply_offset
+
+    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
+        handler = continuation(details)
+        if handler is None:
+            return None
+        value = next((v for k, v in details.invocation_metadata or () if k == headers.WORKER_CALLER), None)
+        caller = _decode_caller(value if isinstance(value, str) else None)
+        if caller is None:
+            def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                              "a call on the core's private socket must name its caller")
+            return wrap_handler(handler, lambda behavior, kind: refuse)
+        peer, auth_context = caller
+
+        def wrap(behavior: Callable, kind: str) -> Callable:
+            if kind in STREAMING_RESPONSE:
+                return lambda request, context: behavior(request, CallerContext(context, peer, auth_context,
+                                                                                self.apply_offset))
+
+            def unary(request: Any, context: grpc.ServicerContext) -> Any:
+                ctx = CallerContext(context, peer, auth_context, self.apply_offset)
+                try:
+                    return behavior(request, ctx)
+                finally:
+                    ctx.stamp()
+            return unary
+
+        return wrap_handler(handler, wrap)
+
+
+class ReadIndexes:
+    """READ_INDEX on the core's private listener: the node's linearizable read index (from the leader
+    when the core follows), for a worker's LINEARIZABLE reads."""
+
+    def __init__(self, index: Callable[[float], int], cfg: NodeConfig) -> None:
+        self.index = index
+        self.default, self.cap = cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000
+
+    @rpc
+    def ReadIndex(self, request: api_pb2.ReadIndexRequest, context: grpc.ServicerContext) -> api_pb2.ReadIndexReply:
+        return api_pb2.ReadIndexReply(read_index=self.index(call_timeout(context, self.default, self.cap)))
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        service, method = READ_INDEX.strip("/").split("/")
+        return grpc.method_handlers_generic_handler(service, {method: grpc.unary_unary_rpc_method_handler(
+            self.ReadIndex, request_deserializer=api_pb2.ReadIndexRequest.FromString,
+            response_serializer=api_pb2.ReadIndexReply.SerializeToString)})
+
+
+# ---- the worker's side -----------------------------------------------------------------------------
+
+def core_read_index(channel: grpc.Channel) -> Callable[[float], int]:
+    """The core's read index (READ_INDEX), for ReplicaNode.linearizable_index; TimeoutError when it has none."""
+    call = channel.unary_unary(READ_INDEX, request_serializer=api_pb2.ReadIndexRequest.SerializeToString,
+                               response_deserializer=api_pb2.ReadIndexReply.FromString)
+
+    def read_index(timeout: float) -> int:
+        try:
+            return call(api_pb2.ReadIndexRequest(), timeout=max(0.1, timeout)).read_index
+        except grpc.RpcError as exc:
+            raise TimeoutError(f"no read index from the node's core: {exc.details()}") from None
+
+    return read_index
+
+
+def local_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:
+    """REPLICA_METHODS of a NameServerService, by full method name."""
+    handlers = {}
+    for name in REPLICA_METHODS:
+        m = NAMESERVER.methods_by_name[name]
+        handlers[f"/{NAMESERVER.full_name}/{name}"] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name), request_deserializer=getattr(api_pb2, m.input_type.name).FromString,
+            response_serializer=getattr(api_pb2, m.output_type.name).SerializeToString)
+    return handlers
+
+
+Settle = Callable[[int, float, Callable[[], bool]], bool]  # (offset, timeout, alive): the replica's wait_applied
+
+
+class CoreForwarder(grpc.GenericRpcHandler):
+    """A worker's gRPC methods: `local` ones answered here, the rest of FORWARDED_SERVICES passed to the
+    core over `channel`, as bytes."""
+
+    def __init__(self, channel: grpc.Channel, local: dict[str, grpc.RpcMethodHandler], settle: Settle) -> None:
+        self.channel = channel
+        self.settle = settle
+        self.handlers = dict(local)
+        for service in FORWARDED_SERVICES:
+            for m in service.methods:
+                name = f"/{service.full_name}/{m.name}"
+                self.handlers.setdefault(name, self._forwarding(name, m.client_streaming, m.server_streaming))
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self.handlers.get(handler_call_details.method)
+
+    def _forwarding(self, method: str, client_streaming: bool, server_streaming: bool) -> grpc.RpcMethodHandler:
+        if server_streaming:
+            call: Any = (self.channel.stream_stream if client_streaming else self.channel.unary_stream)(method)
+
+            def streamed(request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
+                responses = call(request, timeout=_time_left(context), metadata=_outgoing(context))
+                _cancel_with(context, responses)
+                try:
+                    yield from responses
+                except grpc.RpcError:
+                    _fail(context, responses)
+                context.set_trailing_metadata(_strip(responses.trailing_metadata()))
+
+            if client_streaming:
+                return grpc.stream_stream_rpc_method_handler(streamed)
+            return grpc.unary_stream_rpc_method_handler(streamed)
+        unary: Any = (self.channel.stream_unary if client_streaming else self.channel.unary_unary)(method)
+
+        def answered(request: Any, context: grpc.ServicerContext) -> bytes:
+            future = unary.future(request, timeout=_time_left(context), metadata=_outgoing(context))
+            _cancel_with(context, future)
+            try:
+                reply = future.result()
+            except grpc.FutureCancelledError:
+                context.abort(grpc.StatusCode.CANCELLED, "the caller went away")
+            except grpc.RpcError:
+                _fail(context, future)
+            trailing = future.trailing_metadata() or ()
+            offset = next((v for k, v in trailing if k == headers.CORE_OFFSET), "")
+            if isinstance(offset, str) and offset.isdigit():  # the core's state as it answered: read-your-writes
+                left = context.time_remaining()
+                self.settle(int(offset), min(SETTLE_S, left if left is not None else SETTLE_S), context.is_active)
+            context.set_trailing_metadata(_strip(trailing))
+            return reply
+
+        if client_streaming:
+            return grpc.stream_unary_rpc_method_handler(answered)
+        return grpc.unary_unary_rpc_method_handler(answered)
+
+
+def _time_left(context: grpc.ServicerContext) -> float | None:
+    left = context.time_remaining()
+    return left if left is not None and left < _NO_DEADLINE_S else None
+
+
+def _outgoing(context: grpc.ServicerContext) -> tuple[tuple[str, str | bytes], ...]:
+    """The caller's metadata, as the core is to see it."""
+    md = tuple((k, v) for k, v in context.invocation_metadata() if k not in _DROPPED and not k.startswith("grpc-"))
+    return md + ((headers.WORKER_CALLER, _encode_caller(context)),)
+
+
+def _cancel_with(context: grpc.ServicerContext, call: Any) -> None:
+    """The forwarded call ends when its caller goes away."""
+    def cancel() -> None:
+        call.cancel()
+    context.add_callback(cancel)
+
+
+def _strip(metadata: Any) -> tuple[tuple[str, Any], ...]:
+    return tuple((k, v) for k, v in metadata or () if k != headers.CORE_OFFSET)
+
+
+def _fail(context: grpc.ServicerContext, call: Any) -> None:
+    """End this call as the core ended the forwarded one."""
+    context.set_trailing_metadata(_strip(call.trailing_metadata()))
+    context.abort(call.code(), call.details() or "")
+
+
+__all__ = ["CoreForwarder", "ReadIndexes", "WorkerCallers", "core_read_index", "local_handlers", "own_channel",
+           "prepare_socket", "socket_path", "target"]

@@ -1,0 +1,56 @@
+"""A node's gRPC server with its guards: one assembly for the core and for its worker processes, so a
+call meets the same checks whichever process the kernel gave its connection to."""
+
+from __future__ import annotations
+
+from concurrent import futures
+
+import grpc
+
+from nameserver import tlsconf
+from nameserver.api import auth
+from nameserver.api.callguard import CallGuard
+from nameserver.api.rpc import DecodeGuard
+from nameserver.config import NodeConfig
+
+
+def new_server(cfg: NodeConfig, max_connections: int, *, reuse_port: bool = False,
+               metrics: grpc.ServerInterceptor | None = None,
+               outermost: grpc.ServerInterceptor | None = None) -> grpc.Server:
+    """A gRPC server with the node's limits and interceptors, no services yet. `reuse_port`: the port is
+    shared with the node's other processes (SO_REUSEPORT; all of them must set it); `metrics`: the RPC
+    counter (nameserver/ops/metrics.py); `outermost`: runs before every guard (the core's private
+    listener: who the worker's caller was, nameserver/api/corelink.py)."""
+    opts = [("grpc.max_send_message_length", cfg.max_message_bytes),
+            ("grpc.max_receive_message_length", cfg.max_message_bytes),
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
+            ("grpc.max_allowed_incoming_connections", max_connections),
+            ("grpc.server_handshake_timeout_ms", cfg.grpc_handshake_timeout_ms),
+            ("grpc.max_connection_idle_ms", cfg.grpc_idle_timeout_ms),
+            ("grpc.max_concurrent_streams", cfg.grpc_max_streams_per_connection)]
+    # Outermost guard: no call holds a worker waiting on its client past a bound, and a call auth refuses
+    # anyway is refused before its request arrives (nameserver/api/callguard.py).
+    authz = auth.interceptor(cfg)
+    interceptors: list[grpc.ServerInterceptor] = [] if outermost is None else [outermost]
+    interceptors.append(CallGuard(cfg.grpc_progress_timeout_ms, cfg.grpc_max_streams, cfg.grpc_max_streams_per_caller,
+                                  refusal=authz.authorizer.refusal if authz is not None else None))
+    if metrics is not None:  # RPCs are counted by an interceptor
+        interceptors.append(metrics)
+    # Auth runs inside metrics, so refused calls are counted too (nameserver/api/auth.py).
+    if authz is not None:
+        interceptors.append(authz)
+    interceptors.append(DecodeGuard())  # undecodable request bytes: INVALID_ARGUMENT, not INTERNAL
+    return grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc"),
+                       options=opts, interceptors=interceptors, maximum_concurrent_rpcs=cfg.grpc_max_concurrent_rpcs)
+
+
+def listen_public(server: grpc.Server, cfg: NodeConfig) -> None:
+    """Bind the node's [grpc] address, with TLS and the node's certificate when configured."""
+    creds = tlsconf.server_credentials(cfg)
+    port = (server.add_secure_port(cfg.grpc_addr, creds) if creds is not None
+            else server.add_insecure_port(cfg.grpc_addr))
+    if port == 0:
+        raise OSError(f"cannot listen on {cfg.grpc_addr}")
+
+
+__all__ = ["listen_public", "new_server"]

@@ -1,0 +1,146 @@
+"""A worker's gRPC pass-through to its core (nameserver/api/corelink.py), on real gRPC servers in this
+process: a "core" on a Unix socket behind WorkerCallers, a "worker" forwarding to it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from nameserver import headers
+from nameserver.api import auth, corelink
+
+NS = corelink.NAMESERVER.full_name
+PUT, WATCH, STREAM = f"/{NS}/PutKv", f"/{NS}/Watch", f"/{NS}/RegisterBrokerStream"
+
+
+class Core:
+    """Raw handlers recording what reached them; the core's apply offset is 42."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def record(self, request: bytes, context: grpc.ServicerContext) -> None:
+        self.seen.append({"request": request, "peer": context.peer(), "auth": dict(context.auth_context()),
+                          "metadata": dict(context.invocation_metadata())})
+
+    def put(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        self.record(request, context)
+        if request == b"fail":
+            context.set_trailing_metadata(((headers.CURRENT_VERSION, "7"),))
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "version is 7")
+        context.set_trailing_metadata(((headers.APPLY_OFFSET, "5"),))
+        return request[::-1]
+
+    def register_stream(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        return b"|".join(requests)
+
+    def watch(self, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        self.record(request, context)
+        yield from (b"a", b"\x00\xff", b"c")
+        context.set_trailing_metadata(((headers.LOG_TO_OFFSET, "9"),))
+
+
+@pytest.fixture
+def link(tmp_path: Any) -> Iterator[tuple[Core, grpc.Channel, list[tuple[int, float]]]]:
+    core = Core()
+    core_server = grpc.server(futures.ThreadPoolExecutor(4), interceptors=[corelink.WorkerCallers(lambda: 42)])
+    core_server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(NS, {
+        "PutKv": grpc.unary_unary_rpc_method_handler(core.put),
+        "Watch": grpc.unary_stream_rpc_method_handler(core.watch),
+        "RegisterBrokerStream": grpc.stream_unary_rpc_method_handler(core.register_stream)}),))
+    target = f"unix:{tmp_path}/core.sock"
+    core_server.add_insecure_port(target)
+    core_server.start()
+    settled: list[tuple[int, float]] = []
+
+    def settle(offset: int, timeout: float, alive: Any) -> bool:
+        settled.append((offset, timeout))
+        return True
+
+    worker = grpc.server(futures.ThreadPoolExecutor(4))
+    to_core = grpc.insecure_channel(target)
+    worker.add_generic_rpc_handlers((corelink.CoreForwarder(to_core, {}, settle),))
+    port = worker.add_insecure_port("127.0.0.1:0")
+    worker.start()
+    client = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield core, client, settled
+    finally:
+        client.close()
+        worker.stop(None)
+        to_core.close()
+        core_server.stop(None)
+
+
+def test_a_call_reaches_the_core_as_sent_and_its_answer_comes_back(link: Any) -> None:
+    core, client, settled = link
+    put = client.unary_unary(PUT)
+    spoof = json.dumps({"self": True})
+    reply, call = put.with_call(b"\x0a\x03abc\xff", timeout=5, metadata=(
+        (headers.CLIENT_ID, "c1"), (headers.CLIENT_SEQ, "3"), (headers.WORKER_CALLER, spoof)))
+    assert reply == b"\xffcba\x03\x0a"  # the bytes, untouched both ways
+    seen = core.seen[-1]
+    assert seen["request"] == b"\x0a\x03abc\xff"
+    assert seen["metadata"][headers.CLIENT_ID] == "c1" and seen["metadata"][headers.CLIENT_SEQ] == "3"
+    # the core sees the worker's client, not the worker, and not what the client claimed to be
+    assert "127.0.0.1" in seen["peer"] and not seen["peer"].startswith("unix")
+    assert auth.NODE_ITSELF not in seen["auth"]
+    assert seen["metadata"][headers.WORKER_CALLER] != spoof
+    # the answer waited for the worker's replica to reach the core's offset, which the client never sees
+    assert settled and settled[-1][0] == 42 and 0 < settled[-1][1] <= corelink.SETTLE_S
+    trailing = dict(call.trailing_metadata())
+    assert trailing[headers.APPLY_OFFSET] == "5" and headers.CORE_OFFSET not in trailing
+
+
+def test_a_refusal_comes_back_with_its_status_details_and_trailers(link: Any) -> None:
+    _, client, _ = link
+    with pytest.raises(grpc.RpcError) as err:
+        client.unary_unary(PUT)(b"fail", timeout=5)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and err.value.details() == "version is 7"
+    trailing = dict(err.value.trailing_metadata())
+    assert trailing[headers.CURRENT_VERSION] == "7" and headers.CORE_OFFSET not in trailing
+
+
+def test_a_stream_passes_through(link: Any) -> None:
+    _, client, _ = link
+    call = client.unary_stream(WATCH)(b"w", timeout=5)
+    assert list(call) == [b"a", b"\x00\xff", b"c"]
+    assert dict(call.trailing_metadata())[headers.LOG_TO_OFFSET] == "9"
+
+
+def test_a_client_stream_passes_through(link: Any) -> None:
+    _, client, _ = link
+    assert client.stream_unary(STREAM)(iter([b"1", b"22", b"333"]), timeout=5) == b"1|22|333"
+
+
+def test_a_method_of_no_forwarded_service_is_not_served(link: Any) -> None:
+    _, client, _ = link
+    with pytest.raises(grpc.RpcError) as err:
+        client.unary_unary(corelink.READ_INDEX)(b"", timeout=5)
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_the_core_refuses_a_call_that_names_no_caller(tmp_path: Any) -> None:
+    calls = threading.Event()
+    core = grpc.server(futures.ThreadPoolExecutor(2), interceptors=[corelink.WorkerCallers(lambda: 0)])
+    core.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(NS, {
+        "PutKv": grpc.unary_unary_rpc_method_handler(lambda req, ctx: calls.set() or b"")}),))
+    target = f"unix:{tmp_path}/core.sock"
+    core.add_insecure_port(target)
+    core.start()
+    channel = grpc.insecure_channel(target)
+    try:
+        for metadata in ((), ((headers.WORKER_CALLER, "not json"),)):
+            with pytest.raises(grpc.RpcError) as err:
+                channel.unary_unary(PUT)(b"x", timeout=5, metadata=metadata)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert not calls.is_set()
+    finally:
+        channel.close()
+        core.stop(None)
