@@ -196,8 +196,10 @@ def closed_by_peer(socks: list[socket.socket]) -> int:
 class Writer:
     """A KV write every `every` seconds through an already-open channel; records each write's time."""
 
-    def __init__(self, stub: api_pb2_grpc.NameServerStub, every: float = 0.2, tag: str = "w") -> None:
-        self.stub, self.every, self.tag = stub, every, tag
+    def __init__(self, stub: api_pb2_grpc.NameServerStub, every: float = 0.2, tag: str = "w",
+                 cluster: Cluster | None = None) -> None:
+        """`cluster`: its nodes' leader changes are quoted when a check fails (what an election looked like)."""
+        self.stub, self.every, self.tag, self.cluster = stub, every, tag, cluster
         self.latencies: list[float] = []
         self.failures: list[str] = []
         self._stop = threading.Event()
@@ -235,10 +237,25 @@ class Writer:
         self._thread.join(timeout=10)
 
     def check(self, limit_s: float = 2.0) -> None:
-        assert self.latencies, f"no write was acknowledged ({self.failures[:3]})"
-        assert not self.failures, f"writes failed during the attack: {self.failures[:5]}"
+        trail = leader_trail(self.cluster) if self.cluster is not None else ""
+        assert self.latencies, f"no write was acknowledged ({self.failures[:3]}){trail}"
+        assert not self.failures, f"writes failed during the attack: {self.failures[:5]}{trail}"
         worst = max(self.latencies)
-        assert worst < limit_s, f"a write took {worst:.2f} s during the attack (limit {limit_s} s)"
+        assert worst < limit_s, f"a write took {worst:.2f} s during the attack (limit {limit_s} s){trail}"
+
+
+def leader_trail(cluster: Cluster, lines: int = 6) -> str:
+    """Each node's last log lines about leaders, terms and votes: what a failed check needs to say why."""
+    words = ("leader", "term", "vote", "election", "stall", "tick")
+    out = []
+    for node in cluster.nodes:
+        try:
+            with open(node.log_path, errors="replace") as f:
+                seen = [line.rstrip()[:300] for line in f if any(w in line.lower() for w in words)]
+        except OSError:
+            continue
+        out += [f"  {node.name}: {line}" for line in seen[-lines:]]
+    return ("\nleader trail:\n" + "\n".join(out)) if out else ""
 
 
 def rss_mib(node: NodeProc) -> float:

@@ -140,7 +140,7 @@ def test_4_waiting_reads_are_bounded_and_cancelled(sec: Secure) -> None:
     far = api_pb2.GetRouteRequest(topic="T", min_offset=1 << 62)
     ch = sec.channel(node, "client")
     ns = api_pb2_grpc.NameServerStub(ch)
-    writer = Writer(sec.stub(node, "admin"), tag="waits-").__enter__()
+    writer = Writer(sec.stub(node, "admin"), tag="waits-", cluster=sec.cluster).__enter__()
     # 100 reads with no deadline: the first max_waiting wait, the rest are refused at once
     futures = [ns.GetRoute.future(far) for _ in range(100)]
     time.sleep(1.0)
@@ -184,7 +184,8 @@ def test_5_connection_flood_is_refused_not_fatal(sec: Secure, port: str) -> None
     limit = _limit(f"{port}_max_connections", 4096)
     count = 20_000 if LONG else limit + 150
     fds_before = open_fds(node)
-    with Writer(sec.stub(node, "admin"), tag=f"flood-{port}-") as writer, open_connections(addr, count) as socks:
+    with Writer(sec.stub(node, "admin"), tag=f"flood-{port}-", cluster=sec.cluster) as writer, \
+            open_connections(addr, count) as socks:
         time.sleep(1.0)
         _all_alive(sec)
         held = open_fds(node) - fds_before
@@ -255,7 +256,7 @@ def test_6_compressed_topic_bomb_is_refused_before_it_is_built(sec: Secure) -> N
     bombs = (_compressed_bomb(5_000_000, 10), _compressed_bomb(5_000_000, 5_000_000 if LONG else 2_000_000))
     before = rss_mib(node)
     # 5 million topics declared, and (a second body) millions of real topic lines in a few MiB
-    with Writer(sec.stub(node, "admin"), tag="bomb-") as writer:
+    with Writer(sec.stub(node, "admin"), tag="bomb-", cluster=sec.cluster) as writer:
         for body in bombs * (5 if LONG else 2):
             t0 = time.monotonic()
             reply = remoting_call(node.remoting_addr, codes.REGISTER_BROKER, ext, body, timeout=30)
@@ -279,7 +280,7 @@ def test_7_unread_replies_push_back_and_close(sec: Secure) -> None:
     host, port = node.remoting_addr.rsplit(":", 1)
     request = remoting_frame(codes.GET_NAMESRV_CONFIG)
     sent = 0
-    with Writer(sec.stub(node, "admin"), tag="unread-") as writer:
+    with Writer(sec.stub(node, "admin"), tag="unread-", cluster=sec.cluster) as writer:
         s = socket.create_connection((host, int(port)))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.settimeout(0.5)
@@ -395,7 +396,7 @@ def test_11_idle_metrics_connections_cannot_pile_up_threads(sec: Secure) -> None
     limit = _limit("metrics_max_connections", 16)
     timeout_s = _limit("metrics_timeout_ms", 10_000) / 1000
     base = threads(node)
-    with Writer(sec.stub(node, "admin"), tag="metrics-") as writer, \
+    with Writer(sec.stub(node, "admin"), tag="metrics-", cluster=sec.cluster) as writer, \
             open_connections(node.metrics_addr, 3000 if LONG else 300) as socks:
         time.sleep(1.0)
         assert threads(node) <= base + limit + 2, f"{threads(node)} threads (was {base}, limit {limit})"

@@ -121,8 +121,8 @@ def test_1_unfinished_streams_without_a_credential_hold_nothing(sec: Secure) -> 
     per_connection = _limit("grpc_max_streams_per_connection")
     readings = Readings(leader)
     opened: list[tuple[RawConnection, int]] = []
-    with Writer(sec.stub(leader, "admin"), tag="h2-l-") as via_leader, \
-            Writer(sec.stub(follower, "admin"), tag="h2-f-") as via_follower:
+    with Writer(sec.stub(leader, "admin"), tag="h2-l-", cluster=sec.cluster) as via_leader, \
+            Writer(sec.stub(follower, "admin"), tag="h2-f-", cluster=sec.cluster) as via_follower:
         # one connection, 1,100 streams, HEADERS only (SECURITY_LONG: as many as 10 s allows, as the probe)
         conns = [RawConnection(leader.grpc_addr, sec.ca_file)]
         flood_until = time.monotonic() + (10 if LONG else 0)
@@ -206,8 +206,8 @@ def test_2_stalled_registration_streams_are_bounded(sec: Secure) -> None:
     readings = Readings(node)
     stub = sec.stub(node, "broker")
     try:
-        with Writer(sec.stub(leader, "admin"), tag="stall-l-") as via_leader, \
-                Writer(sec.stub(node, "admin"), tag="stall-f-") as via_follower:
+        with Writer(sec.stub(leader, "admin"), tag="stall-l-", cluster=sec.cluster) as via_leader, \
+                Writer(sec.stub(node, "admin"), tag="stall-f-", cluster=sec.cluster) as via_follower:
             t0 = time.monotonic()
             calls = [stub.RegisterBrokerStream.future(chunks(i)) for i in range(count)]  # no deadline
             _hold(1.0, readings)

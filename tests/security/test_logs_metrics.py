@@ -87,7 +87,7 @@ def watched(sec: Secure, node: NodeProc, tag: str) -> Iterator[None]:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        with Writer(sec.stub(node, "admin"), tag=tag) as writer:
+        with Writer(sec.stub(node, "admin"), tag=tag, cluster=sec.cluster) as writer:
             yield
     finally:
         stop.set()

@@ -137,7 +137,7 @@ def test_12_a_session_flood_never_evicts_another_owners_session(sec: Secure) -> 
                 out.append(exc.code().name)
         return out
 
-    with Writer(sec.stub(leader, "admin"), tag="s12-") as writer, \
+    with Writer(sec.stub(leader, "admin"), tag="s12-", cluster=sec.cluster) as writer, \
             concurrent.futures.ThreadPoolExecutor(8) as pool:
         outcomes = [o for lane in pool.map(flood, range(8)) for o in lane]
         # (a few may lose every race for one of the owner's oldest sessions: UNAVAILABLE, safe to resend)
@@ -194,7 +194,7 @@ def test_10_huge_registrations_at_once_do_not_stall_writes_or_cost_an_election(s
         return "ok" if resp.code == 0 else resp.remark or str(resp.code)
 
     try:
-        with Writer(sec.stub(leader, "admin"), tag="s10-") as writer, \
+        with Writer(sec.stub(leader, "admin"), tag="s10-", cluster=sec.cluster) as writer, \
                 concurrent.futures.ThreadPoolExecutor(BIG_AT_ONCE) as pool:
             outcomes = list(pool.map(register, brokers))
             grown = {n.name: rss_mib(n) - base[n.name] for n in followers}
@@ -222,7 +222,7 @@ def test_11_each_quota_is_refused_by_name_and_nothing_is_appended(sec: Secure) -
     leader = _leader(sec)
     admin = sec.stub(leader, "admin")
     terms = _terms(sec)
-    with Writer(sec.stub(leader, "admin"), tag="s11-") as writer:
+    with Writer(sec.stub(leader, "admin"), tag="s11-", cluster=sec.cluster) as writer:
         _cross_queue_datas(sec, leader)
         _cross_brokers(sec, leader)
     writer.check()
