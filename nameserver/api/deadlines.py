@@ -116,11 +116,15 @@ class Bound:
 
     def __init__(self, due: float, action: Callable[[], object]) -> None:
         self.due = due
-        self.action = action
+        self.action: Callable[[], object] | None = action
         self.done = False
 
     def disarm(self) -> None:
         self.done = True
+        # Drop the action now, not when the watch thread gets to this bound: the guard's action holds
+        # the gRPC call, and grpcio keeps a call's HTTP/2 stream open while its objects live. Held for
+        # the watch thread's slack, a busy connection ran out of streams (REFUSED_STREAM).
+        self.action = None
 
 
 class EqualBounds:
@@ -173,10 +177,13 @@ class EqualBounds:
                 bound = armed.popleft()  # only this thread pops
                 if bound.done:
                     continue
-                bound.done = True
+                action = bound.action  # None if disarmed since the look above
+                bound.done, bound.action = True, None
+                if action is None:
+                    continue
                 self.fired += 1
                 try:
-                    bound.action()
+                    action()
                 except Exception:  # one failing cancellation must not stop the others
                     log.exception("a bound's action failed")
             if armed:

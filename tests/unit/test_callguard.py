@@ -165,3 +165,23 @@ def test_follow_streams_are_bounded_by_max_followers_not_the_callers_slots() -> 
     finally:
         release.set()
         server.stop(0)
+
+
+def test_a_finished_call_gives_its_stream_back_at_once() -> None:
+    """grpcio keeps a call's HTTP/2 stream while its objects live: a guard that kept each call's context
+    until its bound's watch thread came by (up to 250 ms) held a busy connection's streams, and calls on
+    it were refused (RST_STREAM REFUSED_STREAM) past grpc.max_concurrent_streams."""
+    handlers = grpc.method_handlers_generic_handler(SERVICE, {
+        "Echo": grpc.unary_unary_rpc_method_handler(lambda request, context: request)})
+    server = grpc.server(futures.ThreadPoolExecutor(4), handlers=[handlers],
+                         interceptors=[CallGuard(10_000, max_streams=3, max_streams_per_caller=2)],
+                         options=[("grpc.max_concurrent_streams", 4)])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            echo = channel.unary_unary(f"/{SERVICE}/Echo")
+            for i in range(300):  # one at a time: never more than one stream in use
+                assert echo(b"x%d" % i, timeout=5) == b"x%d" % i
+    finally:
+        server.stop(None)
