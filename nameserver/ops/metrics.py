@@ -3,7 +3,9 @@
 Gauges are read from the node when Prometheus scrapes (a custom collector), so serving RPCs and
 applying entries take no extra lock for them. Counters that must see every event are cheap in-memory
 counts: records applied by type (an entry listener on the apply thread), RPCs by method and status
-(a gRPC server interceptor), calls forwarded to this node by followers (same interceptor).
+(a gRPC server interceptor), calls forwarded to this node by followers (same interceptor). With
+worker processes, the request counters (RequestMetrics) are the core's plus its workers'
+(nameserver/ops/workermetrics.py).
 
 Apply lag, KRaft style: every entry carries its proposing leader's wall clock (Entry.leader_time_ms),
 and `nameserver_apply_lag_seconds` = now - that time for the newest entry this node has applied. So
@@ -423,7 +425,7 @@ class _NodeCollector(Collector):
         yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
         yield from _controller_gauges(broker_sets, m.broker_alive, m.max_broker_sets)
         yield from _quota_gauges(node)
-        if m.workers is not None:  # their own requests are not counted here (docs/operations.md)
+        if m.workers is not None:  # their requests: summed by WorkerSums (nameserver/ops/workermetrics.py)
             yield gauge("nameserver_worker_processes", "Worker processes of this node alive now "
                         "([node] worker_processes).", m.workers.alive())
             yield counter("nameserver_worker_restarts", "Worker processes restarted after they "

@@ -309,6 +309,7 @@ def test_writes_through_a_worker_are_read_back_on_the_same_connection(cluster: C
     for i, node in enumerate(cluster.nodes):
         assert node.proc is not None
         conn = next(c for pid, cs in conns_by_owner(node, want_each=1).items() if pid != node.proc.pid for c in cs)
+        registered = metric(node, "nameserver_remoting_handled_total", request="103", response="0")
         for round_ in range(10):
             topic = f"TopicRyw{i}x{round_}"
             resp = conn.register("broker-ryw", "127.0.0.1:20911", [topic], counter=10 * i + round_ + 2)
@@ -317,6 +318,8 @@ def test_writes_through_a_worker_are_read_back_on_the_same_connection(cluster: C
             route = conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             assert route.code == codes.SUCCESS, (node.name, round_, route.remark)
             assert b"127.0.0.1:20911" in route.body
+        # each passed on to the core and counted once, by the worker (the core's private socket counts nothing)
+        assert metric(node, "nameserver_remoting_handled_total", request="103", response="0") == registered + 10
         # a client may not send the channel's own code through a worker
         assert conn.call(CONNECTION_CLOSED, {CONN_FIELD: "1:1"}).code == codes.REQUEST_CODE_NOT_SUPPORTED
         held.append(conn)
