@@ -257,6 +257,8 @@ def test_route_reads_are_answered_by_workers_as_the_core_answers(cluster: Cluste
         core = node.proc.pid
         assert set(by_owner) - {core} == set(children(core)), "the other listeners are the core's workers"
         before = reads_counted(node)
+        timed = {le: metric(node, "nameserver_remoting_handling_seconds_bucket", request="105", le=le)
+                 for le in ("0.001", "+Inf")}
         answers: dict[int, set[bytes]] = {}
         reads_on_core = reads = 0
         for pid, conns in by_owner.items():
@@ -272,6 +274,11 @@ def test_route_reads_are_answered_by_workers_as_the_core_answers(cluster: Cluste
         # The node's counter counts each read once, the workers' (most of them) with the core's.
         assert reads > reads_on_core
         assert reads_counted(node) - before == reads
+        # and timed once: the histograms' buckets are summed too (each cumulative, the last holds every read)
+        assert metric(node, "nameserver_remoting_handling_seconds_bucket", request="105", le="+Inf") == \
+            timed["+Inf"] + reads
+        assert timed["0.001"] <= metric(node, "nameserver_remoting_handling_seconds_bucket", request="105",
+                                        le="0.001") <= timed["0.001"] + reads
         missing = Conn(node.remoting_addr).call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopicW"})
         assert missing.code == codes.TOPIC_NOT_EXIST
         for conns in by_owner.values():
