@@ -453,8 +453,11 @@ def test_calls_through_workers_are_decided_as_direct_ones(env: Env) -> None:
     with that caller's identity (the core refuses calls it cannot attribute), and a stream passes through."""
     node = env.cluster.nodes[1]
     put = api_pb2.PutKvRequest(namespace="wg", key="k", value="v")
+    denied = metric(node, "nameserver_grpc_handled_total", method="GetRoute", code="PERMISSION_DENIED")
     assert refused(lambda: env.ns(node, "nobody").GetRoute(api_pb2.GetRouteRequest(topic="TopicG"), timeout=10)) == (
         grpc.StatusCode.PERMISSION_DENIED, "certificate 'nobody' has no role")
+    # refused by the worker's auth, and counted in the node's /metrics
+    assert metric(node, "nameserver_grpc_handled_total", method="GetRoute", code="PERMISSION_DENIED") == denied + 1
     assert refused(lambda: env.ns(node, "client").PutKv(put, timeout=10)) == (
         grpc.StatusCode.PERMISSION_DENIED, f"role client (cert:client) may not call /{NS}/PutKv")
     assert refused(lambda: env.ns(node, "admin", token="wrong").PutKv(put, timeout=10)) == (
