@@ -18,7 +18,7 @@ from nameserver.config import NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
 from nameserver.core.idlenoop import IdleNoop
 from nameserver.core.node import NameServerNode
-from nameserver.ops import fdlimits
+from nameserver.ops import fdlimits, workermetrics
 from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
 from nameserver.ops.workers import WorkerSpec, WorkerSupervisor, process_share
 from nameserver.pb import api_pb2, api_pb2_grpc
@@ -46,6 +46,15 @@ SERVICE_NAMES = (
 )
 
 
+def _both(first: Callable[[int], None] | None, then: Callable[[int], None]) -> Callable[[int], None]:
+    def call(pid: int) -> None:
+        if first is not None:
+            first(pid)
+        then(pid)
+
+    return call
+
+
 class Server:
     def __init__(self, cfg: NodeConfig, log_format: str = "text", log_level: str = "INFO") -> None:
         """`log_format`, `log_level`: the node's, for its worker processes."""
@@ -58,12 +67,12 @@ class Server:
         # Prometheus metrics (nameserver/ops/metrics.py): RPCs are counted by an interceptor.
         self.metrics = (NodeMetrics(self.node, max_broker_sets=cfg.metrics_max_broker_sets)
                         if cfg.metrics_addr else None)
-        counter = self.metrics.interceptor() if self.metrics is not None else None
+        counter = self.metrics.requests.interceptor() if self.metrics is not None else None
         if cfg.worker_processes:
             # The workers serve the public address; the core only its private socket (their forwarded
             # calls, their replicas' Follow and read indexes: nameserver/api/corelink.py).
+            # No RPC counter there: the workers count the calls they pass on (nameserver/ops/workermetrics.py).
             self.grpc = grpcserver.new_server(cfg, PRIVATE_CONNECTIONS_PER_WORKER * cfg.worker_processes + 8,
-                                              metrics=counter,
                                               outermost=corelink.WorkerCallers(lambda: self.node.log.apply_offset))
             self.grpc.add_generic_rpc_handlers(
                 (corelink.ReadIndexes(self.node.linearizable_index, cfg).handler(),))
@@ -108,7 +117,7 @@ class Server:
         self.until_ready: list[RemotingServer] = []
         self.broker_channels: list[Handlers] = []  # whose brokers' connections this node holds
         self.min_broker_id: MinBrokerIdNotifier | None = None  # 905 pushes (replicated notifyMinBrokerIdChanged)
-        observer = self.metrics.observe_remoting if self.metrics is not None else None
+        observer = self.metrics.requests.observe_remoting if self.metrics is not None else None
         if cfg.worker_processes:
             self._add_workers(WorkerSpec(cfg, log_format, log_level), observer)
         elif cfg.remoting_addr:  # RocketMQ remoting protocol (nameserver/remoting)
@@ -160,9 +169,14 @@ class Server:
             self.broker_channels.append(channel.inner)  # brokers connected through the workers
             self.extras.append(RemotingServer(channel_config(cfg, cfg.worker_processes), None, handlers=channel,
                                               unix_path=socket_path(cfg), max_frame_bytes=CHANNEL_MAX_FRAME,
-                                              inflight_per_connection=LINK_INFLIGHT, observer=observer))
+                                              inflight_per_connection=LINK_INFLIGHT))  # counted by workers
             on_exit, reply_sizes = channel.worker_gone, public.budget.learned
-        self.workers = WorkerSupervisor(spec, on_exit=on_exit, reply_sizes=reply_sizes)
+        metrics_dir: str | None = None
+        if self.metrics is not None:  # the workers count in files the core's /metrics adds up
+            sums = self.metrics.worker_sums
+            metrics_dir = sums.directory = workermetrics.prepare_dir(cfg)
+            on_exit = _both(on_exit, sums.retire)
+        self.workers = WorkerSupervisor(spec, on_exit=on_exit, reply_sizes=reply_sizes, metrics_dir=metrics_dir)
         self.extras.append(self.workers)
         if self.metrics is not None:
             self.metrics.workers = self.workers

@@ -22,10 +22,12 @@ import sys
 import threading
 
 import grpc
+from prometheus_client import CollectorRegistry
 
 from nameserver.api import corelink, grpcserver
 from nameserver.api.service import NameServerService
-from nameserver.ops import fdlimits, logfmt, stopsignal
+from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
+from nameserver.ops.metrics import RequestMetrics
 from nameserver.ops.workers import WorkerSpec, process_share
 from nameserver.pb import api_pb2
 from nameserver.remoting import RemotingServer, codes, frame
@@ -75,12 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     while not replica.ready and not stopped.wait(READY_POLL_S):
         pass
     remoting, grpc_server = None, None
+    # its requests counted in files the core's /metrics adds up (nameserver/ops/workermetrics.py)
+    counted = bool(cfg.metrics_addr and os.environ.get(workermetrics.ENV))
+    registry = CollectorRegistry()
+    requests = RequestMetrics(registry) if counted else None
     if not stopped.is_set():
         # ReplicaNode has the node's read API, which is all the replica methods and codes use
         node = ReplicaNode(replica, cfg, read_index=corelink.core_read_index(own))
         service = NameServerService(node)  # type: ignore[arg-type]
         # gRPC: the replica's reads here, every other call to the core's private socket as bytes
-        grpc_server = grpcserver.new_server(share, budget.grpc, reuse_port=True)
+        grpc_server = grpcserver.new_server(share, budget.grpc, reuse_port=True,
+                                            metrics=requests.interceptor() if requests is not None else None)
         grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
             grpc.insecure_channel(corelink.target(cfg), options=opts), corelink.local_handlers(service),
             replica.wait_applied),))
@@ -89,9 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.remoting_addr:
             timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
             front = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
-            remoting = RemotingServer(share, service, max_connections=budget.remoting, reuse_port=True, front=front)
+            remoting = RemotingServer(share, service, max_connections=budget.remoting, reuse_port=True, front=front,
+                                      observer=requests.observe_remoting if requests is not None else None)
             warm_up(remoting, node, spec.reply_sizes)
             remoting.start()
+        if counted:
+            held = remoting
+            workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
+                replica.offset, held.connections if held else 0, held.budget.held if held else 0))
         log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d", args.index, os.getpid(), cfg.grpc_addr,
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset)
         stopsignal.wait_until_set(stopped)

@@ -3,7 +3,9 @@
 Gauges are read from the node when Prometheus scrapes (a custom collector), so serving RPCs and
 applying entries take no extra lock for them. Counters that must see every event are cheap in-memory
 counts: records applied by type (an entry listener on the apply thread), RPCs by method and status
-(a gRPC server interceptor), calls forwarded to this node by followers (same interceptor).
+(a gRPC server interceptor), calls forwarded to this node by followers (same interceptor). With
+worker processes, the request counters (RequestMetrics) are the core's plus its workers'
+(nameserver/ops/workermetrics.py).
 
 Apply lag, KRaft style: every entry carries its proposing leader's wall clock (Entry.leader_time_ms),
 and `nameserver_apply_lag_seconds` = now - that time for the newest entry this node has applied. So
@@ -55,6 +57,7 @@ from nameserver import headers
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.config import NodeConfig
 from nameserver.core.node import NameServerNode
+from nameserver.ops.workermetrics import WorkerSums
 from nameserver.pb import state_pb2
 from nameserver.remoting import codes as remoting_codes
 from nameserver.state import quotas
@@ -213,6 +216,40 @@ def _quota_gauges(node: NameServerNode) -> Iterator[Metric]:
                             "that their retries are refused, not applied twice.", value=kept - live)
 
 
+class RequestMetrics:
+    """The counters of the requests a process answers (gRPC calls, remoting requests): the core's, and
+    each worker process's (written to its metric files, nameserver/ops/workermetrics.py)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.rpc_handled = Counter(
+            "nameserver_grpc_handled", "gRPC calls completed on this node, by method and status code "
+            "(errors: code != OK).", ["service", "method", "type", "code"], registry=registry)
+        self.rpc_seconds = Histogram(
+            "nameserver_grpc_handling_seconds", "Time to complete a gRPC call on this node (streams: the "
+            "stream's lifetime).", ["service", "method", "type"], buckets=RPC_BUCKETS, registry=registry)
+        self.remoting_handled = Counter(
+            "nameserver_remoting_handled", "RocketMQ remoting requests answered on this node, by request "
+            "code (\"other\": a code the node does not serve) and response code (0: SUCCESS).",
+            ["request", "response"], registry=registry)
+        self.remoting_seconds = Histogram(
+            "nameserver_remoting_handling_seconds", "Time from a remoting request's frame to its answer on "
+            "this node.", ["request"], buckets=RPC_BUCKETS, registry=registry)
+        self.forwarded = Counter(
+            "nameserver_forwarded_requests_received", "Calls this node received from a follower that "
+            "forwarded them (header x-rip18-forwarded): writes, heartbeats and read indexes sent to the "
+            "leader.", ["method"], registry=registry)
+
+    def interceptor(self) -> grpc.ServerInterceptor:
+        return RpcMetricsInterceptor(self)
+
+    def observe_remoting(self, request: str, response: int, seconds: float) -> None:
+        """The remoting listener's observer: remoting requests never pass the gRPC interceptor. The
+        listener names a code it does not serve "other"; a response code is one of ours or "other"."""
+        self.remoting_handled.labels(request, str(response) if response in RESPONSE_CODES else "other").inc()
+        self.remoting_seconds.labels(request).observe(seconds)
+
+
 class NodeMetrics:
     """Every metric of one node, in a registry of its own (several nodes may share a process)."""
 
@@ -226,23 +263,12 @@ class NodeMetrics:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        self.rpc_handled = Counter(
-            "nameserver_grpc_handled", "gRPC calls completed on this node, by method and status code "
-            "(errors: code != OK).", ["service", "method", "type", "code"], registry=self.registry)
-        self.rpc_seconds = Histogram(
-            "nameserver_grpc_handling_seconds", "Time to complete a gRPC call on this node (streams: the "
-            "stream's lifetime).", ["service", "method", "type"], buckets=RPC_BUCKETS, registry=self.registry)
-        self.remoting_handled = Counter(
-            "nameserver_remoting_handled", "RocketMQ remoting requests answered on this node, by request "
-            "code (\"other\": a code the node does not serve) and response code (0: SUCCESS).",
-            ["request", "response"], registry=self.registry)
-        self.remoting_seconds = Histogram(
-            "nameserver_remoting_handling_seconds", "Time from a remoting request's frame to its answer on "
-            "this node.", ["request"], buckets=RPC_BUCKETS, registry=self.registry)
-        self.forwarded = Counter(
-            "nameserver_forwarded_requests_received", "Calls this node received from a follower that "
-            "forwarded them (header x-rip18-forwarded): writes, heartbeats and read indexes sent to the "
-            "leader.", ["method"], registry=self.registry)
+        # The requests' counters: in a registry of their own, summed with the worker processes' copies on
+        # scrape (nameserver/ops/workermetrics.py); the core's private listeners count nothing (a call a
+        # worker passes on is counted once, by the worker, as its client saw it).
+        self.requests = RequestMetrics(CollectorRegistry())
+        self.worker_sums = WorkerSums(self.requests.registry)
+        self.registry.register(self.worker_sums)
         self.entry_batches = Histogram(
             "nameserver_applied_entry_batches", "Proposals (batches) group-committed into each applied "
             "log entry.", buckets=BATCH_BUCKETS, registry=self.registry)
@@ -260,18 +286,9 @@ class NodeMetrics:
         self.registry.register(_NodeCollector(self))
         self.subscription = node.log.subscribe(self.on_entry)
 
-    def interceptor(self) -> grpc.ServerInterceptor:
-        return RpcMetricsInterceptor(self)
-
     def count_idle_noop(self) -> None:
         """The idle no-op's observer (nameserver/core/idlenoop.py)."""
         self.idle_noops += 1
-
-    def observe_remoting(self, request: str, response: int, seconds: float) -> None:
-        """The remoting listener's observer: remoting requests never pass the gRPC interceptor. The
-        listener names a code it does not serve "other"; a response code is one of ours or "other"."""
-        self.remoting_handled.labels(request, str(response) if response in RESPONSE_CODES else "other").inc()
-        self.remoting_seconds.labels(request).observe(seconds)
 
     # Apply thread: O(changes) dictionary counting, nothing that blocks.
     def on_entry(self, entry: AppliedEntry) -> None:
@@ -408,7 +425,7 @@ class _NodeCollector(Collector):
         yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
         yield from _controller_gauges(broker_sets, m.broker_alive, m.max_broker_sets)
         yield from _quota_gauges(node)
-        if m.workers is not None:  # their own requests are not counted here (docs/operations.md)
+        if m.workers is not None:  # their requests: summed by WorkerSums (nameserver/ops/workermetrics.py)
             yield gauge("nameserver_worker_processes", "Worker processes of this node alive now "
                         "([node] worker_processes).", m.workers.alive())
             yield counter("nameserver_worker_restarts", "Worker processes restarted after they "
@@ -457,7 +474,7 @@ def _code_name(context: grpc.ServicerContext, failed: bool) -> str:
 class RpcMetricsInterceptor(grpc.ServerInterceptor):
     """Times every call and counts it by (service, method, type, status code)."""
 
-    def __init__(self, metrics: NodeMetrics) -> None:
+    def __init__(self, metrics: RequestMetrics) -> None:
         self.m = metrics
 
     def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from nameserver.config import NodeConfig
+from nameserver.ops.workermetrics import ENV as METRICS_ENV
 
 log = logging.getLogger("nameserver.workers")
 
@@ -57,10 +58,16 @@ def process_share(cfg: NodeConfig) -> NodeConfig:
 
 class WorkerSupervisor:
     def __init__(self, spec: WorkerSpec, on_exit: Callable[[int], None] | None = None,
-                 reply_sizes: Callable[[], dict[int, int]] | None = None) -> None:
+                 reply_sizes: Callable[[], dict[int, int]] | None = None, metrics_dir: str | None = None) -> None:
         """`on_exit(pid)`: told of each worker that exited (the core closes what it held for it);
-        `reply_sizes()`: what a worker starting now begins its reply budget with (WorkerSpec)."""
+        `reply_sizes()`: what a worker starting now begins its reply budget with (WorkerSpec);
+        `metrics_dir`: where the workers keep their metric files (nameserver/ops/workermetrics.py), None
+        for no metrics."""
         self.spec = spec
+        # prometheus_client counts in files under this variable when it is set as it is imported
+        self.env = {k: v for k, v in os.environ.items() if k != METRICS_ENV}
+        if metrics_dir is not None:
+            self.env[METRICS_ENV] = metrics_dir
         self.reply_sizes = reply_sizes
         self.count = spec.cfg.worker_processes
         self.on_exit = on_exit
@@ -90,7 +97,7 @@ class WorkerSupervisor:
 
     def _spawn(self, i: int) -> subprocess.Popen:
         proc = subprocess.Popen([sys.executable, "-m", "nameserver.worker", "--index", str(i),
-                                 "--core-pid", str(os.getpid())], stdin=subprocess.PIPE)
+                                 "--core-pid", str(os.getpid())], stdin=subprocess.PIPE, env=self.env)
         assert proc.stdin is not None
         spec = replace(self.spec, reply_sizes=self.reply_sizes()) if self.reply_sizes is not None else self.spec
         try:

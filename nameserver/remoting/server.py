@@ -163,6 +163,12 @@ class RemotingServer:
         self._listener: socket.socket | None = None  # with TLS, the listening socket (no asyncio.Server)
         self.port = 0  # the bound port (useful with port 0)
 
+    @property
+    def connections(self) -> int:
+        """Client connections open now, those still in the TLS peek or handshake too (read from other
+        threads: plain reads, no lock)."""
+        return len(self._writers) + self._opening
+
     # ---- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:

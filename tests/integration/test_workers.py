@@ -4,10 +4,10 @@ the peer role (every request, as a node without [auth] serves it).
 
 Which process holds a connection is read from the kernel: the accepted socket's inode in /proc/net/tcp,
 found among the descriptors of the core or of one of its workers (its child processes). A worker's
-answers are proven its own by the core's counters (remoting and gRPC), which count every request or
-call the core answers, on its public port and on the private sockets workers pass requests through
-alike, and by the worker's CPU time. The core serves gRPC only on its private socket; the workers hold
-the public gRPC port.
+answers are proven its own by the kernel (which process holds the connection) and by the worker's CPU
+time. The node's /metrics (the core's) sums the workers' request counters with the core's: each request
+is counted once, by the process its client sent it to (nameserver/ops/workermetrics.py). The core
+serves gRPC only on its private socket; the workers hold the public gRPC port.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 import pytest
 from fakebroker import crc32, read_frame, register_body
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -134,8 +135,8 @@ def metric(node: NodeProc, name: str, **labels: str) -> float:
                  if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())), 0.0)
 
 
-def core_calls(node: NodeProc, method: str) -> float:
-    """Calls of `method` the node's core served, whatever their status."""
+def node_calls(node: NodeProc, method: str) -> float:
+    """Calls of `method` the node served (its workers and its core), whatever their status."""
     return sum(s.value for s in samples(node)
                if s.name == "nameserver_grpc_handled_total" and s.labels.get("method") == method)
 
@@ -256,8 +257,10 @@ def test_route_reads_are_answered_by_workers_as_the_core_answers(cluster: Cluste
         core = node.proc.pid
         assert set(by_owner) - {core} == set(children(core)), "the other listeners are the core's workers"
         before = reads_counted(node)
+        timed = {le: metric(node, "nameserver_remoting_handling_seconds_bucket", request="105", le=le)
+                 for le in ("0.001", "+Inf")}
         answers: dict[int, set[bytes]] = {}
-        reads_on_core = 0
+        reads_on_core = reads = 0
         for pid, conns in by_owner.items():
             for conn in conns:
                 for topic in TOPICS:
@@ -265,10 +268,17 @@ def test_route_reads_are_answered_by_workers_as_the_core_answers(cluster: Cluste
                     assert resp.code == codes.SUCCESS, (node.name, pid, resp.remark)
                     answers.setdefault(hash(topic), set()).add(resp.body)
                     reads_on_core += pid == core
+                    reads += 1
         for topic in TOPICS:  # one answer per topic, whichever process gave it
             assert len(answers[hash(topic)]) == 1, f"{node.name}: workers and core answer {topic} differently"
-        # The core counted only the reads on its own connections: the workers answered theirs themselves.
-        assert reads_counted(node) - before == reads_on_core
+        # The node's counter counts each read once, the workers' (most of them) with the core's.
+        assert reads > reads_on_core
+        assert reads_counted(node) - before == reads
+        # and timed once: the histograms' buckets are summed too (each cumulative, the last holds every read)
+        assert metric(node, "nameserver_remoting_handling_seconds_bucket", request="105", le="+Inf") == \
+            timed["+Inf"] + reads
+        assert timed["0.001"] <= metric(node, "nameserver_remoting_handling_seconds_bucket", request="105",
+                                        le="0.001") <= timed["0.001"] + reads
         missing = Conn(node.remoting_addr).call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopicW"})
         assert missing.code == codes.TOPIC_NOT_EXIST
         for conns in by_owner.values():
@@ -289,10 +299,11 @@ def test_the_remoting_limits_hold_in_workers(cluster: Cluster) -> None:
     payload = read_frame(big.sock)
     assert payload is not None and "limits.remoting_max_header_bytes" in (frame.decode(payload).remark or "")
     assert read_frame(big.sock) is None, "the connection stays open after an oversize header"
-    before = metric(node, "nameserver_remoting_handled_total", request="104")
+    before = metric(node, "nameserver_remoting_handled_total", request="104", response="1")
     resp = many.call(codes.UNREGISTER_BROKER, {f"k{i}": "v" for i in range(300)})
     assert resp.code == codes.SYSTEM_ERROR and "limits.remoting_max_ext_fields" in (resp.remark or "")
-    assert metric(node, "nameserver_remoting_handled_total", request="104") == before  # answered by the worker
+    # counted once, by the worker that refused it
+    assert metric(node, "nameserver_remoting_handled_total", request="104", response="1") == before + 1
     for conn in conns:
         conn.close()
 
@@ -305,6 +316,7 @@ def test_writes_through_a_worker_are_read_back_on_the_same_connection(cluster: C
     for i, node in enumerate(cluster.nodes):
         assert node.proc is not None
         conn = next(c for pid, cs in conns_by_owner(node, want_each=1).items() if pid != node.proc.pid for c in cs)
+        registered = metric(node, "nameserver_remoting_handled_total", request="103", response="0")
         for round_ in range(10):
             topic = f"TopicRyw{i}x{round_}"
             resp = conn.register("broker-ryw", "127.0.0.1:20911", [topic], counter=10 * i + round_ + 2)
@@ -313,6 +325,8 @@ def test_writes_through_a_worker_are_read_back_on_the_same_connection(cluster: C
             route = conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             assert route.code == codes.SUCCESS, (node.name, round_, route.remark)
             assert b"127.0.0.1:20911" in route.body
+        # each passed on to the core and counted once, by the worker (the core's private socket counts nothing)
+        assert metric(node, "nameserver_remoting_handled_total", request="103", response="0") == registered + 10
         # a client may not send the channel's own code through a worker
         assert conn.call(CONNECTION_CLOSED, {CONN_FIELD: "1:1"}).code == codes.REQUEST_CODE_NOT_SUPPORTED
         held.append(conn)
@@ -362,6 +376,11 @@ def test_a_killed_worker_is_restarted_and_clients_reconnect(cluster: Cluster) ->
     by_owner = conns_by_owner(node, want_each=1)
     victim = next(pid for pid in by_owner if pid != node.proc.pid)
     restarts = metric(node, "nameserver_worker_restarts_total")
+    before = reads_counted(node)
+    for _ in range(25):  # counted by the victim, in its metric file
+        assert by_owner[victim][0].call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]}).code == codes.SUCCESS
+    assert reads_counted(node) == before + 25
+    killed_at, made = before + 25, 0  # the node's count when the victim died; reads answered since
     os.kill(victim, signal.SIGKILL)
     for conn in by_owner[victim]:  # its clients lose their connection and open another
         with pytest.raises((OSError, AssertionError)):
@@ -373,19 +392,27 @@ def test_a_killed_worker_is_restarted_and_clients_reconnect(cluster: Cluster) ->
     cluster.wait_for("the killed worker's socket closed", lambda: victim not in listener_owners(node))
     again = Conn(node.remoting_addr)
     assert again.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]}).code == codes.SUCCESS
+    made += 1
 
     def restarted() -> bool:
+        nonlocal made
         # meanwhile, fresh connections' reads succeed: the new worker takes none before its replica is ready
         fresh = Conn(node.remoting_addr)
         resp = fresh.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]})
         fresh.close()
         assert resp.code == codes.SUCCESS, resp.remark
+        made += 1
         owners = listener_owners(node)
         return len(owners) == WORKERS + 1 and victim not in owners
 
     cluster.wait_for("the worker restarted and listening", restarted, every=0.02)
     assert metric(node, "nameserver_worker_restarts_total") == restarts + 1
     assert metric(node, "nameserver_worker_processes") == WORKERS
+    # The victim's counts outlived it: kept by the core when it exited, its files gone.
+    assert reads_counted(node) == killed_at + made
+    folder = os.path.join(cluster.root, f"{node.name}-data", "channel", "metrics")
+    assert {f.rsplit("_", 1)[1].removesuffix(".db") for f in os.listdir(folder)} <= {
+        str(pid) for pid in children(node.proc.pid)}, os.listdir(folder)
     fresh = conns_by_owner(node, want_each=1)
     for conns in fresh.values():
         assert conns[0].call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]}).code == codes.SUCCESS
@@ -407,13 +434,13 @@ def test_reads_are_answered_by_the_workers_and_the_core_holds_no_public_port(env
             stub.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=10)
         spread = served_by(node)
         assert spread[core] == 0 and all(spread[w] >= 1 for w in workers), spread
-        before, cpu = core_calls(node, "GetRoute"), {w: proc_cpu_s([w]) for w in workers}
+        before, cpu = node_calls(node, "GetRoute"), {w: proc_cpu_s([w]) for w in workers}
         for _ in range(25):
             for stub in stubs:
                 reply = stub.GetRoute(api_pb2.GetRouteRequest(topic="TopicG"), timeout=10)
                 assert [b.broker_name for b in reply.route.broker_datas] == ["bg"]
-        # the core served none of them (its counter counts every call it serves, forwarded or not) ...
-        assert core_calls(node, "GetRoute") == before
+        # the node counted each once (the core has no public gRPC port: the workers counted them) ...
+        assert node_calls(node, "GetRoute") == before + 25 * len(stubs)
         # ... and every worker worked
         assert all(proc_cpu_s([w]) > cpu[w] for w in workers), {w: proc_cpu_s([w]) - cpu[w] for w in workers}
         missing = refused(lambda stub=stubs[0]: stub.GetRoute(api_pb2.GetRouteRequest(topic="NoSuchTopicG"),
@@ -426,8 +453,11 @@ def test_calls_through_workers_are_decided_as_direct_ones(env: Env) -> None:
     with that caller's identity (the core refuses calls it cannot attribute), and a stream passes through."""
     node = env.cluster.nodes[1]
     put = api_pb2.PutKvRequest(namespace="wg", key="k", value="v")
+    denied = metric(node, "nameserver_grpc_handled_total", method="GetRoute", code="PERMISSION_DENIED")
     assert refused(lambda: env.ns(node, "nobody").GetRoute(api_pb2.GetRouteRequest(topic="TopicG"), timeout=10)) == (
         grpc.StatusCode.PERMISSION_DENIED, "certificate 'nobody' has no role")
+    # refused by the worker's auth, and counted in the node's /metrics
+    assert metric(node, "nameserver_grpc_handled_total", method="GetRoute", code="PERMISSION_DENIED") == denied + 1
     assert refused(lambda: env.ns(node, "client").PutKv(put, timeout=10)) == (
         grpc.StatusCode.PERMISSION_DENIED, f"role client (cert:client) may not call /{NS}/PutKv")
     assert refused(lambda: env.ns(node, "admin", token="wrong").PutKv(put, timeout=10)) == (
@@ -438,9 +468,9 @@ def test_calls_through_workers_are_decided_as_direct_ones(env: Env) -> None:
     assert refused(lambda: spoofed(put, timeout=10, metadata=((headers.FORWARDED, "1"),))) == (
         grpc.StatusCode.PERMISSION_DENIED, "only peer nodes may send forwarded calls")
     # forwarded to the core (on a follower, on to the leader), as the certificate's caller
-    before = core_calls(node, "PutKv")
+    before = node_calls(node, "PutKv")
     assert env.ns(node, "admin").PutKv(put, timeout=10).offset > 0
-    assert core_calls(node, "PutKv") == before + 1
+    assert node_calls(node, "PutKv") == before + 1
     admin = api_pb2_grpc.AdminStub(env.channel(node, "client"))
     assert refused(lambda: admin.TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=10))[0] == (
         grpc.StatusCode.PERMISSION_DENIED)
@@ -525,6 +555,41 @@ def test_a_killed_worker_is_restarted_and_grpc_clients_reconnect(env: Env) -> No
                          lambda: len(grpc_listeners(node)) == WORKERS and victim not in grpc_listeners(node))
     for _ in range(6):
         assert env.ns(node, "client", fresh=True).GetRoute(api_pb2.GetRouteRequest(topic="TopicG"), timeout=10)
+
+
+def worker_gauge(node: NodeProc, name: str) -> dict[str, float]:
+    return {s.labels["worker"]: s.value for s in samples(node) if s.name == name}
+
+
+def test_worker_gauges_are_shown_per_worker(cluster: Cluster) -> None:
+    """A sum of the workers' gauges would say nothing true: each is labelled with its worker's index."""
+    node = cluster.nodes[0]
+    assert node.proc is not None
+    by_owner = conns_by_owner(node, want_each=2)
+
+    def held_by_workers() -> list[int]:  # what the kernel says each worker holds, this test's and any other
+        ends = {inode for lport, _, state, inode in tcp_sockets() if lport == port_of(node) and state == ESTABLISHED}
+        return sorted(len(socket_inodes(pid) & ends) for pid in children(node.proc.pid))
+
+    cluster.wait_for("each worker's connections shown", lambda: sorted(worker_gauge(
+        node, "nameserver_worker_remoting_connections").values()) == held_by_workers())
+    assert set(worker_gauge(node, "nameserver_worker_remoting_connections")) == {str(i) for i in range(WORKERS)}
+    offsets = worker_gauge(node, "nameserver_worker_replica_offset")
+    assert set(offsets) == {str(i) for i in range(WORKERS)}
+    assert all(0 < v <= metric(node, "nameserver_apply_offset") for v in offsets.values()), offsets
+    for conns in by_owner.values():
+        for conn in conns:
+            conn.close()
+
+
+def test_health_through_a_worker_is_the_cores(env: Env) -> None:
+    """Health checks are passed to the core (corelink.FORWARDED_SERVICES): its readiness, not the worker's."""
+    node = env.cluster.nodes[0]
+    stub = health_pb2_grpc.HealthStub(env.channel(node, "client", fresh=True))
+    assert stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status == \
+        health_pb2.HealthCheckResponse.SERVING
+    assert refused(lambda: stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10))[0] == \
+        grpc.StatusCode.NOT_FOUND
 
 
 def test_a_killed_core_takes_its_workers_down(cluster: Cluster) -> None:

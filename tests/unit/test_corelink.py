@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from nameserver import headers
 from nameserver.api import auth, corelink
@@ -144,3 +145,35 @@ def test_the_core_refuses_a_call_that_names_no_caller(tmp_path: Any) -> None:
     finally:
         channel.close()
         core.stop(None)
+
+
+def test_health_asked_of_a_worker_is_the_cores(tmp_path: Any) -> None:
+    """A worker has no health service of its own: Check and Watch reach the core's, so a worker's port says
+    NOT_SERVING while its core does (a balancer never sends clients to a node whose core is not ready)."""
+    core_health = health.HealthServicer()
+    core_health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    core_server = grpc.server(futures.ThreadPoolExecutor(4), interceptors=[corelink.WorkerCallers(lambda: 1)])
+    health_pb2_grpc.add_HealthServicer_to_server(core_health, core_server)
+    target = f"unix:{tmp_path}/core.sock"
+    core_server.add_insecure_port(target)
+    core_server.start()
+    worker = grpc.server(futures.ThreadPoolExecutor(4))
+    to_core = grpc.insecure_channel(target)
+    worker.add_generic_rpc_handlers((corelink.CoreForwarder(to_core, {}, lambda offset, timeout, alive: True),))
+    port = worker.add_insecure_port("127.0.0.1:0")
+    worker.start()
+    client = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        stub, ask = health_pb2_grpc.HealthStub(client), health_pb2.HealthCheckRequest(service="")
+        assert stub.Check(ask, timeout=5).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        watch = stub.Watch(ask, timeout=5)
+        assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        core_health.set("", health_pb2.HealthCheckResponse.SERVING)  # the core is ready
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        assert stub.Check(ask, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
+    finally:
+        client.close()
+        worker.stop(None)
+        to_core.close()
+        core_server.stop(None)
