@@ -147,8 +147,10 @@ class Server:
         the workers (started last, stopped first)."""
         cfg = self.cfg
         share = process_share(cfg)
-        public = RemotingServer(share, self.service, reuse_port=True, observer=observer,
-                                max_connections=max(1, self.budget.remoting // (cfg.worker_processes + 1)))
+        # a share of a configured limit; by default (0) what the core's own descriptors leave, as each worker
+        mine = (max(1, self.budget.remoting // (cfg.worker_processes + 1)) if cfg.remoting_max_connections
+                else self.budget.remoting)
+        public = RemotingServer(share, self.service, reuse_port=True, observer=observer, max_connections=mine)
         self.extras.append(public)
         role = (cfg.remoting_role or "peer") if cfg.auth_enabled else ""
         channel = CoreHandlers(Handlers(InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
