@@ -18,7 +18,7 @@ from nameserver.api.inprocess import InProcessStub
 from nameserver.api.logservice import LogService
 from nameserver.api.rpc import DecodeGuard
 from nameserver.api.service import NameServerService
-from nameserver.config import NodeConfig
+from nameserver.config import REMOTING_CONNECTIONS_FLOOR, NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
 from nameserver.core.idlenoop import IdleNoop
 from nameserver.core.node import NameServerNode
@@ -133,8 +133,12 @@ class Server:
             handlers = ControllerHandlers(InProcessStub(self.controller, auth.CONTROLLER_SERVICE, role),
                                           InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
                                           cfg.write_timeout_ms / 1000)
+            # Only controller-mode brokers connect here: the default remoting limit's descriptors are the
+            # remoting port's, so this port keeps the fixed floor (a set limit applies to both, as before).
+            cap = (self.budget.remoting if cfg.remoting_max_connections
+                   else min(self.budget.remoting, REMOTING_CONNECTIONS_FLOOR))
             self.extras.append(RemotingServer(cfg, None, listen_addr=cfg.controller_addr, handlers=handlers,
-                                              max_connections=self.budget.remoting))
+                                              max_connections=cap))
         if cfg.archive_dir:  # Parquet log segments as entries commit (imports pyarrow only when on)
             from nameserver.ops.archive import LogArchiver
             self.extras.append(LogArchiver(self.node.log, cfg.archive_dir))

@@ -374,7 +374,7 @@ class Handlers:
         if replicated:  # an empty body changes nothing (RocketMQ answers SUCCESS too)
             self._call(self.ns.UpdateSettings, api_pb2.UpdateSettingsRequest(
                 settings={name: properties[name] for name in replicated}))
-        return req.response(remark=stockconfig.update_remark(replicated, no_effect, unknown))
+        return req.response(remark=stockconfig.update_remark(no_effect, unknown))
 
     def get_config(self, req: Command) -> Command:
         reply = self._call(self.ns.GetSettings, api_pb2.GetSettingsRequest())

@@ -79,11 +79,10 @@ def split_update(keys: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
     return replicated, no_effect, unknown
 
 
-def update_remark(replicated: list[str], no_effect: list[str], unknown: list[str]) -> str | None:
-    """318's remark on SUCCESS: what became of each key (RocketMQ answers none; mqadmin ignores it)."""
+def update_remark(no_effect: list[str], unknown: list[str]) -> str | None:
+    """318's remark on SUCCESS: the keys that changed nothing here, and why. None when every key was applied,
+    as RocketMQ answers (mqadmin prints no remark of a success anyway)."""
     parts = []
-    if replicated:
-        parts.append(f"applied on every node: {', '.join(replicated)}")
     if no_effect:
         parts.append("accepted, no effect here: " + _names(
             [f"{name} ({STOCK_KEYS[name].here})" for name in no_effect]))
