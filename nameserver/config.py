@@ -137,7 +137,9 @@ class NodeConfig:
     # [limits]: no caller, authenticated or not, can hold more of a node than these.
     max_wait_ms: int = 30_000      # longest any call waits server-side (min_offset, read index, a write)
     max_waiting_reads: int = 16    # reads waiting for min_offset at once; more fail RESOURCE_EXHAUSTED
-    remoting_max_connections: int = 4096
+    # 0: as many as the open-file limit leaves after everything else (nameserver/ops/fdlimits.py), at least
+    # REMOTING_CONNECTIONS_FLOOR: a fleet's brokers and clients each hold a connection to every node.
+    remoting_max_connections: int = 0
     remoting_idle_timeout_ms: int = 120_000   # RocketMQ's serverChannelMaxIdleTimeSeconds
     remoting_frame_timeout_ms: int = 30_000   # a frame, once begun, must arrive whole within this
     remoting_reply_timeout_ms: int = 30_000   # replies a client leaves unread this long close it
@@ -237,6 +239,9 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
                "max_kv_bytes", "max_controller_sets", "registration_topics_in_flight"),
 }
 LIMITS = _SECTIONS["limits"]
+# The fewest remoting connections limits.remoting_max_connections = 0 sets, when the open-file limit leaves
+# room for them (the fixed default before it followed the limit); a listener made without a budget takes it.
+REMOTING_CONNECTIONS_FLOOR = 4096
 # Single-key sections: [remoting] listen, [metrics] listen, [archive] dir.
 # ([remoting] role and tls, [security], [tls] and [auth] are read by _security.)
 _LISTENERS = {"remoting": ("listen", "remoting_addr"), "metrics": ("listen", "metrics_addr"),
@@ -313,7 +318,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     if cfg.max_sessions_per_owner <= 0:
         raise ConfigError("sessions.max_sessions_per_owner must be positive")
     for key in LIMITS:
-        if getattr(cfg, key) <= 0:
+        if getattr(cfg, key) <= 0 and not (key == "remoting_max_connections" and cfg.remoting_max_connections == 0):
             raise ConfigError(f"limits.{key} must be positive")
     _check_security(cfg)
     return cfg

@@ -14,7 +14,7 @@ from nameserver.api.adminservice import AdminService
 from nameserver.api.inprocess import InProcessStub
 from nameserver.api.logservice import LogService
 from nameserver.api.service import NameServerService
-from nameserver.config import NodeConfig
+from nameserver.config import REMOTING_CONNECTIONS_FLOOR, NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
 from nameserver.core.idlenoop import IdleNoop
 from nameserver.core.node import NameServerNode
@@ -137,8 +137,12 @@ class Server:
             handlers = ControllerHandlers(InProcessStub(self.controller, auth.CONTROLLER_SERVICE, role),
                                           InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
                                           cfg.write_timeout_ms / 1000)
+            # Only controller-mode brokers connect here: the default remoting limit's descriptors are the
+            # remoting port's, so this port keeps the fixed floor (a set limit applies to both, as before).
+            cap = (self.budget.remoting if cfg.remoting_max_connections
+                   else min(self.budget.remoting, REMOTING_CONNECTIONS_FLOOR))
             self.extras.append(RemotingServer(cfg, None, listen_addr=cfg.controller_addr, handlers=handlers,
-                                              max_connections=self.budget.remoting))
+                                              max_connections=cap))
         if cfg.archive_dir:  # Parquet log segments as entries commit (imports pyarrow only when on)
             from nameserver.ops.archive import LogArchiver
             self.extras.append(LogArchiver(self.node.log, cfg.archive_dir))
@@ -158,8 +162,10 @@ class Server:
         reply_sizes: Callable[[], dict[int, int]] | None = None
         if cfg.remoting_addr:
             share = process_share(cfg)
-            public = RemotingServer(share, self.service, reuse_port=True, observer=observer,
-                                    max_connections=max(1, self.budget.remoting // (cfg.worker_processes + 1)),
+            # a share of a configured limit; by default (0) what the core's own descriptors leave, as each worker
+            mine = (max(1, self.budget.remoting // (cfg.worker_processes + 1)) if cfg.remoting_max_connections
+                    else self.budget.remoting)
+            public = RemotingServer(share, self.service, reuse_port=True, observer=observer, max_connections=mine,
                                     accept_later=True)
             self.until_ready.append(public)
             self.extras.append(public)

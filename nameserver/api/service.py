@@ -126,7 +126,8 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                 return api_pb2.RegisterBrokerReply()
             return api_pb2.RegisterBrokerReply(
                 offset=res.offset, records=res.records, master_addr=t.master_addr,
-                ha_server_addr=t.ha_server_addr, order_topic_config=t.order_topic_config)
+                ha_server_addr=t.ha_server_addr, order_topic_config=t.order_topic_config or {},
+                order_topic_config_exists=t.order_topic_config is not None)
 
         translate_fn = lambda s: translate.register_broker(s, request, default_ms)  # noqa: E731
         if not self.node.log.is_leader() and not forwarded(context) and client_ref(context) is None:

@@ -4,7 +4,8 @@ with descriptors left over that no connection can take (the journal, snapshots, 
 A node that runs out of descriptors must refuse connections, never fail a journal write (which stops
 the node: raftlog/journal.py). So at start-up the soft RLIMIT_NOFILE is raised to the hard limit, and
 when the configured connection limits still do not fit, they are lowered to fit, with a warning that
-names the keys.
+names the keys. The remoting port, where a whole fleet connects, takes by default every descriptor the
+other limits leave.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import resource
 from dataclasses import dataclass
 
-from nameserver.config import NodeConfig
+from nameserver.config import REMOTING_CONNECTIONS_FLOOR, NodeConfig
 
 log = logging.getLogger("nameserver.limits")
 
@@ -44,11 +45,14 @@ def raise_nofile() -> int:
 
 
 def budget(cfg: NodeConfig, nofile: int) -> ConnectionBudget:
-    """The connection limits to enforce: the configured ones, scaled down to fit `nofile`."""
+    """The connection limits to enforce: the configured ones, scaled down to fit `nofile`. Remoting's
+    limit 0 (the default) takes what the others leave, at least REMOTING_CONNECTIONS_FLOOR."""
     wanted = {"remoting": cfg.remoting_max_connections if cfg.remoting_addr else 0,
               "grpc": cfg.grpc_max_connections,
               "metrics": cfg.metrics_max_connections if cfg.metrics_addr else 0}
     room = nofile - cfg.reserved_fds - BASE_FDS
+    if cfg.remoting_addr and not cfg.remoting_max_connections:
+        wanted["remoting"] = max(REMOTING_CONNECTIONS_FLOOR, room - wanted["grpc"] - wanted["metrics"])
     total = sum(wanted.values())
     if total <= room:
         return ConnectionBudget(nofile=nofile, **wanted)

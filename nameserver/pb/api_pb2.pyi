@@ -106,7 +106,7 @@ class RegisterBrokerChunk(_message.Message):
     def __init__(self, header: _Optional[_Union[RegisterBrokerRequest, _Mapping]] = ..., topics: _Optional[_Union[TopicConfigs, _Mapping]] = ...) -> None: ...
 
 class RegisterBrokerReply(_message.Message):
-    __slots__ = ("offset", "records", "master_addr", "ha_server_addr", "order_topic_config")
+    __slots__ = ("offset", "records", "master_addr", "ha_server_addr", "order_topic_config", "order_topic_config_exists")
     class OrderTopicConfigEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -119,12 +119,14 @@ class RegisterBrokerReply(_message.Message):
     MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
     HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
     ORDER_TOPIC_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    ORDER_TOPIC_CONFIG_EXISTS_FIELD_NUMBER: _ClassVar[int]
     offset: int
     records: int
     master_addr: str
     ha_server_addr: str
     order_topic_config: _containers.ScalarMap[str, str]
-    def __init__(self, offset: _Optional[int] = ..., records: _Optional[int] = ..., master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., order_topic_config: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    order_topic_config_exists: bool
+    def __init__(self, offset: _Optional[int] = ..., records: _Optional[int] = ..., master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., order_topic_config: _Optional[_Mapping[str, str]] = ..., order_topic_config_exists: _Optional[bool] = ...) -> None: ...
 
 class UnregisterBrokerRequest(_message.Message):
     __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id")

@@ -18,8 +18,9 @@ from nameserver.pb import api_pb2
 from nameserver.remoting import bodies, codes, jsonfmt
 from nameserver.remoting.bodies import BodyError
 from nameserver.remoting.command import Command
-from nameserver.remoting.handlers import CONFIG_BLACK_LIST, parse_properties
+from nameserver.remoting.handlers import parse_properties
 from nameserver.remoting.request import RequestError, bool_field, dispatch, int_field, need, wants_fastjson
+from nameserver.remoting.stockconfig import CONFIG_BLACK_LIST
 from nameserver.state import settings
 
 log = logging.getLogger("nameserver.remoting")

@@ -21,7 +21,7 @@ from nameserver.config import LIMITS, NodeConfig
 from nameserver.errors import ValidationError
 from nameserver.logthrottle import ThrottledLog
 from nameserver.pb import api_pb2, state_pb2
-from nameserver.remoting import bodies, codes, registerbody
+from nameserver.remoting import bodies, codes, registerbody, stockconfig
 from nameserver.remoting.bodycache import BodyCache
 from nameserver.remoting.command import Command
 from nameserver.remoting.request import (
@@ -78,10 +78,6 @@ PUBLIC_SETTINGS = (
 ) + LIMITS
 
 
-# RocketMQ's DefaultRequestProcessor refuses UPDATE_NAMESRV_CONFIG naming one of these with NO_PERMISSION.
-CONFIG_BLACK_LIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
-
-
 def parse_properties(text: str) -> dict[str, str]:
     """Java properties text as RocketMQ's 318 body carries it: `key=value` (or `key: value`, `key value`)
     lines; blank lines and `#`/`!` comments skipped. Line continuations and escapes are not needed here:
@@ -101,8 +97,10 @@ def parse_properties(text: str) -> dict[str, str]:
 
 def config_properties(cfg: NodeConfig, replicated: dict[str, bool]) -> str:
     """GET_NAMESRV_CONFIG as Java properties text: the replicated settings under RocketMQ's NamesrvConfig
-    names (their effective values), then the node's public settings."""
+    names (their effective values), RocketMQ's other NamesrvConfig keys (stockconfig), then the node's
+    public settings."""
     lines = [f"{name}={'true' if on else 'false'}" for name, on in replicated.items()]
+    lines += [f"{name}={value}" for name, value in stockconfig.stock_values(cfg).items() if name not in replicated]
     for name in PUBLIC_SETTINGS:
         value = getattr(cfg, name)
         if name == "members":
@@ -112,8 +110,6 @@ def config_properties(cfg: NodeConfig, replicated: dict[str, bool]) -> str:
         lines.append(f"{name}={value}")
     lines += [f"tls_enabled={'true' if cfg.tls_enabled else 'false'}",
               f"auth_enabled={'true' if cfg.auth_enabled else 'false'}"]
-    # Node-local, under NamesrvConfig's name for the same thing (mqadmin getNamesrvConfig users look for it).
-    lines.append(f"scanNotActiveBrokerInterval={cfg.scan_interval_ms}")
     return "\n".join(sorted(lines)) + "\n"
 
 
@@ -251,8 +247,11 @@ class Handlers:
         else:
             reply = self._call(self.ns.RegisterBroker, request)
         ext = {k: v for k, v in (("haServerAddr", reply.ha_server_addr), ("masterAddr", reply.master_addr)) if v}
-        # RocketMQ answers with the ORDER_TOPIC_CONFIG namespace's KVTable, or no body when it is empty.
-        body_out = bodies.encode(bodies.kv_table(reply.order_topic_config)) if reply.order_topic_config else b""
+        # RocketMQ answers with the ORDER_TOPIC_CONFIG namespace's KVTable whenever the namespace exists, an
+        # emptied one as {"table":{}} (4.9 brokers then clear their topics' order flag); no body when it
+        # was never written. (A table without the flag comes from a leader older than the flag.)
+        has_table = reply.order_topic_config_exists or bool(reply.order_topic_config)
+        body_out = bodies.encode(bodies.kv_table(reply.order_topic_config)) if has_table else b""
         return req.response(ext_fields=ext, body=body_out, remark=clamped)
 
     def _storable_topics(self, topics: list[api_pb2.TopicConfig], broker: str) -> list[api_pb2.TopicConfig]:
@@ -383,17 +382,21 @@ class Handlers:
     # ---- nameserver configuration ----------------------------------------------------------------
 
     def update_config(self, req: Command) -> Command:
-        """RocketMQ's NamesrvConfig switches, replicated through the log (UpdateSettings): every node
-        answers the new value, and it survives restarts. Node-local settings are refused, naming the key."""
+        """Every key RocketMQ's NameServer takes: its NamesrvConfig switches are replicated through the
+        log (UpdateSettings), so every node answers the new value and it survives restarts; its other keys,
+        and keys it does not know, are accepted with a remark saying they change nothing here (as stock
+        ignores keys it does not know). Only its black list is refused, as stock refuses it."""
         try:
             properties = parse_properties(req.body.decode("utf-8")) if req.body else {}
         except UnicodeDecodeError:
             raise RequestError(codes.SYSTEM_ERROR, "string2Properties error: the body is not UTF-8") from None
-        if CONFIG_BLACK_LIST & properties.keys():
+        if stockconfig.CONFIG_BLACK_LIST & properties.keys():
             raise RequestError(codes.NO_PERMISSION, "Can not update config in black list.")
-        if properties:  # an empty body changes nothing (RocketMQ answers SUCCESS too)
-            self._call(self.ns.UpdateSettings, api_pb2.UpdateSettingsRequest(settings=properties))
-        return req.response()
+        replicated, no_effect, unknown = stockconfig.split_update(properties)
+        if replicated:  # an empty body changes nothing (RocketMQ answers SUCCESS too)
+            self._call(self.ns.UpdateSettings, api_pb2.UpdateSettingsRequest(
+                settings={name: properties[name] for name in replicated}))
+        return req.response(remark=stockconfig.update_remark(no_effect, unknown))
 
     def get_config(self, req: Command) -> Command:
         reply = self._call(self.ns.GetSettings, api_pb2.GetSettingsRequest())

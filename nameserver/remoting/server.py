@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from nameserver.api.auth import NAMESERVER_SERVICE
 from nameserver.api.inprocess import InProcessStub
-from nameserver.config import NodeConfig
+from nameserver.config import REMOTING_CONNECTIONS_FLOOR, NodeConfig
 from nameserver.core.nowait import WouldBlock, no_wait
 from nameserver.remoting import codes, frame, memtrim
 from nameserver.remoting.command import Command, FrameError, FrameRefused
@@ -57,9 +57,11 @@ log = logging.getLogger("nameserver.remoting")
 MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up to one frame and its reply)
 WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained
 TLS_HANDSHAKE_RECORD = 0x16    # the first byte of every TLS ClientHello
-LISTEN_BACKLOG = 1024
 LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on with no time: close() resets the connection
 TRIM_DELAY_S = 1.0  # after the last large reply is released, for the transports and builds to let go of it
+# Connections the kernel completes before the listener accepts them (RocketMQ's serverSocketBacklog; asyncio
+# defaults to 100, and a burst of brokers and clients past it waits out a 1 s SYN retry).
+LISTEN_BACKLOG = 1024
 
 
 class Connection:
@@ -127,7 +129,7 @@ class RemotingServer:
         self.accept_later = accept_later and not unix_path
         self.accepting = False  # listening (set on the listener's thread)
         self.max_frame = max_frame_bytes
-        self.max_connections = max_connections or cfg.remoting_max_connections
+        self.max_connections = max_connections or cfg.remoting_max_connections or REMOTING_CONNECTIONS_FLOOR
         self.idle_s = cfg.remoting_idle_timeout_ms / 1000
         self.frame_s = cfg.remoting_frame_timeout_ms / 1000
         self.reply_s = cfg.remoting_reply_timeout_ms / 1000
@@ -178,8 +180,9 @@ class RemotingServer:
         self._ready.wait()
         if self._error is not None:
             raise OSError(f"remoting: cannot listen on {self.listen_addr}: {self._error}") from self._error
-        log.info("remoting (RocketMQ protocol) %s on %s", "bound, not yet accepting," if self.accept_later
-                 else "listening", self.listen_addr)
+        log.info("remoting (RocketMQ protocol) %s on %s, at most %d connections",
+                 "bound, not yet accepting," if self.accept_later else "listening", self.listen_addr,
+                 self.max_connections)
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
@@ -191,7 +194,8 @@ class RemotingServer:
                 host, port = split_addr(self.listen_addr)
                 self._server = loop.run_until_complete(
                     asyncio.start_server(self._serve, host or None, port, reuse_address=True,
-                                         reuse_port=self.reuse_port or None, start_serving=False))
+                                         reuse_port=self.reuse_port or None, start_serving=False,
+                                         backlog=LISTEN_BACKLOG))
             else:  # connections are accepted here and peeked at before a stream is made of them
                 host, port = split_addr(self.listen_addr)
                 self._listener = bound_socket(host, port, self.reuse_port)

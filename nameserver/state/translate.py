@@ -35,7 +35,9 @@ class Translation:
     batch: entry_pb2.Batch = field(default_factory=entry_pb2.Batch)
     master_addr: str = ""       # register_broker, for slaves: the master's address when registered
     ha_server_addr: str = ""    # register_broker, for slaves: the master's HA address
-    order_topic_config: dict[str, str] = field(default_factory=dict)  # register_broker
+    # register_broker: the ORDER_TOPIC_CONFIG namespace's table; None when the broker gets none (the
+    # namespace was never written, or returnOrderTopicConfigToBroker is off)
+    order_topic_config: dict[str, str] | None = None
     count: int = 0              # wipe/add write perm: queue datas of the broker (RocketMQ's topic count)
     conflict: bool = False      # register_broker: refused, an address with a newer stateVersion holds the id
 
@@ -233,7 +235,8 @@ def register_broker(state: MetadataState, req: api_pb2.RegisterBrokerRequest, de
         master_live = state.broker_live(addrs[MASTER_ID])
         if master_live is not None:
             tr.master_addr, tr.ha_server_addr = addrs[MASTER_ID], master_live.ha_server_addr
-    if state.setting_on(settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER, True):
+    if (state.setting_on(settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER, True)
+            and state.kv_namespace_exists(ORDER_TOPIC_CONFIG)):
         tr.order_topic_config = state.kv_list(ORDER_TOPIC_CONFIG)
     return tr
 

@@ -145,8 +145,8 @@ def test_broker_side_codes_take_the_raft_path(make_cluster) -> None:
             assert resp.code == 1 and resp.remark.startswith("disable"), (resp.code, resp.remark)
             text = broker.call(n.remoting_addr, 319, {}).body.decode()
             assert "orderMessageEnable=true\n" in text and "enableAllTopicList=false\n" in text
-        resp = broker.call(b.remoting_addr, 318, {}, b"listenPort=9999\n")
-        assert resp.code == 1 and "listenPort" in resp.remark
+        resp = broker.call(b.remoting_addr, 318, {}, b"enableTopicList=maybe\n")  # not a boolean: refused
+        assert resp.code == 1 and "enableTopicList" in resp.remark
         assert broker.call(b.remoting_addr, 318, {}, b"enableAllTopicList=true\n").code == 0
 
         # Bad input: the gRPC validation message comes back as SYSTEM_ERROR's remark.

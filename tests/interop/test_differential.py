@@ -76,12 +76,13 @@ UNANSWERED_ON_4_9 = r"<no response>|code|remark|body(\..*)?"  # 4.9.7 sends noth
 EXPLAINED: list[Explained] = [
     Explained(319, "our public settings and RocketMQ's replicated switches, not the Java server's settings",
               paths=r"body\..+"),
+    Explained(318, "a key that changes nothing here is named in the remark (stock's is null)", paths="remark"),
     Explained(304, "brokerAddr: the lowest-id address of the first broker name, so every node answers the same",
               paths=r"body\.brokerAddr"),
     *[Explained(code, "BrokerData on 4.9.7 has no enableActingMaster; one body for both lines",
                 lines=(jars.LINE_4,), paths=r"body\..*\.enableActingMaster") for code in (105, 106)],
     *[Explained(code, "4.9.7 does not answer a code it lacks (the client times out); we answer as 5.x does",
-                lines=(jars.LINE_4,), paths=UNANSWERED_ON_4_9) for code in (217, 313, 901, 999)],
+                lines=(jars.LINE_4,), paths=UNANSWERED_ON_4_9) for code in (217, 901, 999)],
     Explained(105, "4.9.7 never answered the 217 that registered this topic (above), so it has no route",
               lines=(jars.LINE_4,), request=(("topic", "DiffRegTopic2"),)),
     *[Explained(105, "mqadmin's internal producer asks for TBW102 when its timer fires, so whether an answer "

@@ -141,6 +141,21 @@ def test_update_namesrv_config(deployment: Deployment) -> None:
                 time.sleep(0.2)
 
 
+def test_update_namesrv_config_takes_stock_keys(deployment: Deployment) -> None:
+    """updateNamesrvConfig with NamesrvConfig keys that are not settings here succeeds, as on the stock
+    NameServer: a replicated one is applied on every node, the others are accepted and change nothing."""
+    d = deployment
+    for key, value in (("enableTopicList", "true"), ("clientRequestThreadPoolNums", "16"),
+                       ("waitSecondsForService", "10")):
+        r = d.rmq.mqadmin("updateNamesrvConfig", "-k", key, "-v", value, namesrv=d.namesrv)
+        assert "success" in r.stdout.lower() and "Exception" not in r.stdout + r.stderr, \
+            f"{key}: {r.stdout}\n{r.stderr[-3000:]}"
+    for addr in d.addrs:
+        text = remoting.call(addr, 319).body.decode()
+        assert "enableTopicList=true\n" in text and "clientRequestThreadPoolNums=8\n" in text, (addr, text)
+        assert "waitSecondsForService=45\n" in text, (addr, text)
+
+
 @pytest.mark.parametrize("line", [jars.LINE_5], indirect=True)  # static topics (RIP-21) are 5.x only
 def test_static_topic_route_carries_queue_mappings(line: str, deployment: Deployment) -> None:
     """`mqadmin updateStaticTopic` makes both masters hold a logical-queue mapping; they re-register with it,

@@ -58,7 +58,8 @@ class FakeNameServer(api_pb2_grpc.NameServerServicer):
         slave = request.broker_id != 0
         return api_pb2.RegisterBrokerReply(offset=5, records=3, master_addr=ADDR_A0 if slave else "",
                                            ha_server_addr="10.0.0.1:10912" if slave else "",
-                                           order_topic_config=self.kv.get("ORDER_TOPIC_CONFIG", {}))
+                                           order_topic_config=self.kv.get("ORDER_TOPIC_CONFIG", {}),
+                                           order_topic_config_exists="ORDER_TOPIC_CONFIG" in self.kv)
 
     def UpdateSettings(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._rec("UpdateSettings", request, context)
@@ -623,10 +624,13 @@ def test_318_update_config_writes_replicated_settings(client: Client, fake: Fake
     assert resp["code"] == 0 and len([m for m, _ in fake.calls if m == "UpdateSettings"]) == 1
     resp, _ = client.call(318, None, b"kvConfigPath=/tmp/x\n")  # RocketMQ's black list
     assert (resp["code"], resp["remark"]) == (16, "Can not update config in black list.")
-    fake.fail["UpdateSettings"] = (grpc.StatusCode.INVALID_ARGUMENT, "settings: 'listenPort' is not a replicated "
-                                   "setting; ... (node-local settings are in the node's TOML file)")
-    resp, _ = client.call(318, None, b"listenPort=9876\n")
-    assert resp["code"] == 1 and "listenPort" in resp["remark"] and "TOML" in resp["remark"]
+    # RocketMQ's other keys, and keys it does not know, are accepted with a remark; only settings are written
+    resp, _ = client.call(318, None, b"clientRequestThreadPoolNums=4\nlistenPort=9876\n")
+    assert resp["code"] == 0 and len([m for m, _ in fake.calls if m == "UpdateSettings"]) == 1
+    assert "no effect here: clientRequestThreadPoolNums" in resp["remark"] and "ignored" in resp["remark"]
+    fake.fail["UpdateSettings"] = (grpc.StatusCode.INVALID_ARGUMENT, "settings: 'enableTopicList' takes true or false")
+    resp, _ = client.call(318, None, b"enableTopicList=yes\n")
+    assert resp["code"] == 1 and "enableTopicList" in resp["remark"]
 
 
 def test_319_get_config_is_properties_text_without_secrets(client: Client, server: RemotingServer) -> None:

@@ -140,7 +140,7 @@ def test_settings_are_records_with_defaults_and_change_registration_replies() ->
     assert record_keys(tr) == [("OP_PUT", "setting/returnOrderTopicConfigToBroker")]
     apply(state, tr)
     assert update_settings(state, {settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER: "false"}).empty
-    assert register_broker(state, reg(counter=2), TIMEOUT).order_topic_config == {}
+    assert register_broker(state, reg(counter=2), TIMEOUT).order_topic_config is None  # no body at all
     assert state.stored_settings() == {"returnOrderTopicConfigToBroker": "false"}
     eff = settings.effective(state.stored_settings(), {settings.ORDER_MESSAGE_ENABLE: True})
     assert eff[settings.ORDER_MESSAGE_ENABLE] and not eff[settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER]
@@ -190,9 +190,13 @@ def test_prime_slave_registers_topics_when_the_master_is_absent(acting: bool) ->
 
 def test_reply_carries_order_topic_config() -> None:
     state = MetadataState()
+    assert register_broker(state, reg(), TIMEOUT).order_topic_config is None  # never written: no table
     assert apply(state, put_kv(state, ORDER_TOPIC_CONFIG, "TopicA", "broker-a:4")).applied
     tr = register_broker(state, reg(), TIMEOUT)
     assert tr.order_topic_config == {"TopicA": "broker-a:4"}
+    # emptied: an empty table, as RocketMQ (4.9 brokers then clear their topics' order flag)
+    assert apply(state, delete_kv(state, ORDER_TOPIC_CONFIG, "TopicA")).applied
+    assert register_broker(state, reg(), TIMEOUT).order_topic_config == {}
 
 
 def test_address_changing_id_replaces_its_old_entry() -> None:
