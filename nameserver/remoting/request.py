@@ -11,6 +11,7 @@ from nameserver.remoting import bodies, codes
 from nameserver.remoting.bodies import BodyError
 from nameserver.remoting.command import Command
 from nameserver.remoting.status import response_code, rpc_error_parts
+from nameserver.safetext import shown
 
 
 class RequestError(Exception):
@@ -20,6 +21,9 @@ class RequestError(Exception):
         super().__init__(remark)
         self.code = code
         self.remark = remark
+
+
+QUOTED = 64  # characters of a client's value quoted in a remark
 
 
 def need(req: Command, name: str) -> str:
@@ -39,9 +43,11 @@ def int_field(req: Command, name: str, default: int | None = None) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is not an integer: {value!r}") from None
+        raise RequestError(codes.SYSTEM_ERROR,
+                           f"the custom field <{name}> is not an integer: {shown(value, QUOTED)}") from None
     if not bodies.INT64[0] <= number <= bodies.INT64[1]:  # Java's Long; our int64 fields could not hold it
-        raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is out of range: {number}")
+        # quoted shortened: a 70,000-digit number echoed whole made the reply's header pass its 64 KiB bound
+        raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is out of range: {shown(value, QUOTED)}")
     return number
 
 

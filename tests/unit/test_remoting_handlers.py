@@ -685,3 +685,15 @@ def test_compressed_body_golden_bytes(client: Client, fake: FakeNameServer) -> N
     req = fake.only("RegisterBroker")
     assert (req.data_version.counter, req.data_version.timestamp) == (3, 123)
     assert [(t.topic_name, t.read_queue_nums, t.perm) for t in req.topics] == [("TopicZ", 8, 6)]
+
+
+@pytest.mark.parametrize("value", ["9" * 70_000, "x" * 70_000])
+def test_a_huge_number_field_is_quoted_short_in_the_remark(value: str) -> None:
+    """A 70,000-digit brokerId was quoted whole in the remark: the reply's header passed its 64 KiB bound
+    (found by the handlers' fuzz test)."""
+    from nameserver.remoting.command import Command
+    from nameserver.remoting.request import RequestError, int_field
+
+    with pytest.raises(RequestError) as err:
+        int_field(Command(code=codes.REGISTER_BROKER, ext_fields={"brokerId": value}), "brokerId")
+    assert "<brokerId>" in str(err.value) and len(str(err.value)) < 300
