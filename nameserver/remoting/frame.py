@@ -60,6 +60,10 @@ def check_header_length(head_len: int, max_header: int, kind: int) -> None:
                            kind)
 
 
+class IdleTimeout(TimeoutError):
+    """No frame began within the idle bound (nothing of the stream was consumed)."""
+
+
 async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME, idle_s: float | None = None,
                frame_s: float | None = None, max_header: int | None = None) -> bytes | None:
     """The next frame's payload; None at a clean end of stream (between frames).
@@ -67,9 +71,13 @@ async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME,
     `idle_s` bounds the wait for a frame to begin, `frame_s` the time a begun frame may take to arrive
     whole (a slow sender holds a connection no longer than that). With `max_header`, a header-length
     word over it is refused before the rest of the frame is read. Raises FrameError for a bad length,
-    asyncio.IncompleteReadError for a stream cut mid-frame, and TimeoutError."""
-    async with asyncio.timeout(idle_s):
-        prefix = await reader.read(4)
+    asyncio.IncompleteReadError for a stream cut mid-frame, IdleTimeout when no frame began within
+    `idle_s`, and TimeoutError when a begun frame took longer than `frame_s`."""
+    try:
+        async with asyncio.timeout(idle_s):
+            prefix = await reader.read(4)
+    except TimeoutError:
+        raise IdleTimeout from None
     if not prefix:
         return None
     async with asyncio.timeout(frame_s):

@@ -385,9 +385,14 @@ class RemotingServer:
                     self.bad_log.warning("remoting: closing connection from %s: truncated frame (%d of %s bytes)",
                                          peer_s, len(exc.partial), exc.expected)
                     break
+                except frame.IdleTimeout:
+                    if conn.tasks:  # waiting for its replies is not idle (a big registration may take a minute)
+                        continue
+                    self.bad_log.info("remoting: closing connection from %s: idle for %.0f s", peer_s, self.idle_s)
+                    break
                 except TimeoutError:
-                    self.bad_log.info("remoting: closing connection from %s: idle for %.0f s, or a frame took "
-                                      "longer than %.0f s to arrive", peer_s, self.idle_s, self.frame_s)
+                    self.bad_log.info("remoting: closing connection from %s: a frame took longer than %.0f s to "
+                                      "arrive", peer_s, self.frame_s)
                     break
                 except ConnectionError:
                     break

@@ -264,3 +264,29 @@ def test_request_bodies_waiting_to_be_handled_count_against_the_reply_budget(ser
     finally:
         servicer.release.set()
         remoting.stop()
+
+
+def test_a_connection_waiting_for_its_reply_is_not_idle(servicer: RouteOnly, tmp_path: Any) -> None:
+    """The idle bound closed a connection whose request was still being handled (a big registration waits
+    its turn for up to a minute): its reply never came. Idle means nothing asked and nothing owed."""
+    from dataclasses import replace
+
+    cfg = replace(_cfg(tmp_path), remoting_idle_timeout_ms=300)
+    remoting = RemotingServer(cfg, servicer, max_frame_bytes=MAX_FRAME)
+    remoting.start()
+    try:
+        primer = connect(remoting)  # a route read first: its reply size is known (see the test above)
+        primer.sendall(route_frame(9))
+        assert read_response(primer)["opaque"] == 9
+        slow = connect(remoting)
+        slow.sendall(route_frame(1, topic="Slow"))
+        time.sleep(1.0)  # over three idle bounds with the request in progress
+        servicer.release.set()
+        assert read_response(slow)["opaque"] == 1
+        slow.settimeout(5)
+        assert closed_by_server(slow)  # then idle: closed after the bound
+        primer.close()
+        slow.close()
+    finally:
+        servicer.release.set()
+        remoting.stop()
