@@ -315,6 +315,10 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         raise ConfigError("liveness.scan_interval_ms must be >= 100")
     if not 0 <= cfg.worker_processes <= MAX_WORKER_PROCESSES:
         raise ConfigError(f"node.worker_processes must be 0..{MAX_WORKER_PROCESSES}")
+    if cfg.worker_processes > cfg.max_followers:  # each worker's replica follows the core: one of them
+        raise ConfigError(f"limits.max_followers ({cfg.max_followers}) must be at least node.worker_processes "
+                          f"({cfg.worker_processes}): each worker's replica follows the core, and one past the "
+                          "bound would never become ready")
     if cfg.max_sessions_per_owner <= 0:
         raise ConfigError("sessions.max_sessions_per_owner must be positive")
     for key in LIMITS:

@@ -113,3 +113,16 @@ def test_worker_processes_is_off_by_default_and_checked_by_name(tmp_path) -> Non
         p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "data/n1"\nworker_processes = {bad}'))
         with pytest.raises(config.ConfigError, match=says):
             config.load(str(p))
+
+
+def test_more_workers_than_followers_allowed_is_refused_naming_both(tmp_path) -> None:
+    """Each worker's replica is one of the core's followers (limits.max_followers): a worker past the bound
+    would never become ready, and its node would serve with fewer processes than configured."""
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 20'))
+    with pytest.raises(config.ConfigError, match=r"limits.max_followers \(16\) must be at least "
+                                                 r"node.worker_processes \(20\)"):
+        config.load(str(p))
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 20')
+                 + "\n[limits]\nmax_followers = 24\n")
+    assert config.load(str(p)).worker_processes == 20
