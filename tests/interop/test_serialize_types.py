@@ -12,11 +12,11 @@ from nameserver.remoting import codes
 
 from .conftest import Deployment
 from .recorder import CODE_NAMES, Exchange, Recorder
-from .traffic import create_topic, produce, start_consumer
+from .traffic import BINARY_HEADERS, create_topic, produce, start_consumer
 
 pytestmark = pytest.mark.interop
 
-BINARY = {"rocketmq.serialize.type": "ROCKETMQ"}
+BINARY = BINARY_HEADERS
 N = 20
 
 
