@@ -214,12 +214,15 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+NO_RESPONSE: dict[str, Any] = {"<no response>": True}
+
+
 def response_fields(resp: Command | None, aliases: dict[str, str]) -> dict[str, Any]:
     """What a response says, flattened: code, remark, extFields, header serialization, body, and the body's
     dialect (raw: fields, dialect.py). Header language/version are stamps (ours are fixed: JAVA/479) and
     are left out."""
     if resp is None:
-        return {"<no response>": True}
+        return dict(NO_RESPONSE)
     fields: dict[str, Any] = {"code": resp.code, "remark": _alias(resp.remark, aliases) if resp.remark else None,
                               "header": "ROCKETMQ" if resp.serialize_type == codes.SERIALIZE_ROCKETMQ else "JSON"}
     for k, v in resp.ext_fields.items():
@@ -289,6 +292,11 @@ def compare(stock: list[Exchange], ours: list[Exchange], stock_aliases: dict[str
             lst = g.setdefault(signature(ex.request, aliases), [])
             if fields not in lst:
                 lst.append(fields)
+        # A request the client gave up on (it timed out, or closed its connection first) while the same request
+        # was answered another time says nothing about the server: of such a signature only answers count.
+        for lst in g.values():
+            if len(lst) > 1 and NO_RESPONSE in lst:
+                lst.remove(NO_RESPONSE)
         return g
 
     gs, go = group(stock, stock_aliases), group(ours, our_aliases)
