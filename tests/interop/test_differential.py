@@ -26,7 +26,7 @@ from tests.fakebroker import FakeBroker
 
 from . import jars, remoting
 from .conftest import CLUSTER, Deployment, start_brokers, start_ours
-from .explained import explained
+from .explained import ODD_BROKER, explained
 from .launcher import JavaProc, RocketMQ
 from .recorder import Difference, Exchange, Recorder, compare, exchange_json, parse_body, render
 from .traffic import BINARY_HEADERS, create_topic, produce
@@ -61,7 +61,6 @@ def qdv_rule_broken(exs: list[Exchange]) -> list[str]:
 
 # Three NamesrvConfig keys both lines have, set to their defaults (mqadmin updateNamesrvConfig, one key a call).
 STOCK_SETTINGS = (("orderMessageEnable", "false"), ("clusterTest", "false"), ("productEnvName", "center"))
-ODD_BROKER = "team@host c \u00fc"  # '@', a space and a unicode letter
 HB_BROKER = "diff-hb-broker"
 
 
@@ -78,7 +77,9 @@ def heartbeat_timeout(ns: str, upstream: str, version: int) -> dict[str, str]:
     per-broker timeout), then its topic's route. Returns the aliases of its addresses."""
     fb = FakeBroker(HB_BROKER, CLUSTER)
     try:
-        fb.register(ns, ["DiffHbTopic"], compressed=False, extra={"heartbeatTimeoutMillis": "500"})
+        # two topics: stock 5.5.0 refuses a broker's first registration holding exactly one ("register broker
+        # failed"; it takes that for a single topic's update from a broker not registered yet)
+        fb.register(ns, ["DiffHbTopic", "DiffHbTopic2"], compressed=False, extra={"heartbeatTimeoutMillis": "500"})
         probe(ns, 106, {"diffPhase": "hb-registered"}, version=version)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and remoting.cluster_info(upstream)["brokerAddrTable"].get(
@@ -94,7 +95,8 @@ def heartbeat_timeout(ns: str, upstream: str, version: int) -> dict[str, str]:
 def restart_upstream(rmq: RocketMQ, ours: Cluster | None, upstream: str, stock_proc: JavaProc | None,
                      ns: str, version: int) -> list[str]:
     """Restart the upstream NameServer (every broker gone by now) while a client asks it for cluster info every
-    50 ms; returns what that client saw, repeats collapsed ("answered 0", "refused", "answered 0"). Once it
+    50 ms; returns what that client saw, repeats collapsed ("answered 0", "no answer", "answered 0"): a refused
+    connection and one closed unanswered are the same to a client (it tries its next address). Once it
     answers again, cluster info and the KV config are asked through the recorder."""
     seen: list[str] = []
     done = threading.Event()
@@ -103,14 +105,8 @@ def restart_upstream(rmq: RocketMQ, ours: Cluster | None, upstream: str, stock_p
         while not done.is_set():
             try:
                 kind = f"answered {remoting.call(upstream, 106, version=version, timeout=3).code}"
-            except ConnectionRefusedError:
-                kind = "refused"
-            except (AssertionError, ConnectionResetError, BrokenPipeError):
-                kind = "closed unanswered"
-            except TimeoutError:
-                kind = "timed out"
-            except OSError as exc:
-                kind = type(exc).__name__
+            except (OSError, AssertionError):  # refused, closed unanswered (stock while it shuts down), timed out
+                kind = "no answer"
             if not seen or seen[-1] != kind:
                 seen.append(kind)
             if len(seen) > 1 and kind.startswith("answered"):
@@ -243,6 +239,8 @@ def scenario(version: str, root: str, stock: bool) -> Run:
             b.proc.signal(15)
         for b in more:
             b.proc.stop(grace=30)
+        # stock 5.x unregisters in a queue of its own: wait, so what mqadmin asks next does not race it
+        d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, addrs=[upstream], timeout=60)
         create_topic(d, "DiffTopic", namesrv=ns)
         produce(d, "DiffTopic", 10, prefix="diff", namesrv=ns)
         produce(d, "DiffTopic", 5, prefix="diffbin", namesrv=ns, props=BINARY_HEADERS)  # its own signatures

@@ -1,6 +1,6 @@
 """A RocketMQ Java client started with -Drocketmq.serialize.type=ROCKETMQ (binary remoting headers) against our
 cluster, through a recording proxy: it gets routes, sends and receives; every request it sent us had a binary
-header, and every answer we gave it was binary too, as the stock NameServer answers (docs/remoting.md)."""
+header, and every answer we gave it was binary too, as the stock 4.9.7 NameServer answers (docs/remoting.md)."""
 
 from __future__ import annotations
 
