@@ -3,7 +3,9 @@
 fastjson (RocketMQ's serializer) writes maps with non-string keys with the keys unquoted:
 `"brokerAddrs":{0:"10.0.0.1:10911"}`. Old clients expect exactly that; newer ones ask for standard
 JSON. `dumps` writes either form (integer dict keys are the "numeric map keys"), with keys sorted like
-fastjson's MapSortField. `loads` reads both.
+fastjson's MapSortField, and non-ASCII characters as raw UTF-8 in both, as 5.x's fastjson2 writes every
+body (4.9's fastjson escapes them in routes for clients from 4.9.4: JSON-equal, and the differential run
+lists it). `loads` reads both.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_$.+-]+")
 
 
 def dumps(obj: Any, fastjson: bool = False) -> bytes:
-    """Compact JSON bytes; with fastjson=True integer map keys are written unquoted (and non-ASCII
-    characters raw, as fastjson does; standard mode escapes them like its BrowserCompatible)."""
+    """Compact JSON bytes (UTF-8, non-ASCII characters raw); with fastjson=True integer map keys are
+    written unquoted."""
     out: list[str] = []
     _write(obj, fastjson, out)
     return "".join(out).encode("utf-8")
@@ -32,7 +34,7 @@ def _write(obj: Any, fastjson: bool, out: list[str]) -> None:
             if isinstance(key, int) and not isinstance(key, bool):
                 out.append(str(key) if fastjson else f'"{key}"')
             else:
-                out.append(json.dumps(str(key), ensure_ascii=not fastjson))
+                out.append(json.dumps(str(key), ensure_ascii=False))
             out.append(":")
             _write(obj[key], fastjson, out)
         out.append("}")
@@ -44,7 +46,7 @@ def _write(obj: Any, fastjson: bool, out: list[str]) -> None:
             _write(item, fastjson, out)
         out.append("]")
     else:
-        out.append(json.dumps(obj, ensure_ascii=not fastjson))
+        out.append(json.dumps(obj, ensure_ascii=False))
 
 
 def loads(text: str) -> Any:

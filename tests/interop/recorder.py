@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nameserver.localports import free_ports
-from nameserver.remoting import frame
+from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command
+
+from .dialect import dialect
 
 CODE_NAMES = {100: "PUT_KV_CONFIG", 101: "GET_KV_CONFIG", 102: "DELETE_KV_CONFIG", 103: "REGISTER_BROKER",
               104: "UNREGISTER_BROKER", 105: "GET_ROUTEINFO_BY_TOPIC", 106: "GET_BROKER_CLUSTER_INFO",
@@ -212,23 +214,33 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+NO_RESPONSE: dict[str, Any] = {"<no response>": True}
+
+
 def response_fields(resp: Command | None, aliases: dict[str, str]) -> dict[str, Any]:
-    """What a response says, flattened: code, remark, extFields, body. Header language/version are
-    stamps (ours are fixed: JAVA/479) and are left out."""
+    """What a response says, flattened: code, remark, extFields, header serialization, body, and the body's
+    dialect (raw: fields, dialect.py). Header language/version are stamps (ours are fixed: JAVA/479) and
+    are left out."""
     if resp is None:
-        return {"<no response>": True}
-    fields: dict[str, Any] = {"code": resp.code, "remark": _alias(resp.remark, aliases) if resp.remark else None}
+        return dict(NO_RESPONSE)
+    fields: dict[str, Any] = {"code": resp.code, "remark": _alias(resp.remark, aliases) if resp.remark else None,
+                              "header": "ROCKETMQ" if resp.serialize_type == codes.SERIALIZE_ROCKETMQ else "JSON"}
     for k, v in resp.ext_fields.items():
         fields[f"ext.{k}"] = "<present>" if k in VOLATILE_KEYS else _alias(v, aliases)
     body = _alias(parse_body(resp.body), aliases)
     fields |= {f"body.{k}" if k != "." else "body": v for k, v in flatten(body).items()} if isinstance(
         body, dict | list) else {"body": body}
+    if isinstance(body, dict | list):
+        fields |= {f"raw:body{p}": _alias(note, aliases)
+                   for p, note in dialect(resp.body.decode("utf-8", "replace"), lambda v: _alias(v, aliases)).items()}
     return fields
 
 
 def signature(req: Command, aliases: dict[str, str]) -> tuple:
     ext = tuple(sorted((k, _alias(v, aliases)) for k, v in req.ext_fields.items()
                        if k not in VOLATILE_REQUEST_FIELDS))
+    if req.serialize_type == codes.SERIALIZE_ROCKETMQ:  # a binary-header client's requests: a group of their own
+        ext += (("<header>", "ROCKETMQ"),)
     if req.code == 322:  # QUERY_DATA_VERSION: the answer depends on the DataVersion asked about
         body = parse_body(req.body)
         if isinstance(body, dict) and "counter" in body:
@@ -280,6 +292,11 @@ def compare(stock: list[Exchange], ours: list[Exchange], stock_aliases: dict[str
             lst = g.setdefault(signature(ex.request, aliases), [])
             if fields not in lst:
                 lst.append(fields)
+        # A request the client gave up on (it timed out, or closed its connection first) while the same request
+        # was answered another time says nothing about the server: of such a signature only answers count.
+        for lst in g.values():
+            if len(lst) > 1 and NO_RESPONSE in lst:
+                lst.remove(NO_RESPONSE)
         return g
 
     gs, go = group(stock, stock_aliases), group(ours, our_aliases)

@@ -13,38 +13,25 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import pickle
+import signal
+import threading
 import time
 from dataclasses import dataclass
 
 import pytest
+from cluster import Cluster
+
+from tests.fakebroker import FakeBroker
 
 from . import jars, remoting
 from .conftest import CLUSTER, Deployment, start_brokers, start_ours
-from .launcher import RocketMQ
+from .explained import ODD_BROKER, explained
+from .launcher import JavaProc, RocketMQ
 from .recorder import Difference, Exchange, Recorder, compare, exchange_json, parse_body, render
-from .traffic import create_topic, produce
+from .traffic import BINARY_HEADERS, create_topic, produce
 
 pytestmark = pytest.mark.interop
-
-@dataclass(frozen=True)
-class Explained:
-    """A difference docs/remoting.md explains ("Still different"). It covers a Difference only when the code
-    matches, the line matches (empty: both), the request holds `request`'s fields, and every differing
-    field path matches `paths`; anything else still fails the test."""
-    code: int
-    why: str
-    lines: tuple[str, ...] = ()
-    paths: str = r".*"
-    request: tuple[tuple[str, str], ...] = ()
-
-    def covers(self, line: str, d: Difference) -> bool:
-        if d.code != self.code or (self.lines and line not in self.lines) or d.kind != "fields":
-            return False
-        if any(d.request.get(k) != v for k, v in self.request):
-            return False
-        return all(re.fullmatch(self.paths, p) for p in d.fields)
-
 
 # MQVersion.Version ordinals a client of each line sends in its request header.
 LINE_VERSION = {jars.LINE_4: 407, jars.LINE_5: 513}
@@ -72,27 +59,94 @@ def qdv_rule_broken(exs: list[Exchange]) -> list[str]:
     return bad
 
 
-UNANSWERED_ON_4_9 = r"<no response>|code|remark|body(\..*)?"  # 4.9.7 sends nothing for codes it lacks
-EXPLAINED: list[Explained] = [
-    Explained(319, "our public settings and RocketMQ's replicated switches, not the Java server's settings",
-              paths=r"body\..+"),
-    Explained(318, "a key that changes nothing here is named in the remark (stock's is null)", paths="remark"),
-    Explained(304, "brokerAddr: the lowest-id address of the first broker name, so every node answers the same",
-              paths=r"body\.brokerAddr"),
-    *[Explained(code, "BrokerData on 4.9.7 has no enableActingMaster; one body for both lines",
-                lines=(jars.LINE_4,), paths=r"body\..*\.enableActingMaster") for code in (105, 106)],
-    *[Explained(code, "4.9.7 does not answer a code it lacks (the client times out); we answer as 5.x does",
-                lines=(jars.LINE_4,), paths=UNANSWERED_ON_4_9) for code in (217, 901, 999)],
-    Explained(105, "4.9.7 never answered the 217 that registered this topic (above), so it has no route",
-              lines=(jars.LINE_4,), request=(("topic", "DiffRegTopic2"),)),
-    *[Explained(105, "mqadmin's internal producer asks for TBW102 when its timer fires, so whether an answer "
-                "falls between wipeWritePerm and addWritePerm (perm 5, then 6, then the broker's 7) is timing",
-                lines=(line,), request=(("topic", "TBW102"),), paths=paths)
-      for line, paths in ((jars.LINE_4, r"body\.queueDatas\[\d+\]\.perm|body\.brokerDatas\[\d+\]\.enableActingMaster"),
-                          (jars.LINE_5, r"body\.queueDatas\[\d+\]\.perm"))],
-    Explained(105, "4.9.7 has no zone filter (ZoneRouteRPCHook came with 5.x); we filter as 5.x does",
-              lines=(jars.LINE_4,), request=(("__ZONE_MODE", "true"),)),
-]
+# Three NamesrvConfig keys both lines have, set to their defaults (mqadmin updateNamesrvConfig, one key a call).
+STOCK_SETTINGS = (("orderMessageEnable", "false"), ("clusterTest", "false"), ("productEnvName", "center"))
+HB_BROKER = "diff-hb-broker"
+
+
+@dataclass
+class Run:
+    exchanges: list[Exchange]  # what is compared
+    aliases: dict[str, str]
+    restart: list[str]  # what a client asking the upstream through its restart saw, in order
+
+
+def heartbeat_timeout(ns: str, upstream: str, version: int) -> dict[str, str]:
+    """A raw REGISTER_BROKER with heartbeatTimeoutMillis=500 from a broker that never heartbeats but keeps its
+    connection: cluster info right after, then once it is gone from the upstream (or 15 s passed: 4.9.7 has no
+    per-broker timeout), then its topic's route. Returns the aliases of its addresses."""
+    fb = FakeBroker(HB_BROKER, CLUSTER)
+    try:
+        # two topics: stock 5.5.0 refuses a broker's first registration holding exactly one ("register broker
+        # failed"; it takes that for a single topic's update from a broker not registered yet)
+        fb.register(ns, ["DiffHbTopic", "DiffHbTopic2"], compressed=False, extra={"heartbeatTimeoutMillis": "500"})
+        probe(ns, 106, {"diffPhase": "hb-registered"}, version=version)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and remoting.cluster_info(upstream)["brokerAddrTable"].get(
+                HB_BROKER, {}).get("brokerAddrs"):  # stock 5.5.0 keeps the name, with no address
+            time.sleep(0.3)
+        probe(ns, 106, {"diffPhase": "hb-waited"}, version=version)
+        probe(ns, 105, {"topic": "DiffHbTopic"}, version=version)
+    finally:
+        fb.stop()
+    return {fb.addr: "<hb-broker>"}
+
+
+def restart_upstream(rmq: RocketMQ, ours: Cluster | None, upstream: str, stock_proc: JavaProc | None,
+                     ns: str, version: int) -> list[str]:
+    """Restart the upstream NameServer (every broker gone by now) while a client asks it for cluster info every
+    50 ms; returns what that client saw, repeats collapsed ("answered 0", "no answer", "answered 0"): a refused
+    connection and one closed unanswered are the same to a client (it tries its next address). Once it
+    answers again, cluster info and the KV config are asked through the recorder."""
+    seen: list[str] = []
+    done = threading.Event()
+
+    def ask() -> None:
+        while not done.is_set():
+            try:
+                kind = f"answered {remoting.call(upstream, 106, version=version, timeout=3).code}"
+            except (OSError, AssertionError):  # refused, closed unanswered (stock while it shuts down), timed out
+                kind = "no answer"
+            if not seen or seen[-1] != kind:
+                seen.append(kind)
+            if len(seen) > 1 and kind.startswith("answered"):
+                return
+            time.sleep(0.05)
+
+    asker = threading.Thread(target=ask, name="restart-asker", daemon=True)
+    asker.start()
+    time.sleep(0.5)
+    if stock_proc is not None:
+        stock_proc.stop(grace=30)
+        rmq.namesrv(port=int(upstream.rsplit(":", 1)[1]))  # the same home: its kvConfig.json is read back
+    else:
+        assert ours is not None
+        ours.kill(ours.nodes[0], signal.SIGTERM)
+        ours.start(ours.nodes[0])
+    asker.join(timeout=120)
+    done.set()
+    for code, ext in ((106, {}), (101, {"namespace": "DIFF_NS", "key": "k1"}), (219, {"namespace": "DIFF_NS"})):
+        probe(ns, code, ext | {"diffPhase": "restarted"}, version=version)
+    return seen
+
+
+def probe(ns: str, code: int, ext: dict[str, str], body: bytes = b"", version: int = 479) -> None:
+    """One request through the recorder; no answer in 10 s (4.9.7 does not answer codes it lacks) is recorded
+    as "<no response>"."""
+    try:
+        remoting.call(ns, code, ext, body, version=version, timeout=10)
+    except (OSError, AssertionError) as exc:
+        print(f"probe {code} {ext}: {exc!r}")
+
+
+def mqadmin(rmq: RocketMQ, ns: str, *args: str) -> None:
+    """One mqadmin command through the recorder, run again once if it failed (on a loaded machine its
+    3 s RPC timeout can pass): a repeated request with the same answer adds nothing to the comparison."""
+    for _ in range(2):
+        r = rmq.mqadmin(*args, namesrv=ns)
+        if r.returncode == 0 and "Exception" not in r.stdout + r.stderr:
+            return
+        print(f"mqadmin {' '.join(args)} failed ({r.returncode}):\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
 
 
 def _route_body(broker: str) -> bytes:
@@ -100,14 +154,14 @@ def _route_body(broker: str) -> bytes:
         {"brokerName": broker, "perm": 6, "readQueueNums": 2, "topicSysFlag": 0, "writeQueueNums": 2}]}).encode()
 
 
-def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict[str, str], list[Exchange]]:
-    version_of = version
+def scenario(version: str, root: str, stock: bool) -> Run:
     rmq = RocketMQ(version, os.path.join(root, "rmq"))
     ours = None
     rec = None
     try:
+        stock_proc = None
         if stock:
-            _, upstream = rmq.namesrv()
+            stock_proc, upstream = rmq.namesrv()
         else:
             ours = start_ours(os.path.join(root, "ours"))
             upstream = ours.nodes[0].remoting_addr
@@ -127,12 +181,16 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
                  ("updateKvConfig", "-s", "DIFF_NS", "-k", "k1", "-v", "v1"),
                  ("updateKvConfig", "-s", "DIFF_NS", "-k", "k2", "-v", "v2"),
                  ("deleteKvConfig", "-s", "DIFF_NS", "-k", "k2"),
-                 ("getNamesrvConfig",), ("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "false"),
+                 ("getNamesrvConfig",), *(("updateNamesrvConfig", "-k", k, "-v", v) for k, v in STOCK_SETTINGS),
+                 # an order topic (PUT_KV_CONFIG in ORDER_TOPIC_CONFIG), then its order conf deleted: the
+                 # namespace is left empty, and the brokers' next registrations are answered with it
+                 ("updateTopic", "-c", CLUSTER, "-t", "DiffOrderTopic", "-o", "true"),
+                 ("updateOrderConf", "-t", "DiffOrderTopic", "-m", "delete"),
                  ("wipeWritePerm", "-b", "broker-b"), ("topicRoute", "-t", "broker-b"),
                  ("addWritePerm", "-b", "broker-b"), ("topicRoute", "-t", "broker-b"),
                  ("brokerStatus", "-c", CLUSTER)]
         for args in admin:
-            rmq.mqadmin(*args, namesrv=ns)
+            mqadmin(rmq, ns, *args)
         # raw probes (through the recorder)
         probes = [
             (101, {"namespace": "DIFF_NS", "key": "k1"}, b""), (101, {"namespace": "DIFF_NS", "key": "nope"}, b""),
@@ -150,27 +208,45 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
             (216, {"topic": "DiffRegTopic2"}, b""),
             (999, {}, b""),
         ]
-        probes += [(106, {}, b"", 399), (105, {"topic": "broker-a"}, b"", 399)]  # an old client (< 4.9.4)
-        for code, ext, body, *version in probes:
-            try:  # the probes speak as a client of the line under test, but for the old-client ones
-                remoting.call(ns, code, ext, body, version=version[0] if version else LINE_VERSION[version_of],
-                              timeout=5)
-            except (OSError, AssertionError) as exc:  # recorded as "<no response>"
-                print(f"{'stock' if stock else 'ours'}: probe {code} {ext}: {exc!r}")
-        # a compressed registration (compressedRegister=true), then its shutdown's UNREGISTER_BROKER. 4.9.7
-        # only: 5.5.0 marks its zlib body compressed=false, which the stock 5.5.0 NameServer refuses (we
-        # read it: test_routes.py::test_compressed_registration), and its cluster would then differ.
+        old_client = [(106, {}, b""), (105, {"topic": "broker-a"}, b"")]  # an old client (< 4.9.4)
+        for n, (code, ext, body) in enumerate(probes + old_client):
+            # the probes speak as a client of the line under test, but for the old-client ones
+            probe(ns, code, ext, body, version=399 if n >= len(probes) else LINE_VERSION[version])
+        aliases_hb = heartbeat_timeout(ns, upstream, LINE_VERSION[version])
+        # A broker named with '@', a space and a unicode letter, on an unbracketed IPv6 address (brokerIP1=::1),
+        # registers, then its shutdown's UNREGISTER_BROKER. On 4.9.7 a compressed registration too
+        # (compressedRegister=true), by a broker of a plain name: the stock 4.9.7 NameServer cannot decode a
+        # compressed body holding a topic with a space (the broker's own topic is its name; TopicConfig's
+        # compressed form is space-separated: "Failed to decode RegisterBrokerBody"). Not on 5.5.0, which
+        # marks its zlib body compressed=false, which the stock 5.5.0 NameServer refuses (we read it:
+        # test_routes.py::test_compressed_registration).
+        extra_brokers = {ODD_BROKER: {"brokerIP1": "::1"}} | ({} if rmq.is5 else
+                                                              {"broker-c": {"compressedRegister": "true"}})
+        more = [rmq.broker(name, ns, 0, CLUSTER, extra=extra, wait=False) for name, extra in extra_brokers.items()]
+        for b in more:
+            b.proc.wait_line(lambda ln: "boot success" in ln, timeout=180)
+        d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}} | {name: {0} for name in extra_brokers},
+                       addrs=[upstream], timeout=60)
+        for code, ext in ((106, {}), (105, {"topic": ODD_BROKER}), (105, {"topic": "TBW102"}), (206, {}),
+                          (224, {"cluster": CLUSTER}), (901, {"clusterName": CLUSTER, "brokerName": ODD_BROKER})):
+            for client in (LINE_VERSION[version], 399):  # 399: an old client, answered in fastjson's form
+                probe(ns, code, ext | {"diffPhase": "odd-broker", "diffClient": str(client)}, version=client)
         aliases_c = {}
-        if not rmq.is5:
-            c = rmq.broker("broker-c", ns, 0, CLUSTER, extra={"compressedRegister": "true"})
-            d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}, "broker-c": {0}}, addrs=[upstream], timeout=60)
-            aliases_c = {c.addr: "<broker-c-0>", c.ha_addr: "<broker-c-0-ha>"}
-            c.proc.stop(grace=30)
+        for b in more:
+            ip = extra_brokers[b.name].get("brokerIP1", "127.0.0.1")
+            aliases_c |= {f"{ip}:{b.addr.rsplit(':', 1)[1]}": f"<{b.name}-0>", b.ha_addr: f"<{b.name}-0-ha>"}
+        for b in more:
+            b.proc.signal(15)
+        for b in more:
+            b.proc.stop(grace=30)
+        # stock 5.x unregisters in a queue of its own: wait, so what mqadmin asks next does not race it
+        d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, addrs=[upstream], timeout=60)
         create_topic(d, "DiffTopic", namesrv=ns)
         produce(d, "DiffTopic", 10, prefix="diff", namesrv=ns)
-        rmq.mqadmin("deleteTopic", "-c", CLUSTER, "-t", "DiffTopic", namesrv=ns)
+        produce(d, "DiffTopic", 5, prefix="diffbin", namesrv=ns, props=BINARY_HEADERS)  # its own signatures
+        mqadmin(rmq, ns, "deleteTopic", "-c", CLUSTER, "-t", "DiffTopic")
         time.sleep(12)  # one more QUERY_DATA_VERSION round of broker-b (10 s) after its topics changed
-        aliases = {upstream: "<namesrv>", rec.addr: "<namesrv>", rmq.root: "<root>"} | aliases_c
+        aliases = {upstream: "<namesrv>", rec.addr: "<namesrv>", rmq.root: "<root>"} | aliases_c | aliases_hb
         for b in d.brokers.values():
             aliases[b.addr] = f"<{b.name}-{b.broker_id}>"
             aliases[b.ha_addr] = f"<{b.name}-{b.broker_id}-ha>"
@@ -189,7 +265,10 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
         everything = rec.snapshot()
         registers = [ex for ex in everything[:started] if ex.request.code == 103]
         unregisters = [ex for ex in everything[len(before):] if ex.request.code == 104]
-        return registers + before[started:] + unregisters, aliases, everything
+        # The upstream restarts with every broker gone; a client asks it all along.
+        restart = restart_upstream(rmq, ours, upstream, stock_proc, ns, LINE_VERSION[version])
+        after = rec.snapshot()[len(everything):]
+        return Run(registers + before[started:] + unregisters + after, aliases, restart)
     finally:
         if rec is not None:
             rec.stop()
@@ -200,26 +279,33 @@ def scenario(version: str, root: str, stock: bool) -> tuple[list[Exchange], dict
 
 @pytest.mark.timeout(1200)  # two whole scenarios, each with JVMs starting and stopping
 def test_stock_namesrv_and_ours_answer_alike(line: str, tmp_path) -> None:
-    stock, stock_aliases, _ = scenario(line, str(tmp_path / "stock"), stock=True)
-    ours, our_aliases, _ = scenario(line, str(tmp_path / "ours"), stock=False)
+    stock_run = scenario(line, str(tmp_path / "stock"), stock=True)
+    our_run = scenario(line, str(tmp_path / "ours"), stock=False)
+    stock, ours = stock_run.exchanges, our_run.exchanges
     # periodic registrations and heartbeats repeat; their first answers are compared like any other
     for side, exs in (("stock", stock), ("ours", ours)):
         assert not qdv_rule_broken(exs), (side, qdv_rule_broken(exs)[:5])
     assert any(broker_qdv(ex) and ex.response is not None for ex in ours), "no broker's 322 was answered"
     diffs = compare([ex for ex in stock if not broker_qdv(ex)], [ex for ex in ours if not broker_qdv(ex)],
-                    stock_aliases, our_aliases)
+                    stock_run.aliases, our_run.aliases)
+    if stock_run.restart != our_run.restart:  # what a client sees while the upstream restarts
+        diffs.append(Difference(106, {"<upstream restarting>": "asked every 50 ms"}, "fields",
+                                {"<connection>": (stock_run.restart, our_run.restart)}))
     codes = sorted({ex.request.code for ex in stock} | {ex.request.code for ex in ours})
     report = (f"RocketMQ {line}: {len(stock)} exchanges with the stock NameServer, {len(ours)} with ours; "
-              f"codes {codes}\n\n{render(diffs)}\n")
+              f"codes {codes}; through a restart the client saw {stock_run.restart} and {our_run.restart}\n\n"
+              f"{render(diffs)}\n")
     print(report)
     out = os.environ.get("RMQ_DIFF_OUT")
     if out:
         os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, f"runs-{line}.pickle"), "wb") as pf:  # to compare again offline
+            pickle.dump((stock_run, our_run), pf)
         with open(os.path.join(out, f"differences-{line}.txt"), "w") as f:
             f.write(report)
-        for side, exs, aliases in (("stock", stock, stock_aliases), ("ours", ours, our_aliases)):
+        for side, run in (("stock", stock_run), ("ours", our_run)):
             with open(os.path.join(out, f"recording-{line}-{side}.jsonl"), "w") as f:
-                for ex in exs:
-                    f.write(json.dumps(exchange_json(ex, aliases), default=str) + "\n")
-    unexplained = [d for d in diffs if not any(e.covers(line, d) for e in EXPLAINED)]
+                for ex in run.exchanges:
+                    f.write(json.dumps(exchange_json(ex, run.aliases), default=str) + "\n")
+    unexplained = [d for d in diffs if not explained(line, d)]
     assert not unexplained, "unexplained differences:\n" + render(unexplained) + "\n\n" + report

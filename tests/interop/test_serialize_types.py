@@ -1,6 +1,6 @@
 """A RocketMQ Java client started with -Drocketmq.serialize.type=ROCKETMQ (binary remoting headers) against our
 cluster, through a recording proxy: it gets routes, sends and receives; every request it sent us had a binary
-header, and every answer we gave it was binary too, as the stock NameServer answers (docs/remoting.md)."""
+header, and every answer we gave it was binary too, as the stock 4.9.7 NameServer answers (docs/remoting.md)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from nameserver.remoting import codes
 
 from .conftest import Deployment
 from .recorder import CODE_NAMES, Exchange, Recorder
-from .traffic import create_topic, produce, start_consumer
+from .traffic import BINARY_HEADERS, create_topic, produce, start_consumer
 
 pytestmark = pytest.mark.interop
 
-BINARY = {"rocketmq.serialize.type": "ROCKETMQ"}
+BINARY = BINARY_HEADERS
 N = 20
 
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from .conftest import CLUSTER, Deployment
 from .launcher import JavaProc
 
+BINARY_HEADERS = {"rocketmq.serialize.type": "ROCKETMQ"}  # a client JVM's property: binary remoting headers
+
 
 def create_topic(d: Deployment, topic: str, queues: int = 4, brokers: tuple[str, ...] = ("broker-a", "broker-b"),
                  namesrv: str | None = None) -> None:

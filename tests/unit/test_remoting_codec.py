@@ -184,8 +184,9 @@ def test_fastjson_and_standard_dumps() -> None:
     assert jsonfmt.dumps(route, fastjson=True) == (
         '{"brokerDatas":[{"brokerAddrs":{0:"a:1",1:"b:1"},"brokerName":"broker-ü"}],"filterServerTable":{}}'
     ).encode()
-    assert jsonfmt.dumps(route) == (
-        b'{"brokerDatas":[{"brokerAddrs":{"0":"a:1","1":"b:1"},"brokerName":"broker-\\u00fc"}],"filterServerTable":{}}')
+    assert jsonfmt.dumps(route) == (  # non-ASCII raw in both forms, as RocketMQ 5's fastjson2 writes it
+        '{"brokerDatas":[{"brokerAddrs":{"0":"a:1","1":"b:1"},"brokerName":"broker-ü"}],"filterServerTable":{}}'
+    ).encode()
 
 
 def test_loads_reads_fastjson_bare_keys_but_not_inside_strings() -> None:
