@@ -44,7 +44,7 @@ def int_field(req: Command, name: str, default: int | None = None) -> int:
         number = int(value)
     except ValueError:
         raise RequestError(codes.SYSTEM_ERROR,
-                           f"the custom field <{name}> is not an integer: {shown(value, QUOTED)}") from None
+                           f"the custom field <{name}> is not an integer: {shown(value, QUOTED)!r}") from None
     if not bodies.INT64[0] <= number <= bodies.INT64[1]:  # Java's Long; our int64 fields could not hold it
         # quoted shortened: a 70,000-digit number echoed whole made the reply's header pass its 64 KiB bound
         raise RequestError(codes.SYSTEM_ERROR, f"the custom field <{name}> is out of range: {shown(value, QUOTED)}")
