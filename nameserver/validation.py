@@ -2,8 +2,9 @@
 
 ValidationError maps to INVALID_ARGUMENT, TooLargeError (a size bound) to RESOURCE_EXHAUSTED.
 Field paths follow the protobuf field names, with indexes for repeated fields
-(e.g. `topics[3].topic_name`). Name rules follow RocketMQ (TopicValidator); where RocketMQ has no
-rule the bounds below are ours, chosen generously enough for real deployments.
+(e.g. `topics[3].topic_name`). Names are taken as the stock NameServer takes them (it checks none),
+within what a state key can hold; the bounds below are ours, chosen generously enough for real
+deployments.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from nameserver.state import keys
 # RocketMQ's TopicValidator allows 127 characters for a topic an operator creates, but brokers register
 # more: retry and DLQ topics are "%RETRY%"/"%DLQ%" + a group name of up to 255 characters. The bound
 # keeps "topic/<topic>/<broker name>" within a snapshot's 511-byte key.
-MAX_TOPIC_NAME_LEN = 300
+MAX_TOPIC_NAME_LEN = 300  # bytes of UTF-8 (characters, for the names RocketMQ's TopicValidator allows)
 MAX_STATE_KEY_BYTES = 511          # LMDB's key size: every state key must fit in a snapshot
 MAX_NAME_LEN = 127                  # a static topic's mapping scope, in UTF-8 bytes (ours)
 # Broker, cluster and zone names: RocketMQ checks none, so any text is taken (keys.py escapes a broker name
@@ -47,10 +48,10 @@ MAX_KV_NAMESPACE_LEN = 255          # bytes in UTF-8
 MAX_KV_KEY_BYTES = MAX_STATE_KEY_BYTES - len(keys.KV_PREFIX) - len("/") - 1
 MAX_KV_VALUE_BYTES = 1 << 20        # 1 MiB
 
-# RocketMQ TopicValidator's characters ('%', '|', '_', '-', letters, digits), plus what real brokers
-# register beside them: '.' in the topic named after the broker (its default name is the host name)
-# and '+' in 5.x POP retry topics ("%RETRY%group+topic"). The stock NameServer checks nothing.
-TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_.+-]+")
+# A topic name is any text the stock NameServer would store (it checks none; a broker registers a topic
+# named after itself, whatever its name), except what a state key cannot hold: a '/' (it ends the topic's
+# part of topic/<topic>/<broker>) and control characters (they would reach logs and tables as they are).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")  # DNS label ('_' tolerated)
 _PORT = re.compile(r"[0-9]{1,5}")
 _SCOPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # an IPv6 zone: an interface name or number
@@ -72,11 +73,16 @@ def _quoted(value: str) -> str:
 def check_topic(field: str, topic: str) -> None:
     if not topic:
         raise ValidationError(field, "topic name must not be empty")
-    if len(topic) > MAX_TOPIC_NAME_LEN:
-        raise ValidationError(field, f"topic name longer than {MAX_TOPIC_NAME_LEN} characters")
-    if not TOPIC_PATTERN.fullmatch(topic):
-        raise ValidationError(field, f"topic name {_quoted(topic)} may only contain letters, digits, "
-                                     "'%', '|', '_', '-', '.', '+'")
+    if "/" in topic:
+        raise ValidationError(field, f"topic name {_quoted(topic)} may not contain '/'")
+    if _CONTROL.search(topic):
+        raise ValidationError(field, f"topic name {_quoted(topic)} may not contain control characters")
+    try:
+        size = len(topic.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate from a JSON escape: no UTF-8 can hold it
+        raise ValidationError(field, f"topic name {_quoted(topic)} is not valid Unicode") from None
+    if size > MAX_TOPIC_NAME_LEN:
+        raise ValidationError(field, f"topic name longer than {MAX_TOPIC_NAME_LEN} bytes in UTF-8")
 
 
 def check_name(field: str, name: str, what: str = "name") -> None:

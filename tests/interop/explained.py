@@ -100,13 +100,6 @@ ROWS: tuple[Row, ...] = (
         "deletion (a broker's own registration races mqadmin's PUT_KV_CONFIG) varies run to run; both answer "
         '`{"table":{}}` once the namespace was emptied',
         (Covers(103, paths=r"body|body\.table.*|raw:body.*"),)),
-    Row("a topic named with a space, '@' or a unicode letter (105, 206, 224)", "both",
-        "registered (a broker named `team@host c ü` registers its own topic of that name)",
-        "left out of the registration with a warning (names follow RocketMQ's TopicValidator, plus '.' and '+')",
-        "OPEN: an incompatibility, for the registration code (a route read for such a topic gets 17)",
-        (Covers(105, request=(("topic", ODD_BROKER),)),
-         *(Covers(code, paths=r"body\.topicList\[\d+\]", request=(("diffPhase", "odd-broker"),))
-           for code in (206, 224)))),
     Row("105 to a ROCKETMQ-header request", LINE_5, "a JSON header", "a ROCKETMQ header, as 4.9.7",
         "a client decodes each frame by its own type byte; answering in the request's type is the 4.9.7 and "
         "remoting-wide rule", (Covers(105, (LINE_5,), "header", (("<header>", "ROCKETMQ"),)),)),

@@ -123,3 +123,13 @@ def test_the_record_registry_declares_every_record_type_once() -> None:
         assert keys.record_type_of(kind.prefix + "a/b") == kind.rtype and records.kind_of(kind.prefix) is kind
         assert records.VALUE_MESSAGES[kind.rtype] is kind.value and keys.PREFIX_TYPES[kind.prefix] == kind.rtype
     assert {k.prefix for k in records.KINDS if k.routes} == {"topic/", "broker/", "filter/", "setting/", "kv/"}
+
+
+@pytest.mark.parametrize("topic", ["has space", "ü", "team@host c ü", "a:b", "~7E", "%RETRY%g+t"])
+def test_any_topic_the_stock_nameserver_stores_round_trips_through_its_keys(topic: str) -> None:
+    """Topics are stored as sent (validation refuses only '/', control characters and oversize): the part
+    before the broker's is the topic verbatim, and the prefix a watcher of the topic uses matches it."""
+    key = keys.topic_key(topic, "b c/d")
+    assert keys.parse_topic_key(key) == (topic, "b c/d")
+    assert key.startswith(keys.topic_prefix(topic))
+    assert keys.parse_bind_key(keys.bind_key(topic, 3)) == (topic, 3)
