@@ -140,7 +140,7 @@ def test_other_bad_inputs_name_the_field(single) -> None:
         (lambda: ns.GetRoute(api_pb2.GetRouteRequest(topic=""), timeout=5), "topic"),
         (lambda: ns.PutKv(api_pb2.PutKvRequest(namespace="", key="k", value="v"), timeout=5), "namespace"),
         (lambda: ns.PutKv(api_pb2.PutKvRequest(namespace="ns", key="", value="v"), timeout=5), "key"),
-        (lambda: ns.DeleteTopic(api_pb2.DeleteTopicRequest(topic="a b"), timeout=5), "topic"),
+        (lambda: ns.DeleteTopic(api_pb2.DeleteTopicRequest(topic="a/b"), timeout=5), "topic"),
         (lambda: ns.WipeWritePerm(api_pb2.BrokerPermRequest(broker_name=""), timeout=5), "broker_name"),
         (lambda: ns.RegisterTopic(api_pb2.RegisterTopicRequest(topic="T", queue_datas=[
             state_pb2.QueueData(broker_name="nope", read_queue_nums=1, write_queue_nums=1, perm=6)]),
