@@ -84,7 +84,9 @@ def call(channel: grpc.Channel, m: Method, request: Message | bytes | list, time
                 request, timeout=timeout, metadata=metadata)
             for reply in stream:
                 replies.append(reply)
-                limit = WATCH_MESSAGES if m.name in ENDLESS else MAX_STREAM_MESSAGES
+                # a Follow's first message (the state or the entries after from_offset) shows it was taken;
+                # the next ones come only with writes or a progress tick (seconds, on an idle cluster)
+                limit = 1 if m.name == "Follow" else WATCH_MESSAGES if m.name in ENDLESS else MAX_STREAM_MESSAGES
                 if len(replies) >= limit or getattr(reply, "initial_state_done", False):
                     stream.cancel()
                     break

@@ -57,6 +57,9 @@ def test_executors_run_a_python_without_the_project(cluster) -> None:
     assert status["status"] == "ALIVE" and status["aliveworkers"] == 2 and status["cores"] == 2
 
 
+# 64 s of make test's 20 minutes: `make test-slow`. make test keeps the cluster's start and its executors'
+# Python (above), and the same jobs on a local Spark (tests/integration/test_pipeline.py).
+@pytest.mark.slow
 def test_compact_and_audit_run_in_the_cluster_executors(cluster, tmp_path) -> None:
     log = str(tmp_path / "log")
     synth = generate(log, FleetSpec(records=8_000, clusters=2, groups_per_cluster=3, topics_per_group=10,

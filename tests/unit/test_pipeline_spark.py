@@ -49,6 +49,9 @@ def test_compaction_equals_the_nodes_replay_at_every_offset_tried(spark, fleet_l
         assert (regrouped.digest, regrouped.failed_batches) == (got.digest, got.failed_batches), per_core
 
 
+# `make test-slow` (25 s): make test's continuous audit (tests/integration/test_pipeline_watch.py) compacts
+# cut by cut on a live cluster and checks each cut's digest against the nodes'.
+@pytest.mark.slow
 def test_compaction_continued_from_an_earlier_state_equals_one_from_the_start(spark, fleet_log) -> None:
     """The continuous audit compacts cut by cut: the state at N plus the log after N is the state at M."""
     from pipeline.compact import Base, state_at
