@@ -141,6 +141,9 @@ def _divergent_copy(src: str, dst: str) -> tuple[str, str, str]:
     return changed, dropped, "kv/injected/key"
 
 
+# `make test-slow` (23 s): make test audits a faithful and a corrupted dump end to end on a live cluster's
+# exported log (tests/integration/test_pipeline.py) and continuously (test_pipeline_watch.py).
+@pytest.mark.slow
 def test_audit_passes_a_faithful_dump_and_names_the_keys_of_a_divergent_one(spark, fleet_log, tmp_path) -> None:
     log, synth = fleet_log
     at = synth.last_offset // 2
