@@ -181,7 +181,9 @@ def test_4_waiting_reads_are_bounded_and_cancelled(sec: Secure) -> None:
 def _remoting_cap(node: NodeProc) -> int:
     """The node's remoting connection cap as it logged it: by default it follows the open-file limit."""
     with open(node.log_path, errors="replace") as f:
-        found = re.findall(rf"listening on {re.escape(node.remoting_addr)}, at most (\d+) connections", f.read())
+        # "listening on", or "bound, not yet accepting, on" for a port that opens once the node is ready
+        found = re.findall(rf"(?:listening|bound, not yet accepting,) on {re.escape(node.remoting_addr)}, "
+                           r"at most (\d+) connections", f.read())
     return int(found[-1])
 
 
