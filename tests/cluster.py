@@ -205,12 +205,15 @@ class Cluster:
 
     def wait_converged(self, nodes: list[NodeProc] | None = None, timeout: float = 30.0
                        ) -> list[api_pb2.NodeStatus]:
-        """Every node ready at the same apply offset (>= the leader's commit) with the same digest."""
+        """Every node ready, its remoting port (if any) open, at the same apply offset with the same digest."""
         nodes = nodes or [n for n in self.nodes if n.alive]
 
         def ok() -> list[api_pb2.NodeStatus] | None:
             sts = self.statuses(nodes)
             if any(s is None or not s.ready for s in sts):
+                return None
+            # ready turns true just before a restarted node's remoting port opens (as in wait_ready)
+            if not all(_accepts(n.remoting_addr) for n in nodes):
                 return None
             if len({s.apply_offset for s in sts}) == 1 and len({s.digest for s in sts}) == 1:
                 return sts
