@@ -24,10 +24,10 @@ PRESETS: dict[str, Simulation] = {
                         client_connections=8, expiry_probe_brokers=10),
     "s1000": Simulation(Fleet(brokers=1000, topics=50_000, clients=1000, topics_per_client=4,
                               broker_restarts_per_hour=40, topic_changes_per_hour=600),
-                        time_scale=4, seconds=90, window_s=5, mass_expiry_at_s=20, mass_expiry_fraction=0.1),
+                        time_scale=2, seconds=150, window_s=10, mass_expiry_at_s=30, mass_expiry_fraction=0.1),
     "s3000": Simulation(Fleet(brokers=3000, topics=150_000, clients=3000, topics_per_client=4,
                               broker_restarts_per_hour=120, topic_changes_per_hour=600),
-                        time_scale=4, seconds=90, window_s=5, mass_expiry_at_s=20, mass_expiry_fraction=0.1),
+                        time_scale=2, seconds=150, window_s=10, mass_expiry_at_s=30, mass_expiry_fraction=0.1),
 }
 
 

@@ -110,6 +110,8 @@ def _merge(sim: Simulation, run: Fleet, scan_s: float, gen: dict[str, Any], read
     for s in samples:
         for n, v in s.raft_lag.items():
             lag_max[n] = max(lag_max.get(n, 0), v)
+    leaders = [s.leader for s in samples]
+    changes = sum(1 for a, b in zip(leaders, leaders[1:], strict=False) if a and b and a != b)
     expiry = gen.get("expiry")
     if expiry is not None:
         gone = [g for g in expiry["gone_after_s"] if g is not None]
@@ -130,7 +132,10 @@ def _merge(sim: Simulation, run: Fleet, scan_s: float, gen: dict[str, Any], read
                        "mass_expiry_fraction": sim.mass_expiry_fraction, "client_connections": sim.client_connections,
                        "expiry_probe_brokers": sim.expiry_probe_brokers, "registers_with": "every node"},
         "setup": setup, "windows": windows,
-        "totals": {"ops": gen["totals"], "nodes": nodes, "raft_lag_max": lag_max},
+        "offered_per_s": {"heartbeat": round(run.brokers * sim.nodes / run.heartbeat_period_s, 1),
+                          "route": round(run.clients * run.topics_per_client / run.route_poll_period_s, 1)},
+        "totals": {"ops": gen["totals"], "nodes": nodes, "raft_lag_max": lag_max, "leader_changes": changes,
+                   "samples_without_leader": leaders.count("")},
         "expiry": expiry, "final_check": gen["final_check"], "events": gen["events"],
         "first_errors": gen["first_errors"], "loadgen_cpu_s": gen["loadgen_cpu_s"],
     }
