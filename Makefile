@@ -69,7 +69,7 @@ bench: interop-setup
 	$(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json --report data/bench-remoting.md
 
 # The fleet simulator's two long runs (docs/scaling.md, "Simulator runs"; about 12 minutes): 1,000 brokers with
-# 50,000 topics, then 3,000 with 150,000, time 2x faster, against a fresh 3-node cluster each; the load from
+# 50,000 topics at time 2x, then 3,000 with 150,000 at the real periods, against a fresh 3-node cluster each; the load from
 # bench/loadgen's fleet mode (Go, built on first use into ~/.cache). Writes data/fleet-*.json and .html.
 simulate: setup
 	scripts/ensure-debian-package.sh golang-go go

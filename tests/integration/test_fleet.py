@@ -15,6 +15,7 @@ from bench.fleet import Fleet
 from bench.fleet.__main__ import PRESETS
 from bench.fleet.chart import page, svg
 from bench.fleet.run import simulate
+from bench.fleet.summary import COLUMNS, row
 
 pytestmark = pytest.mark.cluster
 
@@ -89,7 +90,8 @@ def test_mass_expiry_is_seen_on_every_node_within_its_bound(report: dict[str, An
         assert "error" not in node and node["silent_still_routed"] == 0 and node["live_missing"] == 0, node
 
 
-def test_chart_shows_the_run(report: dict[str, Any]) -> None:
+def test_chart_and_table_row_show_the_run(report: dict[str, Any]) -> None:
+    assert row(report).count(" | ") == len(COLUMNS) - 1 and "50 brokers" in row(report)
     chart = svg(report)
     assert chart.lstrip().startswith("<?xml") and "<svg" in chart
     html = page(report, chart)
