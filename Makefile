@@ -68,9 +68,10 @@ bench: interop-setup
 	mkdir -p data && $(PY) -m bench --json data/bench.json --report data/bench.md
 	$(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json --report data/bench-remoting.md
 
-# The fleet simulator's two long runs (docs/scaling.md, "Simulator runs"; about 12 minutes): 1,000 brokers with
-# 50,000 topics at time 2x, then 3,000 with 150,000 at the real periods, against a fresh 3-node cluster each; the load from
-# bench/loadgen's fleet mode (Go, built on first use into ~/.cache). Writes data/fleet-*.json and .html.
+# The fleet simulator's two long runs (docs/scaling.md, "Simulator runs"; about 12 minutes): 1,000 brokers
+# with 50,000 topics at time x2, then 3,000 with 150,000 at the real periods, each against a fresh 3-node
+# cluster; the load from bench/loadgen's fleet mode (Go, built on first use into ~/.cache). Writes
+# data/fleet-s1000.json and data/fleet-s3000.json, each with its chart beside it (.html).
 simulate: setup
 	scripts/ensure-debian-package.sh golang-go go
 	mkdir -p data
