@@ -15,7 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def svg(report: dict[str, Any]) -> str:
     """Five panels over the run's windows: ops/s and p99 per operation, CPU and RSS per node, Raft lag per
-    follower; the mass expiry marked where it began and where its routes were gone everywhere."""
+    follower; the mass expiry marked where it began and where its routes were gone everywhere, and each
+    change of leader."""
     wins = report["windows"]
     width = report["simulation"]["window_s"]
     t = [w["t_s"] + width for w in wins]
@@ -31,7 +32,11 @@ def svg(report: dict[str, Any]) -> str:
         ("Raft lag (entries)", [(n, [w.get("raft_lag", {}).get(n, 0) for w in wins]) for n in followers]),
     ]
     expiry = report.get("expiry") or {}
+    leaders = [(w["t_s"] + width, w.get("leader", "")) for w in wins]
+    moves = [t for (_, a), (t, b) in zip(leaders, leaders[1:], strict=False) if a and b and a != b]
     for ax, (title, series) in zip(axes, panels, strict=True):
+        for t_move in moves:  # the leader changed within the window ending here
+            ax.axvline(t_move, color="#7f7f7f", linewidth=3, alpha=0.3)
         for label, ys in series:
             ax.plot(t, ys, label=label, marker=".")
         ax.set_ylabel(title)
@@ -42,7 +47,8 @@ def svg(report: dict[str, Any]) -> str:
             ax.axvline(expiry["at_s"], color="#d62728", linestyle="--")
             if expiry.get("all_nodes_s") is not None:
                 ax.axvline(expiry["at_s"] + expiry["all_nodes_s"], color="#d62728", linestyle=":")
-    axes[-1].set_xlabel("seconds into the run (end of each window); red: mass expiry begins / routes gone everywhere")
+    axes[-1].set_xlabel("seconds into the run (end of each window); red: mass expiry begins / routes gone everywhere; "
+                        "grey: the leader changed")
     f = report["fleet"]
     fig.suptitle(f"fleet: {f['brokers']} brokers, {f['topics']} topics, {f['clients']} clients, "
                  f"time x{report['time_scale']:g} ({report['commit']}, {report['date']})")
