@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency soak demo bench bench-quick security
+.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency soak demo bench bench-quick security simulate
 
 setup: $(STAMP)
 
@@ -67,6 +67,16 @@ bench: interop-setup
 	scripts/ensure-debian-package.sh golang-go go   # the remoting benchmark's load generator
 	mkdir -p data && $(PY) -m bench --json data/bench.json --report data/bench.md
 	$(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json --report data/bench-remoting.md
+
+# The fleet simulator's two long runs (docs/scaling.md, "Simulator runs"; about 12 minutes): 1,000 brokers
+# with 50,000 topics at time x2, then 3,000 with 150,000 at the real periods, each against a fresh 3-node
+# cluster; the load from bench/loadgen's fleet mode (Go, built on first use into ~/.cache). Writes
+# data/fleet-s1000.json and data/fleet-s3000.json, each with its chart beside it (.html).
+simulate: setup
+	scripts/ensure-debian-package.sh golang-go go
+	mkdir -p data
+	$(PY) -m bench.fleet --preset s1000 --json data/fleet-s1000.json --html data/fleet-s1000.html
+	$(PY) -m bench.fleet --preset s3000 --json data/fleet-s3000.json --html data/fleet-s3000.html
 
 bench-quick: setup
 	$(PY) -m bench --quick

@@ -84,6 +84,7 @@ class BenchNode:
     data_dir: str
     proc: subprocess.Popen | None = None
     channel: grpc.Channel | None = None
+    remoting_addr: str = ""  # the RocketMQ remoting listener, when the cluster was made with remoting=True
 
     @property
     def pid(self) -> int:
@@ -121,22 +122,25 @@ class BenchNode:
 
 @dataclass
 class LocalCluster:
-    """`size` nodes under `root`. `sections` adds TOML (e.g. {"raft": {"fsync": False}})."""
+    """`size` nodes under `root`. `sections` adds TOML (e.g. {"raft": {"fsync": False}}); `remoting`: each
+    node also listens for the RocketMQ remoting protocol."""
 
     root: str
     size: int = 3
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     nodes: list[BenchNode] = field(default_factory=list)
+    remoting: bool = False
 
     def __post_init__(self) -> None:
         os.makedirs(self.root, exist_ok=True)
-        ports = free_ports(2 * self.size)
+        ports = iter(free_ports((3 if self.remoting else 2) * self.size))
         for i in range(self.size):
             name = f"n{i + 1}"
-            self.nodes.append(BenchNode(name, f"127.0.0.1:{ports[2 * i]}", f"127.0.0.1:{ports[2 * i + 1]}",
+            self.nodes.append(BenchNode(name, f"127.0.0.1:{next(ports)}", f"127.0.0.1:{next(ports)}",
                                         os.path.join(self.root, f"{name}.toml"),
                                         os.path.join(self.root, f"{name}.log"),
-                                        os.path.join(self.root, f"{name}-data")))
+                                        os.path.join(self.root, f"{name}-data"),
+                                        remoting_addr=f"127.0.0.1:{next(ports)}" if self.remoting else ""))
         for n in self.nodes:
             self._write_config(n)
 
@@ -145,6 +149,8 @@ class LocalCluster:
                  f'data_dir = "{node.data_dir}"', ""]
         for m in self.nodes:
             lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"', ""]
+        if node.remoting_addr:
+            lines += ["[remoting]", f'listen = "{node.remoting_addr}"', ""]
         for section, table in self.sections.items():
             lines += [f"[{section}]", *(f"{k} = {_toml(v)}" for k, v in table.items()), ""]
         with open(node.config_path, "w") as f:

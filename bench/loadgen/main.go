@@ -4,7 +4,8 @@
 //
 // Workloads: reads (GET_ROUTEINFO_BY_TOPIC over -topics), register (REGISTER_BROKER whose DataVersion
 // changes on every call: each is a write), unchanged (REGISTER_BROKER with the same DataVersion every time;
-// its one changing call is made before the clock starts).
+// its one changing call is made before the clock starts). `loadgen fleet -config FILE` runs a whole simulated
+// fleet instead (fleet.go).
 package main
 
 import (
@@ -80,11 +81,15 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, q...)
 }
 
-// frame: int32 total length (without itself), int32 serialize type (top byte, 0 = JSON) and header
-// length, the JSON header, the body.
 func (q *request) frame(code int, ext [][2]string, body []byte) []byte {
 	q.opaque++
-	h := q.buf[:0]
+	return buildFrame(&q.buf, q.opaque, code, ext, body)
+}
+
+// buildFrame: int32 total length (without itself), int32 serialize type (top byte, 0 = JSON) and header
+// length, the JSON header, the body. `scratch` is reused for the header between calls.
+func buildFrame(scratch *[]byte, opaque int32, code int, ext [][2]string, body []byte) []byte {
+	h := (*scratch)[:0]
 	h = append(h, `{"code":`...)
 	h = strconv.AppendInt(h, int64(code), 10)
 	h = append(h, `,"extFields":{`...)
@@ -97,9 +102,9 @@ func (q *request) frame(code int, ext [][2]string, body []byte) []byte {
 		h = appendJSONString(h, kv[1])
 	}
 	h = append(h, `},"flag":0,"language":"JAVA","opaque":`...)
-	h = strconv.AppendInt(h, int64(q.opaque), 10)
+	h = strconv.AppendInt(h, int64(opaque), 10)
 	h = append(h, `,"serializeTypeCurrentRPC":"JSON","version":479}`...)
-	q.buf = h
+	*scratch = h
 	out := make([]byte, 8, 8+len(h)+len(body))
 	binary.BigEndian.PutUint32(out[0:4], uint32(4+len(h)+len(body)))
 	binary.BigEndian.PutUint32(out[4:8], uint32(len(h)))
@@ -114,19 +119,26 @@ func (q *request) brokerName(slot int) string {
 	return fmt.Sprintf("%s-%d-%d", q.opts.prefix, q.index, slot)
 }
 
-// registerBody is a RegisterBrokerBody as a RocketMQ 5 broker writes it uncompressed (JSON).
 func (q *request) registerBody(slot, counter int) []byte {
 	name := q.brokerName(slot)
+	topics := make([]string, q.opts.brokerTopics)
+	for t := range topics {
+		topics[t] = fmt.Sprintf("%s-T%d", name, t)
+	}
+	return registerBrokerBody(counter, topics, 4)
+}
+
+// registerBrokerBody is a RegisterBrokerBody as a RocketMQ 5 broker writes it uncompressed (JSON).
+func registerBrokerBody(counter int, topics []string, queues int) []byte {
 	var b strings.Builder
 	b.WriteString(`{"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":{"counter":`)
 	b.WriteString(strconv.Itoa(counter))
 	b.WriteString(`,"stateVersion":0,"timestamp":1700000000000},"topicConfigTable":{`)
-	for t := 0; t < q.opts.brokerTopics; t++ {
+	for t, topic := range topics {
 		if t > 0 {
 			b.WriteByte(',')
 		}
-		topic := fmt.Sprintf("%s-T%d", name, t)
-		fmt.Fprintf(&b, `%q:{"attributes":{},"order":false,"perm":6,"readQueueNums":4,"topicFilterType":"SINGLE_TAG","topicName":%q,"topicSysFlag":0,"writeQueueNums":4}`, topic, topic)
+		fmt.Fprintf(&b, `%q:{"attributes":{},"order":false,"perm":6,"readQueueNums":%d,"topicFilterType":"SINGLE_TAG","topicName":%q,"topicSysFlag":0,"writeQueueNums":%d}`, topic, queues, topic, queues)
 	}
 	b.WriteString(`}}}`)
 	return []byte(b.String())
@@ -352,6 +364,9 @@ func parseOptions() (*options, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "fleet" {
+		os.Exit(fleetMain(os.Args[2:]))
+	}
 	opts, err := parseOptions()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
