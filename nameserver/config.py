@@ -305,7 +305,8 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     kwargs["password"] = _secret(raft.get("password_file"), raft.get("password_env"), base, "raft.password")
     _security(doc, base, kwargs)
     _controller(doc.get("controller", {}), kwargs)
-    _replica(doc.get("replica", {}), kwargs)
+    if "replica" in doc:
+        _replica(doc["replica"], kwargs)
     for key, value in (overrides or {}).items():
         if value is not None:
             kwargs[key] = value
@@ -377,6 +378,8 @@ _REPLICA_KEYS = {"max_lag_entries": "replica_max_lag_entries", "max_silence_ms":
 def _replica(section: dict[str, Any], kwargs: dict[str, Any]) -> None:
     """[replica] follow (voters' gRPC addresses) and its bounds; a replica has no Raft address or data of its
     own: it is named by its gRPC address."""
+    if not isinstance(section, dict):
+        raise ConfigError("replica must be a table ([replica] follow = [...])")
     for key, value in section.items():
         if key == "follow":
             if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
@@ -388,11 +391,10 @@ def _replica(section: dict[str, Any], kwargs: dict[str, Any]) -> None:
                 raise ConfigError(f"replica.{key} must be positive")
         else:
             raise ConfigError(f"replica.{key} is not a setting (settings: follow, {', '.join(_REPLICA_KEYS)})")
-    if section and "replica_follow" not in kwargs:
-        raise ConfigError("replica.follow is required in a [replica] section")
-    if "replica_follow" in kwargs:
-        kwargs["raft_addr"] = kwargs["raft_addr"] or kwargs["grpc_addr"]
-        kwargs["data_dir"] = kwargs["data_dir"] or "."
+    if "replica_follow" not in kwargs:
+        raise ConfigError("replica.follow is required in a [replica] section: the voters' gRPC addresses")
+    kwargs["raft_addr"] = kwargs["raft_addr"] or kwargs["grpc_addr"]
+    kwargs["data_dir"] = kwargs["data_dir"] or "."
 
 
 def _security(doc: dict[str, Any], base: str, kwargs: dict[str, Any]) -> None:

@@ -58,19 +58,26 @@ class Replica:
         self.channel.close()
 
 
-def start_replica(root: str, name: str, voters: list[NodeProc]) -> Replica:
+def start_replica(root: str, name: str, voters: list[NodeProc], extra: str = "",
+                  connect: Callable[[str, list], grpc.Channel] | None = None, remoting_role: str = "") -> Replica:
+    """A read replica process following `voters`; `extra`: more of its TOML (security); `connect(addr,
+    options)`: how the test reaches it (default plaintext)."""
     grpc_port, remoting_port = free_ports(2)
     config = os.path.join(root, f"{name}.toml")
     with open(config, "w") as f:
-        f.write(f'[node]\ngrpc_addr = "127.0.0.1:{grpc_port}"\n\n[remoting]\nlisten = "127.0.0.1:{remoting_port}"\n\n'
-                f'[replica]\nfollow = {json.dumps([v.grpc_addr for v in voters])}\nmax_silence_ms = {SILENCE_MS}\n')
+        role = f'role = "{remoting_role}"\n' if remoting_role else ""
+        f.write(f'[node]\ngrpc_addr = "127.0.0.1:{grpc_port}"\n\n'
+                f'[remoting]\nlisten = "127.0.0.1:{remoting_port}"\n{role}\n'
+                f'[replica]\nfollow = {json.dumps([v.grpc_addr for v in voters])}\nmax_silence_ms = {SILENCE_MS}\n\n'
+                + extra)
     log_path = os.path.join(root, f"{name}.log")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "nameserver.cli.serve", "replica", "--config", config],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=os.environ | {"PYTHONPATH": ROOT})
-    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}", options=[("grpc.initial_reconnect_backoff_ms", 100),
-                                                                      ("grpc.max_reconnect_backoff_ms", 500)])
-    return Replica(f"127.0.0.1:{grpc_port}", f"127.0.0.1:{remoting_port}", log_path, proc, channel)
+    opts = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
+    addr = f"127.0.0.1:{grpc_port}"
+    channel = connect(addr, opts) if connect is not None else grpc.insecure_channel(addr, options=opts)
+    return Replica(addr, f"127.0.0.1:{remoting_port}", log_path, proc, channel)
 
 
 @pytest.fixture(scope="module")

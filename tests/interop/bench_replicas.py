@@ -97,7 +97,9 @@ def measure(cluster: Cluster, leader_pid: int, leader_remoting: str, extra: list
     return {"label": label, "reads_per_s": reads["per_s"], "read_errors": reads["errors"],
             "read_p99_ms": reads["p99_ms"], "servers_us_per_read": reads["server_us_per_op"],
             "writes_per_s": writes["per_s"], "write_errors": writes["errors"], "write_p99_ms": writes["p99_ms"],
-            "leader_cpu_writing": round(leader_write_cpu, 3), "leader_cpu_idle": round(idle_cpu(leader_pid), 3)}
+            "leader_cpu_writing": round(leader_write_cpu, 3),
+            "leader_us_per_write": round(leader_write_cpu / writes["per_s"] * 1e6, 1) if writes["per_s"] else 0.0,
+            "leader_cpu_idle": round(idle_cpu(leader_pid), 3)}
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -124,7 +126,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     cols = ["label", "reads_per_s", "read_p99_ms", "servers_us_per_read", "writes_per_s", "write_p99_ms",
-            "leader_cpu_writing", "leader_cpu_idle", "read_errors", "write_errors"]
+            "leader_cpu_writing", "leader_us_per_write", "leader_cpu_idle", "read_errors", "write_errors"]
     out = [f"`python -m tests.interop.bench_replicas --seconds {args.seconds} --connections {args.connections} "
            f"--rounds {args.rounds}`", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     out += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
@@ -134,11 +136,11 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         def mean(rs: list[dict[str, Any]], key: str) -> float:
             return statistics.mean(r[key] for r in rs)
         per_replica = (mean(with_, "leader_cpu_idle") - mean(without, "leader_cpu_idle")) / REPLICAS
-        per_replica_w = (mean(with_, "leader_cpu_writing") - mean(without, "leader_cpu_writing")) / REPLICAS
+        per_replica_w = (mean(with_, "leader_us_per_write") - mean(without, "leader_us_per_write")) / REPLICAS
         writes = mean(with_, "writes_per_s") / mean(without, "writes_per_s")
         reads = mean(with_, "reads_per_s") / mean(without, "reads_per_s")
-        out += ["", f"leader CPU per replica: {per_replica:+.3f} cores idle, {per_replica_w:+.3f} cores under the "
-                f"write load; writes with/without replicas: {writes:.2f}x; route reads with/without: {reads:.2f}x"]
+        out += ["", f"leader CPU per replica: {per_replica:+.3f} cores idle, {per_replica_w:+.1f} us per write under "
+                f"the write load; writes with/without replicas: {writes:.2f}x; route reads with/without: {reads:.2f}x"]
     return "\n".join(out)
 
 
