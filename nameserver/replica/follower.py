@@ -70,6 +70,7 @@ class ReadReplica:
         self.reconnects = 0
         self._stop = threading.Event()
         self._call: Any = None  # the running Follow call (a grpc.Call and iterator)
+        self._cut = False  # the watchdog cancelled the running call
         self._channel: grpc.Channel | None = None
         self._thread: threading.Thread | None = None
         self._watchdog: threading.Thread | None = None
@@ -174,7 +175,8 @@ class ReadReplica:
             except grpc.RpcError as exc:
                 if self._stop.is_set():
                     return
-                self.last_error = f"{exc.code().name}: {exc.details()}"
+                if not self._cut:  # cut by the watchdog: its reason ("no message from ...") says more
+                    self.last_error = f"{exc.code().name}: {exc.details()}"
             except UnknownEntryFormat as exc:
                 self.failed = str(exc)
                 log.critical("replica of %s stopped: %s", self.target, exc)
@@ -184,6 +186,7 @@ class ReadReplica:
             except SnapshotMismatch as exc:
                 self.last_error = str(exc)
                 log.error("replica of %s: %s", self.target, exc)
+            self._cut = False
             if self._heard > heard_before:
                 backoff = BACKOFF_MIN_S  # the last attempt got somewhere: retry soon
                 tried = 0
@@ -282,4 +285,5 @@ class ReadReplica:
             if call is not None and time.monotonic() - self._quiet_since > self.max_silence_s:
                 self.last_error = f"no message from {self.target} for {self.max_silence_s} s"
                 self._quiet_since = time.monotonic()  # once per silence
+                self._cut = True
                 call.cancel()

@@ -82,7 +82,7 @@ def start_replica(root: str, name: str, voters: list[NodeProc], extra: str = "",
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running(Cluster(str(tmp_path_factory.mktemp("remote-replica")), 3, remoting=True)) as c:
+    with running(Cluster(str(tmp_path_factory.mktemp("remote-replica")), 3, remoting=True), timeout=60) as c:
         yield c
 
 
@@ -217,6 +217,9 @@ def test_the_replica_refuses_reads_while_its_voters_are_silent(cluster: Cluster,
         resp = remoting_call(replica.remoting_addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicRR1"})
         assert resp.code != codes.SUCCESS and "has not heard from" in (resp.remark or "")
         assert "has not heard from" in replica.status().not_ready_reason
+        # and the cause, once the silent stream is cut: the silence itself, not the cut's "CANCELLED"
+        wait_until("the reason names the silence", lambda: "no message from" in replica.status().not_ready_reason,
+                   timeout=10)
         wait_until("its log says why", lambda: "read replica refuses reads: replica has not heard" in replica.log())
     finally:
         for n in cluster.nodes:
