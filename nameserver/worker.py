@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
 from nameserver import headers, tlsconf
@@ -47,6 +48,7 @@ PR_SET_PDEATHSIG = 1
 READY_POLL_S = 0.05
 READINESS_CHECK_S = 0.5  # how soon a read replica's log says it started or stopped refusing reads
 ADMIN_STATUS = f"/{api_pb2.DESCRIPTOR.services_by_name['Admin'].full_name}/Status"
+HEALTH_CHECK = f"/{health_pb2.DESCRIPTOR.services_by_name['Health'].full_name}/Check"
 
 
 def die_with(core_pid: int) -> None:
@@ -162,10 +164,14 @@ def serve_remote(cfg: NodeConfig) -> int:
     status = grpc.unary_unary_rpc_method_handler(
         lambda request, context: voters.replica_status(cfg, replica),
         request_deserializer=api_pb2.StatusRequest.FromString, response_serializer=api_pb2.NodeStatus.SerializeToString)
+    served = [s.full_name for s in api_pb2.DESCRIPTOR.services_by_name.values()]
+    check = grpc.unary_unary_rpc_method_handler(
+        voters.health(replica, served), request_deserializer=health_pb2.HealthCheckRequest.FromString,
+        response_serializer=health_pb2.HealthCheckResponse.SerializeToString)
     try:
         remoting, grpc_server = serve_reads(
             cfg, budget.grpc, budget.remoting, replica, voters.VoterReadIndex(cfg, peer), onward,
-            VoterOnlyCodes(cfg.replica_follow), reuse_port=False, local={ADMIN_STATUS: status})
+            VoterOnlyCodes(cfg.replica_follow), reuse_port=False, local={ADMIN_STATUS: status, HEALTH_CHECK: check})
     except OSError:
         replica.stop()
         raise

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2
 
 from nameserver import headers, tlsconf
 from nameserver.config import NodeConfig
@@ -142,6 +143,17 @@ def replica_status(cfg: NodeConfig, replica: ReadReplica) -> api_pb2.NodeStatus:
                               lag=replica.lag, not_ready_reason=reason)
 
 
+def health(replica: ReadReplica, services: Sequence[str]) -> Callable[[Any, grpc.ServicerContext], Any]:
+    """grpc.health.v1 Check of a read replica: SERVING while it answers reads, NOT_SERVING while it refuses
+    them (a load balancer's health check moves clients off it as the refusals do); "" or a served service."""
+    def check(request: Any, context: grpc.ServicerContext) -> Any:
+        if request.service and request.service not in services:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING if replica.ready
+                                              else health_pb2.HealthCheckResponse.NOT_SERVING)
+    return check
+
+
 class ReadinessLog:
     """Says in the log when the replica stops answering reads, why, and when it answers again."""
 
@@ -159,5 +171,5 @@ class ReadinessLog:
         self.refusing = reason
 
 
-__all__ = ["FollowedChannel", "ReadinessLog", "VoterReadIndex", "channel_options", "client_channel",
+__all__ = ["FollowedChannel", "ReadinessLog", "health", "VoterReadIndex", "channel_options", "client_channel",
            "replica_status"]

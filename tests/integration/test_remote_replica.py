@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 from fakebroker import read_frame
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from nameserver.localports import free_ports
 from nameserver.pb import api_pb2, api_pb2_grpc
@@ -43,6 +44,9 @@ class Replica:
     @property
     def ns(self) -> api_pb2_grpc.NameServerStub:
         return api_pb2_grpc.NameServerStub(self.channel)
+
+    def health(self) -> int:
+        return int(health_pb2_grpc.HealthStub(self.channel).Check(health_pb2.HealthCheckRequest(), timeout=2).status)
 
     def status(self) -> api_pb2.NodeStatus:
         return api_pb2_grpc.AdminStub(self.channel).Status(api_pb2.StatusRequest(), timeout=2)
@@ -143,6 +147,7 @@ def test_replica_answers_reads_as_the_voters(cluster: Cluster, replica: Replica)
     assert route(replica.ns, "TopicRR1", offset) == route(leader.ns, "TopicRR1", offset)
     st = replica.status()
     assert st.role == api_pb2.ROLE_REPLICA and st.apply_offset >= offset and st.ready
+    assert replica.health() == health_pb2.HealthCheckResponse.SERVING
     voter = next(n for n in cluster.nodes if n.grpc_addr == st.following)
     digest = api_pb2_grpc.LogStub(voter._channel()).DigestAt(api_pb2.DigestAtRequest(offset=st.apply_offset),
                                                               timeout=5).digest
@@ -217,6 +222,7 @@ def test_the_replica_refuses_reads_while_its_voters_are_silent(cluster: Cluster,
         resp = remoting_call(replica.remoting_addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicRR1"})
         assert resp.code != codes.SUCCESS and "has not heard from" in (resp.remark or "")
         assert "has not heard from" in replica.status().not_ready_reason
+        assert replica.health() == health_pb2.HealthCheckResponse.NOT_SERVING  # a load balancer moves off it too
         # and the cause, once the silent stream is cut: the silence itself, not the cut's "CANCELLED"
         wait_until("the reason names the silence", lambda: "no message from" in replica.status().not_ready_reason,
                    timeout=10)
@@ -226,4 +232,5 @@ def test_the_replica_refuses_reads_while_its_voters_are_silent(cluster: Cluster,
             cluster.kill(n, signal.SIGCONT)
     wait_until("the replica answers again", lambda: _ready(replica), timeout=30)
     assert route(replica.ns, "TopicRR1", 0).broker_datas
+    assert replica.health() == health_pb2.HealthCheckResponse.SERVING
     wait_until("its log says so", lambda: "read replica answers reads again" in replica.log())
