@@ -40,6 +40,8 @@
                 scan_interval_ms (1000), heartbeat_timeout_ms (10000, for heartbeats that name none),
                 elect_unclean_master (false), notify_broker_role_changed (true); docs/controller.md.
                 A member's controller address for others' answers: [[cluster.members]] controller_addr
+    [replica]   follow = ["voter:9101", ...]: a read replica's config (`nameserver replica`), not a node's;
+                max_lag_entries (1000), max_silence_ms (5000)
     [security]  mode = "dev" | "secure"      (secure: Raft password, TLS and [auth] are mandatory)
     [tls]       cert_file, key_file, ca_file, client_auth = "none" | "require" (mutual TLS)
     [auth]      tokens_file (TOML [tokens] "<sha256 hex of token>" = "role"), cert_roles = {CN or SAN = role},
@@ -128,6 +130,14 @@ class NodeConfig:
     remoting_tls: str = ""         # off | permissive | enforcing; empty: permissive with [tls], else off
     # [controller]: RocketMQ 5's controller (RIP-44) on this log; docs/controller.md.
     controller_addr: str = ""      # its remoting listener (brokers' controllerAddr); empty: off
+    # [replica]: this process is a read replica following the voters at `follow` (their gRPC addresses),
+    # not a node: `nameserver replica --config` (docs/operations.md, "Read replicas on other machines").
+    replica_follow: list[str] = field(default_factory=list)
+    # Past either bound a replica refuses reads (UNAVAILABLE, remoting SYSTEM_ERROR) so clients fail over.
+    # 1,000 entries is about a second of heavy registration load; 5 s is five missed keepalives (a voter
+    # sends one a second): a voter that died or froze is noticed, a slow network is not mistaken for one.
+    replica_max_lag_entries: int = 1000
+    replica_max_silence_ms: int = 5000
     controller_role: str = ""      # the role controller-port calls act as; empty: the node's own (peer) rights
     controller_scan_interval_ms: int = 1_000   # how often the leader looks for sets whose master went silent
     controller_heartbeat_timeout_ms: int = 10_000  # for a heartbeat that names no timeout (RocketMQ's default)
@@ -295,6 +305,8 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     kwargs["password"] = _secret(raft.get("password_file"), raft.get("password_env"), base, "raft.password")
     _security(doc, base, kwargs)
     _controller(doc.get("controller", {}), kwargs)
+    if "replica" in doc:
+        _replica(doc["replica"], kwargs)
     for key, value in (overrides or {}).items():
         if value is not None:
             kwargs[key] = value
@@ -358,6 +370,31 @@ def _controller(section: dict[str, Any], kwargs: dict[str, Any]) -> None:
     for attr in ("controller_scan_interval_ms", "controller_heartbeat_timeout_ms"):
         if attr in kwargs and kwargs[attr] < 100:
             raise ConfigError(f"controller.{attr.removeprefix('controller_')} must be >= 100")
+
+
+_REPLICA_KEYS = {"max_lag_entries": "replica_max_lag_entries", "max_silence_ms": "replica_max_silence_ms"}
+
+
+def _replica(section: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """[replica] follow (voters' gRPC addresses) and its bounds; a replica has no Raft address or data of its
+    own: it is named by its gRPC address."""
+    if not isinstance(section, dict):
+        raise ConfigError("replica must be a table ([replica] follow = [...])")
+    for key, value in section.items():
+        if key == "follow":
+            if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+                raise ConfigError("replica.follow must be a non-empty list of voters' gRPC addresses (host:port)")
+            kwargs["replica_follow"] = list(dict.fromkeys(value))
+        elif key in _REPLICA_KEYS:
+            kwargs[_REPLICA_KEYS[key]] = _typed(f"replica.{key}", value, _DEFAULTS[_REPLICA_KEYS[key]])
+            if kwargs[_REPLICA_KEYS[key]] <= 0:
+                raise ConfigError(f"replica.{key} must be positive")
+        else:
+            raise ConfigError(f"replica.{key} is not a setting (settings: follow, {', '.join(_REPLICA_KEYS)})")
+    if "replica_follow" not in kwargs:
+        raise ConfigError("replica.follow is required in a [replica] section: the voters' gRPC addresses")
+    kwargs["raft_addr"] = kwargs["raft_addr"] or kwargs["grpc_addr"]
+    kwargs["data_dir"] = kwargs["data_dir"] or "."
 
 
 def _security(doc: dict[str, Any], base: str, kwargs: dict[str, Any]) -> None:
@@ -429,7 +466,7 @@ def _check_security(cfg: NodeConfig) -> None:
         if cfg.controller_addr and not cfg.controller_role:
             raise ConfigError('security.mode = "secure" with [controller] listen needs [controller] role: the '
                               'rights every (unauthenticated) controller-port caller gets, e.g. "broker"')
-        if not cfg.password:
+        if not cfg.password and not cfg.replica_follow:  # a read replica has no Raft port
             raise ConfigError('security.mode = "secure" needs a Raft password: set raft.password_file '
                               "or raft.password_env")
         if not cfg.tls_enabled:

@@ -8,6 +8,7 @@ Request metadata
     x-rip18-session-owner       the original caller's session owner, on a forwarded write (peers only)
     x-rip18-as-role             a peer acting for a less privileged caller (the remoting listener)
     x-rip18-worker-caller       a worker's client (address, certificate names) on the core's private socket
+    x-rip18-read-replica        a read replica's public gRPC address, on its Log.Follow (nsctl status lists it)
 
 Trailing metadata
     x-apply-offset              the node's apply offset, on a read it could not serve yet (and NOT_FOUND)
@@ -24,6 +25,7 @@ FORWARDED = "x-rip18-forwarded"
 SESSION_OWNER = "x-rip18-session-owner"
 AS_ROLE = "x-rip18-as-role"
 WORKER_CALLER = "x-rip18-worker-caller"  # nameserver/api/corelink.py
+READ_REPLICA = "x-rip18-read-replica"  # nameserver/api/logservice.py ReadReplicas
 
 APPLY_OFFSET = "x-apply-offset"
 CURRENT_VERSION = "x-current-version"

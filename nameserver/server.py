@@ -12,7 +12,7 @@ from grpc_reflection.v1alpha import reflection
 from nameserver.api import auth, corelink, grpcserver
 from nameserver.api.adminservice import AdminService
 from nameserver.api.inprocess import InProcessStub
-from nameserver.api.logservice import LogService
+from nameserver.api.logservice import LogService, ReadReplicas
 from nameserver.api.service import NameServerService
 from nameserver.config import REMOTING_CONNECTIONS_FLOOR, NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
@@ -80,8 +80,9 @@ class Server:
             self.grpc = grpcserver.new_server(cfg, self.budget.grpc, metrics=counter)
         self.service = NameServerService(self.node)
         api_pb2_grpc.add_NameServerServicer_to_server(self.service, self.grpc)
-        api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node), self.grpc)
-        api_pb2_grpc.add_LogServicer_to_server(LogService(self.node), self.grpc)  # log export, state dump
+        replicas = ReadReplicas()  # the read replicas following this node (Log.Follow), listed by Status
+        api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node, replicas), self.grpc)
+        api_pb2_grpc.add_LogServicer_to_server(LogService(self.node, replicas), self.grpc)  # log export, dump, Follow
         # Controller mode (RIP-44; nameserver/controller): served over gRPC by every node, so a follower
         # can forward to whichever node leads; its remoting port only where [controller] listen is set.
         self.heartbeats = HeartbeatTable(default_timeout_s=cfg.controller_heartbeat_timeout_ms / 1000)

@@ -20,12 +20,17 @@ import pickle
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
-from nameserver.api import corelink, grpcserver
+from nameserver import headers, tlsconf
+from nameserver.api import auth, corelink, grpcserver
 from nameserver.api.service import NameServerService
+from nameserver.config import NodeConfig
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.metrics import RequestMetrics
 from nameserver.ops.workers import WorkerSpec, process_share
@@ -33,13 +38,17 @@ from nameserver.pb import api_pb2
 from nameserver.remoting import RemotingServer, codes, frame
 from nameserver.remoting.command import Command
 from nameserver.remoting.corechannel import CoreChannel, socket_path
-from nameserver.remoting.handlers import BIG_REGISTRATION_TIMEOUT_S
-from nameserver.replica import ReadReplica, ReplicaNode
+from nameserver.remoting.handlers import BIG_REGISTRATION_TIMEOUT_S, REPLICA_CODES
+from nameserver.remoting.server import FrontEnd
+from nameserver.replica import ReadReplica, ReplicaNode, voters
 
 log = logging.getLogger("nameserver.worker")
 
 PR_SET_PDEATHSIG = 1
 READY_POLL_S = 0.05
+READINESS_CHECK_S = 0.5  # how soon a read replica's log says it started or stopped refusing reads
+ADMIN_STATUS = f"/{api_pb2.DESCRIPTOR.services_by_name['Admin'].full_name}/Status"
+HEALTH_CHECK = f"/{health_pb2.DESCRIPTOR.services_by_name['Health'].full_name}/Check"
 
 
 def die_with(core_pid: int) -> None:
@@ -82,24 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     registry = CollectorRegistry()
     requests = RequestMetrics(registry) if counted else None
     if not stopped.is_set():
-        # ReplicaNode has the node's read API, which is all the replica methods and codes use
-        node = ReplicaNode(replica, cfg, read_index=corelink.core_read_index(own))
-        service = NameServerService(node)  # type: ignore[arg-type]
-        # gRPC: the replica's reads here, every other call to the core's private socket as bytes
-        grpc_server = grpcserver.new_server(share, budget.grpc, reuse_port=True,
-                                            metrics=requests.interceptor() if requests is not None else None)
-        grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
-            grpc.insecure_channel(corelink.target(cfg), options=opts), corelink.local_handlers(service),
-            replica.wait_applied),))
-        grpcserver.listen_public(grpc_server, cfg)
-        grpc_server.start()
-        if cfg.remoting_addr:
-            timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
-            front = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
-            remoting = RemotingServer(share, service, max_connections=budget.remoting, reuse_port=True, front=front,
-                                      observer=requests.observe_remoting if requests is not None else None)
-            warm_up(remoting, node, spec.reply_sizes)
-            remoting.start()
+        timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
+        remoting, grpc_server = serve_reads(
+            share, budget.grpc, budget.remoting, replica, corelink.core_read_index(own),
+            grpc.insecure_channel(corelink.target(cfg), options=opts),
+            CoreChannel(socket_path(cfg), lambda: replica.offset, timeout) if cfg.remoting_addr else None,
+            requests, spec.reply_sizes,
+            reuse_port=True)
         if counted:
             held = remoting
             workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
@@ -107,13 +105,110 @@ def main(argv: list[str] | None = None) -> int:
         log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d", args.index, os.getpid(), cfg.grpc_addr,
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset)
         stopsignal.wait_until_set(stopped)
+    _stop(remoting, grpc_server, replica)
+    own.close()
+    return 0
+
+
+def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: int | None, replica: ReadReplica,
+                read_index: Callable[[float], int], onward: Any, front: FrontEnd | None,
+                requests: RequestMetrics | None = None, reply_sizes: dict[int, int] | None = None, *,
+                reuse_port: bool, local: dict[str, grpc.RpcMethodHandler] | None = None
+                ) -> tuple[RemotingServer | None, grpc.Server]:
+    """The ports of a process serving reads from `replica` (a worker; a read replica on another machine),
+    started: gRPC answers corelink.REPLICA_METHODS (and `local`) here and passes every other call to
+    `onward` (the core's private socket; the followed voter) as bytes; remoting answers the codes REQUESTS
+    marks `replica` here and hands the rest to `front`."""
+    # ReplicaNode has the node's read API, which is all the replica methods and codes use
+    node = ReplicaNode(replica, cfg, read_index=read_index)
+    service = NameServerService(node)  # type: ignore[arg-type]
+    grpc_server = grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port,
+                                        metrics=requests.interceptor() if requests is not None else None)
+    grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
+        onward, corelink.local_handlers(service) | (local or {}), replica.wait_applied),))
+    grpcserver.listen_public(grpc_server, cfg)
+    grpc_server.start()
+    remoting = None
+    if cfg.remoting_addr:
+        remoting = RemotingServer(cfg, service, max_connections=remoting_connections, reuse_port=reuse_port,
+                                  front=front, observer=requests.observe_remoting if requests is not None else None)
+        warm_up(remoting, node, reply_sizes or {})
+        remoting.start()
+    return remoting, grpc_server
+
+
+def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, replica: ReadReplica) -> None:
     if remoting is not None:
         remoting.stop()
     if grpc_server is not None:
         grpc_server.stop(1.0).wait()
     replica.stop()
-    own.close()
+
+
+def serve_remote(cfg: NodeConfig) -> int:
+    """`nameserver replica --config replica.toml`: a read replica on another machine, following the voters
+    of [replica] follow (docs/operations.md, "Read replicas on other machines"). Its ports open at once:
+    `nsctl status` sees it loading; reads are refused, naming why, until it is ready."""
+    stopped = stopsignal.stop_event()
+    budget = fdlimits.budget(cfg, fdlimits.raise_nofile())
+    opts = voters.channel_options(cfg)
+
+    def peer(addr: str) -> grpc.Channel:
+        return tlsconf.peer_channel(cfg, addr, opts)
+
+    replica = ReadReplica(cfg.replica_follow, peer, name=cfg.grpc_addr, max_lag=cfg.replica_max_lag_entries,
+                          max_silence_s=cfg.replica_max_silence_ms / 1000,
+                          metadata=[(headers.READ_REPLICA, cfg.grpc_addr)])  # how the voters list it
+    replica.start()
+    onward = voters.FollowedChannel(cfg, replica, _acting_role)
+    status = grpc.unary_unary_rpc_method_handler(
+        lambda request, context: voters.replica_status(cfg, replica),
+        request_deserializer=api_pb2.StatusRequest.FromString, response_serializer=api_pb2.NodeStatus.SerializeToString)
+    served = [s.full_name for s in api_pb2.DESCRIPTOR.services_by_name.values()]
+    check = grpc.unary_unary_rpc_method_handler(
+        voters.health(replica, served), request_deserializer=health_pb2.HealthCheckRequest.FromString,
+        response_serializer=health_pb2.HealthCheckResponse.SerializeToString)
+    try:
+        remoting, grpc_server = serve_reads(
+            cfg, budget.grpc, budget.remoting, replica, voters.VoterReadIndex(cfg, peer), onward,
+            VoterOnlyCodes(cfg.replica_follow), reuse_port=False, local={ADMIN_STATUS: status, HEALTH_CHECK: check})
+    except OSError:
+        replica.stop()
+        raise
+    log.info("read replica (pid %d) following %s, serving gRPC on %s%s", os.getpid(), ", ".join(cfg.replica_follow),
+             cfg.grpc_addr, f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "")
+    readiness = voters.ReadinessLog(replica)
+    while not stopped.wait(READINESS_CHECK_S):
+        readiness.check()
+    _stop(remoting, grpc_server, replica)
+    onward.close()
     return 0
+
+
+def _acting_role() -> str:
+    """The role a client's call passed on to a voter acts as when it carries no token: the one the replica's
+    own [auth] gave the caller (its certificate's), else the least."""
+    caller = auth.current_caller()
+    return caller.role if caller is not None else "client"
+
+
+class VoterOnlyCodes:
+    """A read replica's remoting FrontEnd: the codes REQUESTS marks `replica` are answered from its replica;
+    every other one (registrations and writes, bound to a voter's connection) is refused naming the voters."""
+
+    local_codes = REPLICA_CODES
+
+    def __init__(self, follow: list[str]) -> None:
+        self.remark = f"this nameserver is a read replica: send this request to a voter ({', '.join(follow)})"
+
+    async def forward(self, cmd: Command, conn: object) -> Command:
+        return cmd.response(codes.SYSTEM_ERROR, self.remark)
+
+    async def settle(self, conn: object) -> None:
+        return None
+
+    def closed(self, conn: object) -> None:
+        return None
 
 
 def warm_up(server: RemotingServer, node: ReplicaNode, reply_sizes: dict[int, int]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from nameserver import validation
+from nameserver.api.logservice import ReadReplicas
 from nameserver.api.rpc import call_timeout, forwarded, rpc
 from nameserver.core.node import MembershipError, NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
@@ -20,14 +21,15 @@ _API_ROLE = {Role.FOLLOWER: api_pb2.ROLE_FOLLOWER, Role.CANDIDATE: api_pb2.ROLE_
 
 
 class AdminService(api_pb2_grpc.AdminServicer):
-    def __init__(self, node: NameServerNode) -> None:
+    def __init__(self, node: NameServerNode, replicas: ReadReplicas | None = None) -> None:
         self.node = node
+        self.replicas = replicas or ReadReplicas()
 
     @rpc
     def Status(self, request: api_pb2.StatusRequest, context: grpc.ServicerContext) -> api_pb2.NodeStatus:
         st = self.node.status()
         st["role"] = _API_ROLE.get(st["role"], api_pb2.ROLE_UNKNOWN)
-        return api_pb2.NodeStatus(**st)
+        return api_pb2.NodeStatus(**st, read_replicas=self.replicas.addresses())
 
     @rpc
     def Members(self, request: api_pb2.MembersRequest, context: grpc.ServicerContext | None

@@ -16,7 +16,7 @@ from collections.abc import Generator, Iterator
 
 import grpc
 
-from nameserver import headers
+from nameserver import headers, safetext
 from nameserver.core.node import NameServerNode
 from nameserver.pb import api_pb2, api_pb2_grpc
 from raftlog.history import Compacted
@@ -28,13 +28,39 @@ MAX_BATCH = 5000
 DUMP_CHUNK_ITEMS = 1000
 DUMP_CHUNK_BYTES = 1 << 20
 WAIT_CAP_S = 30.0
+MAX_REPLICA_NAME = 256  # a replica's address as listed by Status: bounded whatever the header says
 FOLLOW_KEEPALIVE_S = 1.0  # an idle Follow stream sends the apply offset this often (the follower's lag)
 # Initial metadata of ReadLog: the last offset the stream covers (to_offset, resolved) and the oldest kept.
 
 
+class ReadReplicas:
+    """The read replicas on other machines following this node now: one per open Follow stream that names
+    its replica (headers.READ_REPLICA: its public gRPC address; a worker's stream names none). Nothing is
+    configured: a replica is listed while its stream is open, and gone when it ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[object, str] = {}
+
+    def opened(self, addr: str) -> object:
+        token = object()
+        with self._lock:
+            self._open[token] = addr
+        return token
+
+    def closed(self, token: object) -> None:
+        with self._lock:
+            self._open.pop(token, None)
+
+    def addresses(self) -> list[str]:
+        with self._lock:
+            return sorted(set(self._open.values()))
+
+
 class LogService(api_pb2_grpc.LogServicer):
-    def __init__(self, node: NameServerNode) -> None:
+    def __init__(self, node: NameServerNode, replicas: ReadReplicas | None = None) -> None:
         self.node = node
+        self.replicas = replicas or ReadReplicas()
         self.max_message_bytes = node.cfg.max_message_bytes
         self.max_followers = node.cfg.max_followers
         self._followers = 0
@@ -152,9 +178,13 @@ class LogService(api_pb2_grpc.LogServicer):
         if full:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"limits.max_followers: this node already feeds "
                           f"{self.max_followers} read replicas; follow another node")
+        named = next((v for k, v in context.invocation_metadata() if k == headers.READ_REPLICA), "")
+        listed = self.replicas.opened(safetext.shown(named, MAX_REPLICA_NAME)) if named else None
         try:
             yield from self._follow(request.from_offset, context)
         finally:
+            if listed is not None:
+                self.replicas.closed(listed)
             with self._followers_lock:
                 self._followers -= 1
 

@@ -4,6 +4,7 @@ leadership transfer, snapshots."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -40,24 +41,39 @@ def _status_row(endpoint: str, result: Any) -> list[Any]:
     if isinstance(result, grpc.RpcError):
         code = status_code(result)
         label = "unreachable" if code in RETRYABLE else "error"
-        return ["-", endpoint, f"{label} ({code.name})"] + [None] * 8
+        return ["-", endpoint, f"{label} ({code.name})"] + [None] * 9
+    replica = result.role == api_pb2.ROLE_REPLICA
     return [
         result.node_id,
         result.grpc_addr or endpoint,
         role_name(result.role),
-        result.leader_grpc_addr or result.leader_id,
-        result.term,
-        result.end_offset,
+        result.following if replica else result.leader_grpc_addr or result.leader_id,
+        None if replica else result.term,
+        None if replica else result.end_offset,
         result.commit_offset,
         result.apply_offset,
+        result.lag if replica else None,
         result.digest[:DIGEST_SHORT],
         result.ready,
         result.keys,
     ]
 
 
-_STATUS_HEADERS = ["NODE", "GRPC ADDR", "ROLE", "LEADER", "TERM", "END", "COMMIT", "APPLY", "DIGEST"]
+# A read replica's LEADER is the voter it follows, its COMMIT that voter's apply offset as last heard.
+_STATUS_HEADERS = ["NODE", "GRPC ADDR", "ROLE", "LEADER", "TERM", "END", "COMMIT", "APPLY", "LAG", "DIGEST"]
 _STATUS_HEADERS += ["READY", "KEYS"]
+
+
+def _with_read_replicas(ctx: Context, results: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The read replicas the voters say follow them (Follow streams open now), asked too: nothing lists
+    them in advance, so starting or stopping one changes no configuration."""
+    asked = set(ctx.endpoints) | {r.grpc_addr for _, r in results if not isinstance(r, grpc.RpcError)}
+    found = sorted({addr for _, r in results if not isinstance(r, grpc.RpcError) for addr in r.read_replicas}
+                   - asked)
+    if not found:
+        return results
+    return results + call_each(dataclasses.replace(ctx, endpoints=found), api_pb2_grpc.AdminStub, "Status",
+                               api_pb2.StatusRequest())
 
 
 def _warn_digest_mismatch(results: list[tuple[str, Any]]) -> None:
@@ -72,7 +88,7 @@ def _warn_digest_mismatch(results: list[tuple[str, Any]]) -> None:
 
 
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
-    results = call_each(ctx, api_pb2_grpc.AdminStub, "Status", api_pb2.StatusRequest())
+    results = _with_read_replicas(ctx, call_each(ctx, api_pb2_grpc.AdminStub, "Status", api_pb2.StatusRequest()))
     failed = [(endpoint, r) for endpoint, r in results if isinstance(r, grpc.RpcError)]
     if ctx.json:
         emit_json({"nodes": [_status_json(endpoint, result) for endpoint, result in results]})
@@ -80,6 +96,9 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
         print(render.table(_STATUS_HEADERS, [_status_row(endpoint, result) for endpoint, result in results]))
         for endpoint, err in failed:
             print(f"error: {status_code(err).name}: {endpoint}: {status_details(err)}", file=sys.stderr)
+        for endpoint, r in results:
+            if not isinstance(r, grpc.RpcError) and r.not_ready_reason:
+                print(f"read replica {r.grpc_addr or endpoint} refuses reads: {r.not_ready_reason}")
     _warn_digest_mismatch(results)
     return 1 if failed else 0
 

@@ -1,4 +1,5 @@
-"""`nameserver serve --config node.toml`: run one node in the foreground."""
+"""`nameserver serve --config node.toml`: run one node in the foreground.
+`nameserver replica --config replica.toml`: run a read replica of a cluster (its [replica] follow)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 import signal
 import sys
 
-from nameserver import config
+from nameserver import config, worker
 from nameserver.ops import logfmt, stopsignal
 from nameserver.server import Server
 from raftlog.journal import JournalCorrupt
@@ -29,7 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--log-format", choices=logfmt.FORMATS,
                    help="text (default) or json: one object per line; overrides [log] format")
     s.add_argument("--metrics-addr", help="Prometheus /metrics listener host:port; overrides [metrics] listen")
+    r = sub.add_parser("replica", help="run a read replica: non-voting, follows the voters of [replica] follow")
+    r.add_argument("--config", required=True, help="the replica's TOML file (a [replica] section, a node's [grpc], "
+                   "[remoting], [tls], [auth], [limits])")
+    r.add_argument("--log-level", default="INFO")
+    r.add_argument("--log-format", choices=logfmt.FORMATS, help="text (default) or json")
     args = p.parse_args(argv)
+    if args.cmd == "replica":
+        return _replica(args)
     log_format = args.log_format or logfmt.format_from_config(args.config) or "text"
     if log_format not in logfmt.FORMATS:
         print(f"nameserver: config error: log.format must be one of {', '.join(logfmt.FORMATS)}", file=sys.stderr)
@@ -43,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         })
     except config.ConfigError as exc:
         print(f"nameserver: config error: {exc}", file=sys.stderr)
+        return 2
+    if cfg.replica_follow:
+        print("nameserver: config error: replica.follow: this is a read replica's config: run "
+              "`nameserver replica --config` with it", file=sys.stderr)
         return 2
     log_handler.setFormatter(logfmt.make_formatter(log_format, {"node": cfg.raft_addr}))  # JSON lines name the node
     try:
@@ -63,6 +75,26 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("nameserver").info("stopping %s", cfg.raft_addr)
     server.stop()
     return 0
+
+
+def _replica(args: argparse.Namespace) -> int:
+    log_format = args.log_format or logfmt.format_from_config(args.config) or "text"
+    log_handler = logfmt.configure(log_format, args.log_level)
+    try:
+        cfg = config.load(args.config)
+    except config.ConfigError as exc:
+        print(f"nameserver: config error: {exc}", file=sys.stderr)
+        return 2
+    if not cfg.replica_follow:
+        print("nameserver: config error: replica.follow is required: the voters' gRPC addresses", file=sys.stderr)
+        return 2
+    log_handler.setFormatter(logfmt.make_formatter(log_format, {"replica": cfg.grpc_addr}))
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
+    try:
+        return worker.serve_remote(cfg)
+    except OSError as exc:
+        print(f"nameserver: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

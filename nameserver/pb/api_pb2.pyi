@@ -23,6 +23,7 @@ class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLE_FOLLOWER: _ClassVar[Role]
     ROLE_CANDIDATE: _ClassVar[Role]
     ROLE_LEADER: _ClassVar[Role]
+    ROLE_REPLICA: _ClassVar[Role]
 
 class Consistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -38,6 +39,7 @@ ROLE_UNKNOWN: Role
 ROLE_FOLLOWER: Role
 ROLE_CANDIDATE: Role
 ROLE_LEADER: Role
+ROLE_REPLICA: Role
 LINEARIZABLE: Consistency
 SERIALIZABLE: Consistency
 
@@ -420,7 +422,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node_id", "grpc_addr", "role", "leader_id", "leader_grpc_addr", "term", "end_offset", "commit_offset", "apply_offset", "digest", "ready", "snapshot_offset", "keys", "has_quorum", "apply_error")
+    __slots__ = ("node_id", "grpc_addr", "role", "leader_id", "leader_grpc_addr", "term", "end_offset", "commit_offset", "apply_offset", "digest", "ready", "snapshot_offset", "keys", "has_quorum", "apply_error", "read_replicas", "following", "lag", "not_ready_reason")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -436,6 +438,10 @@ class NodeStatus(_message.Message):
     KEYS_FIELD_NUMBER: _ClassVar[int]
     HAS_QUORUM_FIELD_NUMBER: _ClassVar[int]
     APPLY_ERROR_FIELD_NUMBER: _ClassVar[int]
+    READ_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWING_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     grpc_addr: str
     role: Role
@@ -451,7 +457,11 @@ class NodeStatus(_message.Message):
     keys: int
     has_quorum: bool
     apply_error: str
-    def __init__(self, node_id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., leader_id: _Optional[str] = ..., leader_grpc_addr: _Optional[str] = ..., term: _Optional[int] = ..., end_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., apply_offset: _Optional[int] = ..., digest: _Optional[str] = ..., ready: _Optional[bool] = ..., snapshot_offset: _Optional[int] = ..., keys: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., apply_error: _Optional[str] = ...) -> None: ...
+    read_replicas: _containers.RepeatedScalarFieldContainer[str]
+    following: str
+    lag: int
+    not_ready_reason: str
+    def __init__(self, node_id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., leader_id: _Optional[str] = ..., leader_grpc_addr: _Optional[str] = ..., term: _Optional[int] = ..., end_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., apply_offset: _Optional[int] = ..., digest: _Optional[str] = ..., ready: _Optional[bool] = ..., snapshot_offset: _Optional[int] = ..., keys: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., apply_error: _Optional[str] = ..., read_replicas: _Optional[_Iterable[str]] = ..., following: _Optional[str] = ..., lag: _Optional[int] = ..., not_ready_reason: _Optional[str] = ...) -> None: ...
 
 class MembersRequest(_message.Message):
     __slots__ = ()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -42,10 +42,15 @@ class ReadReplica:
     Also the AppliedSource of a ReplicaNode (nameserver/core/reads.py): ready, apply_offset,
     wait_applied; and is_leader() (never) for read paths that ask."""
 
-    def __init__(self, target: str, open_channel: Callable[[str], grpc.Channel], name: str = "",
-                 max_lag: int = DEFAULT_MAX_LAG, max_silence_s: float = DEFAULT_MAX_SILENCE_S) -> None:
-        self.target = target
-        self.name = name or target
+    def __init__(self, target: str | Sequence[str], open_channel: Callable[[str], grpc.Channel], name: str = "",
+                 max_lag: int = DEFAULT_MAX_LAG, max_silence_s: float = DEFAULT_MAX_SILENCE_S,
+                 metadata: Sequence[tuple[str, str]] = ()) -> None:
+        """`target`: one node, or a list (a replica on another machine: the voters), followed one at a
+        time, moving to the next when a stream fails or falls silent; `metadata`: sent on each Follow."""
+        self.targets = [target] if isinstance(target, str) else list(target)
+        self.target = self.targets[0]
+        self.name = name or self.target
+        self._metadata = tuple(metadata)
         self.max_lag = max_lag
         self.max_silence_s = max_silence_s
         self._open_channel = open_channel
@@ -65,6 +70,7 @@ class ReadReplica:
         self.reconnects = 0
         self._stop = threading.Event()
         self._call: Any = None  # the running Follow call (a grpc.Call and iterator)
+        self._cut = False  # the watchdog cancelled the running call
         self._channel: grpc.Channel | None = None
         self._thread: threading.Thread | None = None
         self._watchdog: threading.Thread | None = None
@@ -160,6 +166,7 @@ class ReadReplica:
 
     def _run(self) -> None:
         backoff = BACKOFF_MIN_S
+        tried = 0  # targets that failed since one last got somewhere
         while not self._stop.is_set():
             heard_before = self._heard
             try:
@@ -168,7 +175,8 @@ class ReadReplica:
             except grpc.RpcError as exc:
                 if self._stop.is_set():
                     return
-                self.last_error = f"{exc.code().name}: {exc.details()}"
+                if not self._cut:  # cut by the watchdog: its reason ("no message from ...") says more
+                    self.last_error = f"{exc.code().name}: {exc.details()}"
             except UnknownEntryFormat as exc:
                 self.failed = str(exc)
                 log.critical("replica of %s stopped: %s", self.target, exc)
@@ -178,21 +186,40 @@ class ReadReplica:
             except SnapshotMismatch as exc:
                 self.last_error = str(exc)
                 log.error("replica of %s: %s", self.target, exc)
+            self._cut = False
             if self._heard > heard_before:
                 backoff = BACKOFF_MIN_S  # the last attempt got somewhere: retry soon
-            log.info("replica of %s reconnects in %.2f s from offset %d: %s", self.target, backoff,
-                     self._published, self.last_error)
+                tried = 0
+            failed_target = self.target
+            tried += 1
+            wait = backoff if tried >= len(self.targets) else BACKOFF_MIN_S  # the others at once, then back off
+            self._next_target()
+            log.info("replica of %s reconnects to %s in %.2f s from offset %d: %s", failed_target, self.target,
+                     wait, self._published, self.last_error)
             self.reconnects += 1
-            if self._stop.wait(backoff):
+            if self._stop.wait(wait):
                 return
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
+            if tried >= len(self.targets):
+                tried = 0
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def _next_target(self) -> None:
+        """Follow the next of several targets (from the offset held: every voter has the same entries at
+        the same offsets); with one, reconnect to it."""
+        if len(self.targets) < 2:
+            return
+        self.target = self.targets[(self.targets.index(self.target) + 1) % len(self.targets)]
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
 
     def _follow(self) -> None:
         """One Follow call, until it fails or ends."""
         if self._channel is None:
             self._channel = self._open_channel(self.target)
         start = self._published if self._bootstrapped else 0
-        call = api_pb2_grpc.LogStub(self._channel).Follow(api_pb2.FollowRequest(from_offset=start))
+        call = api_pb2_grpc.LogStub(self._channel).Follow(api_pb2.FollowRequest(from_offset=start),
+                                                          metadata=self._metadata or None)
         self._quiet_since = time.monotonic()
         self._call = call
         if self._stop.is_set():
@@ -258,4 +285,5 @@ class ReadReplica:
             if call is not None and time.monotonic() - self._quiet_since > self.max_silence_s:
                 self.last_error = f"no message from {self.target} for {self.max_silence_s} s"
                 self._quiet_since = time.monotonic()  # once per silence
+                self._cut = True
                 call.cancel()

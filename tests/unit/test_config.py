@@ -126,3 +126,47 @@ def test_more_workers_than_followers_allowed_is_refused_naming_both(tmp_path) ->
     p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 20')
                  + "\n[limits]\nmax_followers = 24\n")
     assert config.load(str(p)).worker_processes == 20
+
+
+REPLICA = """
+[node]
+grpc_addr = "127.0.0.1:9111"
+[replica]
+"""
+
+
+def test_a_read_replica_config_names_its_voters_and_bounds(tmp_path) -> None:
+    p = tmp_path / "replica.toml"
+    p.write_text(REPLICA + 'follow = ["10.0.0.1:9101", "10.0.0.2:9101", "10.0.0.1:9101"]\nmax_silence_ms = 2000\n')
+    cfg = config.load(str(p))
+    assert cfg.replica_follow == ["10.0.0.1:9101", "10.0.0.2:9101"]  # duplicates dropped, order kept
+    assert (cfg.replica_max_silence_ms, cfg.replica_max_lag_entries) == (2000, 1000)
+    assert cfg.raft_addr == "127.0.0.1:9111"  # named by its gRPC address: it has no Raft port
+    assert config.load(None, {"raft_addr": "a:1", "grpc_addr": "a:2", "data_dir": "d"}).replica_follow == []
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ("", "replica.follow is required"),
+    ('follow = "10.0.0.1:9101"\n', "replica.follow must be a non-empty list"),
+    ("follow = []\n", "replica.follow must be a non-empty list"),
+    ('follow = ["a:1"]\nmax_lag_entries = 0\n', "replica.max_lag_entries must be positive"),
+    ('follow = ["a:1"]\nmax_silence_ms = "5s"\n', "replica.max_silence_ms must be int"),
+    ('follow = ["a:1"]\nfollows = ["a:1"]\n', "replica.follows is not a setting"),
+])
+def test_a_bad_replica_setting_is_refused_by_name(tmp_path, body: str, named: str) -> None:
+    p = tmp_path / "replica.toml"
+    p.write_text(REPLICA + body)
+    with pytest.raises(config.ConfigError, match=named):
+        config.load(str(p))
+
+
+def test_serve_refuses_a_replica_config_and_replica_a_node_config(tmp_path, capsys) -> None:
+    from nameserver.cli import serve
+
+    replica, node = tmp_path / "replica.toml", tmp_path / "n1.toml"
+    replica.write_text(REPLICA + 'follow = ["10.0.0.1:9101"]\n')
+    node.write_text(GOOD)
+    assert serve.main(["serve", "--config", str(replica)]) == 2
+    assert "nameserver replica" in capsys.readouterr().err
+    assert serve.main(["replica", "--config", str(node)]) == 2
+    assert "replica.follow is required" in capsys.readouterr().err
