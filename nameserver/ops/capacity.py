@@ -224,11 +224,11 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
         p.notes.append(f"The writes need {groups} Raft groups (shards: brokers split between groups, each group's "
                        "leader taking its share). The product does not shard yet (RIP-18 sharding, issue 29 item "
                        "4): one group carries this fleet only at 1/"
-                       f"{_n(round(leader_writes / budget, 2))} of it.")
-    group_write_capacity = p.add(
-        "one group's changed registrations at budget (no heartbeat load)",
-        f"budget {_n(budget)} / {reg_l_f} us", budget / reg_l, "/s")
-    del group_write_capacity
+                       f"{_n(round(leader_writes / budget, 2))} of it. Groups that share the node processes share "
+                       "each node's one core: they raise the line only as far as their leaders spread over "
+                       f"the {f.voters} voters' cores (or onto more nodes).")
+    p.add("one group's changed registrations at budget (no heartbeat load)", f"budget {_n(budget)} / {reg_l_f} us",
+          budget / reg_l, "/s")
 
     # ---- read-serving processes ------------------------------------------------------------------------
     read_cost = p.add("CPU per route read", f"remoting_share {_n(f.remoting_share)} x "
