@@ -217,6 +217,12 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
         f"{_n(c['linearizable_read_leader_cpu_us'])} us",
         regs * reg_l + hbs * hb_r + hbs * followers * hb_f + expiries * c["expiry_leader_cpu_us"]
         + f.linearizable_reads_per_s * c["linearizable_read_leader_cpu_us"], "us CPU/s")
+    fixed = p.add("of which every node's core pays whatever the groups (the heartbeats it receives)",
+                  f"heartbeats {_n(hbs)}/s x {hb_r_f} us", hbs * hb_r, "us CPU/s")
+    if fixed > budget:
+        p.notes.append("Every node's core receives every broker's heartbeat: that alone exceeds one core's budget, "
+                       "and no number of groups moves it. Brokers must spread their heartbeats (each given some "
+                       "nodes' addresses, not all) or send them less often.")
     groups = max(1, math.ceil(leader_writes / budget))
     p.add("groups the writes need", f"ceil(leader core CPU {_n(leader_writes)} / budget {_n(budget)})", groups)
     p.groups = groups

@@ -119,3 +119,13 @@ def test_nsctl_plan_prints_the_plan_and_its_arithmetic(tmp_path, capsys) -> None
     fleet.write_text('brokers = 10\ntopics = "x"\n')
     assert nsctl.main(["plan", "--fleet", str(fleet), "--costs", str(costs)]) == 2
     assert "topics must be" in capsys.readouterr().err
+
+
+def test_heartbeats_every_node_receives_are_not_moved_by_groups_and_the_plan_says_so() -> None:
+    # 10,000 heartbeats/s per node x (400 + 10 x 2 topics) us = 4,200,000 us/s on every core: past the budget
+    fleet = {**FLEET, "brokers": 10_000, "heartbeat_s": 1}
+    p = plan(Fleet.from_dict(fleet), read_costs(costs_file()))
+    assert {s.name: s.value for s in p.steps}[
+        "of which every node's core pays whatever the groups (the heartbeats it receives)"] == pytest.approx(4_200_000)
+    assert any("no number of groups moves it" in n for n in p.notes)
+    assert not any("no number of groups" in n for n in plan(Fleet.from_dict(FLEET), read_costs(costs_file())).notes)
