@@ -265,6 +265,7 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
         p.add("worker processes per node", f"0: the busiest core {_n(busiest_core)} + its share of reads "
               f"{_n(serve)} / {f.voters} fits the budget {_n(budget)}", 0)
         replicas = 0
+        core_reads = serve / f.voters
     else:
         if per_worker <= 0:
             raise PlanError("a worker replica cannot even follow the writes within its budget: shard first")
@@ -276,9 +277,18 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
               f"{f.voters}))", workers)
         replicas = max(0, total - workers * f.voters)
         p.add("read replicas beyond the voters' workers", f"max(0, {total} - {workers} x {f.voters})", replicas)
-        p.add("core CPU to feed its workers", f"changed registrations {_n(regs)}/s x {_n(feed)} us x {workers}",
-              regs * feed * workers, "us CPU/s")
+        # The core listens on the shared remoting port too: the kernel (SO_REUSEPORT) gives it its share.
+        core_reads = p.add("the core's share of remoting reads",
+                           f"route reads {_n(reads)}/s x remoting_share {_n(f.remoting_share)} x "
+                           f"{_n(c['route_read_remoting_cpu_us'])} us / voters {f.voters} / (workers {workers} + 1)",
+                           reads * f.remoting_share * c["route_read_remoting_cpu_us"] / f.voters / (workers + 1),
+                           "us CPU/s")
+        core_reads += p.add("core CPU to feed its workers",
+                            f"changed registrations {_n(regs)}/s x {_n(feed)} us x {workers}",
+                            regs * feed * workers, "us CPU/s")
     p.workers_per_node, p.read_replicas = workers, replicas
+    leader_core = p.add("the leader's core in one group, all it does", f"writes {_n(leader_writes)} + reads and "
+                        f"feeding {_n(core_reads)}", leader_writes + core_reads, "us CPU/s")
 
     # ---- memory per node --------------------------------------------------------------------------------
     queue_datas = f.topics * f.brokers_per_topic
@@ -317,13 +327,13 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
     # ---- what runs out first -----------------------------------------------------------------------------
     read_capacity = f.voters * min(f.cores_per_node - 1, 64) * per_worker
     sat = {
-        "leader core CPU (writes)": budget / leader_writes if leader_writes else math.inf,
+        "leader core CPU (writes)": budget / leader_core if leader_core else math.inf,
         "read-serving CPU (voters' cores)": read_capacity / serve if serve else math.inf,
         "memory per node": f.headroom * f.memory_per_node_bytes / memory,
         "network per node": f.headroom * f.network_per_node_bytes_per_s / network if network else math.inf,
     }
     for name, multiple in sat.items():
-        p.add(f"saturates at (fleet multiple): {name}", _saturation_formula(name, f, budget, leader_writes,
+        p.add(f"saturates at (fleet multiple): {name}", _saturation_formula(name, f, budget, leader_core,
                                                                              read_capacity, serve, memory, network),
               multiple, "x")
     p.saturation = sat
@@ -334,7 +344,7 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
 def _saturation_formula(name: str, f: Fleet, budget: float, leader: float, capacity: float, serve: float,
                         memory: float, network: float) -> str:
     if name.startswith("leader"):
-        return f"budget {_n(budget)} / leader core CPU {_n(leader)} (one group)"
+        return f"budget {_n(budget)} / the leader's core in one group {_n(leader)}"
     if name.startswith("read"):
         return (f"voters {f.voters} x min(cores_per_node - 1, 64) x a worker's CPU for reads = {_n(capacity)} / "
                 f"read-serving CPU {_n(serve)}")

@@ -56,7 +56,8 @@ def test_the_plan_is_the_arithmetic_worked_by_hand() -> None:
     # 1000/3 x (1000 x 2/4 + 100) + 100 x (400 + 200 x 20) + 1 x 2 x (500 + 2 x 20)
     assert p.network_per_node_bytes_per_s == pytest.approx(200_000 + 440_000 + 1080)
     assert p.saturates_first == "leader core CPU (writes)"
-    assert p.saturation["leader core CPU (writes)"] == pytest.approx(700_000 / 94_600)
+    # the leader's core also serves its third of the reads (no worker)
+    assert p.saturation["leader core CPU (writes)"] == pytest.approx(700_000 / (94_600 + 200_000 / 3))
     assert p.saturation["read-serving CPU (voters' cores)"] == pytest.approx(3 * 7 * (700_000 - 300) / 200_000)
     assert plan(Fleet.from_dict(FLEET), read_costs(costs_file())).to_dict() == p.to_dict()  # deterministic
 
@@ -68,6 +69,10 @@ def test_a_read_heavy_fleet_gets_workers_then_read_replicas() -> None:
     assert p.workers_per_node == 7  # cores_per_node 8 - 1
     assert p.read_replicas == 29 - 21
     assert p.saturates_first == "read-serving CPU (voters' cores)"
+    # the core's SO_REUSEPORT share of the remoting reads: 20e6 / 3 nodes / (7 workers + 1); feeding its 7
+    # workers: 1 x ((300 + 20 x 20) - (200 + 20 x 20)) / 2 us each
+    assert {s.name: s.value for s in p.steps}["the leader's core in one group, all it does"] == \
+        pytest.approx(94_600 + 20e6 / 3 / 8 + 7 * 50)
     assert p.memory_per_node_bytes == pytest.approx(60e6 + 20.8e6 + 7 * (60e6 + 20.8e6))
 
 
