@@ -554,7 +554,7 @@ def memory(node: BenchNode) -> tuple[int, int]:
 
 def measure_memory(c: LocalCluster, brokers: int, topics: int, kv_keys: int) -> dict[str, Any]:
     """Each node's core RSS and PSS before and after loading brokers, then topics (queue datas), then more
-    queues per topic, then KV bytes; the per-unit figure is the mean over the 3 nodes of the delta / units."""
+    queues per topic, then KV bytes; per unit: each node's delta / units (the runs are the 3 nodes)."""
     leader, _ = _leader_and_followers(c)
     stub = leader.ns()
 
@@ -594,7 +594,7 @@ def measure_memory(c: LocalCluster, brokers: int, topics: int, kv_keys: int) -> 
         retried(functools.partial(stub.PutKv, put, timeout=10))
     s4 = snap()
     queue_datas = holders * per
-    how = "mean over the 3 nodes of each core process's delta / units; one repetition"
+    how = "each node's core process: its delta / units (runs: the 3 nodes, value: their median); one load"
     for k, kind in ((0, "rss"), (1, "pss")):
         out[f"memory_per_broker_{kind}_bytes"] = stat(
             per_unit(s0, s1, brokers, k), "bytes per broker",

@@ -160,7 +160,8 @@ class Plan:
                 "groups": self.groups, "memory_per_node_bytes": round(self.memory_per_node_bytes),
                 "network_per_node_bytes_per_s": round(self.network_per_node_bytes_per_s),
                 "saturates_first": self.saturates_first,
-                "saturation_fleet_multiple": {k: round(v, 3) for k, v in self.saturation.items()},
+                "saturation_fleet_multiple": {k: round(v, 3) if math.isfinite(v) else None  # None: never
+                                              for k, v in self.saturation.items()},
                 "steps": [{"name": s.name, "formula": s.formula, "value": _round(s.value), "unit": s.unit}
                           for s in self.steps],
                 "notes": self.notes}
@@ -217,22 +218,6 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
         f"{_n(c['linearizable_read_leader_cpu_us'])} us",
         regs * reg_l + hbs * hb_r + hbs * followers * hb_f + expiries * c["expiry_leader_cpu_us"]
         + f.linearizable_reads_per_s * c["linearizable_read_leader_cpu_us"], "us CPU/s")
-    fixed = p.add("of which every node's core pays whatever the groups (the heartbeats it receives)",
-                  f"heartbeats {_n(hbs)}/s x {hb_r_f} us", hbs * hb_r, "us CPU/s")
-    if fixed > budget:
-        p.notes.append("Every node's core receives every broker's heartbeat: that alone exceeds one core's budget, "
-                       "and no number of groups moves it. Brokers must spread their heartbeats (each given some "
-                       "nodes' addresses, not all) or send them less often.")
-    groups = max(1, math.ceil(leader_writes / budget))
-    p.add("groups the writes need", f"ceil(leader core CPU {_n(leader_writes)} / budget {_n(budget)})", groups)
-    p.groups = groups
-    if groups > 1:
-        p.notes.append(f"The writes need {groups} Raft groups (shards: brokers split between groups, each group's "
-                       "leader taking its share). The product does not shard yet (RIP-18 sharding, issue 29 item "
-                       "4): one group carries this fleet only at 1/"
-                       f"{_n(round(leader_writes / budget, 2))} of it. Groups that share the node processes share "
-                       "each node's one core: they raise the line only as far as their leaders spread over "
-                       f"the {f.voters} voters' cores (or onto more nodes).")
     p.add("one group's changed registrations at budget (no heartbeat load)", f"budget {_n(budget)} / {reg_l_f} us",
           budget / reg_l, "/s")
 
@@ -259,7 +244,7 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
     follower_core = p.add("a follower core's CPU (no worker)",
                           f"changed registrations {_n(regs)}/s x {reg_f_f} us + heartbeats {_n(hbs)}/s x {hb_r_f} us",
                           regs * reg_f + hbs * hb_r, "us CPU/s")
-    busiest_core = max(leader_writes / groups, follower_core)
+    busiest_core = max(leader_writes, follower_core)
     if busiest_core + serve / f.voters <= budget:
         workers = 0
         p.add("worker processes per node", f"0: the busiest core {_n(busiest_core)} + its share of reads "
@@ -289,6 +274,35 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
     p.workers_per_node, p.read_replicas = workers, replicas
     leader_core = p.add("the leader's core in one group, all it does", f"writes {_n(leader_writes)} + reads and "
                         f"feeding {_n(core_reads)}", leader_writes + core_reads, "us CPU/s")
+
+    # ---- groups: what sharding would move ------------------------------------------------------------
+    fixed = p.add("of the leader's core, what every node's core pays whatever the groups",
+                  f"heartbeats it receives {_n(hbs)}/s x {hb_r_f} us + reads and feeding {_n(core_reads)}",
+                  hbs * hb_r + core_reads, "us CPU/s")
+    movable = p.add("of the leader's core, what a group's leader alone pays (sharding splits it)",
+                    f"{_n(leader_core)} - {_n(fixed)}", leader_core - fixed, "us CPU/s")
+    if leader_core <= budget:
+        groups = 1
+        p.add("Raft groups needed", f"1: the leader's core {_n(leader_core)} fits the budget {_n(budget)}", 1)
+    elif fixed >= budget:
+        groups = 0
+        p.add("Raft groups needed", f"none suffices: what every core pays {_n(fixed)} alone exceeds the budget "
+              f"{_n(budget)}", 0)
+        p.notes.append("Every node's core receives every broker's heartbeat and its share of the remoting reads: that "
+                       "alone exceeds one core's budget, and no number of groups moves it. Brokers must spread their "
+                       "heartbeats (each given some nodes' addresses, not all) or send them less often, and route "
+                       "reads must reach the workers only.")
+    else:
+        groups = math.ceil(movable / (budget - fixed))
+        p.add("Raft groups needed", f"ceil({_n(movable)} / (budget {_n(budget)} - {_n(fixed)}))", groups)
+    p.groups = groups
+    if groups > 1:
+        p.notes.append("One group's leader core would need x"
+                       f"{_n(round(leader_core / budget, 2))} of its budget. Sharding (brokers split between Raft "
+                       "groups, each group's leader taking its share) is what would carry it: the product does "
+                       "not shard yet (RIP-18 sharding, issue 29 item 4)."
+                       + (f" {groups} groups over {f.voters} voters put more than one leader on a node's core: "
+                          "more nodes are needed." if groups > f.voters else ""))
 
     # ---- memory per node --------------------------------------------------------------------------------
     queue_datas = f.topics * f.brokers_per_topic
@@ -359,8 +373,8 @@ def render(p: Plan, fleet: Fleet, costs_source: str) -> str:
            f"  Raft voters (nodes)          {p.voters}",
            f"  worker processes per node    {p.workers_per_node}",
            f"  read replicas                {p.read_replicas}",
-           f"  Raft groups (shards) needed  {p.groups}" + ("   <- the product does not shard yet" if p.groups > 1
-                                                           else ""),
+           "  Raft groups (shards) needed  " + ({0: "none suffices (see the notes)", 1: "1"}.get(
+               p.groups, f"{p.groups}   <- the product does not shard yet")),
            f"  memory per node              {p.memory_per_node_bytes / GIB:,.2f} GiB",
            f"  network per node             {p.network_per_node_bytes_per_s / 1e6:,.2f} MB/s",
            f"  saturates first              {p.saturates_first} (at x{p.saturation[p.saturates_first]:,.2f} of "

@@ -77,10 +77,17 @@ def test_a_read_heavy_fleet_gets_workers_then_read_replicas() -> None:
 
 
 def test_writes_past_one_leader_core_need_groups_and_say_the_product_does_not_shard() -> None:
-    # 400 changed registrations and 400 expiries per s: 400 x 2600 + 90,000 + 400 x 2000 = 1,930,000 us/s
+    # 400 changed registrations and 400 expiries per s: 400 x 2600 + 60,000 + 30,000 + 400 x 2000 = 1,930,000 us/s
     p = plan(Fleet.from_dict({**FLEET, "broker_restarts_per_hour": 400 * 3600}), read_costs(costs_file()))
-    assert p.groups == math.ceil(1_930_000 / 700_000)
-    assert any("does not shard yet" in n for n in p.notes)
+    steps = {s.name: s.value for s in p.steps}
+    assert steps["leader core CPU for writes"] == pytest.approx(1_930_000)
+    # one worker a node; the core keeps half its node's remoting reads (1000 x 200 / 3 / 2) and feeds it
+    # (400 x 50): every core pays that and the 60,000 of heartbeats whatever the groups
+    fixed = 60_000 + 1000 * 200 / 3 / 2 + 400 * 50
+    assert p.workers_per_node == 1
+    assert steps["of the leader's core, what every node's core pays whatever the groups"] == pytest.approx(fixed)
+    assert p.groups == math.ceil((1_930_000 + 1000 * 200 / 3 / 2 + 400 * 50 - fixed) / (700_000 - fixed)) == 4
+    assert any("does not shard yet" in n and "more nodes are needed" in n for n in p.notes)
     assert p.saturation["leader core CPU (writes)"] < 1
 
 
@@ -128,9 +135,9 @@ def test_nsctl_plan_prints_the_plan_and_its_arithmetic(tmp_path, capsys) -> None
 
 def test_heartbeats_every_node_receives_are_not_moved_by_groups_and_the_plan_says_so() -> None:
     # 10,000 heartbeats/s per node x (400 + 10 x 2 topics) us = 4,200,000 us/s on every core: past the budget
-    fleet = {**FLEET, "brokers": 10_000, "heartbeat_s": 1}
-    p = plan(Fleet.from_dict(fleet), read_costs(costs_file()))
-    assert {s.name: s.value for s in p.steps}[
-        "of which every node's core pays whatever the groups (the heartbeats it receives)"] == pytest.approx(4_200_000)
+    p = plan(Fleet.from_dict({**FLEET, "brokers": 10_000, "heartbeat_s": 1}), read_costs(costs_file()))
+    assert {s.name: s.value for s in p.steps}["of the leader's core, what every node's core pays whatever the groups"] \
+        == pytest.approx(4_200_000 + 200_000 / 3 / 2 + 50)
+    assert p.groups == 0
     assert any("no number of groups moves it" in n for n in p.notes)
     assert not any("no number of groups" in n for n in plan(Fleet.from_dict(FLEET), read_costs(costs_file())).notes)
