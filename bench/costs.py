@@ -330,7 +330,9 @@ class _Registrations:
     """Changed registrations through gRPC to the leader: each rewrites the live record and every queue data."""
 
     def __init__(self, topics: int, tag: str) -> None:
-        self.topics, self.tag, self.counters, self.records = topics, tag, {}, 0  # type: ignore[var-annotated]
+        self.topics, self.tag = topics, tag
+        self.counters: dict[int, int] = {}
+        self.records = 0
         self.lock = threading.Lock()
 
     def op(self, channel: grpc.Channel, worker: int) -> Callable[[], int]:

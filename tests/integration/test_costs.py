@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from tests.integration.test_bench_suite import recipe
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
-def test_make_costs_writes_every_cost_the_model_reads(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_make_costs_writes_every_cost_the_model_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cmd = recipe("costs")
     assert cmd[1:5] == ["-m", "bench", "--only", "costs"]
     costs = tmp_path / "costs.json"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -112,12 +113,14 @@ def test_a_bad_fleet_is_refused_naming_the_field(raw: dict[str, object], named: 
 
 def test_a_costs_file_without_a_cost_is_refused_naming_it() -> None:
     doc = costs_file()
-    del doc["costs"]["watch_event_cpu_us"]  # type: ignore[attr-defined]
+    costs = doc["costs"]
+    assert isinstance(costs, dict)
+    del costs["watch_event_cpu_us"]
     with pytest.raises(PlanError, match="watch_event_cpu_us"):
         read_costs(doc)
 
 
-def test_nsctl_plan_prints_the_plan_and_its_arithmetic(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_nsctl_plan_prints_the_plan_and_its_arithmetic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fleet = tmp_path / "fleet.toml"
     fleet.write_text("\n".join(f"{k} = {v}" for k, v in FLEET.items()) + "\n")
     costs = tmp_path / "costs.json"
