@@ -72,7 +72,7 @@ bench-quick: setup
 	$(PY) -m bench --quick
 
 # The per-operation costs the capacity model (nsctl plan) reads: CPU, bytes and memory per operation on a
-# real 3-node cluster (bench/costs.py, docs/scaling.md; about 10 minutes). make bench runs it too.
+# real 3-node cluster (bench/costs.py, docs/scaling.md; 15-25 minutes). make bench runs it too.
 costs: setup
 	scripts/ensure-debian-package.sh golang-go go   # bench/loadgen, the remoting load
 	mkdir -p data && $(PY) -m bench --only costs --costs-file data/costs.json --report data/costs.md

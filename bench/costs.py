@@ -197,6 +197,22 @@ def _wait_remoting(c: LocalCluster, timeout: float = 30.0) -> None:
                 time.sleep(0.1)
 
 
+def _ready(c: LocalCluster) -> None:
+    """Every node ready, converged and listening for remoting; a node that exited is reported with the end of
+    its log (the log's directory may be gone by the time anyone reads the error)."""
+    try:
+        c.wait_ready()
+    except RuntimeError as exc:
+        tails = []
+        for n in c.nodes:
+            if n.proc is not None and n.proc.poll() is not None:
+                with open(n.log_path, errors="replace") as f:
+                    tails.append(f"{n.name}: " + " | ".join(f.read().splitlines()[-5:]))
+        raise RuntimeError(f"{exc}; {'; '.join(tails)}") from None
+    c.wait_converged()
+    _wait_remoting(c)
+
+
 def _leader_and_followers(c: LocalCluster) -> tuple[BenchNode, list[BenchNode]]:
     leader = c.leader() or c.wait_ready()
     return leader, [n for n in c.nodes if n is not leader]
@@ -657,9 +673,7 @@ def run_costs(root: str, seconds: float, reps: int, quick: bool, workers: int = 
                            "machine": _machine(), "seconds_per_load": seconds, "repetitions": reps, "costs": costs}
     brokers, topics, kv = (200, 2_000, 200) if quick else (2_000, 40_000, 2_000)
     with _cluster(tempfile.mkdtemp(prefix="costs-", dir=root), 0) as c:
-        c.wait_ready()
-        c.wait_converged()
-        _wait_remoting(c)
+        _ready(c)
         meter = Meter(c)
         doc["idle_cpu_cores_per_node"] = {k: round(v.cpu, 3) for k, v in meter.idle.items()}
         for name, step in (("memory", lambda: measure_memory(c, brokers, topics, kv)),
@@ -676,9 +690,7 @@ def run_costs(root: str, seconds: float, reps: int, quick: bool, workers: int = 
                 log(f"costs: {name} failed: {exc!r}")
                 doc.setdefault("failed", {})[name] = repr(exc)
     with _cluster(tempfile.mkdtemp(prefix="costs-w-", dir=root), workers) as c:
-        c.wait_ready()
-        c.wait_converged()
-        _wait_remoting(c)
+        _ready(c)
         time.sleep(2.0)
         log(f"costs: worker replicas ({workers} per node)")
         meter = Meter(c)
