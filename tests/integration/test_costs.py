@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ def test_make_costs_writes_every_cost_the_model_reads(tmp_path: Path, capsys: py
     cmd = recipe("costs")
     assert cmd[1:5] == ["-m", "bench", "--only", "costs"]
     costs = tmp_path / "costs.json"
-    cmd = [*cmd[:5], "--quick", "--seconds", "1", "--root", str(tmp_path / "work"), "--costs-file", str(costs)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    # a short work directory: a worker node's private Unix sockets live under it (sun_path: 108 bytes)
+    with tempfile.TemporaryDirectory(prefix="costs-") as work:
+        cmd = [*cmd[:5], "--quick", "--seconds", "1", "--root", work, "--costs-file", str(costs)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(costs.read_text())
     assert doc["schema"] == "rip18-costs/1" and len(doc["commit"]) == 40 and doc["machine"]["cores"] >= 1, doc
