@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency soak demo bench bench-quick security simulate
+.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency soak demo bench bench-quick security simulate costs
 
 setup: $(STAMP)
 
@@ -80,6 +80,12 @@ simulate: setup
 
 bench-quick: setup
 	$(PY) -m bench --quick
+
+# The per-operation costs the capacity model (nsctl plan) reads: CPU, bytes and memory per operation on a
+# real 3-node cluster (bench/costs.py, docs/scaling.md; 15-25 minutes). make bench runs it too.
+costs: setup
+	scripts/ensure-debian-package.sh golang-go go   # bench/loadgen, the remoting load
+	mkdir -p data && $(PY) -m bench --only costs --costs-file data/costs.json --report data/costs.md
 
 lint: setup
 	$(PY) -m ruff check .

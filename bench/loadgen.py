@@ -54,10 +54,13 @@ def build() -> str:
 
 
 def run(workload: str, addrs: Sequence[str], connections: int, seconds: float, inflight: int = 1,
-        topics: Sequence[str] = (), prefix: str = "", cpus: Iterable[int] | None = None) -> dict[str, Any]:
+        topics: Sequence[str] = (), prefix: str = "", cpus: Iterable[int] | None = None,
+        broker_topics: int = 0) -> dict[str, Any]:
     """One load: `connections` connections spread over `addrs`, each with `inflight` calls outstanding, for
-    `seconds`. `cpus`: the CPUs the generator may run on (None: any). Returns the generator's JSON: ops,
-    errors, first_error, ops_per_s, p50/p90/p99/max_ms, and its own cpu_s and cpu_us_per_op."""
+    `seconds`. `cpus`: the CPUs the generator may run on (None: any). `broker_topics`: topics of each
+    registering broker (0: the generator's default). Returns the generator's JSON: ops,
+    errors, first_error, ops_per_s, p50/p90/p99/max_ms, its own cpu_s and cpu_us_per_op, and the bytes_sent and
+    bytes_received of its frames."""
     if workload not in WORKLOADS:
         raise ValueError(f"workload {workload!r}: not one of {', '.join(WORKLOADS)}")
     cmd = [build(), "-workload", workload, "-addrs", ",".join(addrs), "-connections", str(connections),
@@ -66,6 +69,8 @@ def run(workload: str, addrs: Sequence[str], connections: int, seconds: float, i
         cmd += ["-topics", ",".join(topics)]
     if prefix:
         cmd += ["-prefix", prefix]
+    if broker_topics:
+        cmd += ["-broker-topics", str(broker_topics)]
     with children_on(set(cpus) if cpus is not None else None):
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     if res.returncode != 0:

@@ -82,9 +82,9 @@ class BenchNode:
     config_path: str
     log_path: str
     data_dir: str
+    remoting_addr: str = ""
     proc: subprocess.Popen | None = None
     channel: grpc.Channel | None = None
-    remoting_addr: str = ""  # the RocketMQ remoting listener, when the cluster was made with remoting=True
 
     @property
     def pid(self) -> int:
@@ -122,8 +122,8 @@ class BenchNode:
 
 @dataclass
 class LocalCluster:
-    """`size` nodes under `root`. `sections` adds TOML (e.g. {"raft": {"fsync": False}}); `remoting`: each
-    node also listens for the RocketMQ remoting protocol."""
+    """`size` nodes under `root`. `sections` adds TOML (e.g. {"raft": {"fsync": False}}; a "node" table joins
+    the node's own). `remoting`: each node also listens for the RocketMQ remoting protocol."""
 
     root: str
     size: int = 3
@@ -133,25 +133,27 @@ class LocalCluster:
 
     def __post_init__(self) -> None:
         os.makedirs(self.root, exist_ok=True)
-        ports = iter(free_ports((3 if self.remoting else 2) * self.size))
+        per = 3 if self.remoting else 2
+        ports = free_ports(per * self.size)
         for i in range(self.size):
             name = f"n{i + 1}"
-            self.nodes.append(BenchNode(name, f"127.0.0.1:{next(ports)}", f"127.0.0.1:{next(ports)}",
+            self.nodes.append(BenchNode(name, f"127.0.0.1:{ports[per * i]}", f"127.0.0.1:{ports[per * i + 1]}",
                                         os.path.join(self.root, f"{name}.toml"),
                                         os.path.join(self.root, f"{name}.log"),
                                         os.path.join(self.root, f"{name}-data"),
-                                        remoting_addr=f"127.0.0.1:{next(ports)}" if self.remoting else ""))
+                                        f"127.0.0.1:{ports[per * i + 2]}" if self.remoting else ""))
         for n in self.nodes:
             self._write_config(n)
 
     def _write_config(self, node: BenchNode) -> None:
+        own = self.sections.get("node", {})
         lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
-                 f'data_dir = "{node.data_dir}"', ""]
+                 f'data_dir = "{node.data_dir}"', *(f"{k} = {_toml(v)}" for k, v in own.items()), ""]
         for m in self.nodes:
             lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"', ""]
         if node.remoting_addr:
             lines += ["[remoting]", f'listen = "{node.remoting_addr}"', ""]
-        for section, table in self.sections.items():
+        for section, table in ((k, v) for k, v in self.sections.items() if k != "node"):
             lines += [f"[{section}]", *(f"{k} = {_toml(v)}" for k, v in table.items()), ""]
         with open(node.config_path, "w") as f:
             f.write("\n".join(lines))

@@ -10,7 +10,9 @@ Parts (each starts its own fresh clusters, one system under load at a time):
 - failover:   leader SIGKILL to the first acknowledged write, --failover-trials times;
 - huge:       one broker registering 70,000 topics;
 - recovery:   restart recovery, catch-up from empty and memory at --records records;
-- stability:  --stability-minutes of writes at 80% of the measured maximum, counting elections.
+- stability:  --stability-minutes of writes at 80% of the measured maximum, counting elections;
+- costs:      CPU, bytes and memory per operation for the capacity model (bench/costs.py), written to
+              --costs-file as well (make costs; docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from typing import Any
 
 import grpc
 
-from bench import compare, durability, stability
+from bench import compare, costs, durability, stability
 from bench.load import new_channel, run_load
 from bench.procs import LocalCluster
 from bench.workloads import OursTarget
 
-PARTS = ("compare", "fsync", "failover", "huge", "recovery", "stability")
+PARTS = ("compare", "fsync", "failover", "huge", "recovery", "stability", "costs")
 
 
 def fsync_cost(root: str, seconds: float, concurrency: list[int], topics: int) -> dict[str, Any]:
@@ -105,6 +107,13 @@ def report(r: dict[str, Any]) -> str:
                   f"{ld['per_s']:,.0f}/s (target {ld['target_per_s']:,.0f}), p50 {ld['p50_ms']} / p99 "
                   f"{ld['p99_ms']} ms, {ld['errors']} errors; **elections during the load: "
                   f"{s['elections_during_load']}**; digests equal after: {s['digests_equal']}.", ""]
+    if "costs" in r:
+        lines += [f"**Costs per operation** ({r['costs']['repetitions']} repetitions; value [min-max])", "",
+                  "| cost | value | unit |", "|---|---|---|"]
+        for key, c in r["costs"]["costs"].items():
+            if isinstance(c, dict):
+                lines.append(f"| {key} | {c['value']:,} [{c['min']:,}-{c['max']:,}] | {c['unit']} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -120,11 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--failover-trials", type=int, default=20)
     p.add_argument("--stability-minutes", type=float, default=10.0)
+    p.add_argument("--repetitions", type=int, default=3, help="runs of each costs load")
+    p.add_argument("--costs-file", default="", help="write the costs part's file here (docs/scaling.md)")
     p.add_argument("--json", default="", help="write every result here")
     p.add_argument("--report", default="", help="write the markdown report here (it is printed too)")
     if p.parse_known_args(argv)[0].quick:  # smaller defaults; what the command line says still wins
         p.set_defaults(seconds=2.0, records=100_000, failover_trials=5, stability_minutes=0.5,
-                       concurrency="1,16", topics="8")
+                       concurrency="1,16", topics="8", repetitions=1)
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: every cluster is stopped
     root = args.root or tempfile.mkdtemp(prefix="nsbench-")
@@ -154,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         ("recovery", "recovery", lambda: durability.recovery(root, args.records)),
         ("stability", "stability", lambda: stability.stability(root, args.stability_minutes,
                                                                probe_seconds=min(20.0, 4 * args.seconds))),
+        ("costs", "costs", lambda: costs.run_costs(root, args.seconds, args.repetitions, args.quick, log=log)),
     ]
     for part, key, run in steps:
         if part not in parts:
@@ -161,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"== {part}")
         try:
             r[key] = run()
+            if part == "costs" and args.costs_file:
+                with open(args.costs_file, "w") as f:
+                    json.dump(r[key], f, indent=2)
         except Exception as exc:  # recorded and reported: a failed part is a finding, not a crash
             log(f"{part} failed: {exc!r}")
             r.setdefault("failed", {})[part] = repr(exc)

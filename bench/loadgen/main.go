@@ -49,6 +49,8 @@ type options struct {
 // result is one connection's share of the run.
 type result struct {
 	lat        []int64 // nanoseconds, successful calls only
+	bytesOut   int64   // frames written and read in the measured window (the capacity model's bytes per call)
+	bytesIn    int64
 	errors     int
 	firstError string
 }
@@ -175,6 +177,7 @@ type reply struct {
 	Code   int    `json:"code"`
 	Opaque int32  `json:"opaque"`
 	Remark string `json:"remark"`
+	size   int    // bytes of the whole frame on the wire
 }
 
 func readReply(r *bufio.Reader) (reply, error) {
@@ -202,6 +205,7 @@ func readReply(r *bufio.Reader) (reply, error) {
 	if err := json.Unmarshal(payload[:headLen], &rep); err != nil {
 		return rep, fmt.Errorf("reply header: %v", err)
 	}
+	rep.size = 4 + total
 	return rep, nil
 }
 
@@ -274,6 +278,7 @@ func drive(opts *options, index int, c *conn, start <-chan struct{}, end *time.T
 				if _, err := c.c.Write(frame); err != nil {
 					return err
 				}
+				res.bytesOut += int64(len(frame))
 			}
 			if len(sent) == 0 {
 				return nil
@@ -288,6 +293,7 @@ func drive(opts *options, index int, c *conn, start <-chan struct{}, end *time.T
 			}
 			delete(sent, rep.Opaque)
 			free = append(free, c0.slot)
+			res.bytesIn += int64(rep.size)
 			now := time.Now()
 			if now.After(*end) {
 				return nil
@@ -406,9 +412,12 @@ func main() {
 	cpu := cpuSeconds() - cpu0
 
 	var lat []int64
+	var bytesOut, bytesIn int64
 	errCount, firstError := 0, ""
 	for _, r := range results {
 		lat = append(lat, r.lat...)
+		bytesOut += r.bytesOut
+		bytesIn += r.bytesIn
 		errCount += r.errors
 		if firstError == "" {
 			firstError = r.firstError
@@ -431,6 +440,7 @@ func main() {
 		"ops_per_s": round(float64(ops)/opts.seconds, 1),
 		"p50_ms":    percentile(lat, 0.50), "p90_ms": percentile(lat, 0.90), "p99_ms": percentile(lat, 0.99),
 		"max_ms": maxMs, "cpu_s": round(cpu, 3), "cpu_us_per_op": round(perOp, 1),
+		"bytes_sent": bytesOut, "bytes_received": bytesIn,
 	}
 	enc := json.NewEncoder(os.Stdout)
 	if err := enc.Encode(out); err != nil {

@@ -18,7 +18,8 @@ from tests.interop.bench_remoting import ROUTE_TOPICS, run_load
 pytestmark = pytest.mark.cluster
 
 FIELDS = {"workload", "connections", "inflight", "seconds", "elapsed_s", "ops", "errors", "first_error", "ops_per_s",
-          "p50_ms", "p90_ms", "p99_ms", "max_ms", "cpu_s", "cpu_us_per_op"}
+          "p50_ms", "p90_ms", "p99_ms", "max_ms", "cpu_s", "cpu_us_per_op", "bytes_sent", "bytes_received"}
+FRAME_PREFIX = 8  # length and header-length words: every frame is at least this
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,8 @@ def test_workload_succeeds(node: Cluster, workload: str, inflight: int) -> None:
     assert out["ops"] > 0 and out["ops_per_s"] > 0, out
     assert 0 < out["p50_ms"] <= out["p90_ms"] <= out["p99_ms"] <= out["max_ms"], out
     assert out["cpu_s"] >= 0 and out["elapsed_s"] >= 1.0, out
+    # the frames' bytes (the capacity model's bytes per call): at least a whole frame per call each way
+    assert out["bytes_sent"] >= out["ops"] * FRAME_PREFIX and out["bytes_received"] >= out["ops"] * FRAME_PREFIX, out
 
 
 def _applied(c: Cluster) -> int:
