@@ -4,7 +4,7 @@ core (nameserver/ops/workers.py), which writes the node's configuration to its s
 It follows the core's state in a read replica (nameserver/replica), and once the replica is ready it
 binds the node's [grpc] address with the other workers and its [remoting] address beside the core
 (SO_REUSEPORT: the kernel spreads new connections over the processes). The eventual reads (gRPC:
-corelink.REPLICA_METHODS; remoting: the codes REQUESTS marks `replica`) are answered here by the same
+corelink.REPLICA_METHODS and Watch; remoting: the codes REQUESTS marks `replica`) are answered here by the same
 service and handler code the core runs, over the replica; every other call or frame goes to the core over
 its private sockets (nameserver/api/corelink.py, nameserver/remoting/corechannel.py). It stops at
 SIGTERM, at the end of its stdin (the core is gone), and the kernel kills it when the core dies.
@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from nameserver.api import corelink, grpcserver
 from nameserver.api.service import NameServerService
+from nameserver.core import watch
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.metrics import RequestMetrics
 from nameserver.ops.workers import WorkerSpec, process_share
@@ -40,6 +41,9 @@ log = logging.getLogger("nameserver.worker")
 
 PR_SET_PDEATHSIG = 1
 READY_POLL_S = 0.05
+# A watch resuming within this many entries of the oldest the replica keeps goes to the core (its ring is
+# longer): the replica's ring may move past it before the replay starts.
+RESUME_MARGIN = 100
 
 
 def die_with(core_pid: int) -> None:
@@ -90,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                                             metrics=requests.interceptor() if requests is not None else None)
         grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
             grpc.insecure_channel(corelink.target(cfg), options=opts), corelink.local_handlers(service),
-            replica.wait_applied),))
+            replica.wait_applied, here={corelink.WATCH: lambda request: watch.resumable(
+                replica.history, request.start_offset, RESUME_MARGIN)}),))
         grpcserver.listen_public(grpc_server, cfg)
         grpc_server.start()
         if cfg.remoting_addr:
@@ -103,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         if counted:
             held = remoting
             workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
-                replica.offset, held.connections if held else 0, held.budget.held if held else 0))
+                replica.offset, held.connections if held else 0, held.budget.held if held else 0,
+                len(node.watches), node.watches.cut_off_total))
         log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d", args.index, os.getpid(), cfg.grpc_addr,
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset)
         stopsignal.wait_until_set(stopped)
