@@ -4,7 +4,7 @@ core (nameserver/ops/workers.py), which writes the node's configuration to its s
 It follows the core's state in a read replica (nameserver/replica), and once the replica is ready it
 binds the node's [grpc] address with the other workers and its [remoting] address beside the core
 (SO_REUSEPORT: the kernel spreads new connections over the processes). The eventual reads (gRPC:
-corelink.REPLICA_METHODS; remoting: the codes REQUESTS marks `replica`) are answered here by the same
+corelink.REPLICA_METHODS and Watch; remoting: the codes REQUESTS marks `replica`) are answered here by the same
 service and handler code the core runs, over the replica; every other call or frame goes to the core over
 its private sockets (nameserver/api/corelink.py, nameserver/remoting/corechannel.py). It stops at
 SIGTERM, at the end of its stdin (the core is gone), and the kernel kills it when the core dies.
@@ -31,6 +31,7 @@ from nameserver import headers, tlsconf
 from nameserver.api import auth, corelink, grpcserver
 from nameserver.api.service import NameServerService
 from nameserver.config import NodeConfig
+from nameserver.core import watch
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.metrics import RequestMetrics
 from nameserver.ops.workers import WorkerSpec, process_share
@@ -49,6 +50,9 @@ READY_POLL_S = 0.05
 READINESS_CHECK_S = 0.5  # how soon a read replica's log says it started or stopped refusing reads
 ADMIN_STATUS = f"/{api_pb2.DESCRIPTOR.services_by_name['Admin'].full_name}/Status"
 HEALTH_CHECK = f"/{health_pb2.DESCRIPTOR.services_by_name['Health'].full_name}/Check"
+# A watch resuming within this many entries of the oldest the replica keeps goes to the core (its ring is
+# longer): the replica's ring may move past it before the replay starts.
+RESUME_MARGIN = 100
 
 
 def die_with(core_pid: int) -> None:
@@ -92,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     requests = RequestMetrics(registry) if counted else None
     if not stopped.is_set():
         timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
-        remoting, grpc_server = serve_reads(
+        remoting, grpc_server, node = serve_reads(
             share, budget.grpc, budget.remoting, replica, corelink.core_read_index(own),
             grpc.insecure_channel(corelink.target(cfg), options=opts),
             CoreChannel(socket_path(cfg), lambda: replica.offset, timeout) if cfg.remoting_addr else None,
@@ -101,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         if counted:
             held = remoting
             workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
-                replica.offset, held.connections if held else 0, held.budget.held if held else 0))
+                replica.offset, held.connections if held else 0, held.budget.held if held else 0,
+                len(node.watches), node.watches.cut_off_total))
         log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d", args.index, os.getpid(), cfg.grpc_addr,
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset)
         stopsignal.wait_until_set(stopped)
@@ -114,18 +119,19 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
                 read_index: Callable[[float], int], onward: Any, front: FrontEnd | None,
                 requests: RequestMetrics | None = None, reply_sizes: dict[int, int] | None = None, *,
                 reuse_port: bool, local: dict[str, grpc.RpcMethodHandler] | None = None
-                ) -> tuple[RemotingServer | None, grpc.Server]:
+                ) -> tuple[RemotingServer | None, grpc.Server, ReplicaNode]:
     """The ports of a process serving reads from `replica` (a worker; a read replica on another machine),
     started: gRPC answers corelink.REPLICA_METHODS (and `local`) here and passes every other call to
     `onward` (the core's private socket; the followed voter) as bytes; remoting answers the codes REQUESTS
-    marks `replica` here and hands the rest to `front`."""
+    marks `replica` here and hands the rest to `front`. Returns the servers and the read API over the replica."""
     # ReplicaNode has the node's read API, which is all the replica methods and codes use
     node = ReplicaNode(replica, cfg, read_index=read_index)
     service = NameServerService(node)  # type: ignore[arg-type]
     grpc_server = grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port,
                                         metrics=requests.interceptor() if requests is not None else None)
     grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
-        onward, corelink.local_handlers(service) | (local or {}), replica.wait_applied),))
+        onward, corelink.local_handlers(service) | (local or {}), replica.wait_applied,
+        here={corelink.WATCH: lambda request: watch.resumable(replica.history, request.start_offset, RESUME_MARGIN)}),))
     grpcserver.listen_public(grpc_server, cfg)
     grpc_server.start()
     remoting = None
@@ -134,7 +140,7 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
                                   front=front, observer=requests.observe_remoting if requests is not None else None)
         warm_up(remoting, node, reply_sizes or {})
         remoting.start()
-    return remoting, grpc_server
+    return remoting, grpc_server, node
 
 
 def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, replica: ReadReplica) -> None:
@@ -169,7 +175,7 @@ def serve_remote(cfg: NodeConfig) -> int:
         voters.health(replica, served), request_deserializer=health_pb2.HealthCheckRequest.FromString,
         response_serializer=health_pb2.HealthCheckResponse.SerializeToString)
     try:
-        remoting, grpc_server = serve_reads(
+        remoting, grpc_server, _ = serve_reads(
             cfg, budget.grpc, budget.remoting, replica, voters.VoterReadIndex(cfg, peer), onward,
             VoterOnlyCodes(cfg.replica_follow), reuse_port=False, local={ADMIN_STATUS: status, HEALTH_CHECK: check})
     except OSError:

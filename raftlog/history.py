@@ -49,6 +49,7 @@ class EntryHistory:
         self._bytes = 0
         # Nothing older than this can be served: a restart or a snapshot install starts it afresh.
         self._floor = 0
+        self.evicting = False  # the bounds are reached: each append moves the floor
 
     def append(self, item: AppliedEntry) -> None:
         with self._lock:
@@ -60,6 +61,7 @@ class EntryHistory:
                 self._offsets.popleft()
                 self._bytes -= _cost(old)
                 self._floor = old.offset
+                self.evicting = True
 
     def reset(self, offset: int) -> None:
         """The state jumped to `offset` (snapshot restore): no history before it is known."""
@@ -68,6 +70,7 @@ class EntryHistory:
             self._offsets.clear()
             self._bytes = 0
             self._floor = offset
+            self.evicting = False
 
     def after(self, offset: int, limit: int = 1000, upto: int | None = None) -> list[AppliedEntry]:
         """Entries with offset > `offset` (and <= `upto`), oldest first; Compacted if there is a gap."""

@@ -43,6 +43,10 @@ SETTLE_S = 2.0  # how long an answer waits for the worker's replica to reach the
 REPLICA_METHODS = ("GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv",
                    "GetSettings", "GetBinding", "ListBindings")
 NAMESERVER = api_pb2.DESCRIPTOR.services_by_name["NameServer"]
+# Streams a replica serves too, when the request lets it (CoreForwarder's `here`): a watch resuming from
+# before the replica's recent history goes to the core, whose history is the node's.
+REPLICA_STREAMS = ("Watch",)
+WATCH = f"/{NAMESERVER.full_name}/Watch"
 # The services a worker passes on; any other method is UNIMPLEMENTED there (the core's private ones too).
 FORWARDED_SERVICES = (NAMESERVER, *(api_pb2.DESCRIPTOR.services_by_name[s] for s in ("Admin", "Controller", "Log")),
                       health_pb2.DESCRIPTOR.services_by_name["Health"],
@@ -203,11 +207,12 @@ def core_read_index(channel: grpc.Channel) -> Callable[[float], int]:
 
 
 def local_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:
-    """REPLICA_METHODS of a NameServerService, by full method name."""
+    """REPLICA_METHODS and REPLICA_STREAMS of a NameServerService, by full method name."""
     handlers = {}
-    for name in REPLICA_METHODS:
+    for name in (*REPLICA_METHODS, *REPLICA_STREAMS):
         m = NAMESERVER.methods_by_name[name]
-        handlers[f"/{NAMESERVER.full_name}/{name}"] = grpc.unary_unary_rpc_method_handler(
+        new = grpc.unary_stream_rpc_method_handler if m.server_streaming else grpc.unary_unary_rpc_method_handler
+        handlers[f"/{NAMESERVER.full_name}/{name}"] = new(
             getattr(servicer, name), request_deserializer=getattr(api_pb2, m.input_type.name).FromString,
             response_serializer=getattr(api_pb2, m.output_type.name).SerializeToString)
     return handlers
@@ -218,16 +223,22 @@ Settle = Callable[[int, float, Callable[[], bool]], bool]  # (offset, timeout, a
 
 class CoreForwarder(grpc.GenericRpcHandler):
     """A worker's gRPC methods: `local` ones answered here, the rest of FORWARDED_SERVICES passed to the
-    core over `channel`, as bytes."""
+    core over `channel`, as bytes. A local server stream named in `here` is answered here only when
+    `here[name](request)` says so, else passed to the core."""
 
-    def __init__(self, channel: grpc.Channel, local: dict[str, grpc.RpcMethodHandler], settle: Settle) -> None:
+    def __init__(self, channel: grpc.Channel, local: dict[str, grpc.RpcMethodHandler], settle: Settle,
+                 here: Mapping[str, Callable[[Any], bool]] | None = None) -> None:
         self.channel = channel
         self.settle = settle
         self.handlers = dict(local)
+        here = here or {}
         for service in FORWARDED_SERVICES:
             for m in service.methods:
                 name = f"/{service.full_name}/{m.name}"
-                self.handlers.setdefault(name, self._forwarding(name, m.client_streaming, m.server_streaming))
+                forwarding = self._forwarding(name, m.client_streaming, m.server_streaming)
+                if name in here and name in local:
+                    self.handlers[name] = _either(local[name], forwarding, here[name])
+                self.handlers.setdefault(name, forwarding)
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self.handlers.get(handler_call_details.method)
@@ -270,6 +281,23 @@ class CoreForwarder(grpc.GenericRpcHandler):
         if client_streaming:
             return grpc.stream_unary_rpc_method_handler(answered)
         return grpc.unary_unary_rpc_method_handler(answered)
+
+
+def _either(local: grpc.RpcMethodHandler, forwarding: grpc.RpcMethodHandler, here: Callable[[Any], bool]
+            ) -> grpc.RpcMethodHandler:
+    """A server stream answered by `local` when `here(request)`, else passed on by `forwarding` (the
+    request encoded again: the core decodes what the worker did; its answer's bytes pass untouched)."""
+    serve, forward, encode = local.unary_stream, forwarding.unary_stream, local.response_serializer
+    assert serve is not None and forward is not None and encode is not None, "a server stream of one request"
+
+    def either(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        if here(request):
+            return serve(request, context)
+        return forward(request.SerializeToString(), context)
+
+    return grpc.unary_stream_rpc_method_handler(
+        either, request_deserializer=local.request_deserializer,
+        response_serializer=lambda reply: reply if isinstance(reply, bytes) else encode(reply))
 
 
 def _time_left(context: grpc.ServicerContext) -> float | None:

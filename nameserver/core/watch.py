@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 
 from nameserver.pb import api_pb2
-from raftlog.history import AppliedEntry
+from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.kvstate import Change
 
 
@@ -22,6 +22,12 @@ def to_events(changes: Iterable[Change], prefixes: tuple[str, ...]) -> list[api_
     return [api_pb2.WatchEvent(type=c.type, deleted=c.new is None, key=c.key, value=c.new or b"",
                                version=c.offset)
             for c in changes if c.key.startswith(prefixes)]
+
+
+def resumable(history: EntryHistory, start_offset: int, margin: int = 0) -> bool:
+    """Whether a watch from `start_offset` (0: from now) replays from `history` without a Compacted, with
+    `margin` entries to spare while the ring drops its oldest (it may move past them before the replay starts)."""
+    return start_offset == 0 or start_offset >= history.first_kept - 1 + (margin if history.evicting else 0)
 
 
 class Watcher:

@@ -22,7 +22,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
@@ -132,7 +132,8 @@ class WorkerSums(Collector):
 
 
 class WorkerGauges:
-    """A worker's own gauges, in its metric files ('max' over pids: one pid per `worker` label)."""
+    """A worker's own gauges, in its metric files ('max' over pids: one pid per `worker` label), and the
+    count of watchers it cut off."""
 
     def __init__(self, index: int, registry: CollectorRegistry) -> None:
         self.worker = str(index)
@@ -147,15 +148,25 @@ class WorkerGauges:
         self.reply_bytes = gauge("nameserver_worker_remoting_reply_bytes_held", "Reply bytes this worker "
                                  "process holds reserved or unsent ([limits] remoting_max_unsent_bytes, per "
                                  "process).")
+        self.watchers = gauge("nameserver_worker_watchers", "Open watch streams this worker process serves "
+                              "from its replica ([grpc] max_watchers, per process).")
+        # a count: summed over the workers, those that exited too (the core's own: nameserver_watchers_cut_off)
+        self.watchers_cut_off = Counter("nameserver_worker_watchers_cut_off", "Watch streams the worker processes "
+                                        "cut off (fell behind, or the replica loaded a snapshot).", registry=registry)
 
-    def keep_set(self, stopped: threading.Event, read: Callable[[], tuple[int, int, int]]) -> None:
-        """Sets (replica offset, connections, reply bytes) from `read()` about once a second until `stopped`."""
+    def keep_set(self, stopped: threading.Event, read: Callable[[], tuple[int, int, int, int, int]]) -> None:
+        """Sets (replica offset, connections, reply bytes, watchers, watchers cut off) from `read()` about
+        once a second until `stopped`."""
         def run() -> None:
+            counted = 0
             while True:
-                offset, connections, reply_bytes = read()
+                offset, connections, reply_bytes, watchers, cut_off = read()
                 self.replica_offset.labels(self.worker).set(offset)
                 self.connections.labels(self.worker).set(connections)
                 self.reply_bytes.labels(self.worker).set(reply_bytes)
+                self.watchers.labels(self.worker).set(watchers)
+                self.watchers_cut_off.inc(cut_off - counted)
+                counted = cut_off
                 if stopped.wait(GAUGES_EVERY_S):
                     return
 

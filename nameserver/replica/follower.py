@@ -23,6 +23,8 @@ import grpc
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.state import MetadataState
 from raftlog.codec import UnknownEntryFormat, decode_for_apply
+from raftlog.history import AppliedEntry, EntryHistory
+from raftlog.kvstate import Change
 
 log = logging.getLogger("nameserver.replica")
 
@@ -30,6 +32,10 @@ DEFAULT_MAX_LAG = 1000  # entries behind the core's last reported apply offset a
 DEFAULT_MAX_SILENCE_S = 5.0  # five missed keepalives: the stream is reopened and the replica is not ready
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.05, 2.0  # between reconnects; back to the minimum after a message
 ALIVE_CHECK_S = 0.2  # how soon a waiting reader notices that its caller went away
+# The recent entries a watcher resumes from here. Small: a resume after a broken stream or a dead worker
+# is seconds back, and an older one is served by the core, whose ring is the node's (a copy of the core's
+# 100,000 entries / 128 MiB per worker would multiply the node's memory).
+HISTORY_ENTRIES, HISTORY_BYTES = 10_000, 16 << 20
 
 
 class SnapshotMismatch(Exception):
@@ -74,6 +80,12 @@ class ReadReplica:
         self._channel: grpc.Channel | None = None
         self._thread: threading.Thread | None = None
         self._watchdog: threading.Thread | None = None
+        # What a watch hub (nameserver/core/watch.py) needs, as the core's apply thread gives it: the recent
+        # entries with their changes, each entry to the listeners and a snapshot's offset to the reset
+        # listeners, on the follower thread, before the offset moves past it.
+        self.history = EntryHistory(HISTORY_ENTRIES, HISTORY_BYTES)
+        self.entry_listeners: list[Callable[[AppliedEntry], None]] = []
+        self.reset_listeners: list[Callable[[int], None]] = []
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -255,6 +267,8 @@ class ReadReplica:
         self.bootstraps += 1
         log.info("replica of %s loaded a snapshot at offset %d (digest %s, %d keys)", self.target, offset,
                  digest, len(fresh.kv))
+        self.history.reset(offset)
+        _notify(self.reset_listeners, offset)
         self._publish(offset, force=True)
 
     def _apply(self, msg: api_pb2.FollowMessage) -> None:
@@ -264,8 +278,12 @@ class ReadReplica:
             if e.offset <= state.kv.offset:
                 continue  # already held (a resumed stream repeats nothing, but be safe)
             entry = decode_for_apply(e.offset, e.entry)
+            changes: list[Change] = []
             with self.lock:
-                state.apply_entry(e.offset, entry)
+                state.apply_entry(e.offset, entry, changes)
+            applied = AppliedEntry(e.offset, e.term, e.entry, tuple(changes))
+            self.history.append(applied)
+            _notify(self.entry_listeners, applied)
         if msg.through_offset > state.kv.offset:
             with self.lock:  # offsets without entries of ours (pysyncobj's no-ops): as the core's advance
                 state.kv.offset = msg.through_offset
@@ -287,3 +305,11 @@ class ReadReplica:
                 self._quiet_since = time.monotonic()  # once per silence
                 self._cut = True
                 call.cancel()
+
+
+def _notify(listeners: list[Callable[[Any], None]], value: Any) -> None:
+    for listener in listeners:
+        try:
+            listener(value)
+        except Exception:  # a listener's bug never stops the replica
+            log.exception("replica listener failed at offset %s", getattr(value, "offset", value))

@@ -1,11 +1,12 @@
 """A read-only node over a ReadReplica: what the gRPC read handlers (nameserver/api/service.py) use of a
 NameServerNode, so NameServerService(ReplicaNode(...)) serves GetRoute, GetClusterInfo, GetTopicList,
-GetKv, ListKv, GetBrokerMemberGroup, GetSettings and serializable binding reads from the replica.
+GetKv, ListKv, GetBrokerMemberGroup, GetSettings, serializable binding reads and Watch from the replica.
 
 Reads are the core's own (nameserver/core/reads.py): bounded waits for min_offset, NotReady while the
 replica is not ready, the route cache. A linearizable read takes its read index from `read_index` (a
-worker's core: nameserver/api/corelink.py) and waits for the replica to reach it. Writes and watches
-are not served here.
+worker's core: nameserver/api/corelink.py) and waits for the replica to reach it. A watch is the core's
+(nameserver/core/watch.py: a hub fed by the replica's entries, resumed from its history). Writes are not
+served here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from nameserver.config import NodeConfig
 from nameserver.core.reads import LocalReads
 from nameserver.core.routecache import RouteCache
+from nameserver.core.watch import WatchHub
 from nameserver.replica.follower import ReadReplica
 from nameserver.state import MetadataState
 from raftlog.proposer import NotLeader
@@ -32,6 +34,9 @@ class ReplicaNode(LocalReads):
         self.lock = replica.lock
         self.routes = RouteCache()
         self._waiting_reads = threading.BoundedSemaphore(cfg.max_waiting_reads)
+        self.watches = WatchHub(max_watchers=cfg.max_watchers)  # [grpc] max_watchers, per process
+        replica.entry_listeners.append(self.watches.on_entry)
+        replica.reset_listeners.append(self.watches.on_reset)
 
     @property
     def state(self) -> MetadataState:  # type: ignore[override]  # read-only here: the follower swaps it

@@ -18,6 +18,7 @@ import secrets
 import signal
 import socket
 import stat
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -590,6 +591,198 @@ def test_health_through_a_worker_is_the_cores(env: Env) -> None:
         health_pb2.HealthCheckResponse.SERVING
     assert refused(lambda: stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10))[0] == \
         grpc.StatusCode.NOT_FOUND
+
+
+# ---- Watch, served by the workers -------------------------------------------------------------------
+
+class Watching(threading.Thread):
+    """One watch of `prefix` on `stub`, resumed from the last offset it saw (events or progress) whenever
+    its stream fails, as a client library does; every answer checked for order and duplicates."""
+
+    def __init__(self, stub: Any, prefix: str, start: int) -> None:
+        super().__init__(daemon=True, name=f"watching-{prefix}")
+        self.stub, self.prefix, self.last = stub, prefix, start
+        self.events: list[tuple[int, str]] = []
+        self.errors: list[str] = []
+        self.resumes = 0
+        self.answered = threading.Event()
+        self.stopped = threading.Event()
+        self.call: Any = None
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.call = self.stub.Watch(api_pb2.WatchRequest(key_prefixes=[self.prefix], start_offset=self.last,
+                                                                 progress_interval_ms=100))
+                for reply in self.call:
+                    self.answered.set()
+                    self._take(reply)
+            except grpc.RpcError as exc:
+                if self.stopped.is_set():
+                    return
+                self.resumes += 1
+                self.errors += [] if exc.code() == grpc.StatusCode.UNAVAILABLE else [f"{exc.code()}: {exc.details()}"]
+                time.sleep(0.05)
+
+    def _take(self, reply: api_pb2.WatchResponse) -> None:
+        if reply.events:
+            if reply.offset <= self.last and not reply.initial_state:
+                self.errors.append(f"events at offset {reply.offset} after offset {self.last} (a duplicate)")
+            self.events += [(e.version, e.key) for e in reply.events]  # a change's offset, or the listed key's
+            self.last = max(self.last, reply.offset)
+        elif reply.offset < self.last:
+            self.errors.append(f"progress went back from {self.last} to {reply.offset}")
+        else:
+            self.last = reply.offset
+
+    def saw_exactly(self, acked: dict[str, int], timeout: float = 20) -> None:
+        """Every acknowledged write once, at its offset, and nothing else; no error on the way."""
+        final = max(acked.values())
+        deadline = time.monotonic() + timeout
+        while self.last < final:
+            assert time.monotonic() < deadline, f"watch of {self.prefix} stuck at {self.last} of {final}"
+            time.sleep(0.02)
+        assert not self.errors, self.errors[:5]
+        assert sorted(self.events) == sorted((off, key) for key, off in acked.items()), \
+            f"{self.prefix}: saw {self.events}, acknowledged {sorted(acked.items(), key=lambda kv: kv[1])}"
+
+    def close(self) -> None:
+        self.stopped.set()
+        if self.call is not None:
+            self.call.cancel()
+        self.join(5)
+
+
+def held_by(node: NodeProc, stub: Any) -> int:
+    """The process of `node` that holds the connection of `stub`'s fresh channel (opened by this call)."""
+    before = served_by(node)
+    stub.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=10)
+    after = served_by(node)
+    grew = [pid for pid, n in after.items() if n > before.get(pid, 0)]
+    assert len(grew) == 1, (before, after)
+    return grew[0]
+
+
+def stubs_by_worker(env: Env, node: NodeProc, each: int, who: str = "client") -> dict[int, list[Any]]:
+    """Fresh channels of `who` to `node`'s gRPC port until each worker holds `each` of them."""
+    got: dict[int, list[Any]] = {}
+    for _ in range(100):
+        stub = env.ns(node, who, fresh=True)
+        got.setdefault(held_by(node, stub), []).append(stub)
+        if len(got) == WORKERS and all(len(v) >= each for v in got.values()):
+            return got
+    raise AssertionError(f"100 channels did not reach every worker: {({k: len(v) for k, v in got.items()})}")
+
+
+def put_kv(stub: Any, namespace: str, key: str, session: tuple[str, int] | None = None) -> tuple[str, int]:
+    """(the key's full name, also its value; the offset the write was told). With a session (client id,
+    sequence), a write that fails UNAVAILABLE (a process on its way died) is retried: replayed, if it
+    had been applied, never applied twice."""
+    full = f"kv/{namespace}/{key}"
+    md = () if session is None else ((headers.CLIENT_ID, session[0]), (headers.CLIENT_SEQ, str(session[1])))
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return full, stub.PutKv(api_pb2.PutKvRequest(namespace=namespace, key=key, value=full), timeout=10,
+                                    metadata=md).offset
+        except grpc.RpcError as exc:
+            if session is None or exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_watches_are_served_by_the_workers_in_order_without_gap_or_duplicate(env: Env) -> None:
+    """Watchers on every worker of a node see each write made through the node's other worker and the
+    other nodes, once, in order, at the offset its writer was told. The node's core serves none of them."""
+    node, others = env.cluster.nodes[0], env.cluster.nodes[1:]
+    by_worker = stubs_by_worker(env, node, each=2)
+    start = put_kv(env.ns(node, "admin"), "wwo", "start")[1]
+    watchers = [Watching(stub, "kv/wwo/", start) for stubs in by_worker.values() for stub in stubs]
+    try:
+        for w in watchers:
+            w.start()
+        for w in watchers:
+            assert w.answered.wait(10), "a watch never answered"
+        # served by the workers, from their replicas: the core's hub holds none of them
+        env.cluster.wait_for("the workers' watchers shown", lambda: sum(worker_gauge(
+            node, "nameserver_worker_watchers").values()) >= len(watchers))
+        assert metric(node, "nameserver_watchers") == 0
+        writers = [env.ns(n, "admin") for n in others] + [env.ns(node, "admin", fresh=True) for _ in range(4)]
+        acked = dict(put_kv(writers[i % len(writers)], "wwo", f"k{i}") for i in range(40))
+        for w in watchers:
+            w.saw_exactly(acked)
+    finally:
+        for w in watchers:
+            w.close()
+
+
+def test_a_write_is_read_and_watched_through_another_worker(env: Env) -> None:
+    """Read-your-writes across workers: written through a connection one worker holds, read (min_offset)
+    and watched through one the other worker holds, on this node and the others."""
+    for node in env.cluster.nodes[:2]:
+        writers, readers = stubs_by_worker(env, node, 1, "admin"), stubs_by_worker(env, node, 1)
+        one, other = list(writers)
+        writer, reader = writers[one][0], readers[other][0]
+        for i in range(5):
+            key, offset = put_kv(writer, "wry", f"{node.name}-{i}")
+            got = reader.GetKv(api_pb2.GetKvRequest(namespace="wry", key=key.rsplit("/", 1)[1], min_offset=offset),
+                               timeout=10)
+            assert got.value == key and got.apply_offset >= offset
+            # every change after the offset before it; the current state first (then the changes)
+            watches = [Watching(reader, key, offset - 1), Watching(reader, key, 0)]
+            try:
+                for w in watches:
+                    w.start()
+                for w in watches:
+                    w.saw_exactly({key: offset})
+            finally:
+                for w in watches:
+                    w.close()
+
+
+def test_a_watch_from_before_a_workers_history_is_served_by_the_core(env: Env) -> None:
+    """A worker's replica keeps only recent entries (it started from a snapshot): a watch resuming from
+    before them is passed to the core, whose history is longer, and replays from there."""
+    node = env.cluster.nodes[1]
+    stub = env.ns(node, "client", fresh=True)
+    call = stub.Watch(api_pb2.WatchRequest(key_prefixes=["broker/"], start_offset=1, progress_interval_ms=100),
+                      timeout=20)
+    first = next(iter(call))
+    assert first.events and first.offset < 50, "the seed broker's registration, replayed from offset 1"
+    env.cluster.wait_for("the core's watcher shown", lambda: metric(node, "nameserver_watchers") == 1)
+    call.cancel()
+
+
+def test_watchers_of_a_killed_worker_resume_elsewhere_without_gap_or_duplicate(env: Env) -> None:
+    """A worker SIGKILLed while writes go on: its watchers' streams fail, they resume from their last offset
+    on another process of the node, and see every write once, in order."""
+    node = env.cluster.nodes[0]
+    by_worker = stubs_by_worker(env, node, each=3)
+    victim = next(iter(by_worker))
+    start = put_kv(env.ns(node, "admin"), "wwk", "start")[1]
+    watchers = {pid: [Watching(stub, "kv/wwk/", start) for stub in stubs] for pid, stubs in by_worker.items()}
+    everyone = [w for ws in watchers.values() for w in ws]
+    writers = [env.ns(n, "admin") for n in env.cluster.nodes[1:]]
+    acked: dict[str, int] = {}
+    try:
+        for w in everyone:
+            w.start()
+        for w in everyone:
+            assert w.answered.wait(10), "a watch never answered"
+        # writes through the other nodes: on their way to a leader they may cross the victim (a leader's
+        # workers take the forwarded writes), so each is retried in its exactly-once session
+        sessions = [f"wwk-{secrets.token_hex(4)}-{i}" for i in range(2)]
+        acked.update(put_kv(writers[i % 2], "wwk", f"k{i}", (sessions[i % 2], i + 1)) for i in range(10))
+        os.kill(victim, signal.SIGKILL)
+        acked.update(put_kv(writers[i % 2], "wwk", f"k{i}", (sessions[i % 2], i + 1)) for i in range(10, 40))
+        for w in everyone:
+            w.saw_exactly(acked)
+        assert all(w.resumes >= 1 for w in watchers[victim]), [w.resumes for w in watchers[victim]]
+    finally:
+        for w in everyone:
+            w.close()
+    env.cluster.wait_for("the worker restarted and listening",
+                         lambda: len(grpc_listeners(node)) == WORKERS and victim not in grpc_listeners(node))
 
 
 def test_a_killed_core_takes_its_workers_down(cluster: Cluster) -> None:

@@ -15,6 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from nameserver import headers
 from nameserver.api import auth, corelink
+from nameserver.pb import api_pb2
 
 NS = corelink.NAMESERVER.full_name
 PUT, WATCH, STREAM = f"/{NS}/PutKv", f"/{NS}/Watch", f"/{NS}/RegisterBrokerStream"
@@ -172,6 +173,47 @@ def test_health_asked_of_a_worker_is_the_cores(tmp_path: Any) -> None:
         assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
         assert stub.Check(ask, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
         watch.cancel()
+    finally:
+        client.close()
+        worker.stop(None)
+        to_core.close()
+        core_server.stop(None)
+
+
+def test_a_local_stream_is_served_here_only_when_its_request_lets_it(tmp_path: Any) -> None:
+    """Watch on a worker: answered by the replica's handler when `here(request)` (the replica's history
+    holds where it resumes), else passed to the core, the request as decoded and its answer's bytes as sent."""
+    core = Core()
+    core_server = grpc.server(futures.ThreadPoolExecutor(2), interceptors=[corelink.WorkerCallers(lambda: 1)])
+    core_server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(NS, {
+        "Watch": grpc.unary_stream_rpc_method_handler(core.watch)}),))
+    target = f"unix:{tmp_path}/core.sock"
+    core_server.add_insecure_port(target)
+    core_server.start()
+
+    def replica_watch(request: api_pb2.WatchRequest, context: grpc.ServicerContext
+                      ) -> Iterator[api_pb2.WatchResponse]:
+        yield api_pb2.WatchResponse(offset=request.start_offset)
+
+    local = {WATCH: grpc.unary_stream_rpc_method_handler(
+        replica_watch, request_deserializer=api_pb2.WatchRequest.FromString,
+        response_serializer=api_pb2.WatchResponse.SerializeToString)}
+    worker = grpc.server(futures.ThreadPoolExecutor(2))
+    to_core = grpc.insecure_channel(target)
+    worker.add_generic_rpc_handlers((corelink.CoreForwarder(
+        to_core, local, lambda offset, timeout, alive: True,
+        here={WATCH: lambda request: request.start_offset != 1}),))
+    port = worker.add_insecure_port("127.0.0.1:0")
+    worker.start()
+    client = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        watch = client.unary_stream(WATCH, request_serializer=api_pb2.WatchRequest.SerializeToString)
+        assert list(watch(api_pb2.WatchRequest(start_offset=7), timeout=5)) == [
+            api_pb2.WatchResponse(offset=7).SerializeToString()]
+        assert not core.seen
+        old = api_pb2.WatchRequest(key_prefixes=["kv/"], start_offset=1)
+        assert list(watch(old, timeout=5)) == [b"a", b"\x00\xff", b"c"]
+        assert [s["request"] for s in core.seen] == [old.SerializeToString()]
     finally:
         client.close()
         worker.stop(None)
