@@ -163,7 +163,7 @@ class CallGuard(grpc.ServerInterceptor):
         """fn() (a wait on the client), cancelled with DEADLINE_EXCEEDED past the progress timeout. After
         a cancel, grpcio may report the client's stream as ended rather than cancelled: a stream cut short
         must never pass for a whole one, so a fired bound aborts whatever fn returned."""
-        stall = _Stall(context, what, self.progress_s)
+        stall = Stall(context, what, self.progress_s)
         bound = self.bounds.arm(stall.cancel)
         try:
             return fn()
@@ -191,7 +191,7 @@ class CallGuard(grpc.ServerInterceptor):
         """grpcio asks for the next message once the last one is sent: each send must complete (the
         client reads) within the progress timeout."""
         for response in responses:
-            stall = _Stall(context, _NOT_READ, self.progress_s)
+            stall = Stall(context, _NOT_READ, self.progress_s)
             bound = self.bounds.arm(stall.cancel)
             try:
                 yield response
@@ -245,16 +245,19 @@ _NO_REQUEST = "no request message from the client"
 _NOT_READ = "the client read no reply"
 
 
-class _Stall:
-    """A wait on the client that ran past its bound: cancels the call (on the watch thread)."""
+class Stall:
+    """A wait on the client that ran past its bound: cancels the call (on the watch thread) with
+    DEADLINE_EXCEEDED naming the limit. The waiting thread checks `fired` once its wait is over and
+    aborts whatever the wait returned (a cancelled client stream may read as ended)."""
 
-    __slots__ = ("context", "what", "progress_s", "fired")
+    __slots__ = ("context", "what", "progress_s", "limit", "fired")
 
-    def __init__(self, context: grpc.ServicerContext, what: str, progress_s: float) -> None:
-        self.context, self.what, self.progress_s, self.fired = context, what, progress_s, False
+    def __init__(self, context: grpc.ServicerContext, what: str, progress_s: float,
+                 limit: str = "limits.grpc_progress_timeout_ms") -> None:
+        self.context, self.what, self.progress_s, self.limit, self.fired = context, what, progress_s, limit, False
 
     def message(self) -> str:
-        return f"{self.what} within {int(self.progress_s * 1000)} ms (limits.grpc_progress_timeout_ms)"
+        return f"{self.what} within {int(self.progress_s * 1000)} ms ({self.limit})"
 
     def cancel(self) -> None:
         self.fired = True
@@ -274,4 +277,4 @@ class _Unread:
     def __next__(self) -> Any:
         raise RuntimeError("the request of a refused call was never read")
 
-__all__ = ["CallGuard", "Refusal", "StreamSlots", "caller_key", "cancel_call"]
+__all__ = ["CallGuard", "Refusal", "Stall", "StreamSlots", "caller_key", "cancel_call"]

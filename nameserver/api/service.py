@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from nameserver import headers, validation
+from nameserver.api.callguard import Stall
 from nameserver.api.deadlines import DeadlineWatch
 from nameserver.api.rpc import call_timeout, client_ref, forwarded, rpc
 from nameserver.chunking import assemble_chunks, register_chunks, should_stream
@@ -108,10 +109,18 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     @rpc
     def RegisterBrokerStream(self, request_iterator: Iterator[api_pb2.RegisterBrokerChunk],
                              context: grpc.ServicerContext) -> api_pb2.RegisterBrokerReply:
-        # A slow sender holds a server thread while its stream arrives: at most limits.max_wait_ms
-        # (or its own deadline), then the call is cancelled (one watch thread for every stream).
-        with self.stream_deadlines.after(call_timeout(context, self.max_wait, self.max_wait), context.cancel):
-            request = assemble_chunks(request_iterator)
+        # A slow sender holds a server thread while its stream arrives: at most limits.max_wait_ms (or its
+        # own deadline), then the call is cancelled (one watch thread for every stream) with a status naming
+        # the limit. A stream cut short is never registered as if whole: after the cancel, grpcio may end
+        # the client's stream rather than fail it.
+        stall = Stall(context, "the registration stream did not end",
+                      call_timeout(context, self.max_wait, self.max_wait), "limits.max_wait_ms")
+        try:
+            with self.stream_deadlines.after(stall.progress_s, stall.cancel):
+                request = assemble_chunks(request_iterator)
+        finally:
+            if stall.fired:
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, stall.message())
         validation.clamp_heartbeat_timeout(request)  # never refused (the remoting port says so in its remark)
         validation.validate_register_broker(request)
         return self._register(request, context)

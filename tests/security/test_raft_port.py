@@ -78,10 +78,13 @@ class Writer:
     latencies: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    ran_s: float = 0.0  # how long it wrote: the flood's length, or less for an attack that ends by itself
 
     def run(self) -> None:
         i = 0
+        start = time.monotonic()
         while not self.stop.is_set():
+            self.ran_s = time.monotonic() - start
             i += 1
             t0 = time.monotonic()
             try:
@@ -167,7 +170,9 @@ def report(what: str, writer: Writer, growth: dict[str, int], extra: str = "") -
 
 def assert_healthy(cluster: Cluster, writer: Writer, growth: dict[str, int], terms: dict[str, int],
                    leader: NodeProc) -> None:
-    assert len(writer.latencies) >= FLOOD_S / WRITE_EVERY_S / 2, "the writer hardly ran"
+    # half the writes it had time for (the silent-connection attack ends in ~5 s, not FLOOD_S)
+    assert len(writer.latencies) >= writer.ran_s / WRITE_EVERY_S / 2, \
+        f"the writer hardly ran: {len(writer.latencies)} writes in {writer.ran_s:.1f} s"
     slow = [x for x in writer.latencies if x > WRITE_BOUND_S]
     assert not slow, f"{len(slow)} of {len(writer.latencies)} writes took over {WRITE_BOUND_S}s " \
                      f"(max {max(slow)}s; errors {writer.errors[:3]})"
@@ -214,10 +219,24 @@ def test_silent_connections_are_closed_within_the_preauth_deadline(cluster: Clus
     fds_before = open_fds(leader)
     closed_after: dict[int, float] = {}
     opened = {"n": 0, "refused": 0}
+    peak_fds = [fds_before]
 
     def attack(stop: threading.Event) -> None:
         sel = selectors.DefaultSelector()
-        socks: dict[int, tuple[socket.socket, float]] = {}
+        socks: dict[int, tuple[socket.socket, float, int]] = {}  # fd -> socket, opened at, its number
+
+        def collect(timeout: float) -> None:
+            for key, _ in sel.select(timeout=timeout):
+                s, t0, n = socks.pop(key.fd)
+                try:
+                    data = s.recv(1)
+                except OSError:
+                    data = b""
+                assert data == b"", "a silent client was sent data"
+                closed_after[n] = time.monotonic() - t0  # (its fd number is reused)
+                sel.unregister(s)
+                s.close()
+
         for _ in range(SILENT_CONNECTIONS):
             try:
                 s = socket.create_connection(hostport(leader.raft_addr), timeout=3.0)
@@ -226,33 +245,33 @@ def test_silent_connections_are_closed_within_the_preauth_deadline(cluster: Clus
                 continue
             opened["n"] += 1
             s.setblocking(False)
-            socks[s.fileno()] = (s, time.monotonic())
+            socks[s.fileno()] = (s, time.monotonic(), opened["n"])
             sel.register(s, selectors.EVENT_READ)
+            collect(0)  # closes seen as they come, not once all are open (1000 take over a second here)
+            if opened["n"] % 25 == 0:
+                peak_fds[0] = max(peak_fds[0], open_fds(leader))
         while socks and not stop.is_set():
-            for key, _ in sel.select(timeout=0.1):
-                s, t0 = socks.pop(key.fd)
-                try:
-                    data = s.recv(1)
-                except OSError:
-                    data = b""
-                assert data == b"", "a silent client was sent data"
-                closed_after[key.fd] = time.monotonic() - t0
-                sel.unregister(s)
-                s.close()
-        for s, _ in socks.values():
+            collect(0.1)
+            peak_fds[0] = max(peak_fds[0], open_fds(leader))
+        for s, _, _ in socks.values():
             s.close()
 
     seconds = PREAUTH_DEADLINE_S + (4.0 if not LONG else 10.0)  # at most: the attack ends once all are closed
     writer, growth, _ = run_with_writer(cluster, attack, seconds)
-    report("silent", writer, growth, f"opened={opened} closed={len(closed_after)} "
+    at_once = sum(1 for v in closed_after.values() if v < 1.0)
+    report("silent", writer, growth, f"opened={opened} closed={len(closed_after)} closed within 1 s={at_once} "
            f"max close after={max(closed_after.values(), default=0):.2f}s fds before={fds_before} "
-           f"after={open_fds(leader)}")
+           f"peak={peak_fds[0]} after={open_fds(leader)}")
     assert opened["n"] + opened["refused"] == SILENT_CONNECTIONS
     assert len(closed_after) == opened["n"], f"{opened['n'] - len(closed_after)} silent connections still open"
-    # closed within the deadline (plus the sweep's period and scheduling slack); those beyond the cap at once
+    # closed within the deadline (plus the sweep's period and scheduling slack), and never more than the cap
+    # held at once: each newcomer past MAX_PREAUTH_CONNECTIONS evicts the oldest stranger, the rest wait in
+    # the kernel's accept queue (not the node's descriptors). How many are closed within 1 s is not bounded:
+    # the node accepts one connection per tick, so a flood of 1000 waits to be accepted (and to evict one
+    # another) longer than 200 do; taking more per tick shortens a member's time to key likewise (a
+    # restarted member rejoined in 5-17 s instead of 4-7 s in test_strangers..., side by side).
     assert max(closed_after.values()) < PREAUTH_DEADLINE_S + 1.5
-    at_once = sum(1 for v in closed_after.values() if v < 1.0)
-    assert at_once >= opened["n"] - MAX_PREAUTH_CONNECTIONS - 5
+    assert peak_fds[0] <= fds_before + MAX_PREAUTH_CONNECTIONS + 8, f"{peak_fds[0] - fds_before} descriptors held"
     assert open_fds(leader) <= fds_before + 5
     assert_healthy(cluster, writer, growth, terms, leader)
 
