@@ -24,8 +24,9 @@ import threading
 import grpc
 from prometheus_client import CollectorRegistry
 
-from nameserver.api import corelink, grpcserver
+from nameserver.api import corelink, grpcserver, writechannel
 from nameserver.api.service import NameServerService
+from nameserver.api.writechannel import WriteChannel
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.metrics import RequestMetrics
 from nameserver.ops.workers import WorkerSpec, process_share
@@ -88,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         # gRPC: the replica's reads here, every other call to the core's private socket as bytes
         grpc_server = grpcserver.new_server(share, budget.grpc, reuse_port=True,
                                             metrics=requests.interceptor() if requests is not None else None)
+        writes = WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes)
         grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
             grpc.insecure_channel(corelink.target(cfg), options=opts), corelink.local_handlers(service),
-            replica.wait_applied),))
+            replica.wait_applied, writes),))
         grpcserver.listen_public(grpc_server, cfg)
         grpc_server.start()
         if cfg.remoting_addr:

@@ -32,6 +32,7 @@ from nameserver import headers, tlsconf
 from nameserver.api import auth
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.api.rpc import call_timeout, rpc
+from nameserver.api.writechannel import WRITE_METHODS, WriteChannel, method_path
 from nameserver.config import NodeConfig
 from nameserver.pb import api_pb2
 
@@ -217,13 +218,18 @@ Settle = Callable[[int, float, Callable[[], bool]], bool]  # (offset, timeout, a
 
 
 class CoreForwarder(grpc.GenericRpcHandler):
-    """A worker's gRPC methods: `local` ones answered here, the rest of FORWARDED_SERVICES passed to the
-    core over `channel`, as bytes."""
+    """A worker's gRPC methods: `local` ones answered here, the unary writes passed to the core on the
+    write channel (`writes`, batched: nameserver/api/writechannel.py), the rest of FORWARDED_SERVICES
+    over `channel`; the request and reply bytes untouched either way."""
 
-    def __init__(self, channel: grpc.Channel, local: dict[str, grpc.RpcMethodHandler], settle: Settle) -> None:
+    def __init__(self, channel: grpc.Channel, local: dict[str, grpc.RpcMethodHandler], settle: Settle,
+                 writes: WriteChannel) -> None:
         self.channel = channel
         self.settle = settle
+        self.writes = writes
         self.handlers = dict(local)
+        for name in WRITE_METHODS:
+            self.handlers[method_path(name)] = grpc.unary_unary_rpc_method_handler(self._writing(method_path(name)))
         for service in FORWARDED_SERVICES:
             for m in service.methods:
                 name = f"/{service.full_name}/{m.name}"
@@ -259,17 +265,32 @@ class CoreForwarder(grpc.GenericRpcHandler):
                 context.abort(grpc.StatusCode.CANCELLED, "the caller went away")
             except grpc.RpcError:
                 _fail(context, future)
-            trailing = future.trailing_metadata() or ()
-            offset = next((v for k, v in trailing if k == headers.CORE_OFFSET), "")
-            if isinstance(offset, str) and offset.isdigit():  # the core's state as it answered: read-your-writes
-                left = context.time_remaining()
-                self.settle(int(offset), min(SETTLE_S, left if left is not None else SETTLE_S), context.is_active)
-            context.set_trailing_metadata(_strip(trailing))
+            self._settled(context, future.trailing_metadata() or ())
             return reply
 
         if client_streaming:
             return grpc.stream_unary_rpc_method_handler(answered)
         return grpc.unary_unary_rpc_method_handler(answered)
+
+    def _writing(self, method: str) -> Callable[[bytes, grpc.ServicerContext], bytes]:
+        def written(request: bytes, context: grpc.ServicerContext) -> bytes:
+            code, details, reply, trailing = self.writes.call(method, request, _outgoing(context), _time_left(context),
+                                                              context.is_active)
+            if code != grpc.StatusCode.OK:
+                context.set_trailing_metadata(_strip(trailing))
+                context.abort(code, details)
+            self._settled(context, trailing)
+            return reply
+        return written
+
+    def _settled(self, context: grpc.ServicerContext, trailing: Any) -> None:
+        """The answer's trailing metadata set, once this worker's replica has the core's state as it
+        answered (bounded): read-your-writes."""
+        offset = next((v for k, v in trailing if k == headers.CORE_OFFSET), "")
+        if isinstance(offset, str) and offset.isdigit():
+            left = context.time_remaining()
+            self.settle(int(offset), min(SETTLE_S, left if left is not None else SETTLE_S), context.is_active)
+        context.set_trailing_metadata(_strip(trailing))
 
 
 def _time_left(context: grpc.ServicerContext) -> float | None:

@@ -14,7 +14,8 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from nameserver import headers
-from nameserver.api import auth, corelink
+from nameserver.api import auth, corelink, writechannel
+from nameserver.pb import api_pb2_grpc
 
 NS = corelink.NAMESERVER.full_name
 PUT, WATCH, STREAM = f"/{NS}/PutKv", f"/{NS}/Watch", f"/{NS}/RegisterBrokerStream"
@@ -64,9 +65,15 @@ def link(tmp_path: Any) -> Iterator[tuple[Core, grpc.Channel, list[tuple[int, fl
         settled.append((offset, timeout))
         return True
 
+    # the writes (PutKv here) come on the write channel, through the same interceptor
+    calls = writechannel.WriteCalls(api_pb2_grpc.NameServerServicer(), [corelink.WorkerCallers(lambda: 42)])
+    calls.handlers = {PUT: grpc.unary_unary_rpc_method_handler(core.put)}
+    writes_server = writechannel.WriteChannelServer(f"{tmp_path}/channel/writes.sock", calls, 4, 1 << 20)
+    writes_server.start()
+    writes = writechannel.WriteChannel(writes_server.path, 1 << 20)
     worker = grpc.server(futures.ThreadPoolExecutor(4))
     to_core = grpc.insecure_channel(target)
-    worker.add_generic_rpc_handlers((corelink.CoreForwarder(to_core, {}, settle),))
+    worker.add_generic_rpc_handlers((corelink.CoreForwarder(to_core, {}, settle, writes),))
     port = worker.add_insecure_port("127.0.0.1:0")
     worker.start()
     client = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -75,6 +82,8 @@ def link(tmp_path: Any) -> Iterator[tuple[Core, grpc.Channel, list[tuple[int, fl
     finally:
         client.close()
         worker.stop(None)
+        writes.close()
+        writes_server.stop()
         to_core.close()
         core_server.stop(None)
 
@@ -159,7 +168,9 @@ def test_health_asked_of_a_worker_is_the_cores(tmp_path: Any) -> None:
     core_server.start()
     worker = grpc.server(futures.ThreadPoolExecutor(4))
     to_core = grpc.insecure_channel(target)
-    worker.add_generic_rpc_handlers((corelink.CoreForwarder(to_core, {}, lambda offset, timeout, alive: True),))
+    no_writes = writechannel.WriteChannel(f"{tmp_path}/none", 1 << 20)
+    worker.add_generic_rpc_handlers((corelink.CoreForwarder(to_core, {}, lambda offset, timeout, alive: True,
+                                                             no_writes),))
     port = worker.add_insecure_port("127.0.0.1:0")
     worker.start()
     client = grpc.insecure_channel(f"127.0.0.1:{port}")
