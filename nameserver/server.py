@@ -194,6 +194,7 @@ class Server:
         self.extras.append(self.workers)
         if self.metrics is not None:
             self.metrics.workers = self.workers
+            self.metrics.write_channel = self.writes
 
     def start(self) -> None:
         self._set_health(False)

@@ -265,12 +265,14 @@ class WriteChannelServer:
 
     def __init__(self, path: str, calls: WriteCalls, threads: int, max_request_bytes: int) -> None:
         self.path = path
-        self.calls = calls
+        self.writes = calls
         self.max_frame = BATCH_BYTES + max_request_bytes + FRAME_SLACK
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="write-channel")
         self._sock: socket.socket | None = None
         self._links: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self.calls = 0   # calls and frames received (/metrics)
+        self.frames = 0
 
     def start(self) -> None:
         folder = os.path.dirname(self.path)
@@ -310,7 +312,11 @@ class WriteChannelServer:
         try:
             while (body := _read_frame(link, self.max_frame)) is not None:
                 received = time.monotonic()  # a call's time left counts from here, its wait in the pool too
-                for fields in _unpack(body):
+                calls = _unpack(body)
+                with self._lock:
+                    self.frames += 1
+                    self.calls += len(calls)
+                for fields in calls:
                     if len(fields) < 4 or len(fields) % 2 or not fields[1].lstrip(b"-").isdigit():
                         raise ValueError("write channel: a call of the wrong shape")
                     self.pool.submit(self._run, sender, fields, received)
@@ -326,7 +332,7 @@ class WriteChannelServer:
     def _run(self, sender: _Sender, fields: list[bytes], received: float) -> None:
         call_id, left, method, request = fields[0], int(fields[1]), fields[2].decode(), fields[3]
         time_left = None if left == _NO_TIME else max(0.0, left / 1000 - (time.monotonic() - received))
-        code, details, body, trailing = self.calls.call(method, request, _metadata_of(fields[4:]), time_left)
+        code, details, body, trailing = self.writes.call(method, request, _metadata_of(fields[4:]), time_left)
         sender.put([call_id, str(code.value[0]).encode(), details.encode(), body, *_metadata_fields(trailing)])
 
 
