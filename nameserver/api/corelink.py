@@ -3,9 +3,10 @@
 With [node] worker_processes > 0 the workers serve the node's public gRPC address (SO_REUSEPORT) and the
 core serves gRPC only on a private Unix socket, <data_dir>/channel/grpc.sock (the socket 0600, its
 directory 0700: only the node's own user reaches it). A worker answers the eventual reads in
-REPLICA_METHODS from its read replica with the core's own service code; every other call goes to the
-core as it came (CoreForwarder): the request and reply bytes untouched (no decode, no encode), the
-caller's metadata and time left, the status, details and trailing metadata back.
+REPLICA_METHODS from its read replica with the core's own service code; the unary writes go to the core
+batched on the write channel (nameserver/api/writechannel.py), every other call over the private socket
+(CoreForwarder): either way the request and reply bytes untouched (no decode, no encode), the caller's
+metadata and time left, the status, details and trailing metadata back.
 
 What the private socket cannot carry itself, the worker says in one header, CALLER (set by the worker,
 never taken from a client): the client's address and its TLS auth context (certificate names), or

@@ -351,6 +351,7 @@ class _Link:
     def __init__(self, sock: socket.socket, on_error: Callable[[_Link, BaseException], None]) -> None:
         self.sock = sock
         self.pending: dict[bytes, Future[Answer]] = {}
+        self.broken: str | None = None  # why it broke; a call that finds it broken fails at once
         self.sender = _Sender(sock, "write-channel-calls", lambda exc: on_error(self, exc))
 
 
@@ -375,6 +376,8 @@ class WriteChannel:
         call_id = _ID.pack(next(self._ids))
         answer: Future[Answer] = Future()
         with self._lock:
+            if link.broken is not None:
+                return grpc.StatusCode.UNAVAILABLE, link.broken, b"", ()
             link.pending[call_id] = answer
         left = _NO_TIME if time_left is None else max(0, int(time_left * 1000))
         link.sender.put([call_id, str(left).encode(), method.encode(), request, *_metadata_fields(metadata)])
@@ -427,16 +430,18 @@ class WriteChannel:
 
     def _broken(self, link: _Link, error: BaseException) -> None:
         """Every call waiting on `link` fails; the next call connects again."""
+        why = f"the node's core did not answer: the write channel closed ({error})"
         with self._lock:
             if self._link is link:
                 self._link = None
+            if link.broken is None:
+                link.broken = why
             pending, link.pending = link.pending, {}
         link.sender.close()
         _close(link.sock)
         for answer in pending.values():
             if not answer.done():
-                answer.set_result((grpc.StatusCode.UNAVAILABLE,
-                                   f"the node's core did not answer: the write channel closed ({error})", b"", ()))
+                answer.set_result((grpc.StatusCode.UNAVAILABLE, why, b"", ()))
 
 
 _WAIT_STEP_S = 0.5  # how often a waiting call looks whether its caller is still there

@@ -188,3 +188,40 @@ def test_health_asked_of_a_worker_is_the_cores(tmp_path: Any) -> None:
         worker.stop(None)
         to_core.close()
         core_server.stop(None)
+
+
+def test_a_write_waiting_when_the_channel_breaks_fails_unavailable_and_the_next_reconnects(tmp_path: Any) -> None:
+    """The worker's end of the write channel: a call whose link to the core goes fails at once with
+    UNAVAILABLE (never waits out its deadline, never reports success), and the next call connects again."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(request: bytes, context: grpc.ServicerContext) -> bytes:
+        entered.set()
+        release.wait(10)
+        return request
+
+    def serve() -> writechannel.WriteChannelServer:
+        calls = writechannel.WriteCalls(api_pb2_grpc.NameServerServicer(), [corelink.WorkerCallers(lambda: 1)])
+        calls.handlers = {PUT: grpc.unary_unary_rpc_method_handler(slow)}
+        server = writechannel.WriteChannelServer(f"{tmp_path}/channel/writes.sock", calls, 4, 1 << 20)
+        server.start()
+        return server
+
+    caller = ((headers.WORKER_CALLER, json.dumps({"self": True})),)
+    core = serve()
+    writes = writechannel.WriteChannel(core.path, 1 << 20)
+    answers: list[Any] = []
+    waiting = threading.Thread(target=lambda: answers.append(writes.call(PUT, b"x", caller, 30, lambda: True)))
+    waiting.start()
+    assert entered.wait(10)
+    core.stop()  # the core's end closes with the call in flight
+    waiting.join(5)
+    assert not waiting.is_alive() and answers[0][0] == grpc.StatusCode.UNAVAILABLE, answers
+    release.set()
+    again = serve()
+    try:
+        code, _, reply, trailing = writes.call(PUT, b"y", caller, 5, lambda: True)
+        assert (code, reply) == (grpc.StatusCode.OK, b"y") and dict(trailing)[headers.CORE_OFFSET] == "1"
+    finally:
+        writes.close()
+        again.stop()
