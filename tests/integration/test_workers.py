@@ -594,12 +594,12 @@ def test_a_worker_killed_mid_batch_loses_no_acknowledged_write(env: Env) -> None
     threads = [threading.Thread(target=writer, args=(i,)) for i in range(clients)]
     for t in threads:
         t.start()
-    time.sleep(1.0)  # writes in flight through both workers
+    time.sleep(0.5)  # writes in flight through both workers
     held = served_by(node)
     victim = max((pid for pid in held if pid != node.proc.pid), key=lambda pid: held[pid])  # type: ignore[union-attr]
     assert held[victim] > 0, held  # some writers are its clients
     os.kill(victim, signal.SIGKILL)
-    time.sleep(1.0)
+    time.sleep(0.5)  # the writers on its connections retry on the other worker
     stop.set()
     for t in threads:
         t.join(timeout=60)
