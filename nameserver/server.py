@@ -9,11 +9,12 @@ from collections.abc import Callable
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from nameserver.api import auth, corelink, grpcserver
+from nameserver.api import auth, corelink, grpcserver, writechannel
 from nameserver.api.adminservice import AdminService
 from nameserver.api.inprocess import InProcessStub
 from nameserver.api.logservice import LogService, ReadReplicas
 from nameserver.api.service import NameServerService
+from nameserver.api.writechannel import WriteCalls, WriteChannelServer
 from nameserver.config import REMOTING_CONNECTIONS_FLOOR, NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
 from nameserver.core.idlenoop import IdleNoop
@@ -72,13 +73,18 @@ class Server:
             # The workers serve the public address; the core only its private socket (their forwarded
             # calls, their replicas' Follow and read indexes: nameserver/api/corelink.py).
             # No RPC counter there: the workers count the calls they pass on (nameserver/ops/workermetrics.py).
+            # Its writes come on the write channel instead (nameserver/api/writechannel.py), through the
+            # same interceptors: one set of guards, whichever way a worker's call comes.
+            chain = grpcserver.interceptors(cfg, outermost=corelink.WorkerCallers(lambda: self.node.log.apply_offset))
             self.grpc = grpcserver.new_server(cfg, PRIVATE_CONNECTIONS_PER_WORKER * cfg.worker_processes + 8,
-                                              outermost=corelink.WorkerCallers(lambda: self.node.log.apply_offset))
+                                              chain=chain)
             self.grpc.add_generic_rpc_handlers(
                 (corelink.ReadIndexes(self.node.linearizable_index, cfg).handler(),))
         else:
             self.grpc = grpcserver.new_server(cfg, self.budget.grpc, metrics=counter)
         self.service = NameServerService(self.node)
+        self.writes = (WriteChannelServer(writechannel.socket_path(cfg.data_dir), WriteCalls(self.service, chain),
+                                          cfg.workers, cfg.max_message_bytes) if cfg.worker_processes else None)
         api_pb2_grpc.add_NameServerServicer_to_server(self.service, self.grpc)
         replicas = ReadReplicas()  # the read replicas following this node (Log.Follow), listed by Status
         api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node, replicas), self.grpc)
@@ -104,6 +110,8 @@ class Server:
         # Optional listeners started and stopped with the node (each has start() and stop()):
         # the RocketMQ remoting listener, the Prometheus endpoint, the log archiver.
         self.extras: list = [LeaderWatch(self.node.log, self.metrics)]  # one log line per leader change
+        if self.writes is not None:
+            self.extras.append(self.writes)
         if self.metrics is not None:
             self.extras.append(MetricsEndpoint(self.metrics.registry, cfg.metrics_addr,
                                                max_connections=self.budget.metrics,
@@ -187,6 +195,7 @@ class Server:
         self.extras.append(self.workers)
         if self.metrics is not None:
             self.metrics.workers = self.workers
+            self.metrics.write_channel = self.writes
 
     def start(self) -> None:
         self._set_health(False)

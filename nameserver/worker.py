@@ -28,10 +28,11 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
 from nameserver import headers, tlsconf
-from nameserver.api import auth, corelink, grpcserver
+from nameserver.api import auth, corelink, grpcserver, writechannel
 from nameserver.api.service import NameServerService
 from nameserver.config import NodeConfig
 from nameserver.core import watch
+from nameserver.api.writechannel import WriteChannel
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.metrics import RequestMetrics
 from nameserver.ops.workers import WorkerSpec, process_share
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             grpc.insecure_channel(corelink.target(cfg), options=opts),
             CoreChannel(socket_path(cfg), lambda: replica.offset, timeout) if cfg.remoting_addr else None,
             requests, spec.reply_sizes,
-            reuse_port=True)
+            reuse_port=True, writes=WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes))
         if counted:
             held = remoting
             workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
@@ -118,11 +119,13 @@ def main(argv: list[str] | None = None) -> int:
 def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: int | None, replica: ReadReplica,
                 read_index: Callable[[float], int], onward: Any, front: FrontEnd | None,
                 requests: RequestMetrics | None = None, reply_sizes: dict[int, int] | None = None, *,
-                reuse_port: bool, local: dict[str, grpc.RpcMethodHandler] | None = None
+                reuse_port: bool, local: dict[str, grpc.RpcMethodHandler] | None = None,
+                writes: WriteChannel | None = None
                 ) -> tuple[RemotingServer | None, grpc.Server, ReplicaNode]:
     """The ports of a process serving reads from `replica` (a worker; a read replica on another machine),
     started: gRPC answers corelink.REPLICA_METHODS (and `local`) here and passes every other call to
-    `onward` (the core's private socket; the followed voter) as bytes; remoting answers the codes REQUESTS
+    `onward` (the core's private socket; the followed voter) as bytes, the unary writes on `writes` (a
+    worker's batched write channel to its core) when given; remoting answers the codes REQUESTS
     marks `replica` here and hands the rest to `front`. Returns the servers and the read API over the replica."""
     # ReplicaNode has the node's read API, which is all the replica methods and codes use
     node = ReplicaNode(replica, cfg, read_index=read_index)
@@ -130,7 +133,7 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     grpc_server = grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port,
                                         metrics=requests.interceptor() if requests is not None else None)
     grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
-        onward, corelink.local_handlers(service) | (local or {}), replica.wait_applied,
+        onward, corelink.local_handlers(service) | (local or {}), replica.wait_applied, writes,
         here={corelink.WATCH: lambda request: watch.resumable(replica.history, request.start_offset, RESUME_MARGIN)}),))
     grpcserver.listen_public(grpc_server, cfg)
     grpc_server.start()

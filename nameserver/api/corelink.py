@@ -3,9 +3,10 @@
 With [node] worker_processes > 0 the workers serve the node's public gRPC address (SO_REUSEPORT) and the
 core serves gRPC only on a private Unix socket, <data_dir>/channel/grpc.sock (the socket 0600, its
 directory 0700: only the node's own user reaches it). A worker answers the eventual reads in
-REPLICA_METHODS from its read replica with the core's own service code; every other call goes to the
-core as it came (CoreForwarder): the request and reply bytes untouched (no decode, no encode), the
-caller's metadata and time left, the status, details and trailing metadata back.
+REPLICA_METHODS from its read replica with the core's own service code; the unary writes go to the core
+batched on the write channel (nameserver/api/writechannel.py), every other call over the private socket
+(CoreForwarder): either way the request and reply bytes untouched (no decode, no encode), the caller's
+metadata and time left, the status, details and trailing metadata back.
 
 What the private socket cannot carry itself, the worker says in one header, CALLER (set by the worker,
 never taken from a client): the client's address and its TLS auth context (certificate names), or
@@ -32,6 +33,7 @@ from nameserver import headers, tlsconf
 from nameserver.api import auth
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.api.rpc import call_timeout, rpc
+from nameserver.api.writechannel import WRITE_METHODS, WriteChannel, method_path
 from nameserver.config import NodeConfig
 from nameserver.pb import api_pb2
 
@@ -222,16 +224,21 @@ Settle = Callable[[int, float, Callable[[], bool]], bool]  # (offset, timeout, a
 
 
 class CoreForwarder(grpc.GenericRpcHandler):
-    """A worker's gRPC methods: `local` ones answered here, the rest of FORWARDED_SERVICES passed to the
-    core over `channel`, as bytes. A local server stream named in `here` is answered here only when
-    `here[name](request)` says so, else passed to the core."""
+    """A worker's gRPC methods: `local` ones answered here, the unary writes passed to the core on the
+    write channel (`writes`, batched: nameserver/api/writechannel.py; without one, as every other call), the
+    rest of FORWARDED_SERVICES over `channel` (the core's private socket; a read replica's followed voter);
+    the request and reply bytes untouched either way. A local server stream named in `here` is answered here
+    only when `here[name](request)` says so, else passed on."""
 
     def __init__(self, channel: grpc.Channel, local: dict[str, grpc.RpcMethodHandler], settle: Settle,
-                 here: Mapping[str, Callable[[Any], bool]] | None = None) -> None:
+                 writes: WriteChannel | None = None, here: Mapping[str, Callable[[Any], bool]] | None = None) -> None:
         self.channel = channel
         self.settle = settle
+        self.writes = writes
         self.handlers = dict(local)
         here = here or {}
+        for name in WRITE_METHODS if writes is not None else ():
+            self.handlers[method_path(name)] = grpc.unary_unary_rpc_method_handler(self._writing(method_path(name)))
         for service in FORWARDED_SERVICES:
             for m in service.methods:
                 name = f"/{service.full_name}/{m.name}"
@@ -270,17 +277,35 @@ class CoreForwarder(grpc.GenericRpcHandler):
                 context.abort(grpc.StatusCode.CANCELLED, "the caller went away")
             except grpc.RpcError:
                 _fail(context, future)
-            trailing = future.trailing_metadata() or ()
-            offset = next((v for k, v in trailing if k == headers.CORE_OFFSET), "")
-            if isinstance(offset, str) and offset.isdigit():  # the core's state as it answered: read-your-writes
-                left = context.time_remaining()
-                self.settle(int(offset), min(SETTLE_S, left if left is not None else SETTLE_S), context.is_active)
-            context.set_trailing_metadata(_strip(trailing))
+            self._settled(context, future.trailing_metadata() or ())
             return reply
 
         if client_streaming:
             return grpc.stream_unary_rpc_method_handler(answered)
         return grpc.unary_unary_rpc_method_handler(answered)
+
+    def _writing(self, method: str) -> Callable[[bytes, grpc.ServicerContext], bytes]:
+        writes = self.writes
+        assert writes is not None, "a write method is routed to the write channel only when there is one"
+
+        def written(request: bytes, context: grpc.ServicerContext) -> bytes:
+            code, details, reply, trailing = writes.call(method, request, _outgoing(context), _time_left(context),
+                                                              context.is_active)
+            if code != grpc.StatusCode.OK:
+                context.set_trailing_metadata(_strip(trailing))
+                context.abort(code, details)
+            self._settled(context, trailing)
+            return reply
+        return written
+
+    def _settled(self, context: grpc.ServicerContext, trailing: Any) -> None:
+        """The answer's trailing metadata set, once this worker's replica has the core's state as it
+        answered (bounded): read-your-writes."""
+        offset = next((v for k, v in trailing if k == headers.CORE_OFFSET), "")
+        if isinstance(offset, str) and offset.isdigit():
+            left = context.time_remaining()
+            self.settle(int(offset), min(SETTLE_S, left if left is not None else SETTLE_S), context.is_active)
+        context.set_trailing_metadata(_strip(trailing))
 
 
 def _either(local: grpc.RpcMethodHandler, forwarding: grpc.RpcMethodHandler, here: Callable[[Any], bool]

@@ -16,11 +16,11 @@ from nameserver.config import NodeConfig
 
 def new_server(cfg: NodeConfig, max_connections: int, *, reuse_port: bool = False,
                metrics: grpc.ServerInterceptor | None = None,
-               outermost: grpc.ServerInterceptor | None = None) -> grpc.Server:
+               chain: list[grpc.ServerInterceptor] | None = None) -> grpc.Server:
     """A gRPC server with the node's limits and interceptors, no services yet. `reuse_port`: the port is
     shared with the node's other processes (SO_REUSEPORT; all of them must set it); `metrics`: the RPC
-    counter (nameserver/ops/metrics.py); `outermost`: runs before every guard (the core's private
-    listener: who the worker's caller was, nameserver/api/corelink.py)."""
+    counter (nameserver/ops/metrics.py); `chain`: the interceptors, when the caller built them
+    (interceptors(): the core's private listener shares them with its write channel)."""
     opts = [("grpc.max_send_message_length", cfg.max_message_bytes),
             ("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.so_reuseport", 1 if reuse_port else 0),
@@ -28,20 +28,28 @@ def new_server(cfg: NodeConfig, max_connections: int, *, reuse_port: bool = Fals
             ("grpc.server_handshake_timeout_ms", cfg.grpc_handshake_timeout_ms),
             ("grpc.max_connection_idle_ms", cfg.grpc_idle_timeout_ms),
             ("grpc.max_concurrent_streams", cfg.grpc_max_streams_per_connection)]
+    return grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc"),
+                       options=opts, interceptors=chain if chain is not None else interceptors(cfg, metrics),
+                       maximum_concurrent_rpcs=cfg.grpc_max_concurrent_rpcs)
+
+
+def interceptors(cfg: NodeConfig, metrics: grpc.ServerInterceptor | None = None,
+                 outermost: grpc.ServerInterceptor | None = None) -> list[grpc.ServerInterceptor]:
+    """The node's guards around every call, outermost first. `outermost`: runs before every guard (the
+    core's private listener and write channel: who the worker's caller was, nameserver/api/corelink.py)."""
     # Outermost guard: no call holds a worker waiting on its client past a bound, and a call auth refuses
     # anyway is refused before its request arrives (nameserver/api/callguard.py).
     authz = auth.interceptor(cfg)
-    interceptors: list[grpc.ServerInterceptor] = [] if outermost is None else [outermost]
-    interceptors.append(CallGuard(cfg.grpc_progress_timeout_ms, cfg.grpc_max_streams, cfg.grpc_max_streams_per_caller,
-                                  refusal=authz.authorizer.refusal if authz is not None else None))
+    chain: list[grpc.ServerInterceptor] = [] if outermost is None else [outermost]
+    chain.append(CallGuard(cfg.grpc_progress_timeout_ms, cfg.grpc_max_streams, cfg.grpc_max_streams_per_caller,
+                           refusal=authz.authorizer.refusal if authz is not None else None))
     if metrics is not None:  # RPCs are counted by an interceptor
-        interceptors.append(metrics)
+        chain.append(metrics)
     # Auth runs inside metrics, so refused calls are counted too (nameserver/api/auth.py).
     if authz is not None:
-        interceptors.append(authz)
-    interceptors.append(DecodeGuard())  # undecodable request bytes: INVALID_ARGUMENT, not INTERNAL
-    return grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc"),
-                       options=opts, interceptors=interceptors, maximum_concurrent_rpcs=cfg.grpc_max_concurrent_rpcs)
+        chain.append(authz)
+    chain.append(DecodeGuard())  # undecodable request bytes: INVALID_ARGUMENT, not INTERNAL
+    return chain
 
 
 def listen_public(server: grpc.Server, cfg: NodeConfig) -> None:
@@ -53,4 +61,4 @@ def listen_public(server: grpc.Server, cfg: NodeConfig) -> None:
         raise OSError(f"cannot listen on {cfg.grpc_addr}")
 
 
-__all__ = ["listen_public", "new_server"]
+__all__ = ["interceptors", "listen_public", "new_server"]

@@ -141,6 +141,13 @@ def record_type_name(rtype: int) -> str:
 BrokerAlive = Callable[[str, int], bool]  # (broker set, broker id) -> heartbeating to this node
 
 
+class ChannelCount(Protocol):
+    """What /metrics shows of the workers' write channel (nameserver/api/writechannel.py)."""
+
+    calls: int
+    frames: int
+
+
 class WorkerCount(Protocol):
     """What /metrics shows of the remoting worker processes (nameserver/ops/workers.py)."""
 
@@ -283,6 +290,7 @@ class NodeMetrics:
         self.idle_noops = 0
         self.broker_alive: BrokerAlive | None = None  # the controller's heartbeat table, when the server has one
         self.workers: WorkerCount | None = None  # the remoting worker processes' supervisor, when there are any
+        self.write_channel: ChannelCount | None = None  # the workers' write channel, when there are any
         self.registry.register(_NodeCollector(self))
         self.subscription = node.log.subscribe(self.on_entry)
 
@@ -430,6 +438,11 @@ class _NodeCollector(Collector):
                         "([node] worker_processes).", m.workers.alive())
             yield counter("nameserver_worker_restarts", "Worker processes restarted after they "
                           "exited.", m.workers.restarts_total)
+        if m.write_channel is not None:  # nameserver/api/writechannel.py: calls per frame is its batching
+            yield counter("nameserver_write_channel_calls", "Writes the worker processes passed to this core "
+                          "on the write channel.", m.write_channel.calls)
+            yield counter("nameserver_write_channel_frames", "Frames those writes came in (several calls "
+                          "each when batched).", m.write_channel.frames)
         yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])
         routes = CounterMetricFamily("nameserver_route_reads", "Route reads this node answered, by whether the "
                                      "route was kept from an earlier read (hit) or computed (miss).",

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -512,6 +513,105 @@ def test_exactly_once_sessions_through_workers(env: Env) -> None:
     other = env.ns(a, "nobody", token=env.admin_token).PutKv(
         api_pb2.PutKvRequest(namespace="wgs", key="k2", value="x"), timeout=10, metadata=session)
     assert other.offset > later.offset, "another caller's write was answered from the certificate's session"
+
+
+def _kv_session(i: int, seq: int) -> tuple[tuple[str, str], ...]:
+    return (headers.CLIENT_ID, f"wb-{i}"), (headers.CLIENT_SEQ, str(seq))
+
+
+def test_concurrent_writes_through_workers_share_frames_and_apply_once(env: Env) -> None:
+    """Writes from many clients at once reach the core in shared frames of the write channel
+    (nameserver/api/writechannel.py), each acknowledged and applied once: a retry of a session's
+    sequence is answered from the session, not applied again. (Offsets need not differ: group commit
+    may put several writes in one log entry.)"""
+    node, clients = env.cluster.nodes[1], 24
+    calls0 = metric(node, "nameserver_write_channel_calls_total")
+    frames0 = metric(node, "nameserver_write_channel_frames_total")
+    stubs = [env.ns(node, "admin", fresh=True) for _ in range(clients)]
+    for stub in stubs:  # connected before the burst
+        stub.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=10)
+    start = threading.Barrier(clients)
+
+    def put(i: int, value: str, seq: int) -> int:
+        return int(stubs[i].PutKv(api_pb2.PutKvRequest(namespace="wgb", key=f"k{i}", value=value), timeout=20,
+                                  metadata=_kv_session(i, seq)).offset)
+
+    def first(i: int) -> int:
+        start.wait(timeout=30)
+        return put(i, f"first{i}", 1)
+
+    with ThreadPoolExecutor(clients) as pool:
+        offsets = list(pool.map(first, range(clients)))
+    assert min(offsets) > 0
+    calls = metric(node, "nameserver_write_channel_calls_total") - calls0
+    frames = metric(node, "nameserver_write_channel_frames_total") - frames0
+    assert calls == clients and frames < calls, (calls, frames)  # each write once, several to a frame
+    with ThreadPoolExecutor(clients) as pool:  # every write retried at once, from other connections
+        retried = list(pool.map(lambda i: int(env.ns(node, "admin", fresh=True).PutKv(
+            api_pb2.PutKvRequest(namespace="wgb", key=f"k{i}", value=f"again{i}"), timeout=20,
+            metadata=_kv_session(i, 1)).offset), range(clients)))
+    assert retried == offsets
+    reader = env.ns(env.cluster.nodes[2], "client")
+    for i in range(clients):
+        got = reader.GetKv(api_pb2.GetKvRequest(namespace="wgb", key=f"k{i}", min_offset=max(offsets)), timeout=10)
+        assert got.value == f"first{i}", f"client {i}'s retried write was applied again"
+
+
+# what a write may fail with when its worker dies (or the machine is slow): each safe to retry in its session
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def test_a_worker_killed_mid_batch_loses_no_acknowledged_write(env: Env) -> None:
+    """Clients write without pause through a node's workers and one worker is SIGKILLed among them: each
+    call is acknowledged or fails (RETRIED: its connection or the worker's link to the core went),
+    and a failed one, retried under its session's sequence on a new connection, is acknowledged once.
+    At the end every client's key holds its last acknowledged value: no acknowledged write was lost."""
+    node, clients = env.cluster.nodes[0], 12
+    stop = threading.Event()
+    acked: dict[int, tuple[int, str, int]] = {}  # client -> (seq, value, offset) of its last acknowledged write
+    failures: list[str] = []
+
+    def writer(i: int) -> None:
+        stub, seq = env.ns(node, "admin", fresh=True), 0
+        deadline = time.monotonic() + 30
+        while not stop.is_set() or seq < 3:
+            seq += 1
+            value = f"v{i}-{seq}"
+            while True:  # the same sequence until acknowledged
+                try:
+                    reply = stub.PutKv(api_pb2.PutKvRequest(namespace="wgk", key=f"k{i}", value=value), timeout=10,
+                                       metadata=_kv_session(100 + i, seq))
+                    acked[i] = (seq, value, reply.offset)
+                    break
+                except grpc.RpcError as exc:
+                    if exc.code() not in RETRIED or time.monotonic() > deadline:
+                        failures.append(f"client {i}: {exc.code()} {exc.details()}")
+                        return
+                    failures.append("")  # an error, as allowed; the retry follows on a new connection
+                    stub = env.ns(node, "admin", fresh=True)
+                    time.sleep(0.05)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # writes in flight through both workers
+    held = served_by(node)
+    victim = max((pid for pid in held if pid != node.proc.pid), key=lambda pid: held[pid])  # type: ignore[union-attr]
+    assert held[victim] > 0, held  # some writers are its clients
+    os.kill(victim, signal.SIGKILL)
+    time.sleep(0.5)  # the writers on its connections retry on the other worker
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert not [f for f in failures if f], failures
+    assert len(acked) == clients
+    reader = env.ns(env.cluster.nodes[2], "client")
+    newest = max(offset for _, _, offset in acked.values())
+    for i, (seq, value, _) in acked.items():
+        got = reader.GetKv(api_pb2.GetKvRequest(namespace="wgk", key=f"k{i}", min_offset=newest), timeout=10)
+        assert got.value == value, (i, seq, got.value)
+    env.cluster.wait_for("the worker restarted and listening",
+                         lambda: len(grpc_listeners(node)) == WORKERS and victim not in grpc_listeners(node))
 
 
 def test_reads_through_a_worker_see_writes_acknowledged_before(env: Env) -> None:

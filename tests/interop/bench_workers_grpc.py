@@ -2,7 +2,7 @@
 in one run, with the server's CPU per operation: the core's and its workers' together (user + system from
 /proc over the load; with --nodes 3 every node's processes), and the core's alone.
 
-    .venv/bin/python -m tests.interop.bench_workers_grpc --seconds 10 --clients 8 [--workers 0,2]
+    .venv/bin/python -m tests.interop.bench_workers_grpc --seconds 10 --clients 8[,16,...] [--workers 0,2]
         [--nodes 1|3] [--at follower|leader] [--kinds reads,registrations] [--rounds 2] [--report out.md]
 
 The load comes from --procs client processes (spawned, so no gRPC state crosses a fork), each running
@@ -80,8 +80,9 @@ def _client(addr: str, kind: str, threads: int, seconds: float, proc: int) -> di
     return run_load(make, threads, seconds)
 
 
-def measure(root: str, nodes: int, workers: int, clients: int, procs: int, seconds: float, at: str = "follower",
-            kinds: tuple[str, ...] = KINDS) -> list[dict[str, Any]]:
+def measure(root: str, nodes: int, workers: int, clients: list[int], procs: int, seconds: float,
+            at: str = "follower", kinds: tuple[str, ...] = KINDS) -> list[dict[str, Any]]:
+    """Each load of `kinds` at each of `clients` connections, on one fresh cluster."""
     rows = []
     with cluster_with_workers(root, nodes, workers, at) as (cluster, target):
         seed = api_pb2_grpc.NameServerStub(new_channel(target.grpc_addr))
@@ -92,15 +93,16 @@ def measure(root: str, nodes: int, workers: int, clients: int, procs: int, secon
         time.sleep(1.0)  # every replica has it
         core_pids = [n.proc.pid for n in cluster.nodes if n.proc is not None]
         ctx = multiprocessing.get_context("spawn")
-        for kind in kinds:
+        for kind, conns in ((k, c) for k in kinds for c in clients):
             every = core_pids + [w for pid in core_pids for w in children(pid)]
             all0, core0 = proc_cpu_s(every), proc_cpu_s(core_pids)
-            with ctx.Pool(procs) as pool:
-                parts = pool.starmap(_client, [(target.grpc_addr, kind, clients // procs, seconds, p)
-                                               for p in range(procs)])
+            spread = min(procs, conns)  # one connection: one client process
+            with ctx.Pool(spread) as pool:
+                parts = pool.starmap(_client, [(target.grpc_addr, kind, conns // spread, seconds, p)
+                                               for p in range(spread)])
             all_s, core_s = proc_cpu_s(every) - all0, proc_cpu_s(core_pids) - core0
             n = sum(p["n"] for p in parts)
-            rows.append({"kind": kind, "workers": workers, "nodes": nodes, "clients": clients, "n": n,
+            rows.append({"kind": kind, "workers": workers, "nodes": nodes, "clients": conns, "n": n,
                          "per_s": round(sum(p["per_s"] for p in parts)),
                          "p50_ms": round(statistics.median(p["p50_ms"] for p in parts), 2),
                          "p99_ms": max(p["p99_ms"] for p in parts), "errors": sum(p["errors"] for p in parts),
@@ -110,8 +112,8 @@ def measure(root: str, nodes: int, workers: int, clients: int, procs: int, secon
     return rows
 
 
-def run(workers: list[int], nodes: int, clients: int, procs: int, seconds: float, rounds: int, at: str = "follower",
-        kinds: tuple[str, ...] = KINDS) -> list[dict[str, Any]]:
+def run(workers: list[int], nodes: int, clients: list[int], procs: int, seconds: float, rounds: int,
+        at: str = "follower", kinds: tuple[str, ...] = KINDS) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-workers-grpc-") as root:
         for r in range(rounds):
@@ -127,14 +129,14 @@ def markdown(rows: list[dict[str, Any]], seconds: float, nodes: int, at: str = "
              f"{time.strftime('%Y-%m-%d %H:%M:%S')}", "",
              "| load | connections | worker_processes | round | ops/s | p50 / p99 ms | server CPU µs/op "
              "(cores + workers) | of which the core(s) | errors |", "|---|---|---|---|---|---|---|---|---|"]
-    for row in sorted(rows, key=lambda r: (r["kind"], r["workers"], r["round"])):
+    for row in sorted(rows, key=lambda r: (r["kind"], r["clients"], r["workers"], r["round"])):
         error = f" ({row['first_error']})" if row["errors"] else ""
         lines.append(f"| {row['kind']} | {row['clients']} | {row['workers']} | {row['round'] + 1} | {row['per_s']:,} | "
                      f"{row['p50_ms']} / {row['p99_ms']} | {row['server_us_per_op']:,} | {row['core_us_per_op']:,} | "
                      f"{row['errors']}{error} |")
     lines.append("")
-    for (kind, workers), m in medians(rows, ("kind", "workers")):
-        lines.append(f"- {kind}, worker_processes = {workers}: median {m['per_s']:,.0f} ops/s, "
+    for (kind, clients, workers), m in medians(rows, ("kind", "clients", "workers")):
+        lines.append(f"- {kind}, {clients} connections, worker_processes = {workers}: median {m['per_s']:,.0f} ops/s, "
                      f"{m['server_us_per_op']:,.0f} µs of server CPU per op ({m['core_us_per_op']:,.0f} in the core)")
     return "\n".join(lines) + "\n"
 
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.interop.bench_workers_grpc",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per load")
-    parser.add_argument("--clients", type=int, default=8, help="connections, over all client processes")
+    parser.add_argument("--clients", default="8", help="connections, over all client processes; comma-separated")
     parser.add_argument("--procs", type=int, default=2, help="client processes")
     parser.add_argument("--workers", default="0,2", help="worker_processes values, comma-separated")
     parser.add_argument("--nodes", type=int, default=1, choices=(1, 3))
@@ -155,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     kinds = tuple(args.kinds.split(","))
     if not set(kinds) <= set(KINDS):
         parser.error(f"--kinds: each one of {', '.join(KINDS)}")
-    rows = run([int(w) for w in args.workers.split(",")], args.nodes, args.clients, args.procs, args.seconds,
+    rows = run([int(w) for w in args.workers.split(",")], args.nodes, [int(c) for c in args.clients.split(",")],
+               args.procs, args.seconds,
                args.rounds, args.at, kinds)
     print(report := markdown(rows, args.seconds, args.nodes, args.at))
     if args.report:

@@ -14,8 +14,8 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from nameserver import headers
-from nameserver.api import auth, corelink
-from nameserver.pb import api_pb2
+from nameserver.api import auth, corelink, writechannel
+from nameserver.pb import api_pb2, api_pb2_grpc
 
 NS = corelink.NAMESERVER.full_name
 PUT, WATCH, STREAM = f"/{NS}/PutKv", f"/{NS}/Watch", f"/{NS}/RegisterBrokerStream"
@@ -65,9 +65,15 @@ def link(tmp_path: Any) -> Iterator[tuple[Core, grpc.Channel, list[tuple[int, fl
         settled.append((offset, timeout))
         return True
 
+    # the writes (PutKv here) come on the write channel, through the same interceptor
+    calls = writechannel.WriteCalls(api_pb2_grpc.NameServerServicer(), [corelink.WorkerCallers(lambda: 42)])
+    calls.handlers = {PUT: grpc.unary_unary_rpc_method_handler(core.put)}
+    writes_server = writechannel.WriteChannelServer(f"{tmp_path}/channel/writes.sock", calls, 4, 1 << 20)
+    writes_server.start()
+    writes = writechannel.WriteChannel(writes_server.path, 1 << 20)
     worker = grpc.server(futures.ThreadPoolExecutor(4))
     to_core = grpc.insecure_channel(target)
-    worker.add_generic_rpc_handlers((corelink.CoreForwarder(to_core, {}, settle),))
+    worker.add_generic_rpc_handlers((corelink.CoreForwarder(to_core, {}, settle, writes),))
     port = worker.add_insecure_port("127.0.0.1:0")
     worker.start()
     client = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -76,6 +82,8 @@ def link(tmp_path: Any) -> Iterator[tuple[Core, grpc.Channel, list[tuple[int, fl
     finally:
         client.close()
         worker.stop(None)
+        writes.close()
+        writes_server.stop()
         to_core.close()
         core_server.stop(None)
 
@@ -160,7 +168,9 @@ def test_health_asked_of_a_worker_is_the_cores(tmp_path: Any) -> None:
     core_server.start()
     worker = grpc.server(futures.ThreadPoolExecutor(4))
     to_core = grpc.insecure_channel(target)
-    worker.add_generic_rpc_handlers((corelink.CoreForwarder(to_core, {}, lambda offset, timeout, alive: True),))
+    no_writes = writechannel.WriteChannel(f"{tmp_path}/none", 1 << 20)
+    worker.add_generic_rpc_handlers((corelink.CoreForwarder(to_core, {}, lambda offset, timeout, alive: True,
+                                                             no_writes),))
     port = worker.add_insecure_port("127.0.0.1:0")
     worker.start()
     client = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -219,3 +229,40 @@ def test_a_local_stream_is_served_here_only_when_its_request_lets_it(tmp_path: A
         worker.stop(None)
         to_core.close()
         core_server.stop(None)
+
+
+def test_a_write_waiting_when_the_channel_breaks_fails_unavailable_and_the_next_reconnects(tmp_path: Any) -> None:
+    """The worker's end of the write channel: a call whose link to the core goes fails at once with
+    UNAVAILABLE (never waits out its deadline, never reports success), and the next call connects again."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(request: bytes, context: grpc.ServicerContext) -> bytes:
+        entered.set()
+        release.wait(10)
+        return request
+
+    def serve() -> writechannel.WriteChannelServer:
+        calls = writechannel.WriteCalls(api_pb2_grpc.NameServerServicer(), [corelink.WorkerCallers(lambda: 1)])
+        calls.handlers = {PUT: grpc.unary_unary_rpc_method_handler(slow)}
+        server = writechannel.WriteChannelServer(f"{tmp_path}/channel/writes.sock", calls, 4, 1 << 20)
+        server.start()
+        return server
+
+    caller = ((headers.WORKER_CALLER, json.dumps({"self": True})),)
+    core = serve()
+    writes = writechannel.WriteChannel(core.path, 1 << 20)
+    answers: list[Any] = []
+    waiting = threading.Thread(target=lambda: answers.append(writes.call(PUT, b"x", caller, 30, lambda: True)))
+    waiting.start()
+    assert entered.wait(10)
+    core.stop()  # the core's end closes with the call in flight
+    waiting.join(5)
+    assert not waiting.is_alive() and answers[0][0] == grpc.StatusCode.UNAVAILABLE, answers
+    release.set()
+    again = serve()
+    try:
+        code, _, reply, trailing = writes.call(PUT, b"y", caller, 5, lambda: True)
+        assert (code, reply) == (grpc.StatusCode.OK, b"y") and dict(trailing)[headers.CORE_OFFSET] == "1"
+    finally:
+        writes.close()
+        again.stop()

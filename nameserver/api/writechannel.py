@@ -1,0 +1,458 @@
+"""The write channel between a node's worker processes and its core (docs/architecture.md, "Processes").
+
+A worker passes each unary write (WRITE_METHODS) to the core over one Unix socket,
+<data_dir>/channel/writes.sock (0600, in the channel directory, 0700), in batched frames: the calls that
+arrive while the worker's sender is busy go out together in the next frame, and the core's answers
+that are ready together come back in one frame. A call carries the request bytes untouched, the
+method, the caller's metadata with the worker's CALLER header (who the client was: corelink), and the
+time the caller has left; an answer carries the status, its details, the reply bytes and the trailing
+metadata, with the core's apply offset (CORE_OFFSET) the worker's replica reaches before it answers.
+
+On the core every call runs through the same interceptors as a gRPC call on its private socket
+(grpcserver.interceptors: WorkerCallers, the call guard, auth, the decode guard) and the same servicer
+method, on a pool of [grpc] workers threads: tokens, certificate roles, session owners and refusals are
+decided as for a direct call, in the same words. What it saves is gRPC's per-call cost on both ends
+(HTTP/2 streams, the completion queue, one socket write per call and per answer): docs/benchmarks.md,
+"The batched write channel".
+
+A frame is a 4-byte big-endian length and a list of records, each a list of length-prefixed fields.
+A worker whose link breaks fails the calls waiting on it with UNAVAILABLE (the caller retries; with an
+exactly-once session the retry is answered from the session); the core finishes a call it started
+whatever becomes of the link (Raft decides whether it was written, never the link).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, NoReturn
+
+import grpc
+
+from nameserver.api.inprocess import LocalContext, LocalRpcError
+from nameserver.pb import api_pb2
+
+log = logging.getLogger("nameserver.api.writechannel")
+
+SOCKET_NAME = os.path.join("channel", "writes.sock")
+NAMESERVER = api_pb2.DESCRIPTOR.services_by_name["NameServer"]
+# The NameServer's unary writes (a chunked registration, a client stream, goes by corelink's forwarder).
+WRITE_METHODS = ("RegisterBroker", "UnregisterBroker", "Heartbeat", "PutKv", "DeleteKv", "UpdateSettings",
+                 "WipeWritePerm", "AddWritePerm", "RegisterTopic", "DeleteTopic", "BindQueue", "ReleaseQueue")
+BATCH_BYTES = 1 << 20     # a frame gathers calls up to about this many bytes (one call may be larger)
+FRAME_SLACK = 64 << 10    # a frame's bound past BATCH_BYTES + one request: its fields' headers
+_LEN = struct.Struct(">I")
+_ID = struct.Struct(">Q")
+_NO_TIME = -1             # a call whose caller set no deadline
+
+Metadata = tuple[tuple[str, str | bytes], ...]
+Answer = tuple[grpc.StatusCode, str, bytes, Metadata]  # code, details, reply bytes, trailing metadata
+
+
+def socket_path(data_dir: str) -> str:
+    return os.path.join(data_dir, SOCKET_NAME)
+
+
+def method_path(name: str) -> str:
+    return f"/{NAMESERVER.full_name}/{name}"
+
+
+# ---- frames -----------------------------------------------------------------------------------------
+
+def _pack(records: Sequence[Sequence[bytes]]) -> bytes:
+    out = [_LEN.pack(len(records))]
+    for fields in records:
+        out.append(_LEN.pack(len(fields)))
+        for f in fields:
+            out += (_LEN.pack(len(f)), f)
+    body = b"".join(out)
+    return _LEN.pack(len(body)) + body
+
+
+def _unpack(body: bytes) -> list[list[bytes]]:
+    view, at = memoryview(body), 0
+
+    def number() -> int:
+        nonlocal at
+        if at + 4 > len(view):
+            raise ValueError("write channel: a frame ends inside a field")
+        (n,) = _LEN.unpack_from(view, at)
+        at += 4
+        return int(n)
+
+    records = []
+    for _ in range(number()):
+        fields = []
+        for _ in range(number()):
+            n = number()
+            if at + n > len(view):
+                raise ValueError("write channel: a field runs past its frame")
+            fields.append(bytes(view[at:at + n]))
+            at += n
+        records.append(fields)
+    return records
+
+
+def _metadata_fields(metadata: Metadata) -> list[bytes]:
+    out: list[bytes] = []
+    for k, v in metadata:
+        out += (k.encode(), v if isinstance(v, bytes) else v.encode())
+    return out
+
+
+def _metadata_of(fields: list[bytes]) -> Metadata:
+    """Binary values are gRPC's "-bin" keys; every other value is text."""
+    pairs = []
+    for k, v in zip(fields[::2], fields[1::2], strict=True):
+        key = k.decode()
+        pairs.append((key, v if key.endswith("-bin") else v.decode()))
+    return tuple(pairs)
+
+
+def _read_frame(sock: socket.socket, max_bytes: int) -> bytes | None:
+    head = _read_exactly(sock, 4)
+    if head is None:
+        return None
+    (n,) = _LEN.unpack(head)
+    if n > max_bytes:
+        raise ValueError(f"write channel: a {n}-byte frame is past its {max_bytes}-byte bound")
+    body = _read_exactly(sock, n)
+    if body is None:
+        raise EOFError("write channel: closed inside a frame")
+    return body
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+class _Sender:
+    """One thread that writes what was queued since its last write as one frame."""
+
+    def __init__(self, sock: socket.socket, name: str, on_error: Callable[[BaseException], None]) -> None:
+        self.sock = sock
+        self.on_error = on_error
+        self._cond = threading.Condition()
+        self._queue: list[list[bytes]] = []
+        self._closed = False
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def put(self, record: list[bytes]) -> None:
+        with self._cond:
+            self._queue.append(record)
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                taken, size = 0, 0
+                for record in self._queue:
+                    if taken and size >= BATCH_BYTES:
+                        break
+                    taken += 1
+                    size += sum(len(f) for f in record)
+                batch, self._queue = self._queue[:taken], self._queue[taken:]
+            try:
+                self.sock.sendall(_pack(batch))
+            except OSError as exc:
+                self.on_error(exc)
+                return
+
+
+# ---- the core's side --------------------------------------------------------------------------------
+
+class _Details:
+    """grpc.HandlerCallDetails for a call off the channel."""
+
+    __slots__ = ("invocation_metadata", "method")
+
+    def __init__(self, method: str, metadata: Metadata) -> None:
+        self.method = method
+        self.invocation_metadata = metadata
+
+
+class ChannelContext(LocalContext):
+    """A servicer context for a call off the channel: its caller (peer, auth context) is set by the
+    interceptors from the worker's CALLER header, its status kept for the answer."""
+
+    def peer(self) -> str:
+        return "unix:" + SOCKET_NAME
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {}
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        return False  # the call is not cancelled from outside: nothing would call it
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise LocalRpcError(code, details, self._trailing)
+
+    def trailing(self) -> Metadata:
+        return tuple(self._trailing)
+
+
+class WriteCalls:
+    """A write method called as the core's gRPC server calls it: the same interceptors around the
+    same servicer methods. `interceptors`: outermost first, as grpc.server takes them."""
+
+    def __init__(self, servicer: Any, interceptors: Sequence[grpc.ServerInterceptor]) -> None:
+        self.interceptors = tuple(interceptors)
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+        for name in WRITE_METHODS:
+            m = NAMESERVER.methods_by_name[name]
+            self.handlers[method_path(name)] = grpc.unary_unary_rpc_method_handler(
+                getattr(servicer, name), request_deserializer=getattr(api_pb2, m.input_type.name).FromString,
+                response_serializer=getattr(api_pb2, m.output_type.name).SerializeToString)
+
+    def call(self, method: str, request: bytes, metadata: Metadata, time_left: float | None) -> Answer:
+        context = ChannelContext(time_left, metadata)  # type: ignore[arg-type]  # binary values pass through
+        base = self.handlers.get(method)
+        if base is None:
+            return grpc.StatusCode.UNIMPLEMENTED, f"{method} is not a write of the channel", b"", ()
+        details = _Details(method, metadata)
+        handler: Any = base
+        for interceptor in reversed(self.interceptors):
+            handler = interceptor.intercept_service(_returning(handler), details)
+            if handler is None:
+                return grpc.StatusCode.UNIMPLEMENTED, "", b"", ()
+        try:
+            parsed = handler.request_deserializer(request) if handler.request_deserializer else request
+            if handler.unary_unary:
+                reply = handler.unary_unary(parsed, context)
+            elif handler.stream_unary:  # the call guard serves unary methods as request-streaming ones
+                reply = handler.stream_unary(iter((parsed,)), context)
+            else:
+                return grpc.StatusCode.UNIMPLEMENTED, "", b"", ()
+            body = handler.response_serializer(reply) if handler.response_serializer else reply
+            return grpc.StatusCode.OK, "", body, context.trailing()
+        except LocalRpcError as exc:
+            return exc.code(), exc.details(), b"", context.trailing()
+        except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
+            log.exception("write channel call %s failed", method)
+            return grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}", b"", context.trailing()
+
+
+def _returning(handler: Any) -> Callable[[Any], Any]:
+    """An interceptor's continuation: the handler within."""
+    return lambda _details: handler
+
+
+class WriteChannelServer:
+    """The core's end: the socket, a reader per worker link, the calls on a pool, answers batched back."""
+
+    def __init__(self, path: str, calls: WriteCalls, threads: int, max_request_bytes: int) -> None:
+        self.path = path
+        self.writes = calls
+        self.max_frame = BATCH_BYTES + max_request_bytes + FRAME_SLACK
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="write-channel")
+        self._sock: socket.socket | None = None
+        self._links: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self.calls = 0   # calls and frames received (/metrics)
+        self.frames = 0
+
+    def start(self) -> None:
+        folder = os.path.dirname(self.path)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(self.path)
+        os.chmod(self.path, 0o600)
+        sock.listen(64)
+        self._sock = sock
+        threading.Thread(target=self._accept, name="write-channel-accept", daemon=True).start()
+
+    def stop(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            _close(link)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _accept(self) -> None:
+        while (sock := self._sock) is not None:
+            try:
+                link, _ = sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._links.add(link)
+            threading.Thread(target=self._serve, args=(link,), name="write-channel-link", daemon=True).start()
+
+    def _serve(self, link: socket.socket) -> None:
+        sender = _Sender(link, "write-channel-answers", lambda exc: _close(link))
+        try:
+            while (body := _read_frame(link, self.max_frame)) is not None:
+                received = time.monotonic()  # a call's time left counts from here, its wait in the pool too
+                calls = _unpack(body)
+                with self._lock:
+                    self.frames += 1
+                    self.calls += len(calls)
+                for fields in calls:
+                    if len(fields) < 4 or len(fields) % 2 or not fields[1].lstrip(b"-").isdigit():
+                        raise ValueError("write channel: a call of the wrong shape")
+                    self.pool.submit(self._run, sender, fields, received)
+        except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
+            if self._sock is not None:
+                log.warning("write channel: a worker's link ended: %s", exc)
+        finally:
+            sender.close()
+            _close(link)
+            with self._lock:
+                self._links.discard(link)
+
+    def _run(self, sender: _Sender, fields: list[bytes], received: float) -> None:
+        call_id, left, method, request = fields[0], int(fields[1]), fields[2].decode(), fields[3]
+        time_left = None if left == _NO_TIME else max(0.0, left / 1000 - (time.monotonic() - received))
+        code, details, body, trailing = self.writes.call(method, request, _metadata_of(fields[4:]), time_left)
+        sender.put([call_id, str(code.value[0]).encode(), details.encode(), body, *_metadata_fields(trailing)])
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+# ---- a worker's side --------------------------------------------------------------------------------
+
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class _Link:
+    def __init__(self, sock: socket.socket, on_error: Callable[[_Link, BaseException], None]) -> None:
+        self.sock = sock
+        self.pending: dict[bytes, Future[Answer]] = {}
+        self.broken: str | None = None  # why it broke; a call that finds it broken fails at once
+        self.sender = _Sender(sock, "write-channel-calls", lambda exc: on_error(self, exc))
+
+
+class WriteChannel:
+    """A worker's end: call() sends a write to the core and waits for its answer."""
+
+    def __init__(self, path: str, max_reply_bytes: int) -> None:
+        self.path = path
+        self.max_frame = BATCH_BYTES + max_reply_bytes + FRAME_SLACK
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._link: _Link | None = None
+
+    def call(self, method: str, request: bytes, metadata: Metadata, time_left: float | None,
+             alive: Callable[[], bool]) -> Answer:
+        """The core's answer; UNAVAILABLE when the link fails or the core does not answer in time (the
+        write may have been made: a session's retry is answered from the session)."""
+        try:
+            link = self._connected()
+        except OSError as exc:
+            return grpc.StatusCode.UNAVAILABLE, f"the node's core did not answer: {exc}", b"", ()
+        call_id = _ID.pack(next(self._ids))
+        answer: Future[Answer] = Future()
+        with self._lock:
+            if link.broken is not None:
+                return grpc.StatusCode.UNAVAILABLE, link.broken, b"", ()
+            link.pending[call_id] = answer
+        left = _NO_TIME if time_left is None else max(0, int(time_left * 1000))
+        link.sender.put([call_id, str(left).encode(), method.encode(), request, *_metadata_fields(metadata)])
+        try:
+            for _ in _waits(time_left):
+                if not alive():
+                    return grpc.StatusCode.CANCELLED, "the caller went away", b"", ()
+                try:
+                    return answer.result(timeout=_WAIT_STEP_S)
+                except TimeoutError:
+                    continue
+            return grpc.StatusCode.DEADLINE_EXCEEDED, "the node's core did not answer in time", b"", ()
+        finally:
+            with self._lock:
+                link.pending.pop(call_id, None)
+
+    def close(self) -> None:
+        with self._lock:
+            link, self._link = self._link, None
+        if link is not None:
+            self._broken(link, EOFError("closed"))
+
+    def _connected(self) -> _Link:
+        with self._lock:
+            if self._link is None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.connect(self.path)
+                except OSError:
+                    sock.close()
+                    raise
+                self._link = _Link(sock, self._broken)
+                threading.Thread(target=self._read, args=(self._link,), name="write-channel-reader",
+                                 daemon=True).start()
+            return self._link
+
+    def _read(self, link: _Link) -> None:
+        error: BaseException = EOFError("the node's core closed the channel")
+        try:
+            while (body := _read_frame(link.sock, self.max_frame)) is not None:
+                for fields in _unpack(body):
+                    with self._lock:
+                        answer = link.pending.pop(fields[0], None)
+                    if answer is not None:
+                        code = _CODES.get(int(fields[1]), grpc.StatusCode.UNKNOWN)
+                        answer.set_result((code, fields[2].decode(), fields[3], _metadata_of(fields[4:])))
+        except (OSError, ValueError, EOFError) as exc:
+            error = exc
+        self._broken(link, error)
+
+    def _broken(self, link: _Link, error: BaseException) -> None:
+        """Every call waiting on `link` fails; the next call connects again."""
+        why = f"the node's core did not answer: the write channel closed ({error})"
+        with self._lock:
+            if self._link is link:
+                self._link = None
+            if link.broken is None:
+                link.broken = why
+            pending, link.pending = link.pending, {}
+        link.sender.close()
+        _close(link.sock)
+        for answer in pending.values():
+            if not answer.done():
+                answer.set_result((grpc.StatusCode.UNAVAILABLE, why, b"", ()))
+
+
+_WAIT_STEP_S = 0.5  # how often a waiting call looks whether its caller is still there
+
+
+def _waits(time_left: float | None) -> Iterator[None]:
+    """Steps of _WAIT_STEP_S until `time_left` (and a second's grace for the core's answer) is spent."""
+    end = None if time_left is None else time.monotonic() + time_left + 1.0
+    while end is None or time.monotonic() < end:
+        yield None
+
+
+__all__ = ["WRITE_METHODS", "ChannelContext", "WriteCalls", "WriteChannel", "WriteChannelServer", "method_path",
+           "socket_path"]
