@@ -30,9 +30,9 @@ from prometheus_client import CollectorRegistry
 from nameserver import headers, tlsconf
 from nameserver.api import auth, corelink, grpcserver, writechannel
 from nameserver.api.service import NameServerService
+from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
 from nameserver.core import watch
-from nameserver.api.writechannel import WriteChannel
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.metrics import RequestMetrics
 from nameserver.ops.workers import WorkerSpec, process_share
