@@ -141,10 +141,10 @@ def compare(report: dict[str, Any], costs_doc: dict[str, Any]) -> tuple[list[Row
     rows += [
         Row("leader node CPU", leader_pred, leader_cpu / seconds, "cores",
             "model: its core's writes (changed registrations, heartbeats received and forwarded, expiries) + a third "
-            "of the route reads; simulator: the leader's processes, user + system"),
+            "of the route reads + each request's cost alone + idle; simulator: the leader's processes, user + system"),
         Row("follower node CPU (mean)", follower_pred, follower_cpu / seconds, "cores",
-            "model: changed registrations applied + heartbeats received + a third of the route reads; simulator: "
-            "each follower's processes, user + system, mean of the followers"),
+            "model: changed registrations applied + heartbeats received + a third of the route reads + each "
+            "request's cost alone + idle; simulator: each follower's processes, user + system, mean of the followers"),
         Row("all nodes CPU", leader_pred + (nodes - 1) * follower_pred,
             (leader_cpu + (nodes - 1) * follower_cpu) / seconds, "cores", "the two rows above summed over the nodes"),
         Row("memory per node (RSS)", as_run.memory_per_node_bytes / 2**20, rss_max / 2**20, "MiB",

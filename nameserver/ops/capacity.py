@@ -115,6 +115,10 @@ COST_KEYS = (
 )
 
 
+ALONE_KEY = "remoting_request_alone_cpu_us"
+IDLE_KEY = "node_idle_cpu_us"  # from the costs file's idle_cpu_cores_per_node (mean over its nodes)
+
+
 def read_costs(doc: dict[str, Any]) -> dict[str, float]:
     """The values the model needs from a costs file, or a PlanError naming the missing or bad one."""
     table = doc.get("costs") if isinstance(doc, dict) else None
@@ -127,6 +131,17 @@ def read_costs(doc: dict[str, Any]) -> dict[str, float]:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise PlanError(f"costs file: costs.{key}.value missing or not a number")
         out[key] = float(value)
+    # Optional (a costs file may predate them; the plan then says what it leaves out): the CPU a remoting request
+    # costs when it arrives alone on its connection, as a fleet's do, beyond the pipelined loads' per-operation
+    # costs above; and each node's idle CPU (Raft heartbeats, timers).
+    alone = table.get(ALONE_KEY)
+    alone_value = alone.get("value") if isinstance(alone, dict) else None
+    if isinstance(alone_value, int | float) and not isinstance(alone_value, bool) and math.isfinite(alone_value):
+        out[ALONE_KEY] = float(alone_value)
+    idle = doc.get("idle_cpu_cores_per_node")
+    if isinstance(idle, dict) and idle and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                               for v in idle.values()):
+        out[IDLE_KEY] = sum(idle.values()) / len(idle) * US_PER_S
     return out
 
 
@@ -209,7 +224,16 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
 
     # ---- the leader's core: every write of the group ---------------------------------------------------
     reg_l, reg_l_f = line("changed_registration_leader_cpu_us")
+    alone, idle = c.get(ALONE_KEY, 0.0), c.get(IDLE_KEY, 0.0)
+    if ALONE_KEY not in c:
+        p.notes.append(f"The costs file has no {ALONE_KEY}: each heartbeat and remoting read is costed as in a "
+                       "pipelined load, which understates a fleet's (docs/scaling.md, \"Validation against the "
+                       "simulator\").")
+    if IDLE_KEY not in c:
+        p.notes.append("The costs file has no idle_cpu_cores_per_node: a node's idle CPU is left out.")
     hb_r, hb_r_f = line("heartbeat_receive_cpu_us")
+    hb_r, hb_r_f = hb_r + alone, f"{hb_r_f[:-1]} + {_n(alone)} alone)"
+    remoting_read = c["route_read_remoting_cpu_us"] + alone
     hb_f = c["heartbeat_forwarded_leader_cpu_us_base"]  # liveness only: no topic table reaches the leader
     hb_f_f = _n(hb_f)
     followers = f.voters - 1
@@ -218,17 +242,17 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
         f"changed registrations {_n(regs)}/s x {reg_l_f} us + heartbeats {_n(hbs)}/s x {hb_r_f} us + "
         f"forwarded heartbeats {_n(hbs)}/s x {followers} followers x {hb_f_f} us + expiries {_n(expiries)}/s x "
         f"{_n(c['expiry_leader_cpu_us'])} us + linearizable reads {_n(f.linearizable_reads_per_s)}/s x "
-        f"{_n(c['linearizable_read_leader_cpu_us'])} us",
+        f"{_n(c['linearizable_read_leader_cpu_us'])} us + idle {_n(idle)}",
         regs * reg_l + hbs * hb_r + hbs * followers * hb_f + expiries * c["expiry_leader_cpu_us"]
-        + f.linearizable_reads_per_s * c["linearizable_read_leader_cpu_us"], "us CPU/s")
+        + f.linearizable_reads_per_s * c["linearizable_read_leader_cpu_us"] + idle, "us CPU/s")
     p.add("one group's changed registrations at budget (no heartbeat load)", f"budget {_n(budget)} / {reg_l_f} us",
           budget / reg_l, "/s")
 
     # ---- read-serving processes ------------------------------------------------------------------------
     read_cost = p.add("CPU per route read", f"remoting_share {_n(f.remoting_share)} x "
-                      f"{_n(c['route_read_remoting_cpu_us'])} us + {_n(1 - f.remoting_share)} x "
+                      f"({_n(c['route_read_remoting_cpu_us'])} + {_n(alone)} alone) us + {_n(1 - f.remoting_share)} x "
                       f"{_n(c['route_read_grpc_cpu_us'])} us (gRPC)",
-                      f.remoting_share * c["route_read_remoting_cpu_us"]
+                      f.remoting_share * remoting_read
                       + (1 - f.remoting_share) * c["route_read_grpc_cpu_us"], "us")
     serve = p.add("read-serving CPU, whole fleet",
                   f"route reads {_n(reads)}/s x {_n(read_cost)} us + watch events {_n(events)}/s x "
@@ -245,8 +269,8 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
     per_worker = p.add("a worker's CPU left for reads", f"budget {_n(budget)} - {_n(replica_apply)}",
                        budget - replica_apply, "us CPU/s")
     follower_core = p.add("a follower core's CPU (no worker)",
-                          f"changed registrations {_n(regs)}/s x {reg_f_f} us + heartbeats {_n(hbs)}/s x {hb_r_f} us",
-                          regs * reg_f + hbs * hb_r, "us CPU/s")
+                          f"changed registrations {_n(regs)}/s x {reg_f_f} us + heartbeats {_n(hbs)}/s x {hb_r_f} us "
+                          f"+ idle {_n(idle)}", regs * reg_f + hbs * hb_r + idle, "us CPU/s")
     busiest_core = max(leader_writes, follower_core)
     if busiest_core + serve / f.voters <= budget:
         workers = 0
@@ -268,8 +292,8 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
         # The core listens on the shared remoting port too: the kernel (SO_REUSEPORT) gives it its share.
         core_reads = p.add("the core's share of remoting reads",
                            f"route reads {_n(reads)}/s x remoting_share {_n(f.remoting_share)} x "
-                           f"{_n(c['route_read_remoting_cpu_us'])} us / voters {f.voters} / (workers {workers} + 1)",
-                           reads * f.remoting_share * c["route_read_remoting_cpu_us"] / f.voters / (workers + 1),
+                           f"{_n(remoting_read)} us / voters {f.voters} / (workers {workers} + 1)",
+                           reads * f.remoting_share * remoting_read / f.voters / (workers + 1),
                            "us CPU/s")
         core_reads += p.add("core CPU to feed its workers",
                             f"changed registrations {_n(regs)}/s x {_n(feed)} us x {workers}",
@@ -280,8 +304,8 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
 
     # ---- groups: what sharding would move ------------------------------------------------------------
     fixed = p.add("of the leader's core, what every node's core pays whatever the groups",
-                  f"heartbeats it receives {_n(hbs)}/s x {hb_r_f} us + reads and feeding {_n(core_reads)}",
-                  hbs * hb_r + core_reads, "us CPU/s")
+                  f"heartbeats it receives {_n(hbs)}/s x {hb_r_f} us + idle {_n(idle)} + reads and feeding "
+                  f"{_n(core_reads)}", hbs * hb_r + idle + core_reads, "us CPU/s")
     movable = p.add("of the leader's core, what a group's leader alone pays (sharding splits it)",
                     f"{_n(leader_core)} - {_n(fixed)}", leader_core - fixed, "us CPU/s")
     if leader_core <= budget:
@@ -389,4 +413,4 @@ def render(p: Plan, fleet: Fleet, costs_source: str) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["COST_KEYS", "Fleet", "Plan", "PlanError", "Step", "plan", "read_costs", "render"]
+__all__ = ["ALONE_KEY", "COST_KEYS", "Fleet", "IDLE_KEY", "Plan", "PlanError", "Step", "plan", "read_costs", "render"]

@@ -157,3 +157,21 @@ def test_heartbeats_every_node_receives_are_not_moved_by_groups_and_the_plan_say
     assert p.groups == 0
     assert any("no number of groups moves it" in n for n in p.notes)
     assert not any("no number of groups" in n for n in plan(Fleet.from_dict(FLEET), read_costs(costs_file())).notes)
+
+
+def test_a_request_alone_and_the_idle_node_are_costed_when_the_costs_file_gives_them() -> None:
+    # 100 us per remoting request arriving alone on its connection, on each heartbeat and each remoting read;
+    # 0.01 core idle on every node's core
+    doc = costs_file({**COSTS, "remoting_request_alone_cpu_us": 100})
+    doc["idle_cpu_cores_per_node"] = {"n1": 0.01, "n2": 0.01, "n3": 0.01}
+    p = plan(Fleet.from_dict(FLEET), read_costs(doc))
+    steps = {s.name: s.value for s in p.steps}
+    received = 100 * (400 + 10 * 20 + 100)  # heartbeats per node x (receive cost + alone)
+    assert steps["leader core CPU for writes"] == pytest.approx(2600 + received + 10_000 + 2000 + 10_000)
+    assert steps["CPU per route read"] == pytest.approx(300)
+    assert steps["a follower core's CPU (no worker)"] == pytest.approx(1 * (200 + 20 * 20) + received + 10_000)
+    assert not p.notes
+    # without them, the plan says what it leaves out
+    bare = plan(Fleet.from_dict(FLEET), read_costs(costs_file()))
+    assert any("remoting_request_alone_cpu_us" in n for n in bare.notes)
+    assert any("idle_cpu_cores_per_node" in n for n in bare.notes)
