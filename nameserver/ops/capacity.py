@@ -10,6 +10,9 @@ Pure: no I/O, no clock; the same fleet and costs give the same plan. Its assumpt
   follower's core forwards their liveness, which carries the broker's names and address only: the leader's
   cost per forwarded heartbeat has no per-topic part (the costs file's is noise; docs/scaling.md,
   "Validation against the simulator");
+- a fleet's heartbeats and remoting reads arrive one at a time on connections of their own: each costs
+  `remoting_request_alone_cpu_us` beyond the per-operation costs, which come from pipelined loads; every
+  node's core also spends its idle CPU (both optional in a costs file: a plan without them says so);
 - a changed registration (a broker restart, a topic change) rewrites all of its broker's topics: a topic
   change is costed as a whole registration, which overstates it;
 - route reads, watch events and linearizable reads are spread evenly over every read-serving process
