@@ -6,7 +6,13 @@ arithmetic that made it so an operator can check it by hand.
 Pure: no I/O, no clock; the same fleet and costs give the same plan. Its assumptions (docs/scaling.md,
 "The model") in one place:
 - every broker sends its heartbeat (an unchanged registration) to every node, as RocketMQ brokers register
-  with every nameserver they are given; a node's core handles them, a follower's core forwards them;
+  with every nameserver they are given; a node's core handles them (parsing the whole topic table), a
+  follower's core forwards their liveness, which carries the broker's names and address only: the leader's
+  cost per forwarded heartbeat has no per-topic part (the costs file's is noise; docs/scaling.md,
+  "Validation against the simulator");
+- a fleet's heartbeats and remoting reads arrive one at a time on connections of their own: each costs
+  `remoting_request_alone_cpu_us` beyond the per-operation costs, which come from pipelined loads; every
+  node's core also spends its idle CPU (both optional in a costs file: a plan without them says so);
 - a changed registration (a broker restart, a topic change) rewrites all of its broker's topics: a topic
   change is costed as a whole registration, which overstates it;
 - route reads, watch events and linearizable reads are spread evenly over every read-serving process
@@ -98,8 +104,7 @@ COST_KEYS = (
     "route_read_grpc_cpu_us", "route_read_remoting_cpu_us", "route_read_grpc_bytes_out",
     "route_read_remoting_bytes_out", "route_read_remoting_bytes_in", "route_brokers",
     "heartbeat_receive_cpu_us_base", "heartbeat_receive_cpu_us_per_topic",
-    "heartbeat_forwarded_leader_cpu_us_base", "heartbeat_forwarded_leader_cpu_us_per_topic",
-    "heartbeat_bytes_in_base", "heartbeat_bytes_in_per_topic",
+    "heartbeat_forwarded_leader_cpu_us_base", "heartbeat_bytes_in_base", "heartbeat_bytes_in_per_topic",
     "changed_registration_leader_cpu_us_base", "changed_registration_leader_cpu_us_per_topic",
     "changed_registration_follower_cpu_us_base", "changed_registration_follower_cpu_us_per_topic",
     "changed_registration_follower_bytes_in_base", "changed_registration_follower_bytes_in_per_topic",
@@ -111,6 +116,10 @@ COST_KEYS = (
     "memory_node_idle_rss_bytes", "memory_worker_idle_rss_bytes", "memory_per_broker_rss_bytes",
     "memory_per_queue_data_rss_bytes", "memory_per_queue_rss_bytes", "memory_per_kv_byte_rss",
 )
+
+
+ALONE_KEY = "remoting_request_alone_cpu_us"
+IDLE_KEY = "node_idle_cpu_us"  # from the costs file's idle_cpu_cores_per_node (mean over its nodes)
 
 
 def read_costs(doc: dict[str, Any]) -> dict[str, float]:
@@ -125,6 +134,17 @@ def read_costs(doc: dict[str, Any]) -> dict[str, float]:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise PlanError(f"costs file: costs.{key}.value missing or not a number")
         out[key] = float(value)
+    # Optional (a costs file may predate them; the plan then says what it leaves out): the CPU a remoting request
+    # costs when it arrives alone on its connection, as a fleet's do, beyond the pipelined loads' per-operation
+    # costs above; and each node's idle CPU (Raft heartbeats, timers).
+    alone = table.get(ALONE_KEY)
+    alone_value = alone.get("value") if isinstance(alone, dict) else None
+    if isinstance(alone_value, int | float) and not isinstance(alone_value, bool) and math.isfinite(alone_value):
+        out[ALONE_KEY] = float(alone_value)
+    idle = doc.get("idle_cpu_cores_per_node")
+    if isinstance(idle, dict) and idle and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                               for v in idle.values()):
+        out[IDLE_KEY] = sum(idle.values()) / len(idle) * US_PER_S
     return out
 
 
@@ -207,25 +227,35 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
 
     # ---- the leader's core: every write of the group ---------------------------------------------------
     reg_l, reg_l_f = line("changed_registration_leader_cpu_us")
+    alone, idle = c.get(ALONE_KEY, 0.0), c.get(IDLE_KEY, 0.0)
+    if ALONE_KEY not in c:
+        p.notes.append(f"The costs file has no {ALONE_KEY}: each heartbeat and remoting read is costed as in a "
+                       "pipelined load, which understates a fleet's (docs/scaling.md, \"Validation against the "
+                       "simulator\").")
+    if IDLE_KEY not in c:
+        p.notes.append("The costs file has no idle_cpu_cores_per_node: a node's idle CPU is left out.")
     hb_r, hb_r_f = line("heartbeat_receive_cpu_us")
-    hb_f, hb_f_f = line("heartbeat_forwarded_leader_cpu_us")
+    hb_r, hb_r_f = hb_r + alone, f"{hb_r_f[:-1]} + {_n(alone)} alone)"
+    remoting_read = c["route_read_remoting_cpu_us"] + alone
+    hb_f = c["heartbeat_forwarded_leader_cpu_us_base"]  # liveness only: no topic table reaches the leader
+    hb_f_f = _n(hb_f)
     followers = f.voters - 1
     leader_writes = p.add(
         "leader core CPU for writes",
         f"changed registrations {_n(regs)}/s x {reg_l_f} us + heartbeats {_n(hbs)}/s x {hb_r_f} us + "
         f"forwarded heartbeats {_n(hbs)}/s x {followers} followers x {hb_f_f} us + expiries {_n(expiries)}/s x "
         f"{_n(c['expiry_leader_cpu_us'])} us + linearizable reads {_n(f.linearizable_reads_per_s)}/s x "
-        f"{_n(c['linearizable_read_leader_cpu_us'])} us",
+        f"{_n(c['linearizable_read_leader_cpu_us'])} us + idle {_n(idle)}",
         regs * reg_l + hbs * hb_r + hbs * followers * hb_f + expiries * c["expiry_leader_cpu_us"]
-        + f.linearizable_reads_per_s * c["linearizable_read_leader_cpu_us"], "us CPU/s")
+        + f.linearizable_reads_per_s * c["linearizable_read_leader_cpu_us"] + idle, "us CPU/s")
     p.add("one group's changed registrations at budget (no heartbeat load)", f"budget {_n(budget)} / {reg_l_f} us",
           budget / reg_l, "/s")
 
     # ---- read-serving processes ------------------------------------------------------------------------
     read_cost = p.add("CPU per route read", f"remoting_share {_n(f.remoting_share)} x "
-                      f"{_n(c['route_read_remoting_cpu_us'])} us + {_n(1 - f.remoting_share)} x "
+                      f"({_n(c['route_read_remoting_cpu_us'])} + {_n(alone)} alone) us + {_n(1 - f.remoting_share)} x "
                       f"{_n(c['route_read_grpc_cpu_us'])} us (gRPC)",
-                      f.remoting_share * c["route_read_remoting_cpu_us"]
+                      f.remoting_share * remoting_read
                       + (1 - f.remoting_share) * c["route_read_grpc_cpu_us"], "us")
     serve = p.add("read-serving CPU, whole fleet",
                   f"route reads {_n(reads)}/s x {_n(read_cost)} us + watch events {_n(events)}/s x "
@@ -242,8 +272,8 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
     per_worker = p.add("a worker's CPU left for reads", f"budget {_n(budget)} - {_n(replica_apply)}",
                        budget - replica_apply, "us CPU/s")
     follower_core = p.add("a follower core's CPU (no worker)",
-                          f"changed registrations {_n(regs)}/s x {reg_f_f} us + heartbeats {_n(hbs)}/s x {hb_r_f} us",
-                          regs * reg_f + hbs * hb_r, "us CPU/s")
+                          f"changed registrations {_n(regs)}/s x {reg_f_f} us + heartbeats {_n(hbs)}/s x {hb_r_f} us "
+                          f"+ idle {_n(idle)}", regs * reg_f + hbs * hb_r + idle, "us CPU/s")
     busiest_core = max(leader_writes, follower_core)
     if busiest_core + serve / f.voters <= budget:
         workers = 0
@@ -265,8 +295,8 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
         # The core listens on the shared remoting port too: the kernel (SO_REUSEPORT) gives it its share.
         core_reads = p.add("the core's share of remoting reads",
                            f"route reads {_n(reads)}/s x remoting_share {_n(f.remoting_share)} x "
-                           f"{_n(c['route_read_remoting_cpu_us'])} us / voters {f.voters} / (workers {workers} + 1)",
-                           reads * f.remoting_share * c["route_read_remoting_cpu_us"] / f.voters / (workers + 1),
+                           f"{_n(remoting_read)} us / voters {f.voters} / (workers {workers} + 1)",
+                           reads * f.remoting_share * remoting_read / f.voters / (workers + 1),
                            "us CPU/s")
         core_reads += p.add("core CPU to feed its workers",
                             f"changed registrations {_n(regs)}/s x {_n(feed)} us x {workers}",
@@ -277,8 +307,8 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
 
     # ---- groups: what sharding would move ------------------------------------------------------------
     fixed = p.add("of the leader's core, what every node's core pays whatever the groups",
-                  f"heartbeats it receives {_n(hbs)}/s x {hb_r_f} us + reads and feeding {_n(core_reads)}",
-                  hbs * hb_r + core_reads, "us CPU/s")
+                  f"heartbeats it receives {_n(hbs)}/s x {hb_r_f} us + idle {_n(idle)} + reads and feeding "
+                  f"{_n(core_reads)}", hbs * hb_r + idle + core_reads, "us CPU/s")
     movable = p.add("of the leader's core, what a group's leader alone pays (sharding splits it)",
                     f"{_n(leader_core)} - {_n(fixed)}", leader_core - fixed, "us CPU/s")
     if leader_core <= budget:
@@ -386,4 +416,4 @@ def render(p: Plan, fleet: Fleet, costs_source: str) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["COST_KEYS", "Fleet", "Plan", "PlanError", "Step", "plan", "read_costs", "render"]
+__all__ = ["ALONE_KEY", "COST_KEYS", "Fleet", "IDLE_KEY", "Plan", "PlanError", "Step", "plan", "read_costs", "render"]

@@ -17,7 +17,7 @@ COSTS: dict[str, float] = {
     "route_read_grpc_cpu_us": 300, "route_read_remoting_cpu_us": 200, "route_read_grpc_bytes_out": 300,
     "route_read_remoting_bytes_out": 1000, "route_read_remoting_bytes_in": 100, "route_brokers": 4,
     "heartbeat_receive_cpu_us_base": 400, "heartbeat_receive_cpu_us_per_topic": 10,
-    "heartbeat_forwarded_leader_cpu_us_base": 50, "heartbeat_forwarded_leader_cpu_us_per_topic": 5,
+    "heartbeat_forwarded_leader_cpu_us_base": 50,
     "heartbeat_bytes_in_base": 400, "heartbeat_bytes_in_per_topic": 200,
     "changed_registration_leader_cpu_us_base": 2000, "changed_registration_leader_cpu_us_per_topic": 30,
     "changed_registration_follower_cpu_us_base": 200, "changed_registration_follower_cpu_us_per_topic": 20,
@@ -46,10 +46,10 @@ def test_the_plan_is_the_arithmetic_worked_by_hand() -> None:
     assert steps["topics per broker"] == 20
     assert steps["route reads"] == 1000
     assert steps["heartbeats per node"] == 100
-    # 1 x (2000 + 30 x 20) + 100 x (400 + 10 x 20) + 100 x 2 x (50 + 5 x 20) + 1 x 2000
-    assert steps["leader core CPU for writes"] == pytest.approx(2600 + 60_000 + 30_000 + 2000)
+    # 1 x (2000 + 30 x 20) + 100 x (400 + 10 x 20) + 100 x 2 x 50 (forwarded liveness: no topics) + 1 x 2000
+    assert steps["leader core CPU for writes"] == pytest.approx(2600 + 60_000 + 10_000 + 2000)
     assert p.groups == 1
-    # reads 1000 x 200 us over 3 cores beside the busiest core's 94,600 us fit 700,000: no worker
+    # reads 1000 x 200 us over 3 cores beside the busiest core's 74,600 us fit 700,000: no worker
     assert steps["read-serving CPU, whole fleet"] == pytest.approx(200_000)
     assert (p.workers_per_node, p.read_replicas) == (0, 0)
     # 60e6 + 1000 x 4000 + 20,000 queue datas x 800 + 160,000 queues x 5
@@ -58,9 +58,22 @@ def test_the_plan_is_the_arithmetic_worked_by_hand() -> None:
     assert p.network_per_node_bytes_per_s == pytest.approx(200_000 + 440_000 + 1080)
     assert p.saturates_first == "leader core CPU (writes)"
     # the leader's core also serves its third of the reads (no worker)
-    assert p.saturation["leader core CPU (writes)"] == pytest.approx(700_000 / (94_600 + 200_000 / 3))
+    assert p.saturation["leader core CPU (writes)"] == pytest.approx(700_000 / (74_600 + 200_000 / 3))
     assert p.saturation["read-serving CPU (voters' cores)"] == pytest.approx(3 * 7 * (700_000 - 300) / 200_000)
     assert plan(Fleet.from_dict(FLEET), read_costs(costs_file())).to_dict() == p.to_dict()  # deterministic
+
+
+def test_the_leader_pays_a_forwarded_heartbeat_whatever_its_topics() -> None:
+    # A follower forwards a heartbeat's liveness (names and address), not its topic table: 4x the topics per
+    # broker raises what each node pays to receive a heartbeat, not what the leader pays per forwarded one.
+    def forwarded(topics: int) -> float:
+        steps = {s.name: s.value for s in plan(Fleet.from_dict({**FLEET, "topics": topics,
+                                                                "broker_restarts_per_hour": 0}),
+                                               read_costs(costs_file())).steps}
+        received = steps["heartbeats per node"] * (400 + 10 * steps["topics per broker"])
+        return steps["leader core CPU for writes"] - received
+
+    assert forwarded(10_000) == forwarded(40_000) == pytest.approx(100 * 2 * 50)
 
 
 def test_a_read_heavy_fleet_gets_workers_then_read_replicas() -> None:
@@ -73,21 +86,21 @@ def test_a_read_heavy_fleet_gets_workers_then_read_replicas() -> None:
     # the core's SO_REUSEPORT share of the remoting reads: 20e6 / 3 nodes / (7 workers + 1); feeding its 7
     # workers: 1 x ((300 + 20 x 20) - (200 + 20 x 20)) / 2 us each
     assert {s.name: s.value for s in p.steps}["the leader's core in one group, all it does"] == \
-        pytest.approx(94_600 + 20e6 / 3 / 8 + 7 * 50)
+        pytest.approx(74_600 + 20e6 / 3 / 8 + 7 * 50)
     assert p.memory_per_node_bytes == pytest.approx(60e6 + 20.8e6 + 7 * (60e6 + 20.8e6))
 
 
 def test_writes_past_one_leader_core_need_groups_and_say_the_product_does_not_shard() -> None:
-    # 400 changed registrations and 400 expiries per s: 400 x 2600 + 60,000 + 30,000 + 400 x 2000 = 1,930,000 us/s
+    # 400 changed registrations and 400 expiries per s: 400 x 2600 + 60,000 + 10,000 + 400 x 2000 = 1,910,000 us/s
     p = plan(Fleet.from_dict({**FLEET, "broker_restarts_per_hour": 400 * 3600}), read_costs(costs_file()))
     steps = {s.name: s.value for s in p.steps}
-    assert steps["leader core CPU for writes"] == pytest.approx(1_930_000)
+    assert steps["leader core CPU for writes"] == pytest.approx(1_910_000)
     # one worker a node; the core keeps half its node's remoting reads (1000 x 200 / 3 / 2) and feeds it
     # (400 x 50): every core pays that and the 60,000 of heartbeats whatever the groups
     fixed = 60_000 + 1000 * 200 / 3 / 2 + 400 * 50
     assert p.workers_per_node == 1
     assert steps["of the leader's core, what every node's core pays whatever the groups"] == pytest.approx(fixed)
-    assert p.groups == math.ceil((1_930_000 + 1000 * 200 / 3 / 2 + 400 * 50 - fixed) / (700_000 - fixed)) == 4
+    assert p.groups == math.ceil((1_910_000 + 1000 * 200 / 3 / 2 + 400 * 50 - fixed) / (700_000 - fixed)) == 4
     assert any("does not shard yet" in n and "more nodes are needed" in n for n in p.notes)
     assert p.saturation["leader core CPU (writes)"] < 1
 
@@ -144,3 +157,21 @@ def test_heartbeats_every_node_receives_are_not_moved_by_groups_and_the_plan_say
     assert p.groups == 0
     assert any("no number of groups moves it" in n for n in p.notes)
     assert not any("no number of groups" in n for n in plan(Fleet.from_dict(FLEET), read_costs(costs_file())).notes)
+
+
+def test_a_request_alone_and_the_idle_node_are_costed_when_the_costs_file_gives_them() -> None:
+    # 100 us per remoting request arriving alone on its connection, on each heartbeat and each remoting read;
+    # 0.01 core idle on every node's core
+    doc = costs_file({**COSTS, "remoting_request_alone_cpu_us": 100})
+    doc["idle_cpu_cores_per_node"] = {"n1": 0.01, "n2": 0.01, "n3": 0.01}
+    p = plan(Fleet.from_dict(FLEET), read_costs(doc))
+    steps = {s.name: s.value for s in p.steps}
+    received = 100 * (400 + 10 * 20 + 100)  # heartbeats per node x (receive cost + alone)
+    assert steps["leader core CPU for writes"] == pytest.approx(2600 + received + 10_000 + 2000 + 10_000)
+    assert steps["CPU per route read"] == pytest.approx(300)
+    assert steps["a follower core's CPU (no worker)"] == pytest.approx(1 * (200 + 20 * 20) + received + 10_000)
+    assert not p.notes
+    # without them, the plan says what it leaves out
+    bare = plan(Fleet.from_dict(FLEET), read_costs(costs_file()))
+    assert any("remoting_request_alone_cpu_us" in n for n in bare.notes)
+    assert any("idle_cpu_cores_per_node" in n for n in bare.notes)
