@@ -50,7 +50,7 @@ from nameserver.remoting import codes, frame, memtrim
 from nameserver.remoting.command import Command, FrameError, FrameRefused
 from nameserver.remoting.handlers import INLINE_CODES, Handlers  # INLINE_CODES: route reads, on the loop
 from nameserver.remoting.ratelog import RateLimitedLog
-from nameserver.remoting.replybudget import ReplyBudget, Verdict
+from nameserver.remoting.replybudget import SMALL_REPLY, ReplyBudget, Verdict
 
 log = logging.getLogger("nameserver.remoting")
 
@@ -58,6 +58,11 @@ MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up 
 WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained
 TLS_HANDSHAKE_RECORD = 0x16    # the first byte of every TLS ClientHello
 LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on with no time: close() resets the connection
+# A request whose code's first answer is awaited (replybudget.py) waits at most this long for it, then
+# reserves as for a small reply: a slow first request (a read waiting for an election) holds up the
+# others of its code no longer than this, and they are not refused for reservations either. What they
+# turn out to hold is still bounded when built (admit: per connection and for the node).
+PROBE_WAIT_S = 1.0
 TRIM_DELAY_S = 1.0  # after the last large reply is released, for the transports and builds to let go of it
 # Connections the kernel completes before the listener accepts them (RocketMQ's serverSocketBacklog; asyncio
 # defaults to 100, and a burst of brokers and clients past it waits out a 1 s SYN retry).
@@ -438,12 +443,15 @@ class RemotingServer:
         probe = held = False  # this request is its code's first (replybudget.py); its reservation is held
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.reply_s
+        probe_wait_until = loop.time() + PROBE_WAIT_S
         try:
             while True:
                 if reply is None:  # still None: the first request of its never-answered code is being answered
                     probe = not self.budget.knows(cmd.code)
                     reply = self.budget.need(cmd.code)
                     probe = probe and reply is not None
+                    if reply is None and loop.time() >= probe_wait_until:
+                        reply = SMALL_REPLY  # that first one is slow: go ahead, as a small reply (never BUSY)
                 need = len(cmd.body) + (reply or 0)
                 if (verdict := Verdict.WAIT if reply is None else self.budget.reserve(conn.held, need)) \
                         is not Verdict.WAIT:
@@ -452,7 +460,8 @@ class RemotingServer:
                     self._freed = loop.create_future()
                 if loop.time() >= deadline:
                     raise TimeoutError
-                await asyncio.wait([self._freed], timeout=deadline - loop.time())  # does not cancel it
+                until = deadline if reply is not None else min(deadline, probe_wait_until)
+                await asyncio.wait([self._freed], timeout=until - loop.time())  # does not cancel it
             if verdict is Verdict.BUSY:
                 return None
             self._hold(conn, need)
