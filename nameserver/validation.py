@@ -288,6 +288,12 @@ def validate_heartbeat(req: api_pb2.HeartbeatRequest) -> None:
         if hb.broker_name:
             check_name(f"heartbeats[{i}].broker_name", hb.broker_name, "broker name")
         check_addr(f"heartbeats[{i}].broker_addr", hb.broker_addr)
+    handover = req.handover  # a peer's liveness table: bounded by the message size
+    if len(handover.silent_ms) != len(handover.broker_addrs):
+        raise ValidationError("handover.silent_ms", f"{len(handover.silent_ms)} silences for "
+                              f"{len(handover.broker_addrs)} addresses")
+    for i, addr in enumerate(handover.broker_addrs):
+        check_addr(f"handover.broker_addrs[{i}]", addr)
 
 
 def validate_get_route(req: api_pb2.GetRouteRequest) -> None:

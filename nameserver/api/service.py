@@ -170,7 +170,13 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         validation.validate_heartbeat(request)
         versions: dict[str, state_pb2.DataVersion] = {}
         unknown = self.node.heartbeat(request.heartbeats, versions)
-        return api_pb2.HeartbeatReply(unknown_addrs=unknown, data_versions=versions)
+        reply = api_pb2.HeartbeatReply(unknown_addrs=unknown, data_versions=versions)
+        if forwarded(context) and (request.want_silences or request.HasField("handover")):  # a peer's sync
+            silences = self.node.liveness_exchange(request.handover, request.want_silences)
+            reply.silences_from_leader = silences is not None
+            if silences is not None:
+                reply.silences.CopyFrom(silences)
+        return reply
 
     # ---- reads ---------------------------------------------------------------------------------
 

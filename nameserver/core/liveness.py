@@ -3,8 +3,18 @@
 The leader keeps the last-heard time per broker address (registrations and heartbeats refresh
 it; followers forward heartbeats in batches). A scan every `scan_interval` appends removal
 records for addresses silent past their timeout, each guarded by the version of the address's
-registration the scan saw, so a stale expiry can never wipe a fresh re-registration. A node that
-becomes leader grants every broker a fresh timeout: a failover never mass-expels brokers.
+registration the scan saw, so a stale expiry can never wipe a fresh re-registration.
+
+Leader changes. Each node keeps a table too: what it heard itself, merged with the leader's clocks,
+which it fetches every scan interval over the forward path as silences (ms since heard: monotonic
+clocks differ per process). The first exchange with a new leader also hands the follower's table
+over. A node that becomes leader carries each broker's clock on from the freshest evidence, so
+elections more frequent than a broker's timeout no longer postpone its expiry forever; a broker with
+no evidence (or a table not synced lately: a node back from a partition) gets a fresh timeout, so a
+broker that beats only another node is never expelled by a leader that never heard of it. Merging
+keeps the latest evidence. A fetched silence counts from when its request was sent, so it only ages on
+the way; a handed-over one counts from its arrival (younger by its transit time, once per follower and
+leader change): evidence passed around cannot keep a dead broker alive.
 
 Remoting connections, as RocketMQ uses them: every node's remoting listener reports which brokers
 hold a connection to it (ChannelTable, at the leader). When the last known connection from a broker
@@ -15,9 +25,10 @@ to their timeout, as does every broker after a failover until its next heartbeat
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from nameserver.pb import api_pb2
 
@@ -31,6 +42,7 @@ class LivenessTable:
         self._last: dict[str, float] = {}
         self._doomed: dict[str, float] = {}  # addr -> when it expires unless heard from first
         self._grace_from = clock()
+        self._current_at = -math.inf  # when this table last knew what the leader knew (led, or synced)
 
     def touch(self, addr: str) -> None:
         now = self._clock()
@@ -48,11 +60,50 @@ class LivenessTable:
         with self._lock:
             self._doomed[addr] = self._clock() + grace_s
 
-    def grant_grace(self) -> None:
-        """Start every broker's clock afresh (on becoming leader)."""
+    def mark_current(self) -> None:
+        """This table holds what the leader knew, as of now (a sync with it, or this node led until now)."""
         with self._lock:
-            self._last.clear()
-            self._grace_from = self._clock()
+            self._current_at = self._clock()
+
+    def grant_grace(self, trust_within_s: float) -> None:
+        """On becoming leader: every clock carries on from the evidence in the table, if the table was
+        current within `trust_within_s`; a broker without evidence counts from now."""
+        with self._lock:
+            now = self._clock()
+            if now - self._current_at > trust_within_s:
+                self._last.clear()  # stale evidence: a live broker may have beaten others meanwhile
+            self._doomed.clear()
+            self._grace_from = now
+            self._current_at = now
+
+    def silences(self, addrs: Iterable[str] | None = None) -> api_pb2.BrokerSilences:
+        """ms since each address was heard: of `addrs` (registered brokers, at the leader: one never
+        heard counts from the grace point, as `expired` does), or of every address this table heard."""
+        now = self._clock()
+        with self._lock:
+            if addrs is None:
+                names, lasts = list(self._last), list(self._last.values())
+            else:
+                names = list(addrs)
+                lasts = [self._last.get(a, self._grace_from) for a in names]
+        return api_pb2.BrokerSilences(broker_addrs=names,
+                                      silent_ms=[max(0, int((now - last) * 1000)) for last in lasts])
+
+    def merge(self, silences: api_pb2.BrokerSilences, measured_at: float) -> None:
+        """Another node's silences, measured no earlier than `measured_at` (by this clock): each address
+        keeps its latest evidence."""
+        with self._lock:
+            for addr, ms in zip(silences.broker_addrs, silences.silent_ms, strict=False):
+                heard = measured_at - ms / 1000.0
+                if heard > self._last.get(addr, -math.inf):
+                    self._last[addr] = heard
+
+    def keep_only(self, registered: Iterable[str]) -> None:
+        """Drop the addresses no longer registered (a follower's table must not grow forever either)."""
+        live = set(registered)
+        with self._lock:
+            for addr in [a for a in self._last if a not in live]:
+                del self._last[addr]
 
     def expired(self, registered: list[tuple[str, int, int]]) -> list[tuple[str, int]]:
         """Of (addr, timeout_ms, version) registrations, those silent past their timeout.
@@ -67,11 +118,10 @@ class LivenessTable:
                 doom = self._doomed.get(addr)
                 if now - last > timeout_ms / 1000.0 or (doom is not None and now >= doom):
                     out.append((addr, version))
-            for addr in [a for a in self._doomed if a not in {r[0] for r in registered}]:
-                del self._doomed[addr]
             live = {addr for addr, _, _ in registered}
-            for addr in [a for a in self._last if a not in live]:
-                del self._last[addr]  # unregistered elsewhere: do not grow forever
+            for addr in [a for a in self._doomed if a not in live]:
+                del self._doomed[addr]
+        self.keep_only(live)  # unregistered elsewhere: do not grow forever
         return out
 
     def __len__(self) -> int:

@@ -384,10 +384,35 @@ class NameServerNode(LocalReads):
         if is_leader:
             self.session_clock.restart()
             self.channels.clear()  # re-reported by each broker's next heartbeat through remoting
-            self.liveness.grant_grace()
-            log.info("became leader at term %d: every broker gets a fresh timeout", self.log.term())
+            self.liveness.grant_grace(self.evidence_trusted_s)
+            log.info("became leader at term %d: brokers' clocks carry on from the evidence this node holds",
+                     self.log.term())
         else:
+            self.liveness.mark_current()  # it led until now: its clocks were the leader's
             log.info("no longer leader (term %d)", self.log.term())
+
+    @property
+    def sync_interval_s(self) -> float:
+        """How often a follower fetches the leader's silences: the scan interval, the resolution of expiry."""
+        return self.cfg.scan_interval_ms / 1000
+
+    @property
+    def evidence_trusted_s(self) -> float:
+        """A table synced within this long is current enough for a new leader to go on from: two missed
+        syncs and an election (a node back from a partition has older evidence: fresh timeouts)."""
+        return 2 * self.sync_interval_s + self.cfg.election_max_ms / 1000
+
+    def liveness_exchange(self, handover: api_pb2.BrokerSilences, want: bool) -> api_pb2.BrokerSilences | None:
+        """A follower's sync (a forwarded Heartbeat): its handed-over silences merged here, and, if `want`,
+        every registered broker's silence by this leader's clock. None when this node does not lead."""
+        if not self.log.is_leader():
+            return None
+        self.liveness.merge(handover, time.monotonic())
+        if not want:
+            return api_pb2.BrokerSilences()
+        with self.lock:
+            addrs = [addr for addr, _, _ in self.state.live_addrs()]
+        return self.liveness.silences(addrs)
 
     def scan_once(self) -> int:
         """Expire silent brokers (leader only). Returns how many removals were committed."""
@@ -432,6 +457,8 @@ class NameServerNode(LocalReads):
         else:
             for b in beats:
                 self.heartbeats.add(b)
+                if not b.channel_closed:
+                    self.liveness.touch(b.broker_addr)  # this node's own evidence, for a handover
 
     def forget_broker(self, addr: str) -> None:
         """An unregistered address: no clock and no connections to keep for it."""
@@ -454,20 +481,38 @@ class NameServerNode(LocalReads):
                 self.channels.opened(b.broker_addr, b.channel_node)
 
     def _forward_heartbeats_loop(self) -> None:
+        """Follower: buffered heartbeats to the leader every forward interval; with them, every sync
+        interval (and at once after a leader change), the liveness sync (nameserver/core/liveness.py)."""
         interval = self.cfg.forward_interval_ms / 1000
+        synced_with: str | None = None  # the leader this node last synced with
+        next_sync = 0.0
         while not self._stop.wait(interval):
             pending = self.heartbeats.drain()
-            if not pending:
-                continue
             if self.log.is_leader():
                 self._heard(pending)
+                synced_with = self.cfg.raft_addr
                 continue
+            leader = self.log.leader()
+            sync = leader is not None and (leader != synced_with or time.monotonic() >= next_sync)
+            if not pending and not sync:
+                continue
+            request = api_pb2.HeartbeatRequest(heartbeats=pending, want_silences=sync)
+            if sync and leader != synced_with:
+                request.handover.CopyFrom(self.liveness.silences())
+            sent_at = time.monotonic()
             try:
-                self.forwarder.call("Heartbeat", api_pb2.HeartbeatRequest(heartbeats=pending), 2.0)
+                reply = self.forwarder.call("Heartbeat", request, 2.0)
             except NoLeader:
-                continue  # no leader: the next leader grants fresh timeouts anyway
+                continue  # no leader: this node's own evidence of them goes in its next handover
             except grpc.RpcError as exc:
                 log.debug("heartbeat forward failed: %s", exc.code())
+                continue
+            if sync and reply.silences_from_leader:
+                self.liveness.merge(reply.silences, sent_at)
+                with self.lock:
+                    self.liveness.keep_only(addr for addr, _, _ in self.state.live_addrs())
+                self.liveness.mark_current()
+                synced_with, next_sync = leader, sent_at + self.sync_interval_s
 
     # ---- peers ---------------------------------------------------------------------------------
 

@@ -156,14 +156,26 @@ class BrokerHeartbeat(_message.Message):
     channel_closed: bool
     def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., channel_node: _Optional[str] = ..., channel_closed: _Optional[bool] = ...) -> None: ...
 
+class BrokerSilences(_message.Message):
+    __slots__ = ("broker_addrs", "silent_ms")
+    BROKER_ADDRS_FIELD_NUMBER: _ClassVar[int]
+    SILENT_MS_FIELD_NUMBER: _ClassVar[int]
+    broker_addrs: _containers.RepeatedScalarFieldContainer[str]
+    silent_ms: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_addrs: _Optional[_Iterable[str]] = ..., silent_ms: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("heartbeats",)
+    __slots__ = ("heartbeats", "want_silences", "handover")
     HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
+    WANT_SILENCES_FIELD_NUMBER: _ClassVar[int]
+    HANDOVER_FIELD_NUMBER: _ClassVar[int]
     heartbeats: _containers.RepeatedCompositeFieldContainer[BrokerHeartbeat]
-    def __init__(self, heartbeats: _Optional[_Iterable[_Union[BrokerHeartbeat, _Mapping]]] = ...) -> None: ...
+    want_silences: bool
+    handover: BrokerSilences
+    def __init__(self, heartbeats: _Optional[_Iterable[_Union[BrokerHeartbeat, _Mapping]]] = ..., want_silences: _Optional[bool] = ..., handover: _Optional[_Union[BrokerSilences, _Mapping]] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("unknown_addrs", "data_versions")
+    __slots__ = ("unknown_addrs", "data_versions", "silences", "silences_from_leader")
     class DataVersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -173,9 +185,13 @@ class HeartbeatReply(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_state_pb2.DataVersion, _Mapping]] = ...) -> None: ...
     UNKNOWN_ADDRS_FIELD_NUMBER: _ClassVar[int]
     DATA_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    SILENCES_FIELD_NUMBER: _ClassVar[int]
+    SILENCES_FROM_LEADER_FIELD_NUMBER: _ClassVar[int]
     unknown_addrs: _containers.RepeatedScalarFieldContainer[str]
     data_versions: _containers.MessageMap[str, _state_pb2.DataVersion]
-    def __init__(self, unknown_addrs: _Optional[_Iterable[str]] = ..., data_versions: _Optional[_Mapping[str, _state_pb2.DataVersion]] = ...) -> None: ...
+    silences: BrokerSilences
+    silences_from_leader: bool
+    def __init__(self, unknown_addrs: _Optional[_Iterable[str]] = ..., data_versions: _Optional[_Mapping[str, _state_pb2.DataVersion]] = ..., silences: _Optional[_Union[BrokerSilences, _Mapping]] = ..., silences_from_leader: _Optional[bool] = ...) -> None: ...
 
 class GetRouteRequest(_message.Message):
     __slots__ = ("topic", "min_offset", "zone_name")

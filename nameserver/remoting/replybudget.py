@@ -7,10 +7,15 @@ thread only: no locks.
 
 - Before a request is handled, its body and the bytes its reply may take while it is built are reserved:
   BUILD_FACTOR times the largest reply its code has produced (a reply being built holds about that
-  many copies of itself: the state's, the JSON text, its bytes, the frame); the whole per-connection
-  share for a code never answered yet. A connection with nothing held may always reserve (one reply
-  larger than the share must still be deliverable); one that holds some and would pass its share
-  waits: it is not read meanwhile. Past the node's total, the request is answered SYSTEM_BUSY at once.
+  many copies of itself: the state's, the JSON text, its bytes, the frame). A code never answered yet
+  is learned from the process's first request of it, not each connection's: that one reserves the
+  whole per-connection share, and the others of the code wait until it is answered (then reserve what
+  it was seen to need; past server.py's PROBE_WAIT_S, as for a small reply). Before, thousands of fresh connections' first route reads (~1 KB replies) each
+  reserved the share and filled the node's total with reservations, not bytes: the rest were answered
+  SYSTEM_BUSY (the fleet simulator, 9,000 connections). A connection with nothing held may always
+  reserve (one reply larger than the share must still be deliverable); one that holds some and would
+  pass its share waits: it is not read meanwhile. Past the node's total, the request is answered
+  SYSTEM_BUSY at once.
 - Once built, the reservation gives way to the reply's own size until it is sent. A reply larger than
   expected that passes the connection's share while it already holds unsent replies closes it (CLOSE);
   one that passes the node's total is answered SYSTEM_BUSY instead (BUSY).
@@ -43,16 +48,33 @@ class ReplyBudget:
         self.busy_total = 0      # requests answered SYSTEM_BUSY because the node had no room
         self.closed_total = 0    # connections closed for holding more than their share
         self._largest: dict[int, int] = {}  # request code -> its largest reply (served codes only)
+        self._probing: set[int] = set()     # never-answered codes whose first request is being answered
 
-    def need(self, code: int) -> int:
-        """What a request of this code reserves while its reply is built."""
+    def need(self, code: int) -> int | None:
+        """What a request of this code reserves while its reply is built; None: wait (the first request
+        of this never-answered code is being answered). Returning the share makes the caller that
+        request: it must end with `learn`, or `unprobe` if it gets no reply."""
         largest = self._largest.get(code)
-        return self.per_connection if largest is None else largest * BUILD_FACTOR
+        if largest is not None:
+            return largest * BUILD_FACTOR
+        if code in self._probing:
+            return None
+        self._probing.add(code)
+        return self.per_connection
 
     def learn(self, code: int, size: int) -> None:
         """A reply of `code` was `size` bytes (call only for codes the node serves: they are bounded)."""
         if size > self._largest.get(code, -1):
             self._largest[code] = size
+        self._probing.discard(code)
+
+    def knows(self, code: int) -> bool:
+        """A reply of `code` was seen (its requests reserve what it needed)."""
+        return code in self._largest
+
+    def unprobe(self, code: int) -> None:
+        """The first request of a never-answered code got no reply to learn from: the next one probes."""
+        self._probing.discard(code)
 
     def learned(self) -> dict[int, int]:
         """The largest reply of each code so far (a copy: a starting worker process begins with the core's)."""

@@ -50,7 +50,7 @@ from nameserver.remoting import codes, frame, memtrim
 from nameserver.remoting.command import Command, FrameError, FrameRefused
 from nameserver.remoting.handlers import INLINE_CODES, Handlers  # INLINE_CODES: route reads, on the loop
 from nameserver.remoting.ratelog import RateLimitedLog
-from nameserver.remoting.replybudget import ReplyBudget, Verdict
+from nameserver.remoting.replybudget import SMALL_REPLY, ReplyBudget, Verdict
 
 log = logging.getLogger("nameserver.remoting")
 
@@ -58,6 +58,11 @@ MAX_INFLIGHT_PER_CONNECTION = 16  # bounds memory per connection (each holds up 
 WRITE_BUFFER_HIGH = 256 << 10  # unsent reply bytes above which a reply waits to be drained
 TLS_HANDSHAKE_RECORD = 0x16    # the first byte of every TLS ClientHello
 LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on with no time: close() resets the connection
+# A request whose code's first answer is awaited (replybudget.py) waits at most this long for it, then
+# reserves as for a small reply: a slow first request (a read waiting for an election) holds up the
+# others of its code no longer than this, and they are not refused for reservations either. What they
+# turn out to hold is still bounded when built (admit: per connection and for the node).
+PROBE_WAIT_S = 1.0
 TRIM_DELAY_S = 1.0  # after the last large reply is released, for the transports and builds to let go of it
 # Connections the kernel completes before the listener accepts them (RocketMQ's serverSocketBacklog; asyncio
 # defaults to 100, and a burst of brokers and clients past it waits out a 1 s SYN retry).
@@ -433,19 +438,38 @@ class RemotingServer:
         the node has no room (the request is answered SYSTEM_BUSY). While the connection holds its share,
         this waits (the connection is not read meanwhile); TimeoutError after remoting_reply_timeout_ms."""
         # the request's body is held until it is handled too: a frame may be 16 MiB
-        need = len(cmd.body) + (self.budget.need(cmd.code) if cmd.code in self._served and not cmd.is_oneway else 0)
+        replied = cmd.code in self._served and not cmd.is_oneway
+        reply: int | None = None if replied else 0
+        probe = held = False  # this request is its code's first (replybudget.py); its reservation is held
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.reply_s
-        while (verdict := self.budget.reserve(conn.held, need)) is Verdict.WAIT:
-            if self._freed is None or self._freed.done():
-                self._freed = loop.create_future()
-            if loop.time() >= deadline:
-                raise TimeoutError
-            await asyncio.wait([self._freed], timeout=deadline - loop.time())  # does not cancel it
-        if verdict is Verdict.BUSY:
-            return None
-        self._hold(conn, need)
-        return need
+        probe_wait_until = loop.time() + PROBE_WAIT_S
+        try:
+            while True:
+                if reply is None:  # still None: the first request of its never-answered code is being answered
+                    probe = not self.budget.knows(cmd.code)
+                    reply = self.budget.need(cmd.code)
+                    probe = probe and reply is not None
+                    if reply is None and loop.time() >= probe_wait_until:
+                        reply = SMALL_REPLY  # that first one is slow: go ahead, as a small reply (never BUSY)
+                need = len(cmd.body) + (reply or 0)
+                if (verdict := Verdict.WAIT if reply is None else self.budget.reserve(conn.held, need)) \
+                        is not Verdict.WAIT:
+                    break
+                if self._freed is None or self._freed.done():
+                    self._freed = loop.create_future()
+                if loop.time() >= deadline:
+                    raise TimeoutError
+                until = deadline if reply is not None else min(deadline, probe_wait_until)
+                await asyncio.wait([self._freed], timeout=until - loop.time())  # does not cancel it
+            if verdict is Verdict.BUSY:
+                return None
+            self._hold(conn, need)
+            held = True
+            return need
+        finally:
+            if probe and not held:  # refused, timed out or cancelled: the next request of the code probes
+                self.budget.unprobe(cmd.code)
 
     def _hold(self, conn: Connection, size: int) -> None:
         conn.held += size
@@ -477,10 +501,16 @@ class RemotingServer:
 
     async def _answered(self, cmd: Command, conn: Connection, reserved: int | None) -> bytes:
         """The request's response frame (empty for a oneway request); its reservation released."""
+        learns = reserved is not None and cmd.code in self._served and not cmd.is_oneway
         try:
             resp = await self._answer(cmd, conn) if reserved is not None else self._busy(cmd, conn)
-            return b"" if cmd.is_oneway else frame.encode(resp)
+            data = b"" if cmd.is_oneway else frame.encode(resp)
+            if learns:  # before the reservation goes: requests waiting for the code's first answer see it
+                self.budget.learn(cmd.code, len(data))
+            return data
         finally:
+            if learns:
+                self.budget.unprobe(cmd.code)  # answered or not, the code's first answer is no longer awaited
             cmd.body = b""  # handled: what was reserved for it is free again
             self._release(conn, reserved or 0)
 
@@ -518,8 +548,6 @@ class RemotingServer:
         writer, budget = conn.writer, self.budget
         if writer.is_closing():
             return
-        if cmd.code in self._served:
-            budget.learn(cmd.code, len(data))
         verdict = budget.admit(conn.held, len(data))
         if verdict is Verdict.CLOSE:
             self.bad_log.warning(

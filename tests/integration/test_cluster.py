@@ -6,6 +6,7 @@ import contextlib
 import glob
 import os
 import signal
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -448,3 +449,76 @@ def test_a_follower_paused_past_the_election_timeout_does_not_depose_the_leader(
     sts = c.wait_converged(c.nodes)
     assert {s.term for s in sts} == {term}, [s.term for s in sts]
     assert leader.status().role == api_pb2.ROLE_LEADER
+
+
+def test_elections_faster_than_a_timeout_neither_keep_a_dead_broker_nor_expel_a_live_one(make_cluster) -> None:
+    """Leadership moves every 1.2 s (a SIGKILL first, then transfers), under the brokers' 3 s timeout. The
+    broker that went silent is still expired within its timeout plus SLACK_S (a scan interval, the
+    followers' sync interval, an election and the removal's commit); the one that beats a single
+    node (a follower at first) survives every change. Before followers synced the leader's silences, each
+    new leader restarted every clock and the silent broker stayed routed as long as the elections went on."""
+    timeout_ms, every_s, slack_s = 3000, 1.2, 2.0
+    c = make_cluster(scan_interval_ms=500)
+    leader = c.wait_ready()
+    beaten = c.followers()[0]  # the only node the live broker talks to
+    reg = lambda name, addr: retry(lambda: beaten.ns.RegisterBroker(  # noqa: E731
+        register_request("C", name, addr, ["T"], timeout_ms=timeout_ms), timeout=10))
+    reg("broker-live", "10.0.0.8:10911")
+    beat = api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(
+        cluster_name="C", broker_name="broker-live", broker_addr="10.0.0.8:10911")])
+    stop = threading.Event()
+
+    def beat_loop() -> None:
+        while not stop.wait(0.3):
+            with contextlib.suppress(grpc.RpcError):
+                beaten.ns.Heartbeat(beat, timeout=1)
+
+    beater = threading.Thread(target=beat_loop, daemon=True)
+    beater.start()
+    try:
+        offset = reg("broker-dead", "10.0.0.9:10911").offset
+        silent_from = time.monotonic()
+
+        def names() -> list[str] | None:
+            with contextlib.suppress(grpc.RpcError):
+                route = beaten.ns.GetRoute(api_pb2.GetRouteRequest(topic="T", min_offset=offset), timeout=2)
+                return sorted(b.broker_name for b in route.route.broker_datas)
+            return None
+
+        changes, next_change, expired_after = 0, silent_from + 1.0, None
+        while time.monotonic() - silent_from < 4 * timeout_ms / 1000:
+            now = time.monotonic()
+            if now >= next_change:
+                current = c.leader()
+                if current is not None and changes == 0 and current is not beaten:
+                    c.kill(current)  # the first change: the leader dies
+                elif current is not None:
+                    target = next(n for n in c.nodes if n.alive and n is not current)
+                    with contextlib.suppress(grpc.RpcError):
+                        target.admin.TransferLeadership(
+                            api_pb2.TransferLeadershipRequest(node_id=target.raft_addr), timeout=2)
+                changes += current is not None
+                next_change = now + every_s
+            seen = names()
+            if seen is not None and "broker-dead" not in seen:
+                assert seen == ["broker-live"], seen
+                expired_after = time.monotonic() - silent_from
+                break
+            time.sleep(0.1)
+        assert expired_after is not None, f"silent broker still routed after {changes} leader changes"
+        assert expired_after <= timeout_ms / 1000 + slack_s, f"expired only after {expired_after:.1f} s"
+        assert changes >= 2, "the leader changed too seldom to test anything"
+        end = time.monotonic() + timeout_ms / 1000  # more changes: the live broker survives them all
+        while time.monotonic() < end:
+            if time.monotonic() >= next_change and (current := c.leader()) is not None:
+                target = next(n for n in c.nodes if n.alive and n is not current)
+                with contextlib.suppress(grpc.RpcError):
+                    target.admin.TransferLeadership(
+                        api_pb2.TransferLeadershipRequest(node_id=target.raft_addr), timeout=2)
+                next_change = time.monotonic() + every_s
+            assert names() in (None, ["broker-live"])
+            time.sleep(0.2)
+        assert leader is not None
+    finally:
+        stop.set()
+        beater.join()

@@ -21,15 +21,97 @@ def test_silent_broker_expires_after_its_own_timeout() -> None:
     assert table.expired(regs) == [("a:1", 7)]  # c counts from the grace point, b was refreshed
 
 
-def test_grace_after_leader_change_restarts_every_clock() -> None:
+def test_grace_after_leader_change_restarts_every_clock_without_current_evidence() -> None:
     clock = FakeClock()
     table = LivenessTable(clock)
     table.touch("a:1")
-    clock.t += 100
-    table.grant_grace()
+    table.mark_current()
+    clock.t += 100  # never synced since: a node back from a partition
+    table.grant_grace(trust_within_s=10)
     assert table.expired([("a:1", 5000, 1)]) == []
     clock.t += 5.1
     assert table.expired([("a:1", 5000, 1)]) == [("a:1", 1)]
+
+
+def sync(follower: LivenessTable, leader: LivenessTable, registered: list[str], sent_at: float) -> None:
+    """A follower's periodic fetch of the leader's silences (what node.py's forward loop does)."""
+    follower.merge(leader.silences(registered), sent_at)
+    follower.mark_current()
+
+
+def test_a_new_leader_carries_clocks_on_from_the_old_leaders_silences() -> None:
+    clock = FakeClock()  # one clock for brevity; silences carry no timestamps, so clocks may differ
+    old, new = LivenessTable(clock), LivenessTable(clock)
+    old.grant_grace(trust_within_s=5)
+    old.touch("dead:1")
+    clock.t += 2.0
+    sync(new, old, ["dead:1"], clock.t)
+    clock.t += 0.5
+    new.grant_grace(trust_within_s=5)  # the old leader died; this node leads now
+    assert new.expired([("dead:1", 3000, 4)]) == []
+    clock.t += 0.6  # 3.1 s after it was last heard, 0.6 s after the election
+    assert new.expired([("dead:1", 3000, 4)]) == [("dead:1", 4)]
+
+
+def test_a_broker_without_evidence_gets_a_fresh_timeout_and_own_evidence_wins_when_newer() -> None:
+    clock = FakeClock()
+    old, new = LivenessTable(clock), LivenessTable(clock)
+    old.touch("seen:1")
+    clock.t += 2.5
+    new.touch("seen:1")  # heard by this node itself, after the leader did
+    sync(new, old, ["seen:1"], clock.t)
+    new.grant_grace(trust_within_s=5)
+    clock.t += 2.9
+    regs = [("seen:1", 3000, 1), ("unheard:1", 3000, 2)]
+    assert new.expired(regs) == []  # seen:1 counts from this node's own hearing, unheard:1 from now
+    clock.t += 0.2
+    assert new.expired(regs) == [("seen:1", 1), ("unheard:1", 2)]
+
+
+def test_a_fetched_silence_counts_from_when_its_request_was_sent() -> None:
+    clock = FakeClock()
+    leader, follower = LivenessTable(clock), LivenessTable(clock)
+    leader.touch("a:1")
+    sent_at = clock.t
+    clock.t += 0.5
+    reply = leader.silences(["a:1"])  # measured half a second after the request left: 500 ms
+    clock.t += 0.5  # and it took another half to arrive: the broker is taken as heard at sent_at - 0.5
+    follower.merge(reply, sent_at)
+    silences = follower.silences()
+    assert list(zip(silences.broker_addrs, silences.silent_ms, strict=True)) == [("a:1", 1500)]  # never younger
+
+
+def test_elections_more_frequent_than_the_timeout_do_not_postpone_expiry() -> None:
+    """Three nodes; leadership moves every 1.2 s (well under the 3 s timeout); followers sync every 0.5 s.
+    The broker that died is expired within its timeout plus one sync interval; one that beats a single
+    follower (forwarded to each leader) is never expired."""
+    clock = FakeClock()
+    nodes = [LivenessTable(clock) for _ in range(3)]
+    regs = [("dead:1", 3000, 1), ("live:1", 3000, 2)]
+    addrs = [a for a, _, _ in regs]
+    leader = 0
+    nodes[leader].grant_grace(trust_within_s=2)
+    nodes[leader].touch("dead:1")
+    died_at, expired_at, step = clock.t, None, 0
+    while clock.t - died_at < 20 and expired_at is None:
+        clock.t += 0.1
+        step += 1
+        nodes[2].touch("live:1")  # it beats node 2 only; node 2 forwards to whoever leads
+        if leader != 2:
+            nodes[leader].touch("live:1")
+        if step % 5 == 0:
+            for i, n in enumerate(nodes):
+                if i != leader:
+                    sync(n, nodes[leader], addrs, clock.t)
+        if step % 12 == 0:  # an election: the next node leads (node 2 included)
+            nodes[leader].mark_current()
+            leader = (leader + 1) % 3
+            nodes[leader].grant_grace(trust_within_s=2)
+        gone = dict(nodes[leader].expired(regs))
+        assert "live:1" not in gone
+        if "dead:1" in gone:
+            expired_at = clock.t
+    assert expired_at is not None and expired_at - died_at <= 3.0 + 0.5 + 0.1
 
 
 def test_unregistered_addresses_are_forgotten() -> None:

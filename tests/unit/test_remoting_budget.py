@@ -14,6 +14,9 @@ MIB = 1 << 20
 
 def test_a_code_never_answered_reserves_the_whole_share_then_what_it_was_seen_to_need() -> None:
     budget = ReplyBudget(per_connection=8 * MIB, node=32 * MIB)
+    assert budget.need(219) == 8 * MIB  # the code's first request: it probes
+    assert budget.need(219) is None  # the others wait for its answer
+    budget.unprobe(219)  # it got none (its connection closed): the next one probes
     assert budget.need(219) == 8 * MIB
     budget.learn(219, 2 * MIB)
     budget.learn(219, 1 * MIB)  # the largest is kept
@@ -38,6 +41,36 @@ def test_past_the_node_total_large_replies_are_busy_and_small_ones_still_go() ->
     assert budget.admit(1024, SMALL_REPLY) is Verdict.BUSY  # not to one that already holds replies
     budget.release(32 * MIB)
     assert budget.held == 0 and budget.reserve(0, 4 * MIB) is Verdict.SEND
+
+
+def test_thousands_of_fresh_connections_first_route_reads_are_not_refused_for_reservations() -> None:
+    """The fleet simulator's 9,000 connections, each sending its first route read (~1 KB replies) before
+    any was answered: each reserved the 32 MiB share, the first eight filled the 256 MiB total with
+    reservations and the rest were answered SYSTEM_BUSY, though the replies held were a few MiB."""
+    budget = ReplyBudget(per_connection=32 * MIB, node=256 * MIB)
+    route, reply = 105, 1024
+    busy, held, waiting = 0, [], []
+    for conn in range(9000):
+        need = budget.need(route)
+        if need is None:  # the server keeps it waiting (not read) until the code's first answer
+            waiting.append(conn)
+        elif budget.reserve(0, need) is Verdict.BUSY:
+            busy += 1
+        else:
+            budget.charge(need)
+            held.append(need)
+    for need in held:  # the first answers are built: the code's size is learned, the reservations go
+        budget.learn(route, reply)
+        budget.release(need)
+    for _ in waiting:
+        need = budget.need(route)
+        assert need is not None
+        if budget.reserve(0, need) is Verdict.BUSY:
+            busy += 1
+        else:
+            budget.charge(need)
+    assert busy == 0
+    assert budget.held == len(waiting) * reply * BUILD_FACTOR < budget.node  # 36 MB of 256 MiB
 
 
 def test_log_lines_past_the_burst_are_counted_and_said_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -290,3 +290,30 @@ def test_a_connection_waiting_for_its_reply_is_not_idle(servicer: RouteOnly, tmp
     finally:
         servicer.release.set()
         remoting.stop()
+
+
+def test_thousands_of_fresh_connections_first_route_reads_are_answered_not_busy(
+        server: RemotingServer, servicer: RouteOnly) -> None:
+    """2,000 connections send their first route read before the node answered any (slow reads: held in
+    the servicer until released). Each used to reserve the whole 32 MiB share for a code never answered:
+    eight filled the 256 MiB total and the rest were answered SYSTEM_BUSY (the fleet simulator, 9,000
+    connections, though route replies are ~1 KB). Now the first reserves the share, the others wait for
+    its answer (at most 1 s, then reserve as for a small reply: never refused)."""
+    first = connect(server)
+    first.sendall(route_frame(1, topic="Slow"))
+    time.sleep(0.2)
+    socks = []
+    try:
+        for i in range(2000):
+            s = connect(server)
+            s.sendall(route_frame(i + 2, topic="Slow"))
+            socks.append(s)
+        time.sleep(1.5)  # past the 1 s a request waits for its code's first answer
+        servicer.release.set()
+        assert read_response(first)["code"] == 0
+        answers = [read_response(s)["code"] for s in socks]
+        assert answers.count(0) == len(socks), f"{len(socks) - answers.count(0)} answered SYSTEM_BUSY"
+        assert server.budget.busy_total == 0
+    finally:
+        for s in [first, *socks]:
+            s.close()

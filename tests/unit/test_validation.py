@@ -220,6 +220,11 @@ def test_other_requests() -> None:
     hb.heartbeats.add(broker_addr="h:1")
     hb.heartbeats.add(cluster_name="c", broker_name="b", broker_addr="h:0")
     assert field_of(lambda: v.validate_heartbeat(hb)) == "heartbeats[1].broker_addr"
+    sync = api_pb2.HeartbeatRequest(handover=api_pb2.BrokerSilences(broker_addrs=["h:1", "h"], silent_ms=[1, 2]))
+    assert field_of(lambda: v.validate_heartbeat(sync)) == "handover.broker_addrs[1]"  # a peer's liveness table
+    sync.handover.silent_ms.pop()
+    sync.handover.broker_addrs[1] = "h:2"
+    assert field_of(lambda: v.validate_heartbeat(sync)) == "handover.silent_ms"
 
     v.validate_get_route(api_pb2.GetRouteRequest(topic="T", zone_name="z"))
     assert field_of(lambda: v.validate_get_route(api_pb2.GetRouteRequest(topic=""))) == "topic"
