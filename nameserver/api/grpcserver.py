@@ -55,10 +55,13 @@ def interceptors(cfg: NodeConfig, metrics: grpc.ServerInterceptor | None = None,
 def listen_public(server: grpc.Server, cfg: NodeConfig) -> None:
     """Bind the node's [grpc] address, with TLS and the node's certificate when configured."""
     creds = tlsconf.server_credentials(cfg)
-    port = (server.add_secure_port(cfg.grpc_addr, creds) if creds is not None
-            else server.add_insecure_port(cfg.grpc_addr))
-    if port == 0:
-        raise OSError(f"cannot listen on {cfg.grpc_addr}")
+    try:
+        port = (server.add_secure_port(cfg.grpc_addr, creds) if creds is not None
+                else server.add_insecure_port(cfg.grpc_addr))
+    except RuntimeError:  # grpcio >= 1.60 raises where older versions returned 0
+        port = 0
+    if port == 0:  # the commands print an OSError as one line and exit 1, not a traceback
+        raise OSError(f"cannot listen on [node] grpc_addr {cfg.grpc_addr}: in use, or not an address of this host")
 
 
 __all__ = ["interceptors", "listen_public", "new_server"]

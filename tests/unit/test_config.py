@@ -170,3 +170,24 @@ def test_serve_refuses_a_replica_config_and_replica_a_node_config(tmp_path, caps
     assert "nameserver replica" in capsys.readouterr().err
     assert serve.main(["replica", "--config", str(node)]) == 2
     assert "replica.follow is required" in capsys.readouterr().err
+
+
+def test_replica_on_a_port_in_use_says_so_in_one_line(tmp_path, capfd) -> None:
+    """A newcomer's first mistake (a port another process holds): one line naming the setting, exit 1, no
+    traceback (grpcio raises RuntimeError where it once returned 0)."""
+    import socket
+
+    from nameserver.cli import serve
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    p = tmp_path / "replica.toml"
+    p.write_text(REPLICA.replace("127.0.0.1:9111", f"127.0.0.1:{port}") + 'follow = ["127.0.0.1:1"]\n')
+    try:
+        assert serve.main(["replica", "--config", str(p)]) == 1
+    finally:
+        held.close()
+    err = capfd.readouterr().err
+    assert f"cannot listen on [node] grpc_addr 127.0.0.1:{port}" in err and "Traceback" not in err
