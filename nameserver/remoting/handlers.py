@@ -50,14 +50,24 @@ def _faq_suggestion(req: Command) -> str:
     return f"\nSee {FAQ_URL_5 if req.version >= codes.V5_0_0 else FAQ_URL_4} for further details."
 
 
-def _not_found_if_refused(check: Callable[[], None], code: int, remark: str) -> None:
-    """A name we would refuse to store is never found: answer it with the not-found code (17, 22) the stock
-    NameServer gives any name it does not hold, not SYSTEM_ERROR. Clients act on that code: the 5.x proxy
-    takes only 17 as "no such topic"."""
+def _storable(check: Callable[[], None]) -> bool:
+    """Whether a name passes the check we apply before storing it. One that does not is held nowhere, so a
+    read naming it is answered as stock answers a name it does not hold (not found, an empty list or group),
+    never SYSTEM_ERROR."""
     try:
         check()
     except ValidationError:
-        raise RequestError(code, remark) from None
+        return False
+    return True
+
+
+def _not_found_if_refused(check: Callable[[], None], code: int, remark: str) -> None:
+    """A name we would refuse to store gets the not-found code (17, 22) the stock NameServer gives any name it
+    does not hold. Clients act on that code: the 5.x proxy takes only 17 as "no such topic"."""
+    if not _storable(check):
+        raise RequestError(code, remark)
+
+
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 UNKNOWN_BROKER = "is not registered"  # RegisterTopic's refusal of a queue data naming an unknown broker
 # The requests by which a broker makes a connection its own (RocketMQ's brokerLiveTable channel).
@@ -308,8 +318,14 @@ class Handlers:
         return req.response(ext_fields={"changed": "true" if changed else "false"}, body=body)
 
     def broker_member_group(self, req: Command) -> Command:
-        reply = self._call(self.ns.GetBrokerMemberGroup, api_pb2.GetBrokerMemberGroupRequest(
-            cluster_name=req.ext("clusterName") or "", broker_name=need(req, "brokerName")))
+        # RocketMQ looks the group up by broker name only and echoes the cluster, whatever its length; a broker
+        # name we could not store is held by no one: stock's empty group (not an error).
+        cluster, broker = req.ext("clusterName") or "", need(req, "brokerName")
+        if _storable(lambda: validation.check_name("brokerName", broker)):
+            reply = self._call(self.ns.GetBrokerMemberGroup, api_pb2.GetBrokerMemberGroupRequest(broker_name=broker))
+        else:
+            reply = api_pb2.GetBrokerMemberGroupReply(broker_name=broker)
+        reply.cluster_name = cluster
         # RocketMQ 5's answer carries its response factory's default remark; so does ours.
         return req.response(body=bodies.encode(bodies.member_group(reply), wants_fastjson(req)),
                             remark="not set any response code")
@@ -336,6 +352,8 @@ class Handlers:
     def _topic_list(self, kind: api_pb2.TopicListKind) -> Callable[[Command], Command]:
         def handler(req: Command) -> Command:
             cluster = need(req, "cluster") if kind == api_pb2.TOPIC_LIST_BY_CLUSTER else ""
+            if cluster and not _storable(lambda: validation.check_name("cluster", cluster)):
+                return req.response(body=bodies.encode(bodies.topic_list([])))  # stock: no such cluster, no topics
             reply = self._call(self.ns.GetTopicList, api_pb2.GetTopicListRequest(kind=kind, cluster_name=cluster))
             broker_addr = self._any_broker_addr() if kind == api_pb2.TOPIC_LIST_SYSTEM else ""
             return req.response(body=bodies.encode(bodies.topic_list(reply.topics, broker_addr)))

@@ -16,6 +16,7 @@ import pytest
 from fakebroker import FakeBroker
 
 from nameserver.pb import api_pb2
+from nameserver.validation import MAX_NAME_BYTES
 
 pytestmark = pytest.mark.cluster
 
@@ -29,6 +30,7 @@ AFTER_SNAPSHOT = [
     ("broker-v6", "fe80::1:10911", {"__ZONE_NAME": "zone é 1"}),  # brokerIP1=fe80::1, no brackets
     ("broker-hb", None, {"heartbeatTimeoutMillis": "500"}),      # below our range: clamped to 1000
 ]
+TOO_LONG = "n" * (MAX_NAME_BYTES + 1)  # a cluster or broker name over our bound (stock has none)
 NAMES = sorted(name for name, _, _ in BEFORE_SNAPSHOT + AFTER_SNAPSHOT)
 
 
@@ -69,6 +71,12 @@ def _check_reads(node_addr: str) -> None:
     assert sorted(topics) == sorted([SHARED] + [own_topic(i) for i in range(len(NAMES))])
     group = _read(node_addr, 901, {"clusterName": CLUSTER, "brokerName": "team/a~b"})["brokerMemberGroup"]
     assert group["brokerName"] == "team/a~b" and len(group["brokerAddrs"]) == 1
+    # names longer than we could store: held by no one, answered as stock answers a name it does not hold
+    assert _read(node_addr, 224, {"cluster": TOO_LONG}) == {"topicList": []}
+    group = _read(node_addr, 901, {"clusterName": CLUSTER, "brokerName": TOO_LONG})["brokerMemberGroup"]
+    assert group == {"brokerAddrs": {}, "brokerName": TOO_LONG, "cluster": CLUSTER}
+    group = _read(node_addr, 901, {"clusterName": TOO_LONG, "brokerName": "team/a~b"})["brokerMemberGroup"]
+    assert group["cluster"] == TOO_LONG and len(group["brokerAddrs"]) == 1
 
 
 def test_any_name_an_ipv6_address_and_a_short_timeout_register_and_survive_a_restart(make_cluster) -> None:

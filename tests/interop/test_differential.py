@@ -59,6 +59,14 @@ def qdv_rule_broken(exs: list[Exchange]) -> list[str]:
     return bad
 
 
+def emptied_order_table_answered(exs: list[Exchange]) -> bool:
+    """Whether some registration was answered {"table":{}}: ORDER_TOPIC_CONFIG once the order topic's conf was
+    deleted (broker-a registers every 30 s, and the scenario runs long past that). The explained row for 103
+    bodies accepts which registrations fall while the table was filled; this keeps its emptied form checked."""
+    return any(ex.request.code == 103 and ex.response is not None and ex.response.body
+               and parse_body(ex.response.body) == {"table": {}} for ex in exs)
+
+
 # Three NamesrvConfig keys both lines have, set to their defaults (mqadmin updateNamesrvConfig, one key a call).
 STOCK_SETTINGS = (("orderMessageEnable", "false"), ("clusterTest", "false"), ("productEnvName", "center"))
 HB_BROKER = "diff-hb-broker"
@@ -277,7 +285,9 @@ def scenario(version: str, root: str, stock: bool) -> Run:
             ours.stop()
 
 
-@pytest.mark.timeout(1200)  # two whole scenarios, each with JVMs starting and stopping
+# two whole scenarios, each with JVMs starting and stopping: ~10 min on a quiet machine; a 5.5.0 run at load 30-55
+# on 2 cores passed 1200 s with its stock half alone taking 17 min
+@pytest.mark.timeout(3600)
 def test_stock_namesrv_and_ours_answer_alike(line: str, tmp_path) -> None:
     stock_run = scenario(line, str(tmp_path / "stock"), stock=True)
     our_run = scenario(line, str(tmp_path / "ours"), stock=False)
@@ -286,6 +296,8 @@ def test_stock_namesrv_and_ours_answer_alike(line: str, tmp_path) -> None:
     for side, exs in (("stock", stock), ("ours", ours)):
         assert not qdv_rule_broken(exs), (side, qdv_rule_broken(exs)[:5])
     assert any(broker_qdv(ex) and ex.response is not None for ex in ours), "no broker's 322 was answered"
+    for side, exs in (("stock", stock), ("ours", ours)):
+        assert emptied_order_table_answered(exs), f"{side}: no registration was answered the emptied order table"
     diffs = compare([ex for ex in stock if not broker_qdv(ex)], [ex for ex in ours if not broker_qdv(ex)],
                     stock_run.aliases, our_run.aliases)
     if stock_run.restart != our_run.restart:  # what a client sees while the upstream restarts

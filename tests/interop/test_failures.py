@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
 
 from .conftest import Deployment
+from .recorder import Recorder
 from .traffic import create_topic, finish_producer, start_consumer, start_producer
 
 pytestmark = pytest.mark.interop
@@ -71,3 +73,37 @@ def test_raft_leader_sigkill_during_traffic(fresh: Deployment) -> None:
     d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, addrs=alive, timeout=30)
     assert time.monotonic() - killed < 240
     c.proc.stop()
+
+
+def test_client_asking_a_restarting_node_gets_only_answers(deployment: Deployment) -> None:
+    """A real producer whose only name server is one of our nodes (through recorder.py), polling its route every
+    200 ms, while that node restarts (SIGTERM, then started again from its log). A starting node does not
+    accept connections until it can answer, so the client sees refusals (the recorder closes its connection),
+    never an error code; once the node is back it answers the route again. Every send succeeds (the
+    client keeps its last route meanwhile)."""
+    d = deployment
+    topic = "InteropRestartingNode"
+    create_topic(d, topic)
+    node = d.ours.followers()[0]
+    rec = Recorder(node.remoting_addr, "restarting").start()
+    p = start_producer(d, topic, 400, interval_ms=100, prefix="rn", namesrv=rec.addr,
+                       props={"interop.pollNameServerInterval": "200"})
+    try:
+        p.wait_line(lambda ln: ln.startswith("SENT "), timeout=60)
+        time.sleep(2)
+        d.ours.kill(node, signal.SIGTERM)
+        restarted_at = len(rec.snapshot())
+        d.ours.start(node)
+        d.ours.wait_ready(timeout=60)
+        deadline = time.monotonic() + 60
+        while not any(ex.request.code == 105 and ex.response is not None for ex in rec.snapshot()[restarted_at:]):
+            assert time.monotonic() < deadline, "the client was never answered by the restarted node"
+            time.sleep(0.5)
+        res = finish_producer(p, timeout=300)
+    finally:
+        rec.stop()
+    codes = {(ex.request.code, ex.response.code, ex.response.remark) for ex in rec.snapshot()
+             if ex.response is not None and ex.response.code != 0}
+    assert not codes, f"the client got error answers around the restart: {sorted(codes, key=str)[:5]}"
+    assert not res.failed, f"{len(res.failed)} sends failed: {res.failed[:5]}"
+    d.ours.wait_converged(timeout=60)

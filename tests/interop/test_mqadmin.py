@@ -156,6 +156,44 @@ def test_update_namesrv_config_takes_stock_keys(deployment: Deployment) -> None:
         assert "waitSecondsForService=45\n" in text, (addr, text)
 
 
+def _broker_topic_order(addr: str, topic: str) -> bool | None:
+    """The broker's own order flag of `topic` (GET_ALL_TOPIC_CONFIG, 21, asked of the broker); None: no such topic."""
+    r = remoting.call(addr, 21)
+    assert r.code == 0, (r.code, r.remark)
+    config = parse_body(r.body)["topicConfigTable"].get(topic)
+    return None if config is None else bool(config.get("order"))
+
+
+def _wait_order(broker: str, topic: str, ordered: bool) -> None:
+    deadline = time.monotonic() + 75  # two of broker-a's 30 s registrations, and room for a loaded machine
+    while _broker_topic_order(broker, topic) is not ordered:
+        assert time.monotonic() < deadline, f"broker-a's {topic}: order is not {ordered} after 75 s"
+        time.sleep(1)
+
+
+# 4.9.x only: a 5.x broker's TopicConfigManager.updateOrderTopicConfig sets order from the table, never clears it
+@pytest.mark.parametrize("line", [jars.LINE_4], indirect=True)
+def test_broker_clears_an_order_topic_once_its_order_conf_is_deleted(line: str, deployment: Deployment) -> None:
+    """updateTopic -o true makes the topic ordered on the brokers and puts its order conf in ORDER_TOPIC_CONFIG;
+    updateOrderConf -m delete empties that namespace. The brokers take their topics' order flags from the
+    KVTable answered to their registrations: answered {"table":{}} as stock answers it (not no body, which a
+    broker takes as "no news"), a 4.9.7 broker-a clears the flag at its next registration (every 30 s)."""
+    d = deployment
+    topic, broker = "InteropOrderTopic", d.brokers["a0"].addr
+    _ok(d.rmq.mqadmin("updateTopic", "-c", CLUSTER, "-t", topic, "-o", "true", namesrv=d.namesrv))
+    try:
+        r = remoting.call(d.addrs[0], 101, {"namespace": "ORDER_TOPIC_CONFIG", "key": topic})
+        assert r.code == 0 and "broker-a:" in (r.ext_fields.get("value") or ""), (r.code, r.remark, r.ext_fields)
+        # the topic reaches the broker before its order conf reaches us (mqadmin's order), so the registration
+        # the new topic sets off can clear the flag; the next one, with the conf, sets it again
+        _wait_order(broker, topic, True)
+        _ok(d.rmq.mqadmin("updateOrderConf", "-t", topic, "-m", "delete", namesrv=d.namesrv))
+        _wait_order(broker, topic, False)
+    finally:
+        _ok(d.rmq.mqadmin("deleteTopic", "-c", CLUSTER, "-t", topic, namesrv=d.namesrv))
+    d.wait_route(topic, lambda r: r is None, timeout=30)
+
+
 @pytest.mark.parametrize("line", [jars.LINE_5], indirect=True)  # static topics (RIP-21) are 5.x only
 def test_static_topic_route_carries_queue_mappings(line: str, deployment: Deployment) -> None:
     """`mqadmin updateStaticTopic` makes both masters hold a logical-queue mapping; they re-register with it,

@@ -4,6 +4,7 @@ read over remoting and over gRPC."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 
 import pytest
@@ -134,5 +135,38 @@ def test_broker_named_with_at_space_and_unicode_registers(deployment: Deployment
         for addr in d.addrs:
             assert name in remoting.cluster_info(addr)["clusterAddrTable"][CLUSTER]
     finally:
+        c.proc.stop()
+    d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, timeout=30)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("line", [jars.LINE_5], indirect=True)  # 4.9.x brokers announce no heartbeat timeout
+def test_broker_with_a_500_ms_heartbeat_timeout_registers_and_expires_by_it(deployment: Deployment) -> None:
+    """A 5.x broker acting master announces brokerNotActiveTimeoutMillis as its registration's
+    heartbeatTimeoutMillis. At 500 ms (stock takes it as is) we register it with 1000 (our floor, said in the
+    reply's remark): it stays while it beats (every 200 ms), and once it stops beating (SIGSTOP: its
+    connections stay open, so no channel close unregisters it) it leaves by that timeout and one scan (5 s),
+    before the 10 s of a broker announcing the default could have passed."""
+    d = deployment
+    name = "broker-hb"
+    c = d.rmq.broker(name, d.namesrv, 0, CLUSTER, extra={
+        "enableSlaveActingMaster": "true", "brokerNotActiveTimeoutMillis": "500", "brokerHeartbeatInterval": "200"})
+    stopped = False
+    try:
+        d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}, name: {0}}, timeout=60)
+        until = time.monotonic() + 6  # heartbeats keep it: a scan or more passes with it listed everywhere
+        while time.monotonic() < until:
+            for addr in d.addrs:
+                assert remoting.cluster_info(addr)["brokerAddrTable"].get(name, {}).get("brokerAddrs"), addr
+            time.sleep(0.5)
+        c.proc.signal(signal.SIGSTOP)
+        stopped = True
+        paused = time.monotonic()
+        d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, timeout=30)
+        gone_after = time.monotonic() - paused
+        assert gone_after < 10, f"{name} left {gone_after:.1f} s after its heartbeats stopped (want < 10 s)"
+    finally:
+        if stopped:
+            c.proc.signal(signal.SIGCONT)
         c.proc.stop()
     d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}}, timeout=30)

@@ -18,6 +18,7 @@ import grpc
 import pytest
 from fakebroker import crc32, register_body
 
+from nameserver import validation
 from nameserver.config import Member, NodeConfig
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import RemotingServer, codes
@@ -331,8 +332,24 @@ def test_901_broker_member_group(client: Client, fake: FakeNameServer) -> None:
     assert resp["code"] == 0
     assert body == (b'{"brokerMemberGroup":{"brokerAddrs":{"0":"10.0.0.1:10911","1":"10.0.0.2:10911"},'
                     b'"brokerName":"broker-a","cluster":"DefaultCluster"}}')
-    assert fake.only("GetBrokerMemberGroup") == api_pb2.GetBrokerMemberGroupRequest(
-        cluster_name="DefaultCluster", broker_name="broker-a")
+    # looked up by broker name only, as RocketMQ does; the cluster is echoed
+    assert fake.only("GetBrokerMemberGroup") == api_pb2.GetBrokerMemberGroupRequest(broker_name="broker-a")
+
+
+def test_224_and_901_naming_what_we_could_never_store_answer_as_stock_for_a_name_it_does_not_hold(
+        client: Client, fake: FakeNameServer) -> None:
+    """Stock answers a cluster or broker name it does not hold, of any length, with SUCCESS and an empty
+    list or group; so do we for a name over our bound (once SYSTEM_ERROR), without asking the core."""
+    too_long = "n" * (validation.MAX_NAME_BYTES + 1)
+    resp, body = client.call(224, {"cluster": too_long})
+    assert (resp["code"], body) == (0, b'{"topicList":[]}')
+    resp, body = client.call(901, {"clusterName": "DefaultCluster", "brokerName": too_long})
+    assert (resp["code"], json.loads(body)) == (0, {"brokerMemberGroup": {
+        "brokerAddrs": {}, "brokerName": too_long, "cluster": "DefaultCluster"}})
+    assert [m for m, _ in fake.calls] == []
+    resp, body = client.call(901, {"clusterName": too_long, "brokerName": "broker-a"})  # only echoed
+    assert resp["code"] == 0 and json.loads(body)["brokerMemberGroup"]["cluster"] == too_long
+    assert len(json.loads(body)["brokerMemberGroup"]["brokerAddrs"]) == 2
 
 
 # ---- topic lists ------------------------------------------------------------------------------------
