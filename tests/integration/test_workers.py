@@ -114,12 +114,12 @@ def owner(node: NodeProc, conn: Conn) -> int:
 
 
 def conns_by_owner(node: NodeProc, want_each: int = 2, limit: int = 300) -> dict[int, list[Conn]]:
-    """Connections opened until the core and each worker hold `want_each` (the kernel picks)."""
+    """Connections opened until each worker holds `want_each` (the kernel picks)."""
     got: dict[int, list[Conn]] = {}
     for _ in range(limit):
         c = Conn(node.remoting_addr)
         got.setdefault(owner(node, c), []).append(c)
-        if len(got) == WORKERS + 1 and all(len(v) >= want_each for v in got.values()):
+        if len(got) == WORKERS and all(len(v) >= want_each for v in got.values()):
             return got
     raise AssertionError(f"{limit} connections did not reach every process: {({k: len(v) for k, v in got.items()})}")
 
@@ -224,7 +224,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         c.wait_ready(timeout=60)
         for n in c.nodes:  # the workers bind once their replicas are ready
             c.wait_for(f"{n.name}'s core and {WORKERS} workers listening",
-                       lambda n=n: len(listener_owners(n)) == WORKERS + 1 and len(grpc_listeners(n)) == WORKERS,
+                       lambda n=n: len(listener_owners(n)) == WORKERS and len(grpc_listeners(n)) == WORKERS,
                        timeout=60)
         seed = Conn(c.nodes[0].remoting_addr)
         assert seed.register("broker-seed", "127.0.0.1:10911", TOPICS).code == codes.SUCCESS
@@ -257,24 +257,22 @@ def test_route_reads_are_answered_by_workers_as_the_core_answers(cluster: Cluste
         assert node.proc is not None
         by_owner = conns_by_owner(node)
         core = node.proc.pid
-        assert set(by_owner) - {core} == set(children(core)), "the other listeners are the core's workers"
+        assert set(by_owner) == set(children(core)), "the workers hold every public connection"
         before = reads_counted(node)
         timed = {le: metric(node, "nameserver_remoting_handling_seconds_bucket", request="105", le=le)
                  for le in ("0.001", "+Inf")}
         answers: dict[int, set[bytes]] = {}
-        reads_on_core = reads = 0
+        reads = 0
         for pid, conns in by_owner.items():
             for conn in conns:
                 for topic in TOPICS:
                     resp = conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
                     assert resp.code == codes.SUCCESS, (node.name, pid, resp.remark)
                     answers.setdefault(hash(topic), set()).add(resp.body)
-                    reads_on_core += pid == core
                     reads += 1
-        for topic in TOPICS:  # one answer per topic, whichever process gave it
-            assert len(answers[hash(topic)]) == 1, f"{node.name}: workers and core answer {topic} differently"
-        # The node's counter counts each read once, the workers' (most of them) with the core's.
-        assert reads > reads_on_core
+        for topic in TOPICS:  # one answer per topic, whichever worker gave it
+            assert len(answers[hash(topic)]) == 1, f"{node.name}: the workers answer {topic} differently"
+        # The node's counter counts each read once, the workers' summed in the core's /metrics.
         assert reads_counted(node) - before == reads
         # and timed once: the histograms' buckets are summed too (each cumulative, the last holds every read)
         assert metric(node, "nameserver_remoting_handling_seconds_bucket", request="105", le="+Inf") == \
@@ -286,6 +284,19 @@ def test_route_reads_are_answered_by_workers_as_the_core_answers(cluster: Cluste
         for conns in by_owner.values():
             for conn in conns:
                 conn.close()
+
+
+def test_every_public_remoting_connection_lands_on_a_worker(cluster: Cluster) -> None:
+    """The core holds no public remoting port (only its private channel socket): with workers, the
+    kernel gives each connection to a worker and the core spends nothing on client connections."""
+    node = cluster.nodes[2]
+    assert node.proc is not None
+    assert node.proc.pid not in listener_owners(node)
+    conns = [Conn(node.remoting_addr) for _ in range(4 * WORKERS)]
+    assert {owner(node, c) for c in conns} <= set(children(node.proc.pid))
+    for conn in conns:
+        assert conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]}).code == codes.SUCCESS
+        conn.close()
 
 
 def test_the_remoting_limits_hold_in_workers(cluster: Cluster) -> None:
@@ -405,7 +416,7 @@ def test_a_killed_worker_is_restarted_and_clients_reconnect(cluster: Cluster) ->
         assert resp.code == codes.SUCCESS, resp.remark
         made += 1
         owners = listener_owners(node)
-        return len(owners) == WORKERS + 1 and victim not in owners
+        return len(owners) == WORKERS and victim not in owners
 
     cluster.wait_for("the worker restarted and listening", restarted, every=0.02)
     assert metric(node, "nameserver_worker_restarts_total") == restarts + 1
