@@ -13,6 +13,7 @@ serves gRPC only on its private socket; the workers hold the public gRPC port.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import secrets
 import signal
@@ -38,9 +39,9 @@ from nameserver import headers, tlsconf
 from nameserver.api.auth import hash_token
 from nameserver.chunking import register_chunks
 from nameserver.pb import api_pb2, api_pb2_grpc
-from nameserver.remoting import codes, frame
+from nameserver.remoting import codes, frame, registerbody
 from nameserver.remoting.command import Command
-from nameserver.remoting.corechannel import CONN_FIELD, CONNECTION_CLOSED
+from nameserver.remoting.corechannel import APPLIED_FIELD, CONN_FIELD, CONNECTION_CLOSED, NOTE_ALIVE
 from nameserver.remoting.handlers import REPLICA_CODES, REQUESTS
 from tests.certs import CertFiles, TestCA, write_private
 from tests.cluster import Cluster, NodeProc, register_request
@@ -53,6 +54,26 @@ TOPICS = [f"TopicW{i}" for i in range(4)]
 ESTABLISHED = 0x01
 NS = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
 _opaques = itertools.count(1)
+
+
+def registration(broker: str, addr: str, topics: list[str], counter: int = 1,
+                 broker_id: int = 0) -> tuple[dict[str, str], bytes]:
+    """A REGISTER_BROKER's extFields and body."""
+    body = register_body(topics, counter, compressed=False)
+    return {"brokerName": broker, "brokerAddr": addr, "clusterName": "CW", "brokerId": str(broker_id),
+            "haServerAddr": "127.0.0.1:10912", "compressed": "false", "bodyCrc32": str(crc32(body))}, body
+
+
+def core_call(node: NodeProc, root: str, code: int, ext: dict[str, str], body: bytes = b"") -> Command:
+    """A frame sent straight to the node's core on its private remoting socket, as a worker sends one."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(os.path.join(root, f"{node.name}-data", "channel", "remoting.sock"))
+        req = Command(code=code, version=479, opaque=next(_opaques), ext_fields=ext, body=body)
+        sock.sendall(frame.encode(req))
+        payload = read_frame(sock)
+    assert payload is not None, f"the core closed its socket instead of answering code {code}"
+    return frame.decode(payload)
 
 
 class Conn:
@@ -75,11 +96,8 @@ class Conn:
         return resp
 
     def register(self, broker: str, addr: str, topics: list[str], counter: int = 1,
-                 serialize_type: int = codes.SERIALIZE_JSON) -> Command:
-        body = register_body(topics, counter, compressed=False)
-        return self.call(codes.REGISTER_BROKER, {"brokerName": broker, "brokerAddr": addr, "clusterName": "CW",
-                                                 "brokerId": "0", "haServerAddr": "127.0.0.1:10912",
-                                                 "compressed": "false", "bodyCrc32": str(crc32(body))}, body,
+                 serialize_type: int = codes.SERIALIZE_JSON, broker_id: int = 0) -> Command:
+        return self.call(codes.REGISTER_BROKER, *registration(broker, addr, topics, counter, broker_id),
                          serialize_type)
 
     def close(self) -> None:
@@ -297,6 +315,55 @@ def test_every_public_remoting_connection_lands_on_a_worker(cluster: Cluster) ->
     for conn in conns:
         assert conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]}).code == codes.SUCCESS
         conn.close()
+
+
+def unchanged_answered(node: NodeProc) -> float:
+    return metric(node, "nameserver_worker_unchanged_registrations_total")
+
+
+def test_an_unchanged_registration_is_answered_by_the_worker_as_the_core_answers(cluster: Cluster) -> None:
+    """A re-registration that changes nothing is decided by the worker over its replica and answered
+    there, byte for byte as the core answers it (masterAddr, haServerAddr, the order-topic table); the
+    core only notes the broker alive."""
+    node = cluster.nodes[0]
+    conn = Conn(node.remoting_addr)
+    ns = {"namespace": "ORDER_TOPIC_CONFIG", "key": "TopicSame", "value": "broker-same:4"}
+    assert conn.call(codes.PUT_KV_CONFIG, ns).code == codes.SUCCESS
+    assert conn.register("broker-same", "127.0.0.1:40911", ["TopicSame"], counter=3).code == codes.SUCCESS
+    ext, body = registration("broker-same", "127.0.0.1:40912", ["TopicSame"], counter=5, broker_id=1)
+    assert conn.call(codes.REGISTER_BROKER, ext, body).code == codes.SUCCESS  # a slave: told its master
+    # the connection's next read waits for its replica to apply the writes: then the same frame is unchanged
+    assert conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicSame"}).code == codes.SUCCESS
+    before = unchanged_answered(node)
+    here = conn.call(codes.REGISTER_BROKER, ext, body)
+    core = core_call(node, cluster.root, codes.REGISTER_BROKER, ext | {CONN_FIELD: "0:1"}, body)
+    core.ext_fields.pop(APPLIED_FIELD)
+    assert (here.code, here.remark, here.ext_fields, here.body) == (core.code, core.remark, core.ext_fields, core.body)
+    assert here.ext_fields == {"masterAddr": "127.0.0.1:40911", "haServerAddr": "127.0.0.1:10912"}, here.ext_fields
+    assert b"TopicSame" in here.body
+    cluster.wait_for("the worker counted it answered here", lambda: unchanged_answered(node) == before + 1)
+    conn.close()
+
+
+def test_the_core_sends_back_what_it_does_not_hold_as_noted(cluster: Cluster) -> None:
+    """A worker's replica may be behind its core (which expired or changed the broker meanwhile): the
+    core names each note whose broker it does not hold at that DataVersion, and the worker then passes
+    the registration on whole."""
+    node = cluster.nodes[1]
+    conn = Conn(node.remoting_addr)
+    assert conn.register("broker-noted", "127.0.0.1:41911", ["TopicNoted"], counter=7).code == codes.SUCCESS
+    ext, body = registration("broker-noted", "127.0.0.1:41911", ["TopicNoted"], counter=7)
+    held = core_call(node, cluster.root, codes.REGISTER_BROKER, ext | {CONN_FIELD: "0:2"}, body)
+    assert held.code == codes.SUCCESS
+    data_version = registerbody.decode(body, False).data_version.SerializeToString().hex()
+    other = registerbody.decode(registration("x", "y", ["T"], counter=8)[1], False).data_version
+    note = {"cluster": "CW", "broker": "broker-noted", "conn": "0:3"}
+    notes = [note | {"addr": "127.0.0.1:41911", "version": data_version},
+             note | {"addr": "127.0.0.1:49999", "version": data_version},  # not registered here
+             note | {"addr": "127.0.0.1:41911", "version": other.SerializeToString().hex()}]  # changed here
+    answer = core_call(node, cluster.root, NOTE_ALIVE, {}, json.dumps(notes).encode())
+    assert (answer.code, json.loads(answer.body)) == (codes.SUCCESS, [1, 2])
+    conn.close()
 
 
 def test_the_remoting_limits_hold_in_workers(cluster: Cluster) -> None:
