@@ -345,6 +345,31 @@ def test_an_unchanged_registration_is_answered_by_the_worker_as_the_core_answers
     conn.close()
 
 
+def test_a_noted_registration_binds_the_broker_to_its_connection(cluster: Cluster) -> None:
+    """The core binds a broker to the connection a worker answered its unchanged registration on (the
+    note names it): when the connection it first registered on closes the broker stays; when that one
+    closes, it leaves the routes."""
+    node = cluster.nodes[2]
+    first, second = Conn(node.remoting_addr), Conn(node.remoting_addr)
+    assert first.register("broker-bound", "127.0.0.1:42911", ["TopicBound"], counter=9).code == codes.SUCCESS
+    applied = metric(node, "nameserver_apply_offset")
+    cluster.wait_for("every worker's replica applied it", lambda: min(worker_gauge(
+        node, "nameserver_worker_replica_offset").values()) >= applied)
+    before = unchanged_answered(node)
+    assert second.register("broker-bound", "127.0.0.1:42911", ["TopicBound"], counter=9).code == codes.SUCCESS
+    cluster.wait_for("answered by the worker", lambda: unchanged_answered(node) == before + 1)
+    first.close()
+    time.sleep(3)  # past the leader's grace for a closed connection (1 s here)
+    probe = Conn(node.remoting_addr)
+    assert probe.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicBound"}).code == codes.SUCCESS
+    second.close()
+    deadline = time.monotonic() + 10
+    while probe.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicBound"}).code != codes.TOPIC_NOT_EXIST:
+        assert time.monotonic() < deadline, "the broker is still routed 10 s after its connections closed"
+        time.sleep(0.1)
+    probe.close()
+
+
 def test_the_core_sends_back_what_it_does_not_hold_as_noted(cluster: Cluster) -> None:
     """A worker's replica may be behind its core (which expired or changed the broker meanwhile): the
     core names each note whose broker it does not hold at that DataVersion, and the worker then passes
