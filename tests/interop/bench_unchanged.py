@@ -19,29 +19,19 @@ import tempfile
 
 from bench import loadgen
 from bench.load import proc_cpu_s
-from tests.cluster import Cluster
-from tests.procnet import children, listener_pids
+from tests.procnet import children
+
+from .bench_workers import node_with_workers
 
 
 def run(root: str, workers: int, seconds: float, topics: int) -> dict[str, float]:
-    c = Cluster(root, 1, remoting=True, worker_processes=workers)
-    try:
-        c.start()
-        c.wait_ready(timeout=60)
-        node = c.nodes[0]
-        assert node.proc is not None
-        core, port = node.proc.pid, int(node.remoting_addr.rsplit(":", 1)[1])
-        c.wait_for("the workers listening", lambda: len(set(listener_pids(core, port)) - {core}) == workers,
-                   timeout=60)
+    with node_with_workers(root, workers) as (addr, core):
         crew = children(core)
         # a short warm-up load: the broker registered and every process's first answers made
-        loadgen.run("unchanged", [node.remoting_addr], 4, 1, inflight=4, prefix="warm", broker_topics=topics)
+        loadgen.run("unchanged", [addr], 4, 1, inflight=4, prefix="warm", broker_topics=topics)
         core_before, crew_before = proc_cpu_s([core]), proc_cpu_s(crew)
-        out = loadgen.run("unchanged", [node.remoting_addr], 4, seconds, inflight=4, prefix="bench",
-                          broker_topics=topics)
+        out = loadgen.run("unchanged", [addr], 4, seconds, inflight=4, prefix="bench", broker_topics=topics)
         core_s, crew_s = proc_cpu_s([core]) - core_before, proc_cpu_s(crew) - crew_before
-    finally:
-        c.stop()
     if out["errors"] or not out["ops"]:
         raise RuntimeError(f"loadgen: {out['errors']} errors: {out['first_error']}")
     ops = int(out["ops"])
@@ -57,7 +47,6 @@ def main() -> int:
     p.add_argument("--topics", type=int, default=40, help="topics of the registering broker")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-unchanged-") as tmp:
-        os.makedirs(os.path.join(tmp, "c"))
         row = run(os.path.join(tmp, "c"), args.workers, args.seconds, args.topics)
     print(json.dumps(row))
     return 0
