@@ -3,8 +3,8 @@ core (nameserver/ops/workers.py), which writes the node's configuration to its s
 
 It follows the core's state in a read replica (nameserver/replica), and once the replica is ready it
 binds the node's [grpc] and [remoting] addresses with the other workers (SO_REUSEPORT: the kernel spreads
-new connections over the workers; the core holds neither port, and accepts remoting only once the core is
-first ready: a starting node refuses connections). The eventual reads (gRPC:
+new connections over the workers; the core holds neither port). The core serves its Log.Follow only once it
+is ready, so a starting node's ports refuse connections until then. The eventual reads (gRPC:
 corelink.REPLICA_METHODS and Watch; remoting: the codes REQUESTS marks `replica`) are answered here by the same
 service and handler code the core runs, over the replica; every other call or frame goes to the core over
 its private sockets (nameserver/api/corelink.py, nameserver/remoting/corechannel.py). It stops at
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
 from nameserver import headers, tlsconf
@@ -102,14 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         remoting, grpc_server, node = serve_reads(
             share, budget.grpc, budget.remoting, replica, corelink.core_read_index(own),
             grpc.insecure_channel(corelink.target(cfg), options=opts), channel if cfg.remoting_addr else None,
-            requests, spec.reply_sizes, reuse_port=True, accept_later=True,
+            requests, spec.reply_sizes, reuse_port=True,
             writes=WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes))
-        # The core holds no public remoting port: a starting node refuses connections until the core is
-        # ready (docs/remoting.md, "A starting node"), so the workers open the port then.
-        while remoting is not None and not core_ready(own) and not stopped.wait(READY_POLL_S):
-            pass
-        if remoting is not None and not stopped.is_set():
-            remoting.accept_connections()
         if counted:
             held = remoting
             workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
@@ -127,14 +121,13 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
                 read_index: Callable[[float], int], onward: Any, front: FrontEnd | None,
                 requests: RequestMetrics | None = None, reply_sizes: dict[int, int] | None = None, *,
                 reuse_port: bool, local: dict[str, grpc.RpcMethodHandler] | None = None,
-                writes: WriteChannel | None = None, accept_later: bool = False
+                writes: WriteChannel | None = None
                 ) -> tuple[RemotingServer | None, grpc.Server, ReplicaNode]:
     """The ports of a process serving reads from `replica` (a worker; a read replica on another machine),
     started: gRPC answers corelink.REPLICA_METHODS (and `local`) here and passes every other call to
     `onward` (the core's private socket; the followed voter) as bytes, the unary writes on `writes` (a
     worker's batched write channel to its core) when given; remoting answers the codes REQUESTS
-    marks `replica` here and hands the rest to `front` (`accept_later`: its port bound, not listening, until
-    the caller's accept_connections()). Returns the servers and the read API over the replica."""
+    marks `replica` here and hands the rest to `front`. Returns the servers and the read API over the replica."""
     # ReplicaNode has the node's read API, which is all the replica methods and codes use
     node = ReplicaNode(replica, cfg, read_index=read_index)
     service = NameServerService(node)  # type: ignore[arg-type]
@@ -150,8 +143,7 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
         front.unchanged = UnchangedRegistrations(service, cfg)
     if cfg.remoting_addr:
         remoting = RemotingServer(cfg, service, max_connections=remoting_connections, reuse_port=reuse_port,
-                                  front=front, accept_later=accept_later,
-                                  observer=requests.observe_remoting if requests is not None else None)
+                                  front=front, observer=requests.observe_remoting if requests is not None else None)
         warm_up(remoting, node, reply_sizes or {})
         remoting.start()
     return remoting, grpc_server, node
@@ -229,15 +221,6 @@ class VoterOnlyCodes:
 
     def closed(self, conn: object) -> None:
         return None
-
-
-def core_ready(own: grpc.Channel) -> bool:
-    """Whether the core reports itself ready (its gRPC health, on the private socket)."""
-    try:
-        reply = health_pb2_grpc.HealthStub(own).Check(health_pb2.HealthCheckRequest(), timeout=2)
-    except grpc.RpcError:
-        return False
-    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 def warm_up(server: RemotingServer, node: ReplicaNode, reply_sizes: dict[int, int]) -> None:

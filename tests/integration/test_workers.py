@@ -1000,3 +1000,26 @@ def test_a_killed_core_takes_its_workers_down(cluster: Cluster) -> None:
                      lambda: not any(alive(pid) for pid in workers) and not listening(port_of(node)), timeout=10)
     with pytest.raises(OSError):
         Conn(node.remoting_addr)
+
+
+def test_a_starting_node_with_workers_refuses_remoting_until_its_core_is_ready(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The core holds no public remoting port, so its workers keep the rule (docs/remoting.md, "A
+    starting node"): they listen once their replica is ready, which the core's Follow allows once the
+    core is ready; until then connecting is refused."""
+    c = Cluster(str(tmp_path_factory.mktemp("starting")), 3, remoting=True, worker_processes=1)
+    try:
+        first = c.nodes[0]
+        c.start(first)  # alone: no quorum, so its core is not ready
+        assert first.proc is not None
+        core = first.proc.pid
+        c.wait_for("its worker started", lambda: len(children(core)) == 1, timeout=60)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port_of(first)), timeout=5).close()
+        for n in c.nodes[1:]:
+            c.start(n)
+        c.wait_ready(timeout=60)
+        assert Conn(first.remoting_addr).call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"}).code == \
+            codes.TOPIC_NOT_EXIST
+    finally:
+        c.stop()
