@@ -298,7 +298,9 @@ class CoreChannel:
     async def _send_notes(self) -> None:
         try:
             while self._notes:
-                batch, self._notes = self._notes, []
+                # at most what one Heartbeat call takes; the rest go in the next frame
+                cut = validation.MAX_HEARTBEATS_PER_REQUEST
+                batch, self._notes = self._notes[:cut], self._notes[cut:]
                 try:
                     resp = await self._call(Command(code=NOTE_ALIVE, body=json.dumps([n for n, _ in batch]).encode()))
                     stale = set(json.loads(resp.body)) if resp.code == codes.SUCCESS else set(range(len(batch)))
