@@ -21,7 +21,7 @@ from nameserver.core.idlenoop import IdleNoop
 from nameserver.core.node import NameServerNode
 from nameserver.ops import fdlimits, workermetrics
 from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
-from nameserver.ops.workers import WorkerSpec, WorkerSupervisor, process_share
+from nameserver.ops.workers import WorkerSpec, WorkerSupervisor
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
 from nameserver.remoting.controller import ControllerHandlers
@@ -163,29 +163,24 @@ class Server:
         return any(h.holds(broker_addr) for h in self.broker_channels)
 
     def _add_workers(self, spec: WorkerSpec, observer: Callable[[str, int, float], None] | None) -> None:
-        """The worker processes (nameserver/ops/workers.py; started last, stopped first), and the core's
-        part of a remoting port shared with them: its own listener on the shared port and the private
-        socket the workers pass writes through."""
+        """The worker processes (nameserver/ops/workers.py; started last, stopped first), and the private
+        socket the workers pass remoting frames through."""
         cfg = self.cfg
         on_exit: Callable[[int], None] | None = None
         reply_sizes: Callable[[], dict[int, int]] | None = None
         if cfg.remoting_addr:
-            share = process_share(cfg)
-            # a share of a configured limit; by default (0) what the core's own descriptors leave, as each worker
-            mine = (max(1, self.budget.remoting // (cfg.worker_processes + 1)) if cfg.remoting_max_connections
-                    else self.budget.remoting)
-            public = RemotingServer(share, self.service, reuse_port=True, observer=observer, max_connections=mine,
-                                    accept_later=True)
-            self.until_ready.append(public)
-            self.extras.append(public)
+            # The workers alone hold the public remoting port, opened once the core is ready (nameserver/worker.py):
+            # the core's only remoting listener is the private socket their forwarded frames come on.
             role = (cfg.remoting_role or "peer") if cfg.auth_enabled else ""
             channel = CoreHandlers(Handlers(InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
                                             cfg.write_timeout_ms / 1000), lambda: self.node.log.apply_offset)
             self.broker_channels.append(channel.inner)  # brokers connected through the workers
-            self.extras.append(RemotingServer(channel_config(cfg, cfg.worker_processes), None, handlers=channel,
-                                              unix_path=socket_path(cfg), max_frame_bytes=CHANNEL_MAX_FRAME,
-                                              inflight_per_connection=LINK_INFLIGHT))  # counted by workers
-            on_exit, reply_sizes = channel.worker_gone, public.budget.learned
+            private = RemotingServer(channel_config(cfg, cfg.worker_processes), None, handlers=channel,
+                                     unix_path=socket_path(cfg), max_frame_bytes=CHANNEL_MAX_FRAME,
+                                     inflight_per_connection=LINK_INFLIGHT)  # counted by workers
+            self.extras.append(private)
+            # a restarted worker's reply budget starts from the core's replies to the frames passed on
+            on_exit, reply_sizes = channel.worker_gone, private.budget.learned
         metrics_dir: str | None = None
         if self.metrics is not None:  # the workers count in files the core's /metrics adds up
             sums = self.metrics.worker_sums

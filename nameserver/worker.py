@@ -2,8 +2,9 @@
 core (nameserver/ops/workers.py), which writes the node's configuration to its stdin.
 
 It follows the core's state in a read replica (nameserver/replica), and once the replica is ready it
-binds the node's [grpc] address with the other workers and its [remoting] address beside the core
-(SO_REUSEPORT: the kernel spreads new connections over the processes). The eventual reads (gRPC:
+binds the node's [grpc] and [remoting] addresses with the other workers (SO_REUSEPORT: the kernel spreads
+new connections over the workers; the core holds neither port). The core serves its Log.Follow only once it
+is ready, so a starting node's ports refuse connections until then. The eventual reads (gRPC:
 corelink.REPLICA_METHODS and Watch; remoting: the codes REQUESTS marks `replica`) are answered here by the same
 service and handler code the core runs, over the replica; every other call or frame goes to the core over
 its private sockets (nameserver/api/corelink.py, nameserver/remoting/corechannel.py). It stops at
@@ -39,7 +40,7 @@ from nameserver.ops.workers import WorkerSpec, process_share
 from nameserver.pb import api_pb2
 from nameserver.remoting import RemotingServer, codes, frame
 from nameserver.remoting.command import Command
-from nameserver.remoting.corechannel import CoreChannel, socket_path
+from nameserver.remoting.corechannel import CoreChannel, UnchangedRegistrations, socket_path
 from nameserver.remoting.handlers import BIG_REGISTRATION_TIMEOUT_S, REPLICA_CODES
 from nameserver.remoting.server import FrontEnd
 from nameserver.replica import ReadReplica, ReplicaNode, voters
@@ -97,17 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     requests = RequestMetrics(registry) if counted else None
     if not stopped.is_set():
         timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
+        channel = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
         remoting, grpc_server, node = serve_reads(
             share, budget.grpc, budget.remoting, replica, corelink.core_read_index(own),
-            grpc.insecure_channel(corelink.target(cfg), options=opts),
-            CoreChannel(socket_path(cfg), lambda: replica.offset, timeout) if cfg.remoting_addr else None,
-            requests, spec.reply_sizes,
-            reuse_port=True, writes=WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes))
+            grpc.insecure_channel(corelink.target(cfg), options=opts), channel if cfg.remoting_addr else None,
+            requests, spec.reply_sizes, reuse_port=True,
+            writes=WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes))
         if counted:
             held = remoting
             workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
                 replica.offset, held.connections if held else 0, held.budget.held if held else 0,
-                len(node.watches), node.watches.cut_off_total))
+                len(node.watches), (node.watches.cut_off_total, channel.answered_unchanged, channel.stale_notes)))
         log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d", args.index, os.getpid(), cfg.grpc_addr,
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset)
         stopsignal.wait_until_set(stopped)
@@ -138,6 +139,8 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     grpcserver.listen_public(grpc_server, cfg)
     grpc_server.start()
     remoting = None
+    if isinstance(front, CoreChannel):  # a worker: unchanged registrations answered here (its core notes them)
+        front.unchanged = UnchangedRegistrations(service, cfg)
     if cfg.remoting_addr:
         remoting = RemotingServer(cfg, service, max_connections=remoting_connections, reuse_port=reuse_port,
                                   front=front, observer=requests.observe_remoting if requests is not None else None)

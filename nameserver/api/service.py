@@ -28,7 +28,7 @@ from nameserver.core.node import (
 )
 from nameserver.core.watch import Watcher, to_events
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
-from nameserver.state import MetadataState, keys, settings, translate
+from nameserver.state import MetadataState, Translation, keys, settings, translate
 from nameserver.validation import ValidationError
 from raftlog.history import Compacted
 from raftlog.pb import entry_pb2
@@ -127,33 +127,35 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
 
     def _register(self, request: api_pb2.RegisterBrokerRequest, context: grpc.ServicerContext
                   ) -> api_pb2.RegisterBrokerReply:
-        default_ms = self.node.cfg.default_timeout_ms
-
-        def reply_of(res: WriteResult) -> api_pb2.RegisterBrokerReply:
-            t = res.translation
-            if t is None:
-                return api_pb2.RegisterBrokerReply()
-            return api_pb2.RegisterBrokerReply(
-                offset=res.offset, records=res.records, master_addr=t.master_addr,
-                ha_server_addr=t.ha_server_addr, order_topic_config=t.order_topic_config or {},
-                order_topic_config_exists=t.order_topic_config is not None)
-
-        translate_fn = lambda s: translate.register_broker(s, request, default_ms)  # noqa: E731
+        translate_fn = self._register_translation(request)
         if not self.node.log.is_leader() and not forwarded(context) and client_ref(context) is None:
-            unchanged = self.node.unchanged_here(translate_fn)
+            unchanged = self.unchanged_registration(request)
             if unchanged is not None:  # nothing to write: a heartbeat, answered here
                 self.node.note_alive([api_pb2.BrokerHeartbeat(
                     cluster_name=request.cluster_name, broker_name=request.broker_name,
                     broker_addr=request.broker_addr)])
-                return reply_of(unchanged)
+                return unchanged
         if should_stream(request):  # passed on to the leader in chunks, made only if it is passed on
             reply = self.write(context, "RegisterBrokerStream", _lazy(register_chunks, request), translate_fn,
-                               reply_of, topics=len(request.topics))
+                               register_reply, topics=len(request.topics))
         else:
-            reply = self.write(context, "RegisterBroker", request, translate_fn, reply_of, topics=len(request.topics))
+            reply = self.write(context, "RegisterBroker", request, translate_fn, register_reply,
+                               topics=len(request.topics))
         if self.node.log.is_leader():
             self.node.liveness.touch(request.broker_addr)
         return reply
+
+    def _register_translation(self, request: api_pb2.RegisterBrokerRequest
+                              ) -> Callable[[MetadataState], Translation]:
+        default_ms = self.node.cfg.default_timeout_ms
+        return lambda s: translate.register_broker(s, request, default_ms)
+
+    def unchanged_registration(self, request: api_pb2.RegisterBrokerRequest) -> api_pb2.RegisterBrokerReply | None:
+        """The reply to a (validated) registration that changes nothing in this node's state, or None: it
+        writes, or the state may be behind. Its liveness is the caller's to note: a follower's core buffers
+        it for the leader, a worker tells its core (nameserver/remoting/corechannel.py)."""
+        unchanged = self.node.unchanged_here(self._register_translation(request))
+        return None if unchanged is None else register_reply(unchanged)
 
     @rpc
     def UnregisterBroker(self, request: api_pb2.UnregisterBrokerRequest, context: grpc.ServicerContext
@@ -462,6 +464,17 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
         index = self.node.leader_read_index(call_timeout(context, self.default_timeout, self.max_wait))
         return api_pb2.ReadIndexReply(read_index=index)
+
+
+def register_reply(res: WriteResult) -> api_pb2.RegisterBrokerReply:
+    """A registration's reply: its offset and records, and what the broker is told back."""
+    t = res.translation
+    if t is None:
+        return api_pb2.RegisterBrokerReply()
+    return api_pb2.RegisterBrokerReply(
+        offset=res.offset, records=res.records, master_addr=t.master_addr,
+        ha_server_addr=t.ha_server_addr, order_topic_config=t.order_topic_config or {},
+        order_topic_config_exists=t.order_topic_config is not None)
 
 
 def _lazy(make: Callable[[Any], list[Any]], arg: Any) -> Iterator[Any]:

@@ -69,6 +69,14 @@ class WriteResult:
     replayed: bytes | None = None  # a retried exactly-once write: the first attempt's serialized reply
 
 
+def unchanged_in(state: MetadataState, translate_fn: Callable[[MetadataState], Translation]) -> WriteResult | None:
+    """The answer to a write that changes nothing in `state` (its offset, the translation), or None when it
+    writes: what a follower's core and a worker's replica answer an unchanged re-registration with."""
+    offset_now = state.kv.offset
+    translation = translate_fn(state)
+    return None if translation.batch.records else WriteResult(offset_now, 0, translation)
+
+
 @dataclass(frozen=True)
 class ClientRef:
     """Exactly-once identity of a write (gRPC metadata x-client-id / x-client-seq), within the sessions
@@ -310,12 +318,7 @@ class NameServerNode(LocalReads):
         is the one a plain heartbeat has, and the broker's next registration repairs it."""
         if not self.log.ready or self.log.apply_offset < self.log.commit_offset:
             return None
-        def unchanged() -> WriteResult | None:
-            offset_now = self.state.kv.offset
-            translation = translate_fn(self.state)
-            return None if translation.batch.records else WriteResult(offset_now, 0, translation)
-
-        return self.guard.optimistic(unchanged)
+        return self.guard.optimistic(lambda: unchanged_in(self.state, translate_fn))
 
     def _replay(self, client: ClientRef) -> WriteResult | None:
         found = self.state.session(client.session_id)

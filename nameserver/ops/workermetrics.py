@@ -153,20 +153,30 @@ class WorkerGauges:
         # a count: summed over the workers, those that exited too (the core's own: nameserver_watchers_cut_off)
         self.watchers_cut_off = Counter("nameserver_worker_watchers_cut_off", "Watch streams the worker processes "
                                         "cut off (fell behind, or the replica loaded a snapshot).", registry=registry)
+        self.unchanged = Counter("nameserver_worker_unchanged_registrations", "Broker registrations the worker "
+                                 "processes answered from their replicas as unchanged (the core told by a note).",
+                                 registry=registry)
+        self.stale_notes = Counter("nameserver_worker_unchanged_registrations_passed_on", "Registrations a worker "
+                                   "found unchanged but its core did not hold so (a replica behind): passed on whole.",
+                                   registry=registry)
 
-    def keep_set(self, stopped: threading.Event, read: Callable[[], tuple[int, int, int, int, int]]) -> None:
-        """Sets (replica offset, connections, reply bytes, watchers, watchers cut off) from `read()` about
-        once a second until `stopped`."""
+    def keep_set(self, stopped: threading.Event,
+                 read: Callable[[], tuple[int, int, int, int, tuple[int, int, int]]]) -> None:
+        """Sets (replica offset, connections, reply bytes, watchers, (watchers cut off, unchanged
+        registrations, those passed on)) from `read()` about once a second until `stopped`."""
+        counters = (self.watchers_cut_off, self.unchanged, self.stale_notes)
+
         def run() -> None:
-            counted = 0
+            counted = (0, 0, 0)
             while True:
-                offset, connections, reply_bytes, watchers, cut_off = read()
+                offset, connections, reply_bytes, watchers, totals = read()
                 self.replica_offset.labels(self.worker).set(offset)
                 self.connections.labels(self.worker).set(connections)
                 self.reply_bytes.labels(self.worker).set(reply_bytes)
                 self.watchers.labels(self.worker).set(watchers)
-                self.watchers_cut_off.inc(cut_off - counted)
-                counted = cut_off
+                for counter, total, before in zip(counters, totals, counted, strict=True):
+                    counter.inc(total - before)
+                counted = totals
                 if stopped.wait(GAUGES_EVERY_S):
                     return
 

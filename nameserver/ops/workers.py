@@ -46,16 +46,16 @@ class WorkerSpec:
 
 
 def process_share(cfg: NodeConfig) -> NodeConfig:
-    """Each process's connection limits when workers share the ports: the node's connection cap divided
-    among the core and its workers (the kernel spreads connections about evenly). The unsent-bytes total
-    stays per process: divided, a process would answer SYSTEM_BUSY to its fifth fresh connection (a
-    code never answered yet reserves a connection's whole 32 MiB share: 4 of them fill 128 MiB)."""
+    """Each worker's connection limits: the node's public ports are the workers' alone (the core keeps
+    only private sockets: nameserver/api/corelink.py, nameserver/remoting/corechannel.py), so each
+    connection cap is divided among them (the kernel spreads connections about evenly). The
+    unsent-bytes total stays per process: divided, a process would answer SYSTEM_BUSY to its fifth fresh
+    connection (a code never answered yet reserves a connection's whole 32 MiB share: 4 of them fill 128 MiB)."""
     if not cfg.remoting_max_connections:  # each process takes what its own descriptor limit leaves
         return cfg
-    processes = cfg.worker_processes + 1
-    # gRPC's public address is the workers' alone (nameserver/api/corelink.py): its cap divided among them
-    return replace(cfg, remoting_max_connections=max(1, cfg.remoting_max_connections // processes),
-                   grpc_max_connections=max(1, cfg.grpc_max_connections // max(1, cfg.worker_processes)))
+    workers = max(1, cfg.worker_processes)
+    return replace(cfg, remoting_max_connections=max(1, cfg.remoting_max_connections // workers),
+                   grpc_max_connections=max(1, cfg.grpc_max_connections // workers))
 
 
 class WorkerSupervisor:

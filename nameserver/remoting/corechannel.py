@@ -12,6 +12,15 @@ of the link's own and its answer mapped back to the client's. Two fields ride al
 - APPLIED_FIELD on an answer: the core's apply offset once it answered (a write on a follower is
   answered once applied here: nameserver/api/service.py). The worker's next read on that client
   connection waits, bounded, for its replica to reach it: a client reads its own writes.
+
+A REGISTER_BROKER that changes nothing in the worker's replica (every broker re-sends its whole topic
+table every 30 s) is decided in the worker by the core's own code over the replica
+(NameServerService.unchanged_registration) and answered there; the core hears only a note (NOTE_ALIVE:
+the broker's names, address, DataVersion and the worker's name for its connection; the notes that wait
+while one is in flight go together in the next frame). The core refreshes the broker's liveness, binds
+it to that client connection, and names the notes whose broker it does not hold at that DataVersion (a
+replica behind the core, which expired or changed the broker meanwhile): the worker then passes the
+registration itself on, as it passes every changed one.
 """
 
 from __future__ import annotations
@@ -19,22 +28,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
+import grpc
+
+from nameserver import validation
+from nameserver.api import auth
 from nameserver.config import NodeConfig
+from nameserver.pb import api_pb2, state_pb2
 from nameserver.remoting import codes, frame
+from nameserver.remoting.bodies import BodyError
 from nameserver.remoting.command import Command, FrameError
-from nameserver.remoting.handlers import BROKER_CHANNEL_CODES, REPLICA_CODES, Handlers
+from nameserver.remoting.handlers import (
+    BROKER_CHANNEL_CODES,
+    REPLICA_CODES,
+    Handlers,
+    registration_answer,
+    registration_request,
+)
+from nameserver.remoting.request import RequestError
+from nameserver.remoting.status import rpc_error_parts
 
 log = logging.getLogger("nameserver.remoting.channel")
 
 CONN_FIELD = "__rip18WorkerConn"
 APPLIED_FIELD = "__rip18AppliedOffset"
 CONNECTION_CLOSED = 99_001  # oneway, worker to core; a private code no RocketMQ release uses
+NOTE_ALIVE = 99_002         # worker to core: unchanged registrations answered by the worker (a JSON list)
+PRIVATE_CODES = frozenset({CONNECTION_CLOSED, NOTE_ALIVE})
 SOCKET_NAME = os.path.join("channel", "remoting.sock")
 LINKS = 4                    # connections from each worker to the core
 LINK_INFLIGHT = 256          # requests in flight on one link (the core reads no further until some are answered)
@@ -89,10 +116,34 @@ class CoreHandlers:
             if name:
                 self._closed([name])
             return req.response()
+        if req.code == NOTE_ALIVE:
+            return self._noted(req)
         client = self._client(name) if name and req.code in BROKER_CHANNEL_CODES else None
         resp = self.inner.handle(req, client if name else conn)
         resp.ext_fields[APPLIED_FIELD] = str(self.applied())
         return resp
+
+    def _noted(self, req: Command) -> Command:
+        """A worker's unchanged registrations: each broker's liveness refreshed (the leader hears it as from
+        a registration: the heartbeat names this node's connection) and its connection bound. The answer
+        lists the notes whose broker this node does not hold at the note's DataVersion: those the worker
+        sends whole."""
+        notes = json.loads(req.body)
+        beats = [api_pb2.BrokerHeartbeat(cluster_name=n["cluster"], broker_name=n["broker"], broker_addr=n["addr"],
+                                         channel_node=self.inner.cfg.raft_addr) for n in notes]
+        try:
+            reply = self.inner.ns.Heartbeat(api_pb2.HeartbeatRequest(heartbeats=beats), timeout=self.inner.timeout)
+        except grpc.RpcError as exc:  # the worker passes each registration on: the core answers it as ever
+            log.info("remoting: %d unchanged registration(s) not noted: %s", len(notes), rpc_error_parts(exc)[1])
+            return req.response(body=json.dumps(list(range(len(notes)))).encode())
+        stale = []
+        for i, (note, beat) in enumerate(zip(notes, beats, strict=True)):
+            held = reply.data_versions.get(beat.broker_addr)
+            if held is None or held != state_pb2.DataVersion.FromString(bytes.fromhex(note["version"])):
+                stale.append(i)
+            else:
+                self.inner.bind(beat, self._client(note["conn"]))
+        return req.response(body=json.dumps(stale).encode())
 
     def _client(self, name: str) -> WorkerClient:
         with self._lock:
@@ -137,6 +188,35 @@ class _ClientState:
     brokered: bool = False  # it spoke for a broker: the core hears when it closes
 
 
+class UnchangedRegistrations:
+    """A worker's answer to a REGISTER_BROKER its replica holds unchanged: the core's own decision
+    (`service`: NameServerService over the replica) and the core's reply, with the note the core must
+    hear; None for anything else (a change, a refusal, a replica not ready): the core answers those."""
+
+    REGISTER = f"/{auth.NAMESERVER_SERVICE}/RegisterBroker"
+    HEARTBEAT = f"/{auth.NAMESERVER_SERVICE}/Heartbeat"
+
+    def __init__(self, service: Any, cfg: NodeConfig) -> None:
+        self.service = service
+        role = (cfg.remoting_role or "peer") if cfg.auth_enabled else ""  # the core's port's role
+        self.allowed = not role or (auth.allowed(role, self.REGISTER) and auth.allowed(role, self.HEARTBEAT))
+
+    def answer(self, req: Command) -> tuple[Command, dict[str, str]] | None:
+        if not self.allowed or req.invalid is not None:
+            return None
+        try:
+            request, clamped = registration_request(req)
+            validation.validate_register_broker(request)
+        except (RequestError, BodyError, validation.ValidationError):  # refused by the core, in its words
+            return None
+        reply = self.service.unchanged_registration(request)
+        if reply is None:
+            return None
+        note = {"cluster": request.cluster_name, "broker": request.broker_name, "addr": request.broker_addr,
+                "version": request.data_version.SerializeToString().hex()}
+        return registration_answer(req, reply, clamped), note
+
+
 class CoreChannel:
     """A worker's FrontEnd (nameserver/remoting/server.py): REPLICA_CODES answered here, the rest by the core."""
 
@@ -153,16 +233,25 @@ class CoreChannel:
         self._opaques = itertools.count(1)
         self._names = itertools.count(1)
         self._clients: dict[object, _ClientState] = {}
+        self.unchanged: UnchangedRegistrations | None = None  # set once the worker's service exists
+        self._notes: list[tuple[dict[str, str], asyncio.Future[bool]]] = []
+        self._noting = False
         self.forwarded = 0
         self.failed = 0
+        self.answered_unchanged = 0  # registrations answered here, the core told by a note
+        self.stale_notes = 0         # ... that the core did not hold as the replica did: passed on whole
 
     async def forward(self, cmd: Command, conn: object) -> Command:
-        if cmd.code == CONNECTION_CLOSED:  # ours alone
+        if cmd.code in PRIVATE_CODES:  # ours alone
             return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
         state = self._clients.get(conn)
         if state is None:
             state = self._clients[conn] = _ClientState(f"{os.getpid()}:{next(self._names)}")
         state.brokered |= cmd.code in BROKER_CHANNEL_CODES
+        if cmd.code == codes.REGISTER_BROKER and self.unchanged is not None:
+            local = await self._answer_unchanged(cmd, state)
+            if local is not None:
+                return local
         # a client's own value of the field is overwritten
         sent = replace(cmd, ext_fields=cmd.ext_fields | {CONN_FIELD: state.name})
         self.forwarded += 1
@@ -178,6 +267,53 @@ class CoreChannel:
             state.min_offset = max(state.min_offset, int(applied))
         resp.opaque = cmd.opaque
         return resp
+
+    async def _answer_unchanged(self, cmd: Command, state: _ClientState) -> Command | None:
+        """The worker's answer to an unchanged registration once the core has noted it, or None: pass it on."""
+        assert self.unchanged is not None
+        local = await asyncio.get_running_loop().run_in_executor(None, self.unchanged.answer, cmd)
+        if local is None:
+            return None
+        resp, note = local
+        try:
+            held = await self._note(note | {"conn": state.name})
+        except (OSError, EOFError, FrameError, TimeoutError, ValueError):
+            return None  # passed on whole, answered (or failed) as before
+        if not held:
+            self.stale_notes += 1
+            return None
+        self.answered_unchanged += 1
+        return resp
+
+    async def _note(self, note: dict[str, str]) -> bool:
+        """Tell the core of an unchanged registration; whether it holds the broker as the note says. The
+        notes that arrive while one frame is in flight go together in the next."""
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._notes.append((note, waiter))
+        if not self._noting:
+            self._noting = True
+            asyncio.get_running_loop().create_task(self._send_notes())
+        return await waiter
+
+    async def _send_notes(self) -> None:
+        try:
+            while self._notes:
+                # at most what one Heartbeat call takes; the rest go in the next frame
+                cut = validation.MAX_HEARTBEATS_PER_REQUEST
+                batch, self._notes = self._notes[:cut], self._notes[cut:]
+                try:
+                    resp = await self._call(Command(code=NOTE_ALIVE, body=json.dumps([n for n, _ in batch]).encode()))
+                    stale = set(json.loads(resp.body)) if resp.code == codes.SUCCESS else set(range(len(batch)))
+                except (OSError, EOFError, FrameError, TimeoutError, ValueError) as exc:
+                    for _, waiter in batch:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    continue
+                for i, (_, waiter) in enumerate(batch):
+                    if not waiter.done():
+                        waiter.set_result(i not in stale)
+        finally:
+            self._noting = False
 
     async def settle(self, conn: object) -> None:
         """Before a local read: the replica has applied what this connection's last request saw (bounded)."""

@@ -123,6 +123,67 @@ def config_properties(cfg: NodeConfig, replicated: dict[str, bool]) -> str:
     return "\n".join(sorted(lines)) + "\n"
 
 
+def registration_request(req: Command) -> tuple[api_pb2.RegisterBrokerRequest, str | None]:
+    """A REGISTER_BROKER frame as the API's request, and the remark when its heartbeat timeout was clamped
+    (RocketMQ takes any). Raises RequestError (a body failing its CRC) or BodyError."""
+    crc = int_field(req, "bodyCrc32", 0)
+    if crc != 0 and registerbody.crc32(req.body) != crc:
+        raise RequestError(codes.SYSTEM_ERROR, "crc32 not match")
+    body = registerbody.decode(req.body, bool_field(req, "compressed"))
+    broker = req.ext("brokerName") or "?"
+    ignored = body.attach_mappings(broker)
+    if ignored:
+        refusals.warning("static_mappings_ignored", "remoting: broker %s: %d static-topic queue mapping(s) "
+                         "ignored: %s", shown(broker), len(ignored), shown("; ".join(ignored[:3]), 600))
+    request = api_pb2.RegisterBrokerRequest(
+        cluster_name=need(req, "clusterName"), broker_name=need(req, "brokerName"),
+        broker_addr=need(req, "brokerAddr"), broker_id=int_field(req, "brokerId"),
+        ha_server_addr=req.ext("haServerAddr") or "",
+        heartbeat_timeout_ms=int_field(req, "heartbeatTimeoutMillis", 0),
+        # a missing field (brokers before 5) is kept apart from false: see translate.register_broker
+        enable_acting_master=(None if req.ext("enableActingMaster") is None
+                              else bool_field(req, "enableActingMaster")),
+        zone_name=req.ext("__ZONE_NAME") or "",
+        data_version=body.data_version, topics=storable_topics(body.topics, broker),
+        filter_servers=body.filter_servers)
+    return request, validation.clamp_heartbeat_timeout(request)
+
+
+def registration_answer(req: Command, reply: api_pb2.RegisterBrokerReply, clamped: str | None) -> Command:
+    """What a broker is told back for its registration."""
+    ext = {k: v for k, v in (("haServerAddr", reply.ha_server_addr), ("masterAddr", reply.master_addr)) if v}
+    # RocketMQ answers with the ORDER_TOPIC_CONFIG namespace's KVTable whenever the namespace exists, an
+    # emptied one as {"table":{}} (4.9 brokers then clear their topics' order flag); no body when it
+    # was never written. (A table without the flag comes from a leader older than the flag.)
+    has_table = reply.order_topic_config_exists or bool(reply.order_topic_config)
+    body_out = bodies.encode(bodies.kv_table(reply.order_topic_config)) if has_table else b""
+    return req.response(ext_fields=ext, body=body_out, remark=clamped)
+
+
+def storable_topics(topics: list[api_pb2.TopicConfig], broker: str) -> list[api_pb2.TopicConfig]:
+    """The topics we can store. The stock NameServer checks none, and a broker whose registration
+    is refused expires; so a topic we cannot hold is left out (with a warning), never the broker."""
+    kept: list[api_pb2.TopicConfig] = []
+    seen: set[str] = set()
+    dropped: list[str] = []
+    for i, tc in enumerate(topics):
+        try:
+            validation.check_topic_config(f"topicConfigTable[{i}].", tc)
+        except validation.ValidationError as exc:
+            dropped.append(str(exc))
+            continue
+        if tc.topic_name in seen:
+            dropped.append(f"topicConfigTable[{i}]: duplicate topic {tc.topic_name!r}")
+            continue
+        seen.add(tc.topic_name)
+        kept.append(tc)
+    if dropped:
+        refusals.warning("topics_left_out", "remoting: broker %s registered %d topic(s) this nameserver "
+                         "cannot store; left out, the rest registered: %s", shown(broker), len(dropped),
+                         shown("; ".join(dropped[:3]), 600))
+    return kept
+
+
 class Handlers:
     def __init__(self, ns: Any, cfg: NodeConfig, timeout_s: float) -> None:
         self.ns = ns  # NameServer's calls, stub-style: ns.GetRoute(request, timeout=...)
@@ -151,10 +212,14 @@ class Handlers:
         from every 904 and 322 (their heartbeat names this node) and after every registration, so a
         new leader learns it within one registration period."""
         beat = self._beat(req)
-        with self._bound_lock:
-            self._bound[beat.broker_addr] = (conn, beat)
+        self.bind(beat, conn)
         if req.code == codes.REGISTER_BROKER:
             self._report([beat])
+
+    def bind(self, beat: api_pb2.BrokerHeartbeat, conn: object) -> None:
+        """`conn` is the broker's connection to this node (the leader hears of it from `beat`, sent by the caller)."""
+        with self._bound_lock:
+            self._bound[beat.broker_addr] = (conn, beat)
 
     def _beat(self, req: Command) -> api_pb2.BrokerHeartbeat:
         return api_pb2.BrokerHeartbeat(cluster_name=req.ext("clusterName") or "",
@@ -227,27 +292,7 @@ class Handlers:
     # ---- broker side ---------------------------------------------------------------------------
 
     def register_broker(self, req: Command) -> Command:
-        crc = int_field(req, "bodyCrc32", 0)
-        if crc != 0 and registerbody.crc32(req.body) != crc:
-            return req.response(codes.SYSTEM_ERROR, "crc32 not match")
-        body = registerbody.decode(req.body, bool_field(req, "compressed"))
-        broker = req.ext("brokerName") or "?"
-        ignored = body.attach_mappings(broker)
-        if ignored:
-            refusals.warning("static_mappings_ignored", "remoting: broker %s: %d static-topic queue mapping(s) "
-                             "ignored: %s", shown(broker), len(ignored), shown("; ".join(ignored[:3]), 600))
-        body.topics = self._storable_topics(body.topics, broker)
-        request = api_pb2.RegisterBrokerRequest(
-            cluster_name=need(req, "clusterName"), broker_name=need(req, "brokerName"),
-            broker_addr=need(req, "brokerAddr"), broker_id=int_field(req, "brokerId"),
-            ha_server_addr=req.ext("haServerAddr") or "",
-            heartbeat_timeout_ms=int_field(req, "heartbeatTimeoutMillis", 0),
-            # a missing field (brokers before 5) is kept apart from false: see translate.register_broker
-            enable_acting_master=(None if req.ext("enableActingMaster") is None
-                                  else bool_field(req, "enableActingMaster")),
-            zone_name=req.ext("__ZONE_NAME") or "",
-            data_version=body.data_version, topics=body.topics, filter_servers=body.filter_servers)
-        clamped = validation.clamp_heartbeat_timeout(request)  # RocketMQ takes any: said in the remark
+        request, clamped = registration_request(req)
         if should_stream(request):
             # Tens of thousands of topics take seconds to translate and replicate: allow more time.
             timeout = max(self.timeout, BIG_REGISTRATION_TIMEOUT_S)
@@ -256,36 +301,7 @@ class Handlers:
                 request, timeout=timeout)
         else:
             reply = self._call(self.ns.RegisterBroker, request)
-        ext = {k: v for k, v in (("haServerAddr", reply.ha_server_addr), ("masterAddr", reply.master_addr)) if v}
-        # RocketMQ answers with the ORDER_TOPIC_CONFIG namespace's KVTable whenever the namespace exists, an
-        # emptied one as {"table":{}} (4.9 brokers then clear their topics' order flag); no body when it
-        # was never written. (A table without the flag comes from a leader older than the flag.)
-        has_table = reply.order_topic_config_exists or bool(reply.order_topic_config)
-        body_out = bodies.encode(bodies.kv_table(reply.order_topic_config)) if has_table else b""
-        return req.response(ext_fields=ext, body=body_out, remark=clamped)
-
-    def _storable_topics(self, topics: list[api_pb2.TopicConfig], broker: str) -> list[api_pb2.TopicConfig]:
-        """The topics we can store. The stock NameServer checks none, and a broker whose registration
-        is refused expires; so a topic we cannot hold is left out (with a warning), never the broker."""
-        kept: list[api_pb2.TopicConfig] = []
-        seen: set[str] = set()
-        dropped: list[str] = []
-        for i, tc in enumerate(topics):
-            try:
-                validation.check_topic_config(f"topicConfigTable[{i}].", tc)
-            except validation.ValidationError as exc:
-                dropped.append(str(exc))
-                continue
-            if tc.topic_name in seen:
-                dropped.append(f"topicConfigTable[{i}]: duplicate topic {tc.topic_name!r}")
-                continue
-            seen.add(tc.topic_name)
-            kept.append(tc)
-        if dropped:
-            refusals.warning("topics_left_out", "remoting: broker %s registered %d topic(s) this nameserver "
-                             "cannot store; left out, the rest registered: %s", shown(broker), len(dropped),
-                             shown("; ".join(dropped[:3]), 600))
-        return kept
+        return registration_answer(req, reply, clamped)
 
     def unregister_broker(self, req: Command) -> Command:
         self._call(self.ns.UnregisterBroker, api_pb2.UnregisterBrokerRequest(

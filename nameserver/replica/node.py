@@ -15,11 +15,12 @@ import threading
 from collections.abc import Callable
 
 from nameserver.config import NodeConfig
+from nameserver.core.node import WriteResult, unchanged_in
 from nameserver.core.reads import LocalReads
 from nameserver.core.routecache import RouteCache
 from nameserver.core.watch import WatchHub
 from nameserver.replica.follower import ReadReplica
-from nameserver.state import MetadataState
+from nameserver.state import MetadataState, Translation
 from raftlog.proposer import NotLeader
 
 
@@ -45,6 +46,15 @@ class ReplicaNode(LocalReads):
 
     def not_ready_reason(self) -> str:
         return self.replica.not_ready_reason() or "replica is ready"
+
+    def unchanged_here(self, translate_fn: Callable[[MetadataState], Translation]) -> WriteResult | None:
+        """The answer to a write that would change nothing in the replica (None: it writes, or the replica
+        is not ready): a worker answers an unchanged re-registration with it, as a follower's core does
+        (nameserver/core/node.py), once its core confirms the broker is still registered there."""
+        if not self.replica.ready:
+            return None
+        with self.lock:
+            return unchanged_in(self.state, translate_fn)
 
     def linearizable_index(self, timeout: float) -> int:
         """The read index of `read_index`; without one a linearizable read is refused UNAVAILABLE with

@@ -13,6 +13,7 @@ serves gRPC only on its private socket; the workers hold the public gRPC port.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import secrets
 import signal
@@ -38,9 +39,9 @@ from nameserver import headers, tlsconf
 from nameserver.api.auth import hash_token
 from nameserver.chunking import register_chunks
 from nameserver.pb import api_pb2, api_pb2_grpc
-from nameserver.remoting import codes, frame
+from nameserver.remoting import codes, frame, registerbody
 from nameserver.remoting.command import Command
-from nameserver.remoting.corechannel import CONN_FIELD, CONNECTION_CLOSED
+from nameserver.remoting.corechannel import APPLIED_FIELD, CONN_FIELD, CONNECTION_CLOSED, NOTE_ALIVE
 from nameserver.remoting.handlers import REPLICA_CODES, REQUESTS
 from tests.certs import CertFiles, TestCA, write_private
 from tests.cluster import Cluster, NodeProc, register_request
@@ -53,6 +54,26 @@ TOPICS = [f"TopicW{i}" for i in range(4)]
 ESTABLISHED = 0x01
 NS = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
 _opaques = itertools.count(1)
+
+
+def registration(broker: str, addr: str, topics: list[str], counter: int = 1,
+                 broker_id: int = 0) -> tuple[dict[str, str], bytes]:
+    """A REGISTER_BROKER's extFields and body."""
+    body = register_body(topics, counter, compressed=False)
+    return {"brokerName": broker, "brokerAddr": addr, "clusterName": "CW", "brokerId": str(broker_id),
+            "haServerAddr": "127.0.0.1:10912", "compressed": "false", "bodyCrc32": str(crc32(body))}, body
+
+
+def core_call(node: NodeProc, root: str, code: int, ext: dict[str, str], body: bytes = b"") -> Command:
+    """A frame sent straight to the node's core on its private remoting socket, as a worker sends one."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(os.path.join(root, f"{node.name}-data", "channel", "remoting.sock"))
+        req = Command(code=code, version=479, opaque=next(_opaques), ext_fields=ext, body=body)
+        sock.sendall(frame.encode(req))
+        payload = read_frame(sock)
+    assert payload is not None, f"the core closed its socket instead of answering code {code}"
+    return frame.decode(payload)
 
 
 class Conn:
@@ -75,11 +96,8 @@ class Conn:
         return resp
 
     def register(self, broker: str, addr: str, topics: list[str], counter: int = 1,
-                 serialize_type: int = codes.SERIALIZE_JSON) -> Command:
-        body = register_body(topics, counter, compressed=False)
-        return self.call(codes.REGISTER_BROKER, {"brokerName": broker, "brokerAddr": addr, "clusterName": "CW",
-                                                 "brokerId": "0", "haServerAddr": "127.0.0.1:10912",
-                                                 "compressed": "false", "bodyCrc32": str(crc32(body))}, body,
+                 serialize_type: int = codes.SERIALIZE_JSON, broker_id: int = 0) -> Command:
+        return self.call(codes.REGISTER_BROKER, *registration(broker, addr, topics, counter, broker_id),
                          serialize_type)
 
     def close(self) -> None:
@@ -114,12 +132,12 @@ def owner(node: NodeProc, conn: Conn) -> int:
 
 
 def conns_by_owner(node: NodeProc, want_each: int = 2, limit: int = 300) -> dict[int, list[Conn]]:
-    """Connections opened until the core and each worker hold `want_each` (the kernel picks)."""
+    """Connections opened until each worker holds `want_each` (the kernel picks)."""
     got: dict[int, list[Conn]] = {}
     for _ in range(limit):
         c = Conn(node.remoting_addr)
         got.setdefault(owner(node, c), []).append(c)
-        if len(got) == WORKERS + 1 and all(len(v) >= want_each for v in got.values()):
+        if len(got) == WORKERS and all(len(v) >= want_each for v in got.values()):
             return got
     raise AssertionError(f"{limit} connections did not reach every process: {({k: len(v) for k, v in got.items()})}")
 
@@ -224,7 +242,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         c.wait_ready(timeout=60)
         for n in c.nodes:  # the workers bind once their replicas are ready
             c.wait_for(f"{n.name}'s core and {WORKERS} workers listening",
-                       lambda n=n: len(listener_owners(n)) == WORKERS + 1 and len(grpc_listeners(n)) == WORKERS,
+                       lambda n=n: len(listener_owners(n)) == WORKERS and len(grpc_listeners(n)) == WORKERS,
                        timeout=60)
         seed = Conn(c.nodes[0].remoting_addr)
         assert seed.register("broker-seed", "127.0.0.1:10911", TOPICS).code == codes.SUCCESS
@@ -257,24 +275,22 @@ def test_route_reads_are_answered_by_workers_as_the_core_answers(cluster: Cluste
         assert node.proc is not None
         by_owner = conns_by_owner(node)
         core = node.proc.pid
-        assert set(by_owner) - {core} == set(children(core)), "the other listeners are the core's workers"
+        assert set(by_owner) == set(children(core)), "the workers hold every public connection"
         before = reads_counted(node)
         timed = {le: metric(node, "nameserver_remoting_handling_seconds_bucket", request="105", le=le)
                  for le in ("0.001", "+Inf")}
         answers: dict[int, set[bytes]] = {}
-        reads_on_core = reads = 0
+        reads = 0
         for pid, conns in by_owner.items():
             for conn in conns:
                 for topic in TOPICS:
                     resp = conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
                     assert resp.code == codes.SUCCESS, (node.name, pid, resp.remark)
                     answers.setdefault(hash(topic), set()).add(resp.body)
-                    reads_on_core += pid == core
                     reads += 1
-        for topic in TOPICS:  # one answer per topic, whichever process gave it
-            assert len(answers[hash(topic)]) == 1, f"{node.name}: workers and core answer {topic} differently"
-        # The node's counter counts each read once, the workers' (most of them) with the core's.
-        assert reads > reads_on_core
+        for topic in TOPICS:  # one answer per topic, whichever worker gave it
+            assert len(answers[hash(topic)]) == 1, f"{node.name}: the workers answer {topic} differently"
+        # The node's counter counts each read once, the workers' summed in the core's /metrics.
         assert reads_counted(node) - before == reads
         # and timed once: the histograms' buckets are summed too (each cumulative, the last holds every read)
         assert metric(node, "nameserver_remoting_handling_seconds_bucket", request="105", le="+Inf") == \
@@ -286,6 +302,93 @@ def test_route_reads_are_answered_by_workers_as_the_core_answers(cluster: Cluste
         for conns in by_owner.values():
             for conn in conns:
                 conn.close()
+
+
+def test_every_public_remoting_connection_lands_on_a_worker(cluster: Cluster) -> None:
+    """The core holds no public remoting port (only its private channel socket): with workers, the
+    kernel gives each connection to a worker and the core spends nothing on client connections."""
+    node = cluster.nodes[2]
+    assert node.proc is not None
+    assert node.proc.pid not in listener_owners(node)
+    conns = [Conn(node.remoting_addr) for _ in range(4 * WORKERS)]
+    assert {owner(node, c) for c in conns} <= set(children(node.proc.pid))
+    for conn in conns:
+        assert conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPICS[0]}).code == codes.SUCCESS
+        conn.close()
+
+
+def unchanged_answered(node: NodeProc) -> float:
+    return metric(node, "nameserver_worker_unchanged_registrations_total")
+
+
+def test_an_unchanged_registration_is_answered_by_the_worker_as_the_core_answers(cluster: Cluster) -> None:
+    """A re-registration that changes nothing is decided by the worker over its replica and answered
+    there, byte for byte as the core answers it (masterAddr, haServerAddr, the order-topic table); the
+    core only notes the broker alive."""
+    node = cluster.nodes[0]
+    conn = Conn(node.remoting_addr)
+    ns = {"namespace": "ORDER_TOPIC_CONFIG", "key": "TopicSame", "value": "broker-same:4"}
+    assert conn.call(codes.PUT_KV_CONFIG, ns).code == codes.SUCCESS
+    assert conn.register("broker-same", "127.0.0.1:40911", ["TopicSame"], counter=3).code == codes.SUCCESS
+    ext, body = registration("broker-same", "127.0.0.1:40912", ["TopicSame"], counter=5, broker_id=1)
+    assert conn.call(codes.REGISTER_BROKER, ext, body).code == codes.SUCCESS  # a slave: told its master
+    # the connection's next read waits for its replica to apply the writes: then the same frame is unchanged
+    assert conn.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicSame"}).code == codes.SUCCESS
+    before = unchanged_answered(node)
+    here = conn.call(codes.REGISTER_BROKER, ext, body)
+    core = core_call(node, cluster.root, codes.REGISTER_BROKER, ext | {CONN_FIELD: "0:1"}, body)
+    core.ext_fields.pop(APPLIED_FIELD)
+    assert (here.code, here.remark, here.ext_fields, here.body) == (core.code, core.remark, core.ext_fields, core.body)
+    assert here.ext_fields == {"masterAddr": "127.0.0.1:40911", "haServerAddr": "127.0.0.1:10912"}, here.ext_fields
+    assert b"TopicSame" in here.body
+    cluster.wait_for("the worker counted it answered here", lambda: unchanged_answered(node) == before + 1)
+    conn.close()
+
+
+def test_a_noted_registration_binds_the_broker_to_its_connection(cluster: Cluster) -> None:
+    """The core binds a broker to the connection a worker answered its unchanged registration on (the
+    note names it): when the connection it first registered on closes the broker stays; when that one
+    closes, it leaves the routes."""
+    node = cluster.nodes[2]
+    first, second = Conn(node.remoting_addr), Conn(node.remoting_addr)
+    assert first.register("broker-bound", "127.0.0.1:42911", ["TopicBound"], counter=9).code == codes.SUCCESS
+    applied = metric(node, "nameserver_apply_offset")
+    cluster.wait_for("every worker's replica applied it", lambda: min(worker_gauge(
+        node, "nameserver_worker_replica_offset").values()) >= applied)
+    before = unchanged_answered(node)
+    assert second.register("broker-bound", "127.0.0.1:42911", ["TopicBound"], counter=9).code == codes.SUCCESS
+    cluster.wait_for("answered by the worker", lambda: unchanged_answered(node) == before + 1)
+    first.close()
+    time.sleep(3)  # past the leader's grace for a closed connection (1 s here)
+    probe = Conn(node.remoting_addr)
+    assert probe.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicBound"}).code == codes.SUCCESS
+    second.close()
+    deadline = time.monotonic() + 10
+    while probe.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicBound"}).code != codes.TOPIC_NOT_EXIST:
+        assert time.monotonic() < deadline, "the broker is still routed 10 s after its connections closed"
+        time.sleep(0.1)
+    probe.close()
+
+
+def test_the_core_sends_back_what_it_does_not_hold_as_noted(cluster: Cluster) -> None:
+    """A worker's replica may be behind its core (which expired or changed the broker meanwhile): the
+    core names each note whose broker it does not hold at that DataVersion, and the worker then passes
+    the registration on whole."""
+    node = cluster.nodes[1]
+    conn = Conn(node.remoting_addr)
+    assert conn.register("broker-noted", "127.0.0.1:41911", ["TopicNoted"], counter=7).code == codes.SUCCESS
+    ext, body = registration("broker-noted", "127.0.0.1:41911", ["TopicNoted"], counter=7)
+    held = core_call(node, cluster.root, codes.REGISTER_BROKER, ext | {CONN_FIELD: "0:2"}, body)
+    assert held.code == codes.SUCCESS
+    data_version = registerbody.decode(body, False).data_version.SerializeToString().hex()
+    other = registerbody.decode(registration("x", "y", ["T"], counter=8)[1], False).data_version
+    note = {"cluster": "CW", "broker": "broker-noted", "conn": "0:3"}
+    notes = [note | {"addr": "127.0.0.1:41911", "version": data_version},
+             note | {"addr": "127.0.0.1:49999", "version": data_version},  # not registered here
+             note | {"addr": "127.0.0.1:41911", "version": other.SerializeToString().hex()}]  # changed here
+    answer = core_call(node, cluster.root, NOTE_ALIVE, {}, json.dumps(notes).encode())
+    assert (answer.code, json.loads(answer.body)) == (codes.SUCCESS, [1, 2])
+    conn.close()
 
 
 def test_the_remoting_limits_hold_in_workers(cluster: Cluster) -> None:
@@ -405,7 +508,7 @@ def test_a_killed_worker_is_restarted_and_clients_reconnect(cluster: Cluster) ->
         assert resp.code == codes.SUCCESS, resp.remark
         made += 1
         owners = listener_owners(node)
-        return len(owners) == WORKERS + 1 and victim not in owners
+        return len(owners) == WORKERS and victim not in owners
 
     cluster.wait_for("the worker restarted and listening", restarted, every=0.02)
     assert metric(node, "nameserver_worker_restarts_total") == restarts + 1
@@ -897,3 +1000,26 @@ def test_a_killed_core_takes_its_workers_down(cluster: Cluster) -> None:
                      lambda: not any(alive(pid) for pid in workers) and not listening(port_of(node)), timeout=10)
     with pytest.raises(OSError):
         Conn(node.remoting_addr)
+
+
+def test_a_starting_node_with_workers_refuses_remoting_until_its_core_is_ready(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The core holds no public remoting port, so its workers keep the rule (docs/remoting.md, "A
+    starting node"): they listen once their replica is ready, which the core's Follow allows once the
+    core is ready; until then connecting is refused."""
+    c = Cluster(str(tmp_path_factory.mktemp("starting")), 3, remoting=True, worker_processes=1)
+    try:
+        first = c.nodes[0]
+        c.start(first)  # alone: no quorum, so its core is not ready
+        assert first.proc is not None
+        core = first.proc.pid
+        c.wait_for("its worker started", lambda: len(children(core)) == 1, timeout=60)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port_of(first)), timeout=5).close()
+        for n in c.nodes[1:]:
+            c.start(n)
+        c.wait_ready(timeout=60)
+        assert Conn(first.remoting_addr).call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"}).code == \
+            codes.TOPIC_NOT_EXIST
+    finally:
+        c.stop()

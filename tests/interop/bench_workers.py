@@ -35,7 +35,8 @@ from .bench_remoting import ROUTE_TOPICS, run_load
 
 @contextmanager
 def node_with_workers(root: str, workers: int) -> Iterator[tuple[str, int]]:
-    """A 1-node cluster with `workers` remoting workers, every process listening: (remoting address, pid)."""
+    """A 1-node cluster with `workers` remoting workers, every worker listening (the core itself when there
+    is none): (remoting address, pid)."""
     os.makedirs(root)
     c = Cluster(root, 1, remoting=True, worker_processes=workers)
     try:
@@ -45,7 +46,7 @@ def node_with_workers(root: str, workers: int) -> Iterator[tuple[str, int]]:
         assert node.proc is not None
         port = int(node.remoting_addr.rsplit(":", 1)[1])
         pid = node.proc.pid
-        c.wait_for("the workers listening", lambda: len(listener_pids(pid, port)) == workers + 1, timeout=60)
+        c.wait_for("the workers listening", lambda: len(listener_pids(pid, port)) == max(workers, 1), timeout=60)
         yield node.remoting_addr, pid
     finally:
         c.stop()
