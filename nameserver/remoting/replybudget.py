@@ -10,9 +10,10 @@ thread only: no locks.
   many copies of itself: the state's, the JSON text, its bytes, the frame). A code never answered yet
   is learned from the process's first request of it, not each connection's: that one reserves the
   whole per-connection share, and the others of the code wait until it is answered (then reserve what
-  it was seen to need; past server.py's PROBE_WAIT_S, as for a small reply). Before, thousands of fresh connections' first route reads (~1 KB replies) each
-  reserved the share and filled the node's total with reservations, not bytes: the rest were answered
-  SYSTEM_BUSY (the fleet simulator, 9,000 connections). A connection with nothing held may always
+  it was seen to need; past server.py's PROBE_WAIT_S, as for a small reply). Before, thousands of fresh
+  connections' first route reads (~1 KB replies) each reserved the share and filled the node's total
+  with reservations, not bytes: the rest were answered SYSTEM_BUSY (the fleet simulator, 9,000
+  connections). A connection with nothing held may always
   reserve (one reply larger than the share must still be deliverable); one that holds some and would
   pass its share waits: it is not read meanwhile. Past the node's total, the request is answered
   SYSTEM_BUSY at once.
