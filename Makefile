@@ -25,7 +25,8 @@ demo: setup
 	$(PY) -m nameserver.cli.demo
 
 # The short interop version runs too: Apache RocketMQ 5.5.0's brokers and Java clients against a 3-node
-# cluster (tests/interop, its tests not marked `interop`; the jars come from Maven Central on first use).
+# cluster, and the differential's raw probes against the stock 5.5.0 NameServer and ours
+# (tests/interop, its tests not marked `interop`; the jars come from Maven Central on first use).
 test: setup
 	scripts/ensure-debian-package.sh default-jre-headless java   # PySpark (pipeline/) runs on a JVM
 	scripts/ensure-debian-package.sh openjdk-17-jdk-headless java javac   # RocketMQ; javac for its test client

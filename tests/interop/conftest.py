@@ -14,13 +14,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
 from cluster import Cluster
 
 from . import jars, remoting
-from .launcher import Broker, RocketMQ
+from .launcher import Broker, JavaProc, RocketMQ
+from .recorder import Recorder
 
 if not os.environ.get("RMQ_INTEROP"):
     collect_ignore_glob = ["test_*.py"]
@@ -114,6 +116,40 @@ def start_ours(root: str, **settings) -> Cluster:
     c.start()
     c.wait_ready(timeout=60)
     return c
+
+
+@dataclass
+class Upstream:
+    """The differential's upstream behind the recorder: the stock NameServer (proc) or our 3-node cluster (ours,
+    asked at node 0's remoting port)."""
+    rmq: RocketMQ
+    proc: JavaProc | None
+    ours: Cluster | None
+    addr: str
+    rec: Recorder
+
+
+@contextmanager
+def recorded_upstream(version: str, root: str, stock: bool, grace: float = 15.0) -> Iterator[Upstream]:
+    """The stock NameServer or ours started under `root`, behind a recorder; all stopped at the end."""
+    rmq = RocketMQ(version, os.path.join(root, "rmq"))
+    ours = None
+    rec = None
+    try:
+        proc = None
+        if stock:
+            proc, addr = rmq.namesrv()
+        else:
+            ours = start_ours(os.path.join(root, "ours"))
+            addr = ours.nodes[0].remoting_addr
+        rec = Recorder(addr, "stock" if stock else "ours").start()
+        yield Upstream(rmq, proc, ours, addr, rec)
+    finally:
+        if rec is not None:
+            rec.stop()
+        rmq.stop_all(grace)
+        if ours is not None:
+            ours.stop()
 
 
 def start_brokers(d: Deployment, slave: bool = True) -> None:

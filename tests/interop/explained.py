@@ -109,6 +109,10 @@ ROWS: tuple[Row, ...] = (
         "heartbeat-timeout broker's life (1 s and a scan here) or the `team@host c ü` broker's is chance",
         (Covers(106, (LINE_5,), r"body\.brokerAddrTable\.(diff-hb-broker|" + ODD_BROKER + r")\..*"
                 r"|body\.clusterAddrTable\.InteropCluster\[\d+\]", (("diffPhase", None),)),)),
+    Row("105 `TOPIC_NOT_EXIST` remark to a client before 5.0", LINE_5, "5.x's FAQ address to every client",
+        "the FAQ address of the client's line (4.x's to clients before 5.0)",
+        "one server answers both lines: each client reads the text its own line's NameServer writes",
+        (Covers(105, (LINE_5,), "remark", (("diffClient", "399"),)),)),
     Row("304 `brokerAddr`", "both", "the first broker of its map", "the lowest-id address of the first broker name",
         "every node answers the same", (Covers(304, paths=r"body\.brokerAddr"),)),
     Row("105 `TBW102` `perm`", "both", "5, 6 or 7", "5, 6 or 7",

@@ -22,19 +22,15 @@ from dataclasses import dataclass
 import pytest
 from cluster import Cluster
 
-from tests.fakebroker import FakeBroker
-
-from . import jars, remoting
-from .conftest import CLUSTER, Deployment, start_brokers, start_ours
+from . import remoting
+from .conftest import CLUSTER, Deployment, recorded_upstream, start_brokers
 from .explained import ODD_BROKER, explained
 from .launcher import JavaProc, RocketMQ
-from .recorder import Difference, Exchange, Recorder, compare, exchange_json, parse_body, render
+from .probes import LINE_VERSION, STOCK_SETTINGS, heartbeat_timeout, odd_broker_probes, probe, raw_probes
+from .recorder import Difference, Exchange, compare, exchange_json, parse_body, render
 from .traffic import BINARY_HEADERS, create_topic, produce
 
 pytestmark = pytest.mark.interop
-
-# MQVersion.Version ordinals a client of each line sends in its request header.
-LINE_VERSION = {jars.LINE_4: 407, jars.LINE_5: 513}
 
 
 def broker_qdv(ex: Exchange) -> bool:
@@ -67,37 +63,11 @@ def emptied_order_table_answered(exs: list[Exchange]) -> bool:
                and parse_body(ex.response.body) == {"table": {}} for ex in exs)
 
 
-# Three NamesrvConfig keys both lines have, set to their defaults (mqadmin updateNamesrvConfig, one key a call).
-STOCK_SETTINGS = (("orderMessageEnable", "false"), ("clusterTest", "false"), ("productEnvName", "center"))
-HB_BROKER = "diff-hb-broker"
-
-
 @dataclass
 class Run:
     exchanges: list[Exchange]  # what is compared
     aliases: dict[str, str]
     restart: list[str]  # what a client asking the upstream through its restart saw, in order
-
-
-def heartbeat_timeout(ns: str, upstream: str, version: int) -> dict[str, str]:
-    """A raw REGISTER_BROKER with heartbeatTimeoutMillis=500 from a broker that never heartbeats but keeps its
-    connection: cluster info right after, then once it is gone from the upstream (or 15 s passed: 4.9.7 has no
-    per-broker timeout), then its topic's route. Returns the aliases of its addresses."""
-    fb = FakeBroker(HB_BROKER, CLUSTER)
-    try:
-        # two topics: stock 5.5.0 refuses a broker's first registration holding exactly one ("register broker
-        # failed"; it takes that for a single topic's update from a broker not registered yet)
-        fb.register(ns, ["DiffHbTopic", "DiffHbTopic2"], compressed=False, extra={"heartbeatTimeoutMillis": "500"})
-        probe(ns, 106, {"diffPhase": "hb-registered"}, version=version)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and remoting.cluster_info(upstream)["brokerAddrTable"].get(
-                HB_BROKER, {}).get("brokerAddrs"):  # stock 5.5.0 keeps the name, with no address
-            time.sleep(0.3)
-        probe(ns, 106, {"diffPhase": "hb-waited"}, version=version)
-        probe(ns, 105, {"topic": "DiffHbTopic"}, version=version)
-    finally:
-        fb.stop()
-    return {fb.addr: "<hb-broker>"}
 
 
 def restart_upstream(rmq: RocketMQ, ours: Cluster | None, upstream: str, stock_proc: JavaProc | None,
@@ -138,15 +108,6 @@ def restart_upstream(rmq: RocketMQ, ours: Cluster | None, upstream: str, stock_p
     return seen
 
 
-def probe(ns: str, code: int, ext: dict[str, str], body: bytes = b"", version: int = 479) -> None:
-    """One request through the recorder; no answer in 10 s (4.9.7 does not answer codes it lacks) is recorded
-    as "<no response>"."""
-    try:
-        remoting.call(ns, code, ext, body, version=version, timeout=10)
-    except (OSError, AssertionError) as exc:
-        print(f"probe {code} {ext}: {exc!r}")
-
-
 def mqadmin(rmq: RocketMQ, ns: str, *args: str) -> None:
     """One mqadmin command through the recorder, run again once if it failed (on a loaded machine its
     3 s RPC timeout can pass): a repeated request with the same answer adds nothing to the comparison."""
@@ -157,23 +118,9 @@ def mqadmin(rmq: RocketMQ, ns: str, *args: str) -> None:
         print(f"mqadmin {' '.join(args)} failed ({r.returncode}):\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
 
 
-def _route_body(broker: str) -> bytes:
-    return json.dumps({"brokerDatas": [], "queueDatas": [
-        {"brokerName": broker, "perm": 6, "readQueueNums": 2, "topicSysFlag": 0, "writeQueueNums": 2}]}).encode()
-
-
 def scenario(version: str, root: str, stock: bool) -> Run:
-    rmq = RocketMQ(version, os.path.join(root, "rmq"))
-    ours = None
-    rec = None
-    try:
-        stock_proc = None
-        if stock:
-            stock_proc, upstream = rmq.namesrv()
-        else:
-            ours = start_ours(os.path.join(root, "ours"))
-            upstream = ours.nodes[0].remoting_addr
-        rec = Recorder(upstream, "stock" if stock else "ours").start()
+    with recorded_upstream(version, root, stock) as up:
+        rmq, stock_proc, ours, upstream, rec = up.rmq, up.proc, up.ours, up.addr, up.rec
         d = Deployment(rmq, ours, rec.addr)
         start_brokers(d, slave=False)  # masters first, then the slave: its first answer names its master
         d.wait_brokers({"broker-a": {0}, "broker-b": {0}}, addrs=[upstream])
@@ -199,27 +146,7 @@ def scenario(version: str, root: str, stock: bool) -> Run:
                  ("brokerStatus", "-c", CLUSTER)]
         for args in admin:
             mqadmin(rmq, ns, *args)
-        # raw probes (through the recorder)
-        probes = [
-            (101, {"namespace": "DIFF_NS", "key": "k1"}, b""), (101, {"namespace": "DIFF_NS", "key": "nope"}, b""),
-            (219, {"namespace": "DIFF_NS"}, b""), (102, {"namespace": "DIFF_NS", "key": "k1"}, b""),
-            (219, {"namespace": "DIFF_NS"}, b""), (219, {"namespace": "NEVER_NS"}, b""),
-            (105, {"topic": "NoSuchTopic"}, b""),
-            (105, {"topic": "broker-a", "__ZONE_MODE": "true", "__ZONE_NAME": "zone-x"}, b""),
-            (206, {}, b""), (224, {"cluster": CLUSTER}, b""), (304, {}, b""), (311, {}, b""), (312, {}, b""),
-            (313, {}, b""), (901, {"clusterName": CLUSTER, "brokerName": "broker-a"}, b""),
-            (322, {"brokerName": "ghost", "brokerAddr": "127.0.0.1:1", "clusterName": CLUSTER, "brokerId": "0"},
-             json.dumps({"counter": 1, "timestamp": 1700000000000}).encode()),
-            (217, {"topic": "DiffRegTopic"}, _route_body("ghost-broker")),
-            (217, {"topic": "DiffRegTopic2"}, _route_body("broker-a")),
-            (105, {"topic": "DiffRegTopic2"}, b""),
-            (216, {"topic": "DiffRegTopic2"}, b""),
-            (999, {}, b""),
-        ]
-        old_client = [(106, {}, b""), (105, {"topic": "broker-a"}, b"")]  # an old client (< 4.9.4)
-        for n, (code, ext, body) in enumerate(probes + old_client):
-            # the probes speak as a client of the line under test, but for the old-client ones
-            probe(ns, code, ext, body, version=399 if n >= len(probes) else LINE_VERSION[version])
+        raw_probes(ns, version)  # through the recorder
         aliases_hb = heartbeat_timeout(ns, upstream, LINE_VERSION[version])
         # A broker named with '@', a space and a unicode letter, on an unbracketed IPv6 address (brokerIP1=::1),
         # registers, then its shutdown's UNREGISTER_BROKER. On 4.9.7 a compressed registration too
@@ -235,10 +162,7 @@ def scenario(version: str, root: str, stock: bool) -> Run:
             b.proc.wait_line(lambda ln: "boot success" in ln, timeout=180)
         d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}} | {name: {0} for name in extra_brokers},
                        addrs=[upstream], timeout=60)
-        for code, ext in ((106, {}), (105, {"topic": ODD_BROKER}), (105, {"topic": "TBW102"}), (206, {}),
-                          (224, {"cluster": CLUSTER}), (901, {"clusterName": CLUSTER, "brokerName": ODD_BROKER})):
-            for client in (LINE_VERSION[version], 399):  # 399: an old client, answered in fastjson's form
-                probe(ns, code, ext | {"diffPhase": "odd-broker", "diffClient": str(client)}, version=client)
+        odd_broker_probes(ns, version)
         aliases_c = {}
         for b in more:
             ip = extra_brokers[b.name].get("brokerIP1", "127.0.0.1")
@@ -277,12 +201,6 @@ def scenario(version: str, root: str, stock: bool) -> Run:
         restart = restart_upstream(rmq, ours, upstream, stock_proc, ns, LINE_VERSION[version])
         after = rec.snapshot()[len(everything):]
         return Run(registers + before[started:] + unregisters + after, aliases, restart)
-    finally:
-        if rec is not None:
-            rec.stop()
-        rmq.stop_all()
-        if ours is not None:
-            ours.stop()
 
 
 # two whole scenarios, each with JVMs starting and stopping: ~10 min on a quiet machine; a 5.5.0 run at load 30-55
