@@ -160,7 +160,20 @@ def test_a_bad_replica_setting_is_refused_by_name(tmp_path, body: str, named: st
         config.load(str(p))
 
 
-def test_serve_refuses_a_replica_config_and_replica_a_node_config(tmp_path, capsys) -> None:
+@pytest.fixture
+def root_logging():
+    """The commands install their log handler on the root logger, writing to the captured stderr: put the
+    root logger back, or later tests' log lines go to a closed stream ("--- Logging error ---")."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_serve_refuses_a_replica_config_and_replica_a_node_config(tmp_path, capsys, root_logging) -> None:
     from nameserver.cli import serve
 
     replica, node = tmp_path / "replica.toml", tmp_path / "n1.toml"
@@ -172,7 +185,7 @@ def test_serve_refuses_a_replica_config_and_replica_a_node_config(tmp_path, caps
     assert "replica.follow is required" in capsys.readouterr().err
 
 
-def test_replica_on_a_port_in_use_says_so_in_one_line(tmp_path, capfd) -> None:
+def test_replica_on_a_port_in_use_says_so_in_one_line(tmp_path, capfd, root_logging) -> None:
     """A newcomer's first mistake (a port another process holds): one line naming the setting, exit 1, no
     traceback (grpcio raises RuntimeError where it once returned 0)."""
     import socket
