@@ -451,6 +451,9 @@ def test_a_follower_paused_past_the_election_timeout_does_not_depose_the_leader(
     assert leader.status().role == api_pb2.ROLE_LEADER
 
 
+# `make test-slow` (~20 s): make test checks the same rule on the liveness table with an injected clock
+# (tests/unit/test_liveness.py: a 3-node rotation every 1.2 s under a 3 s timeout).
+@pytest.mark.slow
 def test_elections_faster_than_a_timeout_neither_keep_a_dead_broker_nor_expel_a_live_one(make_cluster) -> None:
     """Leadership moves every 1.2 s (a SIGKILL first, then transfers), under the brokers' 3 s timeout. The
     broker that went silent is still expired within its timeout plus SLACK_S (a scan interval, the

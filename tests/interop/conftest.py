@@ -207,16 +207,18 @@ def line(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def deployment(line: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """Shared by every test of one line (pytest runs a line's tests together): ours + broker-a (master,
-    slave) + broker-b, registered. Tests that change it put it back (topics deleted, extra brokers stopped)."""
+    slave) + broker-b, registered. Tests that change it put it back (topics deleted, extra brokers stopped).
+    Package scope: stopped once tests/interop is done, not at the end of the session (make test ran its
+    later folders beside three idle RocketMQ JVMs: about a core)."""
     d = deploy(line, str(tmp_path_factory.mktemp(f"interop-{LINE_IDS.get(line, line)}")))
     try:
         d.wait_brokers({"broker-a": {0, 1}, "broker-b": {0}})
         yield d
     finally:
-        d.stop(grace=2.0)  # the end of the session: nothing is checked after, so no long graceful shutdown
+        d.stop(grace=2.0)  # nothing is checked after, so no long graceful shutdown
 
 
 @pytest.fixture
