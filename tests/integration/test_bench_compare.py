@@ -40,6 +40,8 @@ def _positive(load: dict, what: str) -> None:
     assert load["p99_ms"] >= load["p50_ms"]
 
 
+# `make test-slow` (20 s); `make bench-quick` runs the compare part for real.
+@pytest.mark.slow
 def test_compare_short_run_measures_every_side(tmp_path) -> None:
     res = run_compare(str(tmp_path), 0.5, [1, 4], read_threads=6, log=lambda s: None)
     json.loads(json.dumps(res, allow_nan=False))  # plain JSON, no NaN: nothing went unmeasured

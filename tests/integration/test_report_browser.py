@@ -47,6 +47,9 @@ def colour_pixels(image: Image.Image) -> dict[str, int]:
     return counts
 
 
+# `make test-slow` (25 s): make test builds the same report and checks its tables and charts
+# (tests/unit/test_pipeline_spark.py, tests/integration/test_pipeline.py); this one renders it in Chromium.
+@pytest.mark.slow
 def test_the_report_renders_its_charts_in_a_real_browser(spark, tmp_path) -> None:
     log = str(tmp_path / "log")
     generate(log, FleetSpec(records=12_000, clusters=2, groups_per_cluster=4, topics_per_group=12,
