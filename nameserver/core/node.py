@@ -414,7 +414,7 @@ class NameServerNode(LocalReads):
         if not want:
             return api_pb2.BrokerSilences()
         with self.lock:
-            addrs = [addr for addr, _, _ in self.state.live_addrs()]
+            addrs = self.state.registered_addrs()
         return self.liveness.silences(addrs)
 
     def scan_once(self) -> int:
@@ -513,7 +513,7 @@ class NameServerNode(LocalReads):
             if sync and reply.silences_from_leader:
                 self.liveness.merge(reply.silences, sent_at)
                 with self.lock:
-                    self.liveness.keep_only(addr for addr, _, _ in self.state.live_addrs())
+                    self.liveness.keep_only(self.state.registered_addrs())
                 self.liveness.mark_current()
                 synced_with, next_sync = leader, sent_at + self.sync_interval_s
 

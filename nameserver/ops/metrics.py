@@ -352,7 +352,7 @@ class _NodeCollector(Collector):
         m, node = self.m, self.m.node
         st = node.status()
         topics, live_brokers, broker_sets = node.inspect(lambda s: (
-            s.topic_count(), len(s.live_addrs()),
+            s.topic_count(), len(s.registered_addrs()),
             [(name, found[0]) for name in s.controller_set_names() if (found := s.controller_set(name)) is not None]))
 
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

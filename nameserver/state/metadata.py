@@ -477,6 +477,11 @@ class MetadataState:
         """Every registered address with its BrokerLive and key version, sorted (for expiry scans)."""
         return [(addr, _copy(live), self.live_version(addr)) for addr, live in sorted(self._lives.items())]
 
+    def registered_addrs(self) -> list[str]:
+        """Every registered broker address, sorted: live_addrs without copying each record (the leader's
+        liveness sync and metrics need the addresses only, every scan, at 10,000s of brokers)."""
+        return sorted(self._lives)
+
     def filter_servers(self, broker_addr: str) -> list[str]:
         return list(self._filters.get(broker_addr, ()))
 
