@@ -36,6 +36,7 @@ from bench.load import proc_cpu_s
 from bench.procs import children_on, with_descendants
 from tests.cluster import Cluster
 from tests.fakebroker import FakeBroker
+from tests.procnet import listener_pids
 
 from . import jars
 from .launcher import RocketMQ
@@ -70,7 +71,8 @@ def run_load(kind: str, addrs: list[str], clients: int, seconds: float, server_p
 
 
 def measure_side(addrs: list[str], server_pids: list[int], clients: list[int], seconds: float, inflight: int = 1,
-                 loadgen_cpus: set[int] | None = None, settle: float = 1.0, prefix: str = "bench") -> dict[str, Any]:
+                 loadgen_cpus: set[int] | None = None, settle: float = 1.0, prefix: str = "bench",
+                 kinds: tuple[str, ...] = tuple(KINDS)) -> dict[str, Any]:
     # The topics route reads ask for, held by one broker whose connection stays open (a nameserver
     # unregisters a broker whose connection closes).
     seed = FakeBroker(name=f"{prefix}-routes", cluster="BenchCluster")
@@ -80,7 +82,7 @@ def measure_side(addrs: list[str], server_pids: list[int], clients: list[int], s
         time.sleep(settle)  # the seed reaches every node
         return {kind: {str(c): run_load(kind, addrs, c, seconds, server_pids, inflight, loadgen_cpus,
                                         f"{prefix}-{c}") for c in clients}
-                for kind in KINDS}
+                for kind in kinds}
     finally:
         seed.close_channels()
         seed.stop()
@@ -106,15 +108,21 @@ def stock_server(version: str, root: str, cpus: set[int] | None) -> Iterator[tup
 
 
 @contextmanager
-def our_cluster(root: str, size: int, cpus: set[int] | None) -> Iterator[tuple[list[str], list[int]]]:
-    """Our cluster of `size` nodes started on `cpus`: (remoting addresses, node pids)."""
+def our_cluster(root: str, size: int, cpus: set[int] | None,
+                workers: int = 0) -> Iterator[tuple[list[str], list[int]]]:
+    """Our cluster of `size` nodes started on `cpus`, each with `workers` worker processes: (remoting
+    addresses, node pids; their workers are counted as their descendants)."""
     os.makedirs(root)
-    c = Cluster(root, size, remoting=True)
+    c = Cluster(root, size, remoting=True, worker_processes=workers)
     try:
         with children_on(cpus):
             c.start()
         c.wait_ready(timeout=60)
         pids = [n.proc.pid for n in c.nodes if n.proc is not None]
+        for n, pid in zip(c.nodes, pids, strict=True):  # every worker listening (the core holds no port then)
+            port = int(n.remoting_addr.rsplit(":", 1)[1])
+            c.wait_for("the workers listening",
+                       lambda pid=pid, port=port: len(listener_pids(pid, port)) == max(workers, 1), timeout=60)
         _check_pinned(pids, cpus)
         yield [n.remoting_addr for n in c.nodes], pids
     finally:
@@ -123,14 +131,15 @@ def our_cluster(root: str, size: int, cpus: set[int] | None) -> Iterator[tuple[l
 
 def run(version: str, clients: list[int], seconds: float, json_path: str = "", setups: tuple[str, ...] = SETUPS,
         server_cpus: set[int] | None = None, loadgen_cpus: set[int] | None = None,
-        inflight: int = 1) -> dict[str, Any]:
+        inflight: int = 1, workers: int = 0, kinds: tuple[str, ...] = tuple(KINDS)) -> dict[str, Any]:
     jars.ensure(version)
     every = os.sched_getaffinity(0)
     server_cpus = server_cpus or {min(every)}
     loadgen_cpus = loadgen_cpus or (every - server_cpus) or every
     res: dict[str, Any] = {"meta": {"seconds_per_load": seconds, "clients": clients, "inflight": inflight,
                                     "stock": f"Apache RocketMQ {version} NameServer, 1 node, -Xmx128m",
-                                    "ours": "Raft, fsync on, remoting on each node",
+                                    "ours": "Raft, fsync on, remoting on each node"
+                                            + (f", worker_processes = {workers}" if workers else ""),
                                     "loadgen": "bench/loadgen (Go), one goroutine per connection",
                                     "cpus": len(every), "date": time.strftime("%Y-%m-%d %H:%M:%S")},
                            "setups": {}}
@@ -142,9 +151,11 @@ def run(version: str, clients: list[int], seconds: float, json_path: str = "", s
             out: dict[str, Any] = {"server_cpus": _cpu_list(srv), "loadgen_cpus": _cpu_list(gen),
                                    "ours_nodes": size}
             with stock_server(version, os.path.join(root, f"rmq-{setup}"), srv) as (addrs, pids):
-                out["stock"] = measure_side(addrs, pids, clients, seconds, inflight, gen, prefix=f"s-{setup}")
-            with our_cluster(os.path.join(root, f"ours-{setup}"), size, srv) as (addrs, pids):
-                out["ours"] = measure_side(addrs, pids, clients, seconds, inflight, gen, prefix=f"o-{setup}")
+                out["stock"] = measure_side(addrs, pids, clients, seconds, inflight, gen, prefix=f"s-{setup}",
+                                            kinds=kinds)
+            with our_cluster(os.path.join(root, f"ours-{setup}"), size, srv, workers) as (addrs, pids):
+                out["ours"] = measure_side(addrs, pids, clients, seconds, inflight, gen, prefix=f"o-{setup}",
+                                           kinds=kinds)
             out["ratios"] = {kind: {cl: round(ours["per_s"] / max(out["stock"][kind][cl]["per_s"], 1e-9), 2)
                                     for cl, ours in per.items()} for kind, per in out["ours"].items()}
             out["cpu_ratios"] = {kind: {cl: round(ours["server_us_per_op"]
@@ -209,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loadgen-cpus", default="", help="CPUs of the load generator in the core setup "
                                                            "(default: the others)")
     parser.add_argument("--version", default=jars.LINE_5, choices=jars.LINES)
+    parser.add_argument("--workers", type=int, default=0, help="[node] worker_processes of each node of ours")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"some of {', '.join(KINDS)}")
     parser.add_argument("--json", default="", help="write the results here too")
     parser.add_argument("--report", default="", help="write the markdown tables here (they are printed too)")
     args = parser.parse_args(argv)
@@ -217,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--setups: unknown {', '.join(sorted(unknown))} (known: {', '.join(SETUPS)})")
     res = run(args.version, [int(c) for c in args.clients.split(",")], args.seconds, args.json, setups,
-              _cpus(args.server_cpus) or None, _cpus(args.loadgen_cpus) or None, args.inflight)
+              _cpus(args.server_cpus) or None, _cpus(args.loadgen_cpus) or None, args.inflight, args.workers,
+              tuple(k for k in args.kinds.split(",") if k))
     report = markdown(res)
     if args.report:
         with open(args.report, "w") as f:
