@@ -229,6 +229,10 @@ class NodeConfig:
 
 INITIAL_STATES = ("new", "existing")
 MAX_WORKER_PROCESSES = 64  # each one is an interpreter with a copy of the state: more is a typo
+# With workers the core listens on Unix sockets under <data_dir>/channel/ (the longest name below), and the
+# kernel takes at most 107 bytes for such a path (sun_path's 108 with its NUL): checked at load, not at bind.
+CHANNEL_SOCKET_LONGEST = os.path.join("channel", "remoting.sock")
+UNIX_PATH_MAX = 107
 _SECTIONS: dict[str, tuple[str, ...]] = {
     "node": ("worker_processes",),
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
@@ -327,6 +331,12 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         raise ConfigError("liveness.scan_interval_ms must be >= 100")
     if not 0 <= cfg.worker_processes <= MAX_WORKER_PROCESSES:
         raise ConfigError(f"node.worker_processes must be 0..{MAX_WORKER_PROCESSES}")
+    if cfg.worker_processes:
+        longest = os.path.join(os.path.abspath(cfg.data_dir), CHANNEL_SOCKET_LONGEST)
+        if len(os.fsencode(longest)) > UNIX_PATH_MAX:
+            raise ConfigError(f"node.data_dir is too long for node.worker_processes: the core's channel socket "
+                              f"{longest} would be {len(os.fsencode(longest))} bytes, past the {UNIX_PATH_MAX} a "
+                              "Unix socket path may have; choose a shorter data_dir")
     if cfg.worker_processes > cfg.max_followers:  # each worker's replica follows the core: one of them
         raise ConfigError(f"limits.max_followers ({cfg.max_followers}) must be at least node.worker_processes "
                           f"({cfg.worker_processes}): each worker's replica follows the core, and one past the "

@@ -128,6 +128,27 @@ def test_more_workers_than_followers_allowed_is_refused_naming_both(tmp_path) ->
     assert config.load(str(p)).worker_processes == 20
 
 
+def test_a_data_dir_too_long_for_the_channel_sockets_is_refused_at_load(tmp_path) -> None:
+    """With workers the core binds Unix sockets under data_dir/channel/: a path past the kernel's 107 bytes
+    failed at bind with grpcio's traceback; the config names the key instead. The longest data_dir it
+    accepts fits every channel socket the node binds."""
+    from nameserver.api import corelink, writechannel
+    from nameserver.remoting import corechannel
+
+    p = tmp_path / "n1.toml"
+    room = config.UNIX_PATH_MAX - len(str(tmp_path)) - len("/" + config.CHANNEL_SOCKET_LONGEST) - 1
+    fits = "d" * room
+    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}"\nworker_processes = 1'))
+    cfg = config.load(str(p))
+    for path in (corelink.socket_path(cfg), writechannel.socket_path(cfg.data_dir), corechannel.socket_path(cfg)):
+        assert len(path.encode()) <= config.UNIX_PATH_MAX, path
+    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}d"\nworker_processes = 1'))
+    with pytest.raises(config.ConfigError, match="node.data_dir is too long for node.worker_processes"):
+        config.load(str(p))
+    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}d"'))  # no workers, no sockets
+    assert config.load(str(p)).worker_processes == 0
+
+
 REPLICA = """
 [node]
 grpc_addr = "127.0.0.1:9111"
