@@ -67,17 +67,20 @@ def run_cores(root: str, seconds: float, clients: list[int], workers: int, *, ve
     """Every part of this module in turn, each on fresh servers; the result with its targets."""
     os.makedirs(root, exist_ok=True)
     run_dir = tempfile.mkdtemp(prefix="cores-", dir=root)
+    for part in ("stock", "replicas"):
+        os.makedirs(os.path.join(run_dir, part))
     res: dict[str, Any] = {"meta": {"seconds_per_load": seconds, "clients": clients, "worker_processes": workers,
                                     "cpus": len(os.sched_getaffinity(0)), "noise": noise,
                                     "project_cores": PROJECT_CORES}}
     log(f"cores: stock NameServer beside ours with {workers} worker processes per node, route reads")
-    res["stock"] = remoting.run(version, clients, seconds, workers=workers, kinds=("reads",))
+    res["stock"] = remoting.run(version, clients, seconds, workers=workers, kinds=("reads",),
+                                work_dir=os.path.join(run_dir, "stock"))
     scaled = sorted({1, max(2, workers)})
     log(f"cores: one node with worker_processes = {' vs '.join(map(str, scaled))}")
     res["scaling"] = scaling(run_dir, scaled, max(clients), seconds)
     res["projection"] = {**projection(res["scaling"][str(scaled[-1])]), "from_workers": scaled[-1]}
     log("cores: 3 voters with and without 2 read replicas")
-    rows = replicas.run(seconds, max(clients), replica_rounds, idle_s)
+    rows = replicas.run(seconds, max(clients), replica_rounds, idle_s, work_dir=os.path.join(run_dir, "replicas"))
     res["replicas"] = {"rows": rows, "summary": replicas.summary(rows)}
     res["targets"] = targets(res)
     return res

@@ -25,7 +25,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from bench import loadgen
@@ -38,6 +38,7 @@ from bench.rocketmq import JavaProcesses, ensure
 ROUTE_TOPICS = [f"BenchRoute{i}" for i in range(32)]
 KINDS = {"reads": "reads", "registrations": "register", "unchanged": "unchanged"}  # ours -> loadgen's names
 SETUPS = ("core", "node", "machine")
+SEED_TIMEOUT_S = 30.0
 
 
 def cpus_of(spec: str) -> set[int]:
@@ -80,9 +81,12 @@ def seeded(addr: str, name: str, settle: float = 1.0) -> Iterator[None]:
     unregisters a broker whose connection closes); `settle`: time for the seed to reach every node."""
     seed = BrokerConnections(name, "BenchCluster", "127.0.0.1:1")
     try:
-        resp = seed.register(addr, ROUTE_TOPICS, counter=1, compressed=False)
-        if resp.code != 0:
-            raise RuntimeError(f"seeding the route topics at {addr}: code {resp.code}, {resp.remark}")
+        deadline = time.monotonic() + SEED_TIMEOUT_S
+        # A follower forwards the registration to the leader: on a loaded machine an election may be under way.
+        while (resp := seed.register(addr, ROUTE_TOPICS, counter=1, compressed=False)).code != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"seeding the route topics at {addr}: code {resp.code}, {resp.remark}")
+            time.sleep(0.5)
         time.sleep(settle)
         yield
     finally:
@@ -130,7 +134,10 @@ def our_cluster(root: str, size: int, cpus: set[int] | None,
 
 def run(version: str, clients: list[int], seconds: float, json_path: str = "", setups: tuple[str, ...] = SETUPS,
         server_cpus: set[int] | None = None, loadgen_cpus: set[int] | None = None,
-        inflight: int = 1, workers: int = 0, kinds: tuple[str, ...] = tuple(KINDS)) -> dict[str, Any]:
+        inflight: int = 1, workers: int = 0, kinds: tuple[str, ...] = tuple(KINDS), work_dir: str = ""
+        ) -> dict[str, Any]:
+    """Each setup's stock side, then ours; `work_dir`: where the servers' data and logs go, kept (default: a
+    temporary directory, removed)."""
     ensure(version)
     every = os.sched_getaffinity(0)
     server_cpus = server_cpus or {min(every)}
@@ -142,7 +149,7 @@ def run(version: str, clients: list[int], seconds: float, json_path: str = "", s
                                     "loadgen": "bench/loadgen (Go), one goroutine per connection",
                                     "cpus": len(every), "date": time.strftime("%Y-%m-%d %H:%M:%S")},
                            "setups": {}}
-    with tempfile.TemporaryDirectory(prefix="bench-remoting-") as root:
+    with nullcontext(work_dir) if work_dir else tempfile.TemporaryDirectory(prefix="bench-remoting-") as root:
         for setup in setups:
             pinned = setup == "core"
             srv, gen = (server_cpus, loadgen_cpus) if pinned else (None, None)

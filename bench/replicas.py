@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +97,13 @@ def measure(cluster: LocalCluster, leader_pid: int, leader_remoting: str, extra:
             "leader_cpu_idle": round(idle_cpu(leader_pid, idle_s), 3)}
 
 
-def run(seconds: float, connections: int, rounds: int, idle_s: float = IDLE_S) -> list[dict[str, Any]]:
+def run(seconds: float, connections: int, rounds: int, idle_s: float = IDLE_S, work_dir: str = ""
+        ) -> list[dict[str, Any]]:
     """Per round, the loads on the 3 voters, then on the voters and REPLICAS replicas (a row each); the
-    leader's idle CPU over `idle_s` after each."""
+    leader's idle CPU over `idle_s` after each. `work_dir`: where data and logs go, kept (default: a
+    temporary directory, removed)."""
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-replicas-") as root:
+    with nullcontext(work_dir) if work_dir else tempfile.TemporaryDirectory(prefix="bench-replicas-") as root:
         cluster = LocalCluster(os.path.join(root, "voters"), 3, remoting=True)
         cluster.start()
         try:

@@ -1,7 +1,7 @@
 """`python -m bench`: every benchmark of docs/benchmarks.md in one run, with JSON and a markdown report.
 
-    .venv/bin/python -m bench --json bench.json --report bench.md       # the full run (~25 minutes; make bench)
-    .venv/bin/python -m bench --quick                                   # a smoke run (~4 minutes; make bench-quick)
+    .venv/bin/python -m bench --json bench.json --report bench.md       # the full run (~35 minutes; make bench)
+    .venv/bin/python -m bench --quick                                   # a smoke run (~6 minutes; make bench-quick)
 
 Parts (each starts its own fresh clusters, one system under load at a time):
 - compare:    ours beside a 3-member etcd and a bare gRPC echo ceiling (bench/compare.py),
