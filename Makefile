@@ -62,11 +62,13 @@ soak: setup
 security: setup
 	SECURITY_LONG=1 $(PY) -m pytest -q tests/security
 
-# The benchmark suite beside etcd and a gRPC echo ceiling, then the remoting port beside the stock RocketMQ
-# NameServer (docs/benchmarks.md; about 40 minutes).
+# The benchmark suite beside etcd and a gRPC echo ceiling, ours with one worker process per core and without;
+# issue 27's remoting yardsticks (the stock RocketMQ NameServer, worker_processes 1 vs 2 and a projection
+# to 16 cores, read replicas); then the remoting port's every load beside the stock NameServer
+# (docs/benchmarks.md; about 50 minutes).
 bench: interop-setup
 	scripts/ensure-debian-package.sh golang-go go   # the remoting benchmark's load generator
-	mkdir -p data && $(PY) -m bench --json data/bench.json --report data/bench.md
+	mkdir -p data && $(PY) -m bench --worker-processes $$(nproc) --json data/bench.json --report data/bench.md
 	$(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json --report data/bench-remoting.md
 
 # The fleet simulator's two long runs (docs/scaling.md, "Simulator runs"; about 12 minutes): 1,000 brokers
@@ -79,7 +81,9 @@ simulate: setup
 	$(PY) -m bench.fleet --preset s1000 --json data/fleet-s1000.json --html data/fleet-s1000.html
 	$(PY) -m bench.fleet --preset s3000 --json data/fleet-s3000.json --html data/fleet-s3000.html
 
-bench-quick: setup
+# Every part of the suite with short loads (a smoke run; the cores part needs the stock jars and Go).
+bench-quick: interop-setup
+	scripts/ensure-debian-package.sh golang-go go
 	$(PY) -m bench --quick
 
 # The per-operation costs the capacity model (nsctl plan) reads: CPU, bytes and memory per operation on a

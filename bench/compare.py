@@ -1,7 +1,7 @@
 """Our cluster side by side with etcd and with a bare gRPC echo server, in one run.
 
     python -m bench.compare --root DIR [--seconds 10] [--concurrency 1,4,16,64] \\
-        [--read-threads 12] [--topics 8] [--json OUT] [--raft-fsync true|false]
+        [--read-threads 12] [--topics 8] [--json OUT] [--raft-fsync true|false] [--worker-processes N]
 
 One system at a time, each started fresh under DIR and stopped before the next starts (so only one
 is ever using the CPU): our 3-node cluster (bench/procs.py), a 3-member etcd cluster
@@ -28,8 +28,10 @@ import grpc
 
 from bench.echo import DEFAULT_WORKERS, EchoProcess
 from bench.etcd import FSYNC_NOTE, EtcdCluster, ensure_etcd, etcd_version
+from bench.load import run_load
+from bench.procnet import wait_listening
 from bench.procs import LocalCluster
-from bench.workloads import CLIENT_MODEL, ROUTE_BROKERS, EchoTarget, EtcdTarget, OursTarget, run_target
+from bench.workloads import CLIENT_MODEL, ROUTE_BROKERS, EchoTarget, EtcdTarget, OursTarget, run_target, with_channel
 
 DEFAULT_CONCURRENCY = [1, 4, 16, 64]
 DEFAULT_READ_THREADS = 12  # 4 per node
@@ -50,12 +52,14 @@ def _cpu_model() -> str:
 
 
 def run_compare(root: str, seconds: float, concurrency: list[int], sections: dict | None = None, *,
-                topics: int = 8, read_threads: int = DEFAULT_READ_THREADS,
+                topics: int = 8, read_threads: int = DEFAULT_READ_THREADS, worker_processes: int = 0,
                 log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every workload on ours, etcd and the echo ceiling, one system at a time; the result dict.
 
-    `sections` is extra TOML for our nodes (e.g. {"raft": {"fsync": False}}). Raises EtcdUnavailable
-    (before starting anything) when etcd is missing and cannot be installed: no silent skip.
+    `sections` is extra TOML for our nodes (e.g. {"raft": {"fsync": False}}). `worker_processes` > 0: "ours"
+    is our cluster with that many worker processes per node ([node] worker_processes), and "ours_no_workers"
+    the same without, measured first. Raises EtcdUnavailable (before starting anything) when etcd is
+    missing and cannot be installed: no silent skip.
     """
     sections = sections or {}
     binary = ensure_etcd()  # fail before spending minutes on our side
@@ -72,6 +76,7 @@ def run_compare(root: str, seconds: float, concurrency: list[int], sections: dic
                     "grpcio": grpc.__version__, "load_average_at_start": list(os.getloadavg())},
         "etcd_version": etcd_version(binary),
         "ours_sections": sections,
+        "ours_worker_processes": worker_processes,
         "durability": {"ours": f"raft.fsync = {str(ours_fsync).lower()}", "etcd": FSYNC_NOTE},
         "server_workers": workers,
         "client_model": CLIENT_MODEL,
@@ -90,15 +95,23 @@ def run_compare(root: str, seconds: float, concurrency: list[int], sections: dic
             "registrations/s with calls/s",
         ]}}
 
-    log(f"ours: 3 nodes under {run_dir}/ours (sections {sections})")
-    cluster = LocalCluster(os.path.join(run_dir, "ours"), sections=sections)
-    try:
-        cluster.start()
-        cluster.wait_ready()
-        result["ours"] = run_target(OursTarget(cluster, topics), seconds, concurrency, read_threads, log)
-        result["ours"]["rss_bytes"] = {n.name: n.rss_bytes() for n in cluster.nodes}
-    finally:
-        cluster.stop()
+    # With worker processes, ours runs twice, without them first: the gain shows in the same run.
+    for key, workers in ([("ours_no_workers", 0), ("ours", worker_processes)] if worker_processes
+                         else [("ours", 0)]):
+        node = sections.get("node", {}) | ({"worker_processes": workers} if workers else {})
+        ours_sections = sections | ({"node": node} if node else {})
+        log(f"ours: 3 nodes under {run_dir}/{key} (sections {ours_sections})")
+        cluster = LocalCluster(os.path.join(run_dir, key), sections=ours_sections)
+        try:
+            cluster.start()
+            cluster.wait_ready()
+            for n in cluster.nodes:  # every worker listening (the core holds no gRPC port then)
+                wait_listening(n.pid, n.grpc_addr, max(1, workers))
+            result[key] = run_target(OursTarget(cluster, topics), seconds, concurrency, read_threads, log)
+            result[key]["worker_processes"] = workers
+            result[key]["rss_bytes"] = {n.name: n.rss_bytes() for n in cluster.nodes}
+        finally:
+            cluster.stop()
 
     log(f"etcd {result['meta']['etcd_version']}: 3 members under {run_dir}/etcd")
     etcd = EtcdCluster(os.path.join(run_dir, "etcd"), binary=binary, max_txn_ops=max(128, topics + 1))
@@ -118,6 +131,12 @@ def run_compare(root: str, seconds: float, concurrency: list[int], sections: dic
             e.start()
         target = EchoTarget([e.addr for e in echos], [e.proc.pid for e in echos if e.proc], topics)
         result["ceiling"] = run_target(target, seconds, concurrency, read_threads, log)
+        # issue 27's yardstick for route reads: what ONE server process can answer (every read to echo1)
+        one = EchoTarget([echos[0].addr], target.pids()[:1], topics)
+        res = run_load(lambda i: with_channel(echos[0].addr, one.route_read_op, i), read_threads, seconds,
+                       one.pids())
+        result["ceiling_one_process"] = {"route_reads": res}
+        log(f"  ceiling, one process: route reads ({read_threads} threads): {res['per_s']:.0f}/s")
     finally:
         for e in echos:
             e.stop()
@@ -157,14 +176,46 @@ def ratios(r: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     # servers, so this comparison cannot tell them apart on this machine.
     at_ceiling = min(_ratio(ours["route_reads"]["per_s"], ceil["route_reads"]["per_s"]) or 0,
                      _ratio(etcd["route_reads"]["per_s"], ceil["route_reads"]["per_s"]) or 0) >= AT_CEILING
-    targets = {
+    targets: dict[str, Any] = {
         "registration_records_per_s_ge_etcd": {"per_concurrency": reg, "met": all(reg.values())},
         "route_reads_per_s_ge_etcd": {"met": (out["route_reads"]["per_s_ours_etcd"] or 0) >= 1,
                                       "both_at_ceiling": at_ceiling},
         "watch_p99_le_50ms": {"p99_ms": ours["watch"]["p99_ms"],
                               "met": ours["watch"]["p99_ms"] <= WATCH_P99_TARGET_MS and ours["watch"]["missing"] == 0},
     }
+    if "ours_no_workers" in r:
+        none = r["ours_no_workers"]
+        out["workers_gain"] = {f"registration {c}": _ratio(o["per_s"], none["registration"][c]["per_s"])
+                               for c, o in ours["registration"].items()}
+        out["workers_gain"] |= {w: _ratio(ours[w]["per_s"], none[w]["per_s"])
+                                for w in ("route_reads", "linearizable_reads")}
+    targets["issue27"] = issue27(r, out)
     return out, targets
+
+
+ISSUE27_REGISTRATION_CLIENTS = ("1", "16", "64")
+ISSUE27_ROUTE_READS_X_ETCD = 1.5
+
+
+def issue27(r: dict[str, Any], rat: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 27's gRPC targets, each with its measured ratio, its threshold and whether it is met: ours
+    (with its worker processes, when the run had them) beside etcd and the one-process echo ceiling."""
+    rows = [{"target": f"registration records/s >= etcd, {c} client{'s' if c != '1' else ''}",
+             "ratio": rat["registration"][c]["records_per_s_ours_etcd"], "threshold": 1.0}
+            for c in ISSUE27_REGISTRATION_CLIENTS if c in rat["registration"]]
+    rows.append({"target": "linearizable reads/s >= etcd", "ratio": rat["linearizable_reads"]["per_s_ours_etcd"],
+                 "threshold": 1.0})
+    rows.append({"target": f"route reads/s >= {ISSUE27_ROUTE_READS_X_ETCD}x etcd",
+                 "ratio": rat["route_reads"]["per_s_ours_etcd"], "threshold": ISSUE27_ROUTE_READS_X_ETCD})
+    one = r.get("ceiling_one_process", {}).get("route_reads")
+    if one:
+        rows.append({"target": "route reads/s above the one-process echo ceiling",
+                     "ratio": _ratio(r["ours"]["route_reads"]["per_s"], one["per_s"]), "threshold": 1.0,
+                     "strict": True})
+    for row in rows:
+        x = row["ratio"]
+        row["met"] = x is not None and (x > row["threshold"] if row.pop("strict", False) else x >= row["threshold"])
+    return rows
 
 
 # ---- the report ----------------------------------------------------------------------------------
@@ -174,7 +225,41 @@ def _n(x: float) -> str:
 
 
 def _lat(d: dict[str, Any]) -> str:
-    return f"p50 {d['p50_ms']:.2f} / p99 {d['p99_ms']:.2f} ms"
+    """Latencies, and the servers' CPU per operation where the load measured it (every process of the
+    system: ours, a node's core and its worker processes)."""
+    cpu = f", {_n(d['server_us_per_op'])} µs CPU/op" if "server_us_per_op" in d else ""
+    return f"p50 {d['p50_ms']:.2f} / p99 {d['p99_ms']:.2f} ms{cpu}"
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def workers_table(r: dict[str, Any]) -> list[str]:
+    """Ours with its worker processes beside ours without, the same loads in the same run."""
+    ours, none, gain = r["ours"], r["ours_no_workers"], r["ratios"]["workers_gain"]
+    w = ours["worker_processes"]
+    lines = [f"**Ours with {w} worker processes per node beside ours without** (the same loads, this run; "
+             "server CPU summed over each node's core and workers)", "",
+             f"| workload | workers = {w} | workers = 0 | {w} / 0 |", "|---|---|---|---|"]
+    for c, o in ours["registration"].items():
+        z = none["registration"][c]
+        lines.append(f"| registration, {c} client{'s' if c != '1' else ''} | {_n(o['per_s'])} reg/s, {_lat(o)} | "
+                     f"{_n(z['per_s'])} reg/s, {_lat(z)} | {_r(gain[f'registration {c}'])} |")
+    for wl, label in (("route_reads", "route read, eventual"), ("linearizable_reads", "linearizable read")):
+        o, z = ours[wl], none[wl]
+        lines.append(f"| {label} | {_n(o['per_s'])}/s, {_lat(o)} | {_n(z['per_s'])}/s, {_lat(z)} | "
+                     f"{_r(gain[wl])} |")
+    return lines
+
+
+def issue27_table(r: dict[str, Any]) -> list[str]:
+    w = r["ours"].get("worker_processes", 0)
+    lines = [f"**Issue 27's gRPC targets** (ours with {w} worker processes per node)", "",
+             "| target | ours / yardstick | threshold | |", "|---|---|---|---|"]
+    for row in r["targets"]["issue27"]:
+        lines.append(f"| {row['target']} | {_r(row['ratio'])} | {row['threshold']:g} | {_met(row['met'])} |")
+    return lines
 
 
 def _r(x: float | None) -> str:
@@ -245,9 +330,13 @@ def markdown(r: dict[str, Any]) -> str:
                           f"({'equal' if ch['ok'] else 'MISMATCH'})")
     head = [f"{m['date']}, {m['machine']['cores']} cores ({m['machine']['cpu']}), Python {m['machine']['python']}, "
             f"grpcio {m['machine']['grpcio']}, etcd {m['etcd_version']}; {m['seconds_per_workload']} s per load; "
-            f"durability: ours {m['durability']['ours']}, etcd WAL fsync on (default). Load average at start "
+            f"durability: ours {m['durability']['ours']}, etcd WAL fsync on (default); ours with "
+            f"{m.get('ours_worker_processes', 0)} worker processes per node. Load average at start "
             f"{', '.join(f'{x:.2f}' for x in m['machine']['load_average_at_start'])}.", ""]
-    return "\n".join(head + rows + cpu + verdict + ["Registration cross-check: " + "; ".join(checks) + "."])
+    extra = ["", *workers_table(r)] if "ours_no_workers" in r else []
+    if "issue27" in tg:
+        extra += ["", *issue27_table(r)]
+    return "\n".join(head + rows + cpu + verdict + ["Registration cross-check: " + "; ".join(checks) + "."] + extra)
 
 
 def _parse_bool(s: str) -> bool:
@@ -267,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--read-threads", type=int, default=DEFAULT_READ_THREADS)
     p.add_argument("--topics", type=int, default=8, help="topics per registered broker")
     p.add_argument("--raft-fsync", type=_parse_bool, default=None, help="set our nodes' raft.fsync")
+    p.add_argument("--worker-processes", type=int, default=0,
+                   help="[node] worker_processes of ours (> 0: ours without them is measured too)")
     p.add_argument("--json", help="write the result here")
     args = p.parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so every `finally` stops the processes it started.
@@ -276,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         sections["raft"] = {"fsync": args.raft_fsync}
     concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
     result = run_compare(args.root, args.seconds, concurrency, sections, topics=args.topics,
-                         read_threads=args.read_threads, log=lambda s: print(s, file=sys.stderr, flush=True))
+                         read_threads=args.read_threads, worker_processes=args.worker_processes,
+                         log=lambda s: print(s, file=sys.stderr, flush=True))
     print(markdown(result))
     if args.json:
         with open(args.json, "w") as f:

@@ -113,10 +113,15 @@ def run_load(make: Callable[[int], tuple[grpc.Channel, Op]], threads: int, secon
     out["errors"] = sum(errors)
     if first_error:
         out["first_error"] = first_error[0]
-    # CPU cores busy on average: the client (this process: load threads, GIL-bound) and the servers.
-    out["client_cpu_cores"] = round((_self_cpu_s() - marks["cpu0"]) / elapsed, 2)
+    # CPU cores busy on average, and CPU per operation: the client (this process: load threads, GIL-bound)
+    # and the servers.
+    client_s = _self_cpu_s() - marks["cpu0"]
+    out["client_cpu_cores"] = round(client_s / elapsed, 2)
+    out["client_us_per_op"] = round(client_s / len(all_lat) * 1e6, 1) if all_lat else 0.0
     if server_pids:
-        out["server_cpu_cores"] = round((proc_cpu_s(server_pids) - marks["srv0"]) / elapsed, 2)
+        server_s = proc_cpu_s(server_pids) - marks["srv0"]
+        out["server_cpu_cores"] = round(server_s / elapsed, 2)
+        out["server_us_per_op"] = round(server_s / len(all_lat) * 1e6, 1) if all_lat else 0.0
     if group is not None:
         names = [group(i) for i in range(threads)]
         out["per_node"] = {name: {"threads": names.count(name),

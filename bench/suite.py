@@ -1,11 +1,17 @@
 """`python -m bench`: every benchmark of docs/benchmarks.md in one run, with JSON and a markdown report.
 
-    .venv/bin/python -m bench --json bench.json --report bench.md       # the full run (~25 minutes; make bench)
-    .venv/bin/python -m bench --quick                                   # a smoke run (~4 minutes; make bench-quick)
+    .venv/bin/python -m bench --json bench.json --report bench.md       # the full run (~35 minutes; make bench)
+    .venv/bin/python -m bench --quick                                   # a smoke run (~6 minutes; make bench-quick)
 
 Parts (each starts its own fresh clusters, one system under load at a time):
 - compare:    ours beside a 3-member etcd and a bare gRPC echo ceiling (bench/compare.py),
-              once per --topics value;
+              once per --topics value; ours with --worker-processes worker processes per node
+              (default: this machine's cores) and, in the same run, ours without them;
+- cores:      issue 27's remoting yardsticks (bench/cores.py): route reads on the stock RocketMQ
+              NameServer beside ours with --worker-processes workers per node, per node, per core
+              (pinned) and per machine, at each --cores-clients count; one node with worker_processes
+              1 vs 2 (route reads, registrations) and a projection to 16 cores from the CPU per
+              operation; 3 voters with and without 2 read replicas;
 - fsync:      our registration throughput with raft.fsync on and off (the durability cost);
 - failover:   leader SIGKILL to the first acknowledged write, --failover-trials times;
 - huge:       one broker registering 70,000 topics;
@@ -30,12 +36,12 @@ from typing import Any
 
 import grpc
 
-from bench import compare, costs, durability, stability
+from bench import compare, cores, costs, durability, stability
 from bench.load import new_channel, run_load
 from bench.procs import LocalCluster
 from bench.workloads import OursTarget
 
-PARTS = ("compare", "fsync", "failover", "huge", "recovery", "stability", "costs")
+PARTS = ("compare", "cores", "fsync", "failover", "huge", "recovery", "stability", "costs")
 
 
 def fsync_cost(root: str, seconds: float, concurrency: list[int], topics: int) -> dict[str, Any]:
@@ -66,15 +72,18 @@ def report(r: dict[str, Any]) -> str:
              f"Python {m['machine']['python']}, load average at start {m['machine']['load_average_at_start']}.", ""]
     for key, res in r.get("compare", {}).items():
         lines += [f"**Side by side, {key} topics per registration**", "", compare.markdown(res), ""]
+    if "cores" in r:
+        lines += [cores.markdown(r["cores"]), ""]
     if "fsync" in r:
         lines += ["**The cost of the journal fsync** (registrations, "
                   f"{r['meta']['fsync_topics']} topics each)", "",
-                  "| clients | fsync on: reg/s, p50 / p99 ms | fsync off: reg/s, p50 / p99 ms | on / off |",
+                  "| clients | fsync on: reg/s, p50 / p99 ms, servers' µs CPU/op | fsync off: the same | on / off |",
                   "|---|---|---|---|"]
         for n, on in r["fsync"]["on"].items():
             off = r["fsync"]["off"][n]
-            lines.append(f"| {n} | {on['per_s']:,.0f}, {on['p50_ms']:.2f} / {on['p99_ms']:.2f} | "
-                         f"{off['per_s']:,.0f}, {off['p50_ms']:.2f} / {off['p99_ms']:.2f} | "
+            lines.append(f"| {n} | {on['per_s']:,.0f}, {on['p50_ms']:.2f} / {on['p99_ms']:.2f}, "
+                         f"{on.get('server_us_per_op', 0):,.0f} | {off['per_s']:,.0f}, {off['p50_ms']:.2f} / "
+                         f"{off['p99_ms']:.2f}, {off.get('server_us_per_op', 0):,.0f} | "
                          f"{on['per_s'] / off['per_s']:.2f} |")
         lines.append("")
     if "failover" in r:
@@ -126,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=10.0, help="duration of each throughput load")
     p.add_argument("--concurrency", default="1,4,16,64")
     p.add_argument("--topics", default="8,128", help="topics per registration for the comparison")
+    p.add_argument("--worker-processes", type=int, default=len(os.sched_getaffinity(0)),
+                   help="[node] worker_processes of ours in compare and cores (default: this machine's cores; "
+                        "0: none, and compare has no row without them to add)")
+    p.add_argument("--cores-clients", default=",".join(map(str, cores.DEFAULT_CLIENTS)),
+                   help="connection counts of the cores part's loads (the scaling and replica loads use the largest)")
+    p.add_argument("--replica-rounds", type=int, default=1, help="rounds of the cores part's replica loads")
+    p.add_argument("--idle-seconds", type=float, default=5.0, help="the replica loads' idle leader CPU window")
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--failover-trials", type=int, default=20)
     p.add_argument("--stability-minutes", type=float, default=10.0)
@@ -135,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", default="", help="write the markdown report here (it is printed too)")
     if p.parse_known_args(argv)[0].quick:  # smaller defaults; what the command line says still wins
         p.set_defaults(seconds=2.0, records=100_000, failover_trials=5, stability_minutes=0.5,
-                       concurrency="1,16", topics="8", repetitions=1)
+                       concurrency="1,16", topics="8", repetitions=1, idle_seconds=1.0)
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: every cluster is stopped
     root = args.root or tempfile.mkdtemp(prefix="nsbench-")
@@ -143,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = set(args.only or PARTS)
     concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
     topics = [int(t) for t in args.topics.split(",") if t.strip()]
+    cores_clients = [int(c) for c in args.cores_clients.split(",") if c.strip()]
     r: dict[str, Any] = {"meta": {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
@@ -157,8 +174,12 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(r, f, indent=2)
 
     steps: list[tuple[str, str, Any]] = [
-        ("compare", "compare", lambda: {str(t): compare.run_compare(root, args.seconds, concurrency, topics=t, log=log)
+        ("compare", "compare", lambda: {str(t): compare.run_compare(root, args.seconds, concurrency, topics=t,
+                                                                    worker_processes=args.worker_processes, log=log)
                                         for t in topics}),
+        ("cores", "cores", lambda: cores.run_cores(root, args.seconds, cores_clients, args.worker_processes,
+                                                   replica_rounds=args.replica_rounds, idle_s=args.idle_seconds,
+                                                   log=log)),
         ("fsync", "fsync", lambda: fsync_cost(root, args.seconds, concurrency, topics[0])),
         ("failover", "failover", lambda: durability.failover(root, args.failover_trials)),
         ("huge", "huge_registration", lambda: durability.huge_registration(root)),

@@ -40,7 +40,7 @@ from bench.echo import echo_stub
 from bench.etcd import EtcdCluster, prefix_end
 from bench.load import Op, new_channel, run_load
 from bench.pb.etcd.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-from bench.procs import LocalCluster
+from bench.procs import LocalCluster, with_descendants
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 
 CLIENT_MODEL = ("one client thread per unit of concurrency, each with its own gRPC channel on its own "
@@ -190,7 +190,8 @@ class OursTarget(Target):
         self._watch_writer: api_pb2_grpc.NameServerStub | None = None
 
     def pids(self) -> list[int]:
-        return [n.pid for n in self.cluster.nodes if n.proc]
+        """Every node's process and its worker processes (the node's CPU is theirs together)."""
+        return with_descendants([n.pid for n in self.cluster.nodes if n.proc])
 
     def _leader(self) -> Any:
         leader = self.cluster.leader()
@@ -607,7 +608,7 @@ def run_target(target: Target, seconds: float, concurrency: list[int], read_thre
             # checked per load: one load's records fit in a node's watch history, all of them may not
             mark = target.registration_mark()
             leader = target.leader_endpoint()
-            res = run_load(functools.partial(_with_channel, leader, target.registration_op), c, seconds, pids)
+            res = run_load(functools.partial(with_channel, leader, target.registration_op), c, seconds, pids)
             out["registration"][str(c)] = res
             recs = f"{res['records_per_s']:.0f} records/s, " if res["records"] else ""
             log(f"  {target.name} registration c={c}: {recs}{res['per_s']:.0f} ops/s, p50 {res['p50_ms']} ms, "
@@ -626,7 +627,7 @@ def run_target(target: Target, seconds: float, concurrency: list[int], read_thre
         out["reregistration"] = {}
         for c in concurrency:  # workers 0..c-1 registered above (every concurrency starts at worker 0)
             leader = target.leader_endpoint()
-            res = run_load(functools.partial(_with_channel, leader, target.reregistration_op), c, seconds, pids)
+            res = run_load(functools.partial(with_channel, leader, target.reregistration_op), c, seconds, pids)
             out["reregistration"][str(c)] = res
             log(f"  {target.name} unchanged re-registration c={c}: {res['per_s']:.0f} ops/s, "
                 f"p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms, records {res['records']}, errors {res['errors']}")
@@ -636,7 +637,7 @@ def run_target(target: Target, seconds: float, concurrency: list[int], read_thre
         names = target.endpoints()
         spread_ep, _ = _spread(list(names), names)
         for c in concurrency:
-            res = run_load(lambda i: _with_channel(spread_ep(i), target.reregistration_op, i),
+            res = run_load(lambda i: with_channel(spread_ep(i), target.reregistration_op, i),
                            c, seconds, pids)
             out["reregistration_spread"][str(c)] = res
             log(f"  {target.name} unchanged re-registration over every node c={c}: {res['per_s']:.0f} ops/s, "
@@ -647,7 +648,7 @@ def run_target(target: Target, seconds: float, concurrency: list[int], read_thre
     for workload, make in (("route_reads", target.route_read_op), ("linearizable_reads", target.linearizable_read_op)):
         if not target.supports(workload):
             continue
-        res = run_load(lambda i, mk=make: _with_channel(endpoint_of(i), mk, i),  # type: ignore[misc]
+        res = run_load(lambda i, mk=make: with_channel(endpoint_of(i), mk, i),  # type: ignore[misc]
                        read_threads, seconds, pids, group=node_of)
         out[workload] = res
         log(f"  {target.name} {workload} ({read_threads} threads): {res['per_s']:.0f}/s, p50 {res['p50_ms']} ms, "
@@ -660,6 +661,6 @@ def run_target(target: Target, seconds: float, concurrency: list[int], read_thre
     return out
 
 
-def _with_channel(endpoint: str, make: Callable[[grpc.Channel, int], Op], worker: int) -> tuple[grpc.Channel, Op]:
+def with_channel(endpoint: str, make: Callable[[grpc.Channel, int], Op], worker: int) -> tuple[grpc.Channel, Op]:
     channel = new_channel(endpoint)
     return channel, make(channel, worker)

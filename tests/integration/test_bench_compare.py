@@ -35,17 +35,27 @@ def _processes_mentioning(text: str) -> list[str]:
 
 def _positive(load: dict, what: str) -> None:
     assert load["errors"] == 0, f"{what}: {load.get('first_error')}"
-    for k in ("n", "per_s", "p50_ms", "p99_ms"):
+    for k in ("n", "per_s", "p50_ms", "p99_ms", "server_us_per_op"):  # every row with the servers' CPU per op
         assert load[k] > 0, f"{what}: {k} = {load[k]}"
     assert load["p99_ms"] >= load["p50_ms"]
 
 
-# `make test-slow` (20 s); `make bench-quick` runs the compare part for real.
+# `make test-slow` (30 s); `make bench-quick` runs the compare part for real.
 @pytest.mark.slow
 def test_compare_short_run_measures_every_side(tmp_path) -> None:
-    res = run_compare(str(tmp_path), 0.5, [1, 4], read_threads=6, log=lambda s: None)
+    res = run_compare(str(tmp_path), 0.5, [1, 4], read_threads=6, worker_processes=1, log=lambda s: None)
     json.loads(json.dumps(res, allow_nan=False))  # plain JSON, no NaN: nothing went unmeasured
-    assert set(res) >= {"meta", "ours", "etcd", "ceiling", "ratios", "targets"}
+    assert set(res) >= {"meta", "ours", "ours_no_workers", "etcd", "ceiling", "ceiling_one_process", "ratios",
+                        "targets"}
+    assert (res["ours"]["worker_processes"], res["ours_no_workers"]["worker_processes"]) == (1, 0)
+    for c in ("1", "4"):  # the row without workers beside the row with them, for each load
+        _positive(res["ours_no_workers"]["registration"][c], f"ours without workers, registration c={c}")
+    _positive(res["ours_no_workers"]["route_reads"], "ours without workers, route reads")
+    _positive(res["ceiling_one_process"]["route_reads"], "one echo process, route reads")
+    assert all(x > 0 for x in res["ratios"]["workers_gain"].values()), res["ratios"]["workers_gain"]
+    assert [t["target"] for t in res["targets"]["issue27"]] == [
+        "registration records/s >= etcd, 1 client", "linearizable reads/s >= etcd", "route reads/s >= 1.5x etcd",
+        "route reads/s above the one-process echo ceiling"]
     assert res["meta"]["etcd_version"].startswith("3.")
     for side in ("ours", "etcd", "ceiling"):
         assert set(res[side]["registration"]) == {"1", "4"}

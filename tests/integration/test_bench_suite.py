@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -45,3 +47,41 @@ def test_the_bench_targets_run_the_suite_and_write_a_report(tmp_path) -> None:
     assert all(t > 0 for t in failover["times_s"]), failover
     report = out_md.read_text()
     assert "ailover" in report and report.strip() in proc.stdout
+
+
+# `make test-slow` (a minute or two: three stock NameServer JVMs, five clusters of ours, two replicas);
+# `make bench-quick` runs the part for real.
+@pytest.mark.slow
+def test_the_cores_part_runs_and_reports_issue_27s_yardsticks(tmp_path) -> None:
+    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
+    # a short root: a node's private socket lives in its data directory, and a unix socket's path is at most
+    # 107 bytes (pytest's tmp_path is long)
+    root = tempfile.mkdtemp(prefix="bc-")
+    cmd = [*recipe("bench-quick"), "--only", "cores", "--seconds", "0.5", "--cores-clients", "1,2",
+           "--worker-processes", "2", "--idle-seconds", "0.2", "--root", root,
+           "--json", str(out_json), "--report", str(out_md)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cores = json.loads(out_json.read_text())["cores"]
+    loads = [(f"{setup} {side} c={c}", row) for setup, out in cores["stock"]["setups"].items()
+             for side in ("stock", "ours") for c, row in out[side]["reads"].items()]
+    loads += [(f"scaling w={w} {kind}", row) for w, rows in cores["scaling"].items() for kind, row in rows.items()]
+    loads += [(f"{r['label']} {k}", r[k]) for r in cores["replicas"]["rows"] for k in ("reads", "writes")]
+    assert len(loads) == 3 * 2 * 2 + 2 * 2 + 2 * 2, [name for name, _ in loads]
+    for name, row in loads:  # each row measured something, with its CPU per operation on both ends
+        assert row["errors"] == 0, f"{name}: {row['first_error']}"
+        assert row["n"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0, (name, row)
+        assert row["server_us_per_op"] > 0 and row["loadgen_us_per_op"] >= 0, (name, row)
+    assert set(cores["scaling"]) == {"1", "2"}
+    assert cores["projection"]["cores"] == 16 and cores["projection"]["reads_per_s"] > 0
+    assert cores["projection"]["writes_per_s"] > 0
+    assert len(cores["targets"]) == 3 * 2 + 1 and all(isinstance(t["met"], bool) for t in cores["targets"])
+    report = out_md.read_text()
+    for heading in ("beside the stock NameServer", "**Scaling: one node, worker_processes 1 vs 2**",
+                    "**A projection, not a measurement: 16 cores**", "**3 voters with and without 2 read replicas**",
+                    "**Issue 27's remoting targets**"):
+        assert heading in report, heading
+    assert "Errors: 0." in report and report.strip() in proc.stdout

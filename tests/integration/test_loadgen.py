@@ -12,8 +12,8 @@ import pytest
 from fakebroker import FakeBroker
 
 from bench import loadgen
+from bench.remoting import ROUTE_TOPICS, run_load
 from tests.cluster import Cluster
-from tests.interop.bench_remoting import ROUTE_TOPICS, run_load
 
 pytestmark = pytest.mark.cluster
 

@@ -35,6 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from bench.load import proc_cpu_s
+from bench.procnet import children, listener_pids, listening, socket_inodes, tcp_sockets
 from nameserver import headers, tlsconf
 from nameserver.api.auth import hash_token
 from nameserver.chunking import register_chunks
@@ -45,7 +46,6 @@ from nameserver.remoting.corechannel import APPLIED_FIELD, CONN_FIELD, CONNECTIO
 from nameserver.remoting.handlers import REPLICA_CODES, REQUESTS
 from tests.certs import CertFiles, TestCA, write_private
 from tests.cluster import Cluster, NodeProc, register_request
-from tests.procnet import children, listener_pids, listening, socket_inodes, tcp_sockets
 
 pytestmark = pytest.mark.cluster
 

@@ -19,7 +19,7 @@ import tempfile
 
 from bench import loadgen
 from bench.load import proc_cpu_s
-from tests.procnet import children
+from bench.procnet import children
 
 from .bench_workers import node_with_workers
 

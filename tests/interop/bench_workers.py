@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import proc_cpu_s
+from bench.procnet import listener_pids
+from bench.remoting import ROUTE_TOPICS, run_load
 from tests.cluster import Cluster
 from tests.fakebroker import FakeBroker
-from tests.procnet import listener_pids
-
-from .bench_remoting import ROUTE_TOPICS, run_load
 
 
 @contextmanager

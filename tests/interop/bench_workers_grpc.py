@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import new_channel, proc_cpu_s, run_load
+from bench.procnet import children, listener_pids
+from bench.remoting import ROUTE_TOPICS
 from bench.workloads import registration_request
 from nameserver.pb import api_pb2, api_pb2_grpc
 from tests.cluster import Cluster, NodeProc
-from tests.procnet import children, listener_pids
 
-from .bench_remoting import ROUTE_TOPICS
 from .bench_workers import medians
 
 KINDS = ("reads", "registrations")

@@ -9,44 +9,29 @@
 
 Every process gets a small heap, its own user.home (logs, namesrv kvConfig, client state) and store dir
 under `root`, and free 127.0.0.1 ports. rocketmq.home.dir is tests/interop/home (4.9.x reads its logback
-files from home/conf; -Dinterop.log names the log file).
+files from home/conf; -Dinterop.log names the log file). The JVM plumbing and the stock NameServer are
+bench/rocketmq.py's (JavaProcesses, JavaProc), which the benchmarks share.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from bench.rocketmq import JavaProc, JavaProcesses, jars_dir, wait_port
 from nameserver.localports import free_ports
 
-from . import jars
-
 HERE = os.path.dirname(os.path.abspath(__file__))
-HOME = os.path.join(HERE, "home")
 JAVA_SRC = os.path.join(HERE, "java", "InteropClient.java")
 
-# Java 17 flags: RocketMQ's mapped files and netty reach into java.nio/sun.nio.ch; a small, fast-starting JVM.
-JAVA_OPENS = ["--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
-              "--add-opens", "java.base/java.lang=ALL-UNNAMED", "--add-opens", "java.base/java.util=ALL-UNNAMED",
-              "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED",
-              # MappedFile.clean() calls jdk.internal.ref.Cleaner: without this a broker's shutdown hook dies
-              # in the store's shutdown, before it unregisters from the nameservers
-              "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
-              "--add-exports", "java.base/jdk.internal.ref=ALL-UNNAMED"]
 # mqadmin's own client giving up (no answer in its budget, or no connection in its connect timeout): on a
 # loaded machine that is contention, so RocketMQ.mqadmin runs the command again.
 CLIENT_TIMEOUTS = ("RemotingTimeoutException", "RemotingConnectException")
 MQADMIN_ATTEMPTS = 5  # 3 were not enough at load 65 on 2 cores (every one timed out before its first connect)
-JAVA_SMALL = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k", "-XX:-UsePerfData",
-              "-Djava.net.preferIPv4Stack=true"]
-
 _compile_lock = threading.Lock()
 
 
@@ -86,104 +71,9 @@ def broker_ports() -> tuple[int, int]:
     raise RuntimeError("no free broker ports")
 
 
-def wait_port(addr: str, timeout: float = 60.0, proc: JavaProc | None = None) -> None:
-    host, port = addr.rsplit(":", 1)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and not proc.alive:
-            raise RuntimeError(f"{proc.name} exited ({proc.proc.returncode}) before listening on {addr}:\n"
-                               f"{proc.tail()}")
-        try:
-            with socket.create_connection((host, int(port)), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"{addr} not listening after {timeout}s" + (f"\n{proc.tail()}" if proc else ""))
-
-
 def _properties_text(value: str) -> str:
     """A value for a .properties file: Java reads those as ISO-8859-1, so anything past ASCII is a \\u escape."""
     return "".join(ch if ord(ch) < 128 else f"\\u{ord(ch):04x}" for ch in value)
-
-
-@dataclass
-class JavaProc:
-    """One JVM; stdout and stderr go to `out_path` and are also kept as lines (`lines`) for the tests."""
-    name: str
-    cmd: list[str]
-    out_path: str
-    proc: subprocess.Popen
-    lines: list[str] = field(default_factory=list)
-    _reader: threading.Thread | None = None
-    _cond: threading.Condition = field(default_factory=threading.Condition)
-
-    def __post_init__(self) -> None:
-        self._reader = threading.Thread(target=self._pump, name=f"out-{self.name}", daemon=True)
-        self._reader.start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        with open(self.out_path, "a", errors="replace") as log:
-            for raw in self.proc.stdout:
-                line = raw.decode(errors="replace").rstrip("\n")
-                log.write(line + "\n")
-                log.flush()
-                with self._cond:
-                    self.lines.append(line)
-                    self._cond.notify_all()
-        with self._cond:
-            self._cond.notify_all()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def wait_line(self, pred: Callable[[str], bool], timeout: float = 60.0, start: int = 0) -> str:
-        """The first output line from index `start` on that satisfies pred."""
-        deadline = time.monotonic() + timeout
-        i = start
-        with self._cond:
-            while True:
-                while i < len(self.lines):
-                    if pred(self.lines[i]):
-                        return self.lines[i]
-                    i += 1
-                left = deadline - time.monotonic()
-                if left <= 0 or (not self.alive and i >= len(self.lines) and not self._reader.is_alive()):
-                    raise TimeoutError(f"{self.name}: no matching line after {timeout}s\n{self.tail()}")
-                self._cond.wait(min(left, 0.5))
-
-    def snapshot(self) -> list[str]:
-        with self._cond:
-            return list(self.lines)
-
-    def tail(self, n: int = 40) -> str:
-        return "\n".join(self.snapshot()[-n:])
-
-    def signal(self, sig: int) -> None:
-        if self.alive:
-            self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        """SIGKILL and reap."""
-        self.signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM (RocketMQ's shutdown hooks unregister brokers and clients), SIGKILL after `grace`."""
-        if self.alive:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        if self._reader is not None:
-            self._reader.join(timeout=5)
 
 
 @dataclass
@@ -202,80 +92,8 @@ class Broker:
         return self.proc.alive
 
 
-class RocketMQ:
+class RocketMQ(JavaProcesses):
     """Starts, tracks and stops the real RocketMQ processes of one version under `root`."""
-
-    def __init__(self, version: str, root: str) -> None:
-        self.version = version
-        self.root = root
-        os.makedirs(root, exist_ok=True)
-        self.cp = jars.classpath(version)
-        self.procs: list[JavaProc] = []
-        self._n = 0
-
-    @property
-    def is5(self) -> bool:
-        return jars.is_5x(self.version)
-
-    # ---- plumbing ------------------------------------------------------------------------------
-
-    def _dir(self, name: str) -> str:
-        d = os.path.join(self.root, name)
-        os.makedirs(d, exist_ok=True)
-        return d
-
-    def java_cmd(self, main: str, args: list[str], name: str, heap: str = "128m", cp: str | None = None,
-                 props: dict[str, str] | None = None) -> list[str]:
-        home = self._dir(f"home-{name}")
-        sysprops = {"rocketmq.home.dir": HOME, "user.home": home, "interop.log": os.path.join(home, f"{name}.log"),
-                    "rocketmq.client.logRoot": os.path.join(home, "logs"),
-                    # 5.x: the client's own logback, at WARN, into home
-                    "rocketmq.client.logLevel": "WARN",
-                    } | (props or {})
-        return (["java", f"-Xmx{heap}", f"-Xms{heap}", "-XX:MaxDirectMemorySize=128m", *JAVA_SMALL, *JAVA_OPENS]
-                + [f"-D{k}={v}" for k, v in sysprops.items()]
-                + ["-cp", cp or self.cp, main, *args])
-
-    def start_java(self, main: str, args: list[str], name: str | None = None, heap: str = "128m",
-                   cp: str | None = None, props: dict[str, str] | None = None) -> JavaProc:
-        self._n += 1
-        name = name or f"java{self._n}"
-        cmd = self.java_cmd(main, args, name, heap, cp, props)
-        out = os.path.join(self.root, f"{name}.out")
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self._dir(f"home-{name}"),
-                             start_new_session=True)
-        jp = JavaProc(name, cmd, out, p)
-        self.procs.append(jp)
-        return jp
-
-    def stop_all(self, grace: float = 15.0) -> None:
-        """SIGTERM to every process (RocketMQ's shutdown hooks run), SIGKILL to those still up after `grace`."""
-        for p in self.procs:
-            p.signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for p in self.procs:
-            try:
-                p.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.proc.kill()
-                p.proc.wait(timeout=30)
-        for p in self.procs:
-            if p._reader is not None:
-                p._reader.join(timeout=5)
-
-    # ---- the stock NameServer ------------------------------------------------------------------
-
-    def namesrv(self, name: str = "namesrv", port: int | None = None, extra: dict[str, str] | None = None
-                ) -> tuple[JavaProc, str]:
-        """Start Apache RocketMQ's NameServer; returns (process, "127.0.0.1:port") once it listens."""
-        port = port or free_ports(1)[0]
-        conf = os.path.join(self._dir(f"home-{name}"), "namesrv.conf")
-        with open(conf, "w") as f:
-            f.write("\n".join(f"{k}={v}" for k, v in ({"listenPort": str(port)} | (extra or {})).items()) + "\n")
-        jp = self.start_java("org.apache.rocketmq.namesrv.NamesrvStartup", ["-c", conf], name, heap="128m")
-        addr = f"127.0.0.1:{port}"
-        wait_port(addr, 90, jp)
-        return jp, addr
 
     # ---- the stock controller (5.x, RIP-44) -----------------------------------------------------
 
@@ -363,7 +181,7 @@ class RocketMQ:
 
     def client_classes(self) -> str:
         """Compile tests/interop/java/InteropClient.java against this version's jars (once per source change)."""
-        out = os.path.join(jars.jars_dir(self.version) + "-classes")
+        out = os.path.join(jars_dir(self.version) + "-classes")
         stamp = os.path.join(out, ".src-mtime")
         mtime = str(os.path.getmtime(JAVA_SRC))
         with _compile_lock:

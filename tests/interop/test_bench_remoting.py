@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from bench.remoting import SETUPS, markdown, run
+
 from . import jars
-from .bench_remoting import SETUPS, markdown, run
 
 pytestmark = pytest.mark.interop
 

@@ -68,3 +68,37 @@ def test_ratios_targets_and_markdown() -> None:
     table = compare.markdown(res)
     assert "| registration (8 topics, 9 records), 1 client | **1,800 records/s**" in table
     assert "route reads/s >= etcd: met" in table
+
+
+def test_issue27_targets_and_the_row_without_workers() -> None:
+    ours = _side(200, 3000, 4.0) | {"worker_processes": 2}
+    none = _side(100, 1000, 4.0) | {"worker_processes": 0}
+    ours["registration"]["16"] = _load(150, records=150 * 9)
+    none["registration"]["16"] = _load(50, records=50 * 9)
+    etcd = _side(100, 1500, 1.0)
+    etcd["registration"]["16"] = _load(200, records=200 * 9)  # ours / etcd at 16 clients: 0.75
+    ceiling = _side(1000, 6000, 0)
+    ceiling["registration"]["16"] = _load(1000)
+    res = {"ours": ours, "ours_no_workers": none, "etcd": etcd, "ceiling": ceiling,
+           "ceiling_one_process": {"route_reads": _load(2500)}}
+    res["ratios"], res["targets"] = compare.ratios(res)
+    assert res["ratios"]["workers_gain"] == {"registration 1": 2.0, "registration 16": 3.0, "route_reads": 3.0,
+                                             "linearizable_reads": 3.0}
+    got = {t["target"]: (t["ratio"], t["threshold"], t["met"]) for t in res["targets"]["issue27"]}
+    assert got == {"registration records/s >= etcd, 1 client": (2.0, 1.0, True),
+                   "registration records/s >= etcd, 16 clients": (0.75, 1.0, False),
+                   "linearizable reads/s >= etcd": (2.0, 1.0, True),
+                   "route reads/s >= 1.5x etcd": (2.0, 1.5, True),
+                   "route reads/s above the one-process echo ceiling": (1.2, 1.0, True)}
+    res["meta"] = {"topics_per_broker": 8, "read_threads": 6, "date": "d", "seconds_per_workload": 1.0,
+                   "etcd_version": "3.4.23", "durability": {"ours": "raft.fsync = true"}, "ours_worker_processes": 2,
+                   "machine": {"cores": 2, "cpu": "x", "python": "3.11", "grpcio": "1",
+                               "load_average_at_start": [0, 0, 0]}}
+    for side in ("ours", "ours_no_workers", "etcd", "ceiling"):  # every row shows the servers' CPU per op
+        for load in [*res[side]["registration"].values(), res[side]["route_reads"]]:
+            load["server_us_per_op"] = 250.0
+    table = compare.markdown(res)
+    assert "**Ours with 2 worker processes per node beside ours without**" in table
+    assert "| registration, 16 clients | 150 reg/s, p50 1.00 / p99 2.00 ms, 250 µs CPU/op | 50.0 reg/s" in table
+    assert "| registration records/s >= etcd, 16 clients | 0.75 | 1 | NOT met |" in table
+    assert "| route reads/s above the one-process echo ceiling | 1.20 | 1 | met |" in table

@@ -4,6 +4,7 @@ sockets listening on one of its ports, the process that accepted a given connect
 from __future__ import annotations
 
 import os
+import time
 
 LISTEN = 0x0A  # /proc/net/tcp's state of a listening socket
 
@@ -20,7 +21,7 @@ def children(pid: int) -> list[int]:
 
 
 def socket_inodes(pid: int) -> set[int]:
-    out = set()
+    out: set[int] = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
@@ -61,3 +62,13 @@ def listener_pids(pid: int, port: int) -> list[int]:
     """Of `pid` and its children, those with a socket listening on `port`."""
     inodes = listening(port)
     return [p for p in [pid, *children(pid)] if socket_inodes(p) & inodes]
+
+
+def wait_listening(pid: int, addr: str, listeners: int, timeout: float = 60.0) -> None:
+    """Until `listeners` of the process `pid` and its children listen on `addr`'s port."""
+    port = int(addr.rsplit(":", 1)[1])
+    deadline = time.monotonic() + timeout
+    while len(listener_pids(pid, port)) != listeners:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{listeners} listener(s) of process {pid} on {addr} not up within {timeout} s")
+        time.sleep(0.1)
