@@ -1,4 +1,9 @@
-"""The remoting listener: an asyncio TCP server on its own thread, handlers on a thread pool.
+"""The remoting listener: a TCP server (uvloop) on its own thread, handlers on a thread pool.
+
+A cheap read (a route read) is answered on the fast path, in the connection's receive callback, when
+nothing about it could wait or hold bytes (RemotingServer._fast); everything else takes the slow path:
+a task, an in-flight slot, a reservation in the reply budget, the pool, the drain bound. Every bound
+below holds on both.
 
 A connection that sends a malformed frame (bad or oversize length, truncated, undecodable header) is
 closed with one log line; other connections never notice. Requests on one connection are handled
@@ -17,6 +22,7 @@ What one connection can hold is bounded ([limits] in the node's TOML):
   answered SYSTEM_BUSY;
 - a frame, once begun, arrives whole within remoting_frame_timeout_ms (slow senders);
 - a connection silent for remoting_idle_timeout_ms is closed (RocketMQ closes idle channels too);
+  both by a periodic sweep of per-connection stamps (no timer per frame), within sweep_s past the bound;
 - beyond remoting_max_connections, new connections are closed at once.
 
 TLS ([remoting] tls, RocketMQ's tls.server.mode): "permissive" (the default when the node has a
