@@ -219,6 +219,9 @@ class VoterOnlyCodes:
     async def settle(self, conn: object) -> None:
         return None
 
+    def settled(self, conn: object) -> bool:
+        return True
+
     def closed(self, conn: object) -> None:
         return None
 

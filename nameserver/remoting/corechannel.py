@@ -317,13 +317,18 @@ class CoreChannel:
 
     async def settle(self, conn: object) -> None:
         """Before a local read: the replica has applied what this connection's last request saw (bounded)."""
-        state = self._clients.get(conn)
-        if state is None or self.replica_offset() >= state.min_offset:
+        if self.settled(conn):
             return
+        state = self._clients[conn]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SETTLE_S
         while self.replica_offset() < state.min_offset and loop.time() < deadline:
             await asyncio.sleep(SETTLE_POLL_S)
+
+    def settled(self, conn: object) -> bool:
+        """The replica has applied what this connection's last request saw: a local read needs no wait."""
+        state = self._clients.get(conn)
+        return state is None or self.replica_offset() >= state.min_offset
 
     def closed(self, conn: object) -> None:
         state = self._clients.pop(conn, None)

@@ -84,15 +84,36 @@ async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME,
         if len(prefix) < 4:
             prefix += await reader.readexactly(4 - len(prefix))
         total = _INT32.unpack(prefix)[0]
-        if total < 4:
-            raise FrameError(f"frame length {total} is below the minimum of 4")
-        if total > max_frame:
-            raise FrameError(f"frame length {total} exceeds the {max_frame}-byte limit")
+        check_frame_length(total, max_frame)
         if max_header is None:
             return await reader.readexactly(total)
         word = await reader.readexactly(4)
-        word_value = _INT32.unpack(word)[0]
-        head_len = word_value & _HEADER_LENGTH_MASK
-        if head_len <= total - 4:  # else malformed, not too large: decode says so
-            check_header_length(head_len, max_header, (word_value >> 24) & 0xFF)
+        check_header_word(_INT32.unpack(word)[0], total, max_header)
         return word + await reader.readexactly(total - 4)
+
+
+def check_frame_length(total: int, max_frame: int) -> None:
+    if total < 4:
+        raise FrameError(f"frame length {total} is below the minimum of 4")
+    if total > max_frame:
+        raise FrameError(f"frame length {total} exceeds the {max_frame}-byte limit")
+
+
+def check_header_word(word: int, total: int, max_header: int) -> None:
+    """A header-length word over `max_header` is refused before the rest of its frame is read."""
+    head_len = word & _HEADER_LENGTH_MASK
+    if head_len <= total - 4:  # else malformed, not too large: decode says so
+        check_header_length(head_len, max_header, (word >> 24) & 0xFF)
+
+
+def whole(buf: bytearray, max_frame: int, max_header: int) -> int:
+    """The bytes of the frame at the start of `buf` (its length prefix too) once all of them are there, else 0.
+    A bad length, or a header-length word over `max_header`, raises as `read` does as soon as it is there."""
+    have = len(buf)
+    if have < 4:
+        return 0
+    total = _INT32.unpack_from(buf)[0]
+    check_frame_length(total, max_frame)
+    if have >= 8:
+        check_header_word(_INT32.unpack_from(buf, 4)[0], total, max_header)
+    return 4 + total if have >= 4 + total else 0

@@ -55,13 +55,18 @@ class ReplyBudget:
         """What a request of this code reserves while its reply is built; None: wait (the first request
         of this never-answered code is being answered). Returning the share makes the caller that
         request: it must end with `learn`, or `unprobe` if it gets no reply."""
-        largest = self._largest.get(code)
-        if largest is not None:
-            return largest * BUILD_FACTOR
+        expected = self.expected(code)
+        if expected is not None:
+            return expected
         if code in self._probing:
             return None
         self._probing.add(code)
         return self.per_connection
+
+    def expected(self, code: int) -> int | None:
+        """What a request of this code reserves once one was answered; None before (no side effects)."""
+        largest = self._largest.get(code)
+        return None if largest is None else largest * BUILD_FACTOR
 
     def learn(self, code: int, size: int) -> None:
         """A reply of `code` was `size` bytes (call only for codes the node serves: they are bounded)."""

@@ -1,4 +1,9 @@
-"""The remoting listener: an asyncio TCP server on its own thread, handlers on a thread pool.
+"""The remoting listener: a TCP server (uvloop) on its own thread, handlers on a thread pool.
+
+A cheap read (a route read) is answered on the fast path, in the connection's receive callback, when
+nothing about it could wait or hold bytes (RemotingServer._fast); everything else takes the slow path:
+a task, an in-flight slot, a reservation in the reply budget, the pool, the drain bound. Every bound
+below holds on both.
 
 A connection that sends a malformed frame (bad or oversize length, truncated, undecodable header) is
 closed with one log line; other connections never notice. Requests on one connection are handled
@@ -17,6 +22,7 @@ What one connection can hold is bounded ([limits] in the node's TOML):
   answered SYSTEM_BUSY;
 - a frame, once begun, arrives whole within remoting_frame_timeout_ms (slow senders);
 - a connection silent for remoting_idle_timeout_ms is closed (RocketMQ closes idle channels too);
+  both by a periodic sweep of per-connection stamps (no timer per frame), within sweep_s past the bound;
 - beyond remoting_max_connections, new connections are closed at once.
 
 TLS ([remoting] tls, RocketMQ's tls.server.mode): "permissive" (the default when the node has a
@@ -38,9 +44,11 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+import uvloop
 
 from nameserver.api.auth import NAMESERVER_SERVICE
 from nameserver.api.inprocess import InProcessStub
@@ -64,21 +72,95 @@ LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on with no time: close() res
 # turn out to hold is still bounded when built (admit: per connection and for the node).
 PROBE_WAIT_S = 1.0
 TRIM_DELAY_S = 1.0  # after the last large reply is released, for the transports and builds to let go of it
+READ_BUFFER_LIMIT = 128 << 10  # bytes read behind a handed-off frame past which the connection is not read
+MIN_SWEEP_S, MAX_SWEEP_S = 0.05, 1.0  # how often idle and slow-frame bounds are checked (a quarter of the least)
 # Connections the kernel completes before the listener accepts them (RocketMQ's serverSocketBacklog; asyncio
 # defaults to 100, and a burst of brokers and clients past it waits out a 1 s SYN retry).
 LISTEN_BACKLOG = 1024
 
 
-class Connection:
-    """One client connection: what its replies hold, and its requests in flight."""
+class Connection(asyncio.Protocol):
+    """One client connection: its bytes not yet framed, what its replies hold, and its requests in flight.
 
-    __slots__ = ("writer", "peer", "held", "tasks")
+    Frames are cut out of what arrives (data_received) and answered at once when they take the fast path
+    (RemotingServer._fast); any other frame is handed to a task, and the frames after it wait until that
+    one has its in-flight slot and reservation (the connection is not read meanwhile past READ_BUFFER_LIMIT),
+    as a stream reader waiting on them would."""
 
-    def __init__(self, writer: asyncio.StreamWriter, peer: str) -> None:
-        self.writer = writer
-        self.peer = peer
+    __slots__ = ("server", "transport", "peer", "held", "tasks", "slots", "buf", "handing_off", "read_paused",
+                 "write_paused", "drained", "frame_began", "active", "eof", "counted")
+
+    def __init__(self, server: RemotingServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
         self.held = 0  # bytes reserved for its replies being built, and of those written and not yet sent
         self.tasks: set[asyncio.Task] = set()
+        self.slots = asyncio.Semaphore(server.inflight_per_connection)
+        self.buf = bytearray()        # received, not yet a whole frame (or waiting behind a hand-off)
+        self.handing_off = False      # a frame waits for its slot or reservation: the frames after it wait too
+        self.read_paused = False
+        self.write_paused = False     # the transport holds more than WRITE_BUFFER_HIGH unsent
+        self.drained: list[asyncio.Future[None]] = []  # replies waiting for the transport to have room
+        self.frame_began: float | None = None  # when the partial frame in buf began (remoting_frame_timeout_ms)
+        self.active = time.monotonic()  # when it last had a frame or request in progress (remoting_idle_timeout_ms)
+        self.eof = False
+        self.counted = False          # admitted: one of the server's connections
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        self.server._opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self.server._received(self)
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self.server._received(self)
+        # half-open: frames waiting behind a hand-off are still handled (_received closes it). A TLS
+        # transport closes itself here whatever this says (and warns when told otherwise).
+        return self.transport is not None and self.transport.get_extra_info("sslcontext") is None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.write_paused = False
+        self._wake()
+        self.server._lost(self)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self.drained = self.drained, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        self.active = time.monotonic()  # the idle bound counts from its last request's end
+
+    def waiting(self) -> bool:
+        """A request of its is still in progress (a finished task may wait a turn of the loop to leave `tasks`)."""
+        return any(not task.done() for task in self.tasks)
+
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    async def drain(self) -> None:
+        """Return once the transport holds no more than WRITE_BUFFER_HIGH unsent (as StreamWriter.drain)."""
+        if self.closing():
+            raise ConnectionResetError("connection closed")
+        if self.write_paused:
+            waiter = asyncio.get_running_loop().create_future()
+            self.drained.append(waiter)
+            await waiter
+            if self.closing():
+                raise ConnectionResetError("connection closed")
 
 
 class FrontEnd(Protocol):
@@ -90,6 +172,8 @@ class FrontEnd(Protocol):
     async def forward(self, cmd: Command, conn: Connection) -> Command: ...
 
     async def settle(self, conn: Connection) -> None: ...  # before a local read: the connection's writes seen
+
+    def settled(self, conn: Connection) -> bool: ...  # settle would not wait
 
     def closed(self, conn: Connection) -> None: ...
 
@@ -145,6 +229,7 @@ class RemotingServer:
         self.bad_log = RateLimitedLog(log)
         self.refused_total = 0  # connections closed at accept (over the limit)
         self.inline_fallbacks = 0  # inline reads that found the state busy and went to a worker
+        self.fast_total = 0  # requests answered on the fast path (_fast)
         self._refusal_logged = 0.0
         # The node's gRPC servicer, called in-process; with [auth] on, every call has [remoting] role's
         # rights (the protocol carries no credentials).
@@ -163,7 +248,10 @@ class RemotingServer:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._conns: set[Connection] = set()
+        # how often idle and slow-frame connections are looked for: a bound is enforced within this much of it
+        self.sweep_s = min(MAX_SWEEP_S, max(MIN_SWEEP_S, min(self.idle_s, self.frame_s) / 4))
+        self._sweeper: asyncio.TimerHandle | None = None
         self.tls_mode = "off" if unix_path else cfg.remoting_tls_mode
         self._ssl = tls_server_context(cfg) if self.tls_mode != "off" else None
         self._opening = 0  # accepted connections still in the TLS peek or handshake
@@ -174,7 +262,7 @@ class RemotingServer:
     def connections(self) -> int:
         """Client connections open now, those still in the TLS peek or handshake too (read from other
         threads: plain reads, no lock)."""
-        return len(self._writers) + self._opening
+        return len(self._conns) + self._opening
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -190,20 +278,21 @@ class RemotingServer:
                  self.max_connections)
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
+        loop = uvloop.new_event_loop()  # libuv's loop: a third less CPU per request than asyncio's (docs/benchmarks.md)
         self._loop = loop
         try:
             if self.unix_path:
                 self._server = loop.run_until_complete(self._start_unix())
             elif self._ssl is None:
                 host, port = split_addr(self.listen_addr)
-                self._server = loop.run_until_complete(
-                    asyncio.start_server(self._serve, host or None, port, reuse_address=True,
-                                         reuse_port=self.reuse_port or None, start_serving=False,
-                                         backlog=LISTEN_BACKLOG))
+                self._server = cast(asyncio.Server, loop.run_until_complete(  # uvloop's Server has its members
+                    loop.create_server(self._connection, host or None, port, reuse_address=True,
+                                       reuse_port=self.reuse_port or None, start_serving=False,
+                                       backlog=LISTEN_BACKLOG)))
             else:  # connections are accepted here and peeked at before a stream is made of them
                 host, port = split_addr(self.listen_addr)
                 self._listener = bound_socket(host, port, self.reuse_port)
+            self._sweeper = loop.call_later(self.sweep_s, self._sweep)
             if not self.accept_later:
                 loop.run_until_complete(self._listen())
             if self._listener is not None:
@@ -252,7 +341,7 @@ class RemotingServer:
         os.chmod(folder, 0o700)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.unix_path)
-        server = await asyncio.start_unix_server(self._serve, self.unix_path)
+        server = await asyncio.get_running_loop().create_unix_server(self._connection, self.unix_path)
         os.chmod(self.unix_path, 0o600)
         return server
 
@@ -273,8 +362,10 @@ class RemotingServer:
             self._server.close()
         if self._listener is not None:
             self._listener.close()
-        for writer in list(self._writers):
-            writer.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for conn in list(self._conns):
+            self._end(conn)
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for t in tasks:
             t.cancel()
@@ -301,7 +392,7 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         peer = sock.getpeername() if sock.fileno() >= 0 else ("?", 0)
         peer_s = f"{peer[0]}:{peer[1]}"
-        if len(self._writers) + self._opening >= self.max_connections:
+        if len(self._conns) + self._opening >= self.max_connections:
             self.refused_total += 1
             sock.close()
             return
@@ -321,20 +412,17 @@ class RemotingServer:
                             peer_s)
                 sock.close()
                 return
-            reader = asyncio.StreamReader(limit=2 ** 16)
-            protocol = asyncio.StreamReaderProtocol(reader)
-            try:
-                transport, _ = await loop.connect_accepted_socket(
-                    lambda: protocol, sock, ssl=self._ssl if tls else None,
-                    ssl_handshake_timeout=self.frame_s if tls else None)
+            try:  # served from here on by the Connection (its connection_made)
+                await loop.connect_accepted_socket(self._connection, sock, ssl=self._ssl if tls else None,
+                                                   ssl_handshake_timeout=self.frame_s if tls else None)
             except (ssl.SSLError, OSError, TimeoutError) as exc:
                 log.warning("remoting: closing connection from %s: TLS handshake failed: %s", peer_s, exc)
                 sock.close()
-                return
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         finally:
             self._opening -= 1
-        await self._serve(reader, writer)
+
+    def _connection(self) -> Connection:
+        return Connection(self)
 
     @staticmethod
     async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> int | None:
@@ -355,74 +443,188 @@ class RemotingServer:
 
     # ---- connections ---------------------------------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        peer_s = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else (str(peer) or f"unix:{self.unix_path}")
-        if len(self._writers) >= self.max_connections:
+    def _opened(self, conn: Connection) -> None:
+        transport = conn.transport
+        assert transport is not None
+        peer = transport.get_extra_info("peername")
+        conn.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else (str(peer) or f"unix:{self.unix_path}")
+        if len(self._conns) >= self.max_connections:
             self.refused_total += 1
             now = time.monotonic()
             if now - self._refusal_logged > 10:  # one line per 10 s, however many are refused
                 self._refusal_logged = now
                 log.warning("remoting: %d connections open (limits.remoting_max_connections); refusing new "
-                            "ones, such as %s (%d refused so far)", len(self._writers), peer_s, self.refused_total)
-            writer.transport.abort()
+                            "ones, such as %s (%d refused so far)", len(self._conns), conn.peer, self.refused_total)
+            transport.abort()
             return
-        writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
-        self._writers.add(writer)
-        conn = Connection(writer, peer_s)  # also this connection as the handlers know it (brokers' channels)
-        slots = asyncio.Semaphore(self.inflight_per_connection)
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+        conn.counted = True
+        self._conns.add(conn)
+
+    def _received(self, conn: Connection) -> None:
+        """Frame and answer what `conn` has received, up to a frame that is handed off (or the end)."""
+        buf = conn.buf
         try:
-            while True:
-                try:
-                    payload = await frame.read(reader, self.max_frame, self.idle_s, self.frame_s, self.max_header)
-                    if payload is None:
-                        break
-                    cmd = frame.decode(payload, self.max_header, self.max_ext_fields)
-                    del payload
-                except FrameError as exc:
-                    self.bad_log.warning("remoting: closing connection from %s: %s", peer_s, str(exc))
-                    if isinstance(exc, FrameRefused):  # its opaque is unknown: the answer carries 0
-                        writer.write(frame.encode(Command(code=codes.SYSTEM_ERROR, flag=codes.FLAG_RESPONSE,
-                                                          version=codes.SERVER_VERSION, remark=str(exc),
-                                                          serialize_type=exc.serialize_type)))
+            while not conn.handing_off:
+                size = frame.whole(buf, self.max_frame, self.max_header)
+                if not size:
                     break
-                except asyncio.IncompleteReadError as exc:
-                    self.bad_log.warning("remoting: closing connection from %s: truncated frame (%d of %s bytes)",
-                                         peer_s, len(exc.partial), exc.expected)
-                    break
-                except frame.IdleTimeout:
-                    if conn.tasks:  # waiting for its replies is not idle (a big registration may take a minute)
-                        continue
-                    self.bad_log.info("remoting: closing connection from %s: idle for %.0f s", peer_s, self.idle_s)
-                    break
-                except TimeoutError:
-                    self.bad_log.info("remoting: closing connection from %s: a frame took longer than %.0f s to "
-                                      "arrive", peer_s, self.frame_s)
-                    break
-                except ConnectionError:
-                    break
+                payload = bytes(buf[4:size])
+                del buf[:size]
+                conn.frame_began = None
+                cmd = frame.decode(payload, self.max_header, self.max_ext_fields)
+                del payload
                 if cmd.is_response:
                     # A nameserver sends no requests, so no response can be ours.
-                    log.debug("remoting: ignoring a response frame from %s (opaque %d)", peer_s, cmd.opaque)
-                    continue
-                await slots.acquire()
-                try:
-                    reserved = await self._reserve(conn, cmd)
-                except TimeoutError:
-                    slots.release()
-                    self._unread(conn)
-                    break
-                task = asyncio.create_task(self._dispatch(cmd, slots, conn, reserved))
-                conn.tasks.add(task)
-                task.add_done_callback(conn.tasks.discard)
+                    log.debug("remoting: ignoring a response frame from %s (opaque %d)", conn.peer, cmd.opaque)
+                elif not self._fast(conn, cmd):
+                    self._hand_off(conn, cmd)
+        except FrameError as exc:
+            self.bad_log.warning("remoting: closing connection from %s: %s", conn.peer, str(exc))
+            if isinstance(exc, FrameRefused) and not conn.closing():  # its opaque is unknown: the answer carries 0
+                assert conn.transport is not None
+                conn.transport.write(frame.encode(Command(
+                    code=codes.SYSTEM_ERROR, flag=codes.FLAG_RESPONSE, version=codes.SERVER_VERSION,
+                    remark=str(exc), serialize_type=exc.serialize_type)))
+            self._end(conn)
+            return
+        if conn.handing_off:
+            if len(buf) > READ_BUFFER_LIMIT and not conn.read_paused and not conn.closing():
+                assert conn.transport is not None
+                conn.read_paused = True
+                conn.transport.pause_reading()
+            return
+        if conn.eof:
+            if buf:
+                self.bad_log.warning("remoting: closing connection from %s: truncated frame (%d bytes of a frame)",
+                                     conn.peer, len(buf))
+            self._end(conn)
+        elif buf:
+            if conn.frame_began is None:
+                conn.frame_began = time.monotonic()
+        else:
+            conn.active = time.monotonic()
+
+    def _end(self, conn: Connection) -> None:
+        """Close the connection (what was written goes first); frames not yet handled are dropped."""
+        conn.buf.clear()
+        conn.handing_off = False
+        if conn.transport is not None:
+            conn.transport.close()
+
+    def _lost(self, conn: Connection) -> None:
+        conn.buf.clear()
+        if not conn.counted:
+            return
+        conn.counted = False
+        self._conns.discard(conn)
+        if self.front is not None:
+            self.front.closed(conn)
+        # Brokers that spoke on it lose this connection (off the loop: it is a gRPC call).
+        with contextlib.suppress(RuntimeError):  # the pool is shut down: the node is stopping
+            asyncio.get_running_loop().run_in_executor(self._pool, self.handlers.connection_closed, conn)
+
+    def _fast(self, conn: Connection, cmd: Command) -> bool:
+        """Answer a cheap read here and now, when it is one whose answer holds nothing past this call: a code
+        answered on this loop (INLINE_CODES; in a worker, one it answers itself, the connection's writes
+        seen), its reply known to be small, nothing of the connection's held or in flight before it (its
+        requests are answered in order), and the transport with room for the reply without waiting (below
+        the level at which a reply's drain would wait). False: the slow path answers it (nothing was sent)."""
+        code = cmd.code
+        if code not in INLINE_CODES or cmd.is_oneway or conn.held or conn.waiting():
+            return False
+        front = self.front
+        if front is not None and cmd.invalid is None and (code not in front.local_codes or not front.settled(conn)):
+            return False
+        expected = self.budget.expected(code)
+        transport = conn.transport
+        if expected is None or expected + len(cmd.body) > SMALL_REPLY or transport is None or \
+                transport.is_closing() or transport.get_write_buffer_size() + expected > WRITE_BUFFER_HIGH:
+            return False
+        started = time.monotonic()
+        try:
+            with no_wait():
+                resp = self.handlers.handle(cmd, conn)
+        except WouldBlock:
+            return False
+        except Exception as exc:  # a handler bug answers SYSTEM_ERROR, never kills the server
+            log.exception("remoting: request code %d from %s failed", code, conn.peer)
+            resp = cmd.response(codes.SYSTEM_ERROR, f"internal error: {exc}")
+        data = frame.encode(resp)
+        self.budget.learn(code, len(data))
+        if self.observer is not None:
+            self.observer(str(code), resp.code, time.monotonic() - started)
+        if len(data) > SMALL_REPLY or transport.get_write_buffer_size() + len(data) > WRITE_BUFFER_HIGH:
+            self._spawn(conn, self._late_reply(conn, cmd, data))  # larger than its code's replies so far
+        else:
+            self.fast_total += 1  # before the write: a test reading it after the reply sees it
+            transport.write(data)
+        return True
+
+    async def _late_reply(self, conn: Connection, cmd: Command, data: bytes) -> None:
+        """A fast-path answer that does not fit as one: sent as a slow-path reply (in flight, budgeted)."""
+        async with conn.slots:
+            await self._reply(conn, cmd, data)
+
+    def _hand_off(self, conn: Connection, cmd: Command) -> None:
+        conn.handing_off = True
+        self._spawn(conn, self._slow(conn, cmd))
+
+    @staticmethod
+    def _spawn(conn: Connection, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        conn.tasks.add(task)
+        task.add_done_callback(conn.done)
+
+    async def _slow(self, conn: Connection, cmd: Command) -> None:
+        """A request off the fast path: it waits for an in-flight slot and its reservation (the connection's
+        later frames wait with it), then is answered on its own."""
+        # The slot is held until the reply has been drained: replies nobody reads count against the
+        # connection's in-flight requests, so its reader stops (backpressure) instead of queueing more.
+        slots = conn.slots
+        await slots.acquire()
+        try:
+            try:
+                reserved = await self._reserve(conn, cmd)
+            except TimeoutError:
+                self._unread(conn)
+                return
+            self._read_on(conn)
+            if cmd.is_oneway:
+                await self._answered(cmd, conn, reserved)
+            else:  # no local here holds the reply: it is freed as soon as the transport has its copy
+                await self._reply(conn, cmd, await self._answered(cmd, conn, reserved))
         finally:
-            self._writers.discard(writer)
-            writer.close()
-            if self.front is not None:
-                self.front.closed(conn)
-            # Brokers that spoke on it lose this connection (off the loop: it is a gRPC call).
-            with contextlib.suppress(RuntimeError):  # the pool is shut down: the node is stopping
-                asyncio.get_running_loop().run_in_executor(self._pool, self.handlers.connection_closed, conn)
+            slots.release()
+
+    def _read_on(self, conn: Connection) -> None:
+        """A handed-off frame got its slot and reservation: the frames after it are read and handled."""
+        conn.handing_off = False
+        if conn.read_paused and not conn.closing():
+            assert conn.transport is not None
+            conn.read_paused = False
+            conn.transport.resume_reading()
+        conn.frame_began = None  # a frame waiting behind the hand-off gets its whole bound from now
+        self._received(conn)
+
+    def _sweep(self) -> None:
+        """Close connections idle past remoting_idle_timeout_ms, or with a frame begun longer ago than
+        remoting_frame_timeout_ms: stamps read every SWEEP period, no timer per frame."""
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.call_later(self.sweep_s, self._sweep)
+        now = time.monotonic()
+        for conn in list(self._conns):
+            if conn.handing_off or conn.closing():
+                continue  # not read now (waiting for room): not the client's doing
+            if conn.frame_began is not None:
+                if now - conn.frame_began > self.frame_s:
+                    self.bad_log.info("remoting: closing connection from %s: a frame took longer than %.0f s to "
+                                      "arrive", conn.peer, self.frame_s)
+                    self._end(conn)
+            elif not conn.tasks and now - conn.active > self.idle_s:
+                # waiting for its replies is not idle (a big registration may take a minute)
+                self.bad_log.info("remoting: closing connection from %s: idle for %.0f s", conn.peer, self.idle_s)
+                self._end(conn)
 
     def _inline(self, cmd: Command, conn: object) -> Command | None:
         """Answer a cheap read on the loop thread when nothing would block it; None: use a worker."""
@@ -487,18 +689,6 @@ class RemotingServer:
         with contextlib.suppress(RuntimeError):  # the pool is shut down: the node is stopping
             loop.run_in_executor(self._pool, memtrim.give_back)
 
-    async def _dispatch(self, cmd: Command, slots: asyncio.Semaphore, conn: Connection,
-                        reserved: int | None) -> None:
-        # The slot is held until the reply has been drained: replies nobody reads count against the
-        # connection's in-flight requests, so its reader stops (backpressure) instead of queueing more.
-        try:
-            if cmd.is_oneway:
-                await self._answered(cmd, conn, reserved)
-            else:  # no local here holds the reply: it is freed as soon as the transport has its copy
-                await self._reply(conn, cmd, await self._answered(cmd, conn, reserved))
-        finally:
-            slots.release()
-
     async def _answered(self, cmd: Command, conn: Connection, reserved: int | None) -> bytes:
         """The request's response frame (empty for a oneway request); its reservation released."""
         learns = reserved is not None and cmd.code in self._served and not cmd.is_oneway
@@ -545,8 +735,8 @@ class RemotingServer:
     async def _reply(self, conn: Connection, cmd: Command, data: bytes) -> None:
         """Write a reply within the connection's and the node's unsent-bytes budget; return once it is
         sent (drained), or its connection is closed."""
-        writer, budget = conn.writer, self.budget
-        if writer.is_closing():
+        transport, budget = conn.transport, self.budget
+        if transport is None or transport.is_closing():
             return
         verdict = budget.admit(conn.held, len(data))
         if verdict is Verdict.CLOSE:
@@ -561,10 +751,11 @@ class RemotingServer:
         size = len(data)
         self._hold(conn, size)
         try:
-            writer.write(data)
+            transport.write(data)
             del data  # the transport holds its own copy: nothing else keeps the reply while it waits
-            async with asyncio.timeout(self.reply_s):
-                await writer.drain()
+            if conn.write_paused:
+                async with asyncio.timeout(self.reply_s):
+                    await conn.drain()
         except TimeoutError:
             self._unread(conn)
         except (ConnectionError, RuntimeError) as exc:
@@ -580,11 +771,15 @@ class RemotingServer:
     @staticmethod
     def _abort(conn: Connection) -> None:
         """Close a connection now, its unsent replies dropped and its requests not yet handled cancelled."""
-        sock = conn.writer.get_extra_info("socket")
+        transport = conn.transport
+        if transport is None:
+            return
+        sock = transport.get_extra_info("socket")
         if sock is not None:  # a reset: the kernel drops what it still buffers for the client too
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_RESET)
-        conn.writer.transport.abort()
+        conn.buf.clear()
+        transport.abort()
         current = asyncio.current_task()
         for task in conn.tasks:
             if task is not current:

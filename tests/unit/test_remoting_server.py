@@ -3,6 +3,7 @@ oneway and pipelined requests, concurrency across connections, start/stop."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -317,3 +318,92 @@ def test_thousands_of_fresh_connections_first_route_reads_are_answered_not_busy(
     finally:
         for s in [first, *socks]:
             s.close()
+
+
+# ---- the fast path (route reads answered as they arrive: no task, no timer per frame) ----------------
+
+def _limited(servicer: RouteOnly, tmp_path: Any, **limits: int) -> RemotingServer:
+    remoting = RemotingServer(dataclasses.replace(_cfg(tmp_path), **limits), servicer, max_frame_bytes=MAX_FRAME)
+    remoting.start()
+    return remoting
+
+
+def _fast_reads(remoting: RemotingServer, sock: socket.socket, n: int = 3) -> None:
+    """A few route reads on `sock`, the later ones on the fast path (the first teaches the reply's size)."""
+    before = remoting.fast_total
+    for i in range(n):
+        sock.sendall(route_frame(i))
+        assert read_response(sock)["opaque"] == i
+    assert remoting.fast_total >= before + n - 1, (remoting.fast_total, remoting.budget.learned())
+
+
+def test_a_connection_idle_after_fast_path_reads_is_closed(servicer: RouteOnly, tmp_path: Any) -> None:
+    """Fast-path reads start no idle timer: the periodic sweep closes a connection silent past the bound."""
+    remoting = _limited(servicer, tmp_path, remoting_idle_timeout_ms=300)
+    try:
+        sock = connect(remoting)
+        _fast_reads(remoting, sock)
+        started = time.monotonic()
+        assert closed_by_server(sock)  # the socket's own timeout (10 s) fails the test otherwise
+        assert 0.25 <= time.monotonic() - started < 3
+        sock.close()
+    finally:
+        remoting.stop()
+
+
+def test_a_frame_trickling_in_past_the_frame_bound_closes_its_connection(servicer: RouteOnly,
+                                                                         tmp_path: Any) -> None:
+    """A frame begun must arrive whole within remoting_frame_timeout_ms, however steadily its bytes come
+    (each byte resets no idle bound here: the sweep reads when the frame began)."""
+    remoting = _limited(servicer, tmp_path, remoting_frame_timeout_ms=300, remoting_idle_timeout_ms=60_000)
+    try:
+        sock = connect(remoting)
+        _fast_reads(remoting, sock)
+        data = route_frame(7)
+        started = time.monotonic()
+        with contextlib.suppress(OSError):  # the server's close: a later send fails
+            for i in range(len(data) - 1):  # ~5 s at 50 ms a byte, never whole
+                sock.sendall(data[i:i + 1])
+                time.sleep(0.05)
+        assert closed_by_server(sock)
+        assert time.monotonic() - started < 3
+        sock.close()
+    finally:
+        remoting.stop()
+
+
+def test_a_client_that_never_reads_its_fast_path_replies_is_cut(servicer: RouteOnly, tmp_path: Any,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Route reads pipelined by a client that reads none of the replies: the fast path writes a reply only
+    while the transport has room for it, then the slow path's drain bound (remoting_reply_timeout_ms) cuts
+    the connection; without that the replies would pile up in the node without bound."""
+    caplog.set_level(logging.WARNING, logger="nameserver.remoting")
+    remoting = _limited(servicer, tmp_path, remoting_reply_timeout_ms=500)
+    try:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", remoting.port))
+        _fast_reads(remoting, sock)
+        sock.setblocking(False)
+        batch = b"".join(route_frame(i) for i in range(100))
+        pending = b""
+        cut = False
+        deadline = time.monotonic() + 15
+        while not cut and time.monotonic() < deadline:
+            pending = pending or batch  # whole frames only: a frame cut short would close it for another reason
+            try:
+                pending = pending[sock.send(pending):]
+            except BlockingIOError:
+                time.sleep(0.05)
+            except OSError:
+                cut = True
+        if not cut:
+            with contextlib.suppress(BlockingIOError):
+                sock.recv(1)
+        assert cut, "the connection that never reads was not cut"
+        assert any("went unread" in r.getMessage() for r in caplog.records)
+        assert remoting.fast_total > 100  # the replies it was sent came by the fast path
+        sock.close()
+    finally:
+        remoting.stop()
