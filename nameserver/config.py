@@ -95,8 +95,9 @@ class NodeConfig:
     batch_append: bool = False
     fsync: bool = True
     read_lease: bool = True
-    # zlib level of Raft frames (0-9): 0 (stored) because pysyncobj's 3 cost the leader ~70 us per KiB of
-    # entries per follower on its one core (docs/benchmarks.md); a slow WAN link between members may want 1
+    # zlib level of Raft frames (0-9): 0 (stored), because pysyncobj's 3 cost the leader's tick thread ~80 us per
+    # follower for an entry of 4 registrations (3 KiB): a third of that thread's CPU per write on 3 nodes
+    # (docs/benchmarks.md). A slow link between members may want 1 (5x smaller frames for registrations).
     wire_compress_level: int = 0
     group_commit_linger_us: int = 2000  # how long the leader waits for more proposals to share an entry
     idle_noop_ms: int = 0          # leader appends a no-op when idle this long (KRaft: 500); 0: off
