@@ -19,7 +19,8 @@
                 fsync (true: the journal is on disk before an append is acknowledged; false trades
                 that durability for speed: docs/benchmarks.md measures the difference), read_lease
                 (true: the leader answers linearizable reads under a lease that rests on the election
-                timeout and on clocks that run at about the same rate; false: a heartbeat round each)
+                timeout and on clocks that run at about the same rate; false: a heartbeat round each),
+                wire_compress_level (zlib level of Raft frames, 0 = none)
     [liveness]  default_timeout_ms (RocketMQ: 120000), scan_interval_ms (5000), forward_interval_ms
     [routes]    order_message_enable
     [grpc]      max_message_bytes, workers, write_timeout_ms
@@ -94,6 +95,10 @@ class NodeConfig:
     batch_append: bool = False
     fsync: bool = True
     read_lease: bool = True
+    # zlib level of Raft frames (0-9): 0 (stored), because pysyncobj's 3 cost the leader's tick thread ~80 us per
+    # follower for an entry of 4 registrations (3 KiB): a third of that thread's CPU per write on 3 nodes
+    # (docs/benchmarks.md). A slow link between members may want 1 (5x smaller frames for registrations).
+    wire_compress_level: int = 0
     group_commit_linger_us: int = 2000  # how long the leader waits for more proposals to share an entry
     idle_noop_ms: int = 0          # leader appends a no-op when idle this long (KRaft: 500); 0: off
     password: str | None = field(default=None, repr=False)
@@ -237,7 +242,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "node": ("worker_processes",),
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
              "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us", "fsync",
-             "read_lease"),
+             "read_lease", "wire_compress_level"),
     "liveness": ("default_timeout_ms", "scan_interval_ms", "forward_interval_ms"),
     "routes": ("order_message_enable",),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
@@ -327,6 +332,8 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     cfg = NodeConfig(members=members, **kwargs)
     if not 0 < cfg.election_min_ms < cfg.election_max_ms:
         raise ConfigError("raft.election_min_ms must be positive and below raft.election_max_ms")
+    if not 0 <= cfg.wire_compress_level <= 9:
+        raise ConfigError("raft.wire_compress_level must be a zlib level, 0..9")
     if cfg.scan_interval_ms < 100:
         raise ConfigError("liveness.scan_interval_ms must be >= 100")
     if not 0 <= cfg.worker_processes <= MAX_WORKER_PROCESSES:

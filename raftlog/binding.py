@@ -135,7 +135,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
     def __init__(self, self_addr: str, partners: list[str], conf: SyncObjConf, applier: Applier,
                  read_dump_meta: Callable[[str], tuple[RaftEntry, RaftEntry, list[str]]],
                  progress: SnapshotProgress, journal: DurableJournal, lease_promise_s: float = 0.0,
-                 join_existing: bool = False) -> None:
+                 join_existing: bool = False, wire_compress_level: int = 3) -> None:
         install()
         self._applier = applier
         self.journal = journal
@@ -171,6 +171,8 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         # index (the commit-index property below). A stalled fsync on the tick thread stalled the
         # heartbeats and cost an election per stall (docs/faults.md).
         transport = self._SyncObj__transport
+        if isinstance(transport, GuardedTransport):
+            transport.compress_level = wire_compress_level
         send = transport.send
 
         self.probe_gate = gate = ProbeGate(conf.appendEntriesPeriod)
@@ -403,8 +405,11 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
     def _wake_lone_leader(self) -> None:
         """In a 1-member cluster no follower's answer wakes the tick loop, so an entry appended this tick
         (synced above) would commit only at the next tick, after pysyncobj's 50 ms poll: every write
-        waited about 50 ms. Wake it once per newly appended entry; the next tick commits it."""
-        if self._SyncObj__otherNodes or not self._isLeader():
+        waited about 50 ms. Wake it once per newly appended entry; the next tick commits it.
+        Not with the journal's syncer: the leader counts itself only up to the durable index, so that
+        wake found nothing to commit (a pipe write and read and a tick's pass per entry, for nothing);
+        the syncer's own wake after the sync (_on_durable) is the one that commits."""
+        if self._SyncObj__otherNodes or self.journal.syncs_in_background or not self._isLeader():
             return
         entries = self._SyncObj__raftLog
         last = entries[-1][1] if len(entries) else 0

@@ -430,6 +430,11 @@ class DurableJournal(Journal):
         for thread in self._threads:
             thread.start()
 
+    @property
+    def syncs_in_background(self) -> bool:
+        """Whether a syncer thread runs: it calls `on_durable` after every sync that moved `durable_index`."""
+        return bool(self._threads)
+
     def request_sync(self) -> None:
         """Have the syncer make every entry appended so far durable (returns at once; synchronous
         without a syncer)."""

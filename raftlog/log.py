@@ -107,6 +107,7 @@ class LogConfig:
     password: str | None = None
     fsync: bool = True                         # sync the journal before acknowledging (raftlog/journal.py)
     read_lease: bool = True                    # the leader's read index under a lease (raftlog/leadership.py)
+    wire_compress_level: int = 3               # zlib level of the frames this node sends (pysyncobj's: 3)
     # An empty node joining a cluster that has data: it never campaigns before it has heard a leader
     # (two empty nodes beside one survivor would otherwise elect an empty leader; raftlog/prevote.py)
     join_existing: bool = False
@@ -180,7 +181,7 @@ class ReplicatedLog:
         )
         self.raft = RaftNode(cfg.self_addr, cfg.partners, conf, self.applier,
                              self._read_dump_meta, self.progress, self.journal, cfg.lease_promise_s,
-                             join_existing=cfg.join_existing)
+                             join_existing=cfg.join_existing, wire_compress_level=cfg.wire_compress_level)
         self.raft.addOnTickCallback(self._on_tick)
         self.committer = GroupCommitter(self.applier, self._append, self.is_leader, self.term,
                                         linger_s=cfg.group_linger_s)

@@ -107,9 +107,13 @@ WARN_EVERY_S = 10.0
 # an election timeout, below the seconds a backed-off retransmission timer would keep a healed link silent.
 RAFT_TCP_USER_TIMEOUT_MS = 3000
 
+# pysyncobj's own zlib level; a GuardedTransport sends at its `compress_level` (raft.wire_compress_level).
+PYSYNCOBJ_COMPRESS_LEVEL = 3
+
 ENABLED = os.environ.get("RAFTLOG_PEERGUARD", "on").lower() not in ("off", "0", "false", "no")
 
 _unpack_from = struct.Struct("i").unpack_from
+_pack_length = struct.Struct("i").pack
 _EAGAIN = (errno.EAGAIN, errno.EWOULDBLOCK)
 _READ_WRITE_ERROR = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR
 
@@ -219,7 +223,17 @@ class GuardedTcpConnection(TcpConnection):
     def send(self, message: object) -> None:
         if type(self._TcpConnection__writeBuffer) is not bytearray:
             self._TcpConnection__writeBuffer = bytearray(self._TcpConnection__writeBuffer)
-        super().send(message)
+        # pysyncobj's send(), with the zlib level of the owner's setting instead of its fixed 3: the
+        # receiver decompresses whatever the level (0 is zlib's stored blocks), so members may differ.
+        if self.sendRandKey:
+            message = (self.sendRandKey, message)
+        owner = self._pg_owner
+        data = zlib.compress(pysyncobj_pickle.dumps(message),
+                             owner.compress_level if owner is not None else PYSYNCOBJ_COMPRESS_LEVEL)
+        if self.encryptor:
+            data = self.encryptor.encrypt_at_time(data, int(time.monotonic()))
+        self._TcpConnection__writeBuffer += _pack_length(len(data)) + data
+        self._TcpConnection__trySendBuffer()
         # pysyncobj asks the poller for write readiness only from a write event, so what one send()
         # left in the buffer went out only with the next message (a heartbeat every 100 ms: a
         # 20 MiB frame took ~15 s). Ask for it here.
@@ -369,6 +383,7 @@ class GuardedTransport(MembershipTransport):
         self._pg_out: dict[GuardedTcpConnection, None] = {}  # outgoing, pre-auth
         self._pg_next_sweep = 0.0
         self.warner = _Warner()
+        self.compress_level = PYSYNCOBJ_COMPRESS_LEVEL  # the binding sets raft.wire_compress_level
         super().__init__(*args, **kwargs)
 
     @property

@@ -136,6 +136,7 @@ class NameServerNode(LocalReads):
                 password=cfg.password,
                 fsync=cfg.fsync,
                 read_lease=cfg.read_lease,
+                wire_compress_level=cfg.wire_compress_level,
                 join_existing=cfg.initial_state == "existing",
             ),
             StateMachineAdapter(self.state), self.store, self.guard.writer)

@@ -205,9 +205,15 @@ class MetadataState:
     @_handles(records.TOPIC)
     def _on_topic(self, key: str, new: bytes | None) -> None:
         parsed = keys.parse_topic_key(key)
-        if parsed is not None:
-            self._remove_queue(*parsed)
-            self._add_queue(*parsed, new)
+        if parsed is None:
+            return
+        if new is not None:  # a broker's queue data rewritten (every changed registration): in place
+            held = self._topic_queues.get(parsed[0], {}).get(parsed[1])
+            if held is not None and _queue_sys_flag(new) == _queue_sys_flag(held):
+                self._topic_queues[parsed[0]][parsed[1]] = new  # same topic sets, same unit counts
+                return
+        self._remove_queue(*parsed)
+        self._add_queue(*parsed, new)
 
     @_handles(records.BROKER)
     def _on_broker(self, key: str, new: bytes | None) -> None:

@@ -31,6 +31,7 @@ QUOTAS = (QUEUE_DATAS, BROKERS, KV_KEYS, KV_BYTES, CONTROLLER_SETS)
 _COUNTED = ((keys.TOPIC_PREFIX, QUEUE_DATAS), (keys.LIVE_PREFIX, BROKERS), (keys.KV_PREFIX, KV_KEYS),
             (keys.KV_NAMESPACE_PREFIX, KV_KEYS), (keys.CONTROLLER_PREFIX, CONTROLLER_SETS))
 _PREFIXES = tuple(prefix for prefix, _ in _COUNTED)
+_SIZED = (keys.KV_PREFIX, keys.KV_NAMESPACE_PREFIX)  # counted by bytes too (KV_BYTES)
 
 
 def _quota_of(key: str) -> str | None:
@@ -54,6 +55,8 @@ class Usage:
 
     def on_change(self, rtype: int, key: str, old: bytes | None, new: bytes | None) -> None:
         del rtype
+        if old is not None and new is not None and not key.startswith(_SIZED):
+            return  # a rewrite: counts do not move (most changes: every changed registration's records)
         name = _quota_of(key)
         if name is not None:
             _delta(self.totals, name, key, old, new)

@@ -70,7 +70,9 @@ class _Builder:
 
     def __init__(self, state: MetadataState) -> None:
         self.state = state
-        self._records: dict[str, entry_pb2.Record] = {}  # key -> record (insertion ordered)
+        # key -> (type, op, value) of its record (insertion ordered); the Records are made in the batch at
+        # build(), not made here and copied into it
+        self._records: dict[str, tuple[int, int, bytes | None]] = {}
         self._pending: dict[str, bytes | None] = {}      # key -> value after this batch (None = deleted)
         self._pre: dict[str, int] = {}
 
@@ -91,7 +93,7 @@ class _Builder:
             self._records.pop(key, None)
             self._pending.pop(key, None)
         else:
-            self._records[key] = entry_pb2.Record(type=rtype, op=entry_pb2.OP_PUT, key=key, value=value)
+            self._records[key] = (rtype, entry_pb2.OP_PUT, value)
             self._pending[key] = value
         return True
 
@@ -102,14 +104,16 @@ class _Builder:
             self._records.pop(key, None)
             self._pending.pop(key, None)
         else:
-            self._records[key] = entry_pb2.Record(type=rtype, op=entry_pb2.OP_DELETE, key=key)
+            self._records[key] = (rtype, entry_pb2.OP_DELETE, None)
             self._pending[key] = None
         return True
 
     def build(self) -> Translation:
         batch = entry_pb2.Batch()
         if self._records:
-            batch.records.extend(self._records.values())
+            add = batch.records.add
+            for key, (rtype, op, value) in self._records.items():
+                add(type=rtype, op=op, key=key, value=value)
             batch.preconditions.extend(
                 entry_pb2.Precondition(key=k, version=v) for k, v in self._pre.items())
         return Translation(batch=batch)

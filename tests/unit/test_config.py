@@ -62,6 +62,17 @@ def test_journal_fsync_is_on_by_default_and_can_be_turned_off(tmp_path) -> None:
         config.load(str(p))
 
 
+def test_raft_frames_are_sent_uncompressed_unless_a_zlib_level_is_set(tmp_path) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD)
+    assert config.load(str(p)).wire_compress_level == 0
+    p.write_text(GOOD + "[raft]\nwire_compress_level = 1\n")
+    assert config.load(str(p)).wire_compress_level == 1
+    p.write_text(GOOD + "[raft]\nwire_compress_level = 10\n")
+    with pytest.raises(config.ConfigError, match="raft.wire_compress_level must be a zlib level"):
+        config.load(str(p))
+
+
 def test_a_setting_of_the_wrong_type_is_refused_by_name(tmp_path) -> None:
     p = tmp_path / "n1.toml"
     p.write_text(GOOD.replace("default_timeout_ms = 3000", 'default_timeout_ms = "3s"'))

@@ -327,3 +327,20 @@ def test_every_raft_connection_has_a_tcp_user_timeout(make_nodes) -> None:
         for conn in links:
             sock = conn._TcpConnection__socket
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == peerguard.RAFT_TCP_USER_TIMEOUT_MS
+
+
+def test_frames_go_out_at_the_transports_compress_level(make_nodes, monkeypatch) -> None:
+    """raft.wire_compress_level reaches the wire: 2 MiB of one byte repeated is ~2 KiB at pysyncobj's level
+    3, and a 2 MiB frame at level 0 (zlib's stored blocks), seen by the follower's frame limit."""
+    monkeypatch.setattr(peerguard, "MAX_FRAME", 1 << 20)
+    nodes = make_nodes(2)
+    wait_until(lambda: any(n._isLeader() for n in nodes) and all(n.isReady() for n in nodes), 30, "a leader")
+    leader = next(n for n in nodes if n._isLeader())
+    follower = next(n for n in nodes if n is not leader)
+    assert transport(leader).compress_level == peerguard.PYSYNCOBJ_COMPRESS_LEVEL
+    put_together(leader, [b"x", b"a" * (2 << 20)])
+    wait_until(lambda: (2 << 20) in follower.sizes, 10, "the compressed frame applied")
+    transport(leader).compress_level = 0
+    put_together(leader, [b"y", b"b" * (2 << 20)])
+    wait_until(lambda: transport(follower).warner.counts.get("frame-size", 0) >= 1, 10, "the stored frame refused")
+    assert follower.sizes.count(2 << 20) == 1

@@ -213,3 +213,45 @@ def test_a_leadership_transfer_sends_from_the_tick_thread_only(trio) -> None:
     leader.log.transfer_leadership(None, timeout=10)
     assert senders == [raft.tick_thread()]
     wait_for(lambda: any(n.log.is_leader() for n in trio if n is not leader))
+
+
+def test_members_replicate_at_the_zlib_level_of_each(tmp_path) -> None:
+    """raft.wire_compress_level reaches each node's transport, and members at different levels (0 stored,
+    pysyncobj's 3) read each other's frames: every node applies the same entries to the same digest."""
+    addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    nodes = [Node(a, [b for b in addrs if b != a], tmp_path / f"n{i}", wire_compress_level=level)
+             for i, (a, level) in enumerate(zip(addrs, (0, 0, 3), strict=True))]
+    try:
+        assert [n.log.raft._SyncObj__transport.compress_level for n in nodes] == [0, 0, 3]
+        leader = leader_of(nodes)
+        top = 0
+        for i in range(20):
+            top = leader.log.propose(put(f"k{i}", "v" * 500), timeout=10).offset
+        wait_for(lambda: all(n.log.apply_offset >= top for n in nodes))
+        assert len({n.kv.digest_at(top) for n in nodes}) == 1 and all(len(n.kv) == 20 for n in nodes)
+    finally:
+        for n in nodes:
+            with contextlib.suppress(Exception):
+                n.close()
+
+
+def test_a_lone_leader_s_tick_is_woken_once_per_entry(tmp_path) -> None:
+    """One member: the journal's syncer wakes the tick after each sync, and that wake commits the entry. The
+    tick no longer wakes itself for every appended entry as well (that pass found nothing to commit: the
+    leader counts itself only up to its durable index)."""
+    node = Node(f"127.0.0.1:{free_ports(1)[0]}", [], tmp_path / "n0")
+    try:
+        raft = leader_of([node]).log.raft
+        wakes = []
+        wake = raft.wake
+
+        def counted() -> None:
+            wakes.append(1)
+            wake()
+
+        raft.wake = counted
+        for i in range(40):
+            node.log.propose(put(f"k{i}", "v"), timeout=10)
+        assert len(wakes) <= 44, len(wakes)  # one per sync; was two per entry
+    finally:
+        node.close()

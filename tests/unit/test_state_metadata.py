@@ -326,3 +326,25 @@ def test_every_record_kind_has_at_most_one_handler_and_moves_routes_as_the_regis
         before = state.route_generation
         apply(state, batch(put(f"{kind.prefix}x", kind.value())))
         assert state.route_generation == before + kind.routes, kind
+
+
+def test_rewritten_queue_datas_leave_the_indexes_a_rebuild_makes() -> None:
+    """A changed registration rewrites its queue datas in place when their unit flags stay (the apply
+    thread's short path), and a rewrite moves no quota count but KV bytes: reads and quota totals after
+    each rewrite equal those of a state rebuilt from the same pairs."""
+    state = sample_state()
+    for records in ([queue("TopicA", "broker-a", perm=4, nums=8)],  # same flag: in place
+                    [queue("UnitT", "broker-a", flag=1, nums=2)],  # a unit queue data, same flag
+                    [queue("UnitT", "broker-a", flag=2)],  # another flag: the unit lists move
+                    [queue("TopicB", "broker-c", flag=1), queue("SubUnitT", "broker-c", flag=0)],
+                    [kv("ns", "k/with/slash", "a longer value"), live("10.0.0.3:10911", "c1", "broker-b", 0, "h:1")],
+                    [entry_pb2.Record(type=keys.TOPIC_TYPE, key=keys.topic_key("TopicA", "broker-b"),
+                                      value=b"\xff\xff\xff")]):  # no longer parses: out of the indexes
+        apply(state, batch(*records))
+        rebuilt = MetadataState()
+        rebuilt.restore(state.offset, state.kv.items())
+        assert reads(state) == reads(rebuilt)
+        assert state.usage.totals == rebuilt.usage.totals
+    assert state.queue_data("TopicA", "broker-a").write_queue_nums == 8
+    assert state.topic_brokers("TopicA") == ["broker-a"]
+    assert state.topic_list(api_pb2.TOPIC_LIST_UNIT) == ["TopicB"]
