@@ -44,6 +44,7 @@ from nameserver.remoting.corechannel import CoreChannel, UnchangedRegistrations,
 from nameserver.remoting.handlers import BIG_REGISTRATION_TIMEOUT_S, REPLICA_CODES
 from nameserver.remoting.server import FrontEnd
 from nameserver.replica import ReadReplica, ReplicaNode, voters
+from nameserver.replica.seed import seed_from_snapshots
 
 log = logging.getLogger("nameserver.worker")
 
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     own = corelink.own_channel(cfg, opts)  # this worker's own calls: read indexes
     replica = ReadReplica(corelink.target(cfg), lambda target: corelink.own_channel(cfg, opts),
                           name=f"worker-{args.index}")
+    seed_from_snapshots(replica, cfg.data_dir)  # the core's newest snapshot file, while the core loads it too
     replica.start()
     # Not on the ports before the replica can answer: a starting worker never refuses a read.
     while not replica.ready and not stopped.wait(READY_POLL_S):
