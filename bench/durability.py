@@ -129,8 +129,10 @@ def _ready_and_caught_up(c: LocalCluster, node: BenchNode, target: int, timeout:
     raise TimeoutError(f"{node.name} not caught up within {timeout}s; see {node.log_path}")
 
 
-def recovery(root: str, records: int, sections: dict | None = None) -> dict[str, Any]:
-    """Fill to `records`, then time a follower's restart and a wiped follower's catch-up."""
+def recovery(root: str, records: int, sections: dict | None = None, workers: list[int] | None = None,
+             restarts: int = 3) -> dict[str, Any]:
+    """Fill to `records`, then time a follower's restart and a wiped follower's catch-up; then for each of
+    `workers`, one node with that many worker processes (node_with_workers), under "nodes"."""
     out: dict[str, Any] = {}
     with LocalCluster(os.path.join(root, "recovery"), sections=sections or {}) as c:
         out["fill"] = fill(c, records)
@@ -157,7 +159,25 @@ def recovery(root: str, records: int, sections: dict | None = None) -> dict[str,
         out["rss_mib_after_catch_up"] = {n.name: n.rss_bytes() >> 20 for n in c.nodes}
         out["snapshot_bytes"] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in
                                     os.walk(os.path.join(follower.data_dir)) for f in fs if f.endswith(".mdb"))
+    for count in workers or ():
+        out.setdefault("nodes", {})[str(count)] = node_with_workers(root, records, count, restarts, sections)
     return out
+
+
+def nodes_markdown(nodes: dict[str, dict[str, Any]]) -> list[str]:
+    """The table of node_with_workers' results, one row per worker count."""
+    lines = ["| worker_processes | PSS MiB after the fill: core / workers / total | after the restarts: core / "
+             "workers / total | restart to core ready, s | restart to every worker serving, s |",
+             "|---|---|---|---|---|"]
+    for n, v in nodes.items():
+        cells = []
+        for when in ("memory_after_fill", "memory_after_restart"):
+            m = v[when]
+            cells.append(f"{m['pss_core_mib']} / {', '.join(map(str, m['pss_workers_mib'])) or '-'} / "
+                         f"**{m['pss_total_mib']}**")
+        lines.append(f"| {n} | {cells[0]} | {cells[1]} | {', '.join(map(str, v['restart_core_ready_s']))} | "
+                     f"{', '.join(map(str, v['restart_all_serving_s']))} |")
+    return lines
 
 
 def pss_bytes(pid: int) -> int:
@@ -297,10 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         results["huge_registration"] = huge_registration(root, args.topics, sections)
         print(json.dumps({"huge_registration": results["huge_registration"]}), flush=True)
     if "recovery" in only:
-        results["recovery"] = recovery(root, args.records, sections)
-        for n in (int(w) for w in args.workers.split(",") if w.strip()):
-            results["recovery"].setdefault("nodes", {})[str(n)] = node_with_workers(root, args.records, n,
-                                                                                    args.restarts, sections)
+        results["recovery"] = recovery(root, args.records, sections,
+                                       [int(w) for w in args.workers.split(",") if w.strip()], args.restarts)
         print(json.dumps({"recovery": results["recovery"]}), flush=True)
     if args.json:
         with open(args.json, "w") as f:
