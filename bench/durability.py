@@ -167,16 +167,18 @@ def recovery(root: str, records: int, sections: dict | None = None, workers: lis
 def nodes_markdown(nodes: dict[str, dict[str, Any]]) -> list[str]:
     """The table of node_with_workers' results, one row per worker count."""
     lines = ["| worker_processes | PSS MiB after the fill: core / workers / total | after the restarts: core / "
-             "workers / total | restart to core ready, s | restart to every worker serving, s |",
-             "|---|---|---|---|---|"]
+             "workers / total | restart to core ready, s | restart to every worker serving, s | CPU s used by then: "
+             "core + workers |",
+             "|---|---|---|---|---|---|"]
     for n, v in nodes.items():
         cells = []
         for when in ("memory_after_fill", "memory_after_restart"):
             m = v[when]
             cells.append(f"{m['pss_core_mib']} / {', '.join(map(str, m['pss_workers_mib'])) or '-'} / "
                          f"**{m['pss_total_mib']}**")
+        cpu = ", ".join(" + ".join(map(str, each)) for each in v.get("restart_cpu_s_core_then_workers", []))
         lines.append(f"| {n} | {cells[0]} | {cells[1]} | {', '.join(map(str, v['restart_core_ready_s']))} | "
-                     f"{', '.join(map(str, v['restart_all_serving_s']))} |")
+                     f"{', '.join(map(str, v['restart_all_serving_s']))} | {cpu} |")
     return lines
 
 
@@ -188,6 +190,13 @@ def pss_bytes(pid: int) -> int:
             if line.startswith("Pss:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (Linux /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _node_memory(node: BenchNode) -> dict[str, Any]:
@@ -253,7 +262,7 @@ def node_with_workers(root: str, records: int, workers: int, restarts: int = 3,
         target = node.require_status().commit_offset
         time.sleep(2)  # the workers' replicas reach the end
         out["memory_after_fill"] = _node_memory(node)
-        core_s, serving_s = [], []
+        core_s, serving_s, cpu_s = [], [], []
         for _ in range(restarts):
             c.kill(node)
             log_from = os.path.getsize(node.log_path)
@@ -262,10 +271,14 @@ def node_with_workers(root: str, records: int, workers: int, restarts: int = 3,
             core_at, serving_at = _all_serving(node, workers, log_from, target, 300)
             core_s.append(round(core_at - t0, 2))
             serving_s.append(round(max(core_at, serving_at) - t0, 2))
+            # CPU used to get there (the time depends on what else runs on the machine; this much less)
+            core, *procs = with_descendants([node.pid])
+            cpu_s.append([round(cpu_seconds(core), 2), *(round(cpu_seconds(w), 2) for w in procs)])
         time.sleep(2)
         out["memory_after_restart"] = _node_memory(node)
         out["restart_core_ready_s"] = core_s
         out["restart_all_serving_s"] = serving_s
+        out["restart_cpu_s_core_then_workers"] = cpu_s
         out["digest"] = node.require_status().digest
     return out
 

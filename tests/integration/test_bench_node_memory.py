@@ -21,4 +21,5 @@ def test_a_node_with_workers_is_measured_core_and_each_worker(tmp_path) -> None:
     assert len(out["restart_core_ready_s"]) == len(out["restart_all_serving_s"]) == 2
     assert all(s >= c > 0 for c, s in zip(out["restart_core_ready_s"], out["restart_all_serving_s"], strict=True))
     table = durability.nodes_markdown({"2": out})
-    assert table[2].startswith("| 2 | ") and table[2].count("|") == 6
+    assert len(out["restart_cpu_s_core_then_workers"][0]) == 3  # the core, then each worker
+    assert table[2].startswith("| 2 | ") and table[2].count("|") == 7
