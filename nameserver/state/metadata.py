@@ -174,7 +174,8 @@ class MetadataState:
                     flag = None if broker is None else sys_flag_of(value)
                     if broker is not None and flag is not None:
                         broker = intern(broker)
-                        queues[topic] = put(queues.get(topic), broker, value)
+                        entry = queues.get(topic)  # topicqueues.put, its common case inlined: the hot loop
+                        queues[topic] = (broker, value) if entry is None else put(entry, broker, value)
                         topics = broker_topics.get(broker)
                         if topics is None:
                             broker_topics[broker] = topics = set()
