@@ -1,7 +1,8 @@
 """A worker process: `python -m nameserver.worker --index I --core-pid P`, started by its node's
 core (nameserver/ops/workers.py), which writes the node's configuration to its stdin.
 
-It follows the core's state in a read replica (nameserver/replica), and once the replica is ready it
+It follows the core's state in a read replica (nameserver/replica; first loaded from the core's newest
+snapshot file while the core loads it: nameserver/replica/seed.py), and once the replica is ready it
 binds the node's [grpc] and [remoting] addresses with the other workers (SO_REUSEPORT: the kernel spreads
 new connections over the workers; the core holds neither port). The core serves its Log.Follow only once it
 is ready, so a starting node's ports refuse connections until then. The eventual reads (gRPC:
