@@ -68,7 +68,7 @@ security: setup
 # (docs/benchmarks.md; about 50 minutes).
 bench: interop-setup
 	scripts/ensure-debian-package.sh golang-go go   # the remoting benchmark's load generator
-	mkdir -p data && $(PY) -m bench --worker-processes $$(nproc) --json data/bench.json --report data/bench.md
+	mkdir -p data && $(PY) -m bench --worker-processes $$(nproc) --recovery-workers 0,$$(nproc) --json data/bench.json --report data/bench.md
 	$(PY) -m tests.interop.bench_remoting --json data/bench-remoting.json --report data/bench-remoting.md
 
 # The fleet simulator's two long runs (docs/scaling.md, "Simulator runs"; about 12 minutes): 1,000 brokers

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -26,9 +27,10 @@ from typing import Any
 
 import grpc
 
-from bench.procs import BenchNode, LocalCluster
+from bench.procs import BenchNode, LocalCluster, rss_bytes, with_descendants
+from nameserver import headers
 from nameserver.chunking import register_chunks
-from nameserver.pb import api_pb2, state_pb2
+from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 
 RETRY_EVERY_S = 0.02
 TOPICS_PER_BROKER = 10_000
@@ -127,8 +129,10 @@ def _ready_and_caught_up(c: LocalCluster, node: BenchNode, target: int, timeout:
     raise TimeoutError(f"{node.name} not caught up within {timeout}s; see {node.log_path}")
 
 
-def recovery(root: str, records: int, sections: dict | None = None) -> dict[str, Any]:
-    """Fill to `records`, then time a follower's restart and a wiped follower's catch-up."""
+def recovery(root: str, records: int, sections: dict | None = None, workers: list[int] | None = None,
+             restarts: int = 3) -> dict[str, Any]:
+    """Fill to `records`, then time a follower's restart and a wiped follower's catch-up; then for each of
+    `workers`, one node with that many worker processes (node_with_workers), under "nodes"."""
     out: dict[str, Any] = {}
     with LocalCluster(os.path.join(root, "recovery"), sections=sections or {}) as c:
         out["fill"] = fill(c, records)
@@ -155,6 +159,127 @@ def recovery(root: str, records: int, sections: dict | None = None) -> dict[str,
         out["rss_mib_after_catch_up"] = {n.name: n.rss_bytes() >> 20 for n in c.nodes}
         out["snapshot_bytes"] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in
                                     os.walk(os.path.join(follower.data_dir)) for f in fs if f.endswith(".mdb"))
+    for count in workers or ():
+        out.setdefault("nodes", {})[str(count)] = node_with_workers(root, records, count, restarts, sections)
+    return out
+
+
+def nodes_markdown(nodes: dict[str, dict[str, Any]]) -> list[str]:
+    """The table of node_with_workers' results, one row per worker count."""
+    lines = ["| worker_processes | PSS MiB after the fill: core / workers / total | after the restarts: core / "
+             "workers / total | restart to core ready, s | restart to every worker serving, s | CPU s used by then: "
+             "core + workers |",
+             "|---|---|---|---|---|---|"]
+    for n, v in nodes.items():
+        cells = []
+        for when in ("memory_after_fill", "memory_after_restart"):
+            m = v[when]
+            cells.append(f"{m['pss_core_mib']} / {', '.join(map(str, m['pss_workers_mib'])) or '-'} / "
+                         f"**{m['pss_total_mib']}**")
+        cpu = ", ".join(" + ".join(map(str, each)) for each in v.get("restart_cpu_s_core_then_workers", []))
+        lines.append(f"| {n} | {cells[0]} | {cells[1]} | {', '.join(map(str, v['restart_core_ready_s']))} | "
+                     f"{', '.join(map(str, v['restart_all_serving_s']))} | {cpu} |")
+    return lines
+
+
+def pss_bytes(pid: int) -> int:
+    """Proportional set size of a process (Linux /proc smaps_rollup): its private pages plus its share of
+    the pages it maps with others (a node's core and workers sharing a file map count it once in all)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (Linux /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _node_memory(node: BenchNode) -> dict[str, Any]:
+    """PSS and RSS (MiB) of a node's core and of each of its worker processes."""
+    core, *workers = with_descendants([node.pid])
+    pss = {pid: pss_bytes(pid) >> 20 for pid in (core, *workers)}
+    return {"pss_core_mib": pss[core], "pss_workers_mib": [pss[w] for w in workers],
+            "pss_total_mib": sum(pss.values()), "rss_core_mib": rss_bytes(core) >> 20,
+            "rss_workers_mib": [rss_bytes(w) >> 20 for w in workers]}
+
+
+def _all_serving(node: BenchNode, workers: int, log_from: int, target: int, timeout: float) -> tuple[float, float]:
+    """After a restart: (when the core answered ready at `target`, when every worker logged that it serves),
+    monotonic. The core is asked on its private socket; the workers' ports open only once their replica is
+    ready, and each says so in the node's log (nameserver/worker.py)."""
+    deadline = time.monotonic() + timeout
+    core_at = serving_at = 0.0
+    private = "unix:" + os.path.abspath(os.path.join(node.data_dir, "channel", "grpc.sock"))
+    channel = grpc.insecure_channel(private if workers else node.grpc_addr, options=[
+        ("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 100)])
+    admin = api_pb2_grpc.AdminStub(channel)
+    try:
+        while time.monotonic() < deadline and not (core_at and serving_at):
+            if not core_at:
+                try:
+                    st = admin.Status(api_pb2.StatusRequest(), timeout=1.0, metadata=[(headers.WORKER_CALLER,
+                                                                                      '{"self": true}')])
+                    if st.ready and st.apply_offset >= target:
+                        core_at = time.monotonic()
+                except grpc.RpcError:
+                    pass
+            if not serving_at:
+                with open(node.log_path, "rb") as f:
+                    f.seek(log_from)
+                    served = set(re.findall(rb"worker (\d+) \(pid \d+\) serving gRPC", f.read()))
+                if len(served) >= workers:
+                    serving_at = time.monotonic()
+            if node.proc is not None and node.proc.poll() is not None:
+                raise RuntimeError(f"{node.name} exited; see {node.log_path}")
+            time.sleep(0.02)
+    finally:
+        channel.close()
+    if not (core_at and serving_at):
+        raise TimeoutError(f"{node.name} not serving within {timeout}s; see {node.log_path}")
+    return core_at, serving_at
+
+
+def node_with_workers(root: str, records: int, workers: int, restarts: int = 3,
+                      sections: dict | None = None) -> dict[str, Any]:
+    """One node with `workers` worker processes ([node] worker_processes), filled to `records` as the
+    recovery part fills: the memory of its core and of each worker (PSS: what the node costs the machine,
+    pages shared between them counted once), and its restart (SIGKILL, start) to the core ready and every
+    worker serving, `restarts` times."""
+    sections = {k: dict(v) for k, v in (sections or {}).items()}
+    sections.setdefault("node", {})["worker_processes"] = workers
+    out: dict[str, Any] = {"workers": workers}
+    with LocalCluster(os.path.join(root, f"workers-{workers}"), size=1, sections=sections) as c:
+        node = c.nodes[0]
+        if workers:
+            _all_serving(node, workers, 0, 0, 60)
+        out["fill"] = fill(c, records)
+        node.admin().TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=300)
+        target = node.require_status().commit_offset
+        time.sleep(2)  # the workers' replicas reach the end
+        out["memory_after_fill"] = _node_memory(node)
+        core_s, serving_s, cpu_s = [], [], []
+        for _ in range(restarts):
+            c.kill(node)
+            log_from = os.path.getsize(node.log_path)
+            t0 = time.monotonic()
+            c.start(node)
+            core_at, serving_at = _all_serving(node, workers, log_from, target, 300)
+            core_s.append(round(core_at - t0, 2))
+            serving_s.append(round(max(core_at, serving_at) - t0, 2))
+            # CPU used to get there (the time depends on what else runs on the machine; this much less)
+            core, *procs = with_descendants([node.pid])
+            cpu_s.append([round(cpu_seconds(core), 2), *(round(cpu_seconds(w), 2) for w in procs)])
+        time.sleep(2)
+        out["memory_after_restart"] = _node_memory(node)
+        out["restart_core_ready_s"] = core_s
+        out["restart_all_serving_s"] = serving_s
+        out["restart_cpu_s_core_then_workers"] = cpu_s
+        out["digest"] = node.require_status().digest
     return out
 
 
@@ -188,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--failover-trials", type=int, default=20)
     p.add_argument("--topics", type=int, default=70_000, help="topics of the single huge registration")
     p.add_argument("--only", choices=("failover", "recovery", "huge"), action="append")
+    p.add_argument("--workers", default="", help="recovery: also one node with each of these worker_processes "
+                   "(comma-separated, e.g. 0,2): PSS of core and workers, restart to every worker serving")
+    p.add_argument("--restarts", type=int, default=3, help="restarts of each --workers node")
     p.add_argument("--no-fsync", action="store_true", help="run the cluster with raft.fsync = false")
     p.add_argument("--json", default="", help="write the results here too")
     args = p.parse_args(argv)
@@ -202,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         results["huge_registration"] = huge_registration(root, args.topics, sections)
         print(json.dumps({"huge_registration": results["huge_registration"]}), flush=True)
     if "recovery" in only:
-        results["recovery"] = recovery(root, args.records, sections)
+        results["recovery"] = recovery(root, args.records, sections,
+                                       [int(w) for w in args.workers.split(",") if w.strip()], args.restarts)
         print(json.dumps({"recovery": results["recovery"]}), flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -15,7 +15,8 @@ Parts (each starts its own fresh clusters, one system under load at a time):
 - fsync:      our registration throughput with raft.fsync on and off (the durability cost);
 - failover:   leader SIGKILL to the first acknowledged write, --failover-trials times;
 - huge:       one broker registering 70,000 topics;
-- recovery:   restart recovery, catch-up from empty and memory at --records records;
+- recovery:   restart recovery, catch-up from empty and memory at --records records; with
+              --recovery-workers 0,2 also one node per worker count: PSS of core and workers, restarts;
 - stability:  --stability-minutes of writes at 80% of the measured maximum, counting elections;
 - costs:      CPU, bytes and memory per operation for the capacity model (bench/costs.py), written to
               --costs-file as well (make costs; docs/scaling.md).
@@ -108,6 +109,8 @@ def report(r: dict[str, Any]) -> str:
                   f"{v['catch_up_from_empty_s']} s; digests equal: {v['digests_equal']}. Resident memory "
                   f"(MiB): after the fill {v['rss_mib_after_fill']}, restarted node {v['restart_rss_mib']}, "
                   f"after catch-up {v['rss_mib_after_catch_up']}; snapshot {v['snapshot_bytes'] >> 20} MiB.", ""]
+        if v.get("nodes"):
+            lines += durability.nodes_markdown(v["nodes"]) + [""]
     if "stability" in r:
         s = r["stability"]
         ld = s["load"]
@@ -143,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replica-rounds", type=int, default=1, help="rounds of the cores part's replica loads")
     p.add_argument("--idle-seconds", type=float, default=5.0, help="the replica loads' idle leader CPU window")
     p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--recovery-workers", default="", help="recovery: also one node with each of these "
+                   "worker_processes (e.g. 0,2): PSS of its core and workers, restart to every worker serving")
+    p.add_argument("--restarts", type=int, default=3, help="restarts of each --recovery-workers node")
     p.add_argument("--failover-trials", type=int, default=20)
     p.add_argument("--stability-minutes", type=float, default=10.0)
     p.add_argument("--repetitions", type=int, default=3, help="runs of each costs load")
@@ -160,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
     topics = [int(t) for t in args.topics.split(",") if t.strip()]
     cores_clients = [int(c) for c in args.cores_clients.split(",") if c.strip()]
+    recovery_workers = [int(w) for w in args.recovery_workers.split(",") if w.strip()]
     r: dict[str, Any] = {"meta": {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
@@ -183,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         ("fsync", "fsync", lambda: fsync_cost(root, args.seconds, concurrency, topics[0])),
         ("failover", "failover", lambda: durability.failover(root, args.failover_trials)),
         ("huge", "huge_registration", lambda: durability.huge_registration(root)),
-        ("recovery", "recovery", lambda: durability.recovery(root, args.records)),
+        ("recovery", "recovery", lambda: durability.recovery(root, args.records, workers=recovery_workers,
+                                                             restarts=args.restarts)),
         ("stability", "stability", lambda: stability.stability(root, args.stability_minutes,
                                                                probe_seconds=min(20.0, 4 * args.seconds))),
         ("costs", "costs", lambda: costs.run_costs(root, args.seconds, args.repetitions, args.quick, log=log)),

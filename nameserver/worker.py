@@ -1,7 +1,8 @@
 """A worker process: `python -m nameserver.worker --index I --core-pid P`, started by its node's
 core (nameserver/ops/workers.py), which writes the node's configuration to its stdin.
 
-It follows the core's state in a read replica (nameserver/replica), and once the replica is ready it
+It follows the core's state in a read replica (nameserver/replica; first loaded from the core's newest
+snapshot file while the core loads it: nameserver/replica/seed.py), and once the replica is ready it
 binds the node's [grpc] and [remoting] addresses with the other workers (SO_REUSEPORT: the kernel spreads
 new connections over the workers; the core holds neither port). The core serves its Log.Follow only once it
 is ready, so a starting node's ports refuse connections until then. The eventual reads (gRPC:
@@ -44,6 +45,7 @@ from nameserver.remoting.corechannel import CoreChannel, UnchangedRegistrations,
 from nameserver.remoting.handlers import BIG_REGISTRATION_TIMEOUT_S, REPLICA_CODES
 from nameserver.remoting.server import FrontEnd
 from nameserver.replica import ReadReplica, ReplicaNode, voters
+from nameserver.replica.seed import seed_from_snapshots
 
 log = logging.getLogger("nameserver.worker")
 
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     own = corelink.own_channel(cfg, opts)  # this worker's own calls: read indexes
     replica = ReadReplica(corelink.target(cfg), lambda target: corelink.own_channel(cfg, opts),
                           name=f"worker-{args.index}")
+    seed_from_snapshots(replica, cfg.data_dir)  # the core's newest snapshot file, while the core loads it too
     replica.start()
     # Not on the ports before the replica can answer: a starting worker never refuses a read.
     while not replica.ready and not stopped.wait(READY_POLL_S):

@@ -54,6 +54,18 @@ def parse_snapshot_name(name: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def snapshot_paths(directory: str | os.PathLike[str]) -> list[Path]:
+    """Canonical snapshot paths in `directory`, newest first (by offset, then term). Reads only: another
+    process than the store's owner may list them (a node's worker, nameserver/replica/seed.py)."""
+    found: list[tuple[int, int, Path]] = []
+    for entry in os.scandir(directory):
+        parsed = parse_snapshot_name(entry.name)
+        if parsed is not None and entry.is_file():
+            found.append((*parsed, Path(entry.path)))
+    found.sort(key=lambda t: (t[0], t[1]), reverse=True)
+    return [p for _, _, p in found]
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -347,14 +359,7 @@ class SnapshotStore:
     # ---- internals -------------------------------------------------------------------------------
 
     def _snapshot_paths(self) -> builtins.list[Path]:
-        """Canonical snapshot paths, newest first (by offset, then term)."""
-        found: builtins.list[tuple[int, int, Path]] = []
-        for entry in os.scandir(self.directory):
-            parsed = parse_snapshot_name(entry.name)
-            if parsed is not None and entry.is_file():
-                found.append((*parsed, Path(entry.path)))
-        found.sort(key=lambda t: (t[0], t[1]), reverse=True)
-        return [p for _, _, p in found]
+        return snapshot_paths(self.directory)
 
     def _clean_leftovers(self) -> None:
         """Remove temp files of crashed writers and stray LMDB lock files (never snapshots)."""

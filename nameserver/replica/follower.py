@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -73,6 +73,7 @@ class ReadReplica:
         self.failed = ""  # apply stopped for good (an entry of a newer format)
         self.last_error = ""
         self.bootstraps = 0  # snapshots installed
+        self._seeded = ""  # the digest of a state seeded from a file, until the followed node confirms it
         self.reconnects = 0
         self._stop = threading.Event()
         self._call: Any = None  # the running Follow call (a grpc.Call and iterator)
@@ -181,6 +182,7 @@ class ReadReplica:
         tried = 0  # targets that failed since one last got somewhere
         while not self._stop.is_set():
             heard_before = self._heard
+            loading = False
             try:
                 self._follow()
                 self.last_error = f"{self.target} ended the stream"
@@ -189,6 +191,9 @@ class ReadReplica:
                     return
                 if not self._cut:  # cut by the watchdog: its reason ("no message from ...") says more
                     self.last_error = f"{exc.code().name}: {exc.details()}"
+                loading = _still_loading(exc)
+                if loading:  # it answered: try again soon, not after a growing backoff
+                    backoff, tried = BACKOFF_MIN_S, 0
             except UnknownEntryFormat as exc:
                 self.failed = str(exc)
                 log.critical("replica of %s stopped: %s", self.target, exc)
@@ -206,8 +211,8 @@ class ReadReplica:
             tried += 1
             wait = backoff if tried >= len(self.targets) else BACKOFF_MIN_S  # the others at once, then back off
             self._next_target()
-            log.info("replica of %s reconnects to %s in %.2f s from offset %d: %s", failed_target, self.target,
-                     wait, self._published, self.last_error)
+            log.log(logging.DEBUG if loading else logging.INFO, "replica of %s reconnects to %s in %.2f s from "
+                    "offset %d: %s", failed_target, self.target, wait, self._published, self.last_error)
             self.reconnects += 1
             if self._stop.wait(wait):
                 return
@@ -229,6 +234,8 @@ class ReadReplica:
         """One Follow call, until it fails or ends."""
         if self._channel is None:
             self._channel = self._open_channel(self.target)
+        if self._seeded:
+            self._confirm_seed()
         start = self._published if self._bootstrapped else 0
         call = api_pb2_grpc.LogStub(self._channel).Follow(api_pb2.FollowRequest(from_offset=start),
                                                           metadata=self._metadata or None)
@@ -236,37 +243,104 @@ class ReadReplica:
         self._call = call
         if self._stop.is_set():
             call.cancel()
-        snapshot: list[api_pb2.StateChunk] = []
-        for msg in call:
-            self._core_offset = msg.core_offset
+        messages = iter(call)
+        for msg in messages:
+            self._heard_from(msg)
             if msg.HasField("snapshot"):
-                snapshot.append(msg.snapshot)
-                if msg.snapshot_done:
-                    self._install(snapshot)
-                    snapshot = []
+                self._install(self._snapshot_chunks(msg, messages))
             else:
                 self._apply(msg)
-            self._heard = self._quiet_since = time.monotonic()
 
-    def _install(self, chunks: list[api_pb2.StateChunk]) -> None:
-        """Load a snapshot into a fresh state (readers keep the old one meanwhile), then swap it in."""
-        offset, digest = chunks[-1].apply_offset, chunks[-1].digest
-        items: Iterable[tuple[str, bytes, int, int]] = (
-            (it.key, it.value, it.version, it.type) for chunk in chunks for it in chunk.items)
-        fresh = MetadataState()
-        # Above every generation of the old state: a route cached against it never matches the new one.
-        fresh.route_generation = self.state.route_generation + 1
-        fresh.restore(offset, items)  # no stamped digest: every pair is hashed, and checked below
+    def seed(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str) -> None:
+        """Before start(): begin from the followed node's state at `offset` read here (a worker: its core's
+        newest snapshot file, loaded while the core loads the same one; nameserver/replica/seed.py) instead of
+        a snapshot sent over Follow after the core is ready, which each worker waited for and then loaded one
+        after the other. `digest_hex`: the file's stamped digest, taken as the core takes it (the file's
+        checksums were checked as it was read); the followed node's digest at `offset` must match it before
+        the stream starts (_confirm_seed), else the state comes over Follow as without a seed."""
+        fresh = self._fresh_state()
+        fresh.restore(offset, items, digest_hex)
+        self._swap_in(fresh, offset, digest_hex, "a snapshot file")
+        self._seeded = digest_hex
+
+    def _confirm_seed(self) -> None:
+        assert self._channel is not None
+        offset, seeded = self._published, self._seeded
+        try:
+            reply = api_pb2_grpc.LogStub(self._channel).DigestAt(
+                api_pb2.DigestAtRequest(offset=offset), timeout=self.max_silence_s, metadata=self._metadata or None)
+            digest = reply.digest
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.OUT_OF_RANGE:
+                raise  # not ready yet, or gone: asked again on the next attempt
+            digest = f"unknown ({exc.details()})"
+        self._seeded = ""
+        if digest != seeded:
+            log.warning("replica of %s: its digest at offset %d is %s, the snapshot file's %s: loading its state "
+                        "over the stream instead", self.target, offset, digest, seeded)
+            self._bootstrapped = False
+
+    def _heard_from(self, msg: api_pb2.FollowMessage) -> None:
+        self._core_offset = msg.core_offset
+        self._heard = self._quiet_since = time.monotonic()
+
+    def _snapshot_chunks(self, first: api_pb2.FollowMessage, messages: Iterator[api_pb2.FollowMessage]
+                         ) -> Iterator[api_pb2.StateChunk]:
+        """The chunks of the snapshot `first` begins, read off the stream as the load takes them: one
+        chunk held at a time (holding them all until the last came cost a worker ~130 MiB at a million
+        records that its allocator kept after the load)."""
+        msg = first
+        while True:
+            yield msg.snapshot
+            if msg.snapshot_done:
+                return
+            following = next(messages, None)
+            if following is None or not following.HasField("snapshot"):
+                raise SnapshotMismatch(f"the snapshot from {self.target} ended before its last chunk")
+            msg = following
+            self._heard_from(msg)
+
+    def _install(self, chunks: Iterable[api_pb2.StateChunk]) -> None:
+        """Load a snapshot into a fresh state as its chunks come (readers keep the old one meanwhile), then
+        swap it in. Every chunk carries the snapshot's offset and digest: the first one's are used, and
+        each chunk must carry the same."""
+        stream = iter(chunks)
+        first = next(stream)
+        offset, digest = first.apply_offset, first.digest
+
+        def items() -> Iterator[tuple[str, bytes, int, int]]:
+            chunk: api_pb2.StateChunk | None = first
+            while chunk is not None:
+                if (chunk.apply_offset, chunk.digest) != (offset, digest):
+                    raise SnapshotMismatch(f"a snapshot chunk from {self.target} is of offset {chunk.apply_offset}, "
+                                           f"the snapshot of {offset}")
+                for it in chunk.items:
+                    yield it.key, it.value, it.version, it.type
+                chunk = next(stream, None)
+
+        fresh = self._fresh_state()
+        fresh.restore(offset, items())  # no stamped digest: every pair is hashed, and checked below
         if fresh.digest_hex != digest:
             self._bootstrapped = False
             raise SnapshotMismatch(f"snapshot at offset {offset} from {self.target} hashes to "
                                    f"{fresh.digest_hex}, stamped {digest}")
+        self._swap_in(fresh, offset, digest, self.target)
+
+    def _fresh_state(self) -> MetadataState:
+        fresh = MetadataState()
+        # Above every generation of the old state: a route cached against it never matches the new one.
+        fresh.route_generation = self.state.route_generation + 1
+        return fresh
+
+    def _swap_in(self, fresh: MetadataState, offset: int, digest: str, source: str) -> None:
+        """Serve `fresh` (the state at `offset`) from now on."""
         with self.lock:
             self.state = fresh
+        self._seeded = ""
         self._bootstrapped = True
         self.bootstraps += 1
-        log.info("replica of %s loaded a snapshot at offset %d (digest %s, %d keys)", self.target, offset,
-                 digest, len(fresh.kv))
+        log.info("replica of %s loaded a snapshot at offset %d from %s (digest %s, %d keys)", self.target, offset,
+                 source, digest, len(fresh.kv))
         self.history.reset(offset)
         _notify(self.reset_listeners, offset)
         self._publish(offset, force=True)
@@ -305,6 +379,13 @@ class ReadReplica:
                 self._quiet_since = time.monotonic()  # once per silence
                 self._cut = True
                 call.cancel()
+
+
+def _still_loading(exc: grpc.RpcError) -> bool:
+    """The followed node answered that it is not ready yet (a starting core loading its snapshot: Log.Follow
+    refuses until then). Its workers, started with it, retry at the shortest backoff: a doubling one reached
+    2 s while a core loaded a million records, and the node served that much later."""
+    return exc.code() == grpc.StatusCode.UNAVAILABLE and (exc.details() or "").startswith("not ready")
 
 
 def _notify(listeners: list[Callable[[Any], None]], value: Any) -> None:

@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError, Message
 from nameserver.errors import ValidationError
 from nameserver.logformat import records
 from nameserver.pb import api_pb2, state_pb2
-from nameserver.state import keys
+from nameserver.state import keys, topicqueues
 from nameserver.state.quotas import Usage
 from nameserver.state.sessions import SessionBook
 from raftlog.kvstate import Change, KVState
@@ -126,7 +126,8 @@ class MetadataState:
         self._filters: dict[str, list[str]] = {}
         # topic -> broker -> encoded QueueData (the KVState's own bytes). Decoded on read: a decoded
         # protobuf message costs ~1.7 KB of upb arena, which at a million queue datas was ~1.6 GiB.
-        self._topic_queues: dict[str, dict[str, bytes]] = {}
+        # A one-broker topic's is a pair, not a dict (nameserver/state/topicqueues.py).
+        self._topic_queues: dict[str, topicqueues.Queues] = {}
         self._broker_topics: dict[str, set[str]] = {}
         # unit topic-list kind -> topic -> number of its queue datas qualifying (a topic counts when > 0)
         self._unit_topics: dict[int, dict[str, int]] = {kind: {} for kind in _UNIT_KINDS}
@@ -163,7 +164,7 @@ class MetadataState:
         # million records is mostly this loop.
         topic_prefix, cut = keys.TOPIC_PREFIX, len(keys.TOPIC_PREFIX)
         queues, broker_topics, unit = self._topic_queues, self._broker_topics, self._unit_topics
-        intern, sys_flag_of = sys.intern, _queue_sys_flag
+        intern, sys_flag_of, put = sys.intern, _queue_sys_flag, topicqueues.put
         for key, (value, _version, rtype) in self.kv._values.items():
             if key.startswith(topic_prefix):
                 topic, sep, part = key[cut:].partition("/")
@@ -173,10 +174,8 @@ class MetadataState:
                     flag = None if broker is None else sys_flag_of(value)
                     if broker is not None and flag is not None:
                         broker = intern(broker)
-                        qmap = queues.get(topic)
-                        if qmap is None:
-                            queues[topic] = qmap = {}
-                        qmap[broker] = value
+                        entry = queues.get(topic)  # topicqueues.put, its common case inlined: the hot loop
+                        queues[topic] = (broker, value) if entry is None else put(entry, broker, value)
                         topics = broker_topics.get(broker)
                         if topics is None:
                             broker_topics[broker] = topics = set()
@@ -208,9 +207,11 @@ class MetadataState:
         if parsed is None:
             return
         if new is not None:  # a broker's queue data rewritten (every changed registration): in place
-            held = self._topic_queues.get(parsed[0], {}).get(parsed[1])
+            entry = self._topic_queues.get(parsed[0])
+            held = topicqueues.get(entry, parsed[1])
             if held is not None and _queue_sys_flag(new) == _queue_sys_flag(held):
-                self._topic_queues[parsed[0]][parsed[1]] = new  # same topic sets, same unit counts
+                # same topic sets, same unit counts
+                self._topic_queues[parsed[0]] = topicqueues.put(entry, parsed[1], new)
                 return
         self._remove_queue(*parsed)
         self._add_queue(*parsed, new)
@@ -280,14 +281,16 @@ class MetadataState:
     # records.MEMBER keeps no index: member_grpc_addr reads its record.
 
     def _remove_queue(self, topic: str, broker: str) -> None:
-        qmap = self._topic_queues.get(topic)
-        if qmap is None:
+        entry = self._topic_queues.get(topic)
+        if entry is None:
             return
-        raw = qmap.pop(broker, None)
+        left, raw = topicqueues.pop(entry, broker)
         if raw is None:
             return
-        if not qmap:
+        if left is None:
             del self._topic_queues[topic]
+        else:
+            self._topic_queues[topic] = left
         topics = self._broker_topics.get(broker)
         if topics is not None:
             topics.discard(topic)
@@ -304,7 +307,7 @@ class MetadataState:
         if raw is None or sys_flag is None:
             return
         broker = sys.intern(broker)  # one string per broker name, not one per queue data
-        self._topic_queues.setdefault(topic, {})[broker] = raw
+        self._topic_queues[topic] = topicqueues.put(self._topic_queues.get(topic), broker, raw)
         self._broker_topics.setdefault(broker, set()).add(topic)
         for kind in _unit_kinds(sys_flag):
             counts = self._unit_topics[kind]
@@ -347,15 +350,15 @@ class MetadataState:
     def route(self, topic: str, zone_name: str = "", order_message_enable: bool = False,
               support_acting_master: bool = False) -> api_pb2.TopicRoute | None:
         """RocketMQ pickupTopicRouteData (+ the zone filter hook); None means TOPIC_NOT_EXIST."""
-        qmap = self._topic_queues.get(topic)
-        if not qmap:
+        entry = self._topic_queues.get(topic)
+        if not entry:
             return None
         route = api_pb2.TopicRoute()
-        for name in sorted(qmap):
+        for name, raw in topicqueues.by_broker(entry):
             bd = self._brokers.get(name)
             if bd is not None:
                 route.broker_datas.append(bd)
-            route.queue_datas.add().ParseFromString(qmap[name])
+            route.queue_datas.add().ParseFromString(raw)
         if not route.broker_datas:
             return None
         if support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
@@ -509,16 +512,16 @@ class MetadataState:
         return len(self._topic_queues)
 
     def queue_data(self, topic: str, broker_name: str) -> state_pb2.QueueData | None:
-        raw = self._topic_queues.get(topic, {}).get(broker_name)
+        raw = topicqueues.get(self._topic_queues.get(topic), broker_name)
         return _decode(state_pb2.QueueData, raw)
 
     def queue_datas(self, topic: str) -> list[state_pb2.QueueData]:
         """The topic's queue datas sorted by broker name."""
-        qmap = self._topic_queues.get(topic, {})
-        return [_decode(state_pb2.QueueData, qmap[name]) or state_pb2.QueueData() for name in sorted(qmap)]
+        return [_decode(state_pb2.QueueData, raw) or state_pb2.QueueData()
+                for _, raw in topicqueues.by_broker(self._topic_queues.get(topic))]
 
     def topic_brokers(self, topic: str) -> list[str]:
-        return sorted(self._topic_queues.get(topic, ()))
+        return topicqueues.brokers(self._topic_queues.get(topic))
 
     def broker_topics(self, broker_name: str) -> list[str]:
         """Topics with queue data on this broker name, sorted."""

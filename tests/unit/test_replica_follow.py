@@ -269,3 +269,122 @@ def test_a_follower_that_stops_reading_is_cut_off_and_resumes_from_its_offset() 
             assert "the client read no reply" in (err.value.details() or "")
     finally:
         server.stop(0)
+
+
+# ---- a worker's start: its core's snapshot file, the stream's snapshot as it comes, a loading core --------
+
+
+def _write_snapshot(data_dir: str, state: MetadataState) -> int:
+    from snapshot.store import SnapshotStore
+
+    store = SnapshotStore(f"{data_dir}/snapshots")
+    store.write(state.kv.offset, 1, state.digest_hex, sorted(state.kv.items()))
+    return state.kv.offset
+
+
+def test_a_replica_seeded_from_its_cores_snapshot_file_follows_from_its_offset(serve_log, replicas, tmp_path) -> None:
+    from nameserver.replica.seed import seed_from_snapshots
+
+    core = StandInCore()
+    for i in range(10):
+        core.put(f"k{i}", "v")
+    seeded_at = _write_snapshot(str(tmp_path), core.state)
+    for i in range(5):  # after the file: the stream brings these
+        core.put(f"k{i}", "later")
+    r = ReadReplica(serve_log(core), grpc.insecure_channel, name="seeded")
+    assert seed_from_snapshots(r, str(tmp_path)) == seeded_at == r.offset
+    assert not r.ready  # loaded, but the core has not spoken yet
+    r.start()
+    try:
+        wait_until(at(r, core))
+        assert r.bootstraps == 1 and r.digest_hex == core.state.digest_hex  # the file's: no snapshot streamed
+    finally:
+        r.stop()
+
+
+def test_a_seed_the_core_does_not_confirm_is_replaced_by_its_state(serve_log, tmp_path) -> None:
+    from nameserver.replica.seed import seed_from_snapshots
+
+    core = StandInCore()
+    for i in range(10):
+        core.put(f"k{i}", "v")
+    other = MetadataState()  # another state at the same offset: not what the core holds there
+    other.restore(core.state.kv.offset, [("kv/ns/x", b"\x0a\x01y", 1, 0)])
+    _write_snapshot(str(tmp_path), other)
+    assert seed_from_snapshots(ReadReplica("nowhere", grpc.insecure_channel), str(tmp_path / "none")) == 0
+    r = ReadReplica(serve_log(core), grpc.insecure_channel, name="misseeded")
+    seed_from_snapshots(r, str(tmp_path))
+    r.start()
+    try:
+        wait_until(at(r, core))
+        assert r.bootstraps == 2 and r.digest_hex == core.state.digest_hex
+    finally:
+        r.stop()
+
+
+def test_the_streams_snapshot_is_loaded_as_its_chunks_come(monkeypatch) -> None:
+    """One chunk held at a time: the load takes a chunk's items before the next chunk is read off the stream."""
+    from raftlog import kvstate
+
+    core = StandInCore()
+    for i in range(9):
+        core.put(f"k{i}", "v")
+    items = sorted(core.state.kv.items())
+    chunks = [api_pb2.StateChunk(apply_offset=core.state.kv.offset, digest=core.state.digest_hex,
+                                 items=[api_pb2.StateItem(key=k, value=v, version=ver, type=t)
+                                        for k, v, ver, t in items[i:i + 4]]) for i in range(0, len(items), 4)]
+    events: list[tuple[str, object]] = []
+    restore = kvstate.KVState.restore
+
+    def watched(self, offset, items, digest=None):  # type: ignore[no-untyped-def]
+        def each():  # type: ignore[no-untyped-def]
+            for item in items:
+                events.append(("item", item[0]))
+                yield item
+        return restore(self, offset, each(), digest)
+
+    monkeypatch.setattr(kvstate.KVState, "restore", watched)
+
+    def stream() -> Iterator[api_pb2.FollowMessage]:
+        for i, chunk in enumerate(chunks[1:], 1):
+            events.append(("pulled", i))
+            yield api_pb2.FollowMessage(snapshot=chunk, snapshot_done=i == len(chunks) - 1)
+
+    r = ReadReplica("core", grpc.insecure_channel)
+    r._install(r._snapshot_chunks(api_pb2.FollowMessage(snapshot=chunks[0]), stream()))
+    assert r.digest_hex == core.state.digest_hex and r.offset == core.state.kv.offset
+    assert events.index(("item", items[0][0])) < events.index(("pulled", 1))
+    assert events.index(("item", items[4][0])) < events.index(("pulled", 2))
+    # a stream that ends inside a snapshot: refused, the state held before is kept
+    before = r.state
+    with pytest.raises(SnapshotMismatch, match="ended before its last chunk"):
+        r._install(r._snapshot_chunks(api_pb2.FollowMessage(snapshot=chunks[0]), iter(())))
+    assert r.state is before
+
+
+def test_a_core_still_loading_is_asked_again_at_the_shortest_backoff(serve_log) -> None:
+    """A starting core refuses Follow until it has loaded its state; its workers must not back off to 2 s
+    meanwhile (they served that much after the core was ready)."""
+    from nameserver.replica import follower
+
+    core = StandInCore()
+    core.put("k", "v")
+    core.log.ready = False
+    waits: list[float] = []
+
+    class Recorded(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            if threading.current_thread().name == "replica-early":  # the follower's, not its watchdog's
+                waits.append(timeout or 0.0)
+            return super().wait(min(timeout or 0.0, 0.01))  # the test's clock: no real backoff
+
+    r = ReadReplica(serve_log(core), grpc.insecure_channel, name="early")
+    r._stop = Recorded()
+    r.start()
+    try:
+        wait_until(lambda: len(waits) >= 8)
+        assert set(waits) == {follower.BACKOFF_MIN_S}, waits
+        core.log.ready = True
+        wait_until(at(r, core))
+    finally:
+        r.stop()
