@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
         channel = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
         remoting, grpc_server, node = serve_reads(
-            share, budget.grpc, budget.remoting, replica, corelink.core_read_index(own),
+            share, budget.grpc, budget.remoting, replica, corelink.core_read_index(own, cfg.max_wait_ms / 1000),
             grpc.insecure_channel(corelink.target(cfg), options=opts), channel if cfg.remoting_addr else None,
             requests, spec.reply_sizes, reuse_port=True,
             writes=WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes))

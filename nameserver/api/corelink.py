@@ -35,6 +35,7 @@ from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.api.rpc import call_timeout, rpc
 from nameserver.api.writechannel import WRITE_METHODS, WriteChannel, method_path
 from nameserver.config import NodeConfig
+from nameserver.core.readindex import ReadIndexBatcher
 from nameserver.pb import api_pb2
 
 SOCKET_NAME = os.path.join("channel", "grpc.sock")
@@ -194,18 +195,23 @@ class ReadIndexes:
 
 # ---- the worker's side -----------------------------------------------------------------------------
 
-def core_read_index(channel: grpc.Channel) -> Callable[[float], int]:
-    """The core's read index (READ_INDEX), for ReplicaNode.linearizable_index; TimeoutError when it has none."""
+def core_read_index(channel: grpc.Channel, round_timeout_s: float = 5.0) -> Callable[[float], int]:
+    """The core's read index (READ_INDEX), for ReplicaNode.linearizable_index; TimeoutError when it has none.
+
+    Reads waiting at once share one call (ReadIndexBatcher: a call serves only the reads that arrived
+    before it was sent, so each still gets an index that covers every write acknowledged before it):
+    without that, every LINEARIZABLE read cost the core a gRPC call of its own. `round_timeout_s`: how
+    long one call may take (a read still stops waiting at its own deadline)."""
     call = channel.unary_unary(READ_INDEX, request_serializer=api_pb2.ReadIndexRequest.SerializeToString,
                                response_deserializer=api_pb2.ReadIndexReply.FromString)
 
-    def read_index(timeout: float) -> int:
+    def one_round(timeout: float) -> int:
         try:
             return call(api_pb2.ReadIndexRequest(), timeout=max(0.1, timeout)).read_index
         except grpc.RpcError as exc:
             raise TimeoutError(f"no read index from the node's core: {exc.details()}") from None
 
-    return read_index
+    return ReadIndexBatcher(one_round, round_timeout_s, name="core-read-index").read_index
 
 
 def local_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -151,6 +152,41 @@ def test_the_core_refuses_a_call_that_names_no_caller(tmp_path: Any) -> None:
                 channel.unary_unary(PUT)(b"x", timeout=5, metadata=metadata)
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert not calls.is_set()
+    finally:
+        channel.close()
+        core.stop(None)
+
+
+def test_linearizable_reads_waiting_at_once_share_the_cores_read_index_calls(tmp_path: Any) -> None:
+    """A worker's LINEARIZABLE reads waiting at once share one READ_INDEX call to its core (each call here
+    answers its own number, after a while); a read that comes after an answer gets a later call's."""
+    answered: list[int] = []
+    lock = threading.Lock()
+
+    def read_index(request: api_pb2.ReadIndexRequest, context: grpc.ServicerContext) -> api_pb2.ReadIndexReply:
+        time.sleep(0.05)
+        with lock:
+            answered.append(len(answered) + 1)
+            return api_pb2.ReadIndexReply(read_index=answered[-1])
+
+    service, method = corelink.READ_INDEX.strip("/").split("/")
+    core = grpc.server(futures.ThreadPoolExecutor(8))
+    core.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {
+        method: grpc.unary_unary_rpc_method_handler(
+            read_index, request_deserializer=api_pb2.ReadIndexRequest.FromString,
+            response_serializer=api_pb2.ReadIndexReply.SerializeToString)}),))
+    target = f"unix:{tmp_path}/core.sock"
+    core.add_insecure_port(target)
+    core.start()
+    channel = grpc.insecure_channel(target)
+    try:
+        index = corelink.core_read_index(channel)
+        first = index(5)
+        with futures.ThreadPoolExecutor(32) as pool:
+            got = list(pool.map(lambda _: index(5), range(32)))
+        assert all(i > first for i in got)
+        assert len(answered) < 1 + 32 / 2, answered  # one call per read: 33
+        assert index(5) > max(got)
     finally:
         channel.close()
         core.stop(None)
