@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     opts = [("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes)]
     own = corelink.own_channel(cfg, opts)  # this worker's own calls: read indexes
+    # serves reads only: no digest or quota totals kept per entry (the core keeps and reports them)
     replica = ReadReplica(corelink.target(cfg), lambda target: corelink.own_channel(cfg, opts),
-                          name=f"worker-{args.index}")
+                          name=f"worker-{args.index}", accounting=False)
     replica.start()
     # Not on the ports before the replica can answer: a starting worker never refuses a read.
     while not replica.ready and not stopped.wait(READY_POLL_S):
