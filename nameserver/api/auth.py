@@ -35,7 +35,7 @@ from typing import Any, cast
 import grpc
 
 from nameserver import headers
-from nameserver.api.grpcwrap import STREAMING_RESPONSE, Rewrapped, wrap_handler
+from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.config import ROLES, NodeConfig
 from nameserver.pb import api_pb2
 
@@ -193,8 +193,6 @@ class AuthInterceptor(grpc.ServerInterceptor):
 
     def __init__(self, authorizer: Authorizer) -> None:
         self.authorizer = authorizer
-        # the check reads the call's metadata when it runs, so a method's wrapping is built once
-        self.built = Rewrapped()
 
     def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails
                           ) -> grpc.RpcMethodHandler | None:
@@ -202,12 +200,11 @@ class AuthInterceptor(grpc.ServerInterceptor):
         method = handler_call_details.method
         if handler is None or is_open(method):
             return handler
-        return self.built.get(method, handler) or self.built.keep(method, handler, wrap_handler(
-            handler, lambda behavior, kind: (self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior,
-                                                                                                      method)))
+        metadata = {k: v for k, v in handler_call_details.invocation_metadata or () if isinstance(v, str)}
+        return wrap_handler(handler, lambda behavior, kind: (
+            self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, method, metadata))
 
-    def _check(self, method: str, context: grpc.ServicerContext) -> Caller | None:
-        metadata = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+    def _check(self, method: str, metadata: dict[str, str], context: grpc.ServicerContext) -> Caller | None:
         try:
             # grpc's stubs say Mapping[str, bytes]; the real auth context maps names to lists of values
             auth_context = cast(Mapping[str, Iterable[bytes]], context.auth_context())
@@ -216,9 +213,9 @@ class AuthInterceptor(grpc.ServerInterceptor):
             context.abort(exc.code, str(exc))
             raise  # abort raises; this line is for the type checker
 
-    def _unary(self, behavior: Callable, method: str) -> Callable:
+    def _unary(self, behavior: Callable, method: str, metadata: dict[str, str]) -> Callable:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
-            token = _current.set(self._check(method, context))  # before a client stream is read
+            token = _current.set(self._check(method, metadata, context))  # before a client stream is read
             try:
                 return behavior(request, context)
             finally:
@@ -226,11 +223,11 @@ class AuthInterceptor(grpc.ServerInterceptor):
 
         return wrapped
 
-    def _stream(self, behavior: Callable, method: str) -> Callable:
+    def _stream(self, behavior: Callable, method: str, metadata: dict[str, str]) -> Callable:
         # Server-streaming calls are reads (Watch, log export): no session, so no caller to publish
         # (a context variable cannot safely span a generator's suspensions).
         def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            self._check(method, context)
+            self._check(method, metadata, context)
             yield from behavior(request, context)
 
         return wrapped

@@ -39,7 +39,6 @@ import grpc
 
 from nameserver import headers
 from nameserver.api.deadlines import EqualBounds
-from nameserver.api.grpcwrap import Rewrapped
 from nameserver.pb import api_pb2
 
 # Streams with bounds of their own: Watch (max_watchers; its feed is cut off when it lags) and a read
@@ -118,7 +117,6 @@ class CallGuard(grpc.ServerInterceptor):
         self.slots = StreamSlots(max_streams, max_streams_per_caller)
         self.bounds = EqualBounds(self.progress_s, "call-progress")
         self.refusal = refusal
-        self.built = Rewrapped()
 
     def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
@@ -129,27 +127,18 @@ class CallGuard(grpc.ServerInterceptor):
         # read only when something here needs it (most calls, in the default mode, do not)
         metadata = {k: v for k, v in details.invocation_metadata or () if isinstance(v, str)} \
             if counted or self.refusal is not None else _NO_METADATA
-        refused = self.refusal(method, metadata) if self.refusal is not None else None
-        if refused is None and not counted:
-            # an uncounted call's guard depends on its handler alone (it keeps no metadata): built once
-            # per method, not per call
-            built = self.built.get(method, handler)
-            if built is not None:
-                return built
         behavior = next(b for b in (handler.unary_unary, handler.unary_stream, handler.stream_unary,
                                     handler.stream_stream) if b)
         args = {"request_deserializer": handler.request_deserializer,
                 "response_serializer": handler.response_serializer}
+        refused = self.refusal(method, metadata) if self.refusal is not None else None
         if refused is not None:
             return self._refuse(behavior, handler.response_streaming, refused, args)
         if handler.response_streaming:
-            guarded = grpc.stream_stream_rpc_method_handler(
+            return grpc.stream_stream_rpc_method_handler(
                 self._streamed(behavior, handler.request_streaming, metadata, counted), **args)
-        else:
-            guarded = grpc.stream_unary_rpc_method_handler(
-                self._unary(behavior, handler.request_streaming, metadata, counted), **args)
-        # a counted call's slot is taken for its caller, named in its metadata: built for this call only
-        return guarded if counted else self.built.keep(method, handler, guarded)
+        return grpc.stream_unary_rpc_method_handler(
+            self._unary(behavior, handler.request_streaming, metadata, counted), **args)
 
     @staticmethod
     def _refuse(behavior: Callable, response_streaming: bool, refused: tuple[grpc.StatusCode, str],

@@ -31,21 +31,3 @@ def wrap_handler(handler: grpc.RpcMethodHandler, wrap: Callable[[Callable, str],
                            request_deserializer=request_deserializer or handler.request_deserializer,
                            response_serializer=handler.response_serializer)
     return handler
-
-
-class Rewrapped:
-    """The handler an interceptor built around each method's handler, reused while the handler it wrapped
-    is the same object: a service's handlers are built once, so an interceptor whose wrapping depends on
-    nothing but the handler and the method rebuilds it once per method, not once per call (grpcio runs
-    every interceptor for every call, on the server's one polling thread). One entry per method served."""
-
-    def __init__(self) -> None:
-        self._built: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
-
-    def get(self, method: str, inner: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler | None:
-        kept = self._built.get(method)
-        return kept[1] if kept is not None and kept[0] is inner else None
-
-    def keep(self, method: str, inner: grpc.RpcMethodHandler, built: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        self._built[method] = (inner, built)
-        return built

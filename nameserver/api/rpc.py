@@ -12,7 +12,7 @@ import grpc
 
 from nameserver import headers
 from nameserver.api import auth
-from nameserver.api.grpcwrap import Rewrapped, wrap_handler
+from nameserver.api.grpcwrap import wrap_handler
 from nameserver.core.forwarder import NoLeader
 from nameserver.core.node import (
     ClientRef,
@@ -114,20 +114,11 @@ class DecodeGuard(grpc.ServerInterceptor):
     """Request bytes that do not parse get INVALID_ARGUMENT naming the request, where gRPC itself
     answers INTERNAL ("Exception deserializing request!") and logs a traceback per call."""
 
-    def __init__(self) -> None:
-        self.built = Rewrapped()
-
     def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
         if handler is None or handler.request_deserializer is None:
             return handler
-        return self.built.get(details.method, handler) or self.built.keep(details.method, handler,
-                                                                          self._guarded(handler, details.method))
-
-    @staticmethod
-    def _guarded(handler: grpc.RpcMethodHandler, path: str) -> grpc.RpcMethodHandler:
-        method, parse = path.rsplit("/", 1)[-1], handler.request_deserializer
-        assert parse is not None, "a handler without a deserializer is returned as it is"
+        method = details.method.rsplit("/", 1)[-1]
 
         def checked(behavior: Callable, kind: str) -> Callable:
             if handler.request_streaming:
@@ -146,7 +137,7 @@ class DecodeGuard(grpc.ServerInterceptor):
                 return behavior(request, context)
             return unary
 
-        return wrap_handler(handler, checked, request_deserializer=_lenient(parse))
+        return wrap_handler(handler, checked, request_deserializer=_lenient(handler.request_deserializer))
 
 
 __all__ = ["DecodeGuard", "call_timeout", "client_ref", "forwarded", "rpc"]

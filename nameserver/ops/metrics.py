@@ -54,7 +54,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from nameserver import headers
-from nameserver.api.grpcwrap import STREAMING_RESPONSE, Rewrapped, wrap_handler
+from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.config import NodeConfig
 from nameserver.core.node import NameServerNode
 from nameserver.ops.workermetrics import WorkerSums
@@ -490,7 +490,6 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
 
     def __init__(self, metrics: RequestMetrics) -> None:
         self.m = metrics
-        self.built = Rewrapped()  # the wrapping depends on the handler and the method alone
 
     def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails
                           ) -> grpc.RpcMethodHandler | None:
@@ -500,9 +499,8 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
         service, method = _split_method(handler_call_details.method)
         if any(k == headers.FORWARDED for k, _ in handler_call_details.invocation_metadata or ()):
             self.m.forwarded.labels(method).inc()
-        return self.built.get(handler_call_details.method, handler) or self.built.keep(
-            handler_call_details.method, handler, wrap_handler(handler, lambda behavior, kind: (
-                self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, service, method, kind)))
+        return wrap_handler(handler, lambda behavior, kind: (
+            self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, service, method, kind))
 
     def _record(self, service: str, method: str, kind: str, code: str, t0: float) -> None:
         self.m.rpc_handled.labels(service, method, kind, code).inc()

@@ -12,14 +12,11 @@ from typing import Any
 
 import grpc
 import pytest
-from prometheus_client import CollectorRegistry
 
 from nameserver import headers
-from nameserver.api import grpcserver
 from nameserver.api.auth import AuthInterceptor, Authorizer, hash_token
 from nameserver.api.callguard import CallGuard, StreamSlots
 from nameserver.config import NodeConfig
-from nameserver.ops.metrics import RequestMetrics
 
 SERVICE = "t.Guarded"
 
@@ -188,50 +185,3 @@ def test_a_finished_call_gives_its_stream_back_at_once() -> None:
                 assert echo(b"x%d" % i, timeout=5) == b"x%d" % i
     finally:
         server.stop(None)
-
-
-def _chain_handler(chain: list[grpc.ServerInterceptor], method: str, inner: grpc.RpcMethodHandler,
-                   metadata: tuple[tuple[str, str], ...]) -> Any:
-    """What grpcio's interceptor pipeline hands the server for one call (outermost first)."""
-    details: Any = type("Details", (), {"method": method, "invocation_metadata": metadata})()
-    handler: Any = inner
-    for interceptor in reversed(chain):
-        handler = interceptor.intercept_service(lambda _d, h=handler: h, details)
-    return handler
-
-
-def test_a_unary_methods_guards_are_built_once_yet_each_call_is_decided_on_its_own() -> None:
-    """Every interceptor of the node's chain (guard, metrics, auth, decoding) reuses what it built around
-    a unary method's handler (grpcio runs the chain for every call on its one polling thread): the
-    handler the server gets is the same object call after call, whoever calls; a counted stream's is
-    built per call (its slot is its caller's). What each call may do is still its own metadata's."""
-    cfg = NodeConfig("127.0.0.1:1", "127.0.0.1:2", "unused", [], auth_tokens={hash_token("t"): "admin"})
-    chain = grpcserver.interceptors(cfg, RequestMetrics(CollectorRegistry()).interceptor())
-    s = Served()
-    echo = grpc.unary_unary_rpc_method_handler(s.echo, request_deserializer=bytes, response_serializer=bytes)
-    many = grpc.unary_stream_rpc_method_handler(s.many, request_deserializer=bytes, response_serializer=bytes)
-    calls = [_chain_handler(chain, f"/{SERVICE}/Echo", echo, md) for md in (TOKEN, (), TOKEN, TOKEN)]
-    assert calls[0] is calls[2] is calls[3]
-    streams = [_chain_handler(chain, f"/{SERVICE}/Many", many, TOKEN) for _ in range(2)]
-    assert streams[0] is not streams[1]
-
-    server = grpc.server(futures.ThreadPoolExecutor(4), handlers=[grpc.method_handlers_generic_handler(
-        SERVICE, {"Echo": echo})], interceptors=chain)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        call = channel.unary_unary(f"/{SERVICE}/Echo")
-        for metadata, code in ((TOKEN, None), ((), grpc.StatusCode.UNAUTHENTICATED), (TOKEN, None),
-                               (((headers.AUTHORIZATION, "Bearer wrong"),), grpc.StatusCode.UNAUTHENTICATED),
-                               (TOKEN, None)):
-            if code is None:
-                assert call(b"hi", metadata=metadata, timeout=5) == b"hi"
-                continue
-            with pytest.raises(grpc.RpcError) as err:
-                call(b"hi", metadata=metadata, timeout=5)
-            assert err.value.code() == code
-        assert s.ran == ["echo"] * 3
-    finally:
-        channel.close()
-        server.stop(0)
