@@ -78,13 +78,17 @@ class Server:
             chain = grpcserver.interceptors(cfg, outermost=corelink.WorkerCallers(lambda: self.node.log.apply_offset))
             self.grpc = grpcserver.new_server(cfg, PRIVATE_CONNECTIONS_PER_WORKER * cfg.worker_processes + 8,
                                               chain=chain)
-            self.grpc.add_generic_rpc_handlers(
-                (corelink.ReadIndexes(self.node.linearizable_index, cfg).handler(),))
         else:
             self.grpc = grpcserver.new_server(cfg, self.budget.grpc, metrics=counter)
         self.service = NameServerService(self.node)
-        self.writes = (WriteChannelServer(writechannel.socket_path(cfg.data_dir), WriteCalls(self.service, chain),
-                                          cfg.workers, cfg.max_message_bytes) if cfg.worker_processes else None)
+        self.writes = None
+        if cfg.worker_processes:
+            calls = WriteCalls(self.service, chain)
+            # the workers' LINEARIZABLE reads ask their read indexes here too (corelink.core_read_index)
+            calls.handlers[corelink.READ_INDEX] = corelink.ReadIndexes(self.node.linearizable_index,
+                                                                       cfg).method_handler()
+            self.writes = WriteChannelServer(writechannel.socket_path(cfg.data_dir), calls, cfg.workers,
+                                             cfg.max_message_bytes)
         api_pb2_grpc.add_NameServerServicer_to_server(self.service, self.grpc)
         replicas = ReadReplicas()  # the read replicas following this node (Log.Follow), listed by Status
         api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node, replicas), self.grpc)

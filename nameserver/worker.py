@@ -86,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     budget = fdlimits.budget(share, fdlimits.raise_nofile())
     opts = [("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes)]
-    own = corelink.own_channel(cfg, opts)  # this worker's own calls: read indexes
+    # serves reads only: no digest or quota totals kept per entry (the core keeps and reports them)
     replica = ReadReplica(corelink.target(cfg), lambda target: corelink.own_channel(cfg, opts),
-                          name=f"worker-{args.index}")
+                          name=f"worker-{args.index}", accounting=False)
     seed_from_snapshots(replica, cfg.data_dir)  # the core's newest snapshot file, while the core loads it too
     replica.start()
     # Not on the ports before the replica can answer: a starting worker never refuses a read.
@@ -102,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     if not stopped.is_set():
         timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
         channel = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
+        writes = WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes)
         remoting, grpc_server, node = serve_reads(
-            share, budget.grpc, budget.remoting, replica, corelink.core_read_index(own),
+            share, budget.grpc, budget.remoting, replica, corelink.core_read_index(writes, cfg),
             grpc.insecure_channel(corelink.target(cfg), options=opts), channel if cfg.remoting_addr else None,
-            requests, spec.reply_sizes, reuse_port=True,
-            writes=WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes))
+            requests, spec.reply_sizes, reuse_port=True, writes=writes)
         if counted:
             held = remoting
             workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
@@ -116,7 +116,6 @@ def main(argv: list[str] | None = None) -> int:
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset)
         stopsignal.wait_until_set(stopped)
     _stop(remoting, grpc_server, replica)
-    own.close()
     return 0
 
 

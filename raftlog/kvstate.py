@@ -71,11 +71,17 @@ DIGEST_HISTORY = 50_000  # entries whose digest a node can still give (an audit'
 
 
 class KVState:
-    """The replicated map. Not thread-safe: one apply thread writes, readers hold the owner's lock."""
+    """The replicated map. Not thread-safe: one apply thread writes, readers hold the owner's lock.
 
-    def __init__(self) -> None:
+    `digests`: keep the digest up to date entry by entry. A copy that only serves reads and is never
+    audited (a node's worker processes' replicas) passes False: its digest is right as a restore left it
+    (a snapshot's is still checked) and asking for it after an entry raises."""
+
+    def __init__(self, digests: bool = True) -> None:
         self._values: dict[str, tuple[bytes, int, int]] = {}  # key -> (value, version, type)
         self._digest = 0
+        self._keeps_digest = digests
+        self._digest_offset = 0  # the offset the digest is right at, when not kept entry by entry
         self.offset = 0  # the last offset applied (the apply offset)
         self.listeners: list[ChangeListener] = []
         self._values_pool = ValuePool()
@@ -101,11 +107,16 @@ class KVState:
 
     @property
     def digest(self) -> int:
+        self._digest_is_kept(self.offset)
         return self._digest
+
+    def _digest_is_kept(self, offset: int) -> None:
+        if not self._keeps_digest and offset != self._digest_offset:
+            raise RuntimeError(f"this state keeps no digest past offset {self._digest_offset} (digests=False)")
 
     @property
     def digest_hex(self) -> str:
-        return digest_hex(self._digest)
+        return digest_hex(self.digest)
 
     def digest_at(self, offset: int) -> str | None:
         """The digest right after applying `offset`, or None when that is older than the ring. The
@@ -114,6 +125,7 @@ class KVState:
         digests = self._digests
         if not digests or offset < digests[0][0]:
             return None
+        self._digest_is_kept(offset)
         i = bisect.bisect_right(digests, offset, key=lambda item: item[0])
         return digest_hex(digests[i - 1][1])
 
@@ -140,7 +152,8 @@ class KVState:
         for batch in entry.batches:
             results.append(self.apply_batch(offset, batch, changes))
         self.offset = offset
-        self._digests.append((offset, self._digest))
+        if self._keeps_digest:
+            self._digests.append((offset, self._digest))
         return results
 
     def apply_batch(self, offset: int, batch: entry_pb2.Batch, changes: list[Change] | None = None
@@ -160,16 +173,18 @@ class KVState:
             if old_item is None:
                 return
             del self._values[rec.key]
-            self._digest ^= pair_hash(rec.key, old_item[0])
+            if self._keeps_digest:
+                self._digest ^= pair_hash(rec.key, old_item[0])
             new = None
         else:
             new = self._values_pool.share(bytes(rec.value))
             self._values[rec.key] = (new, offset, rec.type)
             if old == new:
                 return  # version moves (it was written), the digest and indexes do not
-            if old is not None:
-                self._digest ^= pair_hash(rec.key, old)
-            self._digest ^= pair_hash(rec.key, new)
+            if self._keeps_digest:
+                if old is not None:
+                    self._digest ^= pair_hash(rec.key, old)
+                self._digest ^= pair_hash(rec.key, new)
         for listener in self.listeners:
             listener(rec.type, rec.key, old, new)
         if changes is not None:
@@ -184,7 +199,7 @@ class KVState:
         values = self._values_pool.shared_items(items)
         self._digest = digest_of((k, v[0]) for k, v in values.items()) if digest is None else digest
         self._values = values
-        self.offset = offset
+        self.offset = self._digest_offset = offset
         self._digests.clear()
         self._digests.append((offset, self._digest))
 

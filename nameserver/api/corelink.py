@@ -35,6 +35,7 @@ from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.api.rpc import call_timeout, rpc
 from nameserver.api.writechannel import WRITE_METHODS, WriteChannel, method_path
 from nameserver.config import NodeConfig
+from nameserver.core.readindex import ReadIndexBatcher
 from nameserver.pb import api_pb2
 
 SOCKET_NAME = os.path.join("channel", "grpc.sock")
@@ -80,12 +81,16 @@ def prepare_socket(cfg: NodeConfig) -> str:
     return target(cfg)
 
 
+def own_metadata(cfg: NodeConfig) -> tuple[tuple[str, str], ...]:
+    """What a worker's own calls to its core carry: marked as the node itself, and with the peer token
+    when there is one (a token-only [auth] refuses a call without one before it runs)."""
+    token = ((headers.AUTHORIZATION, f"Bearer {cfg.peer_token}"),) if cfg.auth_enabled and cfg.peer_token else ()
+    return ((headers.WORKER_CALLER, json.dumps({"self": True})), *token)
+
+
 def own_channel(cfg: NodeConfig, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
-    """A worker's channel for its own calls to the core: marked as the node itself, and with the
-    peer token when there is one (a token-only [auth] refuses a call without one before it runs)."""
-    return tlsconf.open_channel(target(cfg), token=cfg.peer_token if cfg.auth_enabled else None,
-                                extra_metadata=[(headers.WORKER_CALLER, json.dumps({"self": True}))],
-                                options=options or ())
+    """A worker's channel for its own gRPC calls to the core (its replica's Log.Follow): own_metadata."""
+    return tlsconf.open_channel(target(cfg), extra_metadata=list(own_metadata(cfg)), options=options or ())
 
 
 # ---- the core's side -------------------------------------------------------------------------------
@@ -174,8 +179,8 @@ class WorkerCallers(grpc.ServerInterceptor):
 
 
 class ReadIndexes:
-    """READ_INDEX on the core's private listener: the node's linearizable read index (from the leader
-    when the core follows), for a worker's LINEARIZABLE reads."""
+    """READ_INDEX on the core's write channel: the node's linearizable read index (from the leader when
+    the core follows), for a worker's LINEARIZABLE reads."""
 
     def __init__(self, index: Callable[[float], int], cfg: NodeConfig) -> None:
         self.index = index
@@ -185,27 +190,32 @@ class ReadIndexes:
     def ReadIndex(self, request: api_pb2.ReadIndexRequest, context: grpc.ServicerContext) -> api_pb2.ReadIndexReply:
         return api_pb2.ReadIndexReply(read_index=self.index(call_timeout(context, self.default, self.cap)))
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        service, method = READ_INDEX.strip("/").split("/")
-        return grpc.method_handlers_generic_handler(service, {method: grpc.unary_unary_rpc_method_handler(
+    def method_handler(self) -> grpc.RpcMethodHandler:
+        """READ_INDEX's handler, for the core's write channel (WriteCalls.handlers), where its workers ask."""
+        return grpc.unary_unary_rpc_method_handler(
             self.ReadIndex, request_deserializer=api_pb2.ReadIndexRequest.FromString,
-            response_serializer=api_pb2.ReadIndexReply.SerializeToString)})
+            response_serializer=api_pb2.ReadIndexReply.SerializeToString)
 
 
 # ---- the worker's side -----------------------------------------------------------------------------
 
-def core_read_index(channel: grpc.Channel) -> Callable[[float], int]:
-    """The core's read index (READ_INDEX), for ReplicaNode.linearizable_index; TimeoutError when it has none."""
-    call = channel.unary_unary(READ_INDEX, request_serializer=api_pb2.ReadIndexRequest.SerializeToString,
-                               response_deserializer=api_pb2.ReadIndexReply.FromString)
+def core_read_index(writes: WriteChannel, cfg: NodeConfig) -> Callable[[float], int]:
+    """The core's read index (READ_INDEX, asked on the write channel as the worker itself), for
+    ReplicaNode.linearizable_index; TimeoutError when it has none.
 
-    def read_index(timeout: float) -> int:
-        try:
-            return call(api_pb2.ReadIndexRequest(), timeout=max(0.1, timeout)).read_index
-        except grpc.RpcError as exc:
-            raise TimeoutError(f"no read index from the node's core: {exc.details()}") from None
+    Reads waiting at once share one ask (ReadIndexBatcher: an ask serves only the reads that arrived
+    before it was sent, so each still gets an index that covers every write acknowledged before it).
+    Without that, and over a gRPC call of its own, a LINEARIZABLE read cost the core and the worker a
+    gRPC call each (docs/benchmarks.md, "gRPC per call with worker processes")."""
+    metadata = own_metadata(cfg)
 
-    return read_index
+    def one_round(timeout: float) -> int:
+        code, details, reply, _ = writes.call(READ_INDEX, b"", metadata, max(0.1, timeout), lambda: True)
+        if code != grpc.StatusCode.OK:
+            raise TimeoutError(f"no read index from the node's core: {details}")
+        return api_pb2.ReadIndexReply.FromString(reply).read_index
+
+    return ReadIndexBatcher(one_round, cfg.max_wait_ms / 1000, name="core-read-index").read_index
 
 
 def local_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:

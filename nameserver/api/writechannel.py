@@ -1,6 +1,7 @@
 """The write channel between a node's worker processes and its core (docs/architecture.md, "Processes").
 
-A worker passes each unary write (WRITE_METHODS) to the core over one Unix socket,
+A worker passes each unary write (WRITE_METHODS), and its rounds of read-index asks for LINEARIZABLE
+reads (corelink.READ_INDEX: the core adds that handler), to the core over one Unix socket,
 <data_dir>/channel/writes.sock (0600, in the channel directory, 0700), in batched frames: the calls that
 arrive while the worker's sender is busy go out together in the next frame, and the core's answers
 that are ready together come back in one frame. A call carries the request bytes untouched, the

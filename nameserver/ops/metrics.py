@@ -440,7 +440,8 @@ class _NodeCollector(Collector):
                           "exited.", m.workers.restarts_total)
         if m.write_channel is not None:  # nameserver/api/writechannel.py: calls per frame is its batching
             yield counter("nameserver_write_channel_calls", "Writes the worker processes passed to this core "
-                          "on the write channel.", m.write_channel.calls)
+                          "on the write channel, and the read indexes they asked there for linearizable reads "
+                          "(one per round of reads).", m.write_channel.calls)
             yield counter("nameserver_write_channel_frames", "Frames those writes came in (several calls "
                           "each when batched).", m.write_channel.frames)
         yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])

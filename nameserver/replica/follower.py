@@ -50,9 +50,12 @@ class ReadReplica:
 
     def __init__(self, target: str | Sequence[str], open_channel: Callable[[str], grpc.Channel], name: str = "",
                  max_lag: int = DEFAULT_MAX_LAG, max_silence_s: float = DEFAULT_MAX_SILENCE_S,
-                 metadata: Sequence[tuple[str, str]] = ()) -> None:
+                 metadata: Sequence[tuple[str, str]] = (), accounting: bool = True) -> None:
         """`target`: one node, or a list (a replica on another machine: the voters), followed one at a
-        time, moving to the next when a stream fails or falls silent; `metadata`: sent on each Follow."""
+        time, moving to the next when a stream fails or falls silent; `metadata`: sent on each Follow;
+        `accounting`: keep the digest (Status reports it) and the quota totals entry by entry (False: a
+        worker's replica, which serves reads only: MetadataState)."""
+        self.accounting = accounting
         self.targets = [target] if isinstance(target, str) else list(target)
         self.target = self.targets[0]
         self.name = name or self.target
@@ -63,7 +66,7 @@ class ReadReplica:
         # Held by the follower thread while it applies one entry or swaps in a restored state, and by a
         # reader for one read: readers never see half an entry.
         self.lock = threading.Lock()
-        self.state = MetadataState()
+        self.state = MetadataState(accounting)
         self._bootstrapped = False
         self._offset_cv = threading.Condition()
         self._published = 0  # the offset waiters see: everything up to it is in `state`
@@ -327,7 +330,7 @@ class ReadReplica:
         self._swap_in(fresh, offset, digest, self.target)
 
     def _fresh_state(self) -> MetadataState:
-        fresh = MetadataState()
+        fresh = MetadataState(self.accounting)
         # Above every generation of the old state: a route cached against it never matches the new one.
         fresh.route_generation = self.state.route_generation + 1
         return fresh

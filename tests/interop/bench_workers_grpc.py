@@ -1,9 +1,11 @@
-"""gRPC route reads and registrations against a node with [node] worker_processes = 0, 2, ... side by side
-in one run, with the server's CPU per operation: the core's and its workers' together (user + system from
-/proc over the load; with --nodes 3 every node's processes), and the core's alone.
+"""gRPC route reads, linearizable reads (GetBinding(LINEARIZABLE)) and registrations against a node with
+[node] worker_processes = 0, 2, ... side by side in one run, with the server's CPU per operation: the
+core's and its workers' together (user + system from /proc over the load; with --nodes 3 every node's
+processes), and the core's alone.
 
     .venv/bin/python -m tests.interop.bench_workers_grpc --seconds 10 --clients 8[,16,...] [--workers 0,2]
-        [--nodes 1|3] [--at follower|leader] [--kinds reads,registrations] [--rounds 2] [--report out.md]
+        [--nodes 1|3] [--at follower|leader] [--kinds reads,linearizable,registrations] [--rounds 2]
+        [--report out.md]
 
 The load comes from --procs client processes (spawned, so no gRPC state crosses a fork), each running
 clients/procs threads with their own connection and one call in flight (bench/load.py). A Python client
@@ -37,7 +39,8 @@ from tests.cluster import Cluster, NodeProc
 
 from .bench_workers import medians
 
-KINDS = ("reads", "registrations")
+KINDS = ("reads", "linearizable", "registrations")
+BIND_TOPIC = "LinBench"  # the binding the linearizable reads read (GetBinding(LINEARIZABLE): a read index each)
 
 
 @contextmanager
@@ -68,6 +71,14 @@ def _client(addr: str, kind: str, threads: int, seconds: float, proc: int) -> di
         if kind == "reads":
             request = api_pb2.GetRouteRequest(topic=ROUTE_TOPICS[(proc * threads + i) % len(ROUTE_TOPICS)])
             return channel, lambda: (stub.GetRoute(request, timeout=10), 0)[1]
+        if kind == "linearizable":
+            bound = api_pb2.GetBindingRequest(topic=BIND_TOPIC, queue_id=0, consistency=api_pb2.LINEARIZABLE)
+
+            def read() -> int:
+                if not stub.GetBinding(bound, timeout=10).found:
+                    raise RuntimeError("binding not found")
+                return 0
+            return channel, read
         counter = [0]
         name, broker = f"bench-p{proc}-w{i}", f"10.9.{proc}.{i + 1}:10911"
 
@@ -90,6 +101,7 @@ def measure(root: str, nodes: int, workers: int, clients: list[int], procs: int,
             cluster_name="BenchCluster", broker_name="seed", broker_addr="10.8.0.1:10911",
             topics=[api_pb2.TopicConfig(topic_name=t, read_queue_nums=4, write_queue_nums=4, perm=6)
                     for t in ROUTE_TOPICS]), timeout=30)
+        seed.BindQueue(api_pb2.BindQueueRequest(topic=BIND_TOPIC, queue_id=0, owner="seed"), timeout=30)
         time.sleep(1.0)  # every replica has it
         core_pids = [n.proc.pid for n in cluster.nodes if n.proc is not None]
         ctx = multiprocessing.get_context("spawn")

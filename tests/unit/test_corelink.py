@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -15,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from nameserver import headers
 from nameserver.api import auth, corelink, writechannel
+from nameserver.config import NodeConfig
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 NS = corelink.NAMESERVER.full_name
@@ -154,6 +156,42 @@ def test_the_core_refuses_a_call_that_names_no_caller(tmp_path: Any) -> None:
     finally:
         channel.close()
         core.stop(None)
+
+
+def test_linearizable_reads_waiting_at_once_share_the_cores_read_index_asks(tmp_path: Any) -> None:
+    """A worker's LINEARIZABLE reads waiting at once share one READ_INDEX ask on the write channel, as the
+    node itself (each ask here answers its own number, after a while); a read that comes after an
+    answer gets a later ask's."""
+    answered: list[int] = []
+    callers: list[str] = []
+    lock = threading.Lock()
+
+    def read_index(request: api_pb2.ReadIndexRequest, context: grpc.ServicerContext) -> api_pb2.ReadIndexReply:
+        time.sleep(0.05)
+        with lock:
+            callers.append(context.peer())
+            answered.append(len(answered) + 1)
+            return api_pb2.ReadIndexReply(read_index=answered[-1])
+
+    calls = writechannel.WriteCalls(api_pb2_grpc.NameServerServicer(), [corelink.WorkerCallers(lambda: 42)])
+    calls.handlers[corelink.READ_INDEX] = grpc.unary_unary_rpc_method_handler(
+        read_index, request_deserializer=api_pb2.ReadIndexRequest.FromString,
+        response_serializer=api_pb2.ReadIndexReply.SerializeToString)
+    server = writechannel.WriteChannelServer(f"{tmp_path}/channel/writes.sock", calls, 8, 1 << 20)
+    server.start()
+    writes = writechannel.WriteChannel(server.path, 1 << 20)
+    try:
+        index = corelink.core_read_index(writes, NodeConfig("127.0.0.1:1", "127.0.0.1:2", str(tmp_path), []))
+        first = index(5)
+        with futures.ThreadPoolExecutor(32) as pool:
+            got = list(pool.map(lambda _: index(5), range(32)))
+        assert all(i > first for i in got)
+        assert len(answered) < 1 + 32 / 2, answered  # one ask per read: 33
+        assert index(5) > max(got)
+        assert set(callers) == {"worker"}  # the node itself (CALLER "self"), not a client
+    finally:
+        writes.close()
+        server.stop()
 
 
 def test_health_asked_of_a_worker_is_the_cores(tmp_path: Any) -> None:

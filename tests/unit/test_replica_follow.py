@@ -19,7 +19,8 @@ from nameserver.core.reads import NotReady
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.replica import ReadReplica, ReplicaNode
 from nameserver.replica.follower import SnapshotMismatch
-from nameserver.state import MetadataState, translate
+from nameserver.state import MetadataState, quotas, translate
+from raftlog import kvstate
 from raftlog.codec import encode_entry
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.pb import entry_pb2
@@ -126,6 +127,35 @@ def test_replica_loads_the_state_then_applies_entries_as_applied(serve_log, repl
         assert {o: r.state.kv.digest_at(o) for o in digests} == digests
         assert r.state.route("T") == core.state.route("T")
     assert r.bootstraps == 1 and r.reconnects == 0
+
+
+def test_a_replica_that_serves_reads_only_keeps_no_digest_or_quota_totals_per_entry(
+        serve_log, replicas, monkeypatch: pytest.MonkeyPatch) -> None:
+    """accounting=False (a node's worker processes): the snapshot's digest is still checked, then entries
+    apply without hashing a pair or counting a quota, and read as the core's; a digest asked past the
+    snapshot is refused, never answered stale."""
+    core = StandInCore()
+    core.put("k0", "v")
+    r = replicas(serve_log(core), accounting=False)
+    wait_until(at(r, core))
+    assert r.bootstraps == 1 and r.digest_hex == core.state.digest_hex  # checked on load, and right there
+    hashed: list[str] = []  # the threads that hashed a pair
+    real = kvstate.pair_hash
+    monkeypatch.setattr(kvstate, "pair_hash",
+                        lambda key, value: hashed.append(threading.current_thread().name) or real(key, value))
+    for i in range(10):
+        core.put(f"k{i % 3}", f"w{i}")
+    core.write(translate.register_broker(core.state, register_request("C", "b", "10.0.0.1:10911", ["T"]), 30000))
+    wait_until(at(r, core))
+    assert hashed and not [name for name in hashed if name.startswith("replica-")]  # the core's state did
+    with r.lock:
+        assert r.state.route("T") == core.state.route("T")
+        assert r.state.kv.get("kv/ns/k1") == core.state.kv.get("kv/ns/k1") is not None
+        assert r.state.usage.totals == dict.fromkeys(quotas.QUOTAS, 0)
+        with pytest.raises(RuntimeError, match="keeps no digest"):
+            r.state.kv.digest_at(core.log.apply_offset)
+    with pytest.raises(RuntimeError, match="keeps no digest"):
+        assert not r.digest_hex
 
 
 def test_resume_from_an_offset_older_than_the_history_loads_a_snapshot_again(serve_log, replicas) -> None:
