@@ -80,8 +80,8 @@ class Cluster:
         self.root = root
         self.worker_processes = worker_processes
         # wait_ready's default: a node's public ports open only once its workers' replicas have loaded,
-        # which on a loaded 2-core machine took 17 s after the core was ready (6 interpreters starting)
-        self.ready_timeout = 60.0 if worker_processes else 30.0
+        # which on a 2-core machine at load 20-60 took 17-40 s after the core was ready (docs/faults.md)
+        self.ready_timeout = 120.0 if worker_processes else 30.0
         self.security = security
         self.settings = {"default_timeout_ms": 120000, "scan_interval_ms": 1000,
                          "snapshot_every_entries": 10000, "snapshot_every_seconds": 300} | settings

@@ -45,8 +45,9 @@ def run_once(fault_cluster, seed: int) -> tuple[int, list, list[str]]:
     if theirs != "unknown":  # "unknown": porcupine ran out of time (printed above), not a verdict
         assert theirs == ("ok" if all(r.ok for r in results) else "illegal"), \
             f"porcupine says {theirs}, our checker {[(r.key, r.detail) for r in results if not r.ok]}"
-    c.wait_converged(timeout=60)  # every node back, same digest
-    workers.wait_serving(c, timeout=60)  # ... and every worker of it
+    back_s = max(60.0, c.ready_timeout)  # a node restarted at the end starts its workers too (cluster.py)
+    c.wait_converged(timeout=back_s)  # every node back, same digest
+    workers.wait_serving(c, timeout=back_s)  # ... and every worker of it
     if nemesis.worker_kills:
         assert any(f == "worker-kill" for _, _, f, _ in nemesis.events), nemesis.log
     assert not work.unexpected, work.unexpected[:5]
