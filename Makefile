@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency soak demo bench bench-quick security simulate costs
+.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency faults-workers faults-consistency-workers soak demo bench bench-quick security simulate costs
 
 setup: $(STAMP)
 
@@ -51,6 +51,15 @@ faults: setup
 # The long consistency run: 20 x 60 s of kills and pauses with recorded histories (docs/consistency.md).
 faults-consistency: setup
 	LIN_RUNS=20 LIN_RUN_SECONDS=60 $(PY) -m pytest -q -s --tb=native -rfE tests/faults/test_bindings_linearizable.py
+
+# Both again with 2 worker processes a node (docs/faults.md, "With worker processes"): the nemesis also
+# SIGKILLs one worker of another node during each fault, and every check waits for the workers back.
+faults-workers: setup
+	FAULTS_WORKERS=2 FAULTS_LONG=1 LIN_RUN_SECONDS=60 $(PY) -m pytest -q -s --tb=native -rfE tests/faults
+
+faults-consistency-workers: setup
+	FAULTS_WORKERS=2 LIN_RUNS=20 LIN_RUN_SECONDS=60 $(PY) -m pytest -q -s --tb=native -rfE \
+		tests/faults/test_bindings_linearizable.py
 
 # The soak (tests/soak/soak.py; 60 minutes): mixed load at 70 % of the measured maximum, a fault every 2 minutes,
 # memory and descriptors per node every minute; writes data/soak/soak.json and data/soak/soak.png.

@@ -36,11 +36,13 @@ def socket_inodes(pid: int) -> set[int]:
     return out
 
 
-def tcp_sockets() -> list[tuple[int, int, int, int]]:
+def tcp_sockets(seen_by: int | None = None) -> list[tuple[int, int, int, int]]:
     """(local port, remote port, state, inode) of every TCP socket, IPv4 and IPv6 (gRPC listens on
-    127.0.0.1 with an IPv6 socket: ::ffff:127.0.0.1)."""
+    127.0.0.1 with an IPv6 socket: ::ffff:127.0.0.1); of the network namespace of process `seen_by` when
+    given (a node in its own namespace: tests/faults/netns.py), else of ours."""
     rows = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    net = f"/proc/{seen_by}/net" if seen_by is not None else "/proc/net"
+    for table in (f"{net}/tcp", f"{net}/tcp6"):
         try:
             with open(table) as f:
                 lines = f.readlines()[1:]
@@ -53,14 +55,14 @@ def tcp_sockets() -> list[tuple[int, int, int, int]]:
     return rows
 
 
-def listening(port: int) -> set[int]:
-    """The inodes of the sockets listening on `port` (several with SO_REUSEPORT)."""
-    return {inode for lport, _, state, inode in tcp_sockets() if lport == port and state == LISTEN}
+def listening(port: int, seen_by: int | None = None) -> set[int]:
+    """The inodes of the sockets listening on `port` (several with SO_REUSEPORT), in `seen_by`'s namespace."""
+    return {inode for lport, _, state, inode in tcp_sockets(seen_by) if lport == port and state == LISTEN}
 
 
 def listener_pids(pid: int, port: int) -> list[int]:
-    """Of `pid` and its children, those with a socket listening on `port`."""
-    inodes = listening(port)
+    """Of `pid` and its children, those with a socket listening on `port` (in `pid`'s network namespace)."""
+    inodes = listening(port, pid)
     return [p for p in [pid, *children(pid)] if socket_inodes(p) & inodes]
 
 

@@ -79,6 +79,9 @@ class Cluster:
         `worker_processes`: [node] worker_processes (remoting worker processes beside each node)."""
         self.root = root
         self.worker_processes = worker_processes
+        # wait_ready's default: a node's public ports open only once its workers' replicas have loaded,
+        # which on a 2-core machine at load 20-60 took 17-40 s after the core was ready (docs/faults.md)
+        self.ready_timeout = 120.0 if worker_processes else 30.0
         self.security = security
         self.settings = {"default_timeout_ms": 120000, "scan_interval_ms": 1000,
                          "snapshot_every_entries": 10000, "snapshot_every_seconds": 300} | settings
@@ -191,8 +194,9 @@ class Cluster:
                     return n
         return None
 
-    def wait_ready(self, nodes: list[NodeProc] | None = None, timeout: float = 30.0) -> NodeProc:
+    def wait_ready(self, nodes: list[NodeProc] | None = None, timeout: float | None = None) -> NodeProc:
         nodes = nodes or [n for n in self.nodes if n.alive]
+        timeout = self.ready_timeout if timeout is None else timeout
 
         def ok() -> NodeProc | None:
             sts = self.statuses(nodes)

@@ -15,6 +15,7 @@ import pytest
 from tests.cluster import Cluster
 from tests.faults.netns import Lab, NetnsCluster, NetnsUnavailable
 from tests.faults.scenario import Run
+from tests.faults.workers import WORKERS
 
 
 @pytest.fixture
@@ -48,13 +49,15 @@ def _check_removed(made: Lab) -> None:
 
 @pytest.fixture
 def fault_cluster(tmp_path, teardown: ExitStack) -> Callable[..., Cluster]:
-    """Factory: a real 3-process cluster (in `lab`'s namespaces when given); stopped at teardown."""
+    """Factory: a real 3-process cluster (in `lab`'s namespaces when given); stopped at teardown. Its nodes
+    run FAULTS_WORKERS worker processes each unless `worker_processes` is given (tests/faults/workers.py)."""
     count = [0]
 
     def make(lab: Lab | None = None, size: int = 3, start: bool = True, **settings: Any) -> Cluster:
         root = tmp_path / f"cluster{count[0]}"
         count[0] += 1
         root.mkdir(exist_ok=True)
+        settings.setdefault("worker_processes", WORKERS)
         c: Cluster = NetnsCluster(str(root), lab, **settings) if lab is not None else Cluster(str(root), size,
                                                                                                  **settings)
         teardown.callback(c.stop)

@@ -17,6 +17,7 @@ import grpc
 
 from nameserver.pb import api_pb2
 from tests.cluster import Cluster, NodeProc
+from tests.faults import workers
 from tests.linearizability.checker import INF, History, Op
 
 UNKNOWN_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
@@ -117,6 +118,10 @@ class Nemesis:
 
     `faults` is the cycle, in order: "kill-leader", "pause-leader" (the current leader), or any other
     "kill-..."/"pause-..." name ("kill-follower", "kill-any", ...: a node chosen at random, any role).
+    A kill reaches the node's workers too (the kernel kills them with their core); a pause stops the core
+    only, its workers keep their connections and wait for it. With `worker_kills` (the default when the
+    cluster's nodes run worker processes: FAULTS_WORKERS), halfway through each fault one worker process
+    of another node, at random, is SIGKILLed as well ("worker-kill" in `events`); its core restarts it.
     """
 
     cluster: Cluster
@@ -125,11 +130,16 @@ class Nemesis:
     settle_s: float = 2.0
     seed: int = 7
     faults: tuple[str, ...] = ("kill-leader", "pause-leader", "kill-follower", "pause-follower")
+    worker_kills: bool | None = None  # None: when the cluster runs workers
     log: list[str] = field(default_factory=list)
     # (start, end, fault, node name) per injected fault, in time.monotonic() seconds
     events: list[tuple[float, float, str, str]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        if self.worker_kills is None:
+            self.worker_kills = self.cluster.worker_processes > 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -149,6 +159,7 @@ class Nemesis:
 
     def _run(self) -> None:
         rng = random.Random(self.seed)
+        other = random.Random(-self.seed)  # the worker kills' own: the node faults stay those of the seed
         faults = list(self.faults)
         i = 0
         while not self._stop.wait(self.settle_s):
@@ -159,12 +170,31 @@ class Nemesis:
             if fault.startswith("kill"):
                 self.cluster.kill(node)
                 self.log.append(f"{time.monotonic():.1f} kill -9 {node.name} ({fault})")
-                self._stop.wait(self.down_s)
+                self._meanwhile(other, node, self.down_s)
                 self.cluster.start(node)
             else:
                 self.cluster.kill(node, signal.SIGSTOP)
                 self.log.append(f"{time.monotonic():.1f} SIGSTOP {node.name} ({fault})")
-                self._stop.wait(self.pause_s)
+                self._meanwhile(other, node, self.pause_s)
                 node.proc.send_signal(signal.SIGCONT)
             self.log.append(f"{time.monotonic():.1f} healed {node.name}")
             self.events.append((started, time.monotonic(), fault, node.name))
+
+    def _meanwhile(self, rng: random.Random, faulted: NodeProc, seconds: float) -> None:
+        """Wait out a fault of `faulted`; with worker kills, SIGKILL a worker of another node halfway."""
+        if not self.worker_kills:
+            self._stop.wait(seconds)
+            return
+        if self._stop.wait(seconds / 2):
+            return
+        # a node restarted a moment ago may not have started its workers yet
+        running = [n for n in self.cluster.nodes if n is not faulted and workers.workers_of(n)]
+        at = time.monotonic()
+        node = rng.choice(running) if running else None
+        pid = workers.kill_one(node, rng) if node is not None else None
+        if node is not None and pid is not None:
+            self.log.append(f"{at:.1f} kill -9 worker {pid} of {node.name}")
+            self.events.append((at, at, "worker-kill", node.name))
+        else:
+            self.log.append(f"{at:.1f} no other node had a worker running to kill")
+        self._stop.wait(seconds / 2)

@@ -5,7 +5,8 @@ AckLedger (unique KV writes) through random nodes while it injects its faults, h
 `Run.verify`, which checks, in this order:
 
 1. no node wedged: every node is alive (or the scenario restarted it) and reports ready within
-   `ready_timeout` seconds of the heal, and then accepts a write through itself;
+   `ready_timeout` seconds of the heal, with all its worker processes listening (FAULTS_WORKERS), and
+   then accepts a write through itself;
 2. all digests equal: every node at the same apply offset with the same digest (Cluster.wait_converged);
 3. no acknowledged write lost: every acknowledged ledger key is on every node with its value;
 4. bindings linearizable: the binding history passes the checker (tests/linearizability/checker.py);
@@ -26,6 +27,7 @@ from typing import Any
 
 from nameserver.pb import api_pb2
 from tests.cluster import Cluster, NodeProc
+from tests.faults import workers
 from tests.faults.harness import Workload
 from tests.faults.ledger import AckLedger
 from tests.linearizability.checker import INF, Op, Result, check, check_key
@@ -130,6 +132,8 @@ class Run:
         assert not dead, f"nodes down after healing: {dead}\n{c.logs()}"
         # 1. no node wedged: ready within ready_timeout of the heal (not of this call)
         c.wait_ready(nodes=c.nodes, timeout=max(5.0, ready_timeout - (began - healed_at)))
+        # ... with every worker back on its port (restarted by its core after a kill)
+        workers.wait_serving(c, timeout=max(5.0, ready_timeout - (time.monotonic() - healed_at)))
         ready_s = time.monotonic() - healed_at
         ready_wait_s = time.monotonic() - began  # how long verify itself waited for readiness
         for n in c.nodes:

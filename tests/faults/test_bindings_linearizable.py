@@ -1,7 +1,8 @@
 """Queue bindings stay linearizable while nodes are killed (-9) and paused (SIGSTOP).
 
 CI runs one 10-second run; the long run (`make faults-consistency`: 20 runs of 60 s, each with its
-own nemesis seed) is reported in docs/consistency.md.
+own nemesis seed) is reported in docs/consistency.md. With FAULTS_WORKERS=N (`make faults-consistency-workers`)
+each node runs N worker processes, and one of another node's is SIGKILLed during each fault (docs/faults.md).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from tests.faults import workers
 from tests.faults.harness import Nemesis, Workload
 from tests.linearizability.checker import check
 from tests.linearizability.porcupine import check_with_porcupine
@@ -23,8 +25,8 @@ RUN_SECONDS = float(os.environ.get("LIN_RUN_SECONDS", "10"))
 MIN_OPS = int(os.environ.get("LIN_MIN_OPS", "1000"))
 
 
-def run_once(make_cluster, seed: int) -> tuple[int, list, list[str]]:
-    c = make_cluster()
+def run_once(fault_cluster, seed: int) -> tuple[int, list, list[str]]:
+    c = fault_cluster()
     c.wait_ready()
     work = Workload(c, keys=8)
     nemesis = Nemesis(c, seed=seed)
@@ -43,7 +45,11 @@ def run_once(make_cluster, seed: int) -> tuple[int, list, list[str]]:
     if theirs != "unknown":  # "unknown": porcupine ran out of time (printed above), not a verdict
         assert theirs == ("ok" if all(r.ok for r in results) else "illegal"), \
             f"porcupine says {theirs}, our checker {[(r.key, r.detail) for r in results if not r.ok]}"
-    c.wait_converged(timeout=60)  # every node back, same digest
+    back_s = max(60.0, c.ready_timeout)  # a node restarted at the end starts its workers too (cluster.py)
+    c.wait_converged(timeout=back_s)  # every node back, same digest
+    workers.wait_serving(c, timeout=back_s)  # ... and every worker of it
+    if nemesis.worker_kills:
+        assert any(f == "worker-kill" for _, _, f, _ in nemesis.events), nemesis.log
     assert not work.unexpected, work.unexpected[:5]
     return len(work.history.ops), results, nemesis.log
 
@@ -54,8 +60,8 @@ SEED_BASE = int(os.environ.get("LIN_SEED_BASE", "7"))
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("seed", [SEED_BASE + i for i in range(RUNS)])
-def test_bindings_linearizable_under_kills_and_pauses(make_cluster, seed: int) -> None:
-    n, results, faults = run_once(make_cluster, seed=seed)
+def test_bindings_linearizable_under_kills_and_pauses(fault_cluster, seed: int) -> None:
+    n, results, faults = run_once(fault_cluster, seed=seed)
     bad = [r for r in results if not r.ok]
     print(f"\n{n} ops, {len(results)} keys, faults: {faults}")
     assert faults, "the nemesis injected no fault"

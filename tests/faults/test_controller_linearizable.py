@@ -178,8 +178,8 @@ def check_epochs(w: ControllerWorkload) -> int:
 
 
 @pytest.mark.timeout(900)
-def test_elections_and_sync_state_changes_are_linearizable_under_kills_and_pauses(make_cluster) -> None:
-    c = make_cluster(controller=True, controller_scan_interval_ms=3_600_000)
+def test_elections_and_sync_state_changes_are_linearizable_under_kills_and_pauses(fault_cluster) -> None:
+    c = fault_cluster(controller=True, controller_scan_interval_ms=3_600_000)
     c.wait_ready()
     w = ControllerWorkload(c)
     register_set(w)

@@ -5,7 +5,8 @@ is started again while the workload goes on:
 
 (a) newest snapshot corrupted: the node must detect it (its log names the file) and either repair
     itself (an older snapshot, or one from its peers) and converge, or refuse to serve with a clear
-    error in Status.apply_error; the operator then deletes its data directory and it rejoins.
+    error in Status.apply_error; the operator then deletes its data directory and it rejoins. (With
+    worker processes a refusing node's public port stays closed, so Status cannot say it: docs/faults.md.)
 (b) the newest raft.journal segment cut in the middle of its last record (a torn write): the node drops the torn tail
     with a warning naming the file, catches up from its peers, and converges.
 (c) bytes flipped in a record in the middle of a raft.journal segment: acknowledged data is unreadable, so the
@@ -85,7 +86,7 @@ def _segments(c: Cluster, node: NodeProc) -> list[str]:
 
 def _start(fault_cluster, make_run, **settings: object) -> tuple[Cluster, Run, NodeProc]:
     c = fault_cluster(**settings)
-    leader = c.wait_ready(timeout=30)
+    leader = c.wait_ready()
     run = make_run(c)
     run.start()
     time.sleep(RUN_BEFORE_S)
@@ -132,6 +133,10 @@ def test_corrupted_snapshot_on_restart(fault_cluster, make_run) -> None:
             return "repaired"
         if not target.alive:
             return "exited"
+        # With worker processes the public port opens only once the core is ready (nameserver/worker.py):
+        # a node that refuses its snapshot keeps it closed, and only its log says why.
+        if c.worker_processes and "apply stopped" in read_log(target)[logged_before:]:
+            return "refused"
         return None
 
     got = c.wait_for("the node to refuse or repair its corrupt snapshot", outcome, timeout=30)
@@ -145,8 +150,9 @@ def test_corrupted_snapshot_on_restart(fault_cluster, make_run) -> None:
                    f"hard-linked as raft/raft.dump); it says: {complaints[:3]}")
     if got == "refused":
         st = target.status()
-        print(f"apply_error: {st.apply_error}")
-        assert "snapshot" in st.apply_error and not st.ready, st
+        if st is not None or not c.worker_processes:
+            print(f"apply_error: {st.apply_error if st else None}")
+            assert st is not None and "snapshot" in st.apply_error and not st.ready, st
         with pytest.raises(grpc.RpcError) as err:  # it serves nothing it cannot trust
             target.ns.GetKv(api_pb2.GetKvRequest(namespace="ledger", key="w0-0000000"), timeout=5)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE

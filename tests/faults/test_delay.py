@@ -30,7 +30,7 @@ def test_delay_and_jitter_on_every_raft_link(lab, fault_cluster, make_run) -> No
     net = lab(3, proxied=True)
     c = fault_cluster(net)
     assert isinstance(c, NetnsCluster)
-    c.wait_ready(timeout=30)
+    c.wait_ready()
     run = make_run(c)
     run.start()
     time.sleep(2)  # the latency before the delay: about a hundred writes

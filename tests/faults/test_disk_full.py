@@ -59,7 +59,7 @@ def test_full_disk_on_one_node(role: str, tmpfs, fault_cluster, make_run) -> Non
     for n in c.nodes:  # every node on a tmpfs: which one leads is known only after the election
         tmpfs(_data_dir(c.root, n), TMPFS_MB)
     c.start()
-    leader = c.wait_ready(timeout=30)
+    leader = c.wait_ready()
     run = make_run(c)
     run.start()
     time.sleep(1)  # the workload going before the fill

@@ -84,7 +84,7 @@ def _scenario(c: Cluster, make_run: Callable) -> None:
         time.sleep(pick(*SECONDS))
         # 2. Replace n2 by n5: add n5 while the leader is paused past its election timeout (the other
         #    three of four members are a majority), then kill n2 and remove it, dead.
-        now = c.wait_ready([n1, n2, n3, n4], timeout=30)
+        now = c.wait_ready([n1, n2, n3, n4])
         now_name.append(now.name)
         now.proc.send_signal(signal.SIGSTOP)
         try:

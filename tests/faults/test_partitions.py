@@ -128,7 +128,7 @@ def test_partitions_leader_isolated_splits_bridge_and_cable(size: int, lab, faul
     net = lab(size)
     c = fault_cluster(net)
     assert isinstance(c, NetnsCluster)
-    c.wait_ready(timeout=30)
+    c.wait_ready()
     run = make_run(c)
     run.start()
     windows: list[Window] = []
