@@ -13,8 +13,8 @@ import random
 import signal
 import time
 
+from bench.procnet import children, listener_pids
 from tests.cluster import Cluster, NodeProc
-from tests.procnet import children, listener_pids
 
 WORKERS = int(os.environ.get("FAULTS_WORKERS", "0"))
 
