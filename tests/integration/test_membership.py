@@ -52,6 +52,7 @@ def members(node: NodeProc) -> list[str]:
         return []  # still starting
 
 
+@pytest.mark.slow  # 45 s; make test adds and replaces members under kills (tests/faults/test_membership_faults.py)
 def test_grow_to_five_and_shrink_to_three_while_writing(make_cluster) -> None:
     c: Cluster = make_cluster(5, start=False)
     first3 = c.nodes[:3]
