@@ -60,36 +60,18 @@ def check_header_length(head_len: int, max_header: int, kind: int) -> None:
                            kind)
 
 
-class IdleTimeout(TimeoutError):
-    """No frame began within the idle bound (nothing of the stream was consumed)."""
-
-
-async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME, idle_s: float | None = None,
-               frame_s: float | None = None, max_header: int | None = None) -> bytes | None:
-    """The next frame's payload; None at a clean end of stream (between frames).
-
-    `idle_s` bounds the wait for a frame to begin, `frame_s` the time a begun frame may take to arrive
-    whole (a slow sender holds a connection no longer than that). With `max_header`, a header-length
-    word over it is refused before the rest of the frame is read. Raises FrameError for a bad length,
-    asyncio.IncompleteReadError for a stream cut mid-frame, IdleTimeout when no frame began within
-    `idle_s`, and TimeoutError when a begun frame took longer than `frame_s`."""
-    try:
-        async with asyncio.timeout(idle_s):
-            prefix = await reader.read(4)
-    except TimeoutError:
-        raise IdleTimeout from None
+async def read(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME) -> bytes | None:
+    """The next frame's payload from a stream (the core channel's link; the public listener cuts frames
+    out of what it receives, `whole`); None at a clean end of stream (between frames). Raises FrameError
+    for a bad length and asyncio.IncompleteReadError for a stream cut mid-frame."""
+    prefix = await reader.read(4)
     if not prefix:
         return None
-    async with asyncio.timeout(frame_s):
-        if len(prefix) < 4:
-            prefix += await reader.readexactly(4 - len(prefix))
-        total = _INT32.unpack(prefix)[0]
-        check_frame_length(total, max_frame)
-        if max_header is None:
-            return await reader.readexactly(total)
-        word = await reader.readexactly(4)
-        check_header_word(_INT32.unpack(word)[0], total, max_header)
-        return word + await reader.readexactly(total - 4)
+    if len(prefix) < 4:
+        prefix += await reader.readexactly(4 - len(prefix))
+    total = _INT32.unpack(prefix)[0]
+    check_frame_length(total, max_frame)
+    return await reader.readexactly(total)
 
 
 def check_frame_length(total: int, max_frame: int) -> None:
