@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import proc_cpu_s
-from bench.procnet import listener_pids
+from bench.procnet import wait_listening
 from bench.remoting import ROUTE_TOPICS, run_load
 from tests.cluster import Cluster
 from tests.fakebroker import FakeBroker
@@ -43,9 +43,8 @@ def node_with_workers(root: str, workers: int) -> Iterator[tuple[str, int]]:
         c.wait_ready(timeout=60)
         node = c.nodes[0]
         assert node.proc is not None
-        port = int(node.remoting_addr.rsplit(":", 1)[1])
         pid = node.proc.pid
-        c.wait_for("the workers listening", lambda: len(listener_pids(pid, port)) == max(workers, 1), timeout=60)
+        wait_listening(pid, node.remoting_addr, max(workers, 1))
         yield node.remoting_addr, pid
     finally:
         c.stop()

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import new_channel, proc_cpu_s, run_load
-from bench.procnet import children, listener_pids
+from bench.procnet import children, wait_listening
 from bench.remoting import ROUTE_TOPICS
 from bench.workloads import registration_request
 from nameserver.pb import api_pb2, api_pb2_grpc
@@ -55,9 +55,7 @@ def cluster_with_workers(root: str, nodes: int, workers: int, at: str = "followe
         leader = c.wait_ready(timeout=60)
         for n in c.nodes:
             assert n.proc is not None
-            port = int(n.grpc_addr.rsplit(":", 1)[1])
-            c.wait_for(f"{n.name}'s gRPC listeners", lambda pid=n.proc.pid, port=port:
-                       len(listener_pids(pid, port)) == max(1, workers), timeout=60)
+            wait_listening(n.proc.pid, n.grpc_addr, max(1, workers))
         yield c, leader if at == "leader" else next((n for n in c.nodes if n is not leader), leader)
     finally:
         c.stop()
