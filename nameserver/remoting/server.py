@@ -543,13 +543,13 @@ class RemotingServer:
             return False
         started = time.monotonic()
         try:
-            with no_wait():
-                resp = self.handlers.handle(cmd, conn)
-        except WouldBlock:
-            return False
+            answered = self._inline(cmd, conn, fallback_counted=False)  # the slow path's try counts it
         except Exception as exc:  # a handler bug answers SYSTEM_ERROR, never kills the server
             log.exception("remoting: request code %d from %s failed", code, conn.peer)
-            resp = cmd.response(codes.SYSTEM_ERROR, f"internal error: {exc}")
+            answered = cmd.response(codes.SYSTEM_ERROR, f"internal error: {exc}")
+        if answered is None:
+            return False
+        resp = answered
         data = frame.encode(resp)
         self.budget.learn(code, len(data))
         if self.observer is not None:
@@ -626,13 +626,13 @@ class RemotingServer:
                 self.bad_log.info("remoting: closing connection from %s: idle for %.0f s", conn.peer, self.idle_s)
                 self._end(conn)
 
-    def _inline(self, cmd: Command, conn: object) -> Command | None:
+    def _inline(self, cmd: Command, conn: object, fallback_counted: bool = True) -> Command | None:
         """Answer a cheap read on the loop thread when nothing would block it; None: use a worker."""
         try:
             with no_wait():
                 return self.handlers.handle(cmd, conn)
         except WouldBlock:
-            self.inline_fallbacks += 1
+            self.inline_fallbacks += fallback_counted
             return None
 
     async def _reserve(self, conn: Connection, cmd: Command) -> int | None:
