@@ -317,10 +317,14 @@ def main(argv: list[str] | None = None) -> int:
                    "(comma-separated, e.g. 0,2): PSS of core and workers, restart to every worker serving")
     p.add_argument("--restarts", type=int, default=3, help="restarts of each --workers node")
     p.add_argument("--no-fsync", action="store_true", help="run the cluster with raft.fsync = false")
+    p.add_argument("--worker-processes", type=int, default=0, help="every cluster's nodes with this "
+                   "many worker processes ([node] worker_processes; --workers sets its own nodes)")
     p.add_argument("--json", default="", help="write the results here too")
     args = p.parse_args(argv)
     root = args.root or tempfile.mkdtemp(prefix="nsbench-")
-    sections = {"raft": {"fsync": False}} if args.no_fsync else {}
+    sections: dict[str, dict[str, Any]] = {"raft": {"fsync": False}} if args.no_fsync else {}
+    if args.worker_processes:
+        sections["node"] = {"worker_processes": args.worker_processes}
     only = set(args.only or ("failover", "recovery", "huge"))
     results: dict[str, Any] = {}
     if "failover" in only:
