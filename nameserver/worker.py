@@ -37,7 +37,7 @@ from nameserver.config import NodeConfig
 from nameserver.core import watch
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.metrics import RequestMetrics
-from nameserver.ops.workers import WorkerSpec, process_share
+from nameserver.ops.workers import SERVING, WorkerSpec, process_share
 from nameserver.pb import api_pb2
 from nameserver.remoting import RemotingServer, codes, frame
 from nameserver.remoting.command import Command
@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 len(node.watches), (node.watches.cut_off_total, channel.answered_unchanged, channel.stale_notes)))
         log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d", args.index, os.getpid(), cfg.grpc_addr,
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset)
+        _tell_core(SERVING)  # the core starts the workers it held back (nameserver/ops/workers.py)
         stopsignal.wait_until_set(stopped)
     _stop(remoting, grpc_server, replica)
     return 0
@@ -239,6 +240,14 @@ def warm_up(server: RemotingServer, node: ReplicaNode, reply_sizes: dict[int, in
     resp = server.handlers.handle(req)
     if resp.code == codes.SUCCESS:
         server.budget.learn(req.code, len(frame.encode(resp)))
+
+
+def _tell_core(line: bytes) -> None:
+    try:
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
+    except (OSError, ValueError):  # the core is gone: the end of stdin stops this worker
+        pass
 
 
 def _until_eof(stopped: threading.Event) -> None:

@@ -7,12 +7,18 @@ or the environment). The pipe stays open: a worker stops at its end-of-file, so 
 core, which also asks the kernel to kill it when the core dies (PR_SET_PDEATHSIG, nameserver/worker.py).
 A worker that exits is started again after a backoff (0.5 s, doubling to 10 s; back to 0.5 s once one
 ran 30 s), and counted.
+
+At the node's start no more processes load the state at once than the node has CPUs: the core and the
+first cores - 1 workers (at least one) start together, the rest once one worker says it serves (a line
+on its stdout) or DEFER_BOUND_S later. Each process loads its own copy of the state (a million records:
+~2.5 s of one CPU each): three loads on two CPUs would hold the node's ports closed ~1.5x longer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import pickle
 import subprocess
@@ -21,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import IO
 
 from nameserver.config import NodeConfig
 from nameserver.ops.workermetrics import ENV as METRICS_ENV
@@ -31,6 +38,13 @@ BACKOFF_MIN_S, BACKOFF_MAX_S = 0.5, 10.0
 STABLE_S = 30.0       # a worker that ran this long restarts after the shortest backoff again
 CHECK_EVERY_S = 0.2
 STOP_GRACE_S = 5.0
+SERVING = b"serving\n"  # what a worker writes on its stdout once its ports are open (nameserver/worker.py)
+DEFER_BOUND_S = 60.0  # the deferred workers start after this even if none said it serves
+
+
+def loading_at_once(workers: int, cpus: int) -> int:
+    """How many of `workers` start with the core: the core and they fill the CPUs, one at least."""
+    return min(workers, max(1, cpus - 1))
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,8 @@ class WorkerSupervisor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.served = threading.Event()  # a worker has said it serves (its ports are open)
+        self._release_at = math.inf  # when the workers deferred at the start begin, at the latest
 
     def alive(self) -> int:
         with self._lock:
@@ -91,16 +107,24 @@ class WorkerSupervisor:
             return [p.pid for p in self._procs if p is not None and p.poll() is None]
 
     def start(self) -> None:
-        for i in range(self.count):
+        first = loading_at_once(self.count, len(os.sched_getaffinity(0)))
+        for i in range(first):
             self._spawn(i)
+        self._due[first:] = [math.inf] * (self.count - first)
+        self._release_at = time.monotonic() + DEFER_BOUND_S
         self._thread = threading.Thread(target=self._watch, name="workers", daemon=True)
         self._thread.start()
-        log.info("started %d worker process(es): pids %s", self.count, self.pids())
+        log.info("started %d worker process(es): pids %s%s", first, self.pids(),
+                 f"; {self.count - first} more once one serves (no more loads at once than CPUs)"
+                 if first < self.count else "")
 
     def _spawn(self, i: int) -> subprocess.Popen:
         proc = subprocess.Popen([sys.executable, "-m", "nameserver.worker", "--index", str(i),
-                                 "--core-pid", str(os.getpid())], stdin=subprocess.PIPE, env=self.env)
-        assert proc.stdin is not None
+                                 "--core-pid", str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                env=self.env)
+        assert proc.stdin is not None and proc.stdout is not None
+        threading.Thread(target=self._read_stdout, args=(proc.stdout,), name=f"worker-{i}-stdout",
+                         daemon=True).start()
         spec = replace(self.spec, reply_sizes=self.reply_sizes()) if self.reply_sizes is not None else self.spec
         try:
             proc.stdin.write(pickle.dumps(spec))
@@ -112,17 +136,35 @@ class WorkerSupervisor:
         self._started[i] = time.monotonic()
         return proc
 
+    def _read_stdout(self, stdout: IO[bytes]) -> None:
+        """Until the worker's stdout ends: note that it serves; pass anything else on to ours."""
+        with contextlib.suppress(OSError, ValueError):
+            for line in stdout:
+                if line == SERVING:
+                    self.served.set()
+                else:
+                    sys.stdout.buffer.write(line)
+                    sys.stdout.buffer.flush()
+
     def _watch(self) -> None:
         while not self._stop.wait(CHECK_EVERY_S):
             now = time.monotonic()
+            if self._release_at != math.inf and (self.served.is_set() or now >= self._release_at):
+                self._release_at = math.inf
+                self._due = [now if due == math.inf else due for due in self._due]
             for i, proc in enumerate(self._procs):
                 if proc is not None and proc.poll() is not None:
                     self._exited(i, proc, now)
                 elif proc is None and now >= self._due[i] and not self._stop.is_set():
-                    self.restarts_total += 1
+                    first_start = self._started[i] == 0.0
+                    self.restarts_total += 0 if first_start else 1
                     try:
-                        log.info("remoting worker %d restarted: pid %d (%d restarts)", i, self._spawn(i).pid,
-                                 self.restarts_total)
+                        pid = self._spawn(i).pid
+                        if first_start:
+                            log.info("remoting worker %d started: pid %d (one serves now)", i, pid)
+                        else:
+                            log.info("remoting worker %d restarted: pid %d (%d restarts)", i, pid,
+                                     self.restarts_total)
                     except OSError as exc:  # out of processes or memory: try again after the backoff
                         log.warning("remoting worker %d could not be started: %s; trying again in %.1f s", i,
                                     exc, self._retry_later(i, now))

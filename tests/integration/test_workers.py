@@ -39,6 +39,7 @@ from bench.procnet import children, listener_pids, listening, socket_inodes, tcp
 from nameserver import headers, tlsconf
 from nameserver.api.auth import hash_token
 from nameserver.chunking import register_chunks
+from nameserver.ops.workers import loading_at_once
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import codes, frame, registerbody
 from nameserver.remoting.command import Command
@@ -1026,3 +1027,17 @@ def test_a_starting_node_with_workers_refuses_remoting_until_its_core_is_ready(
             codes.TOPIC_NOT_EXIST
     finally:
         c.stop()
+
+
+def test_no_more_processes_load_the_state_at_once_than_cpus(cluster: Cluster) -> None:
+    """At the node's start the core and cores - 1 workers load at once; the rest start once one serves."""
+    first = loading_at_once(WORKERS, len(os.sched_getaffinity(0)))  # the nodes inherit this process's CPUs
+    for node in cluster.nodes:
+        with open(node.log_path, errors="replace") as f:
+            log = f.read()
+        assert f"started {first} worker process(es)" in log, node.name
+        served = log.find(" serving gRPC on ")
+        assert served >= 0, node.name
+        for i in range(first, WORKERS):  # each held back until a worker served
+            started = log.find(f"remoting worker {i} started: pid")
+            assert started > served, (node.name, i, started, served)
