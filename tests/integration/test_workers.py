@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -1036,8 +1037,9 @@ def test_no_more_processes_load_the_state_at_once_than_cpus(cluster: Cluster) ->
         with open(node.log_path, errors="replace") as f:
             log = f.read()
         assert f"started {first} worker process(es)" in log, node.name
-        served = log.find(" serving gRPC on ")
-        assert served >= 0, node.name
+        serving = re.search(r"worker \d+ \(pid \d+\) serving gRPC", log)
+        assert serving is not None, node.name
+        served = serving.start()
         for i in range(first, WORKERS):  # each held back until a worker served
             started = log.find(f"remoting worker {i} started: pid")
             assert started > served, (node.name, i, started, served)
