@@ -81,7 +81,8 @@ def run_cores(root: str, seconds: float, clients: list[int], workers: int, *, ve
     res["projection"] = {**projection(res["scaling"][str(scaled[-1])]), "from_workers": scaled[-1]}
     log("cores: 3 voters with and without 2 read replicas")
     rows = replicas.run(seconds, max(clients), replica_rounds, idle_s, work_dir=os.path.join(run_dir, "replicas"))
-    res["replicas"] = {"rows": rows, "summary": replicas.summary(rows)}
+    res["replicas"] = {"rows": rows, "summary": replicas.summary(rows),
+                       "summary_on_leader": replicas.summary(rows, on_leader=True)}
     res["targets"] = targets(res)
     return res
 
@@ -156,12 +157,15 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append(f"| {row['label']} | {_lat(rd)} | {rd['server_us_per_op']:,.0f} | "
                      f"{rd['loadgen_us_per_op']:,.0f} | {_lat(wr)} | {row['leader_us_per_write']:,.0f} | "
                      f"{wr['loadgen_us_per_op']:,.0f} | {row['leader_cpu_idle']} |")
-    s = rep["summary"]
-    if s is not None:
-        lines += ["", f"With / without the replicas: route reads {s['reads_with_without']:.2f}x, writes "
-                  f"{s['writes_with_without']:.2f}x; the leader's CPU per replica: "
-                  f"{s['leader_cores_idle_per_replica']:+.3f} cores idle, {s['leader_us_per_write_per_replica']:+.1f} "
-                  "µs per write. On one machine the replicas share its cores with the voters."]
+    for key, which in (("summary", "following followers (the default)"),
+                       ("summary_on_leader", "on the leader (follow_leader = true)")):
+        s = rep.get(key)
+        if s is not None:
+            lines += ["", f"With / without the replicas {which}: route reads {s['reads_with_without']:.2f}x, writes "
+                      f"{s['writes_with_without']:.2f}x; the leader's CPU per replica: "
+                      f"{s['leader_cores_idle_per_replica']:+.3f} cores idle, "
+                      f"{s['leader_us_per_write_per_replica']:+.1f} µs per write."]
+    lines += ["", "On one machine the replicas share its cores with the voters."]
     lines += ["", "**Issue 27's remoting targets**", "", "| target | ours / yardstick | threshold | |",
               "|---|---|---|---|"]
     for t in res["targets"]:

@@ -4,8 +4,10 @@ the leader's CPU with the replicas following it, driven by the compiled load gen
 `python -m tests.interop.bench_replicas` runs it alone; bench/cores.py in the suite.
 
 Per round: route reads over the 3 voters; registrations against the leader; the leader's CPU idle; then 2
-replicas are started (following the voters, listed first so both follow the leader: the worst case for
-it), and the same three loads run with the replicas' endpoints added to the reads. On one machine the
+replicas are started (the leader listed first in their `follow`), as the product runs them: each moves to
+a voter that does not lead ([replica] follow_leader false, nameserver/replica/voters.py), and the same three
+loads run with the replicas' endpoints added to the reads; then the same with `follow_leader = true`, both
+replicas on the leader (the worst case for it, and what every replica did before). On one machine the
 replicas share its cores with the voters: read capacity here shows what they cost and serve, not what
 they add on machines of their own; each process's CPU per read is reported so that can be projected.
 """
@@ -38,8 +40,10 @@ IDLE_S = 5.0
 
 
 @contextmanager
-def replicas(root: str, follow: list[str], n: int) -> Iterator[list[tuple[str, subprocess.Popen]]]:
-    """`n` read replica processes following `follow`, each ready: (remoting address, process)."""
+def replicas(root: str, follow: list[str], n: int, follow_leader: bool = False
+             ) -> Iterator[list[tuple[str, subprocess.Popen]]]:
+    """`n` read replica processes following `follow`, each ready and, unless `follow_leader`, off the
+    first of `follow` (the leader): (remoting address, process)."""
     procs: list[tuple[str, subprocess.Popen]] = []
     try:
         for i in range(n):
@@ -47,12 +51,13 @@ def replicas(root: str, follow: list[str], n: int) -> Iterator[list[tuple[str, s
             config = os.path.join(root, f"replica{i}.toml")
             Path(config).write_text(f'[node]\ngrpc_addr = "127.0.0.1:{grpc_port}"\n\n[remoting]\n'
                                     f'listen = "127.0.0.1:{remoting_port}"\n\n'
-                                    f'[replica]\nfollow = {json.dumps(follow)}\n')
+                                    f'[replica]\nfollow = {json.dumps(follow)}\n'
+                                    f'follow_leader = {"true" if follow_leader else "false"}\n')
             with open(os.path.join(root, f"replica{i}.log"), "ab") as log:
                 proc = subprocess.Popen([sys.executable, "-m", "nameserver.cli.serve", "replica", "--config", config],
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             procs.append((f"127.0.0.1:{remoting_port}", proc))
-            _wait_ready(f"127.0.0.1:{grpc_port}")
+            _wait_ready(f"127.0.0.1:{grpc_port}", avoid="" if follow_leader else follow[0])
         yield procs
     finally:
         for _, proc in procs:
@@ -60,12 +65,14 @@ def replicas(root: str, follow: list[str], n: int) -> Iterator[list[tuple[str, s
             proc.wait(timeout=15)
 
 
-def _wait_ready(grpc_addr: str, timeout: float = 60.0) -> None:
+def _wait_ready(grpc_addr: str, timeout: float = 60.0, avoid: str = "") -> None:
+    """Until the replica answers ready, following another voter than `avoid` when given."""
     deadline = time.monotonic() + timeout
     with grpc.insecure_channel(grpc_addr) as ch:
         while time.monotonic() < deadline:
             try:
-                if api_pb2_grpc.AdminStub(ch).Status(api_pb2.StatusRequest(), timeout=1).ready:
+                st = api_pb2_grpc.AdminStub(ch).Status(api_pb2.StatusRequest(), timeout=1)
+                if st.ready and st.following != avoid:
                     return
             except grpc.RpcError:
                 pass
@@ -88,7 +95,7 @@ def measure(cluster: LocalCluster, leader_pid: int, leader_remoting: str, extra:
     cpu0 = proc_cpu_s([leader_pid])
     writes = run_load("registrations", [leader_remoting], connections, seconds, [leader_pid], prefix=f"w-{label}")
     leader_write_cpu = (proc_cpu_s([leader_pid]) - cpu0) / seconds
-    return {"label": label, "replicas": len(extra), "reads": reads, "writes": writes,
+    return {"label": label, "replicas": len(extra), "on_leader": "on-leader" in label, "reads": reads, "writes": writes,
             "reads_per_s": reads["per_s"], "read_errors": reads["errors"],
             "read_p99_ms": reads["p99_ms"], "servers_us_per_read": reads["server_us_per_op"],
             "writes_per_s": writes["per_s"], "write_errors": writes["errors"], "write_p99_ms": writes["p99_ms"],
@@ -116,20 +123,23 @@ def run(seconds: float, connections: int, rounds: int, idle_s: float = IDLE_S, w
                 for r in range(rounds):
                     rows.append(measure(cluster, leader.pid, leader.remoting_addr, [], [], seconds, connections,
                                         f"voters-{r}", idle_s))
-                    with replicas(root, follow, REPLICAS) as reps:
-                        rows.append(measure(cluster, leader.pid, leader.remoting_addr, [a for a, _ in reps],
-                                            [p.pid for _, p in reps], seconds, connections,
-                                            f"voters+{REPLICAS}-replicas-{r}", idle_s))
+                    for on_leader in (False, True):
+                        with replicas(root, follow, REPLICAS, follow_leader=on_leader) as reps:
+                            rows.append(measure(cluster, leader.pid, leader.remoting_addr, [a for a, _ in reps],
+                                                [p.pid for _, p in reps], seconds, connections,
+                                                f"voters+{REPLICAS}-replicas{'-on-leader' if on_leader else ''}-{r}",
+                                                idle_s))
         finally:
             cluster.stop()
     return rows
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, float] | None:
+def summary(rows: list[dict[str, Any]], on_leader: bool = False) -> dict[str, float] | None:
     """Over the rounds (means): the leader's CPU per replica idle (cores) and per write (µs), and the
-    ratios with / without the replicas of writes/s and route reads/s; None without both kinds of rows."""
+    ratios with / without the replicas of writes/s and route reads/s, for the replicas as the product runs
+    them (off the leader), or `on_leader`; None without both kinds of rows."""
     without = [r for r in rows if not r["replicas"]]
-    with_ = [r for r in rows if r["replicas"]]
+    with_ = [r for r in rows if r["replicas"] and r.get("on_leader", False) == on_leader]
     if not (without and with_):
         return None
 
@@ -148,9 +158,11 @@ def report(rows: list[dict[str, Any]], command: str) -> str:
             "leader_cpu_writing", "leader_us_per_write", "leader_cpu_idle", "read_errors", "write_errors"]
     out = [f"`{command}`", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     out += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
-    s = summary(rows)
-    if s is not None:
-        out += ["", f"leader CPU per replica: {s['leader_cores_idle_per_replica']:+.3f} cores idle, "
-                f"{s['leader_us_per_write_per_replica']:+.1f} us per write under the write load; writes with/without "
-                f"replicas: {s['writes_with_without']:.2f}x; route reads with/without: {s['reads_with_without']:.2f}x"]
+    for on_leader in (False, True):
+        s = summary(rows, on_leader)
+        if s is not None:
+            out += ["", f"replicas {'on the leader' if on_leader else 'on followers'}: leader CPU per replica: "
+                    f"{s['leader_cores_idle_per_replica']:+.3f} cores idle, {s['leader_us_per_write_per_replica']:+.1f}"
+                    f" us per write under the write load; writes with/without replicas: "
+                    f"{s['writes_with_without']:.2f}x; route reads with/without: {s['reads_with_without']:.2f}x"]
     return "\n".join(out)

@@ -143,6 +143,10 @@ class NodeConfig:
     # sends one a second): a voter that died or froze is noticed, a slow network is not mistaken for one.
     replica_max_lag_entries: int = 1000
     replica_max_silence_ms: int = 5000
+    # A replica follows a voter that does not lead while one is ready: the leader's CPU per write bounds the
+    # cluster's writes, and each Follow stream costs its sender an encode and a send per entry. True: follow
+    # the leader too (fresher by a heartbeat: a follower applies an entry when it hears it is committed).
+    replica_follow_leader: bool = False
     controller_role: str = ""      # the role controller-port calls act as; empty: the node's own (peer) rights
     controller_scan_interval_ms: int = 1_000   # how often the leader looks for sets whose master went silent
     controller_heartbeat_timeout_ms: int = 10_000  # for a heartbeat that names no timeout (RocketMQ's default)
@@ -389,7 +393,8 @@ def _controller(section: dict[str, Any], kwargs: dict[str, Any]) -> None:
             raise ConfigError(f"controller.{attr.removeprefix('controller_')} must be >= 100")
 
 
-_REPLICA_KEYS = {"max_lag_entries": "replica_max_lag_entries", "max_silence_ms": "replica_max_silence_ms"}
+_REPLICA_KEYS = {"max_lag_entries": "replica_max_lag_entries", "max_silence_ms": "replica_max_silence_ms",
+                 "follow_leader": "replica_follow_leader"}
 
 
 def _replica(section: dict[str, Any], kwargs: dict[str, Any]) -> None:
@@ -404,7 +409,7 @@ def _replica(section: dict[str, Any], kwargs: dict[str, Any]) -> None:
             kwargs["replica_follow"] = list(dict.fromkeys(value))
         elif key in _REPLICA_KEYS:
             kwargs[_REPLICA_KEYS[key]] = _typed(f"replica.{key}", value, _DEFAULTS[_REPLICA_KEYS[key]])
-            if kwargs[_REPLICA_KEYS[key]] <= 0:
+            if key != "follow_leader" and kwargs[_REPLICA_KEYS[key]] <= 0:
                 raise ConfigError(f"replica.{key} must be positive")
         else:
             raise ConfigError(f"replica.{key} is not a setting (settings: follow, {', '.join(_REPLICA_KEYS)})")

@@ -22,6 +22,7 @@ import pickle
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -193,8 +194,11 @@ def serve_remote(cfg: NodeConfig) -> int:
     log.info("read replica (pid %d) following %s, serving gRPC on %s%s", os.getpid(), ", ".join(cfg.replica_follow),
              cfg.grpc_addr, f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "")
     readiness = voters.ReadinessLog(replica)
+    preference = None if cfg.replica_follow_leader else voters.FollowerPreference(replica, peer)
     while not stopped.wait(READINESS_CHECK_S):
         readiness.check()
+        if preference is not None:
+            preference.check(time.monotonic())
     _stop(remoting, grpc_server, replica)
     onward.close()
     return 0

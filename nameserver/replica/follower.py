@@ -81,6 +81,7 @@ class ReadReplica:
         self._stop = threading.Event()
         self._call: Any = None  # the running Follow call (a grpc.Call and iterator)
         self._cut = False  # the watchdog cancelled the running call
+        self._move_to: str | None = None  # the target to follow next (move_to), else the next in turn
         self._channel: grpc.Channel | None = None
         self._thread: threading.Thread | None = None
         self._watchdog: threading.Thread | None = None
@@ -223,12 +224,25 @@ class ReadReplica:
                 tried = 0
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
 
+    def move_to(self, target: str, reason: str) -> bool:
+        """Leave the stream followed now for `target`, another of the targets, from the offset held; False
+        when there is no such target or no stream to leave."""
+        call = self._call
+        if target == self.target or target not in self.targets or call is None:
+            return False
+        self._move_to = target
+        self.last_error = reason
+        self._cut = True
+        call.cancel()
+        return True
+
     def _next_target(self) -> None:
         """Follow the next of several targets (from the offset held: every voter has the same entries at
-        the same offsets); with one, reconnect to it."""
+        the same offsets), or the one move_to named; with one, reconnect to it."""
         if len(self.targets) < 2:
             return
-        self.target = self.targets[(self.targets.index(self.target) + 1) % len(self.targets)]
+        moving, self._move_to = self._move_to, None
+        self.target = moving or self.targets[(self.targets.index(self.target) + 1) % len(self.targets)]
         if self._channel is not None:
             self._channel.close()
             self._channel = None

@@ -132,6 +132,43 @@ class VoterReadIndex:
         raise TimeoutError(f"no read index from the voters ({', '.join(errors)})")
 
 
+class FollowerPreference:
+    """Keeps a replica off the leader's Log.Follow while another voter is ready ([replica] follow_leader
+    false): the leader's CPU per write bounds the cluster's writes, and a stream costs its sender an encode
+    and a send per entry. Every CHECK_S it asks the followed voter's Status; if that one leads, it moves
+    the replica to the first other voter that answers ready and not leading (none: it stays)."""
+
+    CHECK_S = 5.0
+
+    def __init__(self, replica: ReadReplica, open_peer: Callable[[str], grpc.Channel]) -> None:
+        self.replica = replica
+        self._admins = {addr: api_pb2_grpc.AdminStub(open_peer(addr)) for addr in replica.targets}
+        self._due = 0.0
+        self.moves = 0
+
+    def _status(self, addr: str) -> api_pb2.NodeStatus | None:
+        try:
+            return self._admins[addr].Status(api_pb2.StatusRequest(), timeout=1.0)
+        except grpc.RpcError:
+            return None
+
+    def check(self, now: float) -> None:
+        if now < self._due or len(self.replica.targets) < 2 or not self.replica.ready:
+            return
+        self._due = now + self.CHECK_S
+        followed = self.replica.target
+        st = self._status(followed)
+        if st is None or st.role != api_pb2.ROLE_LEADER:
+            return
+        for addr in self.replica.targets:
+            other = self._status(addr) if addr != followed else None
+            if other is not None and other.ready and other.role == api_pb2.ROLE_FOLLOWER:
+                if self.replica.move_to(addr, f"{followed} leads: following {addr}, a follower"):
+                    self.moves += 1
+                    log.info("read replica moves from %s (the leader) to %s", followed, addr)
+                return
+
+
 def replica_status(cfg: NodeConfig, replica: ReadReplica) -> api_pb2.NodeStatus:
     """Admin.Status of a read replica: its apply offset, digest and lag, and why it refuses reads."""
     with replica.lock:
@@ -171,5 +208,5 @@ class ReadinessLog:
         self.refusing = reason
 
 
-__all__ = ["FollowedChannel", "ReadinessLog", "health", "VoterReadIndex", "channel_options", "client_channel",
-           "replica_status"]
+__all__ = ["FollowedChannel", "FollowerPreference", "ReadinessLog", "health", "VoterReadIndex", "channel_options",
+           "client_channel", "replica_status"]

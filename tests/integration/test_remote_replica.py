@@ -26,6 +26,7 @@ from nameserver.localports import free_ports
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import codes, frame
 from nameserver.remoting.command import Command
+from nameserver.replica.voters import FollowerPreference
 from tests.cluster import ROOT, Cluster, NodeProc, register_request, retry, running
 
 pytestmark = pytest.mark.cluster
@@ -234,3 +235,25 @@ def test_the_replica_refuses_reads_while_its_voters_are_silent(cluster: Cluster,
     assert route(replica.ns, "TopicRR1", 0).broker_datas
     assert replica.health() == health_pb2.HealthCheckResponse.SERVING
     wait_until("its log says so", lambda: "read replica answers reads again" in replica.log())
+
+
+def test_a_replica_moves_off_the_leader_unless_told_to_follow_it(cluster: Cluster) -> None:
+    """[replica] follow_leader false (the default): a replica told to follow the leader first moves to a
+    follower, which spares the leader a stream; with follow_leader = true it stays."""
+    leader = cluster.wait_ready()
+    order = [leader] + [n for n in cluster.nodes if n is not leader]
+    moving = start_replica(cluster.root, "replica-moves", order)
+    staying = start_replica(cluster.root, "replica-stays", order, extra="follow_leader = true\n")  # in [replica]
+    try:
+        wait_until("both replicas ready", lambda: _ready(moving) and _ready(staying), timeout=30)
+        wait_until("the replica follows a follower", lambda: moving.status().following != leader.grpc_addr,
+                   timeout=FollowerPreference.CHECK_S + 10)
+        assert moving.status().following in {n.grpc_addr for n in order[1:]}
+        assert f"moves from {leader.grpc_addr} (the leader)" in moving.log()
+        offset = register(leader.ns, "rr-f", "TopicRR4")  # and it still sees the leader's writes
+        assert [b.broker_name for b in route(moving.ns, "TopicRR4", offset).broker_datas] == ["rr-f"]
+        time.sleep(FollowerPreference.CHECK_S + 1)  # a check has come by on the other one too
+        assert staying.status().following == leader.grpc_addr and "moves from" not in staying.log()
+    finally:
+        moving.stop()
+        staying.stop()
