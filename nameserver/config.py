@@ -4,7 +4,7 @@
     raft_addr = "127.0.0.1:9201"      # this node's id in the cluster
     grpc_addr = "127.0.0.1:9101"
     data_dir = "data/local/n1"
-    worker_processes = 0              # gRPC and remoting front-end processes (docs/architecture.md)
+    worker_processes = 0              # gRPC and remoting front-end processes, or "auto" (docs/architecture.md)
 
     [[cluster.members]]               # every member, this node included
     raft_addr = "127.0.0.1:9201"
@@ -238,6 +238,15 @@ class NodeConfig:
 
 INITIAL_STATES = ("new", "existing")
 MAX_WORKER_PROCESSES = 64  # each one is an interpreter with a copy of the state: more is a typo
+AUTO = "auto"  # [node] worker_processes = "auto": one per CPU this process may run on (auto_worker_processes)
+
+
+def auto_worker_processes(max_followers: int) -> int:
+    """What worker_processes = "auto" means: a worker per CPU the node may run on (its affinity), and at
+    most half of limits.max_followers (each worker's replica is a follower of its core; the other half
+    stays for read replicas and other nodes' catch-up)."""
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKER_PROCESSES, max_followers // 2))
+
 # With workers the core listens on Unix sockets under <data_dir>/channel/ (the longest name below), and the
 # kernel takes at most 107 bytes for such a path (sun_path's 108 with its NUL): checked at load, not at bind.
 CHANNEL_SOCKET_LONGEST = os.path.join("channel", "remoting.sock")
@@ -310,7 +319,14 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     for section, keys in _SECTIONS.items():
         for key in keys:
             if key in doc.get(section, {}):
-                kwargs[key] = _typed(f"{section}.{key}", doc[section][key], _DEFAULTS[key])
+                value = doc[section][key]
+                if key == "worker_processes" and value == AUTO:
+                    continue  # resolved once the limits are known, below
+                if key == "worker_processes" and isinstance(value, str):
+                    raise ConfigError(f'node.worker_processes must be int or "{AUTO}", not {value!r}')
+                kwargs[key] = _typed(f"{section}.{key}", value, _DEFAULTS[key])
+    if node.get("worker_processes") == AUTO:
+        kwargs["worker_processes"] = auto_worker_processes(kwargs.get("max_followers", _DEFAULTS["max_followers"]))
     for section, (key, attr) in _LISTENERS.items():
         if key in doc.get(section, {}):
             kwargs[attr] = str(doc[section][key])

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from nameserver import config
@@ -120,10 +122,23 @@ def test_worker_processes_is_off_by_default_and_checked_by_name(tmp_path) -> Non
     p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 2'))
     assert config.load(str(p)).worker_processes == 2
     for bad, says in (("-1", "node.worker_processes must be 0..64"), ("1000", "node.worker_processes must be 0..64"),
-                      ('"two"', "node.worker_processes must be int")):
+                      ('"two"', 'node.worker_processes must be int or "auto", not \'two\''),
+                      ("2.5", "node.worker_processes must be int")):
         p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "data/n1"\nworker_processes = {bad}'))
         with pytest.raises(config.ConfigError, match=says):
             config.load(str(p))
+
+
+def test_worker_processes_auto_is_a_worker_per_cpu_within_half_the_followers(tmp_path) -> None:
+    """"auto": one per CPU the node may run on (its affinity, as the nodes inherit it), at most half of
+    limits.max_followers (the rest for read replicas), at least one."""
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = "auto"'))
+    cpus = len(os.sched_getaffinity(0))
+    assert config.load(str(p)).worker_processes == max(1, min(cpus, 8))
+    p.write_text(p.read_text() + "\n[limits]\nmax_followers = 2\n")
+    assert config.load(str(p)).worker_processes == 1
+    assert config.auto_worker_processes(100) == min(cpus, config.MAX_WORKER_PROCESSES)
 
 
 def test_more_workers_than_followers_allowed_is_refused_naming_both(tmp_path) -> None:
