@@ -11,8 +11,17 @@ from collections import Counter
 import pytest
 
 from nameserver.errors import ValidationError
-from nameserver.pb import api_pb2
-from nameserver.state import MetadataState, Translation, keys, register_broker
+from nameserver.pb import api_pb2, state_pb2
+from nameserver.state import (
+    MetadataState,
+    Translation,
+    delete_topic,
+    expire_broker,
+    keys,
+    register_broker,
+    register_topic,
+    wipe_write_perm,
+)
 from nameserver.state import controller as ctl
 from nameserver.state.shards import moves
 from nameserver.state.shards.directory import default_group
@@ -200,14 +209,38 @@ def test_a_write_translated_before_the_fence_applies_is_refused_and_its_retry_fi
     """The source accepts nothing of the set once its fence is in its log, whatever its directory replica
     said when it translated: the fence's absence is a precondition of every write of the set."""
     g0, g1, _g2 = _fleet()
-    late = moves.guard_set_write(g1, SET, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT))
+    late = moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT))
     assert apply(g0, moves.begin_move(g0, SET, 2, 3))
     assert apply(g1, moves.fence_set(g1, SET, 1, 2))
     assert not apply(g1, late)  # a no-op at apply: the copy cannot miss it
     with pytest.raises(moves.SetMoving) as moving:
-        moves.guard_set_write(g1, SET, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT))
+        moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT))
     assert moving.value.target == 2
-    assert moves.guard_set_write(g1, "other", Translation()).empty  # nothing to write: no guard
+    assert not moves.guard_set_writes(g1, Translation()).batch.preconditions  # nothing written: no guard
+
+
+def test_every_write_touching_a_fenced_set_is_refused_whatever_its_request() -> None:
+    """The guard reads the records a translation writes, not the request: a topic deleted or registered on
+    several sets, a write permission change, an expiry, a live/-only change are all caught."""
+    g0, g1, _g2 = _fleet()
+    register(g1, reg("other", "10.0.0.7:10911"))
+    live_only = reg(SET, "10.0.0.2:10911", bid=1)
+    live_only.heartbeat_timeout_ms = 5_000  # changes only the address's live/ record
+    assert [r.key for r in register_broker(g1, live_only, TIMEOUT).batch.records] == ["live/10.0.0.2:10911"]
+    slave = "10.0.0.2:10911"
+    writes = [delete_topic(g1, "T1"), wipe_write_perm(g1, SET), expire_broker(g1, slave, g1.live_version(slave)),
+              register_broker(g1, live_only, TIMEOUT),
+              register_topic(g1, "T9", [state_pb2.QueueData(broker_name=n, perm=6) for n in ("other", SET)])]
+    assert all(moves.sets_written(g1, tr) >= {SET} for tr in writes)
+    assert moves.sets_written(g1, wipe_write_perm(g1, "other")) == {"other"}
+    gone = Translation(batch=entry_pb2.Batch(records=[  # an address's records alone name its set by its live/
+        entry_pb2.Record(type=keys.FILTER_TYPE, op=entry_pb2.OP_DELETE, key=keys.filter_key(slave))]))
+    assert moves.sets_written(g1, gone) == {SET}
+    assert apply(g0, moves.begin_move(g0, SET, 2, 3)) and apply(g1, moves.fence_set(g1, SET, 1, 2))
+    for tr in writes:
+        with pytest.raises(moves.SetMoving):
+            moves.guard_set_writes(g1, tr)
+    assert apply(g1, moves.guard_set_writes(g1, wipe_write_perm(g1, "other")))
 
 
 def test_move_steps_refuse_bad_input_by_field() -> None:
@@ -236,7 +269,7 @@ def test_a_set_held_by_group0_before_sharding_moves_out_with_the_directory_recor
     assert apply(g0, moves.begin_move(g0, "old", 1, 2))
     assert moves.fence_set(g0, "old", 0, 1).empty  # group 0's fence is the directory record
     with pytest.raises(moves.SetMoving):
-        moves.guard_set_write(g0, "old", register_broker(g0, reg("old", "10.0.0.6:10911", bid=1), TIMEOUT))
+        moves.guard_set_writes(g0, register_broker(g0, reg("old", "10.0.0.6:10911", bid=1), TIMEOUT))
     assert apply(g1, moves.copy_set(g0, g1, "old"))
     assert apply(g0, moves.finish_move(g0, "old", 1, g1.offset))
     assert apply(g0, moves.drop_set(g0, g0, 0, "old"))

@@ -2,9 +2,12 @@
 
 The same requests go to one MetadataState and to G states, the latter placed by the router (a new set
 assigned first by group 0, settings and KV in group 0, a registration translated in its set's group with
-group 0's settings), with sets moved between groups in between. After every request, every topic's merged
-route (each variant a client can ask: zone, order config, acting master) equals the one state's, and so do
-the replies the writes give.
+group 0's settings, every group's write guarded by its fences), while sets move between groups one step at
+a time. A request refused because its set is moving is sent again later, as a broker retries (the one state
+takes it then). After every request and step, every topic's merged route (each variant a client can ask:
+zone, order config, acting master) equals the one state's, and so do the writes' replies; once the moves end
+and the refused requests are retried, every address registered in the one state is registered in its
+set's group: no registration lost.
 
 Not covered, as docs/scaling.md says: an address re-registering under another broker set held by another
 group (one group moves it at once; sharded, its old set keeps it until that group expires it). The fleet
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
+from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -60,12 +64,31 @@ def _apply(state: MetadataState, tr: Translation) -> bool:
     return state.apply_entry(state.offset + 1, entry_pb2.Entry(batches=[tr.batch]))[0].applied
 
 
+Request = (api_pb2.RegisterBrokerRequest | api_pb2.UnregisterBrokerRequest | api_pb2.BrokerPermRequest
+           | api_pb2.RegisterTopicRequest | api_pb2.DeleteTopicRequest | api_pb2.PutKvRequest
+           | api_pb2.UpdateSettingsRequest)
+Writes = list[tuple[int, Translation]]
+
+
+@dataclass
+class Move:
+    """A set's move under way: the steps done so far (moves.py's 1-5) and where the copy applied."""
+
+    name: str
+    source: int
+    target: int
+    done: int = 0
+    since: int = 0
+
+
 @dataclass
 class Sharded:
-    """G groups' states driven as the node would drive them (the router, then each group's translation)."""
+    """G groups' states driven as the node would drive them: the router, then the group's translation,
+    guarded by its fences (moves.guard_set_writes); sets moved one step at a time between requests."""
 
     groups: int
     states: list[MetadataState] = field(default_factory=list)
+    moving: dict[str, Move] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.states = [MetadataState() for _ in range(self.groups)]
@@ -74,41 +97,55 @@ class Sharded:
     def g0(self) -> MetadataState:
         return self.states[0]
 
-    def place(self, request: api_pb2.RegisterBrokerRequest | api_pb2.UnregisterBrokerRequest
-              | api_pb2.BrokerPermRequest | api_pb2.RegisterTopicRequest | api_pb2.DeleteTopicRequest
-              | api_pb2.PutKvRequest | api_pb2.UpdateSettingsRequest) -> list[tuple[int, object]]:
+    def place(self, request: Request) -> list[tuple[int, Message]]:
+        """The groups the request goes to; SetMoving when the router refuses it (a set moving)."""
         placed = route(request, self.g0.directory, self.groups)
         if isinstance(placed, AssignFirst):
             assert _apply(self.g0, moves.assign_set(self.g0, placed.broker_name, placed.cluster, self.groups))
             placed = route(request, self.g0.directory, self.groups)
-        assert not isinstance(placed, (AssignFirst, Moving)), placed  # moves here run start to end
+        if isinstance(placed, Moving):
+            raise moves.SetMoving(placed.broker_name, placed.target)
         if isinstance(placed, Split):
             return list(placed.parts)
         assert isinstance(placed, ToGroup)
         return [(placed.group, request)]
 
-    def write(self, group: int, broker_name: str | None, tr: Translation) -> Translation:
-        if broker_name is not None:
-            moves.guard_set_write(self.states[group], broker_name, tr)
-        assert _apply(self.states[group], tr)
-        return tr
+    def guarded(self, group: int, tr: Translation) -> tuple[int, Translation]:
+        return group, moves.guard_set_writes(self.states[group], tr)
 
-    def move(self, name: str, target: int, check: Callable[[], None]) -> None:
-        """Every step of a move, each checked idempotent by running it twice, `check` run after each."""
-        g0, source = self.g0, self.g0.directory.group_of(name)
-        if target == source or not moves.set_keys(self.states[source], name):
-            return
-        steps = [(0, lambda: moves.begin_move(g0, name, target, self.groups)),
-                 (source, lambda: moves.fence_set(self.states[source], name, source, target)),
-                 (target, lambda: moves.copy_set(self.states[source], self.states[target], name))]
-        for group, step in steps:
-            assert _apply(self.states[group], step()) and step().empty
-            check()
-        since = self.states[target].offset
-        assert _apply(g0, moves.finish_move(g0, name, target, since))
-        check()
-        assert _apply(self.states[source], moves.drop_set(self.states[source], g0, source, name))
-        check()
+    def commit(self, writes: Writes) -> None:
+        for group, tr in writes:
+            assert _apply(self.states[group], tr)
+
+    def start_move(self, name: str, target: int) -> None:
+        source = self.g0.directory.group_of(name)
+        if name not in self.moving and target != source and moves.set_keys(self.states[source], name):
+            self.moving[name] = Move(name, source, target)
+            self.step(name)
+
+    def step(self, name: str) -> None:
+        """The move's next step, checked idempotent (run again, it writes nothing)."""
+        m, g0 = self.moving[name], self.g0
+        source, target = self.states[m.source], self.states[m.target]
+        group, step = [
+            (0, lambda: moves.begin_move(g0, name, m.target, self.groups)),
+            (m.source, lambda: moves.fence_set(source, name, m.source, m.target)),
+            (m.target, lambda: moves.copy_set(source, target, name)),
+            (0, lambda: moves.finish_move(g0, name, m.target, m.since)),
+            (m.source, lambda: moves.drop_set(source, g0, m.source, name)),
+        ][m.done]
+        assert _apply(self.states[group], step()) and step().empty
+        m.done += 1
+        if m.done == 3:
+            m.since = target.offset
+        if m.done == 5:
+            del self.moving[name]
+
+    def registered(self) -> list[str]:
+        """Every address registered in the group the directory names for its set."""
+        directory = self.g0.directory
+        return sorted(addr for group, state in enumerate(self.states) for addr, live, _ in state.live_addrs()
+                      if directory.group_of(live.broker_name) == group)
 
 
 def registration(name: str, bid: int, counter: int, topics: dict[str, int], acting: bool | None,
@@ -123,75 +160,102 @@ def registration(name: str, bid: int, counter: int, topics: dict[str, int], acti
 
 
 class Fleet:
-    """The one-group state and the sharded one, fed the same requests; every reply and route compared."""
+    """The one-group state and the sharded one, fed the same requests; every reply and route compared. A
+    request the sharded fleet refuses (its set is moving) is kept and sent again later, as a broker retries:
+    the one group then takes it at that time too."""
 
     def __init__(self, groups: int) -> None:
         self.one = MetadataState()
         self.sharded = Sharded(groups)
+        self.deferred: list[tuple] = []  # type: ignore[type-arg]
 
     def register(self, req: api_pb2.RegisterBrokerRequest) -> None:
-        one = register_broker(self.one, req, TIMEOUT)
-        assert _apply(self.one, one)
         [(group, _)] = self.sharded.place(req)
         states = self.sharded.states
-        tr = self.sharded.write(group, req.broker_name, register_broker(states[group], req, TIMEOUT, states[0]))
+        writes = [self.sharded.guarded(group, register_broker(states[group], req, TIMEOUT, states[0]))]
+        one = register_broker(self.one, req, TIMEOUT)
+        self.commit(one, writes)
+        tr = writes[0][1]
         assert (tr.master_addr, tr.ha_server_addr, tr.order_topic_config, tr.conflict) == (
             one.master_addr, one.ha_server_addr, one.order_topic_config, one.conflict)
 
+    def commit(self, one: Translation, writes: Writes) -> None:
+        assert _apply(self.one, one)
+        self.sharded.commit(writes)
+
     def unregister(self, name: str, bid: int) -> None:
-        assert _apply(self.one, unregister_broker(self.one, CLUSTER[name], name, addr(name, bid), bid))
         req = api_pb2.UnregisterBrokerRequest(broker_name=name, broker_addr=addr(name, bid), broker_id=bid)
         [(group, _)] = self.sharded.place(req)
         state = self.sharded.states[group]
-        self.sharded.write(group, name, unregister_broker(state, CLUSTER[name], name, addr(name, bid), bid))
+        writes = [self.sharded.guarded(group, unregister_broker(state, CLUSTER[name], name, addr(name, bid), bid))]
+        self.commit(unregister_broker(self.one, CLUSTER[name], name, addr(name, bid), bid), writes)
 
     def expire(self, name: str, bid: int) -> None:
         """The leader of the address's group expires it (at the version its scan saw)."""
         a = addr(name, bid)
-        assert _apply(self.one, expire_broker(self.one, a, self.one.live_version(a)))
         group = self.sharded.g0.directory.group_of(name)
         state = self.sharded.states[group]
-        self.sharded.write(group, name, expire_broker(state, a, state.live_version(a)))
+        writes = [self.sharded.guarded(group, expire_broker(state, a, state.live_version(a)))]
+        self.commit(expire_broker(self.one, a, self.one.live_version(a)), writes)
 
     def write_perm(self, name: str, wipe: bool) -> None:
         change = wipe_write_perm if wipe else add_write_perm
-        one = change(self.one, name)
-        assert _apply(self.one, one)
         [(group, _)] = self.sharded.place(api_pb2.BrokerPermRequest(broker_name=name))
-        assert self.sharded.write(group, name, change(self.sharded.states[group], name)).count == one.count
+        writes = [self.sharded.guarded(group, change(self.sharded.states[group], name))]
+        one = change(self.one, name)
+        self.commit(one, writes)
+        assert writes[0][1].count == one.count
 
     def register_topic(self, topic: str, brokers: list[str], perm: int) -> None:
         """Every group's part is translated (and so checked) before any is written: all or nothing here.
         (The node cannot make parts in several groups atomic; docs/scaling.md says what it promises.)"""
         datas = [state_pb2.QueueData(broker_name=b, read_queue_nums=2, write_queue_nums=2, perm=perm) for b in brokers]
-        try:
-            one = register_topic(self.one, topic, datas)
-        except ValidationError:
-            one = None
         parts = self.sharded.place(api_pb2.RegisterTopicRequest(topic=topic, queue_datas=datas))
         try:
-            trs = [(g, register_topic(self.sharded.states[g], topic, list(part.queue_datas)))  # type: ignore[attr-defined]
-                   for g, part in parts]
+            writes: Writes | None = [
+                self.sharded.guarded(g, register_topic(self.sharded.states[g], topic, list(part.queue_datas)))  # type: ignore[attr-defined]
+                for g, part in parts]
         except ValidationError:
-            trs = None
-        assert (one is None) == (trs is None)
-        if one is not None and trs is not None:
-            assert _apply(self.one, one)
-            for g, tr in trs:
-                self.sharded.write(g, None, tr)
+            writes = None
+        try:
+            one: Translation | None = register_topic(self.one, topic, datas)
+        except ValidationError:
+            one = None
+        assert (one is None) == (writes is None)
+        if one is not None and writes is not None:
+            self.commit(one, writes)
 
     def delete_topic(self, topic: str, cluster: str) -> None:
-        assert _apply(self.one, delete_topic(self.one, topic, cluster))
-        for g, _ in self.sharded.place(api_pb2.DeleteTopicRequest(topic=topic, cluster_name=cluster)):
-            self.sharded.write(g, None, delete_topic(self.sharded.states[g], topic, cluster))
+        writes = [self.sharded.guarded(g, delete_topic(self.sharded.states[g], topic, cluster))
+                  for g, _ in self.sharded.place(api_pb2.DeleteTopicRequest(topic=topic, cluster_name=cluster))]
+        self.commit(delete_topic(self.one, topic, cluster), writes)
 
     def group0_write(self, request: api_pb2.PutKvRequest | api_pb2.UpdateSettingsRequest,
-                     translate: object) -> None:
-        assert callable(translate)
-        assert _apply(self.one, translate(self.one))
+                     translate: Callable[[MetadataState], Translation]) -> None:
         [(group, _)] = self.sharded.place(request)
         assert group == 0
-        self.sharded.write(0, None, translate(self.sharded.g0))
+        self.commit(translate(self.one), [self.sharded.guarded(0, translate(self.sharded.g0))])
+
+    def run(self, op: tuple) -> None:  # type: ignore[type-arg]
+        try:
+            _run(self, op)
+        except moves.SetMoving:
+            self.deferred.append(op)
+
+    def retry(self) -> None:
+        deferred, self.deferred = self.deferred, []
+        for op in deferred:
+            self.run(op)
+
+    def settle(self) -> None:
+        """Every move finished and every refused request sent again: nothing is left refused."""
+        while self.sharded.moving:
+            self.sharded.step(next(iter(self.sharded.moving)))
+            self.check_routes()
+        self.retry()
+        assert not self.deferred
+        self.check_routes()
+        assert self.sharded.registered() == self.one.registered_addrs()  # no registration lost
 
     def check_routes(self) -> None:
         for topic in TOPICS:
@@ -218,10 +282,13 @@ operations = st.one_of(
     st.tuples(st.just("order"), st.sampled_from(TOPICS), st.sampled_from(["b0:4", "b1:8"])),
     st.tuples(st.just("setting"), st.booleans()),
     st.tuples(st.just("move"), names, st.integers(0, 2)),
+    st.tuples(st.just("step"), st.integers(0, 5)),
+    st.tuples(st.just("step"), st.integers(0, 5)),
+    st.tuples(st.just("retry")),
 )
 
 
-def run(fleet: Fleet, op: tuple) -> None:  # type: ignore[type-arg]
+def _run(fleet: Fleet, op: tuple) -> None:  # type: ignore[type-arg]
     kind = op[0]
     if kind == "register":
         _, name, bid, counter, topics, acting, filters = op
@@ -243,7 +310,11 @@ def run(fleet: Fleet, op: tuple) -> None:  # type: ignore[type-arg]
         values = {replicated.DELETE_TOPIC_WITH_BROKER_REGISTRATION: "true" if op[1] else "false"}
         fleet.group0_write(api_pb2.UpdateSettingsRequest(settings=values), lambda s: update_settings(s, values))
     elif kind == "move":
-        fleet.sharded.move(op[1], op[2] % fleet.sharded.groups, fleet.check_routes)
+        fleet.sharded.start_move(op[1], op[2] % fleet.sharded.groups)
+    elif kind == "step" and fleet.sharded.moving:
+        fleet.sharded.step(sorted(fleet.sharded.moving)[op[1] % len(fleet.sharded.moving)])
+    elif kind == "retry":
+        fleet.retry()
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -251,8 +322,9 @@ def run(fleet: Fleet, op: tuple) -> None:  # type: ignore[type-arg]
 def test_a_sharded_fleet_answers_every_route_as_one_group_does(groups: int, ops: list[tuple]) -> None:  # type: ignore[type-arg]
     fleet = Fleet(groups)
     for op in ops:
-        run(fleet, op)
+        fleet.run(op)
         fleet.check_routes()
+    fleet.settle()
 
 
 def test_a_whole_fleet_spreads_over_the_groups_and_still_answers_as_one() -> None:
@@ -273,9 +345,31 @@ def test_a_whole_fleet_spreads_over_the_groups_and_still_answers_as_one() -> Non
     assert sum(held) == len(SETS) and sum(1 for n in held if n) >= 2, held
     for step in (1, 2):
         for name in SETS:
-            fleet.sharded.move(name, (fleet.sharded.g0.directory.group_of(name) + step) % 3, fleet.check_routes)
+            fleet.sharded.start_move(name, (fleet.sharded.g0.directory.group_of(name) + step) % 3)
+            fleet.settle()
     fleet.unregister("b0", 0)  # a master lost: the acting-master view, computed over the merged parts
     fleet.check_routes()
+
+
+def test_a_registration_refused_while_its_set_moves_is_retried_and_not_lost() -> None:
+    fleet = Fleet(2)
+    fleet.run(("register", "b1", 0, 1, {"T0": 6, "T1": 6}, None, []))
+    source = fleet.sharded.g0.directory.group_of("b1")
+    fleet.sharded.start_move("b1", 1 - source)
+    slave, topic = ("register", "b1", 1, 1, {"T0": 6}, None, []), ("topic", "T2", ["b1"], 6)
+    deleted = ("delete", "T1", "")  # goes to every group: refused by the fence in the set's, not the router
+    for step in range(3):  # each arrives after each step until the directory names the target
+        for op in (slave, topic, deleted):
+            fleet.run(op)
+        assert fleet.deferred == [slave, topic, deleted] * (step + 1)  # refused: the set is moving
+        fleet.check_routes()
+        fleet.sharded.step("b1")
+    fleet.run(slave)  # moved (its source not dropped yet): the target takes it
+    assert len(fleet.deferred) == 9 and fleet.sharded.registered() == [addr("b1", 0), addr("b1", 1)]
+    fleet.settle()
+    assert merge_route(fleet.sharded.states, "T1").route is None
+    assert fleet.sharded.registered() == [addr("b1", 0), addr("b1", 1)]
+    assert [qd.broker_name for qd in merge_route(fleet.sharded.states, "T2").route.queue_datas] == ["b1"]
 
 
 @pytest.mark.parametrize("groups", [1, 2])

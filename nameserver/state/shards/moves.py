@@ -8,7 +8,7 @@ running the steps again:
 
   1. begin_move: the directory says the set is `moving_to` the target (the router refuses its writes)
   2. fence_set:  the source group's own shard/<name> record says so too (in group 0, step 1's record is
-                 it). Every write of the set in its group is guarded by that record (guard_set_write): one
+                 it). Every write of the set in its group is guarded by that record (guard_set_writes): one
                  translated before the fence applies fails its precondition, so nothing of the set is
                  accepted by the source once the fence is in its log, whatever its directory replica said
   3. copy_set:   the set's records, as the source holds them at or after its fence, written to the target
@@ -27,6 +27,7 @@ from nameserver.state import keys
 from nameserver.state.metadata import MetadataState
 from nameserver.state.shards.directory import GROUP0, default_group
 from nameserver.state.translate import RecordBuilder, Translation
+from raftlog.pb import entry_pb2
 
 
 class SetMoving(Exception):
@@ -129,15 +130,40 @@ def fence_set(source: MetadataState, broker_name: str, source_group: int, target
     return _write(source, broker_name, state_pb2.ShardSet(group=source_group, moving_to=target))
 
 
-def guard_set_write(state: MetadataState, broker_name: str, tr: Translation) -> Translation:
-    """A write of one set's records in its group, with several groups: SetMoving while the set is fenced
-    here; else guarded by the fence's absence (its version now), so a fence applied between translation
-    and apply turns the write into a no-op that its retry finds fenced."""
-    target = state.directory.moving_to(broker_name)
-    if target is not None:
-        raise SetMoving(broker_name, target)
-    if tr.batch.records:
-        key = keys.shard_key(broker_name)
+def sets_written(state: MetadataState, tr: Translation) -> set[str]:
+    """The broker sets whose records a translation writes: named by its broker/, topic/ and ctrl/ keys, and
+    by the set a live/ or filter/ address is registered under (before, and after for a live/ put)."""
+    names: set[str] = set()
+    for rec in tr.batch.records:
+        key = rec.key
+        name: str | None = None
+        if key.startswith((keys.BROKER_PREFIX, keys.CONTROLLER_PREFIX)):
+            name = keys.parse_broker_key(key) or keys.parse_controller_key(key)
+        elif key.startswith(keys.TOPIC_PREFIX):
+            parsed = keys.parse_topic_key(key)
+            name = parsed[1] if parsed is not None else None
+        elif key.startswith((keys.LIVE_PREFIX, keys.FILTER_PREFIX)):
+            addr = keys.parse_live_key(key) or keys.parse_filter_key(key)
+            live = state.broker_live(addr) if addr else None
+            name = live.broker_name if live is not None else None
+            if rec.op == entry_pb2.OP_PUT and key.startswith(keys.LIVE_PREFIX):
+                names.add(state_pb2.BrokerLive.FromString(rec.value).broker_name)
+        if name:
+            names.add(name)
+    return names
+
+
+def guard_set_writes(state: MetadataState, tr: Translation) -> Translation:
+    """Any write in a group, with several groups: SetMoving when it writes records of a set fenced here;
+    else guarded by each written set's fence being absent (its version now), so a fence applied between
+    translation and apply turns the write into a no-op whose retry finds the set fenced."""
+    written = sets_written(state, tr)
+    for name in sorted(written):
+        target = state.directory.moving_to(name)
+        if target is not None:
+            raise SetMoving(name, target)
+    for name in sorted(written):
+        key = keys.shard_key(name)
         tr.batch.preconditions.add(key=key, version=state.kv.version(key))
     return tr
 
