@@ -5,9 +5,9 @@ assigned first by group 0, settings and KV in group 0, a registration translated
 group 0's settings, every group's write guarded by its fences), while sets move between groups one step at
 a time. A request refused because its set is moving is sent again later, as a broker retries (the one state
 takes it then). After every request and step, every topic's merged route (each variant a client can ask:
-zone, order config, acting master) equals the one state's, and so do the writes' replies; once the moves end
-and the refused requests are retried, every address registered in the one state is registered in its
-set's group: no registration lost.
+zone, order config, acting master) and the cluster info equal the one state's, and so do the writes'
+replies; once the moves end and the refused requests are retried, every address registered in the one
+state is registered in its set's group: no registration lost.
 
 Not covered, as docs/scaling.md says: an address re-registering under another broker set held by another
 group (one group moves it at once; sharded, its old set keeps it until that group expires it). The fleet
@@ -42,7 +42,7 @@ from nameserver.state import (
 )
 from nameserver.state import settings as replicated
 from nameserver.state.shards import moves
-from nameserver.state.shards.merge import merge_route
+from nameserver.state.shards.merge import merge_cluster_info, merge_route
 from nameserver.state.shards.router import AssignFirst, Moving, Split, ToGroup, route
 from raftlog.pb import entry_pb2
 
@@ -263,6 +263,8 @@ class Fleet:
                 merged = merge_route(self.sharded.states, topic, zone, order, acting)
                 assert merged.route == self.one.route(topic, zone, order, acting), (topic, zone, order, acting)
                 assert merged.offsets == tuple(s.offset for s in self.sharded.states)
+        info, offsets = merge_cluster_info(self.sharded.states)
+        assert info == self.one.cluster_info() and offsets == merged.offsets
 
 
 # ---- the operations hypothesis draws ------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""A topic's route from several groups' states, as one answer (docs/scaling.md, "Sharding": reads merge).
+"""A topic's route (and the cluster info) from several groups' states, as one answer (docs/scaling.md,
+"Sharding": reads merge).
 
 Each group holds its own broker sets' records, so a topic's route is the union of each group's part of it,
 each set's part taken only from the group the directory (group 0's) names: while a set moves, its copy in
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from nameserver.pb import api_pb2
 from nameserver.state.metadata import ORDER_TOPIC_CONFIG, MetadataState, RoutePart, build_route
-from nameserver.state.shards.directory import GROUP0
+from nameserver.state.shards.directory import GROUP0, Directory
 
 
 class ReplicaBehind(Exception):
@@ -47,15 +48,20 @@ def waits_for(groups: Sequence[MetadataState], min_offsets: Sequence[int] = ()) 
             if group >= len(groups) or groups[group].offset < offset}
 
 
+def _readable(groups: Sequence[MetadataState], min_offsets: Sequence[int]) -> Directory:
+    """The directory to read `groups` with, once no group must catch up first (else ReplicaBehind)."""
+    waits = waits_for(groups, min_offsets)
+    if waits:
+        raise ReplicaBehind(waits)
+    return groups[GROUP0].directory
+
+
 def merge_route(groups: Sequence[MetadataState], topic: str, zone_name: str = "",
                 order_message_enable: bool = False, support_acting_master: bool = False,
                 min_offsets: Sequence[int] = ()) -> MergedRoute:
     """The topic's route over every group's state (`groups[k]` is group k's; group 0 holds the directory).
     ReplicaBehind when a group must catch up first (waits_for)."""
-    waits = waits_for(groups, min_offsets)
-    if waits:
-        raise ReplicaBehind(waits)
-    directory = groups[GROUP0].directory
+    directory = _readable(groups, min_offsets)
     parts: list[RoutePart] = []
     for group, state in enumerate(groups):
         parts += [part for part in state.route_parts(topic) if directory.group_of(part[0]) == group]
@@ -64,3 +70,20 @@ def merge_route(groups: Sequence[MetadataState], topic: str, zone_name: str = ""
     route = build_route(parts, topic, zone_name, support_acting_master,
                         lambda name, addr: groups[directory.group_of(name)].filter_servers(addr), order_conf)
     return MergedRoute(route, tuple(state.offset for state in groups))
+
+
+def merge_cluster_info(groups: Sequence[MetadataState], min_offsets: Sequence[int] = ()
+                       ) -> tuple[api_pb2.GetClusterInfoReply, tuple[int, ...]]:
+    """GetClusterInfo over every group's state (brokerAddrTable and clusterAddrTable), each set's BrokerData
+    from the group the directory names; with the offset vector it was read at. ReplicaBehind as merge_route."""
+    directory = _readable(groups, min_offsets)
+    reply = api_pb2.GetClusterInfoReply()
+    clusters: dict[str, list[str]] = {}
+    for group, state in enumerate(groups):
+        for name, bd in state.cluster_info().broker_addr_table.items():
+            if directory.group_of(name) == group:
+                reply.broker_addr_table[name].CopyFrom(bd)
+                clusters.setdefault(bd.cluster, []).append(name)
+    for cluster, names in clusters.items():
+        reply.cluster_addr_table[cluster].names.extend(sorted(names))
+    return reply, tuple(state.offset for state in groups)
