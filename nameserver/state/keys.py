@@ -11,15 +11,15 @@
     session/<clientId>             ClientSession   (new: exactly-once writes, latest result per client)
     member/<raftAddr>              MemberInfo      (new: gRPC address of a member added at runtime)
     ctrl/<brokerName>              ControllerBrokerSet (controller mode: a broker set's ids, master, epochs)
-    shard/<brokerName>             ShardSet        (sharding's directory, group 0: the group holding a set)
+    shard/<brokerName>             ShardSet        (sharding: group 0's directory; a moving set's fence)
 
 Topic, namespace and setting names never contain '/' (validation refuses it), so the first '/' after a
 prefix ends the name; addresses and KV keys are the rest of the key verbatim (a KV key may contain
 anything).
 
 A broker name is any non-empty text, as with the stock NameServer (RocketMQ checks none), so it is
-escaped where it goes into a key (broker/, topic/, ctrl/, shard/): '/' is written "~2F" and '~' is written "~7E";
-every other character, space and unicode letter included, is itself. The names allowed before
+escaped where it goes into a key (broker/, topic/, ctrl/, shard/): '/' is written "~2F" and '~' is
+written "~7E"; every other character, space and unicode letter included, is itself. The names allowed before
 (letters, digits, '%', '|', '_', '.', '-') contain neither, so their keys are byte for byte what they
 were, and every key of an older snapshot or log keeps its meaning. A key part with any other '~'
 sequence, or with a '/', is no broker name (its parser answers None). The escape is
