@@ -108,7 +108,9 @@ def begin_move(state: MetadataState, broker_name: str, target: int, groups: int)
 
 
 def finish_move(state: MetadataState, broker_name: str, target: int, since: int) -> Translation:
-    """Step 4: the set is `target`'s from its offset `since` (where its copy applied). Empty when done."""
+    """Step 4: the set is `target`'s from its offset `since` (where its copy applied; a duty resumed after
+    its copy applied, whose copy step was then empty, passes the target's offset now: later, so as safe).
+    Empty when done."""
     found = state.directory.entry(broker_name)
     if found is not None and not found.HasField("moving_to") and found.group == target and found.since == since:
         return Translation()
