@@ -41,9 +41,12 @@ BIND = RecordKind(state_pb2.QUEUE_BINDING, "bind/", state_pb2.QueueBindingValue)
 SESSION = RecordKind(state_pb2.CLIENT_SESSION, "session/", state_pb2.ClientSession)
 MEMBER = RecordKind(state_pb2.MEMBER, "member/", state_pb2.MemberInfo)
 CONTROLLER = RecordKind(state_pb2.CONTROLLER_BROKER_SET, "ctrl/", state_pb2.ControllerBrokerSet)
+# Sharding's directory in group 0 (which group a set's route records are read from, so a change moves routes);
+# in another group, the fence of a set moving out of it (nameserver/state/shards/moves.py).
+SHARD = RecordKind(state_pb2.SHARD_SET, "shard/", state_pb2.ShardSet, routes=True)
 
 KINDS: tuple[RecordKind, ...] = (BROKER, LIVE, TOPIC, FILTER, KV, KV_NAMESPACE, SETTING, BIND, SESSION, MEMBER,
-                                 CONTROLLER)
+                                 CONTROLLER, SHARD)
 BY_PREFIX: dict[str, RecordKind] = {kind.prefix: kind for kind in KINDS}
 # The message each record type's value holds.
 VALUE_MESSAGES: dict[int, type[Message]] = {kind.rtype: kind.value for kind in KINDS}

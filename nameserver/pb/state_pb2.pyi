@@ -21,6 +21,7 @@ class RecordType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KV_NAMESPACE: _ClassVar[RecordType]
     SETTING: _ClassVar[RecordType]
     CONTROLLER_BROKER_SET: _ClassVar[RecordType]
+    SHARD_SET: _ClassVar[RecordType]
 RECORD_TYPE_UNSPECIFIED: RecordType
 BROKER: RecordType
 BROKER_LIVE: RecordType
@@ -33,6 +34,7 @@ MEMBER: RecordType
 KV_NAMESPACE: RecordType
 SETTING: RecordType
 CONTROLLER_BROKER_SET: RecordType
+SHARD_SET: RecordType
 
 class BrokerAddr(_message.Message):
     __slots__ = ("broker_id", "addr")
@@ -200,3 +202,17 @@ class ControllerBrokerSet(_message.Message):
     sync_state_set: _containers.RepeatedScalarFieldContainer[int]
     sync_state_set_epoch: int
     def __init__(self, cluster_name: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ControllerReplica, _Mapping]]] = ..., next_broker_id: _Optional[int] = ..., master_id: _Optional[int] = ..., master_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ...) -> None: ...
+
+class ShardSet(_message.Message):
+    __slots__ = ("group", "moving_to", "since", "pinned", "cluster")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MOVING_TO_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    moving_to: int
+    since: int
+    pinned: bool
+    cluster: str
+    def __init__(self, group: _Optional[int] = ..., moving_to: _Optional[int] = ..., since: _Optional[int] = ..., pinned: _Optional[bool] = ..., cluster: _Optional[str] = ...) -> None: ...

@@ -11,14 +11,15 @@
     session/<clientId>             ClientSession   (new: exactly-once writes, latest result per client)
     member/<raftAddr>              MemberInfo      (new: gRPC address of a member added at runtime)
     ctrl/<brokerName>              ControllerBrokerSet (controller mode: a broker set's ids, master, epochs)
+    shard/<brokerName>             ShardSet        (sharding: group 0's directory; a moving set's fence)
 
 Topic, namespace and setting names never contain '/' (validation refuses it), so the first '/' after a
 prefix ends the name; addresses and KV keys are the rest of the key verbatim (a KV key may contain
 anything).
 
 A broker name is any non-empty text, as with the stock NameServer (RocketMQ checks none), so it is
-escaped where it goes into a key (broker/, topic/, ctrl/): '/' is written "~2F" and '~' is written "~7E";
-every other character, space and unicode letter included, is itself. The names allowed before
+escaped where it goes into a key (broker/, topic/, ctrl/, shard/): '/' is written "~2F" and '~' is
+written "~7E"; every other character, space and unicode letter included, is itself. The names allowed before
 (letters, digits, '%', '|', '_', '.', '-') contain neither, so their keys are byte for byte what they
 were, and every key of an older snapshot or log keeps its meaning. A key part with any other '~'
 sequence, or with a '/', is no broker name (its parser answers None). The escape is
@@ -46,6 +47,7 @@ BIND_PREFIX, BIND_TYPE = records.BIND.prefix, records.BIND.rtype
 SESSION_PREFIX, SESSION_TYPE = records.SESSION.prefix, records.SESSION.rtype
 MEMBER_PREFIX, MEMBER_TYPE = records.MEMBER.prefix, records.MEMBER.rtype
 CONTROLLER_PREFIX, CONTROLLER_TYPE = records.CONTROLLER.prefix, records.CONTROLLER.rtype
+SHARD_PREFIX, SHARD_TYPE = records.SHARD.prefix, records.SHARD.rtype
 
 # Record type per prefix (a key's type is implied by its prefix; records carry both).
 PREFIX_TYPES: dict[str, int] = {kind.prefix: kind.rtype for kind in records.KINDS}
@@ -132,6 +134,10 @@ def controller_key(broker_name: str) -> str:
     return CONTROLLER_PREFIX + _broker(broker_name)
 
 
+def shard_key(broker_name: str) -> str:
+    return SHARD_PREFIX + _broker(broker_name)
+
+
 # ---- parsers (None when the key is not of that kind or malformed) ---------------------------------
 
 def _tail(key: str, prefix: str) -> str | None:
@@ -153,6 +159,11 @@ def parse_broker_key(key: str) -> str | None:
 
 def parse_controller_key(key: str) -> str | None:
     rest = _tail(key, CONTROLLER_PREFIX)
+    return None if rest is None else broker_of_part(rest)
+
+
+def parse_shard_key(key: str) -> str | None:
+    rest = _tail(key, SHARD_PREFIX)
     return None if rest is None else broker_of_part(rest)
 
 

@@ -21,6 +21,7 @@ from nameserver.pb import api_pb2, state_pb2
 from nameserver.state import keys, topicqueues
 from nameserver.state.quotas import Usage
 from nameserver.state.sessions import SessionBook
+from nameserver.state.shards.directory import Directory
 from raftlog.kvstate import Change, KVState
 from raftlog.pb import entry_pb2
 
@@ -87,6 +88,74 @@ def _copy(msg: M) -> M:
     return out
 
 
+# One broker's part of a topic's route: (broker name, encoded QueueData, its BrokerData or None).
+RoutePart = tuple[str, bytes, state_pb2.BrokerData | None]
+
+
+def build_route(parts: Iterable[RoutePart], topic: str, zone_name: str, support_acting_master: bool,
+                filter_servers: Callable[[str, str], list[str] | None], order_topic_conf: str | None
+                ) -> api_pb2.TopicRoute | None:
+    """RocketMQ pickupTopicRouteData (+ the zone filter hook) from a topic's parts in broker-name order;
+    None means TOPIC_NOT_EXIST. `filter_servers(broker name, addr)`: an address's filter servers;
+    `order_topic_conf`: the topic's order config when the client asked for it (orderMessageEnable)."""
+    route = api_pb2.TopicRoute()
+    for _name, raw, bd in parts:
+        if bd is not None:
+            route.broker_datas.append(bd)
+        route.queue_datas.add().ParseFromString(raw)
+    if not route.broker_datas:
+        return None
+    if support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
+        _acting_master_view(route)
+    if zone_name:
+        _zone_filter(route, zone_name)
+    for bd in route.broker_datas:
+        for ba in bd.addrs:
+            servers = filter_servers(bd.broker_name, ba.addr)
+            if servers:
+                route.filter_server_table[ba.addr].addrs.extend(servers)
+    if order_topic_conf is not None:
+        route.order_topic_conf = order_topic_conf
+    return route
+
+
+def _acting_master_view(route: api_pb2.TopicRoute) -> None:
+    # A master-less group whose queues lost write permission is shown with its lowest-id slave
+    # as broker id 0, so clients can still read from it (RocketMQ supportActingMaster).
+    perms = {qd.broker_name: qd.perm for qd in route.queue_datas}
+    for bd in route.broker_datas:
+        ids = [ba.broker_id for ba in bd.addrs]
+        if not ids or MASTER_ID in ids or not bd.enable_acting_master:
+            continue
+        perm = perms.get(bd.broker_name)
+        if perm is None or perm & PERM_WRITE:
+            continue
+        lowest = min(bd.addrs, key=lambda ba: ba.broker_id)
+        lowest.broker_id = MASTER_ID
+        bd.addrs.sort(key=lambda ba: ba.broker_id)
+
+
+def _zone_filter(route: api_pb2.TopicRoute, zone_name: str) -> None:
+    # RocketMQ ZoneRouteRPCHook: keep this zone's groups, and any group without a master
+    # (so a consumer can still fall back to a slave elsewhere).
+    wanted = zone_name.lower()
+    kept = []
+    removed = set()
+    for bd in route.broker_datas:
+        has_master = any(ba.broker_id == MASTER_ID for ba in bd.addrs)
+        if not bd.addrs or not has_master or bd.zone.lower() == wanted:
+            kept.append(_copy(bd))
+        else:
+            removed.add(bd.broker_name)
+    if not removed:
+        return
+    queues = [_copy(qd) for qd in route.queue_datas if qd.broker_name not in removed]
+    del route.broker_datas[:]
+    route.broker_datas.extend(kept)
+    del route.queue_datas[:]
+    route.queue_datas.extend(queues)
+
+
 # Each record kind's handler in MetadataState, by record type: what _on_change calls for a record of it.
 # Which kinds route() reads is the registry's `routes` flag (nameserver/logformat/records.py).
 _OnChange = Callable[["MetadataState", str, "bytes | None"], None]
@@ -142,6 +211,7 @@ class MetadataState:
         self._bindings: dict[str, dict[int, state_pb2.QueueBindingValue]] = {}  # topic -> queue id -> binding
         self.session_book = SessionBook()  # exactly-once sessions by owner (nameserver/state/sessions.py)
         self._controller_sets: dict[str, state_pb2.ControllerBrokerSet] = {}  # ctrl/ records by broker name
+        self.directory = Directory()  # shard/ records: sharding's directory (group 0's; empty with one group)
 
     # ---- log application ---------------------------------------------------------------------
 
@@ -284,6 +354,12 @@ class MetadataState:
         if broker_name is not None:
             _put_or_pop(self._controller_sets, broker_name, _decode(state_pb2.ControllerBrokerSet, new))
 
+    @_handles(records.SHARD)
+    def _on_shard(self, key: str, new: bytes | None) -> None:
+        broker_name = keys.parse_shard_key(key)
+        if broker_name is not None:
+            self.directory.set(broker_name, _decode(state_pb2.ShardSet, new))
+
     # records.MEMBER keeps no index: member_grpc_addr reads its record.
 
     def _remove_queue(self, topic: str, broker: str) -> None:
@@ -356,66 +432,15 @@ class MetadataState:
     def route(self, topic: str, zone_name: str = "", order_message_enable: bool = False,
               support_acting_master: bool = False) -> api_pb2.TopicRoute | None:
         """RocketMQ pickupTopicRouteData (+ the zone filter hook); None means TOPIC_NOT_EXIST."""
-        entry = self._topic_queues.get(topic)
-        if not entry:
-            return None
-        route = api_pb2.TopicRoute()
-        for name, raw in topicqueues.by_broker(entry):
-            bd = self._brokers.get(name)
-            if bd is not None:
-                route.broker_datas.append(bd)
-            route.queue_datas.add().ParseFromString(raw)
-        if not route.broker_datas:
-            return None
-        if support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
-            self._acting_master_view(route)
-        if zone_name:
-            self._zone_filter(route, zone_name)
-        for bd in route.broker_datas:
-            for ba in bd.addrs:
-                servers = self._filters.get(ba.addr)
-                if servers:
-                    route.filter_server_table[ba.addr].addrs.extend(servers)
-        if order_message_enable:
-            route.order_topic_conf = self.kv_get(ORDER_TOPIC_CONFIG, topic) or ""
-        return route
+        return build_route(self.route_parts(topic), topic, zone_name, support_acting_master,
+                           lambda _name, addr: self._filters.get(addr),
+                           (self.kv_get(ORDER_TOPIC_CONFIG, topic) or "") if order_message_enable else None)
 
-    @staticmethod
-    def _acting_master_view(route: api_pb2.TopicRoute) -> None:
-        # A master-less group whose queues lost write permission is shown with its lowest-id slave
-        # as broker id 0, so clients can still read from it (RocketMQ supportActingMaster).
-        perms = {qd.broker_name: qd.perm for qd in route.queue_datas}
-        for bd in route.broker_datas:
-            ids = [ba.broker_id for ba in bd.addrs]
-            if not ids or MASTER_ID in ids or not bd.enable_acting_master:
-                continue
-            perm = perms.get(bd.broker_name)
-            if perm is None or perm & PERM_WRITE:
-                continue
-            lowest = min(bd.addrs, key=lambda ba: ba.broker_id)
-            lowest.broker_id = MASTER_ID
-            bd.addrs.sort(key=lambda ba: ba.broker_id)
-
-    @staticmethod
-    def _zone_filter(route: api_pb2.TopicRoute, zone_name: str) -> None:
-        # RocketMQ ZoneRouteRPCHook: keep this zone's groups, and any group without a master
-        # (so a consumer can still fall back to a slave elsewhere).
-        wanted = zone_name.lower()
-        kept = []
-        removed = set()
-        for bd in route.broker_datas:
-            has_master = any(ba.broker_id == MASTER_ID for ba in bd.addrs)
-            if not bd.addrs or not has_master or bd.zone.lower() == wanted:
-                kept.append(_copy(bd))
-            else:
-                removed.add(bd.broker_name)
-        if not removed:
-            return
-        queues = [_copy(qd) for qd in route.queue_datas if qd.broker_name not in removed]
-        del route.broker_datas[:]
-        route.broker_datas.extend(kept)
-        del route.queue_datas[:]
-        route.queue_datas.extend(queues)
+    def route_parts(self, topic: str) -> list[RoutePart]:
+        """The topic's (broker name, encoded QueueData, the broker's BrokerData or None) by broker name:
+        what its route is built from (a sharded read merges them across groups: shards/merge.py)."""
+        return [(name, raw, self._brokers.get(name))
+                for name, raw in topicqueues.by_broker(self._topic_queues.get(topic))]
 
     def cluster_info(self) -> api_pb2.GetClusterInfoReply:
         """brokerAddrTable and clusterAddrTable (apply_offset left for the caller)."""

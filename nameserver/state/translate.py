@@ -65,8 +65,9 @@ def canonical(msg: Message) -> bytes:
     return msg.SerializeToString(deterministic=True)
 
 
-class _Builder:
-    """Collects records against a read-only state, seeing its own pending writes."""
+class RecordBuilder:
+    """Collects records against a read-only state, seeing its own pending writes (every translation's,
+    here and in nameserver/state/shards/moves.py)."""
 
     def __init__(self, state: MetadataState) -> None:
         self.state = state
@@ -86,7 +87,10 @@ class _Builder:
         self._pre.setdefault(key, self.state.kv.version(key))
 
     def put(self, rtype: int, key: str, msg: Message) -> bool:
-        value = canonical(msg)
+        return self.put_value(rtype, key, canonical(msg))
+
+    def put_value(self, rtype: int, key: str, value: bytes) -> bool:
+        """put() of a value already in canonical bytes (one another state holds: a set's copy)."""
         if self.get(key) == value:
             return False
         if self.state.kv.get(key) == value:  # a pending change undone: net no change
@@ -136,7 +140,7 @@ def _queue_data(broker_name: str, read: int, write: int, perm: int, sys_flag: in
     return qd
 
 
-def _wipe_write_of_group(b: _Builder, broker_name: str) -> None:
+def _wipe_write_of_group(b: RecordBuilder, broker_name: str) -> None:
     for topic in b.state.broker_topics(broker_name):
         key = keys.topic_key(topic, broker_name)
         qd = b.state.queue_data(topic, broker_name)
@@ -146,7 +150,7 @@ def _wipe_write_of_group(b: _Builder, broker_name: str) -> None:
             b.put(keys.TOPIC_TYPE, key, qd)
 
 
-def _remove_addr(b: _Builder, broker_name: str, addr: str) -> None:
+def _remove_addr(b: RecordBuilder, broker_name: str, addr: str) -> None:
     """Take addr out of broker_name's group; a group left empty disappears with all its queue data."""
     bd = b.state.broker_data(broker_name)
     if bd is None:
@@ -170,12 +174,18 @@ def _remove_addr(b: _Builder, broker_name: str, addr: str) -> None:
 
 # ---- brokers ---------------------------------------------------------------------------------------
 
-def register_broker(state: MetadataState, req: api_pb2.RegisterBrokerRequest, default_timeout_ms: int
-                    ) -> Translation:
+def register_broker(state: MetadataState, req: api_pb2.RegisterBrokerRequest, default_timeout_ms: int,
+                    group0: MetadataState | None = None) -> Translation:
     """RocketMQ registerBroker as a diff. The replicated setting deleteTopicWithBrokerRegistration (off by
     default, as upstream) drops this group's topics absent from a (master's) changed registration, unless
-    it holds static-topic queue mappings (as upstream)."""
-    b = _Builder(state)
+    it holds static-topic queue mappings (as upstream).
+
+    `group0`: with several Raft groups, group 0's state, which holds the settings and the order-topic KV
+    this reads (`state` is the set's group's); None: `state` holds them (one group). Read without a
+    precondition: a registration and a settings change in another group are not ordered (as the
+    registration and a settings change racing to one leader are not either)."""
+    common = state if group0 is None else group0
+    b = RecordBuilder(state)
     name, addr, bid = req.broker_name, req.broker_addr, req.broker_id
     lkey, bkey = keys.live_key(addr), keys.broker_key(name)
     b.require(lkey)
@@ -230,7 +240,7 @@ def register_broker(state: MetadataState, req: api_pb2.RegisterBrokerRequest, de
     if is_master or prime_slave:
         # Topic data is rewritten on first registration or when the broker's DataVersion changed.
         changed = register_first or old_live is None or old_live.data_version != req.data_version
-        delete_missing = (state.setting_on(settings.DELETE_TOPIC_WITH_BROKER_REGISTRATION, False)
+        delete_missing = (common.setting_on(settings.DELETE_TOPIC_WITH_BROKER_REGISTRATION, False)
                           and not any(tc.HasField("mapping") for tc in req.topics))
         _register_topics(b, req, changed, prime_slave and req.enable_acting_master, delete_missing)
 
@@ -239,13 +249,13 @@ def register_broker(state: MetadataState, req: api_pb2.RegisterBrokerRequest, de
         master_live = state.broker_live(addrs[MASTER_ID])
         if master_live is not None:
             tr.master_addr, tr.ha_server_addr = addrs[MASTER_ID], master_live.ha_server_addr
-    if (state.setting_on(settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER, True)
-            and state.kv_namespace_exists(ORDER_TOPIC_CONFIG)):
-        tr.order_topic_config = state.kv_list(ORDER_TOPIC_CONFIG)
+    if (common.setting_on(settings.RETURN_ORDER_TOPIC_CONFIG_TO_BROKER, True)
+            and common.kv_namespace_exists(ORDER_TOPIC_CONFIG)):
+        tr.order_topic_config = common.kv_list(ORDER_TOPIC_CONFIG)
     return tr
 
 
-def _register_topics(b: _Builder, req: api_pb2.RegisterBrokerRequest, changed: bool, acting: bool,
+def _register_topics(b: RecordBuilder, req: api_pb2.RegisterBrokerRequest, changed: bool, acting: bool,
                      delete_missing: bool) -> None:
     name = req.broker_name
     state = b.state
@@ -269,7 +279,7 @@ def unregister_broker(state: MetadataState, cluster_name: str, broker_name: str,
     """Remove one address (RocketMQ unregisterBroker). cluster_name and broker_id are accepted for
     protocol parity; the address alone identifies the registration here."""
     del cluster_name, broker_id
-    b = _Builder(state)
+    b = RecordBuilder(state)
     lkey = keys.live_key(broker_addr)
     b.require(lkey)
     b.delete(keys.LIVE_TYPE, lkey)
@@ -285,7 +295,7 @@ def expire_broker(state: MetadataState, broker_addr: str, expected_live_version:
     live = state.broker_live(broker_addr)
     if live is None or state.kv.version(lkey) != expected_live_version:
         return Translation()
-    b = _Builder(state)
+    b = RecordBuilder(state)
     b.require(lkey)
     b.delete(keys.LIVE_TYPE, lkey)
     b.delete(keys.FILTER_TYPE, keys.filter_key(broker_addr))
@@ -296,7 +306,7 @@ def expire_broker(state: MetadataState, broker_addr: str, expected_live_version:
 # ---- KV config -------------------------------------------------------------------------------------
 
 def put_kv(state: MetadataState, namespace: str, key: str, value: str) -> Translation:
-    b = _Builder(state)
+    b = RecordBuilder(state)
     b.put(keys.KV_TYPE, keys.kv_key(namespace, key), state_pb2.KvValue(value=value))
     # The namespace outlives its keys (RocketMQ keeps an emptied one); written once, a no-op after.
     b.put(keys.KV_NAMESPACE_TYPE, keys.kv_namespace_key(namespace), state_pb2.KvNamespace())
@@ -305,14 +315,14 @@ def put_kv(state: MetadataState, namespace: str, key: str, value: str) -> Transl
 
 def update_settings(state: MetadataState, values: Mapping[str, str]) -> Translation:
     """Set replicated settings (settings.py); values must already be canonical ("true"/"false")."""
-    b = _Builder(state)
+    b = RecordBuilder(state)
     for name in sorted(values):
         b.put(keys.SETTING_TYPE, keys.setting_key(name), state_pb2.SettingValue(value=values[name]))
     return b.build()
 
 
 def delete_kv(state: MetadataState, namespace: str, key: str) -> Translation:
-    b = _Builder(state)
+    b = RecordBuilder(state)
     b.delete(keys.KV_TYPE, keys.kv_key(namespace, key))
     return b.build()
 
@@ -320,7 +330,7 @@ def delete_kv(state: MetadataState, namespace: str, key: str) -> Translation:
 # ---- topics and permissions ------------------------------------------------------------------------
 
 def _set_write_perm(state: MetadataState, broker_name: str, wipe: bool) -> Translation:
-    b = _Builder(state)
+    b = RecordBuilder(state)
     count = 0
     for topic in state.broker_topics(broker_name):
         qd = state.queue_data(topic, broker_name)
@@ -351,7 +361,7 @@ def add_write_perm(state: MetadataState, broker_name: str) -> Translation:
 def register_topic(state: MetadataState, topic: str, queue_datas: Sequence[state_pb2.QueueData]) -> Translation:
     """Put a topic's queue data per broker name; every broker must be registered (else
     ValidationError naming queue_datas[i].broker_name, where RocketMQ silently ignores the request)."""
-    b = _Builder(state)
+    b = RecordBuilder(state)
     for i, qd in enumerate(queue_datas):
         if state.broker_data(qd.broker_name) is None:
             raise ValidationError(f"queue_datas[{i}].broker_name",
@@ -368,7 +378,7 @@ def register_topic(state: MetadataState, topic: str, queue_datas: Sequence[state
 
 def delete_topic(state: MetadataState, topic: str, cluster_name: str = "") -> Translation:
     """Delete a topic's queue data: all of it, or only that cluster's brokers' entries."""
-    b = _Builder(state)
+    b = RecordBuilder(state)
     brokers = state.broker_names(cluster_name) if cluster_name else state.topic_brokers(topic)
     for name in brokers:
         b.delete(keys.TOPIC_TYPE, keys.topic_key(topic, name))
@@ -395,7 +405,7 @@ def bind_queue(state: MetadataState, topic: str, queue_id: int, owner: str, expe
     if current != expected_version:
         raise CasFailed(key, expected_version, current)
     old = state.binding(topic, queue_id)
-    b = _Builder(state)
+    b = RecordBuilder(state)
     b.require(key)
     value = state_pb2.QueueBindingValue(owner=owner, epoch=(old.epoch if old else 0) + 1)
     b.put(keys.BIND_TYPE, key, value)
@@ -407,7 +417,7 @@ def release_queue(state: MetadataState, topic: str, queue_id: int, expected_vers
     current = state.kv.version(key)
     if current == 0 or current != expected_version:
         raise CasFailed(key, expected_version, current)
-    b = _Builder(state)
+    b = RecordBuilder(state)
     b.require(key)
     b.delete(keys.BIND_TYPE, key)
     return b.build()
@@ -435,7 +445,7 @@ def expire_sessions(state: MetadataState, idle_ms: Callable[[str], float], ttl_m
     `idle_ms(session id)` is the caller's measure of idleness: the leader's monotonic clock
     (nameserver/core/sessionclock.py), never the wall-clock stamp in the record, which a clock step moves.
     The count of sessions is bounded at translation (sessions.open_session), never by evicting here."""
-    b = _Builder(state)
+    b = RecordBuilder(state)
     for sid, stone in sessions.expiry(state.session_book, idle_ms, ttl_ms, limit):
         key = keys.session_key(sid)
         b.require(key)
@@ -449,12 +459,12 @@ def expire_sessions(state: MetadataState, idle_ms: Callable[[str], float], ttl_m
 # ---- members --------------------------------------------------------------------------------------
 
 def put_member(state: MetadataState, raft_addr: str, grpc_addr: str) -> Translation:
-    b = _Builder(state)
+    b = RecordBuilder(state)
     b.put(keys.MEMBER_TYPE, keys.member_key(raft_addr), state_pb2.MemberInfo(grpc_addr=grpc_addr))
     return b.build()
 
 
 def delete_member(state: MetadataState, raft_addr: str) -> Translation:
-    b = _Builder(state)
+    b = RecordBuilder(state)
     b.delete(keys.MEMBER_TYPE, keys.member_key(raft_addr))
     return b.build()

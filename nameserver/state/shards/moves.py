@@ -1,0 +1,211 @@
+"""The directory's writes and a broker set's move between groups, as translations (docs/scaling.md,
+"Sharding": moving a set).
+
+Directory writes (assign, pin, begin and finish a move) are translated against group 0's state, where the
+directory is; the copy against the target group's state; the drop against the source group's. Each step
+is idempotent (an empty translation when already done), so a leader killed at any point resumes by
+running the steps again:
+
+  1. begin_move: the directory says the set is `moving_to` the target (the router refuses its writes)
+  2. fence_set:  the source group's own shard/<name> record says so too (in group 0, step 1's record is
+                 it). Every write of the set in its group is guarded by that record (guard_set_writes): one
+                 translated before the fence applies fails its precondition, so nothing of the set is
+                 accepted by the source once the fence is in its log, whatever its directory replica said
+  3. copy_set:   the set's records, as the source holds them at or after its fence, written to the target
+                 in one batch
+  4. finish_move: the directory names the target, `since` the copy's offset there (reads switch to it)
+  5. drop_set:   the set's records and fence deleted from the source
+
+Bad input raises ValidationError naming the field, and nothing is written.
+"""
+
+from __future__ import annotations
+
+from nameserver.errors import ValidationError
+from nameserver.pb import state_pb2
+from nameserver.state import keys
+from nameserver.state.metadata import MetadataState
+from nameserver.state.shards.directory import GROUP0, default_group
+from nameserver.state.translate import RecordBuilder, Translation
+from raftlog.pb import entry_pb2
+
+
+class SetMoving(Exception):
+    """A write of a set that is moving between groups: refused, the sender retries (to `target` once the
+    move is done: the router then sends it there)."""
+
+    def __init__(self, broker_name: str, target: int) -> None:
+        super().__init__(f"broker set {broker_name!r} is moving to group {target}: retry")
+        self.broker_name = broker_name
+        self.target = target
+
+
+def _check_group(group: int, groups: int) -> None:
+    if not 0 <= group < groups:
+        raise ValidationError("group", f"{group} is not a group of this cluster (0 to {groups - 1})")
+
+
+def _in_group0(state: MetadataState, broker_name: str) -> bool:
+    """The set has records in this (group 0's) state: a set registered before the cluster had groups."""
+    return state.broker_data(broker_name) is not None or state.controller_set(broker_name) is not None
+
+
+def _write(state: MetadataState, broker_name: str, value: state_pb2.ShardSet) -> Translation:
+    b = RecordBuilder(state)
+    key = keys.shard_key(broker_name)
+    b.require(key)
+    b.put(keys.SHARD_TYPE, key, value)
+    return b.build()
+
+
+def assign_set(state: MetadataState, broker_name: str, cluster: str, groups: int) -> Translation:
+    """A set's directory record before its first records are written (the router's AssignFirst): the
+    default group by its name's hash, or group 0 when group 0 already holds it. Empty when assigned."""
+    if state.directory.assigned(broker_name):
+        return Translation()
+    b = RecordBuilder(state)
+    # group 0 must still hold (or not hold) the set's records when this applies
+    b.require(keys.broker_key(broker_name))
+    b.require(keys.controller_key(broker_name))
+    group = GROUP0 if _in_group0(state, broker_name) else default_group(broker_name, groups)
+    key = keys.shard_key(broker_name)
+    b.require(key)
+    b.put(keys.SHARD_TYPE, key, state_pb2.ShardSet(group=group, cluster=cluster))
+    return b.build()
+
+
+def pin_set(state: MetadataState, broker_name: str, group: int, groups: int) -> Translation:
+    """An operator's choice of a set's group (`nsctl shard assign`, not built yet): before its first
+    registration, or marking the group it is in. A set held elsewhere is moved, not pinned."""
+    _check_group(group, groups)
+    found = state.directory.entry(broker_name)
+    current = found.group if found is not None else GROUP0 if _in_group0(state, broker_name) else None
+    if found is not None and found.HasField("moving_to"):
+        raise ValidationError("broker_name", f"set {broker_name!r} is moving to group {found.moving_to}")
+    if current is not None and current != group:
+        raise ValidationError("group", f"set {broker_name!r} is in group {current}: move it instead")
+    value = found if found is not None else state_pb2.ShardSet(group=group)
+    value.pinned = True
+    return _write(state, broker_name, value)
+
+
+def begin_move(state: MetadataState, broker_name: str, target: int, groups: int) -> Translation:
+    """Step 1: the set is moving to `target`. Empty when it already is."""
+    _check_group(target, groups)
+    found = state.directory.entry(broker_name)
+    if found is None:
+        if not _in_group0(state, broker_name):
+            raise ValidationError("broker_name", f"no broker set {broker_name!r}")
+        found = state_pb2.ShardSet(group=GROUP0)
+    if found.HasField("moving_to"):
+        if found.moving_to == target:
+            return Translation()
+        raise ValidationError("group", f"set {broker_name!r} is already moving to group {found.moving_to}")
+    if found.group == target:
+        raise ValidationError("group", f"set {broker_name!r} is in group {target} already")
+    found.moving_to = target
+    return _write(state, broker_name, found)
+
+
+def finish_move(state: MetadataState, broker_name: str, target: int, since: int) -> Translation:
+    """Step 4: the set is `target`'s from its offset `since` (where its copy applied; a duty resumed after
+    its copy applied, whose copy step was then empty, passes the target's offset now: later, so as safe).
+    Empty when done."""
+    found = state.directory.entry(broker_name)
+    if found is not None and not found.HasField("moving_to") and found.group == target and found.since == since:
+        return Translation()
+    if found is None or not found.HasField("moving_to") or found.moving_to != target:
+        raise ValidationError("broker_name", f"set {broker_name!r} is not moving to group {target}")
+    if since < 1:
+        raise ValidationError("since", f"the copy's offset must be positive: {since}")
+    found.group = target
+    found.ClearField("moving_to")
+    found.since = since
+    return _write(state, broker_name, found)
+
+
+def fence_set(source: MetadataState, broker_name: str, source_group: int, target: int) -> Translation:
+    """Step 2, in the source group: its shard/<name> record saying the set moves to `target` (in group 0
+    the directory's record of step 1 is the fence already). Empty when fenced."""
+    if source.directory.moving_to(broker_name) == target:
+        return Translation()
+    return _write(source, broker_name, state_pb2.ShardSet(group=source_group, moving_to=target))
+
+
+def sets_written(state: MetadataState, tr: Translation) -> set[str]:
+    """The broker sets whose records a translation writes: named by its broker/, topic/ and ctrl/ keys, and
+    by the set a live/ or filter/ address is registered under (before, and after for a live/ put)."""
+    names: set[str] = set()
+    for rec in tr.batch.records:
+        key = rec.key
+        name: str | None = None
+        if key.startswith((keys.BROKER_PREFIX, keys.CONTROLLER_PREFIX)):
+            name = keys.parse_broker_key(key) or keys.parse_controller_key(key)
+        elif key.startswith(keys.TOPIC_PREFIX):
+            parsed = keys.parse_topic_key(key)
+            name = parsed[1] if parsed is not None else None
+        elif key.startswith((keys.LIVE_PREFIX, keys.FILTER_PREFIX)):
+            addr = keys.parse_live_key(key) or keys.parse_filter_key(key)
+            live = state.broker_live(addr) if addr else None
+            name = live.broker_name if live is not None else None
+            if rec.op == entry_pb2.OP_PUT and key.startswith(keys.LIVE_PREFIX):
+                names.add(state_pb2.BrokerLive.FromString(rec.value).broker_name)
+        if name:
+            names.add(name)
+    return names
+
+
+def guard_set_writes(state: MetadataState, tr: Translation) -> Translation:
+    """Any write in a group, with several groups: SetMoving when it writes records of a set fenced here;
+    else guarded by each written set's fence being absent (its version now), so a fence applied between
+    translation and apply turns the write into a no-op whose retry finds the set fenced."""
+    written = sets_written(state, tr)
+    for name in sorted(written):
+        target = state.directory.moving_to(name)
+        if target is not None:
+            raise SetMoving(name, target)
+    for name in sorted(written):
+        key = keys.shard_key(name)
+        tr.batch.preconditions.add(key=key, version=state.kv.version(key))
+    return tr
+
+
+def set_keys(state: MetadataState, broker_name: str) -> list[str]:
+    """Every key of one set's records in a group's state: broker/ and ctrl/ by its name, its queue datas,
+    the live/ and filter/ records of the addresses registered under it. Sorted."""
+    found = [keys.broker_key(broker_name), keys.controller_key(broker_name)]
+    found += [keys.topic_key(topic, broker_name) for topic in state.broker_topics(broker_name)]
+    for addr, live, _version in state.live_addrs():
+        if live.broker_name == broker_name:
+            found += [keys.live_key(addr), keys.filter_key(addr)]
+    return sorted(key for key in found if key in state.kv)
+
+
+def copy_set(source: MetadataState, target: MetadataState, broker_name: str) -> Translation:
+    """Step 3, in the target group: the set's records as the source holds them (a record the target holds
+    of the set and the source does not, left by an earlier copy, is deleted). Empty when equal."""
+    b = RecordBuilder(target)
+    wanted = set_keys(source, broker_name)
+    for key in wanted:
+        value = source.kv.get(key)
+        assert value is not None  # set_keys lists only held keys
+        b.put_value(keys.record_type_of(key), key, value)
+    for key in set_keys(target, broker_name):
+        if key not in wanted:
+            b.delete(keys.record_type_of(key), key)
+    return b.build()
+
+
+def drop_set(source: MetadataState, group0: MetadataState, source_group: int, broker_name: str) -> Translation:
+    """Step 5, in the source group: delete the set's records and its fence (in group 0 the fence is the
+    directory's record, kept), once group 0's directory (`group0`) names another group and no move of it
+    is under way. Empty when they are gone."""
+    directory = group0.directory
+    if directory.group_of(broker_name) == source_group or directory.moving_to(broker_name) is not None:
+        raise ValidationError("broker_name", f"set {broker_name!r} has not moved out of group {source_group}")
+    b = RecordBuilder(source)
+    for key in set_keys(source, broker_name):
+        b.delete(keys.record_type_of(key), key)
+    if source_group != GROUP0:
+        b.delete(keys.SHARD_TYPE, keys.shard_key(broker_name))
+    return b.build()

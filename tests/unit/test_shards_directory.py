@@ -1,0 +1,279 @@
+"""Sharding's directory (nameserver/state/shards/directory.py) and its writes, a set's move included
+(nameserver/state/shards/moves.py): pure translations applied to real MetadataStates."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from nameserver.errors import ValidationError
+from nameserver.pb import api_pb2, state_pb2
+from nameserver.state import (
+    MetadataState,
+    Translation,
+    delete_topic,
+    expire_broker,
+    keys,
+    register_broker,
+    register_topic,
+    wipe_write_perm,
+)
+from nameserver.state import controller as ctl
+from nameserver.state.shards import moves
+from nameserver.state.shards.directory import default_group
+from nameserver.state.shards.merge import ReplicaBehind, merge_route
+from raftlog.pb import entry_pb2
+
+TIMEOUT = 120_000
+
+
+def apply(state: MetadataState, tr: Translation) -> bool:
+    """Apply a translation as its own entry (an empty one is not proposed: nothing to apply)."""
+    if not tr.batch.records:
+        return True
+    return state.apply_entry(state.offset + 1, entry_pb2.Entry(batches=[tr.batch]))[0].applied
+
+
+def reg(name: str, addr: str, bid: int = 0, topics: tuple[str, ...] = ("T1", "T2"),
+        filters: tuple[str, ...] = ()) -> api_pb2.RegisterBrokerRequest:
+    req = api_pb2.RegisterBrokerRequest(cluster_name="c1", broker_name=name, broker_addr=addr, broker_id=bid,
+                                        filter_servers=list(filters))
+    req.data_version.counter = 1
+    for topic in topics:
+        req.topics.add(topic_name=topic, read_queue_nums=4, write_queue_nums=4, perm=6)
+    return req
+
+
+def register(state: MetadataState, req: api_pb2.RegisterBrokerRequest) -> None:
+    assert apply(state, register_broker(state, req, TIMEOUT))
+
+
+# ---- the default assignment ------------------------------------------------------------------------
+
+NAMES = [f"broker-{i}" for i in range(2000)]
+
+
+def test_default_group_spreads_sets_and_adding_a_group_moves_only_sets_to_it() -> None:
+    """Rendezvous hashing: each of 4 groups gets about a quarter, and with a 5th group a set either keeps
+    its group or goes to the new one (so the hash never shuffles sets between the old groups)."""
+    four = {name: default_group(name, 4) for name in NAMES}
+    counts = Counter(four.values())
+    assert sorted(counts) == [0, 1, 2, 3] and all(400 <= n <= 600 for n in counts.values()), counts
+    five = {name: default_group(name, 5) for name in NAMES}
+    moved = [name for name in NAMES if five[name] != four[name]]
+    assert moved and all(five[name] == 4 for name in moved)
+    assert all(default_group(name, 1) == 0 for name in NAMES[:10])
+    with pytest.raises(ValueError, match="groups"):
+        default_group("b", 0)
+
+
+def test_default_group_is_the_same_in_every_process() -> None:
+    """Not Python's salted str hash: another interpreter with another hash seed assigns alike."""
+    code = ("from nameserver.state.shards.directory import default_group; "
+            f"print([default_group(n, 3) for n in {NAMES[:200]!r}])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=os.environ | {"PYTHONHASHSEED": "12345"}).stdout
+    assert out.strip() == repr([default_group(n, 3) for n in NAMES[:200]])
+
+
+# ---- the directory's writes --------------------------------------------------------------------------
+
+def test_assign_set_writes_the_hash_group_once_and_keeps_sets_group0_already_holds() -> None:
+    g0 = MetadataState()
+    name = next(n for n in NAMES if default_group(n, 2) == 1)
+    tr = moves.assign_set(g0, name, "c1", 2)
+    assert [(r.key, r.op) for r in tr.batch.records] == [(keys.shard_key(name), entry_pb2.OP_PUT)]
+    assert apply(g0, tr)
+    assert g0.directory.group_of(name) == 1 and g0.directory.entry(name).cluster == "c1"
+    assert moves.assign_set(g0, name, "c1", 2).empty  # assigned: nothing to write (idempotent)
+    # a set registered while the cluster had one group stays in group 0 (no record needed to say so, but
+    # its first assignment says it: the hash would have sent it to group 1)
+    legacy = next(n for n in NAMES if default_group(n, 2) == 1 and n != name)
+    assert g0.directory.group_of(legacy) == 0 and not g0.directory.assigned(legacy)
+    register(g0, reg(legacy, "10.0.0.9:10911"))
+    assert apply(g0, moves.assign_set(g0, legacy, "c1", 2)) and g0.directory.group_of(legacy) == 0
+    # controller mode's record alone makes a set group 0's too
+    ctl_only = next(n for n in NAMES if default_group(n, 2) == 1 and n not in (name, legacy))
+    assert apply(g0, ctl.apply_broker_id(g0, "c1", ctl_only, 1, "10.0.0.8:30911;1"))
+    assert apply(g0, moves.assign_set(g0, ctl_only, "c1", 2)) and g0.directory.group_of(ctl_only) == 0
+
+
+def test_assign_set_is_refused_at_apply_when_group0_registered_the_set_meanwhile() -> None:
+    g0 = MetadataState()
+    name = next(n for n in NAMES if default_group(n, 2) == 1)
+    tr = moves.assign_set(g0, name, "c1", 2)
+    register(g0, reg(name, "10.0.0.1:10911"))  # lands between translation and apply
+    assert not apply(g0, tr) and not g0.directory.assigned(name)
+
+
+def test_pin_set_chooses_the_group_of_a_new_set_and_refuses_one_held_elsewhere() -> None:
+    g0 = MetadataState()
+    assert apply(g0, moves.pin_set(g0, "b1", 1, 3))
+    found = g0.directory.entry("b1")
+    assert (found.group, found.pinned) == (1, True)
+    with pytest.raises(ValidationError) as err:
+        moves.pin_set(g0, "b1", 2, 3)
+    assert err.value.field == "group" and "move it" in str(err.value)
+    with pytest.raises(ValidationError) as err:
+        moves.pin_set(g0, "b2", 3, 3)
+    assert err.value.field == "group"
+    register(g0, reg("b3", "10.0.0.3:10911"))  # held by group 0, unassigned
+    with pytest.raises(ValidationError):
+        moves.pin_set(g0, "b3", 1, 3)
+    assert apply(g0, moves.pin_set(g0, "b3", 0, 3)) and g0.directory.entry("b3").pinned
+
+
+def test_the_directory_index_is_rebuilt_by_a_restore() -> None:
+    g0 = MetadataState()
+    for name in ("a", "b/c", "d~e"):
+        assert apply(g0, moves.pin_set(g0, name, 1, 2))
+    restored = MetadataState()
+    restored.restore(g0.offset, list(g0.kv.items()))
+    assert restored.directory.names() == ["a", "b/c", "d~e"] == g0.directory.names()
+    assert all(restored.directory.group_of(n) == 1 for n in restored.directory.names())
+
+
+# ---- a set's move, step by step -------------------------------------------------------------------------
+
+SET = "broker-m"
+
+
+def _fleet() -> list[MetadataState]:
+    """Group 0 holds broker-z (and the directory); group 1 holds SET (a master, a slave, filter servers,
+    a controller record), both serving topic T1."""
+    g0, g1, g2 = MetadataState(), MetadataState(), MetadataState()
+    assert apply(g0, moves.pin_set(g0, SET, 1, 3))
+    register(g0, reg("broker-z", "10.0.0.26:10911", topics=("T1", "T3")))
+    register(g1, reg(SET, "10.0.0.1:10911", filters=("f:1",)))
+    register(g1, reg(SET, "10.0.0.2:10911", bid=1))
+    assert apply(g1, ctl.apply_broker_id(g1, "c1", SET, 1, "10.0.0.1:30911;1"))
+    return [g0, g1, g2]
+
+
+def _records(state: MetadataState, name: str) -> dict[str, bytes]:
+    return {key: state.kv.get(key) or b"" for key in moves.set_keys(state, name)}
+
+
+def test_a_move_copies_every_record_and_no_read_loses_the_set_at_any_step() -> None:
+    groups = _fleet()
+    g0, g1, g2 = groups
+    before = merge_route(groups, "T1").route
+    assert [bd.broker_name for bd in before.broker_datas] == ["broker-m", "broker-z"]
+    held = _records(g1, SET)
+    assert len(held) == 7  # broker/, ctrl/, 2 topics, 2 live/, 1 filter/
+
+    def steps() -> list[tuple[MetadataState, Translation]]:
+        return [(g0, moves.begin_move(g0, SET, 2, 3)), (g1, moves.fence_set(g1, SET, 1, 2)),
+                (g2, moves.copy_set(g1, g2, SET))]
+
+    for state, tr in steps():
+        assert not tr.empty and apply(state, tr)
+        assert merge_route(groups, "T1").route == before
+    assert _records(g2, SET) == held  # the copy is byte for byte the source's
+    assert all(tr.empty for _, tr in steps())  # every step done: running them again writes nothing
+    copied_at = g2.offset
+    g2.apply_entry(g2.offset + 1, entry_pb2.Entry())  # the target moves on (its copy stays)
+    done = moves.finish_move(g0, SET, 2, copied_at)
+    assert apply(g0, done) and g0.directory.group_of(SET) == 2 and g0.directory.floor() == {2: copied_at}
+    assert moves.finish_move(g0, SET, 2, copied_at).empty
+    assert merge_route(groups, "T1").route == before
+    assert apply(g1, moves.drop_set(g1, g0, 1, SET))
+    assert not _records(g1, SET) and keys.shard_key(SET) not in g1.kv  # records and fence gone
+    assert moves.drop_set(g1, g0, 1, SET).empty
+    assert merge_route(groups, "T1").route == before
+
+
+def test_a_read_waits_for_the_target_to_hold_the_copy_the_directory_names() -> None:
+    """A worker whose group-0 replica has the move done but whose target replica has not applied the copy
+    must not answer from it (nor from the source, which may have dropped the set): it waits."""
+    groups = _fleet()
+    g0, g1, g2 = groups
+    lagging = MetadataState()  # the worker's replica of group 2, before the copy
+    for state, tr in [(g0, moves.begin_move(g0, SET, 2, 3)), (g1, moves.fence_set(g1, SET, 1, 2)),
+                      (g2, moves.copy_set(g1, g2, SET))]:
+        assert apply(state, tr)
+    assert apply(g0, moves.finish_move(g0, SET, 2, g2.offset))
+    with pytest.raises(ReplicaBehind) as behind:
+        merge_route([g0, g1, lagging], "T1")
+    assert behind.value.waits == {2: g2.offset}
+    with pytest.raises(ReplicaBehind) as asked:  # the client's min-offset vector is a floor too
+        merge_route(groups, "T1", min_offsets=(0, g1.offset + 5))
+    assert asked.value.waits == {1: g1.offset + 5}
+
+
+def test_a_write_translated_before_the_fence_applies_is_refused_and_its_retry_finds_the_set_moving() -> None:
+    """The source accepts nothing of the set once its fence is in its log, whatever its directory replica
+    said when it translated: the fence's absence is a precondition of every write of the set."""
+    g0, g1, _g2 = _fleet()
+    late = moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT))
+    assert apply(g0, moves.begin_move(g0, SET, 2, 3))
+    assert apply(g1, moves.fence_set(g1, SET, 1, 2))
+    assert not apply(g1, late)  # a no-op at apply: the copy cannot miss it
+    with pytest.raises(moves.SetMoving) as moving:
+        moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT))
+    assert moving.value.target == 2
+    assert not moves.guard_set_writes(g1, Translation()).batch.preconditions  # nothing written: no guard
+
+
+def test_every_write_touching_a_fenced_set_is_refused_whatever_its_request() -> None:
+    """The guard reads the records a translation writes, not the request: a topic deleted or registered on
+    several sets, a write permission change, an expiry, a live/-only change are all caught."""
+    g0, g1, _g2 = _fleet()
+    register(g1, reg("other", "10.0.0.7:10911"))
+    live_only = reg(SET, "10.0.0.2:10911", bid=1)
+    live_only.heartbeat_timeout_ms = 5_000  # changes only the address's live/ record
+    assert [r.key for r in register_broker(g1, live_only, TIMEOUT).batch.records] == ["live/10.0.0.2:10911"]
+    slave = "10.0.0.2:10911"
+    writes = [delete_topic(g1, "T1"), wipe_write_perm(g1, SET), expire_broker(g1, slave, g1.live_version(slave)),
+              register_broker(g1, live_only, TIMEOUT),
+              register_topic(g1, "T9", [state_pb2.QueueData(broker_name=n, perm=6) for n in ("other", SET)])]
+    assert all(moves.sets_written(g1, tr) >= {SET} for tr in writes)
+    assert moves.sets_written(g1, wipe_write_perm(g1, "other")) == {"other"}
+    gone = Translation(batch=entry_pb2.Batch(records=[  # an address's records alone name its set by its live/
+        entry_pb2.Record(type=keys.FILTER_TYPE, op=entry_pb2.OP_DELETE, key=keys.filter_key(slave))]))
+    assert moves.sets_written(g1, gone) == {SET}
+    assert apply(g0, moves.begin_move(g0, SET, 2, 3)) and apply(g1, moves.fence_set(g1, SET, 1, 2))
+    for tr in writes:
+        with pytest.raises(moves.SetMoving):
+            moves.guard_set_writes(g1, tr)
+    assert apply(g1, moves.guard_set_writes(g1, wipe_write_perm(g1, "other")))
+
+
+def test_move_steps_refuse_bad_input_by_field() -> None:
+    g0, g1, _g2 = _fleet()
+    cases = [(lambda: moves.begin_move(g0, SET, 3, 3), "group"), (lambda: moves.begin_move(g0, SET, 1, 3), "group"),
+             (lambda: moves.begin_move(g0, "nobody", 2, 3), "broker_name"),
+             (lambda: moves.finish_move(g0, SET, 2, 5), "broker_name"),
+             (lambda: moves.drop_set(g1, g0, 1, SET), "broker_name")]
+    for call, field in cases:
+        with pytest.raises(ValidationError) as err:
+            call()
+        assert err.value.field == field
+    assert apply(g0, moves.begin_move(g0, SET, 2, 3))
+    with pytest.raises(ValidationError) as err:
+        moves.begin_move(g0, SET, 0, 3)
+    assert err.value.field == "group" and "already moving" in str(err.value)
+    with pytest.raises(ValidationError) as err:
+        moves.finish_move(g0, SET, 2, 0)
+    assert err.value.field == "since"
+    assert moves.begin_move(g0, SET, 2, 3).empty
+
+
+def test_a_set_held_by_group0_before_sharding_moves_out_with_the_directory_record_as_its_fence() -> None:
+    g0, g1 = MetadataState(), MetadataState()
+    register(g0, reg("old", "10.0.0.5:10911"))
+    assert apply(g0, moves.begin_move(g0, "old", 1, 2))
+    assert moves.fence_set(g0, "old", 0, 1).empty  # group 0's fence is the directory record
+    with pytest.raises(moves.SetMoving):
+        moves.guard_set_writes(g0, register_broker(g0, reg("old", "10.0.0.6:10911", bid=1), TIMEOUT))
+    assert apply(g1, moves.copy_set(g0, g1, "old"))
+    assert apply(g0, moves.finish_move(g0, "old", 1, g1.offset))
+    assert apply(g0, moves.drop_set(g0, g0, 0, "old"))
+    assert not _records(g0, "old") and g0.directory.group_of("old") == 1  # the directory record stays
+    route = merge_route([g0, g1], "T1").route
+    assert [bd.broker_name for bd in route.broker_datas] == ["old"]
+
