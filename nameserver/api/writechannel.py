@@ -460,11 +460,14 @@ class WriteChannel:
         deadline = _NO_TIME if time_left is None else time.monotonic_ns() + max(0, int(time_left * 1e9))
         link.sender.put([call_id, str(deadline).encode(), method.encode(), request, *_metadata_fields(metadata)])
 
-        def cancel(code: grpc.StatusCode = grpc.StatusCode.CANCELLED, details: str = "the caller went away") -> None:
+        def cancel(why: tuple[grpc.StatusCode, str] | None = None) -> None:
             with self._lock:
                 waiting = link.pending.pop(call_id, None)
             if waiting is not None:  # not answered yet (gRPC calls back at every call's end)
                 link.sender.put([call_id])
+                spent = deadline != _NO_TIME and time.monotonic_ns() >= deadline
+                code, details = why or ((grpc.StatusCode.DEADLINE_EXCEEDED, "the caller's deadline passed") if spent
+                                        else (grpc.StatusCode.CANCELLED, "the caller went away"))
                 waiting.set_result((code, details, b"", ()))
 
         if on_end is not None and not on_end(cancel):
@@ -477,7 +480,7 @@ class WriteChannel:
                     return answer.result(timeout=_WAIT_STEP_S)
                 except TimeoutError:
                     continue
-            cancel(grpc.StatusCode.DEADLINE_EXCEEDED, "the node's core did not answer in time")
+            cancel((grpc.StatusCode.DEADLINE_EXCEEDED, "the node's core did not answer in time"))
             return answer.result()
         finally:
             with self._lock:
