@@ -33,7 +33,7 @@
                 grpc_max_streams_per_connection, grpc_progress_timeout_ms, grpc_max_streams,
                 grpc_max_streams_per_caller, max_followers, metrics_max_connections, metrics_timeout_ms,
                 reserved_fds, metrics_max_broker_sets; quotas of the state: max_queue_datas, max_brokers, max_kv_keys,
-                max_kv_bytes, max_controller_sets; registration_topics_in_flight
+                max_kv_bytes, max_controller_sets; registration_topics_in_flight; forward_clock_skew_ms
     [remoting]  listen = "127.0.0.1:9876"   (RocketMQ remoting protocol; off when absent), role, tls
     [metrics]   listen = "127.0.0.1:9301"   (Prometheus /metrics; off when absent)
     [archive]   dir = "archive"              (node-side log archive; off when absent)
@@ -204,6 +204,11 @@ class NodeConfig:
     # waits its turn (up to max_wait_ms, then RESOURCE_EXHAUSTED), so several huge ones cannot stall
     # the log (nameserver/core/budget.py). One 200,000-topic registration always fits alone.
     registration_topics_in_flight: int = 100_000
+    # How far this node's wall clock may be behind a node that forwards it a write: the write is proposed
+    # only while its forwarder's deadline (headers.FORWARD_DEADLINE) is more than this ahead of our clock,
+    # so never after it while clocks agree this well. NTP keeps a cluster's nodes within a few ms (tens
+    # across a WAN); a write arriving with less time left could hardly commit and answer in time anyway.
+    forward_clock_skew_ms: int = 100
 
     @property
     def tls_enabled(self) -> bool:
@@ -268,7 +273,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
                "grpc_max_streams_per_connection", "grpc_progress_timeout_ms", "grpc_max_streams",
                "grpc_max_streams_per_caller", "max_followers", "metrics_max_connections", "metrics_timeout_ms",
                "reserved_fds", "metrics_max_broker_sets", "max_queue_datas", "max_brokers", "max_kv_keys",
-               "max_kv_bytes", "max_controller_sets", "registration_topics_in_flight"),
+               "max_kv_bytes", "max_controller_sets", "registration_topics_in_flight", "forward_clock_skew_ms"),
 }
 LIMITS = _SECTIONS["limits"]
 # The fewest remoting connections limits.remoting_max_connections = 0 sets, when the open-file limit leaves

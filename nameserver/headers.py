@@ -6,6 +6,8 @@ Request metadata
     authorization               "Bearer <token>" ([auth] tokens)
     x-rip18-forwarded           a follower forwarded this write or read index (honoured from peers only)
     x-rip18-session-owner       the original caller's session owner, on a forwarded write (peers only)
+    x-rip18-forward-deadline-ms the forwarding node's deadline for the call, unix ms by its wall clock (on a
+                                forwarded call, so from peers only: nameserver/api/rpc.py in_time)
     x-rip18-as-role             a peer acting for a less privileged caller (the remoting listener)
     x-rip18-worker-caller       a worker's client (address, certificate names) on the core's private socket
     x-rip18-read-replica        a read replica's public gRPC address, on its Log.Follow (nsctl status lists it)
@@ -23,6 +25,7 @@ CLIENT_SEQ = "x-client-seq"
 AUTHORIZATION = "authorization"
 FORWARDED = "x-rip18-forwarded"
 SESSION_OWNER = "x-rip18-session-owner"
+FORWARD_DEADLINE = "x-rip18-forward-deadline-ms"  # nameserver/core/forwarder.py sets it
 AS_ROLE = "x-rip18-as-role"
 WORKER_CALLER = "x-rip18-worker-caller"  # nameserver/api/corelink.py
 READ_REPLICA = "x-rip18-read-replica"  # nameserver/api/logservice.py ReadReplicas

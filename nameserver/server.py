@@ -85,7 +85,7 @@ class Server:
         if cfg.worker_processes:
             calls = WriteCalls(self.service, chain)
             # the workers' LINEARIZABLE reads ask their read indexes here too (corelink.core_read_index)
-            calls.handlers[corelink.READ_INDEX] = corelink.ReadIndexes(self.node.linearizable_index,
+            calls.handlers[writechannel.READ_INDEX] = corelink.ReadIndexes(self.node.linearizable_index,
                                                                        cfg).method_handler()
             self.writes = WriteChannelServer(writechannel.socket_path(cfg.data_dir), calls, cfg.workers,
                                              cfg.max_message_bytes)

@@ -33,7 +33,7 @@ from nameserver import headers, tlsconf
 from nameserver.api import auth
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.api.rpc import call_timeout, rpc
-from nameserver.api.writechannel import WRITE_METHODS, WriteChannel, method_path
+from nameserver.api.writechannel import READ_INDEX, WRITE_METHODS, WriteChannel, method_path
 from nameserver.config import NodeConfig
 from nameserver.core.readindex import ReadIndexBatcher
 from nameserver.pb import api_pb2
@@ -54,7 +54,6 @@ WATCH = f"/{NAMESERVER.full_name}/Watch"
 FORWARDED_SERVICES = (NAMESERVER, *(api_pb2.DESCRIPTOR.services_by_name[s] for s in ("Admin", "Controller", "Log")),
                       health_pb2.DESCRIPTOR.services_by_name["Health"],
                       reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"])
-READ_INDEX = "/rip18.CoreLink/ReadIndex"  # the core's linearizable read index, for its workers only
 _DROPPED = frozenset({"user-agent", headers.WORKER_CALLER})  # set by the channel, or by us
 # What of a TLS caller's auth context the core uses (auth.py, callguard.py): its certificate's names. Not
 # the whole context: the PEM certificate alone would pass gRPC's 8 KiB metadata bound once hex-encoded.
@@ -300,7 +299,7 @@ class CoreForwarder(grpc.GenericRpcHandler):
 
         def written(request: bytes, context: grpc.ServicerContext) -> bytes:
             code, details, reply, trailing = writes.call(method, request, _outgoing(context), _time_left(context),
-                                                              context.is_active)
+                                                              context.is_active, context.add_callback)
             if code != grpc.StatusCode.OK:
                 context.set_trailing_metadata(_strip(trailing))
                 context.abort(code, details)

@@ -1,10 +1,12 @@
 """How every gRPC method of a node is wrapped: one mapping of our exceptions to gRPC statuses (`rpc`),
-the call's own deadline, forwarding mark and exactly-once identity read from its metadata, and
-`DecodeGuard`, which answers undecodable request bytes with INVALID_ARGUMENT naming the request."""
+the call's own deadline, forwarding mark and exactly-once identity read from its metadata, whether a
+write's call is still wanted (`in_time`), and `DecodeGuard`, which answers undecodable request bytes with
+INVALID_ARGUMENT naming the request."""
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,6 +46,48 @@ def client_ref(context: grpc.ServicerContext) -> ClientRef | None:
     return ClientRef(cid, int(seq), auth.session_owner(md, headers.FORWARDED in md))
 
 
+class DeadlinePassed(Exception):
+    """A write's call reached its deadline before the write was proposed: nothing was (DEADLINE_EXCEEDED)."""
+
+
+class CallCancelled(Exception):
+    """A write's caller went away before the write was proposed: nothing was (CANCELLED)."""
+
+
+def in_time(context: grpc.ServicerContext, skew_ms: int) -> Callable[[], None]:
+    """What a write checks before it is forwarded and before it is proposed: raises DeadlinePassed once its
+    call's deadline passed, CallCancelled once its caller cancelled (a context off the write channel is
+    cancelled by its worker: nameserver/api/writechannel.py). On a call a peer forwarded, also once the
+    forwarder's own deadline (FORWARD_DEADLINE, its wall clock) is within `skew_ms` of this node's wall
+    clock ([limits] forward_clock_skew_ms: ours may be that much behind): gRPC's timeout counts from the
+    call's arrival, and a call held in a TCP queue through a partition arrives with all of it. The header
+    is read only when the call is forwarded, which only peers may send (auth.Authorizer.check)."""
+    limit = _forward_deadline_ms(context)
+
+    def check() -> None:
+        now = time.time() * 1000
+        if limit is not None and now + skew_ms >= limit:
+            when = f"passed {now - limit:.0f} ms ago" if now >= limit else f"is only {limit - now:.0f} ms away"
+            raise DeadlinePassed(f"the forwarding node's deadline for this write {when} by this node's clock "
+                                 f"(limits.forward_clock_skew_ms = {skew_ms}); nothing was proposed")
+        if not context.is_active():
+            left = context.time_remaining()
+            if left is not None and left <= 0:
+                raise DeadlinePassed("the call's deadline passed before its write was proposed")
+            raise CallCancelled("the caller cancelled the call before its write was proposed")
+
+    return check
+
+
+def _forward_deadline_ms(context: grpc.ServicerContext) -> int | None:
+    if not forwarded(context):
+        return None
+    value = next((v for k, v in context.invocation_metadata() if k == headers.FORWARD_DEADLINE), None)
+    if not isinstance(value, str) or not value.isdigit():
+        return None  # none sent: the call is bounded by gRPC's timeout alone
+    return int(value)
+
+
 def call_timeout(context: grpc.ServicerContext, default: float, cap: float) -> float:
     """How long this call may wait here: its own deadline, never more than the node's limits.max_wait_ms
     (a call without a deadline reports an effectively infinite one; `default` is for callers that say
@@ -76,6 +120,10 @@ def rpc(fn: Callable) -> Callable:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except SessionSuperseded as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except DeadlinePassed as exc:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
+        except CallCancelled as exc:
+            context.abort(grpc.StatusCode.CANCELLED, str(exc))
         except (NotLeader, NoLeader) as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except TimeoutError as exc:
@@ -140,4 +188,5 @@ class DecodeGuard(grpc.ServerInterceptor):
         return wrap_handler(handler, checked, request_deserializer=_lenient(handler.request_deserializer))
 
 
-__all__ = ["DecodeGuard", "call_timeout", "client_ref", "forwarded", "rpc"]
+__all__ = ["CallCancelled", "DeadlinePassed", "DecodeGuard", "call_timeout", "client_ref", "forwarded", "in_time",
+           "rpc"]

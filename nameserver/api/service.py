@@ -18,7 +18,7 @@ import grpc
 from nameserver import headers, validation
 from nameserver.api.callguard import Stall
 from nameserver.api.deadlines import DeadlineWatch
-from nameserver.api.rpc import call_timeout, client_ref, forwarded, rpc
+from nameserver.api.rpc import call_timeout, client_ref, forwarded, in_time, rpc
 from nameserver.chunking import assemble_chunks, register_chunks, should_stream
 from nameserver.core.node import (
     ClientRef,
@@ -44,6 +44,7 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         self.node = node
         self.default_timeout = node.cfg.write_timeout_ms / 1000
         self.max_wait = node.cfg.max_wait_ms / 1000
+        self.forward_skew_ms = node.cfg.forward_clock_skew_ms
         self.stream_deadlines = DeadlineWatch("stream-deadlines")
 
     # ---- write plumbing ------------------------------------------------------------------------
@@ -53,16 +54,19 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
               service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub, topics: int = 0) -> Any:
         """Apply a write here when leading, else pass `request` on to `method` of the leader's `service`
         (nameserver/core/forwarder.py); returns the method's reply. `topics`: a registration's, for the
-        leader's budget (nameserver/core/budget.py)."""
+        leader's budget (nameserver/core/budget.py). A call that is over (its deadline passed, or the
+        forwarder's; its caller cancelled) is neither passed on nor proposed (rpc.in_time)."""
         client = client_ref(context)
+        wanted = in_time(context, self.forward_skew_ms)
+        wanted()
         timeout = call_timeout(context, self.default_timeout, self.max_wait)
         deadline = time.monotonic() + timeout
         md = [(k, v) for k, v in context.invocation_metadata() if k in (headers.CLIENT_ID, headers.CLIENT_SEQ)]
         if client is not None and client.owner:
             md.append((headers.SESSION_OWNER, client.owner))
         reply = self.node.forwarder.serve_or_forward(
-            lambda left: self._apply_write(translate_fn, reply_of, client, left, topics), method, request, timeout,
-            forwarded=forwarded(context), wait_s=LEADER_WAIT_S, service=service, metadata=md,
+            lambda left: self._apply_write(translate_fn, reply_of, client, left, topics, wanted), method, request,
+            timeout, forwarded=forwarded(context), wait_s=LEADER_WAIT_S, service=service, metadata=md,
             forward_if_lead_lost=True)
         offset = getattr(reply, "offset", 0)
         if offset:  # a write served on the leader is applied already: no wait there
@@ -74,8 +78,8 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         return reply
 
     def _apply_write(self, translate_fn: Callable, reply_of: Callable[[WriteResult], Any],
-                     client: ClientRef | None, timeout: float, topics: int = 0) -> Any:
-        res = self.node.write(translate_fn, timeout, client, reply_of, topics)
+                     client: ClientRef | None, timeout: float, topics: int, wanted: Callable[[], None]) -> Any:
+        res = self.node.write(translate_fn, timeout, client, reply_of, topics, wanted=wanted)
         if res.replayed is not None:
             reply = reply_of(WriteResult(0, 0, None))  # an empty reply of the right type
             reply.ParseFromString(res.replayed)

@@ -1,13 +1,19 @@
 """The write channel between a node's worker processes and its core (docs/architecture.md, "Processes").
 
 A worker passes each unary write (WRITE_METHODS), and its rounds of read-index asks for LINEARIZABLE
-reads (corelink.READ_INDEX: the core adds that handler), to the core over one Unix socket,
+reads (READ_INDEX: the core adds that handler, corelink.ReadIndexes), to the core over one Unix socket,
 <data_dir>/channel/writes.sock (0600, in the channel directory, 0700), in batched frames: the calls that
 arrive while the worker's sender is busy go out together in the next frame, and the core's answers
 that are ready together come back in one frame. A call carries the request bytes untouched, the
 method, the caller's metadata with the worker's CALLER header (who the client was: corelink), and the
-time the caller has left; an answer carries the status, its details, the reply bytes and the trailing
-metadata, with the core's apply offset (CORE_OFFSET) the worker's replica reaches before it answers.
+caller's deadline on CLOCK_MONOTONIC, which a worker and its core share (one machine, the core's child):
+a call that waited in the socket (a stopped or busy core) arrives with only the time it still has, never
+a fresh allowance. When the worker's call ends before its answer (its client cancelled, its deadline
+passed) the worker sends a cancel, and the core cancels that call's context (is_active() False, its
+callbacks called, as gRPC's): a write not yet proposed then never is (rpc.in_time). The core reads every
+frame already waiting before it starts their calls, so a cancel queued behind its call is seen first.
+An answer carries the status, its details, the reply bytes and the trailing metadata, with the core's
+apply offset (CORE_OFFSET) the worker's replica reaches before it answers.
 
 On the core every call runs through the same interceptors as a gRPC call on its private socket
 (grpcserver.interceptors: WorkerCallers, the call guard, auth, the decode guard) and the same servicer
@@ -16,7 +22,9 @@ decided as for a direct call, in the same words. What it saves is gRPC's per-cal
 (HTTP/2 streams, the completion queue, one socket write per call and per answer): docs/benchmarks.md,
 "The batched write channel".
 
-A frame is a 4-byte big-endian length and a list of records, each a list of length-prefixed fields.
+A frame is a 4-byte big-endian length and a list of records, each a list of length-prefixed fields: a
+call is [id, deadline (ns, or -1), method, request, metadata key, value, ...], a cancel [id], an answer
+[id, code, details, reply, trailing key, value, ...].
 A worker whose link breaks fails the calls waiting on it with UNAVAILABLE (the caller retries; with an
 exactly-once session the retry is answered from the session); the core finishes a call it started
 whatever becomes of the link (Raft decides whether it was written, never the link).
@@ -28,6 +36,7 @@ import contextlib
 import itertools
 import logging
 import os
+import select
 import socket
 import struct
 import threading
@@ -53,6 +62,9 @@ FRAME_SLACK = 64 << 10    # a frame's bound past BATCH_BYTES + one request: its 
 _LEN = struct.Struct(">I")
 _ID = struct.Struct(">Q")
 _NO_TIME = -1             # a call whose caller set no deadline
+MAX_WAITING_FRAMES = 64   # frames the core reads together before starting their calls (cancels first)
+READ_INDEX = "/rip18.CoreLink/ReadIndex"  # the core's linearizable read index, for its workers only
+_READ_INDEX = READ_INDEX.encode()
 
 Metadata = tuple[tuple[str, str | bytes], ...]
 Answer = tuple[grpc.StatusCode, str, bytes, Metadata]  # code, details, reply bytes, trailing metadata
@@ -197,16 +209,41 @@ class _Details:
 
 class ChannelContext(LocalContext):
     """A servicer context for a call off the channel: its caller (peer, auth context) is set by the
-    interceptors from the worker's CALLER header, its status kept for the answer."""
+    interceptors from the worker's CALLER header, its status kept for the answer. `deadline`: the
+    caller's, on time.monotonic(). Cancelled when its worker says so (the worker's call ended), and ended
+    when answered: either way, as gRPC's, it is no longer active and its callbacks are called, once."""
+
+    def __init__(self, deadline: float | None, metadata: Metadata) -> None:
+        super().__init__(None, metadata)  # type: ignore[arg-type]  # binary values pass through
+        self._deadline = deadline
+        self._callbacks: list[Callable[[], None]] | None = []  # None once ended
+        self._ending = threading.Lock()
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        with self._ending:
+            if self._callbacks is None:
+                return False  # ended already: not called (as gRPC's)
+            self._callbacks.append(callback)
+            return True
+
+    def cancel(self) -> None:
+        super().cancel()
+        self.end()
+
+    def end(self) -> None:
+        with self._ending:
+            callbacks, self._callbacks = self._callbacks or [], None
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # a callback's bug must not take the channel's reader down
+                log.exception("write channel: a call's callback failed")
 
     def peer(self) -> str:
         return "unix:" + SOCKET_NAME
 
     def auth_context(self) -> dict[str, list[bytes]]:
         return {}
-
-    def add_callback(self, callback: Callable[[], None]) -> bool:
-        return False  # the call is not cancelled from outside: nothing would call it
 
     def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
         raise LocalRpcError(code, details, self._trailing)
@@ -228,8 +265,14 @@ class WriteCalls:
                 getattr(servicer, name), request_deserializer=getattr(api_pb2, m.input_type.name).FromString,
                 response_serializer=getattr(api_pb2, m.output_type.name).SerializeToString)
 
-    def call(self, method: str, request: bytes, metadata: Metadata, time_left: float | None) -> Answer:
-        context = ChannelContext(time_left, metadata)  # type: ignore[arg-type]  # binary values pass through
+    def call(self, method: str, request: bytes, context: ChannelContext) -> Answer:
+        try:
+            return self._answer(method, request, context)
+        finally:
+            context.end()
+
+    def _answer(self, method: str, request: bytes, context: ChannelContext) -> Answer:
+        metadata = context.invocation_metadata()
         base = self.handlers.get(method)
         if base is None:
             return grpc.StatusCode.UNIMPLEMENTED, f"{method} is not a write of the channel", b"", ()
@@ -272,8 +315,10 @@ class WriteChannelServer:
         self._sock: socket.socket | None = None
         self._links: set[socket.socket] = set()
         self._lock = threading.Lock()
-        self.calls = 0   # calls and frames received (/metrics)
+        self.calls = 0          # writes, read-index asks and frames received (/metrics)
+        self.read_indexes = 0
         self.frames = 0
+        self.cancels = 0        # cancels received (of calls still running or waiting)
 
     def start(self) -> None:
         folder = os.path.dirname(self.path)
@@ -310,17 +355,31 @@ class WriteChannelServer:
 
     def _serve(self, link: socket.socket) -> None:
         sender = _Sender(link, "write-channel-answers", lambda exc: _close(link))
+        running: dict[bytes, ChannelContext] = {}  # this link's calls not answered yet, for their cancels
         try:
-            while (body := _read_frame(link, self.max_frame)) is not None:
-                received = time.monotonic()  # a call's time left counts from here, its wait in the pool too
-                calls = _unpack(body)
-                with self._lock:
-                    self.frames += 1
-                    self.calls += len(calls)
-                for fields in calls:
+            while bodies := self._waiting_frames(link):
+                calls: list[tuple[list[bytes], ChannelContext]] = []
+                cancels = []
+                for fields in (record for body in bodies for record in _unpack(body)):
+                    if len(fields) == 1:
+                        cancels.append(fields[0])
+                        continue
                     if len(fields) < 4 or len(fields) % 2 or not fields[1].lstrip(b"-").isdigit():
                         raise ValueError("write channel: a call of the wrong shape")
-                    self.pool.submit(self._run, sender, fields, received)
+                    ns = int(fields[1])
+                    context = ChannelContext(None if ns == _NO_TIME else ns / 1e9, _metadata_of(fields[4:]))
+                    calls.append((fields, context))
+                with self._lock:
+                    self.frames += len(bodies)
+                    self.read_indexes += sum(1 for fields, _ in calls if fields[2] == _READ_INDEX)
+                    self.calls += sum(1 for fields, _ in calls if fields[2] != _READ_INDEX)
+                    running.update((fields[0], context) for fields, context in calls)
+                    cancelled = [c for c in (running.get(call_id) for call_id in cancels) if c is not None]
+                    self.cancels += len(cancelled)
+                for context in cancelled:
+                    context.cancel()
+                for fields, context in calls:
+                    self.pool.submit(self._run, sender, fields, context, running)
         except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
             if self._sock is not None:
                 log.warning("write channel: a worker's link ended: %s", exc)
@@ -330,10 +389,26 @@ class WriteChannelServer:
             with self._lock:
                 self._links.discard(link)
 
-    def _run(self, sender: _Sender, fields: list[bytes], received: float) -> None:
-        call_id, left, method, request = fields[0], int(fields[1]), fields[2].decode(), fields[3]
-        time_left = None if left == _NO_TIME else max(0.0, left / 1000 - (time.monotonic() - received))
-        code, details, body, trailing = self.writes.call(method, request, _metadata_of(fields[4:]), time_left)
+    def _waiting_frames(self, link: socket.socket) -> list[bytes]:
+        """The next frame, and every other one already waiting on `link` (at most MAX_WAITING_FRAMES);
+        [] at the end of the link."""
+        bodies: list[bytes] = []
+        while len(bodies) < MAX_WAITING_FRAMES and (not bodies or select.select([link], [], [], 0)[0]):
+            body = _read_frame(link, self.max_frame)
+            if body is None:
+                break
+            bodies.append(body)
+        return bodies
+
+    def _run(self, sender: _Sender, fields: list[bytes], context: ChannelContext,
+             running: dict[bytes, ChannelContext]) -> None:
+        call_id, method, request = fields[0], fields[2].decode(), fields[3]
+        try:
+            code, details, body, trailing = self.writes.call(method, request, context)
+        finally:
+            with self._lock:
+                if running.get(call_id) is context:
+                    del running[call_id]
         sender.put([call_id, str(code.value[0]).encode(), details.encode(), body, *_metadata_fields(trailing)])
 
 
@@ -367,9 +442,11 @@ class WriteChannel:
         self._link: _Link | None = None
 
     def call(self, method: str, request: bytes, metadata: Metadata, time_left: float | None,
-             alive: Callable[[], bool]) -> Answer:
+             alive: Callable[[], bool], on_end: Callable[[Callable[[], None]], bool] | None = None) -> Answer:
         """The core's answer; UNAVAILABLE when the link fails or the core does not answer in time (the
-        write may have been made: a session's retry is answered from the session)."""
+        write may have been made: a session's retry is answered from the session). When the caller's call
+        ends first (`alive()` turns False, or `on_end`, gRPC's add_callback, calls back; or its time is
+        spent) the core is told to cancel the call: a write it has not proposed yet never is."""
         try:
             link = self._connected()
         except OSError as exc:
@@ -380,17 +457,31 @@ class WriteChannel:
             if link.broken is not None:
                 return grpc.StatusCode.UNAVAILABLE, link.broken, b"", ()
             link.pending[call_id] = answer
-        left = _NO_TIME if time_left is None else max(0, int(time_left * 1000))
-        link.sender.put([call_id, str(left).encode(), method.encode(), request, *_metadata_fields(metadata)])
+        deadline = _NO_TIME if time_left is None else time.monotonic_ns() + max(0, int(time_left * 1e9))
+        link.sender.put([call_id, str(deadline).encode(), method.encode(), request, *_metadata_fields(metadata)])
+
+        def cancel(why: tuple[grpc.StatusCode, str] | None = None) -> None:
+            with self._lock:
+                waiting = link.pending.pop(call_id, None)
+            if waiting is not None:  # not answered yet (gRPC calls back at every call's end)
+                link.sender.put([call_id])
+                spent = deadline != _NO_TIME and time.monotonic_ns() >= deadline
+                code, details = why or ((grpc.StatusCode.DEADLINE_EXCEEDED, "the caller's deadline passed") if spent
+                                        else (grpc.StatusCode.CANCELLED, "the caller went away"))
+                waiting.set_result((code, details, b"", ()))
+
+        if on_end is not None and not on_end(cancel):
+            cancel()  # the caller's call had ended already
         try:
             for _ in _waits(time_left):
                 if not alive():
-                    return grpc.StatusCode.CANCELLED, "the caller went away", b"", ()
+                    cancel()
                 try:
                     return answer.result(timeout=_WAIT_STEP_S)
                 except TimeoutError:
                     continue
-            return grpc.StatusCode.DEADLINE_EXCEEDED, "the node's core did not answer in time", b"", ()
+            cancel((grpc.StatusCode.DEADLINE_EXCEEDED, "the node's core did not answer in time"))
+            return answer.result()
         finally:
             with self._lock:
                 link.pending.pop(call_id, None)

@@ -5,7 +5,10 @@ membership and leadership changes, read indexes, the brokers' buffered heartbeat
 leader address. It finds the leader's gRPC address (waiting a bounded time for an election), keeps one
 channel per peer (TLS and this node's peer credential when security is on), and marks every call
 forwarded, so that a node which is no longer the leader refuses it instead of forwarding it again.
-Nothing else in a node opens channels to its peers.
+Every call also carries its deadline by this node's wall clock (FORWARD_DEADLINE, unix ms): gRPC sends
+only the time left, which the leader counts from the call's arrival, so a call held in a TCP queue (a
+partition, then the heal) would arrive with fresh time; the leader proposes no write whose forwarder's
+deadline passed (nameserver/api/rpc.py, in_time). Nothing else in a node opens channels to its peers.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class LeaderForwarder:
         client stream), marked forwarded; `timeout` covers the wait for an election (at most `wait_s`)
         and the call. Raises NoLeader when nothing was sent, else the call's own grpc.RpcError.
 
+        The leader sees the caller's true deadline (FORWARD_DEADLINE) even where gRPC's own is raised
+        to its 0.1 s floor.
+
         An `idempotent` call that finds its leader unreachable (UNAVAILABLE: a leader that just died,
         which this node still believes in until its election timeout) is sent again, to whichever
         node leads next, until `timeout` runs out."""
@@ -79,9 +85,10 @@ class LeaderForwarder:
                 raise NoLeader("this node leads now" if self._is_leader()
                                else "no leader elected (is a majority of nodes up?)")
             stub = self._stub(service, addr)
+            left = deadline - time.monotonic()
+            marks = [(headers.FORWARDED, "1"), (headers.FORWARD_DEADLINE, str(int((time.time() + left) * 1000)))]
             try:
-                return getattr(stub, method)(request, timeout=max(0.1, deadline - time.monotonic()),
-                                             metadata=[(headers.FORWARDED, "1"), *metadata])
+                return getattr(stub, method)(request, timeout=max(0.1, left), metadata=[*marks, *metadata])
             except grpc.RpcError as exc:
                 retry = (idempotent and exc.code() == grpc.StatusCode.UNAVAILABLE
                          and time.monotonic() + POLL_S < deadline and not self._closed.is_set())
@@ -110,7 +117,7 @@ class LeaderForwarder:
         if forwarded:
             raise NoLeader("not the leader (forwarded request)")
         try:
-            return self.call(method, request, max(0.1, deadline - time.monotonic()), wait_s=wait_s,
+            return self.call(method, request, max(0.0, deadline - time.monotonic()), wait_s=wait_s,
                              service=service, metadata=metadata)
         except NoLeader:
             if self._is_leader():  # elected meanwhile

@@ -206,13 +206,15 @@ class NameServerNode(LocalReads):
 
     def write(self, translate_fn: Callable[[MetadataState], Translation], timeout: float,
               client: ClientRef | None = None, reply_of: Callable[[WriteResult], Message] | None = None,
-              topics: int = 0) -> WriteResult:
+              topics: int = 0, wanted: Callable[[], None] | None = None) -> WriteResult:
         """Translate against the current state and propose; re-translate if a precondition failed.
 
         With a client ref, the write is exactly-once: a retry of the client's latest sequence
         returns the first attempt's reply (`replayed`) instead of applying again.
         `topics`: a registration's topic count, held of the leader's budget until it commits
-        (nameserver/core/budget.py).
+        (nameserver/core/budget.py). `wanted` raises when the caller's call is over (rpc.in_time): called
+        just before each proposal of the write (of a registration in parts, only before its first), so a
+        write is never proposed after its caller's deadline or cancel.
         Raises NotLeader (the caller forwards), ProposalError, SessionSuperseded, TooLargeError (a quota
         or the budget), or the translator's own errors (ValidationError, CasFailed).
         """
@@ -223,16 +225,17 @@ class NameServerNode(LocalReads):
         # expected to take longer than the rest: the write's own time (core/budget.py).
         with self.registrations.hold(topics, timeout / 2, call_left=timeout):
             return self._write(translate_fn, deadline, client, reply_of, in_parts=topics > 0,
-                               finish_by=deadline + timeout)
+                               finish_by=deadline + timeout, wanted=wanted)
 
     def _write(self, translate_fn: Callable[[MetadataState], Translation], deadline: float,
                client: ClientRef | None, reply_of: Callable[[WriteResult], Message] | None,
-               in_parts: bool = False, finish_by: float = 0.0) -> WriteResult:
+               in_parts: bool = False, finish_by: float = 0.0, wanted: Callable[[], None] | None = None
+               ) -> WriteResult:
         """`finish_by`: once a registration's first part committed, its other parts go on past the
         caller's deadline up to this time: stopping between parts left its first topics in the state
         with no broker to own them, and no unregistration could remove them (seen in CI)."""
         confirmed = False
-        for _ in range(MAX_TRANSLATE_ATTEMPTS):
+        for attempt in range(MAX_TRANSLATE_ATTEMPTS):
             if not self.log.is_leader():
                 raise NotLeader("this node is not the leader")
             try:
@@ -261,6 +264,8 @@ class NameServerNode(LocalReads):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
+            if wanted is not None and (attempt == 0 or not in_parts):  # parts once begun go on (finish_by)
+                wanted()
             batch = translation.batch
             if in_parts:  # a big registration: no entry's apply holds the state long (core/budget.py)
                 lead, batch = leading_parts(batch)

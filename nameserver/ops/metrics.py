@@ -145,7 +145,9 @@ class ChannelCount(Protocol):
     """What /metrics shows of the workers' write channel (nameserver/api/writechannel.py)."""
 
     calls: int
+    read_indexes: int
     frames: int
+    cancels: int
 
 
 class WorkerCount(Protocol):
@@ -440,10 +442,15 @@ class _NodeCollector(Collector):
                           "exited.", m.workers.restarts_total)
         if m.write_channel is not None:  # nameserver/api/writechannel.py: calls per frame is its batching
             yield counter("nameserver_write_channel_calls", "Writes the worker processes passed to this core "
-                          "on the write channel, and the read indexes they asked there for linearizable reads "
-                          "(one per round of reads).", m.write_channel.calls)
-            yield counter("nameserver_write_channel_frames", "Frames those writes came in (several calls "
-                          "each when batched).", m.write_channel.frames)
+                          "on the write channel.", m.write_channel.calls)
+            yield counter("nameserver_write_channel_read_indexes", "Read indexes the worker processes asked "
+                          "on the write channel for linearizable reads (one per round of reads).",
+                          m.write_channel.read_indexes)
+            yield counter("nameserver_write_channel_frames", "Frames those writes and asks came in (several "
+                          "calls each when batched).", m.write_channel.frames)
+            yield counter("nameserver_write_channel_cancels", "Calls on the write channel whose worker cancelled "
+                          "them before the core answered (the client went away or its deadline passed).",
+                          m.write_channel.cancels)
         yield gauge("nameserver_state_keys", "Keys in the replicated state.", st["keys"])
         routes = CounterMetricFamily("nameserver_route_reads", "Route reads this node answered, by whether the "
                                      "route was kept from an earlier read (hit) or computed (miss).",

@@ -99,8 +99,10 @@ class LocalNode:
         return fn(self.state)
 
     def write(self, translate_fn: Callable[[MetadataState], Translation], timeout: float, client: Any = None,
-              reply_of: Any = None, topics: int = 0) -> WriteResult:
+              reply_of: Any = None, topics: int = 0, wanted: Callable[[], None] | None = None) -> WriteResult:
         tr = translate_fn(self.state)
+        if wanted is not None and tr.batch.records:
+            wanted()  # as the real node: checked just before the proposal
         if not tr.batch.records:
             return WriteResult(self.state.offset, 0, tr)
         offset = self.state.offset + 1

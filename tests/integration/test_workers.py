@@ -650,8 +650,8 @@ def test_concurrent_writes_through_workers_cross_once_and_apply_once(env: Env) -
     assert min(offsets) > 0
     calls = metric(node, "nameserver_write_channel_calls_total") - calls0
     frames = metric(node, "nameserver_write_channel_frames_total") - frames0
-    # every write crossed (the counter also counts the workers' read-index asks, so it may be higher);
-    # whether several shared a frame depends on how they arrived (a quiet machine may send each alone):
+    # every write crossed (a leader's count also has its followers' forwarded heartbeats); whether several
+    # shared a frame depends on how they arrived (a quiet machine may send each alone):
     # tests/unit/test_writechannel_frames.py shows the sharing deterministically. Applied once: below.
     assert calls >= clients and 0 < frames <= calls, (calls, frames)
     with ThreadPoolExecutor(clients) as pool:  # every write retried at once, from other connections
@@ -663,6 +663,21 @@ def test_concurrent_writes_through_workers_cross_once_and_apply_once(env: Env) -
     for i in range(clients):
         got = reader.GetKv(api_pb2.GetKvRequest(namespace="wgb", key=f"k{i}", min_offset=max(offsets)), timeout=10)
         assert got.value == f"first{i}", f"client {i}'s retried write was applied again"
+
+
+def test_read_index_asks_on_the_write_channel_are_not_counted_as_writes(env: Env) -> None:
+    """A LINEARIZABLE read asks the core for a read index on the write channel: /metrics counts it in
+    nameserver_write_channel_read_indexes_total, not with the writes. (On a follower: a leader's count of
+    writes also has its followers' forwarded heartbeats.)"""
+    leader = env.cluster.leader()
+    node = next(n for n in env.cluster.nodes if n is not leader and n.alive)
+    writes, asks = (metric(node, f"nameserver_write_channel_{name}_total") for name in ("calls", "read_indexes"))
+    stub = env.ns(node, "client")
+    for i in range(3):
+        stub.GetBinding(api_pb2.GetBindingRequest(topic="TopicG", queue_id=i, consistency=api_pb2.LINEARIZABLE),
+                        timeout=10)
+    assert metric(node, "nameserver_write_channel_read_indexes_total") >= asks + 1
+    assert metric(node, "nameserver_write_channel_calls_total") == writes
 
 
 # what a write may fail with when its worker dies (or the machine is slow): each safe to retry in its session
@@ -991,6 +1006,97 @@ def test_watchers_of_a_killed_worker_resume_elsewhere_without_gap_or_duplicate(e
             w.close()
     env.cluster.wait_for("the worker restarted and listening",
                          lambda: len(grpc_listeners(node)) == WORKERS and victim not in grpc_listeners(node))
+
+
+# ---- no write outlives its caller (docs/faults.md, finding 14) --------------------------------------
+
+def never_applied(env: Env, namespace: str, key: str) -> None:
+    """`key` is not in the state, as of a write made through the leader after everything before it."""
+    leader = env.cluster.leader()
+    assert leader is not None
+    after = env.ns(leader, "admin").PutKv(api_pb2.PutKvRequest(namespace=namespace, key="barrier", value="b"),
+                                          timeout=10)
+    assert refused(lambda: env.ns(leader, "client").GetKv(
+        api_pb2.GetKvRequest(namespace=namespace, key=key, min_offset=after.offset), timeout=10))[0] == (
+        grpc.StatusCode.NOT_FOUND), f"{namespace}/{key} was applied"
+
+
+def follower_with_its_worker(env: Env) -> tuple[NodeProc, Any, int]:
+    """A follower, a fresh admin stub to it, and the worker holding that stub's connection."""
+    leader = env.cluster.leader()
+    node = next(n for n in env.cluster.nodes if n is not leader and n.alive)
+    stub = env.ns(node, "admin", fresh=True)
+    return node, stub, held_by(node, stub)
+
+
+def test_a_write_whose_deadline_passed_on_the_write_channel_is_not_applied(env: Env) -> None:
+    """A follower's core is stopped (SIGSTOP) while a write with a 1 s deadline waits for it on the
+    write channel; the client gets DEADLINE_EXCEEDED; the worker is stopped too, so no cancel reaches
+    the core: the call's deadline alone must stop it. The core resumes and reads the call after its
+    deadline: it refuses it (not forwarded, not proposed), where counting the time left from its read
+    of the frame gave the call a fresh second and the write was applied."""
+    node, stub, worker = follower_with_its_worker(env)
+    assert node.proc is not None
+    core = node.proc.pid
+    os.kill(core, signal.SIGSTOP)
+    try:
+        call = stub.PutKv.future(api_pb2.PutKvRequest(namespace="wdl", key="late", value="v"), timeout=1.0)
+        time.sleep(0.5)  # the worker has written the call to the channel
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            assert call.exception(timeout=10).code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            os.kill(core, signal.SIGCONT)
+            time.sleep(1.0)  # the core reads the call and answers it (to the stopped worker)
+        finally:
+            os.kill(worker, signal.SIGCONT)
+    finally:
+        os.kill(core, signal.SIGCONT)
+    never_applied(env, "wdl", "late")
+
+
+def test_a_write_cancelled_while_on_the_write_channel_is_not_applied(env: Env) -> None:
+    """A follower's core is stopped while a write (30 s deadline) waits for it on the write channel, and
+    the client cancels it: the worker sends the core a cancel, which waits behind the call. The core
+    resumes, reads both before it starts the call, and never forwards or proposes the write."""
+    node, stub, _ = follower_with_its_worker(env)
+    assert node.proc is not None
+    core = node.proc.pid
+    cancels = metric(node, "nameserver_write_channel_cancels_total")
+    os.kill(core, signal.SIGSTOP)
+    try:
+        call = stub.PutKv.future(api_pb2.PutKvRequest(namespace="wdl", key="cancelled", value="v"), timeout=30)
+        time.sleep(0.5)  # the worker has written the call to the channel
+        assert call.cancel()
+        time.sleep(0.5)  # and its cancel
+    finally:
+        os.kill(core, signal.SIGCONT)
+    never_applied(env, "wdl", "cancelled")
+    assert metric(node, "nameserver_write_channel_cancels_total") == cancels + 1
+
+
+def test_a_forwarded_write_past_its_forwarders_deadline_is_refused(env: Env) -> None:
+    """A forwarded write carries its forwarder's deadline by the wall clock (FORWARD_DEADLINE): the leader
+    refuses one whose deadline passed, or is within [limits] forward_clock_skew_ms (100) of its clock,
+    with DEADLINE_EXCEEDED and proposes nothing, whatever gRPC's own timeout says (it counts from the
+    call's arrival: a call held in a TCP queue through a partition arrives with all of it). The header
+    is a peer's word only: from a client, unforwarded, it is ignored."""
+    leader = env.cluster.leader()
+    assert leader is not None
+    peer = env.ns(leader, "node")  # the nodes' certificate: the peer role, which may forward
+
+    def forwarded(key: str, deadline_ms: int) -> Any:
+        return peer.PutKv(api_pb2.PutKvRequest(namespace="wfd", key=key, value="v"), timeout=10, metadata=(
+            (headers.FORWARDED, "1"), (headers.FORWARD_DEADLINE, str(deadline_ms))))
+
+    code, details = refused(lambda: forwarded("past", int(time.time() * 1000) - 5000))
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED and "limits.forward_clock_skew_ms" in details, details
+    assert refused(lambda: forwarded("skewed", int(time.time() * 1000) + 50))[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert forwarded("in-time", int(time.time() * 1000) + 10_000).offset > 0
+    past = ((headers.FORWARD_DEADLINE, str(int(time.time() * 1000) - 5000)),)
+    assert env.ns(leader, "admin").PutKv(api_pb2.PutKvRequest(namespace="wfd", key="client", value="v"),
+                                         timeout=10, metadata=past).offset > 0
+    never_applied(env, "wfd", "past")
+    never_applied(env, "wfd", "skewed")
 
 
 def test_a_killed_core_takes_its_workers_down(cluster: Cluster) -> None:

@@ -134,7 +134,7 @@ def test_a_client_stream_passes_through(link: Any) -> None:
 def test_a_method_of_no_forwarded_service_is_not_served(link: Any) -> None:
     _, client, _ = link
     with pytest.raises(grpc.RpcError) as err:
-        client.unary_unary(corelink.READ_INDEX)(b"", timeout=5)
+        client.unary_unary(writechannel.READ_INDEX)(b"", timeout=5)
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -174,7 +174,7 @@ def test_linearizable_reads_waiting_at_once_share_the_cores_read_index_asks(tmp_
             return api_pb2.ReadIndexReply(read_index=answered[-1])
 
     calls = writechannel.WriteCalls(api_pb2_grpc.NameServerServicer(), [corelink.WorkerCallers(lambda: 42)])
-    calls.handlers[corelink.READ_INDEX] = grpc.unary_unary_rpc_method_handler(
+    calls.handlers[writechannel.READ_INDEX] = grpc.unary_unary_rpc_method_handler(
         read_index, request_deserializer=api_pb2.ReadIndexRequest.FromString,
         response_serializer=api_pb2.ReadIndexReply.SerializeToString)
     server = writechannel.WriteChannelServer(f"{tmp_path}/channel/writes.sock", calls, 8, 1 << 20)

@@ -71,6 +71,24 @@ def test_a_call_reaches_the_leader_marked_forwarded_with_the_callers_metadata(le
         fwd.close()
 
 
+def test_a_call_carries_its_callers_deadline_by_the_wall_clock(leader_server) -> None:
+    """FORWARD_DEADLINE: when the call's time runs out by this node's wall clock (unix ms), even where
+    gRPC's own timeout is raised to its 0.1 s floor: the leader checks it, not the time left at arrival."""
+    servicer, addr = leader_server
+    fwd = _forwarder(_Roles(LEADER), addr)
+    try:
+        before = time.time() * 1000
+        fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 5.0)
+        after = time.time() * 1000
+        assert before + 5000 - 100 <= int(servicer.seen[0][headers.FORWARD_DEADLINE]) <= after + 5000
+        before = time.time() * 1000
+        fwd.serve_or_forward(lambda left: "here", "Heartbeat", api_pb2.HeartbeatRequest(), 0.0, forwarded=False)
+        assert int(servicer.seen[1][headers.FORWARD_DEADLINE]) <= time.time() * 1000  # spent, not given 0.1 s
+        assert int(servicer.seen[1][headers.FORWARD_DEADLINE]) >= before - 1
+    finally:
+        fwd.close()
+
+
 def test_no_leader_raises_without_sending_and_waits_at_most_its_wait(leader_server) -> None:
     servicer, addr = leader_server
     fwd = _forwarder(_Roles(None), addr)
