@@ -93,6 +93,9 @@ class Applier:
         self.last_apply_time = time.monotonic()
         self.failed: str | None = None  # set when apply stopped for good
         self.restored_digest_checks = 0  # restored snapshots whose stamped digest was recomputed since
+        # Snapshots restored: each replaced the state wholesale (a start, or the leader's snapshot), whatever
+        # its offset against the apply offset before. Counted before the history resets and the offset moves.
+        self.restores = 0
         self.history = EntryHistory()
         # Called on the apply thread after each applied entry (feeds watchers, archivers, metrics), before
         # the apply offset moves to it: whoever sees the offset knows every listener has the entry.
@@ -265,6 +268,7 @@ class Applier:
             with _collector_paused():
                 self.fsm.restore(offset, items, digest)
             frozen = self.fsm.freeze()
+            self.restores += 1
         threading.Thread(target=self._check_restored_digest, args=(path, offset, frozen, digest),
                          name="digest-check", daemon=True).start()
         self.history.reset(offset)

@@ -6,7 +6,7 @@ core's, not trusted), then each entry is decoded and applied with MetadataState.
 at its offset. Same entries at the same offsets: the same state, the same digest at each offset.
 
 One thread follows; on any failure it reconnects with backoff and resumes from its offset (the core
-sends a snapshot again when that is older than its history). A stream silent past `max_silence_s`
+sends a snapshot again when that is older than its history, and after it restored one). A stream silent past `max_silence_s`
 (the core sends a keepalive every second) is cut and reopened: a half-open connection is noticed.
 """
 
