@@ -450,3 +450,21 @@ def test_a_core_still_loading_is_asked_again_at_the_shortest_backoff(serve_log) 
         wait_until(at(r, core))
     finally:
         r.stop()
+
+
+def test_a_core_whose_apply_stopped_is_named_by_the_replica_until_it_feeds_it(serve_log, replicas) -> None:
+    """docs/faults.md, finding 11: a worker opens its ports when its core refuses for good (its apply
+    stopped), so that Admin.Status can say why; its replica's refusal names the core's reason."""
+    core = StandInCore()
+    core.put("k", "v")
+    core.log.ready = False
+    core.not_ready_reason = lambda: "apply stopped: restore failed: corrupt snapshot snap-1-1.mdb"  # type: ignore[method-assign]
+    r = replicas(serve_log(core))
+    wait_until(lambda: r.core_stopped)
+    assert r.core_stopped == "apply stopped: restore failed: corrupt snapshot snap-1-1.mdb"
+    assert not r.ready and "corrupt snapshot snap-1-1.mdb" in r.not_ready_reason()
+    core.not_ready_reason = lambda: "node is loading its snapshot or replaying its log"  # type: ignore[method-assign]
+    wait_until(lambda: not r.core_stopped)  # still loading: not a reason to open the ports
+    core.log.ready = True
+    wait_until(at(r, core))
+    assert not r.core_stopped
