@@ -272,8 +272,12 @@ class Applier:
         threading.Thread(target=self._check_restored_digest, args=(path, offset, frozen, digest),
                          name="digest-check", daemon=True).start()
         self.history.reset(offset)
-        log.info("restored snapshot at offset %d (digest %s)", offset, digest,
-                 extra={"event": "snapshot_restored", "offset": offset, "digest": digest})
+        # At or below what was applied here: this node's state up to there is replaced, not extended (its
+        # leader found our log disagreeing with its own below its snapshot). Worth a word (finding 13).
+        replaced = f"; it replaces the state applied here up to {self.apply_offset}" \
+            if 0 < offset <= self.apply_offset else ""
+        log.log(logging.WARNING if replaced else logging.INFO, "restored snapshot at offset %d (digest %s)%s",
+                offset, digest, replaced, extra={"event": "snapshot_restored", "offset": offset, "digest": digest})
         for listener in self.reset_listeners:
             try:
                 listener(offset)
