@@ -1,15 +1,16 @@
-"""A worker process: `python -m nameserver.worker --index I --core-pid P`, started by its node's
-core (nameserver/ops/workers.py), which writes the node's configuration to its stdin.
+"""A worker process: `python -m nameserver.worker --index I --core-pid P`, started by its node's core
+(nameserver/ops/workers.py), which writes the node's configuration to its stdin.
 
 It follows the core's state in a read replica (nameserver/replica; first loaded from the core's newest
-snapshot file while the core loads it: nameserver/replica/seed.py), and once the replica is ready it
-binds the node's [grpc] and [remoting] addresses with the other workers (SO_REUSEPORT: the kernel spreads
-new connections over the workers; the core holds neither port). The core serves its Log.Follow only once it
-is ready, so a starting node's ports refuse connections until then. The eventual reads (gRPC:
-corelink.REPLICA_METHODS and Watch; remoting: the codes REQUESTS marks `replica`) are answered here by the same
-service and handler code the core runs, over the replica; every other call or frame goes to the core over
-its private sockets (nameserver/api/corelink.py, nameserver/remoting/corechannel.py). It stops at
-SIGTERM, at the end of its stdin (the core is gone), and the kernel kills it when the core dies.
+snapshot file while the core loads it: nameserver/replica/seed.py), and once the replica is ready it binds the
+node's [grpc] and [remoting] addresses with the other workers (SO_REUSEPORT: the kernel spreads new
+connections over the workers; the core holds neither port). The core serves its Log.Follow only once it is
+ready, so a starting node's ports refuse connections until then; a core whose apply stopped never is, and its
+workers then open the ports anyway (Admin.Status, passed to the core, says why; reads are refused). The
+eventual reads (gRPC: corelink.REPLICA_METHODS and Watch; remoting: the codes REQUESTS marks `replica`) are
+answered here by the same service and handler code the core runs, over the replica; every other call or frame
+goes to the core over its private sockets (nameserver/api/corelink.py, nameserver/remoting/corechannel.py). It
+stops at SIGTERM, at the end of its stdin (the core is gone), and the kernel kills it when the core dies.
 """
 
 from __future__ import annotations
@@ -92,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
                           name=f"worker-{args.index}", accounting=False)
     seed_from_snapshots(replica, cfg.data_dir)  # the core's newest snapshot file, while the core loads it too
     replica.start()
-    # Not on the ports before the replica can answer: a starting worker never refuses a read.
-    while not replica.ready and not stopped.wait(READY_POLL_S):
+    # Not on the ports before the replica can answer: a starting worker never refuses a read. Unless the core
+    # refuses its state for good (apply stopped: a corrupt snapshot): then the ports open so that Admin.Status
+    # (passed to the core) says why, and reads are refused naming it, as a remote replica's are.
+    while not replica.ready and not replica.core_stopped and not stopped.wait(READY_POLL_S):
         pass
     remoting, grpc_server = None, None
     # its requests counted in files the core's /metrics adds up (nameserver/ops/workermetrics.py)
@@ -113,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
                 replica.offset, held.connections if held else 0, held.budget.held if held else 0,
                 len(node.watches), (node.watches.cut_off_total, channel.answered_unchanged, channel.stale_notes)))
-        log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d", args.index, os.getpid(), cfg.grpc_addr,
-                 f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset)
+        log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d%s", args.index, os.getpid(), cfg.grpc_addr,
+                 f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset,
+                 "" if replica.ready else f"; refusing reads: {replica.not_ready_reason()}")
         _tell_core(SERVING)  # the core starts the workers it held back (nameserver/ops/workers.py)
         stopsignal.wait_until_set(stopped)
     _stop(remoting, grpc_server, replica)

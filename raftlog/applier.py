@@ -93,6 +93,9 @@ class Applier:
         self.last_apply_time = time.monotonic()
         self.failed: str | None = None  # set when apply stopped for good
         self.restored_digest_checks = 0  # restored snapshots whose stamped digest was recomputed since
+        # Snapshots restored: each replaced the state wholesale (a start, or the leader's snapshot), whatever
+        # its offset against the apply offset before. Counted before the history resets and the offset moves.
+        self.restores = 0
         self.history = EntryHistory()
         # Called on the apply thread after each applied entry (feeds watchers, archivers, metrics), before
         # the apply offset moves to it: whoever sees the offset knows every listener has the entry.
@@ -265,11 +268,16 @@ class Applier:
             with _collector_paused():
                 self.fsm.restore(offset, items, digest)
             frozen = self.fsm.freeze()
+            self.restores += 1
         threading.Thread(target=self._check_restored_digest, args=(path, offset, frozen, digest),
                          name="digest-check", daemon=True).start()
         self.history.reset(offset)
-        log.info("restored snapshot at offset %d (digest %s)", offset, digest,
-                 extra={"event": "snapshot_restored", "offset": offset, "digest": digest})
+        # At or below what was applied here: this node's state up to there is replaced, not extended (its
+        # leader found our log disagreeing with its own below its snapshot). Worth a word (finding 13).
+        replaced = f"; it replaces the state applied here up to {self.apply_offset}" \
+            if 0 < offset <= self.apply_offset else ""
+        log.log(logging.WARNING if replaced else logging.INFO, "restored snapshot at offset %d (digest %s)%s",
+                offset, digest, replaced, extra={"event": "snapshot_restored", "offset": offset, "digest": digest})
         for listener in self.reset_listeners:
             try:
                 listener(offset)

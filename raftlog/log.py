@@ -345,6 +345,12 @@ class ReplicatedLog:
                 self._leader_events.put(_ViewEvent(view, role=role))
 
     @property
+    def restores(self) -> int:
+        """Snapshots restored here since the start (each replaced the state): Log.Follow sends its
+        followers the state again after one."""
+        return self.applier.restores
+
+    @property
     def history(self) -> EntryHistory:
         """The recent applied entries (a bounded ring): after(), first_kept. Read only."""
         return self.applier.history

@@ -54,6 +54,7 @@ MAX_GUESTS = 8
 # without a link means it is down, cut off, or does not know us.
 REVERSE_DIAL_AFTER_S = 2.0
 REVERSE_CHECK_EVERY_S = 0.5
+UNNAMED_LOG_EVERY_S = 10.0  # one log line at most this often for links dropped for not naming their dialer
 
 
 class MembershipTransport(TCPTransport):
@@ -65,6 +66,8 @@ class MembershipTransport(TCPTransport):
         self._unreached: dict[Any, float] = {}  # member -> since when no link (we wait for its dial)
         self._next_reverse_check = 0.0
         self.reverse_dials = 0
+        self.unnamed_dropped = 0  # incoming links closed for a first message that named no one
+        self._unnamed_log_after = 0.0
         super().__init__(*args, **kwargs)
 
     @property
@@ -74,9 +77,15 @@ class MembershipTransport(TCPTransport):
     # ---- accepted connections ------------------------------------------------------------------
 
     def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:  # noqa: N802 (pysyncobj's name)
-        if (self._syncObj.encryptor and not conn.sendRandKey) or not isinstance(message, str) \
-                or message == "readonly":
+        if (self._syncObj.encryptor and not conn.sendRandKey) or message == "readonly" \
+                or self._is_utility(message):
             super()._onIncomingMessageReceived(conn, message)  # key exchange, utility command, read-only
+            return
+        if not isinstance(message, str):
+            # pysyncobj looks anything else up as an address: a dict (a Raft request where the dialer's
+            # address was due) raised TypeError on the tick thread for each message until the
+            # connection closed (docs/faults.md, finding 12). The dialer reconnects and says who it is.
+            self._drop_unnamed(conn, message)
             return
         node = self._nodeAddrToNode.get(message)
         if node is None:
@@ -93,6 +102,22 @@ class MembershipTransport(TCPTransport):
         if previous is not None and previous is not conn and previous in self._reverse:
             self._reverse.discard(previous)
             previous.disconnect()  # no longer mapped to the member: its callback finds nothing to do
+
+    def _is_utility(self, message: Any) -> bool:
+        """A utility command (pysyncobj's syncobj_admin: a list naming a command it serves)."""
+        return isinstance(message, list) and bool(message) and isinstance(message[0], str) \
+            and message[0] in self._onUtilityMessageCallbacks
+
+    def _drop_unnamed(self, conn: Any, message: Any) -> None:
+        self._unknownConnections.discard(conn)
+        conn.disconnect()
+        self.unnamed_dropped += 1
+        now = time.monotonic()
+        if now >= self._unnamed_log_after:
+            self._unnamed_log_after = now + UNNAMED_LOG_EVERY_S
+            kind = f"a {message.get('type')!s:.64} message" if isinstance(message, dict) else type(message).__name__
+            log.warning("raft port: closed an incoming link whose first message was %s, not the dialer's address "
+                        "(%d such links so far)", kind, self.unnamed_dropped)
 
     def _accept_guest(self, conn: Any, address: str) -> None:
         self._unknownConnections.discard(conn)

@@ -168,7 +168,8 @@ class LogService(api_pb2_grpc.LogServicer):
         Nothing is buffered per stream but the message being sent: entries are read from the history
         ring (raftlog/history.py) that ReadLog serves too. A follower that stops reading is cut off by
         the call guard's progress timeout (limits.grpc_progress_timeout_ms) and resumes from its offset;
-        one that fell behind the ring is sent a snapshot again."""
+        one that fell behind the ring is sent a snapshot again, and so is every follower once this node
+        restored a snapshot (its state replaced, whatever the offsets)."""
         if request.from_offset < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "from_offset: must be >= 0")
         self._check_ready(context)
@@ -191,6 +192,10 @@ class LogService(api_pb2_grpc.LogServicer):
     def _follow(self, from_offset: int, context: grpc.ServicerContext) -> Iterator[api_pb2.FollowMessage]:
         rlog = self.node.log
         cursor = from_offset
+        # This node's state as the follower holds it is the one since this many restores. A restore replaces
+        # the state whatever its offset: one at or below the cursor leaves the history past the cursor intact
+        # (no Compacted), so the follower would keep the state it had, never the one restored (finding 13).
+        restores = rlog.restores
         if cursor == 0 or cursor < rlog.history.first_kept - 1:
             cursor = yield from self._follow_snapshot(rlog.apply_offset)
         while context.is_active():
@@ -201,6 +206,10 @@ class LogService(api_pb2_grpc.LogServicer):
             try:
                 entries = rlog.history.after(cursor, limit=MAX_BATCH, upto=applied)
             except Compacted:
+                entries = None
+            # Read after the history: entries read from a history a restore reset are never sent.
+            if entries is None or rlog.restores != restores:
+                restores = rlog.restores  # before the state is read: a restore after it is seen next time
                 cursor = yield from self._follow_snapshot(applied)
                 continue
             msg = api_pb2.FollowMessage(core_offset=applied)

@@ -6,8 +6,9 @@ core's, not trusted), then each entry is decoded and applied with MetadataState.
 at its offset. Same entries at the same offsets: the same state, the same digest at each offset.
 
 One thread follows; on any failure it reconnects with backoff and resumes from its offset (the core
-sends a snapshot again when that is older than its history). A stream silent past `max_silence_s`
-(the core sends a keepalive every second) is cut and reopened: a half-open connection is noticed.
+sends a snapshot again when that is older than its history, and after it restored one). A stream silent
+past `max_silence_s` (the core sends a keepalive every second) is cut and reopened: a half-open connection
+is noticed.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ class ReadReplica:
         self._quiet_since = 0.0  # the same, or the current call's start: what the watchdog measures
         self.failed = ""  # apply stopped for good (an entry of a newer format)
         self.last_error = ""
+        # Why the followed node refuses to feed replicas for good, as it said ("" while it feeds us): its
+        # apply stopped (a state it cannot trust). A worker then opens its ports anyway (nameserver/worker.py).
+        self.core_stopped = ""
         self.bootstraps = 0  # snapshots installed
         self._seeded = ""  # the digest of a state seeded from a file, until the followed node confirms it
         self.reconnects = 0
@@ -154,7 +158,8 @@ class ReadReplica:
         silent = time.monotonic() - self._heard
         if silent > self.max_silence_s:
             why = f": {self.last_error}" if self.last_error else ""
-            return f"replica has not heard from {self.target} for {silent:.1f} s{why}"
+            since = f"for {silent:.1f} s" if self._heard else "yet"  # a seeded state, the stream not begun
+            return f"replica has not heard from {self.target} {since}{why}"
         if self.lag > self.max_lag:
             return (f"replica is {self.lag} entries behind {self.target} (at {self._published}, core at "
                     f"{self._core_offset}; ready within {self.max_lag})")
@@ -196,6 +201,7 @@ class ReadReplica:
                 if not self._cut:  # cut by the watchdog: its reason ("no message from ...") says more
                     self.last_error = f"{exc.code().name}: {exc.details()}"
                 loading = _still_loading(exc)
+                self.core_stopped = _apply_stopped(exc)
                 if loading:  # it answered: try again soon, not after a growing backoff
                     backoff, tried = BACKOFF_MIN_S, 0
             except UnknownEntryFormat as exc:
@@ -298,6 +304,7 @@ class ReadReplica:
             self._bootstrapped = False
 
     def _heard_from(self, msg: api_pb2.FollowMessage) -> None:
+        self.core_stopped = ""
         self._core_offset = msg.core_offset
         self._heard = self._quiet_since = time.monotonic()
 
@@ -403,6 +410,14 @@ def _still_loading(exc: grpc.RpcError) -> bool:
     refuses until then). Its workers, started with it, retry at the shortest backoff: a doubling one reached
     2 s while a core loaded a million records, and the node served that much later."""
     return exc.code() == grpc.StatusCode.UNAVAILABLE and (exc.details() or "").startswith("not ready")
+
+
+def _apply_stopped(exc: grpc.RpcError) -> str:
+    """What the followed node said when it refuses because its apply stopped (Log.Follow's "not ready:"
+    and NameServerNode.not_ready_reason's "apply stopped: ..."), else ""."""
+    details = exc.details() or ""
+    stopped = exc.code() == grpc.StatusCode.UNAVAILABLE and details.startswith("not ready: apply stopped")
+    return details.removeprefix("not ready: ") if stopped else ""
 
 
 def _notify(listeners: list[Callable[[Any], None]], value: Any) -> None:

@@ -5,8 +5,8 @@ is started again while the workload goes on:
 
 (a) newest snapshot corrupted: the node must detect it (its log names the file) and either repair
     itself (an older snapshot, or one from its peers) and converge, or refuse to serve with a clear
-    error in Status.apply_error; the operator then deletes its data directory and it rejoins. (With
-    worker processes a refusing node's public port stays closed, so Status cannot say it: docs/faults.md.)
+    error in Status.apply_error (with worker processes too: they open the node's port when its core
+    refuses, docs/faults.md finding 11); the operator then deletes its data directory and it rejoins.
 (b) the newest raft.journal segment cut in the middle of its last record (a torn write): the node drops the torn tail
     with a warning naming the file, catches up from its peers, and converges.
 (c) bytes flipped in a record in the middle of a raft.journal segment: acknowledged data is unreadable, so the
@@ -133,10 +133,6 @@ def test_corrupted_snapshot_on_restart(fault_cluster, make_run) -> None:
             return "repaired"
         if not target.alive:
             return "exited"
-        # With worker processes the public port opens only once the core is ready (nameserver/worker.py):
-        # a node that refuses its snapshot keeps it closed, and only its log says why.
-        if c.worker_processes and "apply stopped" in read_log(target)[logged_before:]:
-            return "refused"
         return None
 
     got = c.wait_for("the node to refuse or repair its corrupt snapshot", outcome, timeout=30)
@@ -149,13 +145,13 @@ def test_corrupted_snapshot_on_restart(fault_cluster, make_run) -> None:
     assert named, (f"the restarted node's log does not name the damaged file ({os.path.basename(newest)}, "
                    f"hard-linked as raft/raft.dump); it says: {complaints[:3]}")
     if got == "refused":
+        # With worker processes too: they open the port when their core refuses for good (finding 11)
         st = target.status()
-        if st is not None or not c.worker_processes:
-            print(f"apply_error: {st.apply_error if st else None}")
-            assert st is not None and "snapshot" in st.apply_error and not st.ready, st
-        with pytest.raises(grpc.RpcError) as err:  # it serves nothing it cannot trust
+        print(f"apply_error: {st.apply_error if st else None}")
+        assert st is not None and "snapshot" in st.apply_error and not st.ready, st
+        with pytest.raises(grpc.RpcError) as err:  # it serves nothing it cannot trust, and says why
             target.ns.GetKv(api_pb2.GetKvRequest(namespace="ledger", key="w0-0000000"), timeout=5)
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "apply stopped" in (err.value.details() or "")
         others = {n.name for n in c.nodes if n is not target}
         c.wait_for("a write acknowledged through the others since the restart (they keep serving)",
                    lambda: run.ledger.acked_between(restarted, time.monotonic(), others), timeout=10)

@@ -26,10 +26,13 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
+import pysyncobj.pickle as pysyncobj_pickle
 import pytest
 
 from nameserver.pb import api_pb2
@@ -399,3 +402,37 @@ def test_strangers_holding_preauth_slots_do_not_lock_out_a_restarted_member(clus
     for name, grew in growth.items():
         if name != member.name:  # a new process: its growth from the killed one's level means nothing
             assert grew < RSS_GROWTH_BOUND, f"{name}'s RSS grew by {grew / 2**20:.0f} MiB"
+
+
+def raft_frame(message: object) -> bytes:
+    """One message as pysyncobj frames it on a cluster without a Raft password: a length, zlib, a pickle."""
+    data = zlib.compress(pysyncobj_pickle.dumps(message), 3)
+    return struct.pack("i", len(data)) + data
+
+
+def test_a_link_opened_with_a_raft_request_instead_of_an_address_is_closed(tmp_path: Any) -> None:
+    """docs/faults.md, finding 12: a first message on an incoming Raft connection that is a Raft request
+    (a dict), not the dialer's address, made pysyncobj raise TypeError on the tick thread for every
+    message of that connection. It is closed instead, with one log line."""
+    c = Cluster(str(tmp_path), 1)
+    c.start()
+    try:
+        node = c.wait_ready(timeout=60)
+        closed_after: list[float] = []
+        for _ in range(3):
+            with socket.create_connection(hostport(node.raft_addr), timeout=5.0) as sock:
+                sock.sendall(raft_frame({"type": "append_entries", "term": 1}) * 3)
+                t0 = time.monotonic()
+                sock.settimeout(5.0)
+                with contextlib.suppress(ConnectionResetError):
+                    assert sock.recv(1) == b"", "the node answered a link that never said who it is"
+                closed_after.append(time.monotonic() - t0)
+        assert max(closed_after) < 2.0, f"the links stayed open for {closed_after} s"
+        reply = node.ns.PutKv(api_pb2.PutKvRequest(namespace="raftport", key="k", value="v"), timeout=10)
+        assert reply.offset > 0
+        with open(node.log_path, errors="replace") as f:
+            logged = f.read()
+        assert "TypeError" not in logged and "failed _onTick" not in logged, logged[-3000:]
+        assert logged.count("not the dialer's address") == 1, "one log line for the three links (rate-limited)"
+    finally:
+        c.stop()

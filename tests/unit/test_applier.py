@@ -82,3 +82,19 @@ def test_a_restored_snapshot_takes_its_stamped_digest_and_a_wrong_stamp_stops_ap
     assert kv.digest_hex == wrong  # taken as stamped
     applier._check_restored_digest("snap-bad", 7, kv.freeze(), wrong, start_after_s=0)
     assert applier.failed is not None and "snap-bad" in applier.failed and right in applier.failed
+
+
+def test_every_restore_is_counted_before_the_history_resets_and_the_offset_moves(caplog) -> None:
+    """Log.Follow sends its followers the state again after any restore, one below the apply offset too
+    (nameserver/api/logservice.py): the count must have moved by the time the history or offset did."""
+    kv = KVState()
+    applier = Applier(KVStateMachine(kv), threading.RLock())
+    applier.restore_handler = lambda path, index: (index, iter([("k", b"v", index, 1)]), None)
+    seen: list[tuple[int, int, int]] = []
+    applier.reset_listeners.append(lambda offset: seen.append((applier.restores, applier.history.first_kept,
+                                                               applier.apply_offset)))
+    applier._restore("snap-a", 9)
+    applier._restore("snap-b", 4)  # below the apply offset: the state is replaced all the same
+    assert seen == [(1, 10, 0), (2, 5, 9)] and applier.apply_offset == 4 and applier.restores == 2
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == ["restored snapshot at offset 4 (digest None); it replaces the state applied here up to 9"]

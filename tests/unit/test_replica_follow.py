@@ -35,6 +35,7 @@ class StandInLog:
         self.apply_error = ""
         self.apply_offset = 0
         self.history = EntryHistory(max_entries=keep)
+        self.restores = 0
         self.cv = threading.Condition()
 
     def wait_applied(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool:
@@ -75,6 +76,14 @@ class StandInCore:
 
     def put(self, key: str, value: str) -> int:
         return self.write(translate.put_kv(self.state, "ns", key, value))
+
+    def restore(self, snapshot: MetadataState) -> None:
+        """Replace the state with `snapshot`'s, as the apply thread restores one (raftlog/applier.py)."""
+        with self.lock:
+            self.state.restore(snapshot.kv.offset, snapshot.kv.items())
+            self.log.restores += 1
+        self.log.history.reset(snapshot.kv.offset)
+        self.log.publish(snapshot.kv.offset)
 
     def inspect(self, fn: Callable) -> object:
         with self.lock:
@@ -176,6 +185,29 @@ def test_resume_from_an_offset_older_than_the_history_loads_a_snapshot_again(ser
         core.put(f"k{i}", "later")
     r.start()
     wait_until(at(r, core))
+    assert r.bootstraps == 2 and r.digest_hex == core.state.digest_hex
+
+
+def test_a_state_the_core_restores_at_or_below_the_replicas_offset_replaces_the_replicas(serve_log, replicas) -> None:
+    """docs/faults.md, finding 13: a worker kept a state without entries its core held, and loaded no
+    snapshot. A core that restores a snapshot at or below a follower's offset (the leader's, or its own
+    again) leaves its history past that offset intact: the follower was never sent the restored state and
+    kept its own, whatever the two differed by. Now every restore sends the follower the state again."""
+    core = StandInCore()
+    for i in range(10):
+        core.put(f"k{i}", "v")
+    r = replicas(serve_log(core))
+    wait_until(at(r, core))
+    # the state as the leader has it at the same offset (10): k1 differs, k9 is not there
+    truth = MetadataState()
+    for i in range(10):
+        key, value = ("k1", "the leader's") if i == 9 else (f"k{i}", "v")
+        truth.apply_entry(i + 1, entry_pb2.Entry(term=1, batches=[translate.put_kv(truth, "ns", key, value).batch]))
+    core.restore(truth)
+    core.put("after", "restore")
+    wait_until(lambda: r.offset == core.log.apply_offset)
+    with r.lock:
+        assert r.state.kv_list("ns") == core.state.kv_list("ns")
     assert r.bootstraps == 2 and r.digest_hex == core.state.digest_hex
 
 
@@ -418,3 +450,21 @@ def test_a_core_still_loading_is_asked_again_at_the_shortest_backoff(serve_log) 
         wait_until(at(r, core))
     finally:
         r.stop()
+
+
+def test_a_core_whose_apply_stopped_is_named_by_the_replica_until_it_feeds_it(serve_log, replicas) -> None:
+    """docs/faults.md, finding 11: a worker opens its ports when its core refuses for good (its apply
+    stopped), so that Admin.Status can say why; its replica's refusal names the core's reason."""
+    core = StandInCore()
+    core.put("k", "v")
+    core.log.ready = False
+    core.not_ready_reason = lambda: "apply stopped: restore failed: corrupt snapshot snap-1-1.mdb"  # type: ignore[method-assign]
+    r = replicas(serve_log(core))
+    wait_until(lambda: r.core_stopped)
+    assert r.core_stopped == "apply stopped: restore failed: corrupt snapshot snap-1-1.mdb"
+    assert not r.ready and "corrupt snapshot snap-1-1.mdb" in r.not_ready_reason()
+    core.not_ready_reason = lambda: "node is loading its snapshot or replaying its log"  # type: ignore[method-assign]
+    wait_until(lambda: not r.core_stopped)  # still loading: not a reason to open the ports
+    core.log.ready = True
+    wait_until(at(r, core))
+    assert not r.core_stopped
