@@ -43,6 +43,14 @@ class Command:
     def is_oneway(self) -> bool:
         return bool(self.flag & codes.FLAG_ONEWAY)
 
+    def with_opaque(self, opaque: int) -> Command:
+        """A copy with another opaque (and extFields of its own), made without the dataclass's __init__."""
+        cmd = object.__new__(Command)
+        cmd.__dict__.update(self.__dict__)
+        cmd.opaque = opaque
+        cmd.ext_fields = dict(self.ext_fields)
+        return cmd
+
     def ext(self, name: str) -> str | None:
         return self.ext_fields.get(name)
 
