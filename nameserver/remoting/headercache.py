@@ -9,7 +9,8 @@ string), the letters "opaque" exactly once, written `"opaque":` and followed by 
 opaque the full decoder read from the top level. Any other header is decoded in full every time.
 
 Bounded: at most MAX_ENTRIES headers of at most MAX_HEADER bytes (a route read's is ~150; with ACL
-fields ~400), the oldest dropped first. One listener's loop thread uses its own cache.
+fields ~400) and MAX_FIELDS extFields, the oldest dropped first: at most ~16 MiB however a client shapes
+its headers (13 MiB measured with every entry at both limits). One listener's loop thread uses its own cache.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from nameserver.remoting import header
 from nameserver.remoting.command import Command
 
 MAX_ENTRIES = 4096  # one per client header shape: per topic read, per client kind
-MAX_HEADER = 1024   # bytes; longer headers are decoded in full (memory held: at most ~4 MiB of keys)
+MAX_HEADER = 1024   # bytes; longer headers are decoded in full
+MAX_FIELDS = 16     # extFields of a kept header (a route read sends 1-2, ACL adds 3-4): bounds what an entry holds
 # an int32 literal as JSON writes it (no leading zeros); longer digit runs are out of range anyway
 _OPAQUE = re.compile(rb'"opaque":(-?(?:0|[1-9][0-9]{0,9}))')
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -51,7 +53,7 @@ class JsonHeaders:
         cmd = header.json_command(doc, self.max_ext_fields)
         # the digits are the top-level opaque's whole value, and nothing else in the text can be an opaque
         if type(doc.get("opaque")) is int and cmd.opaque == opaque and b"\\" not in head \
-                and head.count(b"opaque") == 1:
+                and head.count(b"opaque") == 1 and len(cmd.ext_fields) <= MAX_FIELDS:
             if len(self._entries) >= self.max_entries:
                 del self._entries[next(iter(self._entries))]
             self._entries[key] = cmd.with_opaque(0)

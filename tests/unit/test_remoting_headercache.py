@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from nameserver.remoting import header
 from nameserver.remoting.command import Command, FrameError
-from nameserver.remoting.headercache import JsonHeaders
+from nameserver.remoting.headercache import MAX_FIELDS, JsonHeaders
 
 ROUTE = (b'{"code":105,"extFields":{"topic":"TopicTest"},"flag":0,"language":"JAVA","opaque":%d,'
          b'"serializeTypeCurrentRPC":"JSON","version":479}')
@@ -100,6 +100,10 @@ def test_the_cache_is_bounded() -> None:
     cache = JsonHeaders()
     for opaque in (1, 2):
         cache.decode(ROUTE.replace(b"TopicTest", long_topic) % opaque)
+    assert len(cache) == 0 and cache.hits == 0
+    many = b'{"code":105,"extFields":{%s},"opaque":%%d}' % b",".join(b'"k%d":"v"' % i for i in range(MAX_FIELDS + 1))
+    for opaque in (1, 2):  # more extFields than a kept header may hold: never kept
+        assert cache.decode(many % opaque) == header.decode_json(many % opaque)
     assert len(cache) == 0 and cache.hits == 0
 
 
