@@ -82,6 +82,8 @@ class InProcessStub:
         self._role = role
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
+        """The method's caller, made once: later lookups find it on the instance (a route read asks for it
+        every time)."""
         if name.startswith("_"):
             raise AttributeError(name)
         method = getattr(self._servicer, name)  # AttributeError for a method the servicer lacks
@@ -99,4 +101,5 @@ class InProcessStub:
                 log.exception("in-process call %s failed", full)
                 raise LocalRpcError(grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}") from exc
 
+        setattr(self, name, call)
         return call

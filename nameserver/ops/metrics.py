@@ -244,6 +244,8 @@ class RequestMetrics:
         self.remoting_seconds = Histogram(
             "nameserver_remoting_handling_seconds", "Time from a remoting request's frame to its answer on "
             "this node.", ["request"], buckets=RPC_BUCKETS, registry=registry)
+        # (request, response code or None for "other") -> its counter and its histogram, labelled
+        self._remoting_series: dict[tuple[str, int | None], tuple[Counter, Histogram]] = {}
         self.forwarded = Counter(
             "nameserver_forwarded_requests_received", "Calls this node received from a follower that "
             "forwarded them (header x-rip18-forwarded): writes, heartbeats and read indexes sent to the "
@@ -255,8 +257,14 @@ class RequestMetrics:
     def observe_remoting(self, request: str, response: int, seconds: float) -> None:
         """The remoting listener's observer: remoting requests never pass the gRPC interceptor. The
         listener names a code it does not serve "other"; a response code is one of ours or "other"."""
-        self.remoting_handled.labels(request, str(response) if response in RESPONSE_CODES else "other").inc()
-        self.remoting_seconds.labels(request).observe(seconds)
+        key = (request, response if response in RESPONSE_CODES else None)
+        series = self._remoting_series.get(key)
+        if series is None:  # labels() costs more than the count itself: once per pair (a bounded set)
+            series = self._remoting_series[key] = (
+                self.remoting_handled.labels(request, "other" if key[1] is None else str(response)),
+                self.remoting_seconds.labels(request))
+        series[0].inc()
+        series[1].observe(seconds)
 
 
 class NodeMetrics:

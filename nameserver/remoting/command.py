@@ -20,7 +20,7 @@ class FrameRefused(FrameError):
         self.serialize_type = serialize_type if serialize_type in codes.SERIALIZE_TYPES else codes.SERIALIZE_JSON
 
 
-@dataclass
+@dataclass(slots=True)  # slots: made and read for every frame (a route read makes two)
 class Command:
     code: int
     language: str = "JAVA"
@@ -42,6 +42,11 @@ class Command:
     @property
     def is_oneway(self) -> bool:
         return bool(self.flag & codes.FLAG_ONEWAY)
+
+    def with_opaque(self, opaque: int) -> Command:
+        """A copy with another opaque (and extFields of its own)."""
+        return Command(self.code, self.language, self.version, opaque, self.flag, self.remark, dict(self.ext_fields),
+                       self.body, self.serialize_type, self.invalid)
 
     def ext(self, name: str) -> str | None:
         return self.ext_fields.get(name)

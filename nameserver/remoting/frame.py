@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Callable
 
 from nameserver.remoting import codes, header
 from nameserver.remoting.command import Command, FrameError, FrameRefused
@@ -18,8 +19,10 @@ _HEADER_LENGTH_MASK = 0xFFFFFF
 
 
 def decode(payload: bytes, max_header: int = DEFAULT_MAX_HEADER,
-           max_ext_fields: int = header.DEFAULT_MAX_EXT_FIELDS) -> Command:
-    """One frame without its 4-byte length prefix."""
+           max_ext_fields: int = header.DEFAULT_MAX_EXT_FIELDS,
+           json_headers: Callable[[bytes], Command] | None = None) -> Command:
+    """One frame without its 4-byte length prefix; `json_headers`: what decodes a JSON header instead of
+    header.decode_json (a listener's headercache.JsonHeaders, bound by the same max_ext_fields)."""
     if len(payload) < 4:
         raise FrameError(f"frame of {len(payload)} bytes is shorter than its header-length word")
     word = _INT32.unpack_from(payload)[0]
@@ -30,7 +33,7 @@ def decode(payload: bytes, max_header: int = DEFAULT_MAX_HEADER,
     check_header_length(head_len, max_header, kind)
     head = payload[4:4 + head_len]
     if kind == codes.SERIALIZE_JSON:
-        cmd = header.decode_json(head, max_ext_fields)
+        cmd = header.decode_json(head, max_ext_fields) if json_headers is None else json_headers(head)
         cmd.body = payload[4 + head_len:]
     elif kind == codes.SERIALIZE_ROCKETMQ:
         cmd, used = header.read_rocketmq(head, max_ext_fields)

@@ -72,6 +72,11 @@ def _int(doc: dict, name: str, default: int | None = None) -> int:
 
 
 def decode_json(data: bytes, max_ext_fields: int = DEFAULT_MAX_EXT_FIELDS) -> Command:
+    return json_command(json_document(data), max_ext_fields)
+
+
+def json_document(data: bytes) -> dict[str, Any]:
+    """A JSON header parsed: the object it holds (FrameError when it is none)."""
     start = data.lstrip()[:1]
     if start != b"{":  # refused before the parser (and its fastjson retry) walks the whole header
         raise FrameError(f"header is not JSON: not a JSON object (it begins with {shown(start)})")
@@ -81,6 +86,11 @@ def decode_json(data: bytes, max_ext_fields: int = DEFAULT_MAX_EXT_FIELDS) -> Co
         raise FrameError(f"header is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise FrameError("header is not a JSON object")
+    return doc
+
+
+def json_command(doc: dict[str, Any], max_ext_fields: int = DEFAULT_MAX_EXT_FIELDS) -> Command:
+    """The request a parsed JSON header describes (FrameError for a field that is not what it must be)."""
     ext = doc.get("extFields") or {}
     if not isinstance(ext, dict):
         raise FrameError("header field 'extFields' is not an object")

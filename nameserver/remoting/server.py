@@ -57,6 +57,7 @@ from nameserver.core.nowait import WouldBlock, no_wait
 from nameserver.remoting import codes, frame, memtrim
 from nameserver.remoting.command import Command, FrameError, FrameRefused
 from nameserver.remoting.handlers import INLINE_CODES, Handlers  # INLINE_CODES: route reads, on the loop
+from nameserver.remoting.headercache import JsonHeaders
 from nameserver.remoting.ratelog import RateLimitedLog
 from nameserver.remoting.replybudget import SMALL_REPLY, ReplyBudget, Verdict
 
@@ -146,7 +147,7 @@ class Connection(asyncio.Protocol):
 
     def waiting(self) -> bool:
         """A request of its is still in progress (a finished task may wait a turn of the loop to leave `tasks`)."""
-        return any(not task.done() for task in self.tasks)
+        return bool(self.tasks) and any(not task.done() for task in self.tasks)
 
     def closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
@@ -224,6 +225,7 @@ class RemotingServer:
         self.reply_s = cfg.remoting_reply_timeout_ms / 1000
         self.max_header = cfg.remoting_max_header_bytes
         self.max_ext_fields = cfg.remoting_max_ext_fields
+        self.json_headers = JsonHeaders(self.max_ext_fields)  # used on the listener's thread only
         self.budget = ReplyBudget(cfg.remoting_max_unsent_bytes_per_connection, cfg.remoting_max_unsent_bytes)
         # what clients' bad frames and unread replies make us log: a few lines per 10 s, values cut short
         self.bad_log = RateLimitedLog(log)
@@ -472,7 +474,7 @@ class RemotingServer:
                 payload = bytes(buf[4:size])
                 del buf[:size]
                 conn.frame_began = None
-                cmd = frame.decode(payload, self.max_header, self.max_ext_fields)
+                cmd = frame.decode(payload, self.max_header, self.max_ext_fields, self.json_headers.decode)
                 del payload
                 if cmd.is_response:
                     # A nameserver sends no requests, so no response can be ours.
