@@ -39,6 +39,7 @@ from nameserver.pb import state_pb2
 BROKER_PREFIX, BROKER_TYPE = records.BROKER.prefix, records.BROKER.rtype
 LIVE_PREFIX, LIVE_TYPE = records.LIVE.prefix, records.LIVE.rtype
 TOPIC_PREFIX, TOPIC_TYPE = records.TOPIC.prefix, records.TOPIC.rtype
+_TOPIC_CUT = len(TOPIC_PREFIX)
 FILTER_PREFIX, FILTER_TYPE = records.FILTER.prefix, records.FILTER.rtype
 KV_PREFIX, KV_TYPE = records.KV.prefix, records.KV.rtype
 KV_NAMESPACE_PREFIX, KV_NAMESPACE_TYPE = records.KV_NAMESPACE.prefix, records.KV_NAMESPACE.rtype
@@ -176,13 +177,13 @@ def parse_filter_key(key: str) -> str | None:
 
 
 def parse_topic_key(key: str) -> tuple[str, str] | None:
-    """(topic, broker name)."""
-    rest = _tail(key, TOPIC_PREFIX)
-    if rest is None:
+    """(topic, broker name). _tail and broker_of_part inlined: every changed topic record of every replica
+    parses its key."""
+    if not key.startswith(TOPIC_PREFIX):
         return None
-    topic, sep, part = rest.partition("/")
-    broker = broker_of_part(part)
-    if not sep or not topic or broker is None:
+    topic, sep, part = key[_TOPIC_CUT:].partition("/")
+    broker = part if "/" not in part and keynames.ESCAPE not in part else keynames.unescape(part)
+    if not sep or not topic or not broker:
         return None
     return topic, broker
 

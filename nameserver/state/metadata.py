@@ -265,13 +265,14 @@ class MetadataState:
             self.usage.rebuild(self.kv._values)
 
     def _on_change(self, rtype: int, key: str, old: bytes | None, new: bytes | None) -> None:
-        # Dispatch on the key's prefix: the layout, not the record's type field, defines meaning.
-        kind = records.kind_of(key)
-        if kind is None:
+        # Dispatch on the key's prefix: the layout, not the record's type field, defines meaning
+        # (records.kind_of and the kind's handler, looked up at once: this runs for every changed record).
+        found = _DISPATCH.get(key[:key.find("/") + 1])
+        if found is None:
             return
-        if kind.routes:
+        routes, on_change = found
+        if routes:
             self.route_generation += 1
-        on_change = _HANDLERS.get(kind.rtype)
         if on_change is not None:
             on_change(self, key, new)
 
@@ -282,15 +283,16 @@ class MetadataState:
         parsed = keys.parse_topic_key(key)
         if parsed is None:
             return
+        topic, broker = parsed
         if new is not None:  # a broker's queue data rewritten (every changed registration): in place
-            entry = self._topic_queues.get(parsed[0])
-            held = topicqueues.get(entry, parsed[1])
+            entry = self._topic_queues.get(topic)
+            held = topicqueues.get(entry, broker)
             if held is not None and _queue_sys_flag(new) == _queue_sys_flag(held):
                 # same topic sets, same unit counts
-                self._topic_queues[parsed[0]] = topicqueues.put(entry, parsed[1], new)
+                self._topic_queues[topic] = topicqueues.put(entry, broker, new)
                 return
-        self._remove_queue(*parsed)
-        self._add_queue(*parsed, new)
+        self._remove_queue(topic, broker)
+        self._add_queue(topic, broker, new)
 
     @_handles(records.BROKER)
     def _on_broker(self, key: str, new: bytes | None) -> None:
@@ -628,3 +630,8 @@ class MetadataState:
     def member_grpc_addr(self, raft_addr: str) -> str | None:
         value = _decode(state_pb2.MemberInfo, self.kv.get(keys.member_key(raft_addr)))
         return value.grpc_addr if value is not None else None
+
+
+# Each record kind's (moves routes, handler) by key prefix: what _on_change does for a key (one lookup).
+_DISPATCH: dict[str, tuple[bool, _OnChange | None]] = {
+    kind.prefix: (kind.routes, _HANDLERS.get(kind.rtype)) for kind in records.KINDS}

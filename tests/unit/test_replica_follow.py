@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
+from bench.replicaapply import StandInLog
 from nameserver.api.callguard import CallGuard
 from nameserver.api.logservice import LogService
 from nameserver.config import Member, NodeConfig
@@ -22,30 +23,9 @@ from nameserver.replica.follower import SnapshotMismatch
 from nameserver.state import MetadataState, quotas, translate
 from raftlog import kvstate
 from raftlog.codec import encode_entry
-from raftlog.history import AppliedEntry, EntryHistory
+from raftlog.history import AppliedEntry
 from raftlog.pb import entry_pb2
 from tests.cluster import register_request
-
-
-class StandInLog:
-    """What Follow uses of a ReplicatedLog: ready, apply offset, a wait woken when it moves, history."""
-
-    def __init__(self, keep: int) -> None:
-        self.ready = True
-        self.apply_error = ""
-        self.apply_offset = 0
-        self.history = EntryHistory(max_entries=keep)
-        self.restores = 0
-        self.cv = threading.Condition()
-
-    def wait_applied(self, offset: int, timeout: float, alive: Callable[[], bool] | None = None) -> bool:
-        with self.cv:
-            return self.cv.wait_for(lambda: self.apply_offset >= offset, timeout)
-
-    def publish(self, offset: int) -> None:
-        with self.cv:
-            self.apply_offset = offset
-            self.cv.notify_all()
 
 
 class StandInCore:
