@@ -9,13 +9,20 @@ MetadataState and appended to its history ring. Then, timed apart:
 
 - **send**: the core's Log.Follow generator (nameserver/api/logservice.py) for one follower, as the gRPC
   server drives it, and the message's encoding (what grpc's response serializer does), per follower;
+- **core apply**: the core's own applying of each entry (digest and quota totals kept), beside;
 - **receive**: the worker's decoding of the message (grpc's deserializer) and ReadReplica's apply
   (nameserver/replica/follower.py, accounting=False as a worker's, with a watch hub listening as in a
   worker) of its entries: Entry decode, KVState, MetadataState's indexes, the change list, the history ring.
 
 `--entries-per-message`: how many entries the core has applied when the follower's stream wakes (1: a
 stream that keeps up; more: one that wakes behind). CPU is this thread's (time.thread_time), the best and
-the median of `--runs` runs. `--profile` prints cProfile's top functions of the receive side.
+the median of `--runs` runs. `--profile` prints cProfile's top functions of the receive side. On a shared
+machine the times move by a third between runs: `--no-receive` leaves the receive side out, so two runs
+under `valgrind --tool=callgrind`, with and without it, give its instructions per registration exactly.
+
+`--streamed K`: instead, K replicas follow over real Log.Follow streams (an in-process gRPC server on
+127.0.0.1) while the core applies at `--rate`, beside none: the process's CPU per registration and follower,
+gRPC's per-message work on both ends included (`--threads`: each thread's share).
 """
 
 from __future__ import annotations
@@ -75,7 +82,10 @@ class _Core:
         self.log = StandInLog()
         self.cfg = type("Cfg", (), {"max_message_bytes": 4 << 20, "max_followers": 8})()
 
+    apply_cpu_s = 0.0  # the applying's alone (not translating), as the core's apply thread does it
+
     def apply(self, batches: list[entry_pb2.Batch]) -> None:
+        start = time.thread_time()
         offset = self.log.apply_offset + 1
         entry = entry_pb2.Entry(term=1, leader_time_ms=int(time.time() * 1000))
         entry.batches.extend(batches)
@@ -84,6 +94,7 @@ class _Core:
         self.state.apply_entry(offset, entry, changes)
         self.log.history.append(AppliedEntry(offset, 1, data, tuple(changes)))
         self.log.publish(offset)
+        self.apply_cpu_s += time.thread_time() - start
 
     def inspect(self, fn: Callable[[MetadataState], Any]) -> Any:
         return fn(self.state)
@@ -135,8 +146,10 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     replica._install(iter([first.snapshot]))
     start = core.log.apply_offset
 
+    before = core.apply_cpu_s
     _registrations(core, args.brokers, args.topics, args.per_entry, args.entries)
     regs = args.entries * args.per_entry
+    core_apply = core.apply_cpu_s - before
     stream = service._follow(start, _CONTEXT)
     per_message = args.entries_per_message
     # the core's stream: woken with `per_message` new entries each time
@@ -152,17 +165,18 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     t0 = time.thread_time()
     if profiler:
         profiler.enable()
-    for wire in wires:
+    for wire in wires if args.receive else ():
         replica._apply(api_pb2.FollowMessage.FromString(wire))
     if profiler:
         profiler.disable()
     receive = time.thread_time() - t0
-    assert replica.offset == last, (replica.offset, last)
-    with replica.lock:
-        assert replica.state.route("RegW0T0") == core.state.route("RegW0T0")
+    if args.receive:
+        assert replica.offset == last, (replica.offset, last)
+        with replica.lock:
+            assert replica.state.route("RegW0T0") == core.state.route("RegW0T0")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
-    return {"send_us_per_reg": send / regs * 1e6, "receive_us_per_reg": receive / regs * 1e6,
+    return {"core_apply_us_per_reg": core_apply / regs * 1e6, "send_us_per_reg": send / regs * 1e6, "receive_us_per_reg": receive / regs * 1e6,
             "messages": len(wires), "bytes_per_reg": sum(map(len, wires)) / regs}
 
 
@@ -254,6 +268,10 @@ def main() -> None:
     parser.add_argument("--entries-per-message", type=int, default=1,
                         help="entries applied when the follower's stream wakes")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--no-receive", dest="receive", action="store_false",
+                        help="leave the replica's side out: run once with and once without under valgrind "
+                             "--tool=callgrind, and the difference is the receive side's instructions, free of the "
+                             "noise of a shared machine")
     parser.add_argument("--streamed", type=int, default=0, metavar="K",
                         help="instead: K replicas over real Follow streams beside none, paced at --rate; the "
                              "process's CPU per registration and follower (K - none) / K")
@@ -277,7 +295,7 @@ def main() -> None:
     results = [run(args) for _ in range(args.runs)]
     if args.profile:
         return
-    for name in ("send_us_per_reg", "receive_us_per_reg"):
+    for name in ("core_apply_us_per_reg", "send_us_per_reg", "receive_us_per_reg"):
         values = [r[name] for r in results]
         print(f"{name}: best {min(values):.1f} median {statistics.median(values):.1f} "
               f"(runs: {', '.join(f'{v:.1f}' for v in values)})")
