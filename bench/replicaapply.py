@@ -176,7 +176,8 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             assert replica.state.route("RegW0T0") == core.state.route("RegW0T0")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
-    return {"core_apply_us_per_reg": core_apply / regs * 1e6, "send_us_per_reg": send / regs * 1e6, "receive_us_per_reg": receive / regs * 1e6,
+    return {"core_apply_us_per_reg": core_apply / regs * 1e6, "send_us_per_reg": send / regs * 1e6,
+            "receive_us_per_reg": receive / regs * 1e6,
             "messages": len(wires), "bytes_per_reg": sum(map(len, wires)) / regs}
 
 
