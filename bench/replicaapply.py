@@ -205,7 +205,8 @@ def streamed(args: argparse.Namespace, followers: int) -> dict[str, float]:
         for r in replicas:
             r.entry_listeners.append(WatchHub().on_entry)
             r.start()
-        _until(lambda: all(r.ready and r.offset == core.log.apply_offset for r in replicas))
+        _until(lambda: all(r.ready and r.offset == core.log.apply_offset for r in replicas),
+               lambda: "; ".join(r.not_ready_reason() or f"at {r.offset} of {core.log.apply_offset}" for r in replicas))
         base = [r.messages for r in replicas]
         threads0 = _thread_cpu()
         t0, c0 = time.monotonic(), time.process_time()
@@ -252,11 +253,11 @@ def _print_threads(before: dict[str, float], after: dict[str, float], regs: int)
             print(f"  {name}: {used / regs * 1e6:.0f} us/reg")
 
 
-def _until(cond: Callable[[], bool], timeout: float = 60.0) -> None:
+def _until(cond: Callable[[], bool], why: Callable[[], str] = str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise TimeoutError("the replicas did not catch up")
+            raise TimeoutError(f"the replicas did not catch up: {why()}")
         time.sleep(0.005)
 
 
