@@ -110,3 +110,22 @@ def test_a_snapshot_the_follower_holds_keeps_the_entries_it_acknowledged_after_i
     before, after = on_tick(raft, install)
     assert before > snap_last
     assert after == before, f"the install cut the follower's log from {before} back to {after}"
+
+
+def test_followers_stamp_their_answers_with_the_leader_s_term(trio) -> None:
+    """The leader's check needs the stamp: every append answer a real follower sends carries its term."""
+    leader = leader_of(trio)
+    raft = leader.log.raft
+    transport = raft._SyncObj__transport
+    receive = transport._onMessageReceivedCallback
+    answers: list[dict] = []
+
+    def record(node, message):
+        if isinstance(message, dict) and message.get("type") == "next_node_idx":
+            answers.append(message)
+        receive(node, message)
+
+    on_tick(raft, lambda: transport.setOnMessageReceivedCallback(record))
+    leader.log.propose(put("k", "v"), timeout=10)
+    wait_for(lambda: len(answers) >= 4)
+    assert {a.get("term") for a in answers} == {raft.current_term()}
