@@ -150,6 +150,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         # Figure 13, step 6 (raftlog/replysafety.py): while pysyncobj handles a snapshot this follower kept
         # its log for, the snapshot's last index: the answer acknowledges up to it, the commit index stops there
         self._kept_through: int | None = None
+        self._install_failed = False  # pysyncobj answers success after a load it failed: the answer says no
         self.stale_replies = 0  # append answers of another term dropped (tests and status read it)
         # pysyncobj's own methods that send (transferLeadership) write the peer connection's buffer;
         # only the tick thread may: a gRPC thread doing it resized that buffer under the tick thread's
@@ -190,7 +191,8 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
             elif kind == "timeout_now":
                 leadership.give_up_lease()  # before the target can campaign
             if kind == REPLY_KIND and isinstance(message, dict):
-                message = install_ack(stamp_term(message, self.current_term()), self._kept_through)
+                message = install_ack(stamp_term(message, self.current_term()), self._kept_through,
+                                      failed=self._install_failed)
             if kind in _PROMISES_ON_DISK:
                 journal.sync()
             elif kind == "append_entries" and not gate.may_send(node, message):
@@ -229,7 +231,8 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
             try:
                 deliver(node, message)
             finally:
-                self._kept_through = None  # set only while pysyncobj handles a snapshot kept over
+                self._kept_through = None  # both set only while pysyncobj handles a snapshot sent to us
+                self._install_failed = False
 
         transport.setOnMessageReceivedCallback(receive)
         link_down = transport._onNodeDisconnectedCallback
@@ -439,7 +442,11 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
     def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:  # noqa: N802,N803 (pysyncobj's names)
         if clearJournal and self._keeps_log_for_snapshot():
             return
+        restores = self._restores
         SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        # pysyncobj swallows a failed load (our deserializer raised: the apply stopped, loudly) and then
+        # answers success with the log it still has, which its leader would count towards commits
+        self._install_failed = clearJournal and self._restores == restores
 
     def _keeps_log_for_snapshot(self) -> bool:
         try:

@@ -20,6 +20,10 @@
    the binding then skips the load and answers "I hold your log up to the snapshot" (`install_ack`),
    not up to its own last entry: entries after the snapshot may still differ from the leader's, and
    the next append sorts them out.
+
+3. pysyncobj swallows a failed snapshot load and answers success all the same, with the log the
+   follower still has (`install_ack(..., failed=True)` turns it into no answer at all: neither success
+   nor a hint).
 """
 
 from __future__ import annotations
@@ -51,11 +55,15 @@ def keeps_log(snapshot_last: tuple[Any, int, int], last_applied: int,
     return last_applied >= index or term_at(index) == term
 
 
-def install_ack(message: Any, acked_through: int | None) -> Any:
-    """The answer to a snapshot the follower kept its log for: success up to the snapshot's last index
-    (pysyncobj would say up to the follower's own last entry, which the leader may not share)."""
-    if acked_through is None or not isinstance(message, dict) or message.get("type") != REPLY \
-            or not message.get("success"):
+def install_ack(message: Any, acked_through: int | None, failed: bool = False) -> Any:
+    """The answer to a snapshot: for one the follower kept its log for, success up to the snapshot's last
+    index (pysyncobj would say up to the follower's own last entry, which the leader may not share); for
+    one it failed to load, no success (pysyncobj says success, with the log it had)."""
+    if not isinstance(message, dict) or message.get("type") != REPLY or not message.get("success"):
+        return message
+    if failed:
+        return {**message, "success": False, "reset": False}
+    if acked_through is None:
         return message
     return {**message, "next_node_idx": acked_through + 1}
 

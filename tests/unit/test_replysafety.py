@@ -7,6 +7,7 @@ it holds keeps the entries after it."""
 from __future__ import annotations
 
 import threading
+import time
 
 from raftlog.replysafety import install_ack, keeps_log, stale_reply, stamp_term
 from tests.unit.test_raftlog_inprocess import leader_of, put, trio, wait_for
@@ -53,6 +54,8 @@ def test_the_answer_to_a_kept_snapshot_acknowledges_only_up_to_the_snapshot() ->
     assert install_ack(reply, None) is reply
     refusal = {**reply, "success": False}
     assert install_ack(refusal, 100) is refusal
+    failed = install_ack(reply, None, failed=True)  # a load that failed acknowledges nothing, hints nothing
+    assert failed["success"] is False and failed["reset"] is False
 
 
 def test_a_late_answer_of_an_older_term_commits_nothing(trio) -> None:
@@ -129,3 +132,34 @@ def test_followers_stamp_their_answers_with_the_leader_s_term(trio) -> None:
     leader.log.propose(put("k", "v"), timeout=10)
     wait_for(lambda: len(answers) >= 4)
     assert {a.get("term") for a in answers} == {raft.current_term()}
+
+
+def test_a_snapshot_the_follower_fails_to_load_is_not_acknowledged(trio) -> None:
+    """pysyncobj swallows a failed load and answers success with the log the follower still has: its leader
+    would count that log, whatever it holds, towards commits. The answer says no success instead."""
+    leader = leader_of(trio)
+    follower = next(n for n in trio if n is not leader)
+    leader.log.propose(put("k", "v"), timeout=10)
+    raft, lraft = follower.log.raft, leader.log.raft
+    answers: list[dict] = []
+    ltransport = lraft._SyncObj__transport
+    lreceive = ltransport._onMessageReceivedCallback
+
+    def record(node, message):
+        if isinstance(message, dict) and message.get("type") == "next_node_idx" and node.id == follower.addr:
+            answers.append(message)
+        lreceive(node, message)
+
+    on_tick(lraft, lambda: ltransport.setOnMessageReceivedCallback(record))
+    from_leader = next(p for p in raft.other_peers() if p.id == leader.addr)
+    receive = raft._SyncObj__transport._onMessageReceivedCallback
+    damaged = {"type": "append_entries", "term": raft.current_term(), "commit_index": raft.commit_index(),
+               "serialized": (b"not a snapshot", True, True)}  # a whole transfer in one message
+    # hold the leader's appends to this follower back (its probe gate), so the only answer to come is the install's
+    to_follower = next(p for p in lraft.other_peers() if p.id == follower.addr)
+    on_tick(lraft, lambda: lraft.probe_gate._probing.__setitem__(to_follower, float("inf")))
+    time.sleep(0.3)  # answers already on their way arrive
+    answers.clear()
+    on_tick(raft, lambda: receive(from_leader, damaged))
+    wait_for(lambda: answers)
+    assert answers[0]["success"] is False and answers[0]["reset"] is False
