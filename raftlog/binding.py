@@ -152,6 +152,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         self._kept_through: int | None = None
         self._install_failed = False  # pysyncobj answers success after a load it failed: the answer says no
         self.stale_replies = 0  # append answers of another term dropped (tests and status read it)
+        self._stale_logged_term = -1
         # pysyncobj's own methods that send (transferLeadership) write the peer connection's buffer;
         # only the tick thread may: a gRPC thread doing it resized that buffer under the tick thread's
         # memoryview ("Existing exports of data: object cannot be re-sized", seen in CI)
@@ -217,7 +218,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                 # take the newer term (a leader steps down), grant nothing: a log too old to vote for
                 message = {**message, "last_log_term": -1, "last_log_index": -1}
             if stale_reply(message, self.current_term()):
-                self.stale_replies += 1  # an answer to another term's append: it says nothing about this one's
+                self._drop_stale_reply(node, message)  # an answer to another term's append: says nothing of this one
                 return
             gate.on_reply(node, message)
             entries = self._SyncObj__raftLog
@@ -435,6 +436,14 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         if last > self._woken_for and last > self.raftCommitIndex:
             self._woken_for = last
             self.wake()
+
+    def _drop_stale_reply(self, node: Any, message: Any) -> None:
+        self.stale_replies += 1
+        if self._stale_logged_term != self.current_term():  # once per term: an election strands a few
+            self._stale_logged_term = self.current_term()
+            log.info("dropped an append answer of term %s from %s at term %d (success %s, next index %s)",
+                     message.get("term"), getattr(node, "id", node), self.current_term(), message.get("success"),
+                     message.get("next_node_idx"))
 
     # pysyncobj installs a snapshot sent by its leader with __loadDumpFile(clearJournal=True), which clears
     # the whole log. Reading it through here keeps the log when this follower holds the snapshot's last
