@@ -46,7 +46,7 @@ from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTra
 from raftlog.peerlinks import MembershipTransport
 from raftlog.prevote import PreVote
 from raftlog.raftview import Peer, RaftView
-from raftlog.replysafety import install_ack, keeps_log, stale_reply, stamp_term
+from raftlog.replysafety import install_ack, keeps_log, snapshot_message, stale_reply, stamp_term
 from raftlog.roles import Role
 from raftlog.tickwatch import TickWatch
 
@@ -151,6 +151,8 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         # its log for, the snapshot's last index: the answer acknowledges up to it, the commit index stops there
         self._kept_through: int | None = None
         self._install_failed = False  # pysyncobj answers success after a load it failed: the answer says no
+        # While pysyncobj handles a snapshot message: how far the commit index may go (raftlog/replysafety.py, 4)
+        self._commit_cap: int | None = None
         self.stale_replies = 0  # append answers of another term dropped (tests and status read it)
         self._stale_logged_term = -1
         # pysyncobj's own methods that send (transferLeadership) write the peer connection's buffer;
@@ -229,11 +231,14 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                     return entries[index - first][2] if first <= index <= last[1] else None
 
                 message = skip_known_entries(message, last[1], last[2], term_at)
+            if snapshot_message(message):
+                self._commit_cap = self._commit_index  # raised by a snapshot installed or kept (below)
             try:
                 deliver(node, message)
             finally:
-                self._kept_through = None  # both set only while pysyncobj handles a snapshot sent to us
+                self._kept_through = None  # all set only while pysyncobj handles a snapshot sent to us
                 self._install_failed = False
+                self._commit_cap = None
 
         transport.setOnMessageReceivedCallback(receive)
         link_down = transport._onNodeDisconnectedCallback
@@ -355,9 +360,9 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
     def _SyncObj__raftCommitIndex(self, value: int) -> None:  # noqa: N802
         if value > self._commit_index and getattr(self, "_SyncObj__raftState", None) == Role.LEADER:
             value = self._durable_commit(value)
-        kept = getattr(self, "_kept_through", None)
-        if kept is not None and value > self._commit_index:
-            value = max(self._commit_index, min(value, kept))  # the tail after a kept snapshot is unverified
+        cap = getattr(self, "_commit_cap", None)
+        if cap is not None and value > self._commit_index:
+            value = max(self._commit_index, min(value, cap))  # a log a snapshot message did not verify
         self._commit_index = value
 
     def _durable_commit(self, wanted: int) -> int:
@@ -456,6 +461,8 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         # pysyncobj swallows a failed load (our deserializer raised: the apply stopped, loudly) and then
         # answers success with the log it still has, which its leader would count towards commits
         self._install_failed = clearJournal and self._restores == restores
+        if clearJournal and not self._install_failed:
+            self._commit_cap = self.last_log()[0]  # the log is the snapshot's now: the leader's
 
     def _keeps_log_for_snapshot(self) -> bool:
         try:
@@ -470,7 +477,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
 
         if not keeps_log(last, self.raftLastApplied, term_at):
             return False
-        self._kept_through = int(last[1])
+        self._kept_through = self._commit_cap = int(last[1])
         log.info("kept the log through %d over a leader's snapshot at %d (applied %d): it holds that entry",
                  end, last[1], self.raftLastApplied)
         return True

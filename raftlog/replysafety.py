@@ -1,4 +1,6 @@
-"""Two Raft rules pysyncobj 0.3.17 breaks on the path that moves a leader's match index (docs/faults.md, 15).
+"""Raft rules pysyncobj 0.3.17 breaks around acknowledgements and snapshots (docs/faults.md, finding 15).
+
+The loss of finding 15 is rule 4; rules 1-3 are holes of the same kind found on the way.
 
 1. Every reply carries its term; a leader ignores replies of another term (Raft, Figure 2). pysyncobj's
    append answer (`next_node_idx`) carries none, and its leader takes any success as "this follower holds
@@ -24,6 +26,18 @@
 3. pysyncobj swallows a failed snapshot load and answers success all the same, with the log the
    follower still has (`install_ack(..., failed=True)` turns it into no answer at all: neither success
    nor a hint).
+
+4. A follower advances its commit index to the leader's only over entries the leader's message
+   showed it shares (Raft, Figure 2: min(leaderCommit, index of the last new entry)). pysyncobj's
+   follower does it after every append_entries, a snapshot's too: each piece of a snapshot transfer
+   but the last (and the empty message a leader sends when it cannot read its snapshot) moves the
+   commit index to min(leaderCommit, its own last index), over a tail no leader verified. An old
+   leader back from a partition is sent the new leader's snapshot (its log is behind the new
+   leader's compaction), and the first piece commits and applies its own uncommitted tail, acknowledging
+   those writes to their clients, before the last piece replaces the state with one without them: an
+   acknowledged write lost on every node (docs/faults.md, finding 15, reproduced with snapshots every 60
+   entries). While pysyncobj handles such a message the binding holds the commit index where it was,
+   up to the snapshot's last index once one is installed or kept (`snapshot_message`).
 """
 
 from __future__ import annotations
@@ -55,6 +69,12 @@ def keeps_log(snapshot_last: tuple[Any, int, int], last_applied: int,
     return last_applied >= index or term_at(index) == term
 
 
+def snapshot_message(message: Any) -> bool:
+    """Whether `message` is an append_entries carrying (a piece of) a snapshot, or the empty one a leader
+    sends when its snapshot cannot be read: one without `prevLogIdx`, which verifies none of our log."""
+    return isinstance(message, dict) and message.get("type") == "append_entries" and "prevLogIdx" not in message
+
+
 def install_ack(message: Any, acked_through: int | None, failed: bool = False) -> Any:
     """The answer to a snapshot: for one the follower kept its log for, success up to the snapshot's last
     index (pysyncobj would say up to the follower's own last entry, which the leader may not share); for
@@ -68,4 +88,4 @@ def install_ack(message: Any, acked_through: int | None, failed: bool = False) -
     return {**message, "next_node_idx": acked_through + 1}
 
 
-__all__ = ["install_ack", "keeps_log", "stale_reply", "stamp_term"]
+__all__ = ["install_ack", "keeps_log", "snapshot_message", "stale_reply", "stamp_term"]

@@ -163,3 +163,27 @@ def test_a_snapshot_the_follower_fails_to_load_is_not_acknowledged(trio) -> None
     on_tick(raft, lambda: receive(from_leader, damaged))
     wait_for(lambda: answers)
     assert answers[0]["success"] is False and answers[0]["reset"] is False
+
+
+def test_a_piece_of_a_snapshot_commits_nothing_of_the_follower_s_own_tail(trio) -> None:
+    """The loss of finding 15: an old leader back from a partition holds a tail of its own that no majority
+    has; the new leader sends it a snapshot. pysyncobj moved its commit index to min(leader's commit, its
+    own last index) on the first piece, so it applied (and acknowledged) that tail, then the last piece
+    replaced the state with one without it."""
+    leader = leader_of(trio)
+    follower = next(n for n in trio if n is not leader)
+    leader.log.propose(put("k", "v"), timeout=10)
+    raft = follower.log.raft
+    wait_for(lambda: raft.commit_index() == raft.last_log_index())
+    from_leader = next(p for p in raft.other_peers() if p.id == leader.addr)
+    receive = raft._SyncObj__transport._onMessageReceivedCallback
+
+    def stale_tail_then_a_snapshot_piece() -> tuple[int, int]:
+        committed, (last, term) = raft.commit_index(), raft.last_log()
+        raft._SyncObj__raftLog.add(b"\x01", last + 1, term)  # a no-op no leader has: an old leader's tail
+        receive(from_leader, {"type": "append_entries", "term": raft.current_term(), "commit_index": last + 100,
+                              "serialized": (b"the first piece", True, False)})
+        return committed, raft.commit_index()
+
+    before, after = on_tick(raft, stale_tail_then_a_snapshot_piece)
+    assert after == before, f"a snapshot's first piece committed the follower's own tail: {before} -> {after}"
