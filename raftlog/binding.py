@@ -46,6 +46,7 @@ from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTra
 from raftlog.peerlinks import MembershipTransport
 from raftlog.prevote import PreVote
 from raftlog.raftview import Peer, RaftView
+from raftlog.replysafety import install_ack, keeps_log, snapshot_message, stale_reply, stamp_term
 from raftlog.roles import Role
 from raftlog.tickwatch import TickWatch
 
@@ -94,8 +95,9 @@ def install() -> None:
 _transport_class = GuardedTransport if PEERGUARD_ENABLED else MembershipTransport
 
 
+REPLY_KIND = "next_node_idx"  # pysyncobj's answer to an append
 # Messages that state what is on this node's disk: the journal is synced before they leave.
-_PROMISES_ON_DISK = frozenset({"next_node_idx", "response_vote", "request_vote"})
+_PROMISES_ON_DISK = frozenset({REPLY_KIND, "response_vote", "request_vote"})
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,14 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         self._enqueued = 0
         self._woken_for = 0  # the last log index a lone leader woke its tick loop to commit
         self._restores = 0
+        # Figure 13, step 6 (raftlog/replysafety.py): while pysyncobj handles a snapshot this follower kept
+        # its log for, the snapshot's last index: the answer acknowledges up to it, the commit index stops there
+        self._kept_through: int | None = None
+        self._install_failed = False  # pysyncobj answers success after a load it failed: the answer says no
+        # While pysyncobj handles a snapshot message: how far the commit index may go (raftlog/replysafety.py, 4)
+        self._commit_cap: int | None = None
+        self.stale_replies = 0  # append answers of another term dropped (tests and status read it)
+        self._stale_logged_term = -1
         # pysyncobj's own methods that send (transferLeadership) write the peer connection's buffer;
         # only the tick thread may: a gRPC thread doing it resized that buffer under the tick thread's
         # memoryview ("Existing exports of data: object cannot be re-sized", seen in CI)
@@ -183,6 +193,9 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                 message = {**message, TRANSFER_VOTE: True}
             elif kind == "timeout_now":
                 leadership.give_up_lease()  # before the target can campaign
+            if kind == REPLY_KIND and isinstance(message, dict):
+                message = install_ack(stamp_term(message, self.current_term()), self._kept_through,
+                                      failed=self._install_failed)
             if kind in _PROMISES_ON_DISK:
                 journal.sync()
             elif kind == "append_entries" and not gate.may_send(node, message):
@@ -206,17 +219,26 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                     and leadership.refuses_vote(message):
                 # take the newer term (a leader steps down), grant nothing: a log too old to vote for
                 message = {**message, "last_log_term": -1, "last_log_index": -1}
+            if stale_reply(message, self.current_term()):
+                self._drop_stale_reply(node, message)  # an answer to another term's append: says nothing of this one
+                return
             gate.on_reply(node, message)
             entries = self._SyncObj__raftLog
-            if len(entries) == 0:
+            if len(entries):
+                first, last = entries[0][1], entries[-1]
+
+                def term_at(index: int) -> int | None:
+                    return entries[index - first][2] if first <= index <= last[1] else None
+
+                message = skip_known_entries(message, last[1], last[2], term_at)
+            if snapshot_message(message):
+                self._commit_cap = self._commit_index  # raised by a snapshot installed or kept (below)
+            try:
                 deliver(node, message)
-                return
-            first, last = entries[0][1], entries[-1]
-
-            def term_at(index: int) -> int | None:
-                return entries[index - first][2] if first <= index <= last[1] else None
-
-            deliver(node, skip_known_entries(message, last[1], last[2], term_at))
+            finally:
+                self._kept_through = None  # all set only while pysyncobj handles a snapshot sent to us
+                self._install_failed = False
+                self._commit_cap = None
 
         transport.setOnMessageReceivedCallback(receive)
         link_down = transport._onNodeDisconnectedCallback
@@ -338,6 +360,9 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
     def _SyncObj__raftCommitIndex(self, value: int) -> None:  # noqa: N802
         if value > self._commit_index and getattr(self, "_SyncObj__raftState", None) == Role.LEADER:
             value = self._durable_commit(value)
+        cap = getattr(self, "_commit_cap", None)
+        if cap is not None and value > self._commit_index:
+            value = max(self._commit_index, min(value, cap))  # a log a snapshot message did not verify
         self._commit_index = value
 
     def _durable_commit(self, wanted: int) -> int:
@@ -416,6 +441,46 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         if last > self._woken_for and last > self.raftCommitIndex:
             self._woken_for = last
             self.wake()
+
+    def _drop_stale_reply(self, node: Any, message: Any) -> None:
+        self.stale_replies += 1
+        if self._stale_logged_term != self.current_term():  # once per term: an election strands a few
+            self._stale_logged_term = self.current_term()
+            log.info("dropped an append answer of term %s from %s at term %d (success %s, next index %s)",
+                     message.get("term"), getattr(node, "id", node), self.current_term(), message.get("success"),
+                     message.get("next_node_idx"))
+
+    # pysyncobj installs a snapshot sent by its leader with __loadDumpFile(clearJournal=True), which clears
+    # the whole log. Reading it through here keeps the log when this follower holds the snapshot's last
+    # entry (raftlog/replysafety.py, rule 2). A restart's load (clearJournal=False) goes through unchanged.
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:  # noqa: N802,N803 (pysyncobj's names)
+        if clearJournal and self._keeps_log_for_snapshot():
+            return
+        restores = self._restores
+        SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        # pysyncobj swallows a failed load (our deserializer raised: the apply stopped, loudly) and then
+        # answers success with the log it still has, which its leader would count towards commits
+        self._install_failed = clearJournal and self._restores == restores
+        if clearJournal and not self._install_failed:
+            self._commit_cap = self.last_log()[0]  # the log is the snapshot's now: the leader's
+
+    def _keeps_log_for_snapshot(self) -> bool:
+        try:
+            last, _prev, _cluster = self._read_dump_meta(self._SyncObj__conf.fullDumpFile)
+        except Exception:
+            return False  # pysyncobj's load reports it (the deserializer above)
+        entries = self._SyncObj__raftLog
+        first, end = (entries[0][1], entries[-1][1]) if len(entries) else (1, 0)
+
+        def term_at(index: int) -> int | None:
+            return int(entries[index - first][2]) if first <= index <= end else None
+
+        if not keeps_log(last, self.raftLastApplied, term_at):
+            return False
+        self._kept_through = self._commit_cap = int(last[1])
+        log.info("kept the log through %d over a leader's snapshot at %d (applied %d): it holds that entry",
+                 end, last[1], self.raftLastApplied)
+        return True
 
     def _serialize(self, tmp_path: str, data: tuple) -> None:
         last, prev, cluster = data
