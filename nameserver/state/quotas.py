@@ -62,9 +62,18 @@ class Usage:
             _delta(self.totals, name, key, old, new)
 
     def rebuild(self, values: Mapping[str, tuple[bytes, int, int]]) -> None:
-        self.totals = dict.fromkeys(QUOTAS, 0)
+        """The totals of `values` (a restore: every key at once). The same counts as on_change per key,
+        with the topic/ keys (nearly all of a big state) counted inline: calling on_change for each of a
+        million keys was 1.3 s of a restart's 5."""
+        totals = dict.fromkeys(QUOTAS, 0)
+        topic_prefix, queue_datas = keys.TOPIC_PREFIX, 0
         for key, (value, _version, _rtype) in values.items():
-            self.on_change(0, key, None, value)
+            if key.startswith(topic_prefix):  # _COUNTED's first: the same quota _quota_of names
+                queue_datas += 1
+            elif key.startswith(_PREFIXES):
+                _delta(totals, next(name for prefix, name in _COUNTED if key.startswith(prefix)), key, None, value)
+        totals[QUEUE_DATAS] += queue_datas
+        self.totals = totals
 
 
 def check(usage: Usage, kv: KVState, batch: entry_pb2.Batch, limits: Mapping[str, int]) -> None:

@@ -284,3 +284,20 @@ def test_a_registration_s_parts_go_on_past_the_call_deadline_once_the_first_comm
     # the first part still needs the caller's time
     with pytest.raises(ProposalError, match="did not commit in time"):
         NameServerNode._propose_all(node, parts, time.monotonic() - 0.01, time.monotonic() + 5.0)  # type: ignore[arg-type]
+
+
+def test_a_restore_counts_every_quota_as_the_changes_one_by_one_do() -> None:
+    """Usage.rebuild (a restore: the topic/ keys counted inline) gives the totals on_change gives per key."""
+    values = {keys.topic_key(f"T{i}", f"b{i % 3}"): (b"q" * i, 1, keys.TOPIC_TYPE) for i in range(7)}
+    values |= {f"{keys.LIVE_PREFIX}10.0.0.{i}:10911": (b"live", 1, keys.LIVE_TYPE) for i in range(3)}
+    values |= {f"{keys.KV_PREFIX}ns/k{i}": (b"v" * i, 1, keys.KV_TYPE) for i in range(4)}
+    values |= {f"{keys.KV_NAMESPACE_PREFIX}ns": (b"", 1, keys.KV_NAMESPACE_TYPE),
+               f"{keys.CONTROLLER_PREFIX}b0": (b"c", 1, keys.CONTROLLER_TYPE), "member/n1": (b"m", 1, 0)}
+    one_by_one = quotas.Usage()
+    for key, (value, _, rtype) in values.items():
+        one_by_one.on_change(rtype, key, None, value)
+    rebuilt = quotas.Usage()
+    rebuilt.rebuild(values)
+    assert rebuilt.totals == one_by_one.totals
+    assert rebuilt.totals[quotas.QUEUE_DATAS] == 7 and rebuilt.totals[quotas.BROKERS] == 3
+    assert rebuilt.totals[quotas.KV_KEYS] == 5 and rebuilt.totals[quotas.CONTROLLER_SETS] == 1
