@@ -70,8 +70,8 @@ class Usage:
         for key, (value, _version, _rtype) in values.items():
             if key.startswith(topic_prefix):  # _COUNTED's first: the same quota _quota_of names
                 queue_datas += 1
-            elif key.startswith(_PREFIXES):
-                _delta(totals, next(name for prefix, name in _COUNTED if key.startswith(prefix)), key, None, value)
+            elif (name := _quota_of(key)) is not None:
+                _delta(totals, name, key, None, value)
         totals[QUEUE_DATAS] += queue_datas
         self.totals = totals
 
