@@ -95,7 +95,7 @@ class WorkerSupervisor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.served = threading.Event()  # a worker has said it serves (its ports are open)
+        self._served = threading.Event()  # a worker has said it serves (its ports are open)
         self._release_at = math.inf  # when the workers deferred at the start begin, at the latest
 
     def alive(self) -> int:
@@ -141,7 +141,7 @@ class WorkerSupervisor:
         with contextlib.suppress(OSError, ValueError):
             for line in stdout:
                 if line == SERVING:
-                    self.served.set()
+                    self._served.set()
                 else:
                     sys.stdout.buffer.write(line)
                     sys.stdout.buffer.flush()
@@ -149,7 +149,7 @@ class WorkerSupervisor:
     def _watch(self) -> None:
         while not self._stop.wait(CHECK_EVERY_S):
             now = time.monotonic()
-            if self._release_at != math.inf and (self.served.is_set() or now >= self._release_at):
+            if self._release_at != math.inf and (self._served.is_set() or now >= self._release_at):
                 self._release_at = math.inf
                 self._due = [now if due == math.inf else due for due in self._due]
             for i, proc in enumerate(self._procs):

@@ -144,7 +144,6 @@ class FollowerPreference:
         self.replica = replica
         self._admins = {addr: api_pb2_grpc.AdminStub(open_peer(addr)) for addr in replica.targets}
         self._due = 0.0
-        self.moves = 0
 
     def _status(self, addr: str) -> api_pb2.NodeStatus | None:
         try:
@@ -164,7 +163,6 @@ class FollowerPreference:
             other = self._status(addr) if addr != followed else None
             if other is not None and other.ready and other.role == api_pb2.ROLE_FOLLOWER:
                 if self.replica.move_to(addr, f"{followed} leads: following {addr}, a follower"):
-                    self.moves += 1
                     log.info("read replica moves from %s (the leader) to %s", followed, addr)
                 return
 
