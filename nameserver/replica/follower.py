@@ -200,9 +200,11 @@ class ReadReplica:
                     return
                 if not self._cut:  # cut by the watchdog: its reason ("no message from ...") says more
                     self.last_error = f"{exc.code().name}: {exc.details()}"
-                loading = _still_loading(exc)
                 self.core_stopped = _apply_stopped(exc)
-                if loading:  # it answered: try again soon, not after a growing backoff
+                # a loading core answers soon: ask again at once; one whose apply stopped does not recover
+                # without a restart: the growing backoff, as for any other failure
+                loading = _still_loading(exc) and not self.core_stopped
+                if loading:
                     backoff, tried = BACKOFF_MIN_S, 0
             except UnknownEntryFormat as exc:
                 self.failed = str(exc)

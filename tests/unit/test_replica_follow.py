@@ -432,6 +432,34 @@ def test_a_core_still_loading_is_asked_again_at_the_shortest_backoff(serve_log) 
         r.stop()
 
 
+def test_a_core_whose_apply_stopped_is_asked_again_at_a_growing_backoff(serve_log) -> None:
+    """Not the loading core's shortest backoff: a stopped apply answers the same until its node restarts,
+    and 20 Follow calls a second per worker would be its only work."""
+    from nameserver.replica import follower
+
+    core = StandInCore()
+    core.put("k", "v")
+    core.log.ready = False
+    core.not_ready_reason = lambda: "apply stopped: restore failed: corrupt snapshot snap-1-1.mdb"  # type: ignore[method-assign]
+    waits: list[float] = []
+
+    class Recorded(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            if threading.current_thread().name == "replica-stopped":  # the follower's, not its watchdog's
+                waits.append(timeout or 0.0)
+            return super().wait(min(timeout or 0.0, 0.01))  # the test's clock: no real backoff
+
+    r = ReadReplica(serve_log(core), grpc.insecure_channel, name="stopped")
+    r._stop = Recorded()
+    r.start()
+    try:
+        wait_until(lambda: len(waits) >= 8)
+        assert waits[:8] == sorted(waits[:8]) and waits[7] > follower.BACKOFF_MIN_S, waits
+        assert r.core_stopped
+    finally:
+        r.stop()
+
+
 def test_a_core_whose_apply_stopped_is_named_by_the_replica_until_it_feeds_it(serve_log, replicas) -> None:
     """docs/faults.md, finding 11: a worker opens its ports when its core refuses for good (its apply
     stopped), so that Admin.Status can say why; its replica's refusal names the core's reason."""
