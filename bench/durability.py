@@ -27,8 +27,10 @@ from typing import Any
 
 import grpc
 
+from bench.load import proc_cpu_s
 from bench.procs import BenchNode, LocalCluster, rss_bytes, with_descendants
 from nameserver import headers
+from nameserver.api import corelink
 from nameserver.chunking import register_chunks
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 
@@ -193,13 +195,6 @@ def pss_bytes(pid: int) -> int:
     return 0
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used (Linux /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _node_memory(node: BenchNode) -> dict[str, Any]:
     """PSS and RSS (MiB) of a node's core and of each of its worker processes."""
     core, *workers = with_descendants([node.pid])
@@ -217,7 +212,7 @@ def _all_serving(node: BenchNode, workers: int, log_from: int, target: int,
     ports open only once their replica is ready, and each says so in the node's log (nameserver/worker.py)."""
     deadline = time.monotonic() + timeout
     core_at = first_at = serving_at = 0.0
-    private = "unix:" + os.path.abspath(os.path.join(node.data_dir, "channel", "grpc.sock"))
+    private = "unix:" + os.path.abspath(os.path.join(node.data_dir, corelink.SOCKET_NAME))
     channel = grpc.insecure_channel(private if workers else node.grpc_addr, options=[
         ("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 100)])
     admin = api_pb2_grpc.AdminStub(channel)
@@ -280,7 +275,7 @@ def node_with_workers(root: str, records: int, workers: int, restarts: int = 3,
             serving_s.append(round(max(core_at, serving_at) - t0, 2))
             # CPU used to get there (the time depends on what else runs on the machine; this much less)
             core, *procs = with_descendants([node.pid])
-            cpu_s.append([round(cpu_seconds(core), 2), *(round(cpu_seconds(w), 2) for w in procs)])
+            cpu_s.append([round(proc_cpu_s([core]), 2), *(round(proc_cpu_s([w]), 2) for w in procs)])
         time.sleep(2)
         out["memory_after_restart"] = _node_memory(node)
         out["restart_core_ready_s"] = core_s

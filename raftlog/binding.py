@@ -46,7 +46,7 @@ from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTra
 from raftlog.peerlinks import MembershipTransport
 from raftlog.prevote import PreVote
 from raftlog.raftview import Peer, RaftView
-from raftlog.replysafety import install_ack, keeps_log, snapshot_message, stale_reply, stamp_term
+from raftlog.replysafety import REPLY, install_ack, keeps_log, snapshot_message, stale_reply, stamp_term
 from raftlog.roles import Role
 from raftlog.tickwatch import TickWatch
 
@@ -95,9 +95,8 @@ def install() -> None:
 _transport_class = GuardedTransport if PEERGUARD_ENABLED else MembershipTransport
 
 
-REPLY_KIND = "next_node_idx"  # pysyncobj's answer to an append
 # Messages that state what is on this node's disk: the journal is synced before they leave.
-_PROMISES_ON_DISK = frozenset({REPLY_KIND, "response_vote", "request_vote"})
+_PROMISES_ON_DISK = frozenset({REPLY, "response_vote", "request_vote"})
 
 
 @dataclass(frozen=True)
@@ -193,7 +192,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                 message = {**message, TRANSFER_VOTE: True}
             elif kind == "timeout_now":
                 leadership.give_up_lease()  # before the target can campaign
-            if kind == REPLY_KIND and isinstance(message, dict):
+            if kind == REPLY and isinstance(message, dict):
                 message = install_ack(stamp_term(message, self.current_term()), self._kept_through,
                                       failed=self._install_failed)
             if kind in _PROMISES_ON_DISK:

@@ -87,7 +87,3 @@ class Directory:
                     floor[value.group] = value.since
             self._floor = floor
         return dict(self._floor)
-
-    def behind(self, offsets: dict[int, int]) -> dict[int, int]:
-        """The groups whose offset in `offsets` is below the floor: group -> the offset to wait for."""
-        return {group: need for group, need in self.floor().items() if offsets.get(group, 0) < need}
