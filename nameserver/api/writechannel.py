@@ -393,7 +393,9 @@ class WriteChannelServer:
         """The next frame, and every other one already waiting on `link` (at most MAX_WAITING_FRAMES);
         [] at the end of the link."""
         bodies: list[bytes] = []
-        while len(bodies) < MAX_WAITING_FRAMES and (not bodies or select.select([link], [], [], 0)[0]):
+        waiting = select.poll()  # not select.select: it refuses descriptors past 1,023, and a core may hold more
+        waiting.register(link, select.POLLIN)
+        while len(bodies) < MAX_WAITING_FRAMES and (not bodies or waiting.poll(0)):
             body = _read_frame(link, self.max_frame)
             if body is None:
                 break

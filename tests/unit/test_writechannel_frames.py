@@ -47,3 +47,28 @@ def test_calls_queued_while_a_frame_is_written_leave_in_one_frame() -> None:
     finally:
         sock.release.set()
         sender.close()
+
+
+def test_frames_waiting_on_a_link_past_descriptor_1023_are_all_read() -> None:
+    """The core reads every frame already waiting on a worker's link: with a descriptor past 1,023 (a core
+    holding many connections), select.select refused it and the link was dropped as ended."""
+    import os
+    import resource
+    import socket
+    import struct
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    ours, theirs = socket.socketpair()
+    high = socket.socket(fileno=os.dup2(ours.fileno(), 1100))
+    ours.close()
+    server = writechannel.WriteChannelServer("/nonexistent/write.sock", None, 1, 1024)  # type: ignore[arg-type]
+    try:
+        for body in (b"one", b"two", b"three"):
+            theirs.sendall(struct.pack(">I", len(body)) + body)
+        assert server._waiting_frames(high) == [b"one", b"two", b"three"]
+    finally:
+        server.pool.shutdown()
+        high.close()
+        theirs.close()
