@@ -235,7 +235,8 @@ class NameServerNode(LocalReads):
         caller's deadline up to this time: stopping between parts left its first topics in the state
         with no broker to own them, and no unregistration could remove them (seen in CI)."""
         confirmed = False
-        for attempt in range(MAX_TRANSLATE_ATTEMPTS):
+        begun = False  # a part of a registration in parts committed: the rest go on (finish_by)
+        for _ in range(MAX_TRANSLATE_ATTEMPTS):
             if not self.log.is_leader():
                 raise NotLeader("this node is not the leader")
             try:
@@ -264,12 +265,14 @@ class NameServerNode(LocalReads):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            if wanted is not None and (attempt == 0 or not in_parts):  # parts once begun go on (finish_by)
+            if wanted is not None and not begun:
                 wanted()
             batch = translation.batch
             if in_parts:  # a big registration: no entry's apply holds the state long (core/budget.py)
                 lead, batch = leading_parts(batch)
-                if not self._propose_all(lead, deadline, max(deadline, finish_by)):
+                committed = self._propose_all(lead, deadline, max(deadline, finish_by))
+                begun = begun or committed > 0
+                if committed < len(lead):
                     continue  # someone changed what the translation read: translate again
                 left = (max(deadline, finish_by) if lead else deadline) - time.monotonic()
                 if left <= 0:
@@ -282,16 +285,16 @@ class NameServerNode(LocalReads):
                      applied.result.failed_key_version)
         raise ProposalError("write kept conflicting with concurrent writes or timed out", unknown_outcome=False)
 
-    def _propose_all(self, parts: list[entry_pb2.Batch], deadline: float, finish_by: float) -> bool:
-        """Propose parts in order until one is refused at apply (False): the first by `deadline`, the
-        others, once it committed, by `finish_by`."""
+    def _propose_all(self, parts: list[entry_pb2.Batch], deadline: float, finish_by: float) -> int:
+        """Propose parts in order until one is refused at apply; how many were applied: the first by
+        `deadline`, the others, once it committed, by `finish_by`."""
         for i, part in enumerate(parts):
             left = (finish_by if i else deadline) - time.monotonic()
             if left <= 0:
                 raise ProposalError("a registration's parts did not commit in time", unknown_outcome=True)
             if not self.log.propose(part, left).result.applied:
-                return False
-        return True
+                return i
+        return len(parts)
 
     def _translate(self, translate_fn: Callable[[MetadataState], Translation], client: ClientRef | None,
                    reply_of: Callable[[WriteResult], Message] | None

@@ -286,6 +286,39 @@ def test_a_registration_s_parts_go_on_past_the_call_deadline_once_the_first_comm
         NameServerNode._propose_all(node, parts, time.monotonic() - 0.01, time.monotonic() + 5.0)  # type: ignore[arg-type]
 
 
+def test_a_registration_whose_first_part_was_refused_is_not_proposed_again_after_its_caller_left() -> None:
+    """A translation again after the first part was refused has nothing committed: the caller's cancel
+    (rpc.in_time) still stops it; only parts after a committed one go on past it."""
+    from types import SimpleNamespace
+
+    from nameserver.api.rpc import CallCancelled
+    from nameserver.core import budget
+    from nameserver.core.node import NameServerNode
+
+    batch = entry_pb2.Batch(records=[entry_pb2.Record(key=keys.topic_key(f"T{i}", "b"), value=b"q")
+                                     for i in range(budget.PART_RECORDS * 2 + 1)])
+    proposed: list[int] = []
+    calls = {"over": False}
+
+    def propose(part: entry_pb2.Batch, timeout: float) -> SimpleNamespace:
+        proposed.append(len(part.records))
+        calls["over"] = True  # the caller cancels while its first part is refused
+        return SimpleNamespace(result=SimpleNamespace(applied=False))
+
+    def wanted() -> None:
+        if calls["over"]:
+            raise CallCancelled("the caller cancelled the call before its write was proposed")
+
+    node = SimpleNamespace(log=SimpleNamespace(is_leader=lambda: True, propose=propose),
+                           guard=SimpleNamespace(optimistic=lambda fn: fn()),
+                           _translate=lambda *_: (SimpleNamespace(batch=batch), 0, len(batch.records)),
+                           _propose_all=lambda *a: NameServerNode._propose_all(node, *a))  # type: ignore[arg-type]
+    with pytest.raises(CallCancelled):
+        NameServerNode._write(node, None, time.monotonic() + 5, None, None, in_parts=True,  # type: ignore[arg-type]
+                              finish_by=time.monotonic() + 10, wanted=wanted)
+    assert proposed == [budget.PART_RECORDS]  # the refused first part, and nothing after the cancel
+
+
 def test_a_restore_counts_every_quota_as_the_changes_one_by_one_do() -> None:
     """Usage.rebuild (a restore: the topic/ keys counted inline) gives the totals on_change gives per key."""
     values = {keys.topic_key(f"T{i}", f"b{i % 3}"): (b"q" * i, 1, keys.TOPIC_TYPE) for i in range(7)}
