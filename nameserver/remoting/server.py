@@ -471,7 +471,8 @@ class RemotingServer:
                 size = frame.whole(buf, self.max_frame, self.max_header)
                 if not size:
                     break
-                payload = bytes(buf[4:size])
+                with memoryview(buf) as view:  # one copy of the frame, not a slice and then its bytes
+                    payload = bytes(view[4:size])
                 del buf[:size]
                 conn.frame_began = None
                 cmd = frame.decode(payload, self.max_header, self.max_ext_fields, self.json_headers.decode)
