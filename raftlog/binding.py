@@ -40,6 +40,7 @@ from raftlog.appendflow import ProbeGate
 from raftlog.applier import Applier
 from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
+from raftlog.keptdump import drop, put_back, set_aside
 from raftlog.leadership import TRANSFER_VOTE, LeadershipConfirmer
 from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
@@ -171,6 +172,9 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         finally:
             with _journals_lock:
                 _journals.pop(journal.path, None)
+        # pysyncobj renames a received snapshot over its dump before we decide to keep the log: set ours aside
+        serializer = self._SyncObj__serializer
+        serializer.setTransmissionData = self._receive_snapshot_piece(serializer.setTransmissionData)
         # Durability: a message that promises what is on this node's disk (an acknowledgement of
         # entries, a vote) first syncs the journal on this thread, so nothing is acknowledged that a
         # power loss could take back; one fdatasync covers every entry appended since the last one.
@@ -453,15 +457,37 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
     # the whole log. Reading it through here keeps the log when this follower holds the snapshot's last
     # entry (raftlog/replysafety.py, rule 2). A restart's load (clearJournal=False) goes through unchanged.
     def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:  # noqa: N802,N803 (pysyncobj's names)
+        dump, fsync = self._SyncObj__conf.fullDumpFile, self.journal.fsync
         if clearJournal and self._keeps_log_for_snapshot():
+            put_back(dump, fsync)  # the log goes with our own dump (raftlog/keptdump.py)
             return
         restores = self._restores
         SyncObj._SyncObj__loadDumpFile(self, clearJournal)
         # pysyncobj swallows a failed load (our deserializer raised: the apply stopped, loudly) and then
         # answers success with the log it still has, which its leader would count towards commits
         self._install_failed = clearJournal and self._restores == restores
-        if clearJournal and not self._install_failed:
+        if self._install_failed:
+            put_back(dump, fsync)  # the load failed before it changed anything: the log is still ours
+        elif clearJournal:
+            drop(dump)
             self._commit_cap = self.last_log()[0]  # the log is the snapshot's now: the leader's
+
+    def _receive_snapshot_piece(self, receive: Callable[[Any], bool]) -> Callable[[Any], bool]:
+        """pysyncobj's Serializer.setTransmissionData, which renames the last piece's file over the dump,
+        with the dump in place set aside first (raftlog/keptdump.py)."""
+        dump = self._SyncObj__conf.fullDumpFile
+
+        def receive_piece(data: Any) -> bool:
+            if isinstance(data, tuple) and len(data) == 3 and data[2]:
+                try:
+                    set_aside(dump, self.journal.fsync)
+                except OSError as exc:
+                    log.warning("could not set %s aside before a snapshot from the leader (%s); dropped that "
+                                "snapshot, the leader sends it again", dump, exc)
+                    return False
+            return receive(data)
+
+        return receive_piece
 
     def _keeps_log_for_snapshot(self) -> bool:
         try:

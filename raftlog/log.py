@@ -24,6 +24,7 @@ from raftlog.codec import RaftEntry, decode_raft_meta
 from raftlog.crashpoints import crash_point
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.journal import DurableJournal, fsync_dir
+from raftlog.keptdump import settle
 from raftlog.leadership import LEASE_PROMISE_FRACTION, NotConfirmed
 from raftlog.pb import entry_pb2
 from raftlog.proposer import GroupCommitter, NotLeader, ProposalError
@@ -140,6 +141,8 @@ class ReplicatedLog:
         self.dump_path = os.path.join(cfg.data_dir, DUMP_NAME)
         self.journal_path = os.path.join(cfg.data_dir, JOURNAL_NAME)
         self._cleanup_stale_files()
+        # an install a crash cut short may have left the node's own snapshot set aside (raftlog/keptdump.py)
+        settle(self.dump_path, lambda path: int(self._read_dump_meta(path)[0][1]), cfg.fsync)
         # Opened first: a corrupt journal stops the node before anything else starts.
         self.journal = DurableJournal(self.journal_path, fsync=cfg.fsync, compacted_to=self._snapshot_first_entry())
         self.applier = Applier(fsm, state_lock)
