@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import logging
 import os
 import pickle
@@ -176,6 +177,8 @@ def serve_remote(cfg: NodeConfig) -> int:
     def peer(addr: str) -> grpc.Channel:
         return tlsconf.peer_channel(cfg, addr, opts)
 
+    shared_peer = functools.cache(peer)  # one channel a voter for the read indexes and the Status polls
+
     replica = ReadReplica(cfg.replica_follow, peer, name=cfg.grpc_addr, max_lag=cfg.replica_max_lag_entries,
                           max_silence_s=cfg.replica_max_silence_ms / 1000,
                           metadata=[(headers.READ_REPLICA, cfg.grpc_addr)])  # how the voters list it
@@ -190,7 +193,7 @@ def serve_remote(cfg: NodeConfig) -> int:
         response_serializer=health_pb2.HealthCheckResponse.SerializeToString)
     try:
         remoting, grpc_server, _ = serve_reads(
-            cfg, budget.grpc, budget.remoting, replica, voters.VoterReadIndex(cfg, peer), onward,
+            cfg, budget.grpc, budget.remoting, replica, voters.VoterReadIndex(cfg, shared_peer), onward,
             VoterOnlyCodes(cfg.replica_follow), reuse_port=False, local={ADMIN_STATUS: status, HEALTH_CHECK: check})
     except OSError:
         replica.stop()
@@ -198,7 +201,7 @@ def serve_remote(cfg: NodeConfig) -> int:
     log.info("read replica (pid %d) following %s, serving gRPC on %s%s", os.getpid(), ", ".join(cfg.replica_follow),
              cfg.grpc_addr, f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "")
     readiness = voters.ReadinessLog(replica)
-    preference = None if cfg.replica_follow_leader else voters.FollowerPreference(replica, peer)
+    preference = None if cfg.replica_follow_leader else voters.FollowerPreference(replica, shared_peer)
     while not stopped.wait(READINESS_CHECK_S):
         readiness.check()
         if preference is not None:
