@@ -38,6 +38,7 @@ from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
 from nameserver.core import watch
+from nameserver.core.readindex import ReadIndexBatcher
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.metrics import RequestMetrics
 from nameserver.ops.workers import SERVING, WorkerSpec, process_share
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     # (passed to the core) says why, and reads are refused naming it, as a remote replica's are.
     while not replica.ready and not replica.core_stopped and not stopped.wait(READY_POLL_S):
         pass
-    remoting, grpc_server = None, None
+    remoting, grpc_server, read_indexes = None, None, None
     # its requests counted in files the core's /metrics adds up (nameserver/ops/workermetrics.py)
     counted = bool(cfg.metrics_addr and os.environ.get(workermetrics.ENV))
     registry = CollectorRegistry()
@@ -108,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
         channel = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
         writes = WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes)
+        read_indexes = corelink.core_read_index(writes, cfg)
         remoting, grpc_server, node = serve_reads(
-            share, budget.grpc, budget.remoting, replica, corelink.core_read_index(writes, cfg),
+            share, budget.grpc, budget.remoting, replica, read_indexes.read_index,
             grpc.insecure_channel(corelink.target(cfg), options=opts), channel if cfg.remoting_addr else None,
             requests, spec.reply_sizes, reuse_port=True, writes=writes)
         if counted:
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                  "" if replica.ready else f"; refusing reads: {replica.not_ready_reason()}")
         _tell_core(SERVING)  # the core starts the workers it held back (nameserver/ops/workers.py)
         stopsignal.wait_until_set(stopped)
-    _stop(remoting, grpc_server, replica)
+    _stop(remoting, grpc_server, replica, read_indexes)
     return 0
 
 
@@ -158,11 +160,14 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     return remoting, grpc_server, node
 
 
-def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, replica: ReadReplica) -> None:
+def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, replica: ReadReplica,
+          read_indexes: ReadIndexBatcher | None = None) -> None:
     if remoting is not None:
         remoting.stop()
     if grpc_server is not None:
         grpc_server.stop(1.0).wait()
+    if read_indexes is not None:
+        read_indexes.stop(join=True)  # no round left in a call on the write channel while the process exits
     replica.stop()
 
 
