@@ -326,12 +326,10 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
             if key in doc.get(section, {}):
                 value = doc[section][key]
                 if key == "worker_processes" and value == AUTO:
-                    continue  # resolved once the limits are known, below
+                    continue  # resolved once the limits and the overrides are known, below
                 if key == "worker_processes" and isinstance(value, str):
                     raise ConfigError(f'node.worker_processes must be int or "{AUTO}", not {value!r}')
                 kwargs[key] = _typed(f"{section}.{key}", value, _DEFAULTS[key])
-    if node.get("worker_processes") == AUTO:
-        kwargs["worker_processes"] = auto_worker_processes(kwargs.get("max_followers", _DEFAULTS["max_followers"]))
     for section, (key, attr) in _LISTENERS.items():
         if key in doc.get(section, {}):
             kwargs[attr] = str(doc[section][key])
@@ -344,6 +342,9 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     for key, value in (overrides or {}).items():
         if value is not None:
             kwargs[key] = value
+    # after the overrides: "auto" depends on limits.max_followers, which they may set (or they say "auto")
+    if kwargs.get("worker_processes", node.get("worker_processes")) == AUTO:
+        kwargs["worker_processes"] = auto_worker_processes(kwargs.get("max_followers", _DEFAULTS["max_followers"]))
     for key in ("raft_addr", "grpc_addr", "data_dir"):
         if not kwargs.get(key):
             raise ConfigError(f"node.{key} is required")

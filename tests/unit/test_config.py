@@ -141,6 +141,19 @@ def test_worker_processes_auto_is_a_worker_per_cpu_within_half_the_followers(tmp
     assert config.auto_worker_processes(100) == min(cpus, config.MAX_WORKER_PROCESSES)
 
 
+def test_worker_processes_auto_is_resolved_after_the_overrides(tmp_path) -> None:
+    """load()'s overrides (the command line's) apply before "auto" is worked out: it depends on
+    limits.max_followers, which an override may set, and an override may say "auto" itself."""
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = "auto"'))
+    cfg = config.load(str(p), {"max_followers": 2})
+    assert cfg.worker_processes == config.auto_worker_processes(2) == 1
+    p.write_text(GOOD)
+    assert config.load(str(p), {"worker_processes": "auto"}).worker_processes == config.auto_worker_processes(16)
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = "auto"'))
+    assert config.load(str(p), {"worker_processes": 0}).worker_processes == 0  # the override wins
+
+
 def test_more_workers_than_followers_allowed_is_refused_naming_both(tmp_path) -> None:
     """Each worker's replica is one of the core's followers (limits.max_followers): a worker past the bound
     would never become ready, and its node would serve with fewer processes than configured."""
