@@ -151,6 +151,8 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         # its log for, the snapshot's last index: the answer acknowledges up to it, the commit index stops there
         self._kept_through: int | None = None
         self._install_failed = False  # pysyncobj answers success after a load it failed: the answer says no
+        # Held while raft.dump changes: a received snapshot renamed over it (and put back), our own linked to it
+        self.dump_lock = threading.Lock()
         # While pysyncobj handles a snapshot message: how far the commit index may go (raftlog/replysafety.py, 4)
         self._commit_cap: int | None = None
         self.stale_replies = 0  # append answers of another term dropped (tests and status read it)
@@ -234,10 +236,15 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                     return entries[index - first][2] if first <= index <= last[1] else None
 
                 message = skip_known_entries(message, last[1], last[2], term_at)
-            if snapshot_message(message):
+            snapshot = snapshot_message(message)
+            if snapshot:
                 self._commit_cap = self._commit_index  # raised by a snapshot installed or kept (below)
             try:
-                deliver(node, message)
+                if snapshot:
+                    with self.dump_lock:  # the dump is swapped in here: the snapshot writer waits
+                        deliver(node, message)
+                else:
+                    deliver(node, message)
             finally:
                 self._kept_through = None  # all set only while pysyncobj handles a snapshot sent to us
                 self._install_failed = False

@@ -13,6 +13,8 @@ So before the last piece of a snapshot is renamed into place, the dump in place 
 (`put_back`), an installed snapshot drops it (`drop`). A start that finds one (a crash in between) keeps
 the newer of the two (`settle`): the journal goes with either, since a follower keeps its log only when it
 holds the received snapshot's last entry, and installs one only when it is newer than everything it had.
+The node's own snapshot writer, on a thread of its own, links its file as `raft.dump` only over an older
+one (an install may have come while it wrote), under the binding's `dump_lock` as these swaps are.
 """
 
 from __future__ import annotations
@@ -61,18 +63,12 @@ def drop(dump_path: str) -> None:
 
 def settle(dump_path: str, last_index: Callable[[str], int], fsync: bool) -> None:
     """At start, before the journal opens: of `raft.dump` and a dump set aside by an install that a crash cut
-    short, the newer (by `last_index`, its last entry's index) stays `raft.dump`."""
+    short, the newer (by `last_index`, its last entry's index; -1 for one missing or unreadable) stays
+    `raft.dump`."""
     kept = dump_path + KEPT_SUFFIX
     if not os.path.exists(kept):
         return
-
-    def index(path: str) -> int:
-        try:
-            return last_index(path)
-        except Exception:
-            return -1  # missing or unreadable: the other one
-
-    if index(kept) > index(dump_path):
+    if last_index(kept) > last_index(dump_path):
         log.warning("%s: the snapshot set aside before an install a crash cut short is newer than the received "
                     "one; it stays the node's snapshot", dump_path)
         os.replace(kept, dump_path)

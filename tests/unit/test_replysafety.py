@@ -259,3 +259,21 @@ def test_a_follower_that_kept_its_log_over_an_older_snapshot_restarts_with_every
     lost = [f"acked/{i}" for i in range(5) if new_leader.kv.get(f"acked/{i}") is None]
     assert not lost, f"acknowledged writes lost after the follower's restart: {lost}"
     wait_for(lambda: follower.kv.offset == new_leader.kv.offset and follower.kv.digest == new_leader.kv.digest)
+
+
+def test_a_snapshot_written_after_a_newer_one_became_raft_dump_does_not_replace_it(trio) -> None:
+    """The node's snapshot writer runs on its own thread; a snapshot from the leader (newer than anything this
+    node applied) may be installed while it writes. Linking the writer's older file as raft.dump afterwards
+    paired the journal, which goes with the installed one, with an older dump: the next restart cleared it."""
+    leader = leader_of(trio)
+    follower = next(n for n in trio if n is not leader)
+    for i in range(90):  # two snapshots on the follower
+        leader.log.propose(put(f"k/{i}", "v"), timeout=10)
+    wait_for(lambda: len(follower.log.store.list()) >= 2)
+    dump = follower.log.dump_path
+    newest = follower.log._read_dump_meta(dump)[0][1]
+    older = follower.log.store.list()[-1]
+    assert older.offset < newest
+    follower.log._write_snapshot(older.offset, older.term, follower.log.fsm.freeze(), older.meta, older.digest)
+    follower.log._snapshot_writer.join(10)
+    assert follower.log._read_dump_meta(dump)[0][1] == newest, "an older snapshot replaced raft.dump"
