@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
+import pysyncobj.pickle
 import pysyncobj.syncobj
 import pysyncobj.tcp_server
 import pysyncobj.transport
@@ -38,6 +39,7 @@ from pysyncobj.node import TCPNode
 from raftlog.appendfilter import skip_known_entries
 from raftlog.appendflow import ProbeGate
 from raftlog.applier import Applier
+from raftlog.chunkedappend import whole_transmission
 from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
 from raftlog.keptdump import drop, put_back, set_aside
@@ -228,6 +230,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                 self._drop_stale_reply(node, message)  # an answer to another term's append: says nothing of this one
                 return
             gate.on_reply(node, message)
+            message = whole_transmission(message, self._SyncObj__recvTransmission, pysyncobj.pickle.loads)
             entries = self._SyncObj__raftLog
             if len(entries):
                 first, last = entries[0][1], entries[-1]
