@@ -313,7 +313,7 @@ events = st.lists(st.one_of(
 kills = st.lists(st.tuples(st.integers(1, MOVES), st.sampled_from([LOST, APPLIED, LATE])), max_size=6)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(groups=st.sampled_from([2, 3]), source=st.integers(0, 2), target=st.integers(0, 2),
        schedule=events, killed=kills)
 def test_a_move_under_any_schedule_of_kills_and_registrations_loses_nothing(
