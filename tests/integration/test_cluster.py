@@ -417,6 +417,21 @@ def test_server_reflection_lets_generic_tools_discover_and_call_the_api(single) 
         assert status.ready and status.node_id == c.nodes[0].raft_addr
 
 
+def test_nsctl_shard_on_a_node_with_one_group_says_sharding_is_not_enabled(single, capsys) -> None:
+    """Until sharding's processes serve the Shards calls, a real node refuses them and nsctl says why,
+    writing nothing (not an empty directory printed as if every set were placed)."""
+    from nameserver.cli import nsctl
+    from nameserver.cli.nsctl_shard import NOT_ENABLED
+
+    node = single.nodes[0]
+    before = node.status().end_offset
+    for args in (("list",), ("assign", "b1", "1"), ("move", "b1", "1")):
+        code = nsctl.main(["--endpoints", node.grpc_addr, "--timeout", "5", "shard", *args])
+        out, err = capsys.readouterr()
+        assert (code, out, err) == (1, "", f"error: UNIMPLEMENTED: {NOT_ENABLED}\n"), args
+    assert node.status().end_offset == before
+
+
 def _counter(node, name: str) -> float:
     with urllib.request.urlopen(f"http://{node.metrics_addr}/metrics", timeout=5) as resp:
         return sum(s.value for f in text_string_to_metric_families(resp.read().decode())
