@@ -51,6 +51,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -247,10 +248,47 @@ AUTO = "auto"  # [node] worker_processes = "auto": one per CPU this process may 
 
 
 def auto_worker_processes(max_followers: int) -> int:
-    """What worker_processes = "auto" means: a worker per CPU the node may run on (its affinity), and at
+    """What worker_processes = "auto" means: a worker per CPU the node may run on (its affinity, and its
+    cgroup's CPU quota when it has one: a container limited to 2 CPUs on a 64-core host gets 2), and at
     most half of limits.max_followers (each worker's replica is a follower of its core; the other half
     stays for read replicas and other nodes' catch-up)."""
-    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKER_PROCESSES, max_followers // 2))
+    cpus = len(os.sched_getaffinity(0))
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
+    return max(1, min(cpus, MAX_WORKER_PROCESSES, max_followers // 2))
+
+
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> float | None:
+    """The CPUs this process's cgroup may use per period (quota / period), or None when unlimited or
+    unknown. cgroup v2: <root>/<own path>/cpu.max ("max 100000" or "200000 100000"); v1:
+    <root>/cpu/<own path>/cpu.cfs_quota_us (-1 unlimited) and cpu.cfs_period_us. Inside a container its
+    own path is usually "/" (a cgroup namespace), so the root's files are read then."""
+    try:
+        with open(own) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        path = path.lstrip("/")
+        try:
+            if hier == "0" and not controllers:  # v2
+                with open(os.path.join(root, path, "cpu.max")) as f:
+                    quota, *period = f.read().split()
+                if quota != "max":
+                    return int(quota) / int(period[0] if period else 100000)
+            elif "cpu" in controllers.split(","):  # v1
+                base = os.path.join(root, "cpu", path)
+                with open(os.path.join(base, "cpu.cfs_quota_us")) as f:
+                    quota_us = int(f.read())
+                if quota_us > 0:
+                    with open(os.path.join(base, "cpu.cfs_period_us")) as f:
+                        return quota_us / int(f.read())
+        except (OSError, ValueError):
+            continue
+    return None
 
 # With workers the core listens on Unix sockets under <data_dir>/channel/ (the longest name below), and the
 # kernel takes at most 107 bytes for such a path (sun_path's 108 with its NUL): checked at load, not at bind.

@@ -251,3 +251,27 @@ def test_replica_on_a_port_in_use_says_so_in_one_line(tmp_path, capfd, root_logg
         held.close()
     err = capfd.readouterr().err
     assert f"cannot listen on [node] grpc_addr 127.0.0.1:{port}" in err and "Traceback" not in err
+
+
+def test_auto_worker_processes_follow_the_cgroup_cpu_quota(tmp_path, monkeypatch) -> None:
+    """A container limited to 1.5 CPUs on a bigger host: "auto" counts 2, not the host's CPUs (affinity
+    shows the host's); v2 (cpu.max) and v1 (cfs quota / period) both read; no quota: the affinity."""
+    own = tmp_path / "cgroup"
+    (tmp_path / "v2" / "pod").mkdir(parents=True)
+    own.write_text("0::/pod\n")
+    (tmp_path / "v2" / "pod" / "cpu.max").write_text("150000 100000\n")
+    assert config.cgroup_cpu_quota(str(tmp_path / "v2"), str(own)) == 1.5
+    (tmp_path / "v2" / "pod" / "cpu.max").write_text("max 100000\n")
+    assert config.cgroup_cpu_quota(str(tmp_path / "v2"), str(own)) is None
+    (tmp_path / "v1" / "cpu" / "pod").mkdir(parents=True)
+    own.write_text("4:cpu,cpuacct:/pod\n0::/\n")
+    (tmp_path / "v1" / "cpu" / "pod" / "cpu.cfs_quota_us").write_text("300000\n")
+    (tmp_path / "v1" / "cpu" / "pod" / "cpu.cfs_period_us").write_text("100000\n")
+    assert config.cgroup_cpu_quota(str(tmp_path / "v1"), str(own)) == 3.0
+    (tmp_path / "v1" / "cpu" / "pod" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert config.cgroup_cpu_quota(str(tmp_path / "v1"), str(own)) is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(config, "cgroup_cpu_quota", lambda: 1.5)
+    assert config.auto_worker_processes(100) == 2
+    monkeypatch.setattr(config, "cgroup_cpu_quota", lambda: None)
+    assert config.auto_worker_processes(100) == 50
