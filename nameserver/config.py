@@ -4,7 +4,7 @@
     raft_addr = "127.0.0.1:9201"      # this node's id in the cluster
     grpc_addr = "127.0.0.1:9101"
     data_dir = "data/local/n1"
-    worker_processes = 0              # gRPC and remoting front-end processes, or "auto" (docs/architecture.md)
+    worker_processes = "auto"         # gRPC and remoting front-end processes (default "auto": one per CPU)
 
     [[cluster.members]]               # every member, this node included
     raft_addr = "127.0.0.1:9201"
@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 
@@ -114,10 +114,12 @@ class NodeConfig:
     remoting_addr: str = ""        # RocketMQ remoting protocol listener (host:port); empty: off
     metrics_addr: str = ""         # Prometheus /metrics HTTP listener (host:port); empty: off
     archive_dir: str = ""          # node-side log archive (Parquet segments); empty: off
-    # Remoting worker processes sharing [remoting] listen (SO_REUSEPORT), each serving reads from a read
-    # replica and passing the rest to this process (docs/architecture.md). 0: one process, as before: a
-    # worker costs a Python interpreter and a copy of the state, worth it only with cores to spare.
+    # Worker processes sharing the client ports (SO_REUSEPORT), each serving reads from a read replica and
+    # passing the rest to this process (docs/architecture.md). A TOML without the key gets "auto" (load: a
+    # worker per CPU, so a node uses its cores); 0 here, for a config built in code: one process. Nodes
+    # sharing one machine (deploy/local-3) set it, as "auto" gives each a worker per CPU of the machine.
     worker_processes: int = 0
+    workers_off_reason: str = ""   # why the default "auto" ran no workers (load); said at start
     session_ttl_ms: int = 3_600_000  # exactly-once client sessions idle longer than this expire
     max_sessions: int = 100_000    # live sessions of all owners; past it a new one is refused (never evicts)
     # One owner's (caller's) live sessions: its next one evicts its own oldest, never another owner's
@@ -368,7 +370,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
                 if key == "worker_processes" and isinstance(value, str):
                     raise ConfigError(f'node.worker_processes must be int or "{AUTO}", not {value!r}')
                 kwargs[key] = _typed(f"{section}.{key}", value, _DEFAULTS[key])
-    if node.get("worker_processes") == AUTO:
+    if node.get("worker_processes", AUTO) == AUTO:  # the default: a node uses its cores
         kwargs["worker_processes"] = auto_worker_processes(kwargs.get("max_followers", _DEFAULTS["max_followers"]))
     for section, (key, attr) in _LISTENERS.items():
         if key in doc.get(section, {}):
@@ -403,7 +405,12 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         raise ConfigError(f"node.worker_processes must be 0..{MAX_WORKER_PROCESSES}")
     if cfg.worker_processes:
         longest = os.path.join(os.path.abspath(cfg.data_dir), CHANNEL_SOCKET_LONGEST)
-        if len(os.fsencode(longest)) > UNIX_PATH_MAX:
+        if len(os.fsencode(longest)) > UNIX_PATH_MAX and "worker_processes" not in node:
+            # the default "auto" on a data_dir past the socket bound: one process, as a node ran before
+            # workers were its default; said at start (server.py), never a refusal of a config that ran
+            cfg = replace(cfg, worker_processes=0, workers_off_reason=f"data_dir too long for the channel "
+                          f"sockets ({len(os.fsencode(longest))} > {UNIX_PATH_MAX} bytes)")
+        elif len(os.fsencode(longest)) > UNIX_PATH_MAX:
             raise ConfigError(f"node.data_dir is too long for node.worker_processes: the core's channel socket "
                               f"{longest} would be {len(os.fsencode(longest))} bytes, past the {UNIX_PATH_MAX} a "
                               "Unix socket path may have; choose a shorter data_dir")

@@ -115,9 +115,13 @@ def test_initial_state_is_new_by_default_existing_on_request_and_checked_by_name
         config.load(str(p))
 
 
-def test_worker_processes_is_off_by_default_and_checked_by_name(tmp_path) -> None:
+def test_worker_processes_is_auto_by_default_and_checked_by_name(tmp_path) -> None:
+    """Without the key a node runs "auto" workers (a node uses its cores); 0 keeps one process."""
     p = tmp_path / "n1.toml"
     p.write_text(GOOD)
+    assert config.load(str(p)).worker_processes == config.auto_worker_processes(config.load(str(p)).max_followers)
+    assert config.load(str(p)).worker_processes >= 1
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 0'))
     assert config.load(str(p)).worker_processes == 0
     p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 2'))
     assert config.load(str(p)).worker_processes == 2
@@ -171,8 +175,12 @@ def test_a_data_dir_too_long_for_the_channel_sockets_is_refused_at_load(tmp_path
     p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}d"\nworker_processes = 1'))
     with pytest.raises(config.ConfigError, match="node.data_dir is too long for node.worker_processes"):
         config.load(str(p))
-    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}d"'))  # no workers, no sockets
+    # the default ("auto") on such a data_dir: no workers, no sockets, and why (said at start)
+    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}d"'))
     assert config.load(str(p)).worker_processes == 0
+    assert "data_dir too long for the channel sockets" in config.load(str(p)).workers_off_reason
+    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}"'))
+    assert config.load(str(p)).worker_processes >= 1 and not config.load(str(p)).workers_off_reason
 
 
 REPLICA = """
