@@ -102,7 +102,7 @@ class Cluster:
         s = self.settings
         lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
                  f'data_dir = "{node.name}-data"']
-        lines += [f"worker_processes = {self.worker_processes}", ""] if self.worker_processes else [""]
+        lines += [f"worker_processes = {self.worker_processes}", ""]  # explicit: the default is "auto"
         for m in members or self.nodes:
             lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"']
             lines += [f'controller_addr = "{m.controller_addr}"', ""] if m.controller_addr else [""]
