@@ -72,7 +72,7 @@ Writes = list[tuple[int, Translation]]
 
 @dataclass
 class Move:
-    """A set's move under way: the steps done so far (moves.py's 1-5) and where the copy applied."""
+    """A set's move under way: the steps done so far (moves.py's 1-6) and where the copy applied."""
 
     name: str
     source: int
@@ -111,7 +111,7 @@ class Sharded:
         return [(placed.group, request)]
 
     def guarded(self, group: int, tr: Translation) -> tuple[int, Translation]:
-        return group, moves.guard_set_writes(self.states[group], tr)
+        return group, moves.guard_set_writes(self.states[group], tr, group)
 
     def commit(self, writes: Writes) -> None:
         for group, tr in writes:
@@ -132,13 +132,14 @@ class Sharded:
             (m.source, lambda: moves.fence_set(source, name, m.source, m.target)),
             (m.target, lambda: moves.copy_set(source, target, name)),
             (0, lambda: moves.finish_move(g0, name, m.target, m.since)),
+            (m.target, lambda: moves.open_set(target, g0, m.target, name)),
             (m.source, lambda: moves.drop_set(source, g0, m.source, name)),
         ][m.done]
         assert _apply(self.states[group], step()) and step().empty
         m.done += 1
         if m.done == 3:
             m.since = target.offset
-        if m.done == 5:
+        if m.done == 6:
             del self.moving[name]
 
     def registered(self) -> list[str]:
