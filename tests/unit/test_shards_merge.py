@@ -333,7 +333,8 @@ def test_a_sharded_fleet_answers_every_route_as_one_group_does(groups: int, ops:
 def test_a_whole_fleet_spreads_over_the_groups_and_still_answers_as_one() -> None:
     """Every set registered (master and slave, every topic): the sets land in more than one group (the
     differential is not one group's answer compared with itself), and moving every set one group on and
-    back keeps every answer. Group 0's settings and order-topic config reach every group's registrations."""
+    back (each set then written in its group again) keeps every answer. Group 0's settings and
+    order-topic config reach every group's registrations."""
     fleet = Fleet(3)
     fleet.group0_write(api_pb2.PutKvRequest(), lambda s: put_kv(s, ORDER_TOPIC_CONFIG, "T1", "b0:4"))
     fleet.group0_write(api_pb2.UpdateSettingsRequest(), lambda s: update_settings(
@@ -350,6 +351,9 @@ def test_a_whole_fleet_spreads_over_the_groups_and_still_answers_as_one() -> Non
         for name in SETS:
             fleet.sharded.start_move(name, (fleet.sharded.g0.directory.group_of(name) + step) % 3)
             fleet.settle()
+    for name in SETS:  # back in the group each left: written there again (group k >= 1 opened, step 5)
+        fleet.register(registration(name, 1, 2, {"T0": 6}, True, ()))
+    fleet.check_routes()
     fleet.unregister("b0", 0)  # a master lost: the acting-master view, computed over the merged parts
     fleet.check_routes()
 
