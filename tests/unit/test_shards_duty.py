@@ -328,6 +328,20 @@ def test_a_set_moved_back_is_opened_in_its_old_group_whatever_the_kill(kill_at: 
     assert fleet.states[1].directory.entry(MOVED) == state_pb2.ShardSet(group=1)
 
 
+def test_a_set_moved_back_before_its_drop_ran_is_opened_in_its_old_group() -> None:
+    """The group it comes back to still holds its fence of the move out (that move's drop never ran): the
+    fence is replaced as a tombstone would be, once the move back is finished."""
+    fleet = fleet_of(3, 1, other=2)
+    driver = Driver(fleet, registering(fleet), kill_at=MOVES, how=LOST)  # the drop is lost
+    with pytest.raises(Killed):
+        duty.run_move(lambda s: duty.decide(s, duty.MoveOrder(MOVED, 2)), driver)
+    assert moves.set_keys(fleet.states[1], MOVED) and fleet.states[1].directory.moving_to(MOVED) == 2
+    order = duty.MoveOrder(MOVED, 1)
+    move(fleet, order, registering(fleet), [])
+    check(fleet, order)
+    assert fleet.states[1].directory.entry(MOVED) == state_pb2.ShardSet(group=1)
+
+
 def test_every_step_of_a_move_is_killed_in_turn() -> None:
     """Each driver dies at its first proposal, its step applied unseen: every step is done by one driver
     and found done by the next."""

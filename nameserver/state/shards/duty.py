@@ -79,8 +79,9 @@ def _claimed(state: MetadataState, group: int, broker_name: str) -> bool:
 
 
 def _unopened(states: Sequence[MetadataState], broker_name: str, owner: int) -> bool:
-    """The group the directory names for the set holds a tombstone of it (step 5 not run)."""
-    return owner != GROUP0 and moves.tombstoned(states[owner], owner, broker_name)
+    """The group the directory names for the set refuses its writes: a tombstone, or the fence of a move
+    out whose drop never ran, left there (step 5 not run)."""
+    return owner != GROUP0 and moves.refusal(states[owner], owner, broker_name) is not None
 
 
 def _leftovers(states: Sequence[MetadataState], broker_name: str, owner: int) -> list[int]:
@@ -100,7 +101,7 @@ def _held(state: MetadataState, group: int) -> set[str]:
 def pending_moves(states: Sequence[MetadataState]) -> list[MoveOrder]:
     """The moves a new leader of group 0 resumes, by set name: every set the directory says is moving,
     every set a group holds though the directory names another (its move finished, its drop did not run),
-    and every set whose group holds a tombstone of it (moved back, not opened). A leftover known only by
+    and every set whose group refuses its writes (moved back, not opened). A leftover known only by
     queue datas (no broker/, ctrl/ or fence record) is not found here; a move of that set drops it."""
     directory = states[GROUP0].directory
     found: dict[str, int] = {}

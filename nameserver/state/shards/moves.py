@@ -14,9 +14,9 @@ resumes by running the steps again:
   3. copy_set:   the set's records, as the source holds them at or after its fence, written to the target
                  in one batch
   4. finish_move: the directory names the target, `since` the copy's offset there (reads switch to it)
-  5. open_set:   only in a target k >= 1 the set had left before: its tombstone replaced by a record naming
-                 the group itself (until then it refuses the set's writes, so nothing is written there
-                 that a copy run again would delete)
+  5. open_set:   only in a target k >= 1 the set had left before: its tombstone (or fence) replaced by a
+                 record naming the group itself (until then it refuses the set's writes, so nothing is
+                 written there that a copy run again would delete)
   6. drop_set:   the set's records deleted from the source, its fence turned into a tombstone
 
 A group's own shard/<name> record places the set for that group's writes (in group 0 it is the directory's
@@ -234,14 +234,15 @@ def copy_set(source: MetadataState, target: MetadataState, broker_name: str) -> 
 
 
 def open_set(target: MetadataState, group0: MetadataState, target_group: int, broker_name: str) -> Translation:
-    """Step 5, in the target group k >= 1 once group 0's directory (`group0`) names it: a tombstone the set
-    left there before replaced by a record naming the group, so the set's writes are taken there again
-    (at a new version of the record: a write translated before the set left stays refused). Empty when
-    the target holds no tombstone of the set (the set never left it, or it is open)."""
+    """Step 5, in the target group k >= 1 once group 0's directory (`group0`) names it: the record the set
+    left there before (a tombstone, or the fence of a move out whose drop never ran) replaced by one naming
+    the group, so the set's writes are taken there again (at a new version of the record: a write
+    translated before the set left stays refused). Empty when the target takes the set's writes already
+    (it never left, or it is open)."""
     directory = group0.directory
     if directory.group_of(broker_name) != target_group or directory.moving_to(broker_name) is not None:
         raise ValidationError("broker_name", f"set {broker_name!r} has not moved to group {target_group}")
-    if target_group == GROUP0 or not tombstoned(target, target_group, broker_name):
+    if target_group == GROUP0 or refusal(target, target_group, broker_name) is None:
         return Translation()
     return _write(target, broker_name, state_pb2.ShardSet(group=target_group))
 
