@@ -248,7 +248,7 @@ def open_set(target: MetadataState, group0: MetadataState, target_group: int, br
 
 
 def drop_set(source: MetadataState, group0: MetadataState, source_group: int, broker_name: str) -> Translation:
-    """Step 5, in the source group: delete the set's records and turn its fence into a tombstone (its
+    """Step 6, in the source group: delete the set's records and turn its fence into a tombstone (its
     shard/ record naming the group that holds the set: it refuses the set's writes from now on; in group
     0 the directory's record does so), once group 0's directory (`group0`) names another group and no move
     of it is under way. Empty when the records are gone and the tombstone is there."""
