@@ -8,8 +8,9 @@ totals may end a few records over a limit; never by more than what is in flight 
 
     limits.max_queue_datas       topic/ records: one per topic per broker name
     limits.max_brokers           live/ records: registered broker addresses, and shard/ records (a sharded
-                                 cluster's directory, in group 0, and a moving set's fence): a flood of
-                                 new broker names is refused by group 0 before its directory grows past it
+                                 cluster's directory, in group 0; a moving set's fence, then its tombstone,
+                                 in the group it left): a flood of new broker names is refused by group 0
+                                 before its directory grows past it
     limits.max_kv_keys           kv/ and kvns/ records: KV config keys and namespaces
     limits.max_kv_bytes          their keys' and values' bytes
     limits.max_controller_sets   ctrl/ records: controller-mode broker sets

@@ -3,12 +3,18 @@
 Groups are in-process MetadataStates, as in test_shards_merge.py. Brokers register while the move runs:
 routed by group 0's directory (assigned first when new), translated in their set's group with group 0's
 settings, guarded by its fences; one refused (its set moving, or fenced between translation and apply) is
-sent again later, as a broker does. A driver is killed at its n-th proposal in one of three ways: the
-proposal is lost, it applies but the driver never sees the answer, or it applies later (before anything
-proposed to its group after it: a Raft log's order). A fresh driver then resumes: from the directory
-alone when the move had begun (a new leader of group 0), else by the operator's call sent again. At the
-end the set's records are in the target only and no registration is lost: every address registered is
-in its set's group, and the routes equal those of one state fed the same registrations.
+sent again later, as a broker does. Some registrations are held on their way for longer (a core paused
+between translating and proposing: they reach their group's log at any later time, after the move's drop
+or a move back too), and some are routed by a stale directory (to the group the set was first given):
+each must be refused there (the set's shard/ record changes at each step and is never absent again: a
+tombstone, or a record naming the group again) and retried into the set's group. A driver is killed at
+its n-th proposal in one of three ways: the proposal is lost, it applies but the driver never sees the
+answer, or it applies later (before anything proposed to its group after it: a Raft log's order). A fresh
+driver then resumes: from the directory alone when the move had begun (a new leader of group 0), else by
+the operator's call sent again. At the end the set's records are in the target only and no registration
+is lost: every address registered is in its set's group, and the routes equal those of one state fed the
+same registrations. A set may also move with no records yet (its brokers not started): then a held first
+registration has nothing of the set to fail on but the set's shard/ record.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nameserver.errors import ValidationError
-from nameserver.pb import api_pb2
+from nameserver.pb import api_pb2, state_pb2
 from nameserver.state import MetadataState, Translation, keys, register_broker
 from nameserver.state.shards import duty, moves
 from nameserver.state.shards.merge import merge_route
@@ -56,6 +62,7 @@ class Late:
     translation: Translation
     request: api_pb2.RegisterBrokerRequest | None = None  # a broker's registration (None: a move's step)
     kind: str = ""  # a move's step: its kind
+    held: bool = False  # not in that order: arrives only when released (flush(held=True)), at any later time
 
 
 @dataclass
@@ -70,6 +77,7 @@ class Fleet:
     sent: list[str] = field(default_factory=list)  # every address a broker registered
     bids: dict[str, int] = field(default_factory=dict)
     copied_at: int = 0  # the target's offset where a copy last applied
+    first: dict[str, int] = field(default_factory=dict)  # the group each set was first given
 
     def __post_init__(self) -> None:
         self.states = [MetadataState() for _ in range(self.groups)]
@@ -83,9 +91,10 @@ class Fleet:
         self.apply(group, tr)
         return self.states[group].offset
 
-    def flush(self, group: int | None = None) -> None:
-        """The proposals on their way to `group` (every group: None) reach its log and apply."""
-        waiting = [item for item in self.late if group is None or item.group == group]
+    def flush(self, group: int | None = None, held: bool = False) -> None:
+        """The proposals on their way to `group` (every group: None) reach its log and apply; the held ones
+        too when `held`."""
+        waiting = [item for item in self.late if (group is None or item.group == group) and (held or not item.held)]
         self.late = [item for item in self.late if item not in waiting]
         for item in waiting:
             applied = self.apply(item.group, item.translation)
@@ -98,17 +107,20 @@ class Fleet:
         tr = register_broker(self.one, req, TIMEOUT)
         assert self.one.apply_entry(self.one.offset + 1, entry_pb2.Entry(batches=[tr.batch]))[0].applied
 
-    def new_broker(self, name: str, late: bool = False) -> None:
+    def new_broker(self, name: str, late: bool = False, held: bool = False, stale: bool = False) -> None:
         self.bids[name] = bid = self.bids.get(name, -1) + 1
         req = reg(name, bid)
         self.sent.append(req.broker_addr)
-        self.register(req, late)
+        self.register(req, late, held, stale)
 
-    def register(self, req: api_pb2.RegisterBrokerRequest, late: bool = False) -> None:
+    def register(self, req: api_pb2.RegisterBrokerRequest, late: bool = False, held: bool = False,
+                 stale: bool = False) -> None:
         """As a group's core would: routed by group 0's directory, translated and guarded in the set's group,
-        proposed (or, `late`, on its way). Refused (the set moving): kept to send again."""
+        proposed (or, `late` or `held`, on its way). `stale`: routed by a worker whose directory replica
+        still shows the fleet's start (the set in the group it was first given). Refused (the set moving or
+        moved): kept to send again, routed afresh."""
         g0 = self.states[0]
-        placed = route(req, g0.directory, self.groups)
+        placed = route(req, g0.directory, self.groups) if not stale else ToGroup(self.first[req.broker_name])
         if isinstance(placed, AssignFirst):
             self.propose(0, moves.assign_set(g0, placed.broker_name, placed.cluster, self.groups))
             placed = route(req, g0.directory, self.groups)
@@ -118,12 +130,12 @@ class Fleet:
         assert isinstance(placed, ToGroup)
         state = self.states[placed.group]
         try:
-            tr = moves.guard_set_writes(state, register_broker(state, req, TIMEOUT, g0))
+            tr = moves.guard_set_writes(state, register_broker(state, req, TIMEOUT, g0), placed.group)
         except moves.SetMoving:
             self.refused.append(req)
             return
-        if late:
-            self.late.append(Late(placed.group, tr, req))
+        if late or held:
+            self.late.append(Late(placed.group, tr, req, held=held))
             return
         self.flush(placed.group)
         self.accepted(req) if self.apply(placed.group, tr) else self.refused.append(req)
@@ -136,7 +148,7 @@ class Fleet:
     def settle(self) -> None:
         """Everything on its way applied, every refused registration sent again until taken."""
         for _ in range(10):
-            self.flush()
+            self.flush(held=True)
             self.retry()
             if not self.refused and not self.late:
                 return
@@ -231,11 +243,12 @@ def check(fleet: Fleet, order: duty.MoveOrder) -> None:
     directory = states[0].directory
     assert directory.group_of(name) == target and directory.moving_to(name) is None
     entry = directory.entry(name)
-    assert entry is not None and entry.since >= fleet.copied_at > 0  # reads of the set wait for its copy
+    assert entry is not None and entry.since >= fleet.copied_at and entry.since > 0  # reads wait for its copy
     for group, state in enumerate(states):
         if group != target:
             assert not moves.set_keys(state, name), group
-            assert group == 0 or keys.shard_key(name) not in state.kv, group
+            # group k >= 1: a tombstone where the set was (refusing its writes), else no record
+            assert group == 0 or moves.tombstoned(state, group, name) or keys.shard_key(name) not in state.kv, group
     held = sorted(addr for group, state in enumerate(states) for addr, live, _ in state.live_addrs()
                   if directory.group_of(live.broker_name) == group)
     assert held == fleet.one.registered_addrs() == sorted(fleet.sent)  # no registration lost
@@ -244,22 +257,29 @@ def check(fleet: Fleet, order: duty.MoveOrder) -> None:
         assert merge_route(states, topic).route == fleet.one.route(topic)
 
 
-def fleet_of(groups: int, source: int, other: int) -> Fleet:
+def fleet_of(groups: int, source: int, other: int, brokers: int = 2) -> Fleet:
+    """Each set pinned to its group with `brokers` brokers registered (the moved set's on their way when
+    it has none, so nothing of it is in its group yet)."""
     fleet = Fleet(groups)
     g0 = fleet.states[0]
     for name, group in ((MOVED, source), (OTHER, other)):
         assert fleet.apply(0, moves.pin_set(g0, name, group, groups))
-    for _ in range(2):
+        fleet.first[name] = group
+    for _ in range(brokers):
         fleet.new_broker(MOVED)
         fleet.new_broker(OTHER)
+    if not brokers:
+        fleet.new_broker(MOVED, held=True)
     return fleet
 
 
 def registering(fleet: Fleet) -> Iterator[Callable[[], None]]:
     """Before each of a driver's reads and proposals: a broker of each set registers (the moved set's on
-    its way every other time), and the refused ones are sent again."""
+    its way every other time, held every fourth, by a stale router every fourth), and the refused ones are
+    sent again."""
     while True:
-        yield lambda: fleet.new_broker(MOVED, late=len(fleet.sent) % 4 == 0)
+        yield lambda: fleet.new_broker(MOVED, late=len(fleet.sent) % 4 == 0, held=len(fleet.sent) % 8 == 2,
+                                       stale=len(fleet.sent) % 8 == 6)
         yield lambda: fleet.new_broker(OTHER)
         yield fleet.retry
 
@@ -277,6 +297,49 @@ def test_a_driver_killed_at_any_proposal_is_resumed_and_the_move_completes(kill_
     order = duty.MoveOrder(MOVED, target)
     move(fleet, order, registering(fleet), [(kill_at, how)])
     check(fleet, order)
+
+
+@pytest.mark.parametrize(("source", "target"), [(1, 2), (2, 0), (0, 1)])
+def test_a_first_registration_held_through_the_move_is_refused_at_the_source_and_retried_into_the_target(
+        source: int, target: int) -> None:
+    """The set has no records when it moves: its held registration's only guard is the set's shard/
+    record, which the drop leaves as a tombstone (deleted, it would read absent again, as when the
+    registration was translated, and the registration would land where no read takes it)."""
+    fleet = fleet_of(3, source, other=target, brokers=0)
+    order = duty.MoveOrder(MOVED, target)
+    move(fleet, order, iter(()), [])
+    assert duty.decide(fleet.states, order) == duty.Done(MOVED, target)
+    fleet.flush(source, held=True)  # reaches the source's log after the drop
+    assert [r.broker_addr for r in fleet.refused] == fleet.sent and not moves.set_keys(fleet.states[source], MOVED)
+    check(fleet, order)
+
+
+@pytest.mark.parametrize("how", [LOST, APPLIED, LATE])
+@pytest.mark.parametrize("kill_at", range(1, MOVES + 2))
+def test_a_set_moved_back_is_opened_in_its_old_group_whatever_the_kill(kill_at: int, how: str) -> None:
+    """Back into the group it left, the set's tombstone there is replaced once the move is finished (a
+    sixth proposal): a driver killed at any of them is resumed, and registrations held since the set
+    first left, routed by a stale directory or refused meanwhile end in that group."""
+    fleet = fleet_of(3, 1, other=2)
+    move(fleet, duty.MoveOrder(MOVED, 2), registering(fleet), [])
+    order = duty.MoveOrder(MOVED, 1)
+    move(fleet, order, registering(fleet), [(kill_at, how)])
+    check(fleet, order)
+    assert fleet.states[1].directory.entry(MOVED) == state_pb2.ShardSet(group=1)
+
+
+def test_a_set_moved_back_before_its_drop_ran_is_opened_in_its_old_group() -> None:
+    """The group it comes back to still holds its fence of the move out (that move's drop never ran): the
+    fence is replaced as a tombstone would be, once the move back is finished."""
+    fleet = fleet_of(3, 1, other=2)
+    driver = Driver(fleet, registering(fleet), kill_at=MOVES, how=LOST)  # the drop is lost
+    with pytest.raises(Killed):
+        duty.run_move(lambda s: duty.decide(s, duty.MoveOrder(MOVED, 2)), driver)
+    assert moves.set_keys(fleet.states[1], MOVED) and fleet.states[1].directory.moving_to(MOVED) == 2
+    order = duty.MoveOrder(MOVED, 1)
+    move(fleet, order, registering(fleet), [])
+    check(fleet, order)
+    assert fleet.states[1].directory.entry(MOVED) == state_pb2.ShardSet(group=1)
 
 
 def test_every_step_of_a_move_is_killed_in_turn() -> None:
@@ -306,32 +369,40 @@ def test_registrations_of_a_moving_set_are_refused_then_retried_into_the_target(
 # ---- random schedules: many kills, registrations and late arrivals interleaved --------------------------
 
 events = st.lists(st.one_of(
-    st.tuples(st.just("register"), st.sampled_from([MOVED, OTHER]), st.booleans()),
+    st.tuples(st.just("register"), st.sampled_from([MOVED, OTHER]), st.sampled_from(["", LATE, "held", "stale"])),
     st.tuples(st.just("retry")),
-    st.tuples(st.just("arrive"), st.integers(0, 2)),
+    st.tuples(st.just("arrive"), st.integers(0, 2), st.booleans()),  # a group's proposals on their way (held too)
 ), max_size=30)
 kills = st.lists(st.tuples(st.integers(1, MOVES), st.sampled_from([LOST, APPLIED, LATE])), max_size=6)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(groups=st.sampled_from([2, 3]), source=st.integers(0, 2), target=st.integers(0, 2),
-       schedule=events, killed=kills)
+       brokers=st.sampled_from([0, 2]), schedule=events, killed=kills,
+       back=st.one_of(st.none(), st.tuples(events, kills)))
 def test_a_move_under_any_schedule_of_kills_and_registrations_loses_nothing(
-        groups: int, source: int, target: int, schedule: list[tuple[Any, ...]], killed: list[tuple[int, str]]) -> None:
+        groups: int, source: int, target: int, brokers: int, schedule: list[tuple[Any, ...]],
+        killed: list[tuple[int, str]], back: tuple[list[tuple[Any, ...]], list[tuple[int, str]]] | None) -> None:
+    """`back`: the set is then moved back to its source (the registrations held since the first move still
+    on their way), under its own schedule."""
     source, target = source % groups, target % groups
     if source == target:
         target = (target + 1) % groups
-    fleet = fleet_of(groups, source, (target + 1) % groups)
+    fleet = fleet_of(groups, source, (target + 1) % groups, brokers)
 
     def run(event: tuple[Any, ...]) -> Callable[[], None]:
         if event[0] == "register":
-            return lambda: fleet.new_broker(event[1], late=event[2])
+            return lambda: fleet.new_broker(event[1], late=event[2] == LATE, held=event[2] == "held",
+                                            stale=event[2] == "stale")
         if event[0] == "retry":
             return fleet.retry
-        return lambda: fleet.flush(event[1] % groups)
+        return lambda: fleet.flush(event[1] % groups, held=event[2])
 
     order = duty.MoveOrder(MOVED, target)
     move(fleet, order, iter([run(e) for e in schedule]), killed)
+    if back is not None:
+        order = duty.MoveOrder(MOVED, source)
+        move(fleet, order, iter([run(e) for e in back[0]]), back[1])
     check(fleet, order)
 
 

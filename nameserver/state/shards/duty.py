@@ -1,12 +1,13 @@
 """The move duty: group 0's leader moving a broker set between groups (docs/scaling.md, "Sharding").
 
 A decider in the style of KRaft's control managers: it reads the groups' states as they are and returns
-the one step to run next (one of moves.py's five translations, and the group whose log takes it), or
+the one step to run next (one of moves.py's six translations, and the group whose log takes it), or
 Done / Idle. It keeps nothing between calls: every fact it needs is in the states (group 0's directory
-record says a move is under way and where to; the source's fence; the target's copy; a source still
-holding the set after the move), so a leader killed anywhere, even after its proposal applied but before
-it saw the answer, resumes by calling it again and running what it returns. Each translation is empty
-when its step is done, so a step run twice writes nothing the second time.
+record says a move is under way and where to; the source's fence; the target's copy; the target's
+tombstone of an earlier move out; a source still holding the set after the move), so a leader killed
+anywhere, even after its proposal applied but before it saw the answer, resumes by calling it again and
+running what it returns. Each translation is empty when its step is done, so a step run twice writes
+nothing the second time.
 
 `run_move` is the loop the node runs (read, decide, propose, read again) with the processes behind an
 Executor; the tests run it on in-process states.
@@ -25,7 +26,7 @@ from nameserver.state.shards import moves
 from nameserver.state.shards.directory import GROUP0
 from nameserver.state.translate import Translation
 
-BEGIN, FENCE, COPY, FINISH, DROP = "begin", "fence", "copy", "finish", "drop"  # moves.py's steps 1-5
+BEGIN, FENCE, COPY, FINISH, OPEN, DROP = "begin", "fence", "copy", "finish", "open", "drop"  # moves.py's 1-6
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Done:
-    """The set is in `group` only: the directory names it, no move is under way, no other group holds
-    any of the set's records or a fence of it."""
+    """The set is in `group` only: the directory names it, no move is under way, `group` takes its writes
+    (no tombstone of it there), no other group holds any of the set's records or a fence of it."""
 
     broker_name: str
     group: int
@@ -70,28 +71,38 @@ class Idle:
 Decision = Step | Done | Idle
 
 
+def _claimed(state: MetadataState, group: int, broker_name: str) -> bool:
+    """Group k >= 1 holds a shard/ record of the set that is not a tombstone: a fence, or one naming the
+    group itself (in group 0, the record is the directory's)."""
+    return (group != GROUP0 and keys.shard_key(broker_name) in state.kv
+            and not moves.tombstoned(state, group, broker_name))
+
+
+def _unopened(states: Sequence[MetadataState], broker_name: str, owner: int) -> bool:
+    """The group the directory names for the set refuses its writes: a tombstone, or the fence of a move
+    out whose drop never ran, left there (step 5 not run)."""
+    return owner != GROUP0 and moves.refusal(states[owner], owner, broker_name) is not None
+
+
 def _leftovers(states: Sequence[MetadataState], broker_name: str, owner: int) -> list[int]:
-    """The groups other than `owner` holding records of the set, or a fence of it (group k >= 1's
-    shard/ records are fences only)."""
+    """The groups other than `owner` holding records of the set, or a fence of it (a tombstone is what a
+    drop leaves: not a leftover)."""
     return [k for k, state in enumerate(states)
-            if k != owner and (moves.set_keys(state, broker_name)
-                               or (k != GROUP0 and keys.shard_key(broker_name) in state.kv))]
+            if k != owner and (moves.set_keys(state, broker_name) or _claimed(state, k, broker_name))]
 
 
 def _held(state: MetadataState, group: int) -> set[str]:
     """The sets a group holds records or a fence of, by their broker/ and ctrl/ records and (group k >= 1)
-    its fences: what a resumed leader scans for a move's leftovers."""
+    its shard/ records other than tombstones: what a resumed leader scans for a move's leftovers."""
     names = set(state.broker_names()) | set(state.controller_set_names())
-    if group != GROUP0:
-        names |= set(state.directory.names())
-    return names
+    return names | {name for name in state.directory.names() if _claimed(state, group, name)}
 
 
 def pending_moves(states: Sequence[MetadataState]) -> list[MoveOrder]:
     """The moves a new leader of group 0 resumes, by set name: every set the directory says is moving,
-    and every set a group holds though the directory names another (its move finished, its drop did not
-    run). A leftover known only by queue datas (no broker/, ctrl/ or fence record) is not found here;
-    a move of that set drops it."""
+    every set a group holds though the directory names another (its move finished, its drop did not run),
+    and every set whose group refuses its writes (moved back, not opened). A leftover known only by
+    queue datas (no broker/, ctrl/ or fence record) is not found here; a move of that set drops it."""
     directory = states[GROUP0].directory
     found: dict[str, int] = {}
     for name in directory.names():
@@ -102,6 +113,9 @@ def pending_moves(states: Sequence[MetadataState]) -> list[MoveOrder]:
         for name in _held(state, group):
             if name not in found and directory.group_of(name) != group:
                 found[name] = directory.group_of(name)
+        for name in state.directory.names() if group != GROUP0 else ():
+            if name not in found and directory.group_of(name) == group and _unopened(states, name, group):
+                found[name] = group
     return [MoveOrder(name, target) for name, target in sorted(found.items())]
 
 
@@ -109,7 +123,7 @@ def validate_move(states: Sequence[MetadataState], broker_name: str, target: int
     """An operator's move, checked against group 0's directory before anything is written: ValidationError
     naming the field for a group the cluster does not have, a set no group holds, a set already in
     `target`, or one moving to another group. A move to `target` under way (or finished but for its
-    drop) is accepted: running it resumes it."""
+    opening or drop) is accepted: running it resumes it."""
     groups = len(states)
     if not broker_name:
         raise ValidationError("broker_name", "must not be empty")
@@ -122,7 +136,8 @@ def validate_move(states: Sequence[MetadataState], broker_name: str, target: int
     moving = directory.moving_to(broker_name)
     if moving is not None and moving != target:
         raise ValidationError("group", f"set {broker_name!r} is already moving to group {moving}")
-    if moving is None and directory.group_of(broker_name) == target and not _leftovers(states, broker_name, target):
+    if (moving is None and directory.group_of(broker_name) == target and not _unopened(states, broker_name, target)
+            and not _leftovers(states, broker_name, target)):
         raise ValidationError("group", f"set {broker_name!r} is in group {target} already")
     return MoveOrder(broker_name, target)
 
@@ -165,6 +180,8 @@ def _next(states: Sequence[MetadataState], order: MoveOrder) -> Step | Done:
         # at least 1, as finish_move wants, for a set with no records moved to a group with no entries)
         since = max(copy_to.offset, 1)
         return step(FINISH, GROUP0, moves.finish_move(g0, name, target, since), since)
+    if _unopened(states, name, owner):
+        return step(OPEN, owner, moves.open_set(states[owner], g0, owner, name))
     for group in _leftovers(states, name, owner):
         return step(DROP, group, moves.drop_set(states[group], g0, group, name))
     return Done(name, target)
@@ -188,7 +205,7 @@ class MoveStalled(Exception):
     """run_move ran its steps' limit without the decider answering Done or Idle."""
 
 
-MAX_STEPS = 64  # a move is 5 steps and a drop per leftover group; a step refused at apply is run again
+MAX_STEPS = 64  # a move is 6 steps and a drop per leftover group; a step refused at apply is run again
 
 
 def run_move(decide: Callable[[Sequence[MetadataState]], Decision], execute: Executor,
