@@ -50,15 +50,24 @@ class ValuePool:
         self._pool: dict[bytes, bytes] = {}
 
     def shared_items(self, items: Iterable[tuple[str, bytes, int, int]]) -> dict[str, tuple[bytes, int, int]]:
-        """A restore's map, key -> (value, version, type), its values shared (share() inlined: a
-        million calls were a tenth of a restart)."""
-        pool = self._pool
+        """A restore's map, key -> (value, version, type), its values shared, and its items too: keys whose
+        value, version and type are all equal (a broker's topics registered by one entry) hold one tuple, not
+        one each (a million such keys: 62 MiB less in each copy of the state, and a few % less time). share()
+        inlined: a million calls were a tenth of a restart."""
+        pool: dict[bytes, tuple[bytes, int, int]] = {}  # a value -> the last item made with it
+        get = pool.get
         values: dict[str, tuple[bytes, int, int]] = {}
         for key, value, version, rtype in items:
-            found = pool.setdefault(value, value)
-            if found is value and len(pool) > SHARED_VALUES:
-                pool.clear()
-            values[key] = (found, version, rtype)
+            item = get(value)
+            if item is None or item[1] != version or item[2] != rtype:
+                if item is None:
+                    if len(pool) >= SHARED_VALUES:
+                        pool.clear()
+                else:
+                    value = item[0]
+                pool[value] = item = (value, version, rtype)
+            values[key] = item
+        self._pool = {item[0]: item[0] for item in pool.values()}  # share() goes on with what was shared here
         return values
 
     def share(self, value: bytes) -> bytes:
