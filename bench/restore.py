@@ -11,6 +11,8 @@ MetadataState, written as a snapshot file. Then times, `--runs` times, what a re
 - **worker**: a worker's replica seeded from the same file (nameserver/replica/seed.py, accounting off);
 - **read**: the file's entries only (SnapshotFile.items, unchecked), what the two above spend reading.
 
+Then the resident memory one loaded copy of the state holds (the core's, RSS before and after one more load).
+
 Wall and CPU time of each (time.perf_counter, time.process_time), the best and the median; `--profile core`
 (or worker, read) prints cProfile's top functions of one more run of it. On a shared machine the wall times
 move by several times between runs and the CPU times by a tenth or more: compare runs made one after the other,
@@ -33,6 +35,7 @@ from pathlib import Path
 import grpc
 
 from bench.durability import TOPICS_PER_BROKER, registration
+from bench.procs import rss_bytes
 from nameserver.replica import ReadReplica
 from nameserver.replica.seed import seed_from_snapshots
 from nameserver.state import MetadataState, translate
@@ -71,7 +74,7 @@ def snapshot_file(directory: Path, records: int) -> Path:
     return store.write(state.offset, 1, state.digest_hex, fsm.snapshot_items(fsm.freeze())).path
 
 
-def core_load(path: Path) -> None:
+def core_load(path: Path) -> MetadataState:
     store = SnapshotStore(path.parent, keep=1)
     info = store.import_file(path, check_entries=False)  # the held file: verified in place (its bytes)
     info, items = store.load(info.path, bytes_verified=True)
@@ -79,6 +82,18 @@ def core_load(path: Path) -> None:
     with _collector_paused():  # as the applier restores
         state.restore(info.offset, items, info.digest)
     state.kv.freeze()
+    return state
+
+
+def state_mib(path: Path) -> float:
+    """The resident memory one copy of the state loaded by the core holds (the freeze released), in MiB."""
+    gc.collect()
+    before = rss_bytes(os.getpid())
+    state = core_load(path)
+    gc.collect()
+    held = rss_bytes(os.getpid()) - before
+    del state
+    return held / 2**20
 
 
 def worker_load(path: Path) -> None:
@@ -93,7 +108,7 @@ def read_only(path: Path) -> None:
             pass
 
 
-def timed(fn: Callable[[Path], None], path: Path) -> tuple[float, float]:
+def timed(fn: Callable[[Path], object], path: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of one load: the process's CPU moves much less than the wall time on a machine
     shared with other work."""
     gc.collect()
@@ -124,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             got = [t[col] for t in ts]
             print(f"{name:>6} {what:>4}: best {min(got):.2f} s, median {statistics.median(got):.2f} s "
                   f"({', '.join(f'{t:.2f}' for t in got)})")
+    print(f"a loaded state holds {state_mib(path):.0f} MiB (resident, the core's copy)")
     if args.profile:
         prof = cProfile.Profile()
         prof.runcall(loads[args.profile], path)

@@ -23,3 +23,4 @@ def test_the_snapshot_is_built_once_and_every_load_reads_it(tmp_path: Path, caps
     out = capsys.readouterr().out
     for load in ("core", "worker", "read"):
         assert f"{load} wall" in out and f"{load}  CPU" in out
+    assert "a loaded state holds" in out
