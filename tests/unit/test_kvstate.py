@@ -67,3 +67,15 @@ def test_a_restore_shares_equal_values_and_equal_items_and_reads_each_key_back()
     assert sorted(kv.items()) == [("topic/A/b", value, 5, 3), ("topic/B/b", value, 5, 3), ("topic/C/b", value, 7, 3),
                                   ("topic/D/b", value, 5, 4), ("topic/E/b", b"other", 5, 3)]
     assert kv.digest_hex == digest_hex(digest_of((k, v) for k, v, _, _ in kv.items()))
+
+
+def test_records_applied_by_one_entry_with_equal_values_share_one_item() -> None:
+    """The same sharing when the state is built by applying entries (a node that never restarted)."""
+    kv = KVState()
+    kv.apply_entry(3, entry((3, PUT, "topic/A/b", b"qd"), (3, PUT, "topic/B/b", b"qd"), (4, PUT, "topic/C/b", b"qd")))
+    kv.apply_entry(4, entry((3, PUT, "topic/D/b", b"qd")))
+    frozen = kv.freeze()
+    assert frozen["topic/A/b"] is frozen["topic/B/b"]
+    assert frozen["topic/C/b"] is not frozen["topic/A/b"] and frozen["topic/D/b"] is not frozen["topic/A/b"]
+    assert sorted(kv.items()) == [("topic/A/b", b"qd", 3, 3), ("topic/B/b", b"qd", 3, 3), ("topic/C/b", b"qd", 3, 4),
+                                  ("topic/D/b", b"qd", 4, 3)]
