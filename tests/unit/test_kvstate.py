@@ -47,3 +47,35 @@ def test_each_record_leaves_its_value_version_and_type_and_reports_its_change(di
     else:
         with pytest.raises(RuntimeError):
             _ = kv.digest_hex  # none kept past the last restore
+
+
+def test_a_restore_shares_equal_values_and_equal_items_and_reads_each_key_back() -> None:
+    """A broker's topics registered by one entry have equal (value, version, type): a restore holds one tuple
+    for all of them (64 bytes a key at a million), and one bytes object per equal value whatever its version."""
+    kv = KVState()
+    value = b"queue data"
+
+    def copy() -> bytes:  # an equal value in another object, as each entry read from a file is
+        return bytes(bytearray(value))
+
+    kv.restore(9, [("topic/A/b", copy(), 5, 3), ("topic/B/b", copy(), 5, 3), ("topic/C/b", copy(), 7, 3),
+                   ("topic/D/b", copy(), 5, 4), ("topic/E/b", b"other", 5, 3)])
+    frozen = kv.freeze()
+    assert frozen["topic/A/b"] is frozen["topic/B/b"]  # equal value, version and type: one item
+    assert frozen["topic/C/b"] is not frozen["topic/A/b"] and frozen["topic/D/b"] is not frozen["topic/A/b"]
+    assert len({id(item[0]) for key, item in frozen.items() if key != "topic/E/b"}) == 1  # one value object
+    assert sorted(kv.items()) == [("topic/A/b", value, 5, 3), ("topic/B/b", value, 5, 3), ("topic/C/b", value, 7, 3),
+                                  ("topic/D/b", value, 5, 4), ("topic/E/b", b"other", 5, 3)]
+    assert kv.digest_hex == digest_hex(digest_of((k, v) for k, v, _, _ in kv.items()))
+
+
+def test_records_applied_by_one_entry_with_equal_values_share_one_item() -> None:
+    """The same sharing when the state is built by applying entries (a node that never restarted)."""
+    kv = KVState()
+    kv.apply_entry(3, entry((3, PUT, "topic/A/b", b"qd"), (3, PUT, "topic/B/b", b"qd"), (4, PUT, "topic/C/b", b"qd")))
+    kv.apply_entry(4, entry((3, PUT, "topic/D/b", b"qd")))
+    frozen = kv.freeze()
+    assert frozen["topic/A/b"] is frozen["topic/B/b"]
+    assert frozen["topic/C/b"] is not frozen["topic/A/b"] and frozen["topic/D/b"] is not frozen["topic/A/b"]
+    assert sorted(kv.items()) == [("topic/A/b", b"qd", 3, 3), ("topic/B/b", b"qd", 3, 3), ("topic/C/b", b"qd", 3, 4),
+                                  ("topic/D/b", b"qd", 4, 3)]
