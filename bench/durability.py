@@ -114,7 +114,9 @@ def failover(root: str, trials: int, sections: dict | None = None) -> dict[str, 
             new_leader = c.wait_ready(survivors)
             elections.append(new_leader.require_status().term - term)
             c.start(leader)
-    return {"trials": trials, "p50_s": round(percentile(times, 50), 3), "p99_s": round(percentile(times, 99), 3),
+    workers = (sections or {}).get("node", {}).get("worker_processes", 0)
+    return {"trials": trials, "worker_processes": workers,
+            "p50_s": round(percentile(times, 50), 3), "p99_s": round(percentile(times, 99), 3),
             "max_s": round(max(times), 3), "min_s": round(min(times), 3),
             "times_s": [round(t, 3) for t in times], "terms_per_failover": elections}
 

@@ -89,7 +89,8 @@ def report(r: dict[str, Any]) -> str:
         lines.append("")
     if "failover" in r:
         f = r["failover"]
-        lines += [f"**Failover** (leader SIGKILL to the first acknowledged write, {f['trials']} trials): "
+        lines += [f"**Failover** (leader SIGKILL to the first acknowledged write, {f['trials']} trials, "
+                  f"worker_processes = {f.get('worker_processes', 0)}): "
                   f"p50 {f['p50_s']} s, p99 {f['p99_s']} s, max {f['max_s']} s, min {f['min_s']} s; "
                   f"terms per failover {f['terms_per_failover']}.", ""]
     if "huge_registration" in r:
@@ -139,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", default="1,4,16,64")
     p.add_argument("--topics", default="8,128", help="topics per registration for the comparison")
     p.add_argument("--worker-processes", type=int, default=len(os.sched_getaffinity(0)),
-                   help="[node] worker_processes of ours in compare and cores (default: this machine's cores; "
-                        "0: none, and compare has no row without them to add)")
+                   help="[node] worker_processes of ours in compare, cores and failover (default: this "
+                        "machine's cores; 0: none, and compare has no row without them to add)")
     p.add_argument("--cluster-worker-processes", type=int, default=None,
                    help="worker_processes per node of cores' 3-node cluster beside one stock node (default: this "
                         "machine's cores divided among its 3 nodes, at least 1)")
@@ -191,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    replica_rounds=args.replica_rounds, idle_s=args.idle_seconds,
                                                    cluster_workers=args.cluster_worker_processes, log=log)),
         ("fsync", "fsync", lambda: fsync_cost(root, args.seconds, concurrency, topics[0])),
-        ("failover", "failover", lambda: durability.failover(root, args.failover_trials)),
+        ("failover", "failover", lambda: durability.failover(
+            root, args.failover_trials, sections={"node": {"worker_processes": args.worker_processes}})),
         ("huge", "huge_registration", lambda: durability.huge_registration(root)),
         ("recovery", "recovery", lambda: durability.recovery(root, args.records, workers=recovery_workers,
                                                              restarts=args.restarts)),
