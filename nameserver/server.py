@@ -21,7 +21,7 @@ from nameserver.core.idlenoop import IdleNoop
 from nameserver.core.node import NameServerNode
 from nameserver.ops import fdlimits, workermetrics
 from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
-from nameserver.ops.workers import WorkerSpec, WorkerSupervisor
+from nameserver.ops.workers import WorkerSpec, WorkerSupervisor, group_cores_of
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
 from nameserver.remoting.controller import ControllerHandlers
@@ -34,6 +34,7 @@ from nameserver.remoting.corechannel import (
 )
 from nameserver.remoting.handlers import Handlers
 from nameserver.remoting.minbroker import MinBrokerIdNotifier
+from nameserver.state.shards.directory import GROUP0
 from raftlog.fdreserve import RESERVE as FD_RESERVE
 from raftlog.log import LeaderView, Subscription
 
@@ -125,6 +126,7 @@ class Server:
                             on_noop=self.metrics.count_idle_noop if self.metrics else None)
             self.node.duties.add("idle-noop", noop.check_every_s, noop.tick)
         self.workers: WorkerSupervisor | None = None
+        self.group_cores: WorkerSupervisor | None = None
         # The RocketMQ port refuses connections until the node is first ready, so a client tries another
         # nameserver rather than reading errors here (docs/remoting.md, "A starting node").
         self.until_ready: list[RemotingServer] = []
@@ -138,6 +140,9 @@ class Server:
                                       observer=observer, accept_later=True)
             self.until_ready.append(listener)
             self.extras.append(listener)
+        if cfg.groups > 1 and cfg.group == GROUP0:  # group 0's core runs the others (nameserver/groupcore.py)
+            self.group_cores = WorkerSupervisor(WorkerSpec(cfg, log_format, log_level), children=group_cores_of(cfg))
+            self.extras.insert(0, self.group_cores)  # started first, stopped last: after the workers
         if cfg.remoting_addr:
             self.broker_channels += [lis.handlers for lis in self.until_ready if isinstance(lis.handlers, Handlers)]
             self.min_broker_id = MinBrokerIdNotifier(self._holds_broker)
@@ -185,6 +190,8 @@ class Server:
             self.extras.append(private)
             # a restarted worker's reply budget starts from the core's replies to the frames passed on
             on_exit, reply_sizes = channel.worker_gone, private.budget.learned
+        if cfg.group != GROUP0:  # a group core: the node's workers are group 0's core's to run
+            return
         metrics_dir: str | None = None
         if self.metrics is not None:  # the workers count in files the core's /metrics adds up
             sums = self.metrics.worker_sums
@@ -208,6 +215,8 @@ class Server:
                                                                                            self.node.state))
         where = (f"{self.cfg.grpc_addr} through {self.cfg.worker_processes} worker processes"
                  if self.cfg.worker_processes else self.cfg.grpc_addr)
+        if self.cfg.group != GROUP0:
+            where = f"{where} (group {self.cfg.group}: private sockets only)"
         log.info("node %s serving gRPC on %s (data in %s; security %s, TLS %s, client certificates %s, "
                  "auth %s)", self.cfg.raft_addr, where, self.cfg.data_dir, self.cfg.security_mode,
                  "on" if self.cfg.tls_enabled else "off", self.cfg.tls_client_auth,

@@ -15,14 +15,9 @@ stops at SIGTERM, at the end of its stdin (the core is gone), and the kernel kil
 
 from __future__ import annotations
 
-import argparse
-import ctypes
 import logging
 import os
-import pickle
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,8 +33,9 @@ from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
 from nameserver.core import watch
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
+from nameserver.ops.childproc import started, stop_with_core, tell_core
 from nameserver.ops.metrics import RequestMetrics
-from nameserver.ops.workers import SERVING, WorkerSpec, process_share
+from nameserver.ops.workers import SERVING, process_share
 from nameserver.pb import api_pb2
 from nameserver.remoting import RemotingServer, codes, frame
 from nameserver.remoting.command import Command
@@ -51,7 +47,6 @@ from nameserver.replica.seed import seed_from_snapshots
 
 log = logging.getLogger("nameserver.worker")
 
-PR_SET_PDEATHSIG = 1
 READY_POLL_S = 0.05
 READINESS_CHECK_S = 0.5  # how soon a read replica's log says it started or stopped refusing reads
 ADMIN_STATUS = f"/{api_pb2.DESCRIPTOR.services_by_name['Admin'].full_name}/Status"
@@ -61,28 +56,12 @@ HEALTH_CHECK = f"/{health_pb2.DESCRIPTOR.services_by_name['Health'].full_name}/C
 RESUME_MARGIN = 100
 
 
-def die_with(core_pid: int) -> None:
-    """Have the kernel kill this process when the core dies; exit now if it already has."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the end of stdin still stops it
-        pass
-    if os.getppid() != core_pid:
-        sys.exit(0)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nameserver.worker", description="A node's remoting worker process.")
-    p.add_argument("--index", type=int, required=True)
-    p.add_argument("--core-pid", type=int, required=True)
-    args = p.parse_args(argv)
-    die_with(args.core_pid)
-    spec: WorkerSpec = pickle.load(sys.stdin.buffer)  # from the core, over the pipe only it holds
+    index, spec = started("nameserver.worker", "A node's remoting worker process.", "--index", argv)
     cfg = spec.cfg
-    logfmt.configure(spec.log_format, spec.log_level, {"node": cfg.raft_addr, "worker": args.index})
+    logfmt.configure(spec.log_format, spec.log_level, {"node": cfg.raft_addr, "worker": index})
     stopped = stopsignal.stop_event()
-    threading.Thread(target=_until_eof, args=(stopped,), name="core-pipe", daemon=True).start()
+    stop_with_core(stopped)
 
     share = process_share(cfg)
     budget = fdlimits.budget(share, fdlimits.raise_nofile())
@@ -90,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             ("grpc.max_send_message_length", cfg.max_message_bytes)]
     # serves reads only: no digest or quota totals kept per entry (the core keeps and reports them)
     replica = ReadReplica(corelink.target(cfg), lambda target: corelink.own_channel(cfg, opts),
-                          name=f"worker-{args.index}", accounting=False)
+                          name=f"worker-{index}", accounting=False)
     seed_from_snapshots(replica, cfg.data_dir)  # the core's newest snapshot file, while the core loads it too
     replica.start()
     # Not on the ports before the replica can answer: a starting worker never refuses a read. Unless the core
@@ -113,13 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             requests, spec.reply_sizes, reuse_port=True, writes=writes)
         if counted:
             held = remoting
-            workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
+            workermetrics.WorkerGauges(index, registry).keep_set(stopped, lambda: (
                 replica.offset, held.connections if held else 0, held.budget.held if held else 0,
                 len(node.watches), (node.watches.cut_off_total, channel.answered_unchanged, channel.stale_notes)))
-        log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d%s", args.index, os.getpid(), cfg.grpc_addr,
+        log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d%s", index, os.getpid(), cfg.grpc_addr,
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset,
                  "" if replica.ready else f"; refusing reads: {replica.not_ready_reason()}")
-        _tell_core(SERVING)  # the core starts the workers it held back (nameserver/ops/workers.py)
+        tell_core(SERVING)  # the core starts the workers it held back (nameserver/ops/workers.py)
         stopsignal.wait_until_set(stopped)
     _stop(remoting, grpc_server, replica)
     return 0
@@ -248,23 +227,6 @@ def warm_up(server: RemotingServer, node: ReplicaNode, reply_sizes: dict[int, in
     resp = server.handlers.handle(req)
     if resp.code == codes.SUCCESS:
         server.budget.learn(req.code, len(frame.encode(resp)))
-
-
-def _tell_core(line: bytes) -> None:
-    try:
-        sys.stdout.buffer.write(line)
-        sys.stdout.buffer.flush()
-    except (OSError, ValueError):  # the core is gone: the end of stdin stops this worker
-        pass
-
-
-def _until_eof(stopped: threading.Event) -> None:
-    try:
-        while sys.stdin.buffer.read(4096):
-            pass
-    except OSError:
-        pass
-    stopped.set()
 
 
 if __name__ == "__main__":

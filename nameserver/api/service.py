@@ -152,6 +152,9 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def _register_translation(self, request: api_pb2.RegisterBrokerRequest
                               ) -> Callable[[MetadataState], Translation]:
         default_ms = self.node.cfg.default_timeout_ms
+        group0 = getattr(self.node, "group0", None)  # a group core's view of group 0 (NameServerNode.group0)
+        if group0 is not None:
+            return lambda s: group0(lambda s0: translate.register_broker(s, request, default_ms, group0=s0))
         return lambda s: translate.register_broker(s, request, default_ms)
 
     def unchanged_registration(self, request: api_pb2.RegisterBrokerRequest) -> api_pb2.RegisterBrokerReply | None:
