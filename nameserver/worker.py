@@ -32,6 +32,7 @@ from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
 from nameserver.core import watch
+from nameserver.groups.links import GroupLinks
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.childproc import started, stop_with_core, tell_core
 from nameserver.ops.metrics import RequestMetrics
@@ -72,10 +73,14 @@ def main(argv: list[str] | None = None) -> int:
                           name=f"worker-{index}", accounting=False)
     seed_from_snapshots(replica, cfg.data_dir)  # the core's newest snapshot file, while the core loads it too
     replica.start()
+    groups = GroupLinks(cfg, f"worker-{index}", replica) if cfg.groups > 1 else None  # a replica of every group
+    if groups is not None:
+        groups.start()
     # Not on the ports before the replica can answer: a starting worker never refuses a read. Unless the core
     # refuses its state for good (apply stopped: a corrupt snapshot): then the ports open so that Admin.Status
     # (passed to the core) says why, and reads are refused naming it, as a remote replica's are.
-    while not replica.ready and not replica.core_stopped and not stopped.wait(READY_POLL_S):
+    while (not (replica.ready and (groups is None or groups.ready)) and not replica.core_stopped
+           and not stopped.wait(READY_POLL_S)):
         pass
     remoting, grpc_server = None, None
     # its requests counted in files the core's /metrics adds up (nameserver/ops/workermetrics.py)
@@ -89,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         remoting, grpc_server, node = serve_reads(
             share, budget.grpc, budget.remoting, replica, corelink.core_read_index(writes, cfg),
             grpc.insecure_channel(corelink.target(cfg), options=opts), channel if cfg.remoting_addr else None,
-            requests, spec.reply_sizes, reuse_port=True, writes=writes)
+            requests, spec.reply_sizes, reuse_port=True, writes=writes, groups=groups)
         if counted:
             held = remoting
             workermetrics.WorkerGauges(index, registry).keep_set(stopped, lambda: (
@@ -101,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         tell_core(SERVING)  # the core starts the workers it held back (nameserver/ops/workers.py)
         stopsignal.wait_until_set(stopped)
     _stop(remoting, grpc_server, replica)
+    if groups is not None:
+        groups.stop()
     return 0
 
 
@@ -108,18 +115,22 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
                 read_index: Callable[[float], int], onward: Any, front: FrontEnd | None,
                 requests: RequestMetrics | None = None, reply_sizes: dict[int, int] | None = None, *,
                 reuse_port: bool, local: dict[str, grpc.RpcMethodHandler] | None = None,
-                writes: WriteChannel | None = None
+                writes: WriteChannel | None = None, groups: GroupLinks | None = None
                 ) -> tuple[RemotingServer | None, grpc.Server, ReplicaNode]:
     """The ports of a process serving reads from `replica` (a worker; a read replica on another machine),
     started: gRPC answers corelink.REPLICA_METHODS (and `local`) here and passes every other call to
     `onward` (the core's private socket; the followed voter) as bytes, the unary writes on `writes` (a
     worker's batched write channel to its core) when given; remoting answers the codes REQUESTS
-    marks `replica` here and hands the rest to `front`. Returns the servers and the read API over the replica."""
+    marks `replica` here and hands the rest to `front`. With `groups` (several Raft groups: a worker) routes
+    and cluster info are merged over every group and writes routed to their group's core
+    (nameserver/groups). Returns the servers and the read API over the replica."""
     # ReplicaNode has the node's read API, which is all the replica methods and codes use
     node = ReplicaNode(replica, cfg, read_index=read_index)
-    service = NameServerService(node)  # type: ignore[arg-type]
+    service = NameServerService(node) if groups is None else groups.service(node)  # type: ignore[arg-type]
     grpc_server = grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port,
                                         metrics=requests.interceptor() if requests is not None else None)
+    if groups is not None:  # asked first: a write goes to its group's core
+        grpc_server.add_generic_rpc_handlers((groups.calls(onward, writes),))
     grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
         onward, corelink.local_handlers(service) | (local or {}), replica.wait_applied, writes,
         here={corelink.WATCH: lambda request: watch.resumable(replica.history, request.start_offset, RESUME_MARGIN)}),))
@@ -128,6 +139,8 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     remoting = None
     if isinstance(front, CoreChannel):  # a worker: unchanged registrations answered here (its core notes them)
         front.unchanged = UnchangedRegistrations(service, cfg)
+        if groups is not None:  # each frame to its group's core
+            front = groups.front(front, onward)
     if cfg.remoting_addr:
         remoting = RemotingServer(cfg, service, max_connections=remoting_connections, reuse_port=reuse_port,
                                   front=front, observer=requests.observe_remoting if requests is not None else None)

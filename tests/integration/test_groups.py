@@ -1,8 +1,11 @@
 """Sharding's processes (docs/scaling.md, "Sharding", Step 2) on a real 3-node cluster with [sharding]
 groups = 2 and one worker per node: each node's core (group 0) starts and watches a group-1 core, a process
 of its own with group 1's Raft (ports raft_port_step apart) and data under data_dir/g1; group 1 elects its
-own leader. A group core killed with SIGKILL is started again by its node's core and rejoins its group,
-and the cluster keeps answering meanwhile.
+own leader. A fleet of FakeBrokers (remoting) and gRPC registrations lands in both groups, each set in the
+group the directory names (read from each group core's own, unmerged, cluster info), and every route and
+the cluster info, over gRPC and remoting, equal a one-group node's for the same fleet: the differential of
+tests/unit/test_shards_merge.py on real processes. A group core killed with SIGKILL is started again by its
+node's core and rejoins its group, and the cluster keeps answering meanwhile.
 
 A group core has no public port: the tests reach it on its private socket, as the node's workers do
 (corelink.own_channel with config.group_config).
@@ -17,11 +20,15 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from bench.brokerconn import BrokerConnections
 from bench.procnet import children
 from nameserver import config
 from nameserver.api import corelink
 from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.remoting import codes
+from nameserver.state.shards.directory import default_group
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
+from tests.fakebroker import FakeBroker
 
 GROUPS = 2
 pytestmark = pytest.mark.slow  # a 3-node cluster of 9 processes, started once for the module (~40 s here)
@@ -32,6 +39,47 @@ def sharded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = Cluster(str(tmp_path_factory.mktemp("groups")), size=3, worker_processes=1, groups=GROUPS, remoting=True)
     with running(c, timeout=c.ready_timeout) as started:
         yield started
+
+
+# Broker names by the group their hash gives with 2 groups (directory.default_group), two of each, and the
+# topics they share: a route of a shared topic is merged from both groups.
+NAMES = {0: [], 1: []}  # type: dict[int, list[str]]
+for _i in range(40):
+    _name = f"broker-{_i}"
+    if len(NAMES[default_group(_name, GROUPS)]) < 2:
+        NAMES[default_group(_name, GROUPS)].append(_name)
+FLEET = [name for group in sorted(NAMES) for name in NAMES[group]]
+TOPICS = {name: ["Shared", f"Own-{name}"] + (["Pair"] if i % 2 else []) for i, name in enumerate(FLEET)}
+GRPC_BROKERS = {"grpc-a": ["Shared", "ViaGrpc"], "grpc-b": ["ViaGrpc"]}  # registered over gRPC
+ALL_TOPICS = sorted({t for ts in [*TOPICS.values(), *GRPC_BROKERS.values()] for t in ts})
+
+
+@pytest.fixture(scope="module")
+def one_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The reference: a one-group node with a worker, as today's product."""
+    c = Cluster(str(tmp_path_factory.mktemp("one-group")), size=1, worker_processes=1, remoting=True)
+    with running(c, timeout=c.ready_timeout) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def fleet(sharded: Cluster, one_group: Cluster) -> Iterator[list[FakeBroker]]:
+    """The same fleet registered with both clusters: each FakeBroker on its connection to n1's remoting port
+    (a worker) and to the reference's; two more brokers over gRPC."""
+    brokers = [FakeBroker(name, cluster="ShardCluster").start() for name in FLEET]
+    try:
+        for broker in brokers:
+            for cluster in (sharded, one_group):
+                resp = broker.register(cluster.nodes[0].remoting_addr, TOPICS[broker.name])
+                assert resp.code == codes.SUCCESS, resp.remark
+        for i, (name, topics) in enumerate(GRPC_BROKERS.items()):
+            for cluster in (sharded, one_group):
+                retry(lambda c=cluster, n=name, t=topics, i=i: c.nodes[0].ns.RegisterBroker(
+                    register_request("ShardCluster", n, f"10.7.0.{i + 1}:10911", t), timeout=10), timeout=30)
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.stop()
 
 
 def group_core_channel(node: NodeProc, group: int) -> grpc.Channel:
@@ -80,6 +128,83 @@ def test_each_node_runs_a_group_core_and_the_group_elects_its_own_leader(sharded
         assert os.path.isdir(os.path.join(sharded.root, f"{node.name}-data", "g1", "raft"))
     members = {st.node_id for st in (group_status(n, 1) for n in sharded.nodes) if st is not None}
     assert len(members) == 3 and not members & {n.raft_addr for n in sharded.nodes}
+
+
+def own_cluster_info(node: NodeProc, group: int) -> api_pb2.GetClusterInfoReply:
+    """Group `group`'s own (unmerged) cluster info, from `node`'s core of that group."""
+    with group_core_channel(node, group) as channel:
+        return retry(lambda: api_pb2_grpc.NameServerStub(channel).GetClusterInfo(
+            api_pb2.GetClusterInfoRequest(), timeout=5))
+
+
+def test_each_set_lands_in_the_group_the_directory_names(sharded: Cluster, fleet: list[FakeBroker]) -> None:
+    expected = {group: sorted(names) for group, names in NAMES.items()}
+    for name in GRPC_BROKERS:
+        expected[default_group(name, GROUPS)] = sorted([*expected[default_group(name, GROUPS)], name])
+
+    def landed() -> bool:
+        return all(sorted(own_cluster_info(node, group).broker_addr_table) == expected[group]
+                   for node in sharded.nodes for group in range(GROUPS))
+
+    sharded.wait_for("every set in its hash group on every node", landed, timeout=30)
+    assert expected[0] and expected[1]
+
+
+def _route(node: NodeProc, topic: str) -> api_pb2.TopicRoute | None:
+    try:
+        return node.ns.GetRoute(api_pb2.GetRouteRequest(topic=topic), timeout=5).route
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+def _remoting(node: NodeProc, code: int, ext: dict[str, str]) -> tuple[int, bytes]:
+    client = BrokerConnections("reader", "none", "127.0.0.1:1")
+    try:
+        resp = client.call(node.remoting_addr, code, ext, timeout=10)
+        assert resp is not None
+        return resp.code, resp.body
+    finally:
+        client.close_channels()
+
+
+def test_routes_and_cluster_info_equal_one_group_s_over_grpc_and_remoting(
+        sharded: Cluster, one_group: Cluster, fleet: list[FakeBroker]) -> None:
+    reference = one_group.nodes[0]
+
+    def equal_everywhere() -> bool:
+        for node in sharded.nodes:
+            for topic in [*ALL_TOPICS, "NoSuchTopic"]:
+                if _route(node, topic) != _route(reference, topic):
+                    return False
+                ext = {"topic": topic}
+                if _remoting(node, codes.GET_ROUTEINFO_BY_TOPIC, ext) != _remoting(
+                        reference, codes.GET_ROUTEINFO_BY_TOPIC, ext):
+                    return False
+            info = node.ns.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=5)
+            ref = reference.ns.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=5)
+            info.apply_offset = ref.apply_offset = 0
+            if info != ref or _remoting(node, codes.GET_BROKER_CLUSTER_INFO, {}) != _remoting(
+                    reference, codes.GET_BROKER_CLUSTER_INFO, {}):
+                return False
+        return True
+
+    sharded.wait_for("every node's routes and cluster info equal to the one-group node's", equal_everywhere,
+                     timeout=30, every=0.5)
+    shared = _route(sharded.nodes[1], "Shared")
+    assert shared is not None and len(shared.broker_datas) == len(FLEET) + 1  # both groups' brokers
+    listed = sharded.nodes[2].ns.GetTopicList(api_pb2.GetTopicListRequest(kind=api_pb2.TOPIC_LIST_ALL), timeout=5)
+    assert set(ALL_TOPICS) <= set(listed.topics)
+
+
+def test_a_heartbeat_batch_is_split_to_each_set_s_group(sharded: Cluster, fleet: list[FakeBroker]) -> None:
+    """Each broker's heartbeat reaches its set's group (which alone knows its address): none is unknown."""
+    beats = [api_pb2.BrokerHeartbeat(cluster_name="ShardCluster", broker_name=b.name, broker_addr=b.addr)
+             for b in fleet]
+    reply = retry(lambda: sharded.nodes[1].ns.Heartbeat(api_pb2.HeartbeatRequest(heartbeats=beats), timeout=5))
+    assert list(reply.unknown_addrs) == []
+    assert set(reply.data_versions) == {b.addr for b in fleet}
 
 
 def test_a_killed_group_core_is_started_again_and_the_cluster_keeps_answering(sharded: Cluster) -> None:
