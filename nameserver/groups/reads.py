@@ -18,7 +18,8 @@ from typing import TypeVar
 
 import grpc
 
-from nameserver.api.rpc import call_timeout
+from nameserver import validation
+from nameserver.api.rpc import call_timeout, rpc
 from nameserver.api.service import NameServerService
 from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.core.reads import NotReady, OffsetNotReached
@@ -125,6 +126,20 @@ class MergedService(NameServerService):
             return sorted(found), states[0].offset
 
         return self.reads.read(union, request.min_offset, self._timeout(context), context.is_active)
+
+    @rpc
+    def GetBrokerMemberGroup(self, request: api_pb2.GetBrokerMemberGroupRequest,
+                             context: grpc.ServicerContext) -> api_pb2.GetBrokerMemberGroupReply:
+        """From the group the directory names for the set (its records are there alone)."""
+        validation.validate_get_broker_member_group(request)
+
+        def member_group(states: list[MetadataState]) -> api_pb2.GetBrokerMemberGroupReply:
+            state = states[states[0].directory.group_of(request.broker_name)]
+            reply = state.broker_member_group(request.cluster_name, request.broker_name)
+            reply.apply_offset = states[0].offset
+            return reply
+
+        return self.reads.read(member_group, request.min_offset, self._timeout(context), context.is_active)
 
     def _timeout(self, context: grpc.ServicerContext) -> float:
         return call_timeout(context, self.default_timeout, self.max_wait)

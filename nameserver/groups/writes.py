@@ -15,8 +15,9 @@ which proposes it in its group (forwarding it to its group's leader when it does
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -34,6 +35,7 @@ from nameserver.remoting.handlers import REPLICA_CODES
 from nameserver.replica import ReadReplica
 from nameserver.state.shards.router import AssignFirst, Moving, Placement, Split, ToGroup, route
 
+STREAM = "RegisterBrokerStream"  # a client stream: placed by its header chunk
 MAX_ASSIGNS = 3  # AssignFirst rounds for one request (the directory record lands, then it routes)
 
 
@@ -97,6 +99,7 @@ class GroupCalls(grpc.GenericRpcHandler):
         self.placer = placer
         self.routed: dict[str, grpc.RpcMethodHandler] = {
             method_path(name): grpc.unary_unary_rpc_method_handler(self._routing(name)) for name in WRITE_METHODS}
+        self.routed[method_path(STREAM)] = grpc.stream_unary_rpc_method_handler(self._routing_stream)
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         md: Mapping[str, Any] = dict(handler_call_details.invocation_metadata or ())
@@ -117,16 +120,7 @@ class GroupCalls(grpc.GenericRpcHandler):
                 request = parse(raw)
             except Exception:  # as the core would: its decode guard names the request
                 return self._call(0, path, raw, context)
-            left = context.time_remaining()
-            try:
-                placement = self.placer.place(request, min(left if left is not None else _NO_DEADLINE_S,
-                                                           self.placer.cfg.max_wait_ms / 1000))
-            except SetMovingNow as exc:
-                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-            except TimeoutError as exc:
-                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-            except grpc.RpcError as exc:  # group 0's core refused the assignment: its status
-                context.abort(exc.code(), exc.details() or "assigning the broker set failed")
+            placement = self._place(request, context)
             if isinstance(placement, ToGroup):
                 return self._call(placement.group, path, raw, context)
             replies = [(group, reply_type.FromString(self._call(group, path, part.SerializeToString(), context)))
@@ -134,6 +128,33 @@ class GroupCalls(grpc.GenericRpcHandler):
             return merge_replies(replies).SerializeToString()
 
         return routed
+
+    def _place(self, request: Message, context: grpc.ServicerContext) -> ToGroup | Split:
+        left = context.time_remaining()
+        try:
+            return self.placer.place(request, min(left if left is not None else _NO_DEADLINE_S,
+                                                  self.placer.cfg.max_wait_ms / 1000))
+        except (SetMovingNow, TimeoutError) as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except grpc.RpcError as exc:  # group 0's core refused the assignment: its status
+            context.abort(exc.code(), exc.details() or "assigning the broker set failed")
+
+    def _routing_stream(self, chunks: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        """A registration in chunks: placed by its first (the header naming the set), passed on whole."""
+        first = next(chunks, None)
+        group = 0
+        if first is not None:
+            try:
+                header = api_pb2.RegisterBrokerChunk.FromString(first).header
+            except Exception:  # the core's decode guard names the request
+                header = None
+            if header is not None and header.broker_name:
+                placement = self._place(api_pb2.RegisterBrokerRequest(broker_name=header.broker_name,
+                                                                      cluster_name=header.cluster_name), context)
+                group = placement.group if isinstance(placement, ToGroup) else placement.parts[0][0]
+        handler = self.forwarders[group].handlers[method_path(STREAM)]
+        assert handler.stream_unary is not None
+        return handler.stream_unary(itertools.chain([first] if first is not None else [], chunks), context)
 
     def _call(self, group: int, path: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         handler = self.forwarders[group].handlers[path]

@@ -24,6 +24,7 @@ from bench.brokerconn import BrokerConnections
 from bench.procnet import children
 from nameserver import config
 from nameserver.api import corelink
+from nameserver.chunking import register_chunks
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import codes
 from nameserver.state.shards.directory import default_group
@@ -51,6 +52,9 @@ for _i in range(40):
 FLEET = [name for group in sorted(NAMES) for name in NAMES[group]]
 TOPICS = {name: ["Shared", f"Own-{name}"] + (["Pair"] if i % 2 else []) for i, name in enumerate(FLEET)}
 GRPC_BROKERS = {"grpc-a": ["Shared", "ViaGrpc"], "grpc-b": ["ViaGrpc"]}  # registered over gRPC
+# registered over gRPC in chunks (RegisterBrokerStream), a set of group 1: placed by its header chunk
+STREAMED = next(f"streamed-{i}" for i in range(40) if default_group(f"streamed-{i}", GROUPS) == 1)
+GRPC_BROKERS[STREAMED] = ["Shared", "ViaStream"]
 ALL_TOPICS = sorted({t for ts in [*TOPICS.values(), *GRPC_BROKERS.values()] for t in ts})
 
 
@@ -74,8 +78,12 @@ def fleet(sharded: Cluster, one_group: Cluster) -> Iterator[list[FakeBroker]]:
                 assert resp.code == codes.SUCCESS, resp.remark
         for i, (name, topics) in enumerate(GRPC_BROKERS.items()):
             for cluster in (sharded, one_group):
-                retry(lambda c=cluster, n=name, t=topics, i=i: c.nodes[0].ns.RegisterBroker(
-                    register_request("ShardCluster", n, f"10.7.0.{i + 1}:10911", t), timeout=10), timeout=30)
+                request = register_request("ShardCluster", name, f"10.7.0.{i + 1}:10911", topics)
+                if name == STREAMED:
+                    retry(lambda c=cluster, r=request: c.nodes[0].ns.RegisterBrokerStream(
+                        iter(register_chunks(r, per_chunk=1)), timeout=10), timeout=30)
+                else:
+                    retry(lambda c=cluster, r=request: c.nodes[0].ns.RegisterBroker(r, timeout=10), timeout=30)
         yield brokers
     finally:
         for broker in brokers:
@@ -188,12 +196,19 @@ def test_routes_and_cluster_info_equal_one_group_s_over_grpc_and_remoting(
             if info != ref or _remoting(node, codes.GET_BROKER_CLUSTER_INFO, {}) != _remoting(
                     reference, codes.GET_BROKER_CLUSTER_INFO, {}):
                 return False
+            for name in [*FLEET, *GRPC_BROKERS]:
+                ask = api_pb2.GetBrokerMemberGroupRequest(cluster_name="ShardCluster", broker_name=name)
+                got = node.ns.GetBrokerMemberGroup(ask, timeout=5)
+                want = reference.ns.GetBrokerMemberGroup(ask, timeout=5)
+                got.apply_offset = want.apply_offset = 0
+                if got != want:
+                    return False
         return True
 
     sharded.wait_for("every node's routes and cluster info equal to the one-group node's", equal_everywhere,
                      timeout=30, every=0.5)
     shared = _route(sharded.nodes[1], "Shared")
-    assert shared is not None and len(shared.broker_datas) == len(FLEET) + 1  # both groups' brokers
+    assert shared is not None and len(shared.broker_datas) == len(FLEET) + 2  # both groups' brokers
     listed = sharded.nodes[2].ns.GetTopicList(api_pb2.GetTopicListRequest(kind=api_pb2.TOPIC_LIST_ALL), timeout=5)
     assert set(ALL_TOPICS) <= set(listed.topics)
 

@@ -55,6 +55,7 @@ def test_group_out_of_range_is_refused(tmp_path) -> None:
     ("worker_processes = 1", "[sharding]\ngroups = 2\nraft_port_step = 60000", "sharding.raft_port_step"),
     ("worker_processes = 1", '[sharding]\ngroups = "2"', "sharding.groups"),
     ("worker_processes = 2", "[sharding]\ngroups = 16", "limits.max_followers"),
+    ("worker_processes = 1", '[sharding]\ngroups = 2\n[controller]\nlisten = "127.0.0.1:9878"', "controller"),
 ])
 def test_bad_sharding_is_refused_naming_the_field(tmp_path, node: str, sharding: str, field: str) -> None:
     with pytest.raises(config.ConfigError, match=field):
