@@ -140,7 +140,8 @@ class WorkerSupervisor:
         self._release_at = time.monotonic() + DEFER_BOUND_S
         self._thread = threading.Thread(target=self._watch, name="workers", daemon=True)
         self._thread.start()
-        log.info("started %d %s process(es): pids %s%s", first, self.children.what, self.pids(),
+        what = self.children.what.removeprefix("remoting ")  # "worker process(es)", as ever; "group core ..."
+        log.info("started %d %s process(es): pids %s%s", first, what, self.pids(),
                  f"; {self.count - first} more once one serves (no more loads at once than CPUs)"
                  if first < self.count else "")
 
