@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import signal
 import sys
 
@@ -24,10 +25,27 @@ from nameserver.groups.follow import Group0View, follow_core
 from nameserver.ops import logfmt, stopsignal
 from nameserver.ops.childproc import started, stop_with_core
 from nameserver.ops.workers import WorkerSpec
+from nameserver.remoting.corechannel import CoreHandlers
 from nameserver.server import Server
 from raftlog.journal import JournalCorrupt
 
 log = logging.getLogger("nameserver.groupcore")
+WORKERS_CHECK_S = 1.0  # how soon brokers connected through a worker that died are released here
+
+
+def release_dead_workers(channel: CoreHandlers) -> None:
+    """The node's workers are group 0's core's children, which tells its own channel when one dies
+    (ops/workers.py, on_exit); a group core finds out itself: a worker whose clients it holds no longer
+    exists. Each broker connection that worker held is then closed here too (the group's leader expires
+    those brokers, as RocketMQ unregisters a broker whose channel closed)."""
+    for pid in channel.worker_pids():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            log.info("worker pid %d is gone: the broker connections it held are closed in this group", pid)
+            channel.worker_gone(pid)
+        except PermissionError:  # another user's process took the pid: ours is gone
+            channel.worker_gone(pid)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     group0.start()
     server.node.group0 = Group0View(group0)
     server.start()
-    stopsignal.wait_until_set(stopped)
+    channel = server.core_channel
+    while not stopped.wait(WORKERS_CHECK_S):  # timed: the main thread runs the stop signal's handler
+        if channel is not None:
+            release_dead_workers(channel)
     log.info("stopping group %d of %s", group, spec.cfg.raft_addr)
     server.stop()
     group0.stop()

@@ -127,6 +127,7 @@ class Server:
             self.node.duties.add("idle-noop", noop.check_every_s, noop.tick)
         self.workers: WorkerSupervisor | None = None
         self.group_cores: WorkerSupervisor | None = None
+        self.core_channel: CoreHandlers | None = None  # the private remoting socket's, with workers and remoting
         # The RocketMQ port refuses connections until the node is first ready, so a client tries another
         # nameserver rather than reading errors here (docs/remoting.md, "A starting node").
         self.until_ready: list[RemotingServer] = []
@@ -184,6 +185,7 @@ class Server:
             channel = CoreHandlers(Handlers(InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
                                             cfg.write_timeout_ms / 1000), lambda: self.node.log.apply_offset)
             self.broker_channels.append(channel.inner)  # brokers connected through the workers
+            self.core_channel = channel
             private = RemotingServer(channel_config(cfg, cfg.worker_processes), None, handlers=channel,
                                      unix_path=socket_path(cfg), max_frame_bytes=CHANNEL_MAX_FRAME,
                                      inflight_per_connection=LINK_INFLIGHT)  # counted by workers

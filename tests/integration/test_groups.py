@@ -103,17 +103,22 @@ def group_status(node: NodeProc, group: int) -> api_pb2.NodeStatus | None:
             return None
 
 
-def group_core_pids(node: NodeProc) -> list[int]:
+def children_running(node: NodeProc, module: bytes) -> list[int]:
+    """The pids of `node`'s core's children running `module` (python -m)."""
     assert node.proc is not None
     found = []
     for pid in children(node.proc.pid):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"nameserver.groupcore" in f.read():
+                if module in f.read():
                     found.append(pid)
         except OSError:  # exited meanwhile
             pass
     return found
+
+
+def group_core_pids(node: NodeProc) -> list[int]:
+    return children_running(node, b"nameserver.groupcore")
 
 
 def group_leader(cluster: Cluster, group: int) -> NodeProc | None:
@@ -250,3 +255,30 @@ def test_a_killed_group_core_is_started_again_and_the_cluster_keeps_answering(sh
     sharded.wait_for("n1's route of the set written meanwhile", lambda: _answers_route(node, "TopicK", name),
                      timeout=30)
     assert node.alive
+
+
+def test_brokers_connected_through_a_dead_worker_are_released_in_every_group(
+        sharded: Cluster, fleet: list[FakeBroker]) -> None:
+    """Last (it drops the fleet's connections): n1's worker holds the FakeBrokers' connections; killed, each
+    group releases its own sets' brokers (RocketMQ unregisters a broker whose channel closed). Group 0's core
+    hears it from its supervisor, a group core finds the worker gone itself (groupcore.release_dead_workers)."""
+    node = sharded.nodes[0]
+    # their periodic registration (every 30 s), as stock brokers: a group core restarted since (the test
+    # above) learns its brokers' connections from it
+    for broker in fleet:
+        assert broker.register(node.remoting_addr, TOPICS[broker.name]).code == codes.SUCCESS
+    landed = {group: sorted(own_cluster_info(node, group).broker_addr_table) for group in range(GROUPS)}
+    assert set(NAMES[1]) <= set(landed[1]) and set(NAMES[0]) <= set(landed[0])
+    [worker] = children_running(node, b"nameserver.worker")
+    os.kill(worker, signal.SIGKILL)
+
+    def released() -> bool:
+        return all(not set(NAMES[group]) & set(own_cluster_info(n, group).broker_addr_table)
+                   for n in sharded.nodes for group in range(GROUPS))
+
+    try:
+        sharded.wait_for("the fleet's brokers released in both groups", released, timeout=30)
+    except AssertionError:
+        left = {(n.name, group): sorted(set(NAMES[group]) & set(own_cluster_info(n, group).broker_addr_table))
+                for n in sharded.nodes for group in range(GROUPS)}
+        raise AssertionError(f"not released: {left}") from None
