@@ -150,7 +150,7 @@ class LocalCluster:
             self._write_config(n)
 
     def _write_config(self, node: BenchNode) -> None:
-        own = self.sections.get("node", {})
+        own = {"worker_processes": 0, **self.sections.get("node", {})}  # explicit: the default is "auto"
         lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
                  f'data_dir = "{node.data_dir}"', *(f"{k} = {_toml(v)}" for k, v in own.items()), ""]
         for m in self.nodes:

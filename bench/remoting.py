@@ -134,10 +134,11 @@ def our_cluster(root: str, size: int, cpus: set[int] | None,
 
 def run(version: str, clients: list[int], seconds: float, json_path: str = "", setups: tuple[str, ...] = SETUPS,
         server_cpus: set[int] | None = None, loadgen_cpus: set[int] | None = None,
-        inflight: int = 1, workers: int = 0, kinds: tuple[str, ...] = tuple(KINDS), work_dir: str = ""
-        ) -> dict[str, Any]:
+        inflight: int = 1, workers: int = 0, kinds: tuple[str, ...] = tuple(KINDS), work_dir: str = "",
+        cluster_workers: int | None = None) -> dict[str, Any]:
     """Each setup's stock side, then ours; `work_dir`: where the servers' data and logs go, kept (default: a
-    temporary directory, removed)."""
+    temporary directory, removed); `cluster_workers`: worker processes per node of the 3-node (machine) setup
+    (default `workers`)."""
     ensure(version)
     every = os.sched_getaffinity(0)
     server_cpus = server_cpus or {min(every)}
@@ -154,12 +155,13 @@ def run(version: str, clients: list[int], seconds: float, json_path: str = "", s
             pinned = setup == "core"
             srv, gen = (server_cpus, loadgen_cpus) if pinned else (None, None)
             size = 3 if setup == "machine" else 1
+            per_node = cluster_workers if setup == "machine" and cluster_workers is not None else workers
             out: dict[str, Any] = {"server_cpus": _cpu_list(srv), "loadgen_cpus": _cpu_list(gen),
-                                   "ours_nodes": size}
+                                   "ours_nodes": size, "ours_worker_processes": per_node}
             with stock_server(version, os.path.join(root, f"rmq-{setup}"), srv) as (addrs, pids):
                 out["stock"] = measure_side(addrs, pids, clients, seconds, inflight, gen, prefix=f"s-{setup}",
                                             kinds=kinds)
-            with our_cluster(os.path.join(root, f"ours-{setup}"), size, srv, workers) as (addrs, pids):
+            with our_cluster(os.path.join(root, f"ours-{setup}"), size, srv, per_node) as (addrs, pids):
                 out["ours"] = measure_side(addrs, pids, clients, seconds, inflight, gen, prefix=f"o-{setup}",
                                            kinds=kinds)
             out["ratios"] = {kind: {cl: round(ours["per_s"] / max(out["stock"][kind][cl]["per_s"], 1e-9), 2)

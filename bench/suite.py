@@ -187,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker-processes", type=int, default=len(os.sched_getaffinity(0)),
                    help="[node] worker_processes of ours in compare and cores (default: this machine's cores; "
                         "0: none, and compare has no row without them to add)")
+    p.add_argument("--cluster-worker-processes", type=int, default=None,
+                   help="worker_processes per node of cores' 3-node cluster beside one stock node (default: this "
+                        "machine's cores divided among its 3 nodes, at least 1)")
     p.add_argument("--cores-clients", default=",".join(map(str, cores.DEFAULT_CLIENTS)),
                    help="connection counts of the cores part's loads (the scaling and replica loads use the largest)")
     p.add_argument("--replica-rounds", type=int, default=1, help="rounds of the cores part's replica loads")
@@ -232,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                                         for t in topics}),
         ("cores", "cores", lambda: cores.run_cores(root, args.seconds, cores_clients, args.worker_processes,
                                                    replica_rounds=args.replica_rounds, idle_s=args.idle_seconds,
-                                                   log=log)),
+                                                   cluster_workers=args.cluster_worker_processes, log=log)),
         ("fsync", "fsync", lambda: fsync_cost(root, args.seconds, concurrency, topics[0])),
         ("groups", "groups", lambda: groups_cost(root, args.seconds, concurrency, topics[0])),
         ("failover", "failover", lambda: durability.failover(root, args.failover_trials)),

@@ -4,7 +4,7 @@
     raft_addr = "127.0.0.1:9201"      # this node's id in the cluster
     grpc_addr = "127.0.0.1:9101"
     data_dir = "data/local/n1"
-    worker_processes = 0              # gRPC and remoting front-end processes, or "auto" (docs/architecture.md)
+    worker_processes = "auto"         # gRPC and remoting front-end processes (default "auto": one per CPU)
 
     [[cluster.members]]               # every member, this node included
     raft_addr = "127.0.0.1:9201"
@@ -52,6 +52,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -114,10 +115,12 @@ class NodeConfig:
     remoting_addr: str = ""        # RocketMQ remoting protocol listener (host:port); empty: off
     metrics_addr: str = ""         # Prometheus /metrics HTTP listener (host:port); empty: off
     archive_dir: str = ""          # node-side log archive (Parquet segments); empty: off
-    # Remoting worker processes sharing [remoting] listen (SO_REUSEPORT), each serving reads from a read
-    # replica and passing the rest to this process (docs/architecture.md). 0: one process, as before: a
-    # worker costs a Python interpreter and a copy of the state, worth it only with cores to spare.
+    # Worker processes sharing the client ports (SO_REUSEPORT), each serving reads from a read replica and
+    # passing the rest to this process (docs/architecture.md). A TOML without the key gets "auto" (load: a
+    # worker per CPU, so a node uses its cores); 0 here, for a config built in code: one process. Nodes
+    # sharing one machine (deploy/local-3) set it, as "auto" gives each a worker per CPU of the machine.
     worker_processes: int = 0
+    workers_off_reason: str = ""   # why the default "auto" ran no workers (load); said at start
     session_ttl_ms: int = 3_600_000  # exactly-once client sessions idle longer than this expire
     max_sessions: int = 100_000    # live sessions of all owners; past it a new one is refused (never evicts)
     # One owner's (caller's) live sessions: its next one evicts its own oldest, never another owner's
@@ -255,10 +258,47 @@ AUTO = "auto"  # [node] worker_processes = "auto": one per CPU this process may 
 
 
 def auto_worker_processes(max_followers: int) -> int:
-    """What worker_processes = "auto" means: a worker per CPU the node may run on (its affinity), and at
+    """What worker_processes = "auto" means: a worker per CPU the node may run on (its affinity, and its
+    cgroup's CPU quota when it has one: a container limited to 2 CPUs on a 64-core host gets 2), and at
     most half of limits.max_followers (each worker's replica is a follower of its core; the other half
     stays for read replicas and other nodes' catch-up)."""
-    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKER_PROCESSES, max_followers // 2))
+    cpus = len(os.sched_getaffinity(0))
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
+    return max(1, min(cpus, MAX_WORKER_PROCESSES, max_followers // 2))
+
+
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> float | None:
+    """The CPUs this process's cgroup may use per period (quota / period), or None when unlimited or
+    unknown. cgroup v2: <root>/<own path>/cpu.max ("max 100000" or "200000 100000"); v1:
+    <root>/cpu/<own path>/cpu.cfs_quota_us (-1 unlimited) and cpu.cfs_period_us. Inside a container its
+    own path is usually "/" (a cgroup namespace), so the root's files are read then."""
+    try:
+        with open(own) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        path = path.lstrip("/")
+        try:
+            if hier == "0" and not controllers:  # v2
+                with open(os.path.join(root, path, "cpu.max")) as f:
+                    quota, *period = f.read().split()
+                if quota != "max":
+                    return int(quota) / int(period[0] if period else 100000)
+            elif "cpu" in controllers.split(","):  # v1
+                base = os.path.join(root, "cpu", path)
+                with open(os.path.join(base, "cpu.cfs_quota_us")) as f:
+                    quota_us = int(f.read())
+                if quota_us > 0:
+                    with open(os.path.join(base, "cpu.cfs_period_us")) as f:
+                        return quota_us / int(f.read())
+        except (OSError, ValueError):
+            continue
+    return None
 
 # With workers the core listens on Unix sockets under <data_dir>/channel/ (the longest name below), and the
 # kernel takes at most 107 bytes for such a path (sun_path's 108 with its NUL): checked at load, not at bind.
@@ -335,12 +375,10 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
             if key in doc.get(section, {}):
                 value = doc[section][key]
                 if key == "worker_processes" and value == AUTO:
-                    continue  # resolved once the limits are known, below
+                    continue  # resolved once the limits and the overrides are known, below
                 if key == "worker_processes" and isinstance(value, str):
                     raise ConfigError(f'node.worker_processes must be int or "{AUTO}", not {value!r}')
                 kwargs[key] = _typed(f"{section}.{key}", value, _DEFAULTS[key])
-    if node.get("worker_processes") == AUTO:
-        kwargs["worker_processes"] = auto_worker_processes(kwargs.get("max_followers", _DEFAULTS["max_followers"]))
     for section, (key, attr) in _LISTENERS.items():
         if key in doc.get(section, {}):
             kwargs[attr] = str(doc[section][key])
@@ -353,6 +391,11 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     for key, value in (overrides or {}).items():
         if value is not None:
             kwargs[key] = value
+    # after the overrides: "auto" depends on limits.max_followers, which they may set (or they say "auto")
+    # without the key anywhere: "auto", the default (a node uses its cores)
+    explicit_workers = "worker_processes" in node or (overrides or {}).get("worker_processes") is not None
+    if kwargs.get("worker_processes", node.get("worker_processes", AUTO)) == AUTO:
+        kwargs["worker_processes"] = auto_worker_processes(kwargs.get("max_followers", _DEFAULTS["max_followers"]))
     for key in ("raft_addr", "grpc_addr", "data_dir"):
         if not kwargs.get(key):
             raise ConfigError(f"node.{key} is required")
@@ -372,13 +415,18 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
         raise ConfigError("liveness.scan_interval_ms must be >= 100")
     if not 0 <= cfg.worker_processes <= MAX_WORKER_PROCESSES:
         raise ConfigError(f"node.worker_processes must be 0..{MAX_WORKER_PROCESSES}")
-    _check_sharding(cfg)
     if cfg.worker_processes:
         longest = os.path.join(os.path.abspath(group_config(cfg, cfg.groups - 1).data_dir), CHANNEL_SOCKET_LONGEST)
-        if len(os.fsencode(longest)) > UNIX_PATH_MAX:
+        if len(os.fsencode(longest)) > UNIX_PATH_MAX and not explicit_workers:
+            # the default "auto" on a data_dir past the socket bound: one process, as a node ran before
+            # workers were its default; said at start (server.py), never a refusal of a config that ran
+            cfg = replace(cfg, worker_processes=0, workers_off_reason=f"data_dir too long for the channel "
+                          f"sockets ({len(os.fsencode(longest))} > {UNIX_PATH_MAX} bytes)")
+        elif len(os.fsencode(longest)) > UNIX_PATH_MAX:
             raise ConfigError(f"node.data_dir is too long for node.worker_processes: the core's channel socket "
                               f"{longest} would be {len(os.fsencode(longest))} bytes, past the {UNIX_PATH_MAX} a "
                               "Unix socket path may have; choose a shorter data_dir")
+    _check_sharding(cfg)  # after "auto" is settled: a node with groups runs workers
     # each worker's replica follows the core, and each group core's replica follows group 0's core
     if cfg.worker_processes + cfg.groups - 1 > cfg.max_followers:
         raise ConfigError(f"limits.max_followers ({cfg.max_followers}) must be at least node.worker_processes "

@@ -219,6 +219,9 @@ class Server:
                  if self.cfg.worker_processes else self.cfg.grpc_addr)
         if self.cfg.group != GROUP0:
             where = f"{where} (group {self.cfg.group}: private sockets only)"
+        if self.cfg.workers_off_reason:
+            log.warning("node %s runs no worker processes: %s; set [node] worker_processes (0 to silence this, or "
+                        "a shorter data_dir for workers)", self.cfg.raft_addr, self.cfg.workers_off_reason)
         log.info("node %s serving gRPC on %s (data in %s; security %s, TLS %s, client certificates %s, "
                  "auth %s)", self.cfg.raft_addr, where, self.cfg.data_dir, self.cfg.security_mode,
                  "on" if self.cfg.tls_enabled else "off", self.cfg.tls_client_auth,

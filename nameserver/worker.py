@@ -15,6 +15,7 @@ stops at SIGTERM, at the end of its stdin (the core is gone), and the kernel kil
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -32,6 +33,7 @@ from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
 from nameserver.core import watch
+from nameserver.core.readindex import ReadIndexBatcher
 from nameserver.groups.links import GroupLinks
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.childproc import started, stop_with_core, tell_core
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     while (not (replica.ready and (groups is None or groups.ready)) and not replica.core_stopped
            and not stopped.wait(READY_POLL_S)):
         pass
-    remoting, grpc_server = None, None
+    remoting, grpc_server, read_indexes = None, None, None
     # its requests counted in files the core's /metrics adds up (nameserver/ops/workermetrics.py)
     counted = bool(cfg.metrics_addr and os.environ.get(workermetrics.ENV))
     registry = CollectorRegistry()
@@ -91,8 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
         channel = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
         writes = WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes)
+        read_indexes = corelink.core_read_index(writes, cfg)
         remoting, grpc_server, node = serve_reads(
-            share, budget.grpc, budget.remoting, replica, corelink.core_read_index(writes, cfg),
+            share, budget.grpc, budget.remoting, replica, read_indexes.read_index,
             grpc.insecure_channel(corelink.target(cfg), options=opts), channel if cfg.remoting_addr else None,
             requests, spec.reply_sizes, reuse_port=True, writes=writes, groups=groups)
         if counted:
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                  "" if replica.ready else f"; refusing reads: {replica.not_ready_reason()}")
         tell_core(SERVING)  # the core starts the workers it held back (nameserver/ops/workers.py)
         stopsignal.wait_until_set(stopped)
-    _stop(remoting, grpc_server, replica)
+    _stop(remoting, grpc_server, replica, read_indexes)
     if groups is not None:
         groups.stop()
     return 0
@@ -149,11 +152,14 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     return remoting, grpc_server, node
 
 
-def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, replica: ReadReplica) -> None:
+def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, replica: ReadReplica,
+          read_indexes: ReadIndexBatcher | None = None) -> None:
     if remoting is not None:
         remoting.stop()
     if grpc_server is not None:
         grpc_server.stop(1.0).wait()
+    if read_indexes is not None:
+        read_indexes.stop(join=True)  # no round left in a call on the write channel while the process exits
     replica.stop()
 
 
@@ -167,6 +173,8 @@ def serve_remote(cfg: NodeConfig) -> int:
 
     def peer(addr: str) -> grpc.Channel:
         return tlsconf.peer_channel(cfg, addr, opts)
+
+    shared_peer = functools.cache(peer)  # one channel a voter for the read indexes and the Status polls
 
     replica = ReadReplica(cfg.replica_follow, peer, name=cfg.grpc_addr, max_lag=cfg.replica_max_lag_entries,
                           max_silence_s=cfg.replica_max_silence_ms / 1000,
@@ -182,7 +190,7 @@ def serve_remote(cfg: NodeConfig) -> int:
         response_serializer=health_pb2.HealthCheckResponse.SerializeToString)
     try:
         remoting, grpc_server, _ = serve_reads(
-            cfg, budget.grpc, budget.remoting, replica, voters.VoterReadIndex(cfg, peer), onward,
+            cfg, budget.grpc, budget.remoting, replica, voters.VoterReadIndex(cfg, shared_peer), onward,
             VoterOnlyCodes(cfg.replica_follow), reuse_port=False, local={ADMIN_STATUS: status, HEALTH_CHECK: check})
     except OSError:
         replica.stop()
@@ -190,7 +198,7 @@ def serve_remote(cfg: NodeConfig) -> int:
     log.info("read replica (pid %d) following %s, serving gRPC on %s%s", os.getpid(), ", ".join(cfg.replica_follow),
              cfg.grpc_addr, f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "")
     readiness = voters.ReadinessLog(replica)
-    preference = None if cfg.replica_follow_leader else voters.FollowerPreference(replica, peer)
+    preference = None if cfg.replica_follow_leader else voters.FollowerPreference(replica, shared_peer)
     while not stopped.wait(READINESS_CHECK_S):
         readiness.check()
         if preference is not None:

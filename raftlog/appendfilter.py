@@ -18,8 +18,9 @@ Log Matching (two logs holding an entry with the same index and term are identic
   the sender's term: only the leader of a term creates its entries and never deletes them, so our
   whole log is the leader's and the acknowledgement (next index = last + 1) is true.
 
-Any conflict (same index, another term), an unverifiable tail, a snapshot or a chunked transfer goes
-through unchanged, to pysyncobj's own handling.
+Any conflict (same index, another term), an unverifiable tail, a snapshot or a piece of a chunked
+transfer goes through unchanged, to pysyncobj's own handling (a transfer's last piece arrives here as
+the ordinary append of its entry: raftlog/chunkedappend.py).
 """
 
 from __future__ import annotations

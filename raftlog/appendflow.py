@@ -20,7 +20,9 @@ is to the latest probe and the next index walks back one refusal at a time. The 
 append puts the follower back in replicate.
 
 A large entry travels as a chunked transmission (start, process..., finish): its chunks pass or
-drop as one, so a follower never joins a partial transfer. Snapshot transfers are not gated.
+drop as one, so a follower never joins a partial transfer. pysyncobj may label more than its last
+piece finish (raftlog/chunkedappend.py), so every piece up to the next start passes or drops with
+the start before it. Snapshot transfers are not gated.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class ProbeGate:
         self.interval_s = interval_s
         self.clock = clock
         self._probing: dict[Hashable, float] = {}  # follower -> when its last probe went out
-        self._transferring: set[Hashable] = set()  # followers whose chunked transfer passed its start
+        self._transferring: set[Hashable] = set()  # followers whose latest chunked transfer passed its start
         self.dropped = 0  # appends held back in probe state, ever (tests and status read it)
 
     def probing(self, node: Hashable) -> bool:
@@ -58,10 +60,7 @@ class ProbeGate:
             return True  # not an append (votes, answers, our own messages) or a snapshot transfer
         transmission = message.get("transmission")
         if transmission in ("process", "finish"):
-            passed = node in self._transferring
-            if transmission == "finish":
-                self._transferring.discard(node)
-            return passed
+            return node in self._transferring  # not forgotten at a finish: another finish may follow
         passes = True
         last = self._probing.get(node)
         if last is not None:

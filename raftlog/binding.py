@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
+import pysyncobj.pickle
 import pysyncobj.syncobj
 import pysyncobj.tcp_server
 import pysyncobj.transport
@@ -38,8 +39,10 @@ from pysyncobj.node import TCPNode
 from raftlog.appendfilter import skip_known_entries
 from raftlog.appendflow import ProbeGate
 from raftlog.applier import Applier
+from raftlog.chunkedappend import whole_transmission
 from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
+from raftlog.keptdump import drop, put_back, set_aside
 from raftlog.leadership import TRANSFER_VOTE, LeadershipConfirmer
 from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
@@ -150,6 +153,8 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         # its log for, the snapshot's last index: the answer acknowledges up to it, the commit index stops there
         self._kept_through: int | None = None
         self._install_failed = False  # pysyncobj answers success after a load it failed: the answer says no
+        # Held while raft.dump changes: a received snapshot renamed over it (and put back), our own linked to it
+        self.dump_lock = threading.Lock()
         # While pysyncobj handles a snapshot message: how far the commit index may go (raftlog/replysafety.py, 4)
         self._commit_cap: int | None = None
         self.stale_replies = 0  # append answers of another term dropped (tests and status read it)
@@ -171,6 +176,9 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         finally:
             with _journals_lock:
                 _journals.pop(journal.path, None)
+        # pysyncobj renames a received snapshot over its dump before we decide to keep the log: set ours aside
+        serializer = self._SyncObj__serializer
+        serializer.setTransmissionData = self._receive_snapshot_piece(serializer.setTransmissionData)
         # Durability: a message that promises what is on this node's disk (an acknowledgement of
         # entries, a vote) first syncs the journal on this thread, so nothing is acknowledged that a
         # power loss could take back; one fdatasync covers every entry appended since the last one.
@@ -222,6 +230,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                 self._drop_stale_reply(node, message)  # an answer to another term's append: says nothing of this one
                 return
             gate.on_reply(node, message)
+            message = whole_transmission(message, self._SyncObj__recvTransmission, pysyncobj.pickle.loads)
             entries = self._SyncObj__raftLog
             if len(entries):
                 first, last = entries[0][1], entries[-1]
@@ -230,10 +239,15 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                     return entries[index - first][2] if first <= index <= last[1] else None
 
                 message = skip_known_entries(message, last[1], last[2], term_at)
-            if snapshot_message(message):
+            snapshot = snapshot_message(message)
+            if snapshot:
                 self._commit_cap = self._commit_index  # raised by a snapshot installed or kept (below)
             try:
-                deliver(node, message)
+                if snapshot:
+                    with self.dump_lock:  # the dump is swapped in here: the snapshot writer waits
+                        deliver(node, message)
+                else:
+                    deliver(node, message)
             finally:
                 self._kept_through = None  # all set only while pysyncobj handles a snapshot sent to us
                 self._install_failed = False
@@ -453,15 +467,37 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
     # the whole log. Reading it through here keeps the log when this follower holds the snapshot's last
     # entry (raftlog/replysafety.py, rule 2). A restart's load (clearJournal=False) goes through unchanged.
     def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:  # noqa: N802,N803 (pysyncobj's names)
+        dump, fsync = self._SyncObj__conf.fullDumpFile, self.journal.fsync
         if clearJournal and self._keeps_log_for_snapshot():
+            put_back(dump, fsync)  # the log goes with our own dump (raftlog/keptdump.py)
             return
         restores = self._restores
         SyncObj._SyncObj__loadDumpFile(self, clearJournal)
         # pysyncobj swallows a failed load (our deserializer raised: the apply stopped, loudly) and then
         # answers success with the log it still has, which its leader would count towards commits
         self._install_failed = clearJournal and self._restores == restores
-        if clearJournal and not self._install_failed:
+        if self._install_failed:
+            put_back(dump, fsync)  # the load failed before it changed anything: the log is still ours
+        elif clearJournal:
+            drop(dump)
             self._commit_cap = self.last_log()[0]  # the log is the snapshot's now: the leader's
+
+    def _receive_snapshot_piece(self, receive: Callable[[Any], bool]) -> Callable[[Any], bool]:
+        """pysyncobj's Serializer.setTransmissionData, which renames the last piece's file over the dump,
+        with the dump in place set aside first (raftlog/keptdump.py)."""
+        dump = self._SyncObj__conf.fullDumpFile
+
+        def receive_piece(data: Any) -> bool:
+            if isinstance(data, tuple) and len(data) == 3 and data[2]:
+                try:
+                    set_aside(dump, self.journal.fsync)
+                except OSError as exc:
+                    log.warning("could not set %s aside before a snapshot from the leader (%s); dropped that "
+                                "snapshot, the leader sends it again", dump, exc)
+                    return False
+            return receive(data)
+
+        return receive_piece
 
     def _keeps_log_for_snapshot(self) -> bool:
         try:

@@ -24,6 +24,7 @@ from raftlog.codec import RaftEntry, decode_raft_meta
 from raftlog.crashpoints import crash_point
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.journal import DurableJournal, fsync_dir
+from raftlog.keptdump import settle
 from raftlog.leadership import LEASE_PROMISE_FRACTION, NotConfirmed
 from raftlog.pb import entry_pb2
 from raftlog.proposer import GroupCommitter, NotLeader, ProposalError
@@ -140,6 +141,8 @@ class ReplicatedLog:
         self.dump_path = os.path.join(cfg.data_dir, DUMP_NAME)
         self.journal_path = os.path.join(cfg.data_dir, JOURNAL_NAME)
         self._cleanup_stale_files()
+        # an install a crash cut short may have left the node's own snapshot set aside (raftlog/keptdump.py)
+        settle(self.dump_path, self._dump_index, cfg.fsync)
         # Opened first: a corrupt journal stops the node before anything else starts.
         self.journal = DurableJournal(self.journal_path, fsync=cfg.fsync, compacted_to=self._snapshot_first_entry())
         self.applier = Applier(fsm, state_lock)
@@ -476,8 +479,14 @@ class ReplicatedLog:
                 t0 = time.monotonic()
                 info = self.store.write(index, term, digest, self.fsm.snapshot_items(frozen), raft_meta)
                 crash_point("snapshot-file-written")
-                self.store.link_to(info, self.dump_path)
-                if self.cfg.fsync:
+                with self.raft.dump_lock:  # not while the tick thread swaps raft.dump for a received snapshot
+                    linked = self._dump_index(self.dump_path) < index
+                    if linked:
+                        self.store.link_to(info, self.dump_path)
+                if not linked:
+                    # one from the leader, newer, was installed while this one was written: the log goes with it
+                    log.info("snapshot at offset %d not linked as %s, which holds a newer one", index, self.dump_path)
+                elif self.cfg.fsync:
                     # The new raft.dump is on disk before pysyncobj compacts the journal behind it
                     # (here, off the tick thread): a crash must not pair it with an older snapshot.
                     fsync_dir(self.dump_path)
@@ -510,6 +519,13 @@ class ReplicatedLog:
         except Exception:  # a damaged snapshot is reported when pysyncobj loads it
             return 0
         return int(prev[1])
+
+    def _dump_index(self, path: str) -> int:
+        """The last index of the snapshot at `path`; -1 when there is none or it cannot be read."""
+        try:
+            return int(self._read_dump_meta(path)[0][1])
+        except Exception:
+            return -1
 
     def _read_dump_meta(self, path: str) -> tuple[RaftEntry, RaftEntry, list[str]]:
         return decode_raft_meta(self.store.read_info(path).meta)

@@ -21,7 +21,9 @@ The loss of finding 15 is rule 4; rules 1-3 are holes of the same kind found on 
    log start (a refused append's hint, a snapshot taken while the transfer ran). `keeps_log` decides;
    the binding then skips the load and answers "I hold your log up to the snapshot" (`install_ack`),
    not up to its own last entry: entries after the snapshot may still differ from the leader's, and
-   the next append sorts them out.
+   the next append sorts them out. The snapshot file the log goes with stays the node's own
+   (raftlog/keptdump.py): pysyncobj renames the received one over it first, and a restart from the
+   leader's older file cleared the kept journal.
 
 3. pysyncobj swallows a failed snapshot load and answers success all the same, with the log the
    follower still has (`install_ack(..., failed=True)` turns it into no answer at all: neither success

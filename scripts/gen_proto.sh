@@ -10,7 +10,7 @@ mkdir -p "$out/raftlog/pb" "$out/nameserver/pb"
 "$py" -m grpc_tools.protoc -I proto --python_out="$out" --pyi_out="$out" \
   proto/raftlog/pb/entry.proto proto/nameserver/pb/state.proto
 "$py" -m grpc_tools.protoc -I proto --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" \
-  proto/nameserver/pb/api.proto
+  proto/nameserver/pb/api.proto proto/nameserver/pb/shards.proto
 # The benchmark harness's trimmed etcd v3.4 API (proto/etcd): compiled under the virtual path
 # bench/pb/etcd so the modules import as bench.pb.etcd.* (no top-level `etcd` package).
 mkdir -p "$out/bench/pb/etcd/etcdserverpb" "$out/bench/pb/etcd/mvccpb"

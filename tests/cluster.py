@@ -105,7 +105,7 @@ class Cluster:
         s = self.settings
         lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
                  f'data_dir = "{node.name}-data"']
-        lines += [f"worker_processes = {self.worker_processes}", ""] if self.worker_processes else [""]
+        lines += [f"worker_processes = {self.worker_processes}", ""]  # explicit: the default is "auto"
         if self.groups > 1:
             lines += ["[sharding]", f"groups = {self.groups}", f"raft_port_step = {self.raft_port_step}", ""]
         for m in members or self.nodes:

@@ -198,9 +198,9 @@ class ReadIndexes:
 
 # ---- the worker's side -----------------------------------------------------------------------------
 
-def core_read_index(writes: WriteChannel, cfg: NodeConfig) -> Callable[[float], int]:
-    """The core's read index (READ_INDEX, asked on the write channel as the worker itself), for
-    ReplicaNode.linearizable_index; TimeoutError when it has none.
+def core_read_index(writes: WriteChannel, cfg: NodeConfig) -> ReadIndexBatcher:
+    """The core's read index (READ_INDEX, asked on the write channel as the worker itself): its read_index,
+    for ReplicaNode.linearizable_index, raises TimeoutError when it has none; stop it with the worker.
 
     Reads waiting at once share one ask (ReadIndexBatcher: an ask serves only the reads that arrived
     before it was sent, so each still gets an index that covers every write acknowledged before it).
@@ -214,7 +214,7 @@ def core_read_index(writes: WriteChannel, cfg: NodeConfig) -> Callable[[float], 
             raise TimeoutError(f"no read index from the node's core: {details}")
         return api_pb2.ReadIndexReply.FromString(reply).read_index
 
-    return ReadIndexBatcher(one_round, cfg.max_wait_ms / 1000, name="core-read-index").read_index
+    return ReadIndexBatcher(one_round, cfg.max_wait_ms / 1000, name="core-read-index")
 
 
 def local_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:

@@ -62,7 +62,13 @@ def in_time(context: grpc.ServicerContext, skew_ms: int) -> Callable[[], None]:
     forwarder's own deadline (FORWARD_DEADLINE, its wall clock) is within `skew_ms` of this node's wall
     clock ([limits] forward_clock_skew_ms: ours may be that much behind): gRPC's timeout counts from the
     call's arrival, and a call held in a TCP queue through a partition arrives with all of it. The header
-    is read only when the call is forwarded, which only peers may send (auth.Authorizer.check)."""
+    is read only when the call is forwarded, which only peers may send (auth.Authorizer.check).
+    The allowance narrows what is taken, on purpose: a write with less than `skew_ms` left is refused
+    although it might still have time, because by a forwarder whose clock is ahead of ours by up to
+    `skew_ms` its deadline may have passed already, and a write proposed after its caller's deadline is what
+    this check exists to prevent (docs/faults.md, finding 14). Widening it (refusing only past the deadline
+    plus `skew_ms`) would trade that guarantee for writes with under `skew_ms` left, which could hardly commit
+    and answer in time anyway."""
     limit = _forward_deadline_ms(context)
 
     def check() -> None:

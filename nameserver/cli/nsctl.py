@@ -7,7 +7,8 @@ Any node accepts any call (writes are forwarded to the leader), so a single call
 order until one answers; `status` asks every endpoint.
 
 This module is the command line (global flags, parser, main); the commands live in nsctl_cluster,
-nsctl_metadata, nsctl_log, nsctl_controller and nsctl_plan, and the way they call the cluster in nsctl_calls.
+nsctl_metadata, nsctl_log, nsctl_controller, nsctl_plan and nsctl_shard, and the way they call the cluster
+in nsctl_calls.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from nameserver.cli.nsctl_controller import add_controller_commands
 from nameserver.cli.nsctl_log import add_log_commands
 from nameserver.cli.nsctl_metadata import add_metadata_commands
 from nameserver.cli.nsctl_plan import add_plan_command
+from nameserver.cli.nsctl_shard import add_shard_commands
 from nameserver.client import Credentials
 from nameserver.client import parse_endpoints as client_endpoints
 from nameserver.safetext import escape_controls
@@ -90,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_log_commands(builder, sub)
     add_controller_commands(builder, sub)
     add_plan_command(builder, sub)
+    add_shard_commands(builder, sub)
     return parser
 
 

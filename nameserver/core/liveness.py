@@ -16,6 +16,11 @@ keeps the latest evidence. A fetched silence counts from when its request was se
 the way; a handed-over one counts from its arrival (younger by its transit time, once per follower and
 leader change): evidence passed around cannot keep a dead broker alive.
 
+An address registered by a batch no broker sent to this leader (a broker set's copy into this group,
+docs/scaling.md "Sharding": its heartbeats went to the source group until the move finished) was never
+heard here: its clock starts at the leader's first scan that finds it registered (one not registered at
+the previous scan), not at the grace point, which may be older than its timeout.
+
 Remoting connections, as RocketMQ uses them: every node's remoting listener reports which brokers
 hold a connection to it (ChannelTable, at the leader). When the last known connection from a broker
 closes, the broker is expired after a short grace instead of at its timeout (RocketMQ unregisters on
@@ -43,6 +48,8 @@ class LivenessTable:
         self._doomed: dict[str, float] = {}  # addr -> when it expires unless heard from first
         self._grace_from = clock()
         self._current_at = -math.inf  # when this table last knew what the leader knew (led, or synced)
+        # the addresses registered at this leader's last scan (None: no scan since its grace point)
+        self._scanned: set[str] | None = None
 
     def touch(self, addr: str) -> None:
         now = self._clock()
@@ -75,6 +82,7 @@ class LivenessTable:
             self._doomed.clear()
             self._grace_from = now
             self._current_at = now
+            self._scanned = None
 
     def silences(self, addrs: Iterable[str] | None = None) -> api_pb2.BrokerSilences:
         """ms since each address was heard: of `addrs` (registered brokers, at the leader: one never
@@ -85,7 +93,7 @@ class LivenessTable:
                 names, lasts = list(self._last), list(self._last.values())
             else:
                 names = list(addrs)
-                lasts = [self._last.get(a, self._grace_from) for a in names]
+                lasts = [self._last.get(a, now if self._arrived(a) else self._grace_from) for a in names]
         return api_pb2.BrokerSilences(broker_addrs=names,
                                       silent_ms=[max(0, int((now - last) * 1000)) for last in lasts])
 
@@ -105,22 +113,31 @@ class LivenessTable:
             for addr in [a for a in self._last if a not in live]:
                 del self._last[addr]
 
+    def _arrived(self, addr: str) -> bool:
+        """Never heard here and not registered at this leader's last scan: registered since by a batch no
+        broker sent here (a set's copy, see the module's docstring). Caller holds the lock."""
+        return self._scanned is not None and addr not in self._scanned and addr not in self._last
+
     def expired(self, registered: list[tuple[str, int, int]]) -> list[tuple[str, int]]:
         """Of (addr, timeout_ms, version) registrations, those silent past their timeout.
 
-        An address never heard since the grace point counts from the grace point.
+        An address never heard counts from the grace point, or from the first scan that finds it
+        registered if an earlier scan since the grace point did not (_arrived).
         """
         now = self._clock()
         out = []
+        live = {addr for addr, _, _ in registered}
         with self._lock:
             for addr, timeout_ms, version in registered:
+                if self._arrived(addr):
+                    self._last[addr] = now
                 last = self._last.get(addr, self._grace_from)
                 doom = self._doomed.get(addr)
                 if now - last > timeout_ms / 1000.0 or (doom is not None and now >= doom):
                     out.append((addr, version))
-            live = {addr for addr, _, _ in registered}
             for addr in [a for a in self._doomed if a not in live]:
                 del self._doomed[addr]
+            self._scanned = live
         self.keep_only(live)  # unregistered elsewhere: do not grow forever
         return out
 

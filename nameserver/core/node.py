@@ -126,7 +126,7 @@ class NameServerNode(LocalReads):
         # out of this group: docs/scaling.md, "a move"); a group core reads group 0's state through `group0`
         # (set by nameserver/groupcore.py: fn(group 0's state) under its replica's lock) for what a
         # registration takes from it.
-        self.shard_guard = moves.guard_set_writes if cfg.groups > 1 else None
+        self.shard_guard = functools.partial(moves.guard_set_writes, group=cfg.group) if cfg.groups > 1 else None
         self.group0: Callable[[Callable[[MetadataState], Any]], Any] | None = None
         self.log = ReplicatedLog(
             LogConfig(

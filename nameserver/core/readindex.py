@@ -16,6 +16,7 @@ read times out).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -56,10 +57,18 @@ class ReadIndexBatcher:
             raise ticket.error
         return ticket.index
 
-    def stop(self) -> None:
+    def stop(self, join: bool = False) -> None:
+        """End the round threads; with `join`, wait for them (a round in flight ends with its barrier, within
+        barrier_timeout_s), so that none is left in a call while its process exits."""
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+        if not join:
+            return
+        deadline = time.monotonic() + self._timeout + 1.0
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def reads_per_barrier(self) -> float:

@@ -266,15 +266,18 @@ class ReadReplica:
                                                           metadata=self._metadata or None)
         self._quiet_since = time.monotonic()
         self._call = call
-        if self._stop.is_set():
-            call.cancel()
-        messages = iter(call)
-        for msg in messages:
-            self._heard_from(msg)
-            if msg.HasField("snapshot"):
-                self._install(self._snapshot_chunks(msg, messages))
-            else:
-                self._apply(msg)
+        try:
+            if self._stop.is_set():
+                call.cancel()
+            messages = iter(call)
+            for msg in messages:
+                self._heard_from(msg)
+                if msg.HasField("snapshot"):
+                    self._install(self._snapshot_chunks(msg, messages))
+                else:
+                    self._apply(msg)
+        finally:
+            self._call = None  # ended: move_to and the watchdog leave it alone until the next one
 
     def seed(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str) -> None:
         """Before start(): begin from the followed node's state at `offset` read here (a worker: its core's

@@ -136,25 +136,38 @@ class FollowerPreference:
     """Keeps a replica off the leader's Log.Follow while another voter is ready ([replica] follow_leader
     false): the leader's CPU per write bounds the cluster's writes, and a stream costs its sender an encode
     and a send per entry. Every CHECK_S it asks the followed voter's Status; if that one leads, it moves
-    the replica to the first other voter that answers ready and not leading (none: it stays)."""
+    the replica to the first other voter that answers ready and not leading (none: it stays).
+
+    The asking runs on a thread of its own, one round at a time: check() is called from the replica's
+    readiness loop (which logs readiness and sees the stop signal), and a voter that does not answer held
+    that loop up to STATUS_TIMEOUT_S per voter asked."""
 
     CHECK_S = 5.0
+    STATUS_TIMEOUT_S = 1.0
 
     def __init__(self, replica: ReadReplica, open_peer: Callable[[str], grpc.Channel]) -> None:
         self.replica = replica
         self._admins = {addr: api_pb2_grpc.AdminStub(open_peer(addr)) for addr in replica.targets}
         self._due = 0.0
+        self._round: threading.Thread | None = None
 
     def _status(self, addr: str) -> api_pb2.NodeStatus | None:
         try:
-            return self._admins[addr].Status(api_pb2.StatusRequest(), timeout=1.0)
+            return self._admins[addr].Status(api_pb2.StatusRequest(), timeout=self.STATUS_TIMEOUT_S)
         except grpc.RpcError:
             return None
 
     def check(self, now: float) -> None:
+        """Start a round of asking if one is due and none still runs; returns at once."""
         if now < self._due or len(self.replica.targets) < 2 or not self.replica.ready:
             return
+        if self._round is not None and self._round.is_alive():
+            return
         self._due = now + self.CHECK_S
+        self._round = threading.Thread(target=self._ask_round, name="follower-preference", daemon=True)
+        self._round.start()
+
+    def _ask_round(self) -> None:
         followed = self.replica.target
         st = self._status(followed)
         if st is None or st.role != api_pb2.ROLE_LEADER:

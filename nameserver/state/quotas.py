@@ -7,7 +7,10 @@ the same size, always pass. Two writes translated at the same time are each chec
 totals may end a few records over a limit; never by more than what is in flight at once.
 
     limits.max_queue_datas       topic/ records: one per topic per broker name
-    limits.max_brokers           live/ records: registered broker addresses
+    limits.max_brokers           live/ records: registered broker addresses, and shard/ records (a sharded
+                                 cluster's directory, in group 0; a moving set's fence, then its tombstone,
+                                 in the group it left): a flood of new broker names is refused by group 0
+                                 before its directory grows past it
     limits.max_kv_keys           kv/ and kvns/ records: KV config keys and namespaces
     limits.max_kv_bytes          their keys' and values' bytes
     limits.max_controller_sets   ctrl/ records: controller-mode broker sets
@@ -29,7 +32,8 @@ QUEUE_DATAS, BROKERS, KV_KEYS, KV_BYTES, CONTROLLER_SETS = (
 QUOTAS = (QUEUE_DATAS, BROKERS, KV_KEYS, KV_BYTES, CONTROLLER_SETS)
 # The counted quota of each key prefix (KV bytes go with KV keys).
 _COUNTED = ((keys.TOPIC_PREFIX, QUEUE_DATAS), (keys.LIVE_PREFIX, BROKERS), (keys.KV_PREFIX, KV_KEYS),
-            (keys.KV_NAMESPACE_PREFIX, KV_KEYS), (keys.CONTROLLER_PREFIX, CONTROLLER_SETS))
+            (keys.KV_NAMESPACE_PREFIX, KV_KEYS), (keys.CONTROLLER_PREFIX, CONTROLLER_SETS),
+            (keys.SHARD_PREFIX, BROKERS))
 _PREFIXES = tuple(prefix for prefix, _ in _COUNTED)
 _SIZED = (keys.KV_PREFIX, keys.KV_NAMESPACE_PREFIX)  # counted by bytes too (KV_BYTES)
 

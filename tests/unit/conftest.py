@@ -33,13 +33,13 @@ def node(tmp_path) -> Iterator[NameServerNode]:
 
 
 @pytest.fixture
-def serve_log() -> Iterator[Callable[[Any], str]]:
-    """Serve the Log service over a stand-in node on an in-process gRPC server; returns its address."""
+def serve_grpc() -> Iterator[Callable[[Callable[[grpc.Server], object]], str]]:
+    """Start an in-process gRPC server on 127.0.0.1 with what `add(server)` adds to it; returns its address."""
     servers = []
 
-    def start(node: Any) -> str:
+    def start(add: Callable[[grpc.Server], object]) -> str:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        api_pb2_grpc.add_LogServicer_to_server(LogService(node), server)
+        add(server)
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
         servers.append(server)
@@ -48,3 +48,9 @@ def serve_log() -> Iterator[Callable[[Any], str]]:
     yield start
     for s in servers:
         s.stop(0)
+
+
+@pytest.fixture
+def serve_log(serve_grpc) -> Callable[[Any], str]:
+    """Serve the Log service over a stand-in node on an in-process gRPC server; returns its address."""
+    return lambda node: serve_grpc(lambda server: api_pb2_grpc.add_LogServicer_to_server(LogService(node), server))

@@ -101,6 +101,20 @@ def test_a_chunked_transfer_passes_or_drops_whole() -> None:
     assert not gate.may_send("f", append(9, "process")) and not gate.may_send("f", append(9, "finish"))
 
 
+def test_every_piece_labelled_finish_passes_with_its_start() -> None:
+    """pysyncobj labels two pieces of some entries finish (raftlog/chunkedappend.py): the gate let only the
+    first through, the follower never got the rest, and the entry never committed."""
+    clock = Clock()
+    gate = ProbeGate(0.1, clock)
+    assert gate.may_send("f", append(5, "start"))
+    assert gate.may_send("f", append(5, "finish")) and gate.may_send("f", append(5, "finish"))
+    gate.on_reply("f", refusal(3))
+    assert gate.may_send("f", append(2, "start"))
+    clock.now += 0.05
+    assert not gate.may_send("f", append(2, "start"))  # the next transfer waits for its interval, whole
+    assert not gate.may_send("f", append(2, "finish")) and not gate.may_send("f", append(2, "finish"))
+
+
 def test_other_messages_are_never_gated() -> None:
     gate = ProbeGate(0.1, Clock())
     gate.on_reply("f", refusal(3))

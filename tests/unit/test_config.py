@@ -115,9 +115,13 @@ def test_initial_state_is_new_by_default_existing_on_request_and_checked_by_name
         config.load(str(p))
 
 
-def test_worker_processes_is_off_by_default_and_checked_by_name(tmp_path) -> None:
+def test_worker_processes_is_auto_by_default_and_checked_by_name(tmp_path) -> None:
+    """Without the key a node runs "auto" workers (a node uses its cores); 0 keeps one process."""
     p = tmp_path / "n1.toml"
     p.write_text(GOOD)
+    assert config.load(str(p)).worker_processes == config.auto_worker_processes(config.load(str(p)).max_followers)
+    assert config.load(str(p)).worker_processes >= 1
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 0'))
     assert config.load(str(p)).worker_processes == 0
     p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 2'))
     assert config.load(str(p)).worker_processes == 2
@@ -139,6 +143,19 @@ def test_worker_processes_auto_is_a_worker_per_cpu_within_half_the_followers(tmp
     p.write_text(p.read_text() + "\n[limits]\nmax_followers = 2\n")
     assert config.load(str(p)).worker_processes == 1
     assert config.auto_worker_processes(100) == min(cpus, config.MAX_WORKER_PROCESSES)
+
+
+def test_worker_processes_auto_is_resolved_after_the_overrides(tmp_path) -> None:
+    """load()'s overrides (the command line's) apply before "auto" is worked out: it depends on
+    limits.max_followers, which an override may set, and an override may say "auto" itself."""
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = "auto"'))
+    cfg = config.load(str(p), {"max_followers": 2})
+    assert cfg.worker_processes == config.auto_worker_processes(2) == 1
+    p.write_text(GOOD)
+    assert config.load(str(p), {"worker_processes": "auto"}).worker_processes == config.auto_worker_processes(16)
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = "auto"'))
+    assert config.load(str(p), {"worker_processes": 0}).worker_processes == 0  # the override wins
 
 
 def test_more_workers_than_followers_allowed_is_refused_naming_both(tmp_path) -> None:
@@ -171,8 +188,12 @@ def test_a_data_dir_too_long_for_the_channel_sockets_is_refused_at_load(tmp_path
     p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}d"\nworker_processes = 1'))
     with pytest.raises(config.ConfigError, match="node.data_dir is too long for node.worker_processes"):
         config.load(str(p))
-    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}d"'))  # no workers, no sockets
+    # the default ("auto") on such a data_dir: no workers, no sockets, and why (said at start)
+    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}d"'))
     assert config.load(str(p)).worker_processes == 0
+    assert "data_dir too long for the channel sockets" in config.load(str(p)).workers_off_reason
+    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{fits}"'))
+    assert config.load(str(p)).worker_processes >= 1 and not config.load(str(p)).workers_off_reason
 
 
 REPLICA = """
@@ -251,3 +272,27 @@ def test_replica_on_a_port_in_use_says_so_in_one_line(tmp_path, capfd, root_logg
         held.close()
     err = capfd.readouterr().err
     assert f"cannot listen on [node] grpc_addr 127.0.0.1:{port}" in err and "Traceback" not in err
+
+
+def test_auto_worker_processes_follow_the_cgroup_cpu_quota(tmp_path, monkeypatch) -> None:
+    """A container limited to 1.5 CPUs on a bigger host: "auto" counts 2, not the host's CPUs (affinity
+    shows the host's); v2 (cpu.max) and v1 (cfs quota / period) both read; no quota: the affinity."""
+    own = tmp_path / "cgroup"
+    (tmp_path / "v2" / "pod").mkdir(parents=True)
+    own.write_text("0::/pod\n")
+    (tmp_path / "v2" / "pod" / "cpu.max").write_text("150000 100000\n")
+    assert config.cgroup_cpu_quota(str(tmp_path / "v2"), str(own)) == 1.5
+    (tmp_path / "v2" / "pod" / "cpu.max").write_text("max 100000\n")
+    assert config.cgroup_cpu_quota(str(tmp_path / "v2"), str(own)) is None
+    (tmp_path / "v1" / "cpu" / "pod").mkdir(parents=True)
+    own.write_text("4:cpu,cpuacct:/pod\n0::/\n")
+    (tmp_path / "v1" / "cpu" / "pod" / "cpu.cfs_quota_us").write_text("300000\n")
+    (tmp_path / "v1" / "cpu" / "pod" / "cpu.cfs_period_us").write_text("100000\n")
+    assert config.cgroup_cpu_quota(str(tmp_path / "v1"), str(own)) == 3.0
+    (tmp_path / "v1" / "cpu" / "pod" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert config.cgroup_cpu_quota(str(tmp_path / "v1"), str(own)) is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(config, "cgroup_cpu_quota", lambda: 1.5)
+    assert config.auto_worker_processes(100) == 2
+    monkeypatch.setattr(config, "cgroup_cpu_quota", lambda: None)
+    assert config.auto_worker_processes(100) == 50

@@ -49,7 +49,6 @@ def test_group_out_of_range_is_refused(tmp_path) -> None:
 
 @pytest.mark.parametrize(("node", "sharding", "field"), [
     ("worker_processes = 0", "[sharding]\ngroups = 2", "node.worker_processes"),
-    ("", "[sharding]\ngroups = 2", "node.worker_processes"),
     ("worker_processes = 1", "[sharding]\ngroups = 0", "sharding.groups"),
     ("worker_processes = 1", "[sharding]\ngroups = 2\nraft_port_step = 0", "sharding.raft_port_step"),
     ("worker_processes = 1", "[sharding]\ngroups = 2\nraft_port_step = 60000", "sharding.raft_port_step"),

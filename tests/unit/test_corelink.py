@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -180,8 +181,9 @@ def test_linearizable_reads_waiting_at_once_share_the_cores_read_index_asks(tmp_
     server = writechannel.WriteChannelServer(f"{tmp_path}/channel/writes.sock", calls, 8, 1 << 20)
     server.start()
     writes = writechannel.WriteChannel(server.path, 1 << 20)
+    read_indexes = corelink.core_read_index(writes, NodeConfig("127.0.0.1:1", "127.0.0.1:2", str(tmp_path), []))
+    index = read_indexes.read_index
     try:
-        index = corelink.core_read_index(writes, NodeConfig("127.0.0.1:1", "127.0.0.1:2", str(tmp_path), []))
         first = index(5)
         with futures.ThreadPoolExecutor(32) as pool:
             got = list(pool.map(lambda _: index(5), range(32)))
@@ -190,6 +192,7 @@ def test_linearizable_reads_waiting_at_once_share_the_cores_read_index_asks(tmp_
         assert index(5) > max(got)
         assert set(callers) == {"worker"}  # the node itself (CALLER "self"), not a client
     finally:
+        read_indexes.stop()
         writes.close()
         server.stop()
 
@@ -304,3 +307,15 @@ def test_a_write_waiting_when_the_channel_breaks_fails_unavailable_and_the_next_
     finally:
         writes.close()
         again.stop()
+
+
+def test_a_workers_read_index_threads_end_when_it_stops(tmp_path: Any) -> None:
+    """The worker's read index rounds (corelink.core_read_index) run on threads of their own: its stop ends
+    and joins them, so none is left in a call on the write channel while the process exits."""
+    from nameserver import worker
+
+    writes = writechannel.WriteChannel(f"{tmp_path}/none", 1 << 20)
+    read_indexes = corelink.core_read_index(writes, NodeConfig("127.0.0.1:1", "127.0.0.1:2", str(tmp_path), []))
+    assert [t for t in threading.enumerate() if t.name.startswith("core-read-index-")]
+    worker._stop(None, None, SimpleNamespace(stop=lambda: None), read_indexes)  # type: ignore[arg-type]
+    assert not [t for t in threading.enumerate() if t.name.startswith("core-read-index-")]

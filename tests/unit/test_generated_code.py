@@ -8,7 +8,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GENERATED = ["raftlog/pb/entry_pb2.py", "raftlog/pb/entry_pb2.pyi", "nameserver/pb/state_pb2.py",
              "nameserver/pb/state_pb2.pyi", "nameserver/pb/api_pb2.py", "nameserver/pb/api_pb2.pyi",
-             "nameserver/pb/api_pb2_grpc.py",
+             "nameserver/pb/api_pb2_grpc.py", "nameserver/pb/shards_pb2.py", "nameserver/pb/shards_pb2.pyi",
+             "nameserver/pb/shards_pb2_grpc.py",
              # the benchmark harness's trimmed etcd API (proto/etcd, bench/etcd.py)
              "bench/pb/etcd/mvccpb/kv_pb2.py", "bench/pb/etcd/mvccpb/kv_pb2.pyi",
              "bench/pb/etcd/etcdserverpb/rpc_pb2.py", "bench/pb/etcd/etcdserverpb/rpc_pb2.pyi",

@@ -1,5 +1,8 @@
 from nameserver.core.liveness import ChannelTable, HeartbeatBuffer, LivenessTable
 from nameserver.pb import api_pb2
+from nameserver.state import MetadataState, register_broker
+from nameserver.state.shards import moves
+from raftlog.pb import entry_pb2
 
 
 class FakeClock:
@@ -164,3 +167,45 @@ def test_disconnect_expires_after_the_grace_unless_heard_again() -> None:
     table.touch("b:1")  # another node's connection reported in time
     clock.t += 1.5
     assert table.expired([("a:1", 120_000, 1), ("b:1", 120_000, 2)]) == [("a:1", 1)]
+
+
+def _scan(table: LivenessTable, state: MetadataState) -> list[str]:
+    """The leader's expiry scan over a group's state (node.py's scan_once, without proposing)."""
+    return [addr for addr, _ in table.expired([(addr, live.heartbeat_timeout_ms, version)
+                                               for addr, live, version in state.live_addrs()])]
+
+
+def _register(state: MetadataState, name: str, addr: str) -> None:
+    req = api_pb2.RegisterBrokerRequest(cluster_name="c", broker_name=name, broker_addr=addr,
+                                        heartbeat_timeout_ms=3000)
+    tr = register_broker(state, req, 120_000)
+    assert state.apply_entry(state.offset + 1, entry_pb2.Entry(batches=[tr.batch]))[0].applied
+
+
+def test_a_set_copied_into_a_group_is_not_expired_before_its_timeout_passes_from_the_copy() -> None:
+    """The target group's leader never heard the copied addresses (their heartbeats went to the source
+    until the move finished): counted from its grace point, long past, its next scan would expire them.
+    The scan that first finds them registered starts their clocks; they still expire once silent past their
+    timeout from then, and an address found at the first scan after the grace point still counts from it."""
+    clock = FakeClock()
+    source, target = MetadataState(), MetadataState()
+    _register(source, "moved", "10.0.0.1:10911")
+    _register(target, "stays", "10.0.0.2:10911")  # registered before this leader: never heard by it
+    leader = LivenessTable(clock)
+    leader.grant_grace(trust_within_s=5)
+    clock.t += 1
+    assert _scan(leader, target) == []
+    clock.t += 100  # the group's leader has led longer than a timeout (3 s); "stays" went long ago
+    assert _scan(leader, target) == ["10.0.0.2:10911"]
+    copy = moves.copy_set(source, target, "moved")
+    assert target.apply_entry(target.offset + 1, entry_pb2.Entry(batches=[copy.batch]))[0].applied
+    copied_at = clock.t
+    silences = leader.silences(target.registered_addrs())  # a follower syncing before the next scan
+    assert dict(zip(silences.broker_addrs, silences.silent_ms, strict=True))["10.0.0.1:10911"] == 0
+    clock.t += 0.5  # the next scan finds it
+    found_at = clock.t
+    assert _scan(leader, target) == ["10.0.0.2:10911"]
+    clock.t = copied_at + 2.9
+    assert _scan(leader, target) == ["10.0.0.2:10911"]
+    clock.t = found_at + 3.1  # silent past its timeout since: expired as any other broker
+    assert _scan(leader, target) == ["10.0.0.1:10911", "10.0.0.2:10911"]

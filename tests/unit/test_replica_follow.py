@@ -476,3 +476,38 @@ def test_a_core_whose_apply_stopped_is_named_by_the_replica_until_it_feeds_it(se
     core.log.ready = True
     wait_until(at(r, core))
     assert not r.core_stopped
+
+
+def test_between_follow_calls_there_is_no_stream_to_move_or_cut(serve_log) -> None:
+    """The running Follow call is forgotten when it ends: while the replica waits to reconnect, move_to has no
+    stream to leave (it said it had, and left a move pending for a later stream), and the silence watchdog
+    does not cut the ended call again, over the error that ended it."""
+    refusing, feeding = StandInCore(), StandInCore()
+    refusing.put("k", "v")
+    feeding.put("k", "v")
+    refusing.log.ready = False  # answers "not ready": the call ends, the replica goes on to the next voter
+    first, second = serve_log(refusing), serve_log(feeding)
+    in_gap, go_on = threading.Event(), threading.Event()
+
+    class Held(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            if threading.current_thread().name == "replica-gap":  # the follower's wait to reconnect
+                in_gap.set()
+                go_on.wait(10)
+                return self.is_set()
+            return super().wait(timeout)
+
+    r = ReadReplica([first, second], grpc.insecure_channel, name="gap", max_silence_s=0.3)
+    r._stop = Held()
+    r.start()
+    try:
+        assert in_gap.wait(10)
+        time.sleep(1.0)  # past max_silence_s: the watchdog ran over the gap
+        assert r.last_error.startswith("UNAVAILABLE"), r.last_error
+        assert r.target == second and not r.move_to(first, "a move with no stream to leave")
+        go_on.set()
+        wait_until(at(r, feeding))
+        assert r.target == second
+    finally:
+        go_on.set()
+        r.stop()

@@ -6,10 +6,18 @@ it holds keeps the entries after it."""
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 import time
 
+import pytest
+
+import raftlog.log
+from raftlog.journal import DurableJournal
+from raftlog.keptdump import KEPT_SUFFIX
 from raftlog.replysafety import install_ack, keeps_log, stale_reply, stamp_term
+from raftlog.segment import list_segments, read_segment
 from tests.unit.test_raftlog_inprocess import leader_of, put, trio, wait_for
 
 __all__ = ["trio"]  # the fixture, shared with test_raftlog_inprocess.py
@@ -163,6 +171,7 @@ def test_a_snapshot_the_follower_fails_to_load_is_not_acknowledged(trio) -> None
     on_tick(raft, lambda: receive(from_leader, damaged))
     wait_for(lambda: answers)
     assert answers[0]["success"] is False and answers[0]["reset"] is False
+    assert not os.path.exists(follower.log.dump_path), "the damaged file is the follower's raft.dump"
 
 
 def test_a_piece_of_a_snapshot_commits_nothing_of_the_follower_s_own_tail(trio) -> None:
@@ -187,3 +196,84 @@ def test_a_piece_of_a_snapshot_commits_nothing_of_the_follower_s_own_tail(trio) 
 
     before, after = on_tick(raft, stale_tail_then_a_snapshot_piece)
     assert after == before, f"a snapshot's first piece committed the follower's own tail: {before} -> {after}"
+
+
+@pytest.fixture
+def small_segments(monkeypatch):
+    """Journal segments of 2 KiB: a compaction deletes the files that held the entries before a snapshot, as
+    it does with the 4 MiB default over a real snapshot interval (then nothing on disk holds those entries)."""
+    monkeypatch.setattr(raftlog.log, "DurableJournal", functools.partial(DurableJournal, segment_bytes=2048))
+
+
+def oldest_on_disk(journal) -> int:
+    """The first entry any segment file of `journal` holds."""
+    return min(s.first for s in (read_segment(seq, p) for seq, p in list_segments(journal.path)) if s.entries)
+
+
+@pytest.mark.parametrize("crash", ["after the install", "between the dump's replacement and its put-back"])
+def test_a_follower_that_kept_its_log_over_an_older_snapshot_restarts_with_every_entry(small_segments, trio,
+                                                                                          crash) -> None:
+    """Rule 2 on disk: pysyncobj renames the leader's snapshot over raft.dump before the binding decides to
+    keep the log. A follower whose own snapshot is newer then restarted from the leader's older dump, and its
+    journal (paired with its own) was cleared: writes it had acknowledged were gone from its disk, and an
+    election without the old leader lost them. It restarts from its own snapshot, with every entry."""
+    leader = leader_of(trio)
+    follower, other = (n for n in trio if n is not leader)
+    for i in range(45):  # past snapshot_every_entries (40): a first snapshot on every node
+        leader.log.propose(put(f"k/{i}", "v"), timeout=10)
+    wait_for(lambda: leader.log.snapshot_offset > 0)
+    older = leader.log.store.list()[0]  # the leader's snapshot that it will send, late
+    with open(older.path, "rb") as f:
+        older_bytes = f.read()
+    raft = follower.log.raft
+    for i in range(45):  # the follower's own snapshot passes it, and its log is compacted behind that one
+        leader.log.propose(put(f"k2/{i}", "v"), timeout=10)
+    wait_for(lambda: oldest_on_disk(follower.log.journal) > older.offset)
+    other.close()
+    acked = [leader.log.propose(put(f"acked/{i}", "v"), timeout=10).offset for i in range(5)]  # with the follower
+    wait_for(lambda: (raft.last_log_index() or 0) >= max(acked))
+    leader.close()
+    from_leader = next(p for p in raft.other_peers() if p.id == leader.addr)
+    receive = raft._SyncObj__transport._onMessageReceivedCallback
+
+    def install_older() -> tuple[int, int]:
+        before = raft.last_log_index()
+        receive(from_leader, {"type": "append_entries", "term": raft.current_term(), "commit_index": older.offset,
+                              "serialized": (older_bytes, True, True)})  # the whole file in one piece
+        return before, raft.last_log_index()
+
+    dump = follower.log.dump_path
+    own = follower.log._read_dump_meta(dump)[0][1]
+    before, after = on_tick(raft, install_older)
+    assert after == before, "the follower did not keep its log over the older snapshot"
+    assert follower.log._read_dump_meta(dump)[0][1] == own, "raft.dump is the leader's older snapshot now"
+    follower.close()
+    if crash != "after the install":  # a crash in the window: the leader's file is raft.dump, its own aside
+        os.replace(dump, dump + KEPT_SUFFIX)
+        with open(dump, "wb") as f:
+            f.write(older_bytes)
+    follower.start()
+    other.start()
+    new_leader = leader_of([follower, other])
+    new_leader.log.wait_applied(max(acked), 10)
+    lost = [f"acked/{i}" for i in range(5) if new_leader.kv.get(f"acked/{i}") is None]
+    assert not lost, f"acknowledged writes lost after the follower's restart: {lost}"
+    wait_for(lambda: follower.kv.offset == new_leader.kv.offset and follower.kv.digest == new_leader.kv.digest)
+
+
+def test_a_snapshot_written_after_a_newer_one_became_raft_dump_does_not_replace_it(trio) -> None:
+    """The node's snapshot writer runs on its own thread; a snapshot from the leader (newer than anything this
+    node applied) may be installed while it writes. Linking the writer's older file as raft.dump afterwards
+    paired the journal, which goes with the installed one, with an older dump: the next restart cleared it."""
+    leader = leader_of(trio)
+    follower = next(n for n in trio if n is not leader)
+    for i in range(90):  # two snapshots on the follower
+        leader.log.propose(put(f"k/{i}", "v"), timeout=10)
+    wait_for(lambda: len(follower.log.store.list()) >= 2)
+    dump = follower.log.dump_path
+    newest = follower.log._read_dump_meta(dump)[0][1]
+    older = follower.log.store.list()[-1]
+    assert older.offset < newest
+    follower.log._write_snapshot(older.offset, older.term, follower.log.fsm.freeze(), older.meta, older.digest)
+    follower.log._snapshot_writer.join(10)
+    assert follower.log._read_dump_meta(dump)[0][1] == newest, "an older snapshot replaced raft.dump"

@@ -13,6 +13,7 @@ from nameserver.errors import TooLargeError
 from nameserver.pb import state_pb2
 from nameserver.state import MetadataState, Translation, keys, put_kv, quotas, translate
 from nameserver.state.sessions import SessionQuota
+from nameserver.state.shards import moves
 from raftlog.pb import entry_pb2
 from tests.cluster import register_request
 
@@ -159,6 +160,25 @@ def test_queue_datas_count_per_broker_name() -> None:
     quotas.check(state.usage, state.kv, batch, LIMITS)
     with pytest.raises(TooLargeError, match="limits.max_queue_datas"):
         quotas.check(state.usage, state.kv, batch, {**LIMITS, quotas.QUEUE_DATAS: 3})
+
+
+def test_a_flood_of_new_broker_names_is_refused_by_group0_directory_quota() -> None:
+    """Sharded, a new set's directory record (shard/) is written in group 0 before its registration reaches
+    its group: counted with the brokers, a flood of names stops at group 0's quota, not past it."""
+    state = MetadataState()
+    apply(state, translate.register_broker(state, register_request("c1", "b0", "10.0.0.1:10911", []), 60_000))
+    for i in range(2):
+        tr = moves.assign_set(state, f"new-{i}", "c1", 3)
+        quotas.check(state.usage, state.kv, tr.batch, {**LIMITS, quotas.BROKERS: 3})
+        apply(state, tr)
+    assert state.usage.totals[quotas.BROKERS] == 3  # one address and two directory records
+    with pytest.raises(TooLargeError) as err:
+        quotas.check(state.usage, state.kv, moves.assign_set(state, "new-2", "c1", 3).batch,
+                     {**LIMITS, quotas.BROKERS: 3})
+    assert err.value.field == "limits.max_brokers"
+    restored = MetadataState()
+    restored.restore(state.offset, [(k, v, ver, t) for k, (v, ver, t) in state.kv.freeze().items()])
+    assert restored.usage.totals == state.usage.totals
 
 
 # ---- the registration budget -----------------------------------------------------------------------

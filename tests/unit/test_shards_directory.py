@@ -182,7 +182,8 @@ def test_a_move_copies_every_record_and_no_read_loses_the_set_at_any_step() -> N
     assert moves.finish_move(g0, SET, 2, copied_at).empty
     assert merge_route(groups, "T1").route == before
     assert apply(g1, moves.drop_set(g1, g0, 1, SET))
-    assert not _records(g1, SET) and keys.shard_key(SET) not in g1.kv  # records and fence gone
+    assert not _records(g1, SET)  # records gone, the fence now a tombstone naming the set's group
+    assert g1.directory.entry(SET) == state_pb2.ShardSet(group=2)
     assert moves.drop_set(g1, g0, 1, SET).empty
     assert merge_route(groups, "T1").route == before
 
@@ -209,14 +210,14 @@ def test_a_write_translated_before_the_fence_applies_is_refused_and_its_retry_fi
     """The source accepts nothing of the set once its fence is in its log, whatever its directory replica
     said when it translated: the fence's absence is a precondition of every write of the set."""
     g0, g1, _g2 = _fleet()
-    late = moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT))
+    late = moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 1)
     assert apply(g0, moves.begin_move(g0, SET, 2, 3))
     assert apply(g1, moves.fence_set(g1, SET, 1, 2))
     assert not apply(g1, late)  # a no-op at apply: the copy cannot miss it
     with pytest.raises(moves.SetMoving) as moving:
-        moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT))
+        moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 1)
     assert moving.value.target == 2
-    assert not moves.guard_set_writes(g1, Translation()).batch.preconditions  # nothing written: no guard
+    assert not moves.guard_set_writes(g1, Translation(), 1).batch.preconditions  # nothing written: no guard
 
 
 def test_every_write_touching_a_fenced_set_is_refused_whatever_its_request() -> None:
@@ -239,8 +240,8 @@ def test_every_write_touching_a_fenced_set_is_refused_whatever_its_request() -> 
     assert apply(g0, moves.begin_move(g0, SET, 2, 3)) and apply(g1, moves.fence_set(g1, SET, 1, 2))
     for tr in writes:
         with pytest.raises(moves.SetMoving):
-            moves.guard_set_writes(g1, tr)
-    assert apply(g1, moves.guard_set_writes(g1, wipe_write_perm(g1, "other")))
+            moves.guard_set_writes(g1, tr, 1)
+    assert apply(g1, moves.guard_set_writes(g1, wipe_write_perm(g1, "other"), 1))
 
 
 def test_move_steps_refuse_bad_input_by_field() -> None:
@@ -269,7 +270,7 @@ def test_a_set_held_by_group0_before_sharding_moves_out_with_the_directory_recor
     assert apply(g0, moves.begin_move(g0, "old", 1, 2))
     assert moves.fence_set(g0, "old", 0, 1).empty  # group 0's fence is the directory record
     with pytest.raises(moves.SetMoving):
-        moves.guard_set_writes(g0, register_broker(g0, reg("old", "10.0.0.6:10911", bid=1), TIMEOUT))
+        moves.guard_set_writes(g0, register_broker(g0, reg("old", "10.0.0.6:10911", bid=1), TIMEOUT), 0)
     assert apply(g1, moves.copy_set(g0, g1, "old"))
     assert apply(g0, moves.finish_move(g0, "old", 1, g1.offset))
     assert apply(g0, moves.drop_set(g0, g0, 0, "old"))
@@ -277,3 +278,81 @@ def test_a_set_held_by_group0_before_sharding_moves_out_with_the_directory_recor
     route = merge_route([g0, g1], "T1").route
     assert [bd.broker_name for bd in route.broker_datas] == ["old"]
 
+
+
+def _move(groups: list[MetadataState], name: str, target: int) -> None:
+    """moves.py's six steps, each applied in its group."""
+    g0 = groups[0]
+    source = g0.directory.group_of(name)
+    assert apply(g0, moves.begin_move(g0, name, target, len(groups)))
+    assert apply(groups[source], moves.fence_set(groups[source], name, source, target))
+    assert apply(groups[target], moves.copy_set(groups[source], groups[target], name))
+    assert apply(g0, moves.finish_move(g0, name, target, max(groups[target].offset, 1)))
+    assert apply(groups[target], moves.open_set(groups[target], g0, target, name))
+    assert apply(groups[source], moves.drop_set(groups[source], g0, source, name))
+
+
+def test_a_write_held_through_a_whole_move_is_a_no_op_when_it_reaches_the_source_after_the_drop() -> None:
+    """The drop leaves a tombstone: the source's shard/ record is never absent again, so a write translated
+    before the fence (its precondition: the record absent) fails whenever it reaches the log, and one
+    translated after the drop (a router whose directory replica lags) is refused naming the set's group."""
+    groups = _fleet()
+    g0, g1, _g2 = groups
+    assert apply(g0, moves.pin_set(g0, "new", 1, 3))  # a set with no records yet: its brokers not started
+    first = moves.guard_set_writes(g1, register_broker(g1, reg("new", "10.0.0.9:10911"), TIMEOUT), 1)
+    held = moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 1)
+    _move(groups, "new", 2)
+    _move(groups, SET, 2)
+    assert not apply(g1, first) and not _records(g1, "new")  # its only guard: the record the drop keeps
+    assert not apply(g1, held) and not _records(g1, SET)  # nothing of either set where no read takes it
+    with pytest.raises(moves.SetMoved) as moved:
+        moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 1)
+    assert moved.value.target == 2 and "moved to group 2: retry" in str(moved.value)
+    assert isinstance(moved.value, moves.SetMoving)  # refused as a moving set's writes are: retriable
+    assert moves.drop_set(g1, g0, 1, SET).empty
+
+
+def test_group0_refuses_writes_of_a_set_its_directory_places_in_another_group() -> None:
+    """In group 0 the directory's record is the set's fence and tombstone: a set it held before sharding,
+    moved out, is refused there like any set the directory places elsewhere."""
+    g0, g1 = MetadataState(), MetadataState()
+    register(g0, reg("old", "10.0.0.5:10911"))
+    held = moves.guard_set_writes(g0, register_broker(g0, reg("old", "10.0.0.6:10911", bid=1), TIMEOUT), 0)
+    _move([g0, g1], "old", 1)
+    assert not apply(g0, held)
+    with pytest.raises(moves.SetMoved) as moved:
+        moves.guard_set_writes(g0, register_broker(g0, reg("old", "10.0.0.6:10911", bid=1), TIMEOUT), 0)
+    assert moved.value.target == 1
+    assert apply(g1, moves.guard_set_writes(g1, register_broker(g1, reg("old", "10.0.0.6:10911", bid=1), TIMEOUT), 1))
+
+
+def test_a_set_moved_back_is_written_in_its_old_group_once_opened_but_a_write_from_before_it_left_is_not() -> None:
+    """Moving back into a group holding the set's tombstone, the set's writes are refused there until the
+    move is finished and the group opened (step 5: a record naming the group, at a new version), so
+    nothing is written there that a copy run again would delete; a write translated before the set first
+    left still fails. Each step is empty when run again."""
+    groups = _fleet()
+    g0, g1, g2 = groups
+    stale = moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 1)
+    _move(groups, SET, 2)
+    assert moves.open_set(g2, g0, 2, SET).empty  # the set never left group 2: nothing to open
+    assert apply(g0, moves.begin_move(g0, SET, 1, 3)) and apply(g2, moves.fence_set(g2, SET, 2, 1))
+    assert apply(g1, moves.copy_set(g2, g1, SET))
+    with pytest.raises(ValidationError) as err:
+        moves.open_set(g1, g0, 1, SET)
+    assert err.value.field == "broker_name"
+    assert apply(g0, moves.finish_move(g0, SET, 1, g1.offset))
+    with pytest.raises(moves.SetMoved) as moved:  # a router whose directory shows the move done: not yet
+        moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 1)
+    assert moved.value.target == 2  # the tombstone's group: the router, asked again, sends it here
+    assert apply(g1, moves.open_set(g1, g0, 1, SET)) and moves.open_set(g1, g0, 1, SET).empty
+    assert apply(g2, moves.drop_set(g2, g0, 2, SET)) and moves.drop_set(g2, g0, 2, SET).empty
+    assert g1.directory.entry(SET) == state_pb2.ShardSet(group=1)  # taken here again, at a new version
+    assert g2.directory.entry(SET) == state_pb2.ShardSet(group=1)  # group 2's tombstone
+    assert not apply(g1, stale)
+    assert apply(g1, moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 1))
+    with pytest.raises(moves.SetMoved):
+        moves.guard_set_writes(g2, register_broker(g2, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 2)
+    route = merge_route(groups, "T1").route
+    bd = next(bd for bd in route.broker_datas if bd.broker_name == SET)
+    assert [a.addr for a in bd.addrs] == ["10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"]

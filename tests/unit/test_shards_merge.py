@@ -2,9 +2,11 @@
 
 The same requests go to one MetadataState and to G states, the latter placed by the router (a new set
 assigned first by group 0, settings and KV in group 0, a registration translated in its set's group with
-group 0's settings, every group's write guarded by its fences), while sets move between groups one step at
-a time. A request refused because its set is moving is sent again later, as a broker retries (the one state
-takes it then). After every request and step, every topic's merged route (each variant a client can ask:
+group 0's settings, every group's write guarded by its shard/ records), while sets move between groups one
+step at a time. Some registrations are routed by a stale directory (to the group their set was assigned
+first, wherever it is now): the group refuses them unless it holds the set. A request refused because its
+set is moving (or moved) is sent again later, routed afresh, as a broker retries (the one state takes it
+then). After every request and step, every topic's merged route (each variant a client can ask:
 zone, order config, acting master) and the cluster info equal the one state's, and so do the writes'
 replies; once the moves end and the refused requests are retried, every address registered in the one
 state is registered in its set's group: no registration lost.
@@ -72,7 +74,7 @@ Writes = list[tuple[int, Translation]]
 
 @dataclass
 class Move:
-    """A set's move under way: the steps done so far (moves.py's 1-5) and where the copy applied."""
+    """A set's move under way: the steps done so far (moves.py's 1-6) and where the copy applied."""
 
     name: str
     source: int
@@ -89,6 +91,7 @@ class Sharded:
     groups: int
     states: list[MetadataState] = field(default_factory=list)
     moving: dict[str, Move] = field(default_factory=dict)
+    first: dict[str, int] = field(default_factory=dict)  # the group each set was assigned first
 
     def __post_init__(self) -> None:
         self.states = [MetadataState() for _ in range(self.groups)]
@@ -102,6 +105,7 @@ class Sharded:
         placed = route(request, self.g0.directory, self.groups)
         if isinstance(placed, AssignFirst):
             assert _apply(self.g0, moves.assign_set(self.g0, placed.broker_name, placed.cluster, self.groups))
+            self.first[placed.broker_name] = self.g0.directory.group_of(placed.broker_name)
             placed = route(request, self.g0.directory, self.groups)
         if isinstance(placed, Moving):
             raise moves.SetMoving(placed.broker_name, placed.target)
@@ -111,7 +115,7 @@ class Sharded:
         return [(placed.group, request)]
 
     def guarded(self, group: int, tr: Translation) -> tuple[int, Translation]:
-        return group, moves.guard_set_writes(self.states[group], tr)
+        return group, moves.guard_set_writes(self.states[group], tr, group)
 
     def commit(self, writes: Writes) -> None:
         for group, tr in writes:
@@ -132,13 +136,14 @@ class Sharded:
             (m.source, lambda: moves.fence_set(source, name, m.source, m.target)),
             (m.target, lambda: moves.copy_set(source, target, name)),
             (0, lambda: moves.finish_move(g0, name, m.target, m.since)),
+            (m.target, lambda: moves.open_set(target, g0, m.target, name)),
             (m.source, lambda: moves.drop_set(source, g0, m.source, name)),
         ][m.done]
         assert _apply(self.states[group], step()) and step().empty
         m.done += 1
         if m.done == 3:
             m.since = target.offset
-        if m.done == 5:
+        if m.done == 6:
             del self.moving[name]
 
     def registered(self) -> list[str]:
@@ -169,8 +174,11 @@ class Fleet:
         self.sharded = Sharded(groups)
         self.deferred: list[tuple] = []  # type: ignore[type-arg]
 
-    def register(self, req: api_pb2.RegisterBrokerRequest) -> None:
-        [(group, _)] = self.sharded.place(req)
+    def register(self, req: api_pb2.RegisterBrokerRequest, stale: bool = False) -> None:
+        """`stale`: routed by a worker whose directory replica still shows the set where it was first
+        assigned (as any worker would route it, the first time)."""
+        first = self.sharded.first.get(req.broker_name)
+        [(group, _)] = self.sharded.place(req) if not stale or first is None else [(first, req)]
         states = self.sharded.states
         writes = [self.sharded.guarded(group, register_broker(states[group], req, TIMEOUT, states[0]))]
         one = register_broker(self.one, req, TIMEOUT)
@@ -239,8 +247,8 @@ class Fleet:
     def run(self, op: tuple) -> None:  # type: ignore[type-arg]
         try:
             _run(self, op)
-        except moves.SetMoving:
-            self.deferred.append(op)
+        except moves.SetMoving:  # SetMoved too: a stale route refused, retried as the broker would
+            self.deferred.append(("register", *op[1:]) if op[0] == "stale" else op)
 
     def retry(self) -> None:
         deferred, self.deferred = self.deferred, []
@@ -249,9 +257,7 @@ class Fleet:
 
     def settle(self) -> None:
         """Every move finished and every refused request sent again: nothing is left refused."""
-        while self.sharded.moving:
-            self.sharded.step(next(iter(self.sharded.moving)))
-            self.check_routes()
+        _run(self, ("complete",))
         self.retry()
         assert not self.deferred
         self.check_routes()
@@ -273,7 +279,7 @@ names = st.sampled_from(SETS)
 bids = st.sampled_from([0, 1, 2])
 topic_perms = st.dictionaries(st.sampled_from(TOPICS), st.sampled_from([2, 4, 6]), max_size=3)
 operations = st.one_of(
-    st.tuples(st.just("register"), names, bids, st.integers(1, 3), topic_perms,
+    st.tuples(st.sampled_from(["register", "stale"]), names, bids, st.integers(1, 3), topic_perms,
               st.sampled_from([None, False, True]), st.lists(st.sampled_from(["f1:1", "f2:1"]), max_size=2)),
     st.tuples(st.just("unregister"), names, bids),
     st.tuples(st.just("expire"), names, bids),
@@ -287,14 +293,15 @@ operations = st.one_of(
     st.tuples(st.just("step"), st.integers(0, 5)),
     st.tuples(st.just("step"), st.integers(0, 5)),
     st.tuples(st.just("retry")),
+    st.tuples(st.just("complete")),  # every move under way run to its end (checked after each step)
 )
 
 
 def _run(fleet: Fleet, op: tuple) -> None:  # type: ignore[type-arg]
     kind = op[0]
-    if kind == "register":
+    if kind in ("register", "stale"):
         _, name, bid, counter, topics, acting, filters = op
-        fleet.register(registration(name, bid, counter, topics, acting, tuple(filters)))
+        fleet.register(registration(name, bid, counter, topics, acting, tuple(filters)), stale=kind == "stale")
     elif kind == "unregister":
         fleet.unregister(op[1], op[2])
     elif kind == "expire":
@@ -315,6 +322,10 @@ def _run(fleet: Fleet, op: tuple) -> None:  # type: ignore[type-arg]
         fleet.sharded.start_move(op[1], op[2] % fleet.sharded.groups)
     elif kind == "step" and fleet.sharded.moving:
         fleet.sharded.step(sorted(fleet.sharded.moving)[op[1] % len(fleet.sharded.moving)])
+    elif kind == "complete":
+        while fleet.sharded.moving:
+            fleet.sharded.step(next(iter(fleet.sharded.moving)))
+            fleet.check_routes()
     elif kind == "retry":
         fleet.retry()
 
@@ -332,7 +343,8 @@ def test_a_sharded_fleet_answers_every_route_as_one_group_does(groups: int, ops:
 def test_a_whole_fleet_spreads_over_the_groups_and_still_answers_as_one() -> None:
     """Every set registered (master and slave, every topic): the sets land in more than one group (the
     differential is not one group's answer compared with itself), and moving every set one group on and
-    back keeps every answer. Group 0's settings and order-topic config reach every group's registrations."""
+    back (each set then written in its group again) keeps every answer. Group 0's settings and
+    order-topic config reach every group's registrations."""
     fleet = Fleet(3)
     fleet.group0_write(api_pb2.PutKvRequest(), lambda s: put_kv(s, ORDER_TOPIC_CONFIG, "T1", "b0:4"))
     fleet.group0_write(api_pb2.UpdateSettingsRequest(), lambda s: update_settings(
@@ -349,6 +361,9 @@ def test_a_whole_fleet_spreads_over_the_groups_and_still_answers_as_one() -> Non
         for name in SETS:
             fleet.sharded.start_move(name, (fleet.sharded.g0.directory.group_of(name) + step) % 3)
             fleet.settle()
+    for name in SETS:  # back in the group each left: written there again (group k >= 1 opened, step 5)
+        fleet.register(registration(name, 1, 2, {"T0": 6}, True, ()))
+    fleet.check_routes()
     fleet.unregister("b0", 0)  # a master lost: the acting-master view, computed over the merged parts
     fleet.check_routes()
 
@@ -372,6 +387,28 @@ def test_a_registration_refused_while_its_set_moves_is_retried_and_not_lost() ->
     assert merge_route(fleet.sharded.states, "T1").route is None
     assert fleet.sharded.registered() == [addr("b1", 0), addr("b1", 1)]
     assert [qd.broker_name for qd in merge_route(fleet.sharded.states, "T2").route.queue_datas] == ["b1"]
+
+
+def test_a_registration_routed_by_a_stale_directory_is_refused_where_its_set_was_and_retried() -> None:
+    """After a set moved out of a group (and after it moved back, until it is opened there), a worker whose
+    directory replica lags still sends its registrations to that group: refused (SetMoved), retried, they
+    land in the set's group, and every answer equals one group's."""
+    fleet = Fleet(3)
+    fleet.run(("register", "b1", 0, 1, {"T0": 6}, None, []))
+    first = fleet.sharded.first["b1"]
+    for target in ((first + 1) % 3, first):
+        fleet.run(("move", "b1", target))
+        for _ in range(5):  # through the finish (and the opening, coming back)
+            fleet.run(("stale", "b1", 1, 2, {"T0": 6, "T1": 6}, None, []))
+            fleet.run(("step", 0))
+            fleet.check_routes()
+        fleet.run(("stale", "b1", 1, 2, {"T0": 6, "T1": 6}, None, []))
+        assert fleet.deferred and all(op[0] == "register" for op in fleet.deferred)
+        fleet.settle()
+        assert fleet.sharded.registered() == [addr("b1", 0), addr("b1", 1)]
+    fleet.run(("stale", "b1", 1, 3, {"T2": 6}, None, []))  # back where it was first: taken there again
+    assert not fleet.deferred
+    fleet.check_routes()
 
 
 @pytest.mark.parametrize("groups", [1, 2])

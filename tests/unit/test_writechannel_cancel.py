@@ -96,6 +96,19 @@ def forwarded(deadline_ms: float | None, timeout: float = 30, forward: bool = Tr
     return LocalContext(timeout, md)
 
 
+def test_the_clock_skew_allowance_refuses_early_so_a_clock_behind_never_proposes_late() -> None:
+    """[limits] forward_clock_skew_ms narrows what the leader takes, on purpose (nameserver/api/rpc.py,
+    in_time): it is how far the leader's clock may be behind the forwarder's, so a forwarded deadline is
+    taken only while it is more than that ahead of the leader's clock. Refusing only once it is that far
+    past (widening) would propose writes after their callers were told DEADLINE_EXCEEDED (finding 14)."""
+    skew = 100
+    ours = time.time() * 1000
+    forwarders = ours + 80  # its clock is 80 ms ahead of ours: within the allowance
+    with pytest.raises(DeadlinePassed, match=r"is only \d+ ms away"):  # passed 20 ms ago by the forwarder's
+        in_time(forwarded(forwarders - 20, timeout=30), skew)()
+    in_time(forwarded(ours + 10 * skew, timeout=30), skew)()  # more than the allowance left: taken
+
+
 def test_a_write_is_wanted_until_its_deadline_or_its_forwarders_or_its_cancel() -> None:
     now = time.time() * 1000
     in_time(forwarded(now + 5000), 100)()  # time left, by both clocks

@@ -2,9 +2,9 @@
 "Sharding": moving a set).
 
 Directory writes (assign, pin, begin and finish a move) are translated against group 0's state, where the
-directory is; the copy against the target group's state; the drop against the source group's. Each step
-is idempotent (an empty translation when already done), so a leader killed at any point resumes by
-running the steps again:
+directory is; the copy and the opening against the target group's state; the drop against the source
+group's. Each step is idempotent (an empty translation when already done), so a leader killed at any point
+resumes by running the steps again:
 
   1. begin_move: the directory says the set is `moving_to` the target (the router refuses its writes)
   2. fence_set:  the source group's own shard/<name> record says so too (in group 0, step 1's record is
@@ -14,7 +14,17 @@ running the steps again:
   3. copy_set:   the set's records, as the source holds them at or after its fence, written to the target
                  in one batch
   4. finish_move: the directory names the target, `since` the copy's offset there (reads switch to it)
-  5. drop_set:   the set's records and fence deleted from the source
+  5. open_set:   only in a target k >= 1 the set had left before: its tombstone (or fence) replaced by a
+                 record naming the group itself (until then it refuses the set's writes, so nothing is
+                 written there that a copy run again would delete)
+  6. drop_set:   the set's records deleted from the source, its fence turned into a tombstone
+
+A group's own shard/<name> record places the set for that group's writes (in group 0 it is the directory's
+record): absent, the group takes them (the set was assigned here and never left); a fence (`moving_to`)
+or a record naming another group (a tombstone: the set left) refuses them; a record naming the group
+itself (step 5) takes them again. It is never deleted, and each step that changes it changes its version,
+which every write of the set is guarded by: a write translated before the set left, however late it
+reaches the log (after the drop, or after a move back), is a no-op there.
 
 Bad input raises ValidationError naming the field, and nothing is written.
 """
@@ -34,10 +44,36 @@ class SetMoving(Exception):
     """A write of a set that is moving between groups: refused, the sender retries (to `target` once the
     move is done: the router then sends it there)."""
 
+    doing = "is moving to"
+
     def __init__(self, broker_name: str, target: int) -> None:
-        super().__init__(f"broker set {broker_name!r} is moving to group {target}: retry")
+        super().__init__(f"broker set {broker_name!r} {self.doing} group {target}: retry")
         self.broker_name = broker_name
         self.target = target
+
+
+class SetMoved(SetMoving):
+    """A write of a set this group no longer holds (its shard/ record names `target`: a tombstone, or in
+    group 0 the directory): refused as a SetMoving is; the sender's router sends its retry to `target`."""
+
+    doing = "moved to"
+
+
+def refusal(state: MetadataState, group: int, broker_name: str) -> SetMoving | None:
+    """Why group `group` (whose state this is) takes no write of the set now, or None when it takes them:
+    its shard/ record is a fence (SetMoving) or names another group (SetMoved)."""
+    found = state.directory.entry(broker_name)
+    if found is None:
+        return None
+    if found.HasField("moving_to"):
+        return SetMoving(broker_name, found.moving_to)
+    return SetMoved(broker_name, found.group) if found.group != group else None
+
+
+def tombstoned(state: MetadataState, group: int, broker_name: str) -> bool:
+    """Group `group`'s record of the set says the set moved out of it (in group 0: the directory places it
+    in another group, no move under way)."""
+    return isinstance(refusal(state, group, broker_name), SetMoved)
 
 
 def _check_group(group: int, groups: int) -> None:
@@ -155,15 +191,16 @@ def sets_written(state: MetadataState, tr: Translation) -> set[str]:
     return names
 
 
-def guard_set_writes(state: MetadataState, tr: Translation) -> Translation:
-    """Any write in a group, with several groups: SetMoving when it writes records of a set fenced here;
-    else guarded by each written set's fence being absent (its version now), so a fence applied between
-    translation and apply turns the write into a no-op whose retry finds the set fenced."""
+def guard_set_writes(state: MetadataState, tr: Translation, group: int) -> Translation:
+    """Any write in group `group` (whose state this is), with several groups: SetMoving when it writes
+    records of a set fenced here, SetMoved of one moved out (refusal); else guarded by each written set's
+    shard/ record keeping its version now (0: absent), so a fence or tombstone applied between translation
+    and apply turns the write into a no-op whose retry is refused."""
     written = sets_written(state, tr)
     for name in sorted(written):
-        target = state.directory.moving_to(name)
-        if target is not None:
-            raise SetMoving(name, target)
+        refused = refusal(state, group, name)
+        if refused is not None:
+            raise refused
     for name in sorted(written):
         key = keys.shard_key(name)
         tr.batch.preconditions.add(key=key, version=state.kv.version(key))
@@ -196,16 +233,31 @@ def copy_set(source: MetadataState, target: MetadataState, broker_name: str) -> 
     return b.build()
 
 
+def open_set(target: MetadataState, group0: MetadataState, target_group: int, broker_name: str) -> Translation:
+    """Step 5, in the target group k >= 1 once group 0's directory (`group0`) names it: the record the set
+    left there before (a tombstone, or the fence of a move out whose drop never ran) replaced by one naming
+    the group, so the set's writes are taken there again (at a new version of the record: a write
+    translated before the set left stays refused). Empty when the target takes the set's writes already
+    (it never left, or it is open)."""
+    directory = group0.directory
+    if directory.group_of(broker_name) != target_group or directory.moving_to(broker_name) is not None:
+        raise ValidationError("broker_name", f"set {broker_name!r} has not moved to group {target_group}")
+    if target_group == GROUP0 or refusal(target, target_group, broker_name) is None:
+        return Translation()
+    return _write(target, broker_name, state_pb2.ShardSet(group=target_group))
+
+
 def drop_set(source: MetadataState, group0: MetadataState, source_group: int, broker_name: str) -> Translation:
-    """Step 5, in the source group: delete the set's records and its fence (in group 0 the fence is the
-    directory's record, kept), once group 0's directory (`group0`) names another group and no move of it
-    is under way. Empty when they are gone."""
+    """Step 6, in the source group: delete the set's records and turn its fence into a tombstone (its
+    shard/ record naming the group that holds the set: it refuses the set's writes from now on; in group
+    0 the directory's record does so), once group 0's directory (`group0`) names another group and no move
+    of it is under way. Empty when the records are gone and the tombstone is there."""
     directory = group0.directory
     if directory.group_of(broker_name) == source_group or directory.moving_to(broker_name) is not None:
         raise ValidationError("broker_name", f"set {broker_name!r} has not moved out of group {source_group}")
     b = RecordBuilder(source)
     for key in set_keys(source, broker_name):
         b.delete(keys.record_type_of(key), key)
-    if source_group != GROUP0:
-        b.delete(keys.SHARD_TYPE, keys.shard_key(broker_name))
+    if source_group != GROUP0 and not tombstoned(source, source_group, broker_name):
+        b.put(keys.SHARD_TYPE, keys.shard_key(broker_name), state_pb2.ShardSet(group=directory.group_of(broker_name)))
     return b.build()
