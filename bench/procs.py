@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from nameserver.localports import free_ports
+from nameserver.localports import free_ports, free_strided_ports
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 
@@ -130,14 +130,18 @@ class LocalCluster:
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     nodes: list[BenchNode] = field(default_factory=list)
     remoting: bool = False
+    groups: int = 1  # [sharding] groups: group k's Raft ports are free at raft_port_step strides
 
     def __post_init__(self) -> None:
         os.makedirs(self.root, exist_ok=True)
         per = 3 if self.remoting else 2
         ports = free_ports(per * self.size)
+        raft_ports, step = free_strided_ports(self.size, self.groups)
+        if self.groups > 1:
+            self.sections = self.sections | {"sharding": {"groups": self.groups, "raft_port_step": step}}
         for i in range(self.size):
             name = f"n{i + 1}"
-            self.nodes.append(BenchNode(name, f"127.0.0.1:{ports[per * i]}", f"127.0.0.1:{ports[per * i + 1]}",
+            self.nodes.append(BenchNode(name, f"127.0.0.1:{raft_ports[i]}", f"127.0.0.1:{ports[per * i + 1]}",
                                         os.path.join(self.root, f"{name}.toml"),
                                         os.path.join(self.root, f"{name}.log"),
                                         os.path.join(self.root, f"{name}-data"),

@@ -13,6 +13,7 @@ Parts (each starts its own fresh clusters, one system under load at a time):
               1 vs 2 (route reads, registrations) and a projection to 16 cores from the CPU per
               operation; 3 voters with and without 2 read replicas;
 - fsync:      our registration throughput with raft.fsync on and off (the durability cost);
+- groups:     our changed-registration throughput with [sharding] groups = 2 against 1 (workers: 1 per node);
 - failover:   leader SIGKILL to the first acknowledged write, --failover-trials times;
 - huge:       one broker registering 70,000 topics;
 - recovery:   restart recovery, catch-up from empty and memory at --records records; with
@@ -33,6 +34,7 @@ import shlex
 import signal
 import sys
 import tempfile
+import time
 from typing import Any
 
 import grpc
@@ -42,24 +44,70 @@ from bench.load import new_channel, run_load
 from bench.procs import LocalCluster
 from bench.workloads import OursTarget
 
-PARTS = ("compare", "cores", "fsync", "failover", "huge", "recovery", "stability", "costs")
+PARTS = ("compare", "cores", "fsync", "groups", "failover", "huge", "recovery", "stability", "costs")
 
 
-def fsync_cost(root: str, seconds: float, concurrency: list[int], topics: int) -> dict[str, Any]:
-    """Registration throughput of our cluster with the journal fsync on and off."""
+def registrations_side_by_side(root: str, seconds: float, concurrency: list[int], topics: int,
+                               variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Changed-registration throughput of one fresh 3-node cluster per variant (name -> LocalCluster
+    keyword arguments), one after the other in one run, each loaded through its (group 0) leader."""
     out: dict[str, Any] = {}
-    for fsync in (True, False):
-        with LocalCluster(tempfile.mkdtemp(prefix="fsync-", dir=root), sections={"raft": {"fsync": fsync}}) as c:
+    for name, kwargs in variants.items():
+        with LocalCluster(tempfile.mkdtemp(prefix=f"{name}-", dir=root), **kwargs) as c:
             c.wait_ready()
             target = OursTarget(c, topics)
+            _first_registration(target)
 
             def make(i: int, target: OursTarget = target) -> tuple[grpc.Channel, Any]:
                 channel = new_channel(target.leader_endpoint())
                 return channel, target.registration_op(channel, i)
 
-            out["on" if fsync else "off"] = {str(n): run_load(make, n, seconds, server_pids=target.pids())
-                                             for n in concurrency}
+            out[name] = {str(n): run_load(make, n, seconds, server_pids=target.pids()) for n in concurrency}
     return out
+
+
+def _first_registration(target: OursTarget, timeout: float = 120.0) -> None:
+    """Until one registration is acknowledged: a node is ready before every group of it is (sharding)."""
+    deadline = time.monotonic() + timeout
+    channel = new_channel(target.leader_endpoint())
+    op = target.registration_op(channel, 10_000)
+    try:
+        while True:
+            try:
+                op()
+                return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        channel.close()
+
+
+def fsync_cost(root: str, seconds: float, concurrency: list[int], topics: int) -> dict[str, Any]:
+    """Registration throughput of our cluster with the journal fsync on and off."""
+    return registrations_side_by_side(root, seconds, concurrency, topics, {
+        "on": {"sections": {"raft": {"fsync": True}}}, "off": {"sections": {"raft": {"fsync": False}}}})
+
+
+def groups_cost(root: str, seconds: float, concurrency: list[int], topics: int) -> dict[str, Any]:
+    """Changed-registration throughput with [sharding] groups = 2 against 1, one worker per node in both
+    (sharding needs workers): issue 29's comparison, side by side in one run."""
+    workers = {"node": {"worker_processes": 1}}
+    return registrations_side_by_side(root, seconds, concurrency, topics, {
+        "1": {"sections": workers}, "2": {"sections": workers, "groups": 2}})
+
+
+def _side_by_side_rows(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Table rows: clients | a's reg/s, p50 / p99 ms, µs CPU/op | b's | a / b."""
+    rows = []
+    for n, one in a.items():
+        two = b[n]
+        rows.append(f"| {n} | {one['per_s']:,.0f}, {one['p50_ms']:.2f} / {one['p99_ms']:.2f}, "
+                    f"{one.get('server_us_per_op', 0):,.0f} | {two['per_s']:,.0f}, {two['p50_ms']:.2f} / "
+                    f"{two['p99_ms']:.2f}, {two.get('server_us_per_op', 0):,.0f} | "
+                    f"{one['per_s'] / two['per_s'] if two['per_s'] else 0:.2f} |")
+    return rows
 
 
 def _machine() -> dict[str, Any]:
@@ -79,14 +127,12 @@ def report(r: dict[str, Any]) -> str:
         lines += ["**The cost of the journal fsync** (registrations, "
                   f"{r['meta']['fsync_topics']} topics each)", "",
                   "| clients | fsync on: reg/s, p50 / p99 ms, servers' µs CPU/op | fsync off: the same | on / off |",
-                  "|---|---|---|---|"]
-        for n, on in r["fsync"]["on"].items():
-            off = r["fsync"]["off"][n]
-            lines.append(f"| {n} | {on['per_s']:,.0f}, {on['p50_ms']:.2f} / {on['p99_ms']:.2f}, "
-                         f"{on.get('server_us_per_op', 0):,.0f} | {off['per_s']:,.0f}, {off['p50_ms']:.2f} / "
-                         f"{off['p99_ms']:.2f}, {off.get('server_us_per_op', 0):,.0f} | "
-                         f"{on['per_s'] / off['per_s']:.2f} |")
-        lines.append("")
+                  "|---|---|---|---|", *_side_by_side_rows(r["fsync"]["on"], r["fsync"]["off"]), ""]
+    if "groups" in r:
+        lines += ["**Sharding: 2 Raft groups against 1** (changed registrations through group 0's leader node, "
+                  f"{r['meta']['fsync_topics']} topics each, one worker per node in both)", "",
+                  "| clients | 2 groups: reg/s, p50 / p99 ms, servers' µs CPU/op | 1 group: the same | 2 / 1 |",
+                  "|---|---|---|---|", *_side_by_side_rows(r["groups"]["2"], r["groups"]["1"]), ""]
     if "failover" in r:
         f = r["failover"]
         lines += [f"**Failover** (leader SIGKILL to the first acknowledged write, {f['trials']} trials, "
@@ -192,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    replica_rounds=args.replica_rounds, idle_s=args.idle_seconds,
                                                    cluster_workers=args.cluster_worker_processes, log=log)),
         ("fsync", "fsync", lambda: fsync_cost(root, args.seconds, concurrency, topics[0])),
+        ("groups", "groups", lambda: groups_cost(root, args.seconds, concurrency, topics[0])),
         ("failover", "failover", lambda: durability.failover(
             root, args.failover_trials, sections={"node": {"worker_processes": args.worker_processes}})),
         ("huge", "huge_registration", lambda: durability.huge_registration(root)),

@@ -41,6 +41,7 @@
                 scan_interval_ms (1000), heartbeat_timeout_ms (10000, for heartbeats that name none),
                 elect_unclean_master (false), notify_broker_role_changed (true); docs/controller.md.
                 A member's controller address for others' answers: [[cluster.members]] controller_addr
+    [sharding]  groups (1: one Raft group; > 1 needs worker_processes), raft_port_step (100): docs/scaling.md
     [replica]   follow = ["voter:9101", ...]: a read replica's config (`nameserver replica`), not a node's;
                 max_lag_entries (1000), max_silence_ms (5000)
     [security]  mode = "dev" | "secure"      (secure: Raft password, TLS and [auth] are mandatory)
@@ -212,6 +213,13 @@ class NodeConfig:
     # so never after it while clocks agree this well. NTP keeps a cluster's nodes within a few ms (tens
     # across a WAN); a write arriving with less time left could hardly commit and answer in time anyway.
     forward_clock_skew_ms: int = 100
+    # [sharding] (docs/scaling.md, "Sharding"): Raft groups on every node. 1: one group, today's node (a
+    # group costs a core process per node, worth it only when one leader's CPU bounds the writes).
+    groups: int = 1
+    # group k's Raft address of a member is its raft_addr's port + k x step, so [[cluster.members]] stays one
+    # list; 100, as 1 would collide with the local cluster's consecutive Raft ports (9201-9203).
+    raft_port_step: int = 100
+    group: int = 0                 # which group this process's core runs (group_config), not a setting
 
     @property
     def tls_enabled(self) -> bool:
@@ -305,6 +313,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "routes": ("order_message_enable",),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
     "sessions": ("session_ttl_ms", "max_sessions", "max_sessions_per_owner"),
+    "sharding": ("groups", "raft_port_step"),
     "limits": ("max_wait_ms", "max_waiting_reads", "remoting_max_connections", "remoting_idle_timeout_ms",
                "remoting_frame_timeout_ms", "remoting_reply_timeout_ms", "remoting_max_header_bytes",
                "remoting_max_ext_fields", "remoting_max_unsent_bytes_per_connection", "remoting_max_unsent_bytes",
@@ -407,7 +416,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     if not 0 <= cfg.worker_processes <= MAX_WORKER_PROCESSES:
         raise ConfigError(f"node.worker_processes must be 0..{MAX_WORKER_PROCESSES}")
     if cfg.worker_processes:
-        longest = os.path.join(os.path.abspath(cfg.data_dir), CHANNEL_SOCKET_LONGEST)
+        longest = os.path.join(os.path.abspath(group_config(cfg, cfg.groups - 1).data_dir), CHANNEL_SOCKET_LONGEST)
         if len(os.fsencode(longest)) > UNIX_PATH_MAX and not explicit_workers:
             # the default "auto" on a data_dir past the socket bound: one process, as a node ran before
             # workers were its default; said at start (server.py), never a refusal of a config that ran
@@ -417,10 +426,13 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
             raise ConfigError(f"node.data_dir is too long for node.worker_processes: the core's channel socket "
                               f"{longest} would be {len(os.fsencode(longest))} bytes, past the {UNIX_PATH_MAX} a "
                               "Unix socket path may have; choose a shorter data_dir")
-    if cfg.worker_processes > cfg.max_followers:  # each worker's replica follows the core: one of them
+    _check_sharding(cfg)  # after "auto" is settled: a node with groups runs workers
+    # each worker's replica follows the core, and each group core's replica follows group 0's core
+    if cfg.worker_processes + cfg.groups - 1 > cfg.max_followers:
         raise ConfigError(f"limits.max_followers ({cfg.max_followers}) must be at least node.worker_processes "
-                          f"({cfg.worker_processes}): each worker's replica follows the core, and one past the "
-                          "bound would never become ready")
+                          f"({cfg.worker_processes}) + sharding.groups - 1 ({cfg.groups - 1}): each worker's replica "
+                          "follows the core (and each group core's follows group 0's), and one past the bound would "
+                          "never become ready")
     if cfg.max_sessions_per_owner <= 0:
         raise ConfigError("sessions.max_sessions_per_owner must be positive")
     for key in LIMITS:
@@ -428,6 +440,66 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
             raise ConfigError(f"limits.{key} must be positive")
     _check_security(cfg)
     return cfg
+
+
+MAX_GROUPS = 64  # each group is a core process per node: more is a typo
+
+
+def _check_sharding(cfg: NodeConfig) -> None:
+    if not 1 <= cfg.groups <= MAX_GROUPS:
+        raise ConfigError(f"sharding.groups must be 1..{MAX_GROUPS}, not {cfg.groups}")
+    if cfg.raft_port_step < 1:
+        raise ConfigError(f"sharding.raft_port_step must be positive, not {cfg.raft_port_step}")
+    if cfg.groups == 1:
+        return
+    if cfg.worker_processes < 1:
+        raise ConfigError(f"sharding.groups = {cfg.groups} needs node.worker_processes >= 1: only the workers "
+                          "follow every group, route writes to their group and merge reads")
+    if cfg.controller_addr:  # its calls are not routed to a set's group yet (docs/scaling.md, "Sharding")
+        raise ConfigError(f"sharding.groups = {cfg.groups} does not serve controller mode yet: remove "
+                          "[controller] listen or set sharding.groups = 1")
+    for member in cfg.members:
+        port = _port(member.raft_addr) + (cfg.groups - 1) * cfg.raft_port_step
+        if port > 65535:
+            raise ConfigError(f"sharding.raft_port_step: group {cfg.groups - 1}'s Raft port of {member.raft_addr} "
+                              f"would be {port}, past 65535")
+
+
+def _port(addr: str) -> int:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"raft_addr {addr!r} must be host:port")
+    return int(port)
+
+
+def group_raft_addr(raft_addr: str, group: int, step: int) -> str:
+    """A member's Raft address in `group`: its raft_addr's port + group x step (group 0: raft_addr)."""
+    if group == 0:
+        return raft_addr
+    host, _, _ = raft_addr.rpartition(":")
+    return f"{host}:{_port(raft_addr) + group * step}"
+
+
+def group_data_dir(data_dir: str, group: int) -> str:
+    """Group 0 keeps data_dir itself (a one-group node's files are group 0's); group k: data_dir/g<k>."""
+    return data_dir if group == 0 else os.path.join(data_dir, f"g{group}")
+
+
+def group_config(cfg: NodeConfig, group: int) -> NodeConfig:
+    """Group `group`'s core's configuration: its Raft addresses (every member's, shifted by the step), its
+    data directory (its private sockets follow it), and for group k >= 1 no port of its own but private
+    sockets (no metrics, controller or archive: the group-0 core's alone) and no workers to start (`group`
+    says so; worker_processes stays, it sizes the private sockets the node's workers reach it on)."""
+    if not 0 <= group < cfg.groups:
+        raise ConfigError(f"group {group} is not a group of this node (sharding.groups = {cfg.groups})")
+    if group == 0:
+        return cfg
+    step = cfg.raft_port_step
+    return replace(cfg, group=group, raft_addr=group_raft_addr(cfg.raft_addr, group, step),
+                   data_dir=group_data_dir(cfg.data_dir, group),
+                   members=[replace(m, raft_addr=group_raft_addr(m.raft_addr, group, step), controller_addr="")
+                            for m in cfg.members],
+                   metrics_addr="", controller_addr="", archive_dir="")
 
 
 _CONTROLLER_KEYS = {"listen": "controller_addr", "role": "controller_role",

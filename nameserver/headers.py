@@ -11,6 +11,7 @@ Request metadata
     x-rip18-as-role             a peer acting for a less privileged caller (the remoting listener)
     x-rip18-worker-caller       a worker's client (address, certificate names) on the core's private socket
     x-rip18-read-replica        a read replica's public gRPC address, on its Log.Follow (nsctl status lists it)
+    x-rip18-group               a group core's forwarded call: its Raft group, whose core the workers pass it to
 
 Trailing metadata
     x-apply-offset              the node's apply offset, on a read it could not serve yet (and NOT_FOUND)
@@ -29,6 +30,7 @@ FORWARD_DEADLINE = "x-rip18-forward-deadline-ms"  # nameserver/core/forwarder.py
 AS_ROLE = "x-rip18-as-role"
 WORKER_CALLER = "x-rip18-worker-caller"  # nameserver/api/corelink.py
 READ_REPLICA = "x-rip18-read-replica"  # nameserver/api/logservice.py ReadReplicas
+GROUP = "x-rip18-group"  # a group core's forwarded call: its Raft group (nameserver/core/forwarder.py)
 
 APPLY_OFFSET = "x-apply-offset"
 CURRENT_VERSION = "x-current-version"

@@ -57,8 +57,23 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def free_strided_ports(n: int, rows: int) -> tuple[list[int], int]:
+    """`n` ports and a step such that each port + k x step (k < rows) is free too, all handed out: a local
+    cluster's Raft ports with [sharding] groups = rows and raft_port_step = step."""
+    pool = _pool()
+    with _lock:
+        for _ in range(1000):
+            step = random.randrange(1, max(2, len(pool) // (2 * rows)))
+            firsts = [random.randrange(pool.start, pool.stop - (rows - 1) * step) for _ in range(n)]
+            picked = [p + k * step for p in firsts for k in range(rows)]
+            if len(set(picked)) == len(picked) and all(p not in _handed and _bindable(p) for p in picked):
+                _handed.update(picked)
+                return firsts, step
+    raise OSError(f"no {n} x {rows} free ports in 127.0.0.1:{pool.start}-{pool.stop - 1}")
+
+
 def free_port() -> int:
     return free_ports(1)[0]
 
 
-__all__ = ["free_port", "free_ports"]
+__all__ = ["free_port", "free_ports", "free_strided_ports"]

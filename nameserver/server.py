@@ -21,7 +21,7 @@ from nameserver.core.idlenoop import IdleNoop
 from nameserver.core.node import NameServerNode
 from nameserver.ops import fdlimits, workermetrics
 from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
-from nameserver.ops.workers import WorkerSpec, WorkerSupervisor
+from nameserver.ops.workers import WorkerSpec, WorkerSupervisor, group_cores_of
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import RemotingServer
 from nameserver.remoting.controller import ControllerHandlers
@@ -34,6 +34,7 @@ from nameserver.remoting.corechannel import (
 )
 from nameserver.remoting.handlers import Handlers
 from nameserver.remoting.minbroker import MinBrokerIdNotifier
+from nameserver.state.shards.directory import GROUP0
 from raftlog.fdreserve import RESERVE as FD_RESERVE
 from raftlog.log import LeaderView, Subscription
 
@@ -125,6 +126,8 @@ class Server:
                             on_noop=self.metrics.count_idle_noop if self.metrics else None)
             self.node.duties.add("idle-noop", noop.check_every_s, noop.tick)
         self.workers: WorkerSupervisor | None = None
+        self.group_cores: WorkerSupervisor | None = None
+        self.core_channel: CoreHandlers | None = None  # the private remoting socket's, with workers and remoting
         # The RocketMQ port refuses connections until the node is first ready, so a client tries another
         # nameserver rather than reading errors here (docs/remoting.md, "A starting node").
         self.until_ready: list[RemotingServer] = []
@@ -138,6 +141,9 @@ class Server:
                                       observer=observer, accept_later=True)
             self.until_ready.append(listener)
             self.extras.append(listener)
+        if cfg.groups > 1 and cfg.group == GROUP0:  # group 0's core runs the others (nameserver/groupcore.py)
+            self.group_cores = WorkerSupervisor(WorkerSpec(cfg, log_format, log_level), children=group_cores_of(cfg))
+            self.extras.insert(0, self.group_cores)  # started first, stopped last: after the workers
         if cfg.remoting_addr:
             self.broker_channels += [lis.handlers for lis in self.until_ready if isinstance(lis.handlers, Handlers)]
             self.min_broker_id = MinBrokerIdNotifier(self._holds_broker)
@@ -179,12 +185,15 @@ class Server:
             channel = CoreHandlers(Handlers(InProcessStub(self.service, auth.NAMESERVER_SERVICE, role), cfg,
                                             cfg.write_timeout_ms / 1000), lambda: self.node.log.apply_offset)
             self.broker_channels.append(channel.inner)  # brokers connected through the workers
+            self.core_channel = channel
             private = RemotingServer(channel_config(cfg, cfg.worker_processes), None, handlers=channel,
                                      unix_path=socket_path(cfg), max_frame_bytes=CHANNEL_MAX_FRAME,
                                      inflight_per_connection=LINK_INFLIGHT)  # counted by workers
             self.extras.append(private)
             # a restarted worker's reply budget starts from the core's replies to the frames passed on
             on_exit, reply_sizes = channel.worker_gone, private.budget.learned
+        if cfg.group != GROUP0:  # a group core: the node's workers are group 0's core's to run
+            return
         metrics_dir: str | None = None
         if self.metrics is not None:  # the workers count in files the core's /metrics adds up
             sums = self.metrics.worker_sums
@@ -208,6 +217,8 @@ class Server:
                                                                                            self.node.state))
         where = (f"{self.cfg.grpc_addr} through {self.cfg.worker_processes} worker processes"
                  if self.cfg.worker_processes else self.cfg.grpc_addr)
+        if self.cfg.group != GROUP0:
+            where = f"{where} (group {self.cfg.group}: private sockets only)"
         if self.cfg.workers_off_reason:
             log.warning("node %s runs no worker processes: %s; set [node] worker_processes (0 to silence this, or "
                         "a shorter data_dir for workers)", self.cfg.raft_addr, self.cfg.workers_off_reason)

@@ -15,15 +15,10 @@ stops at SIGTERM, at the end of its stdin (the core is gone), and the kernel kil
 
 from __future__ import annotations
 
-import argparse
-import ctypes
 import functools
 import logging
 import os
-import pickle
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,9 +34,11 @@ from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
 from nameserver.core import watch
 from nameserver.core.readindex import ReadIndexBatcher
+from nameserver.groups.links import GroupLinks
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
+from nameserver.ops.childproc import started, stop_with_core, tell_core
 from nameserver.ops.metrics import RequestMetrics
-from nameserver.ops.workers import SERVING, WorkerSpec, process_share
+from nameserver.ops.workers import SERVING, process_share
 from nameserver.pb import api_pb2
 from nameserver.remoting import RemotingServer, codes, frame
 from nameserver.remoting.command import Command
@@ -53,7 +50,6 @@ from nameserver.replica.seed import seed_from_snapshots
 
 log = logging.getLogger("nameserver.worker")
 
-PR_SET_PDEATHSIG = 1
 READY_POLL_S = 0.05
 READINESS_CHECK_S = 0.5  # how soon a read replica's log says it started or stopped refusing reads
 ADMIN_STATUS = f"/{api_pb2.DESCRIPTOR.services_by_name['Admin'].full_name}/Status"
@@ -63,28 +59,12 @@ HEALTH_CHECK = f"/{health_pb2.DESCRIPTOR.services_by_name['Health'].full_name}/C
 RESUME_MARGIN = 100
 
 
-def die_with(core_pid: int) -> None:
-    """Have the kernel kill this process when the core dies; exit now if it already has."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the end of stdin still stops it
-        pass
-    if os.getppid() != core_pid:
-        sys.exit(0)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nameserver.worker", description="A node's remoting worker process.")
-    p.add_argument("--index", type=int, required=True)
-    p.add_argument("--core-pid", type=int, required=True)
-    args = p.parse_args(argv)
-    die_with(args.core_pid)
-    spec: WorkerSpec = pickle.load(sys.stdin.buffer)  # from the core, over the pipe only it holds
+    index, spec = started("nameserver.worker", "A node's remoting worker process.", "--index", argv)
     cfg = spec.cfg
-    logfmt.configure(spec.log_format, spec.log_level, {"node": cfg.raft_addr, "worker": args.index})
+    logfmt.configure(spec.log_format, spec.log_level, {"node": cfg.raft_addr, "worker": index})
     stopped = stopsignal.stop_event()
-    threading.Thread(target=_until_eof, args=(stopped,), name="core-pipe", daemon=True).start()
+    stop_with_core(stopped)
 
     share = process_share(cfg)
     budget = fdlimits.budget(share, fdlimits.raise_nofile())
@@ -92,13 +72,17 @@ def main(argv: list[str] | None = None) -> int:
             ("grpc.max_send_message_length", cfg.max_message_bytes)]
     # serves reads only: no digest or quota totals kept per entry (the core keeps and reports them)
     replica = ReadReplica(corelink.target(cfg), lambda target: corelink.own_channel(cfg, opts),
-                          name=f"worker-{args.index}", accounting=False)
+                          name=f"worker-{index}", accounting=False)
     seed_from_snapshots(replica, cfg.data_dir)  # the core's newest snapshot file, while the core loads it too
     replica.start()
+    groups = GroupLinks(cfg, f"worker-{index}", replica) if cfg.groups > 1 else None  # a replica of every group
+    if groups is not None:
+        groups.start()
     # Not on the ports before the replica can answer: a starting worker never refuses a read. Unless the core
     # refuses its state for good (apply stopped: a corrupt snapshot): then the ports open so that Admin.Status
     # (passed to the core) says why, and reads are refused naming it, as a remote replica's are.
-    while not replica.ready and not replica.core_stopped and not stopped.wait(READY_POLL_S):
+    while (not (replica.ready and (groups is None or groups.ready)) and not replica.core_stopped
+           and not stopped.wait(READY_POLL_S)):
         pass
     remoting, grpc_server, read_indexes = None, None, None
     # its requests counted in files the core's /metrics adds up (nameserver/ops/workermetrics.py)
@@ -113,18 +97,20 @@ def main(argv: list[str] | None = None) -> int:
         remoting, grpc_server, node = serve_reads(
             share, budget.grpc, budget.remoting, replica, read_indexes.read_index,
             grpc.insecure_channel(corelink.target(cfg), options=opts), channel if cfg.remoting_addr else None,
-            requests, spec.reply_sizes, reuse_port=True, writes=writes)
+            requests, spec.reply_sizes, reuse_port=True, writes=writes, groups=groups)
         if counted:
             held = remoting
-            workermetrics.WorkerGauges(args.index, registry).keep_set(stopped, lambda: (
+            workermetrics.WorkerGauges(index, registry).keep_set(stopped, lambda: (
                 replica.offset, held.connections if held else 0, held.budget.held if held else 0,
                 len(node.watches), (node.watches.cut_off_total, channel.answered_unchanged, channel.stale_notes)))
-        log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d%s", args.index, os.getpid(), cfg.grpc_addr,
+        log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d%s", index, os.getpid(), cfg.grpc_addr,
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset,
                  "" if replica.ready else f"; refusing reads: {replica.not_ready_reason()}")
-        _tell_core(SERVING)  # the core starts the workers it held back (nameserver/ops/workers.py)
+        tell_core(SERVING)  # the core starts the workers it held back (nameserver/ops/workers.py)
         stopsignal.wait_until_set(stopped)
     _stop(remoting, grpc_server, replica, read_indexes)
+    if groups is not None:
+        groups.stop()
     return 0
 
 
@@ -132,18 +118,22 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
                 read_index: Callable[[float], int], onward: Any, front: FrontEnd | None,
                 requests: RequestMetrics | None = None, reply_sizes: dict[int, int] | None = None, *,
                 reuse_port: bool, local: dict[str, grpc.RpcMethodHandler] | None = None,
-                writes: WriteChannel | None = None
+                writes: WriteChannel | None = None, groups: GroupLinks | None = None
                 ) -> tuple[RemotingServer | None, grpc.Server, ReplicaNode]:
     """The ports of a process serving reads from `replica` (a worker; a read replica on another machine),
     started: gRPC answers corelink.REPLICA_METHODS (and `local`) here and passes every other call to
     `onward` (the core's private socket; the followed voter) as bytes, the unary writes on `writes` (a
     worker's batched write channel to its core) when given; remoting answers the codes REQUESTS
-    marks `replica` here and hands the rest to `front`. Returns the servers and the read API over the replica."""
+    marks `replica` here and hands the rest to `front`. With `groups` (several Raft groups: a worker) routes
+    and cluster info are merged over every group and writes routed to their group's core
+    (nameserver/groups). Returns the servers and the read API over the replica."""
     # ReplicaNode has the node's read API, which is all the replica methods and codes use
     node = ReplicaNode(replica, cfg, read_index=read_index)
-    service = NameServerService(node)  # type: ignore[arg-type]
+    service = NameServerService(node) if groups is None else groups.service(node)  # type: ignore[arg-type]
     grpc_server = grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port,
                                         metrics=requests.interceptor() if requests is not None else None)
+    if groups is not None:  # asked first: a write goes to its group's core
+        grpc_server.add_generic_rpc_handlers((groups.calls(onward, writes),))
     grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
         onward, corelink.local_handlers(service) | (local or {}), replica.wait_applied, writes,
         here={corelink.WATCH: lambda request: watch.resumable(replica.history, request.start_offset, RESUME_MARGIN)}),))
@@ -152,6 +142,8 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     remoting = None
     if isinstance(front, CoreChannel):  # a worker: unchanged registrations answered here (its core notes them)
         front.unchanged = UnchangedRegistrations(service, cfg)
+        if groups is not None:  # each frame to its group's core
+            front = groups.front(front, onward)
     if cfg.remoting_addr:
         remoting = RemotingServer(cfg, service, max_connections=remoting_connections, reuse_port=reuse_port,
                                   front=front, observer=requests.observe_remoting if requests is not None else None)
@@ -256,23 +248,6 @@ def warm_up(server: RemotingServer, node: ReplicaNode, reply_sizes: dict[int, in
     resp = server.handlers.handle(req)
     if resp.code == codes.SUCCESS:
         server.budget.learn(req.code, len(frame.encode(resp)))
-
-
-def _tell_core(line: bytes) -> None:
-    try:
-        sys.stdout.buffer.write(line)
-        sys.stdout.buffer.flush()
-    except (OSError, ValueError):  # the core is gone: the end of stdin stops this worker
-        pass
-
-
-def _until_eof(stopped: threading.Event) -> None:
-    try:
-        while sys.stdin.buffer.read(4096):
-            pass
-    except OSError:
-        pass
-    stopped.set()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from nameserver.localports import free_ports
+from nameserver.localports import free_ports, free_strided_ports
 from nameserver.pb import api_pb2, api_pb2_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,20 +73,23 @@ class Cluster:
     def __init__(self, root: str, size: int = 3, metrics: bool = False, remoting: bool = False,
                  controller: bool = False, security: dict | Callable[[NodeProc], dict] | None = None,
                  connect: Callable[[str, list], grpc.Channel] | None = None, worker_processes: int = 0,
-                 **settings: Any) -> None:
+                 groups: int = 1, **settings: Any) -> None:
         """`security`: extra TOML sections ({"tls": {...}, "raft": {"password_file": ...}}), or a function of
         the node giving them; `connect(addr, options)`: the channel tests use to reach a node;
-        `worker_processes`: [node] worker_processes (remoting worker processes beside each node)."""
+        `worker_processes`: [node] worker_processes (remoting worker processes beside each node);
+        `groups`: [sharding] groups (Raft groups: group k's Raft ports are free at raft_port_step strides)."""
         self.root = root
         self.worker_processes = worker_processes
+        self.groups = groups
         # wait_ready's default: a node's public ports open only once its workers' replicas have loaded,
         # which on a 2-core machine at load 20-60 took 17-40 s after the core was ready (docs/faults.md)
         self.ready_timeout = 120.0 if worker_processes else 30.0
         self.security = security
         self.settings = {"default_timeout_ms": 120000, "scan_interval_ms": 1000,
                          "snapshot_every_entries": 10000, "snapshot_every_seconds": 300} | settings
-        ports = iter(free_ports(size * (2 + metrics + remoting + controller)))
-        self.nodes = [NodeProc(f"n{i + 1}", f"127.0.0.1:{next(ports)}", f"127.0.0.1:{next(ports)}",
+        ports = iter(free_ports(size * (1 + metrics + remoting + controller)))
+        raft_ports, self.raft_port_step = free_strided_ports(size, groups)
+        self.nodes = [NodeProc(f"n{i + 1}", f"127.0.0.1:{raft_ports[i]}", f"127.0.0.1:{next(ports)}",
                                os.path.join(root, f"n{i + 1}.toml"), os.path.join(root, f"n{i + 1}.log"),
                                f"127.0.0.1:{next(ports)}" if metrics else "")
                       for i in range(size)]
@@ -103,6 +106,8 @@ class Cluster:
         lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
                  f'data_dir = "{node.name}-data"']
         lines += [f"worker_processes = {self.worker_processes}", ""]  # explicit: the default is "auto"
+        if self.groups > 1:
+            lines += ["[sharding]", f"groups = {self.groups}", f"raft_port_step = {self.raft_port_step}", ""]
         for m in members or self.nodes:
             lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"']
             lines += [f'controller_addr = "{m.controller_addr}"', ""] if m.controller_addr else [""]

@@ -13,7 +13,10 @@ from nameserver import validation
 from nameserver.api.logservice import ReadReplicas
 from nameserver.api.rpc import call_timeout, forwarded, rpc
 from nameserver.core.node import MembershipError, NameServerNode
+from nameserver.errors import ValidationError
 from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.state.shards import moves
+from nameserver.state.shards.directory import GROUP0
 from raftlog.roles import Role
 
 _API_ROLE = {Role.FOLLOWER: api_pb2.ROLE_FOLLOWER, Role.CANDIDATE: api_pb2.ROLE_CANDIDATE,
@@ -100,6 +103,23 @@ class AdminService(api_pb2_grpc.AdminServicer):
             return api_pb2.TransferLeadershipReply(leader_id=self.node.log.leader() or "")
 
         return self._on_leader(context, "TransferLeadership", request, local)
+
+    @rpc
+    def AssignSet(self, request: api_pb2.AssignSetRequest, context: grpc.ServicerContext) -> api_pb2.WriteReply:
+        """Group 0's directory record of a set before its first registration (sharding: a worker's call
+        when the router says AssignFirst); refused on a node with one group, which writes no directory."""
+        validation.check_name("broker_name", request.broker_name, "broker name")
+        groups = self.node.cfg.groups
+        if groups < 2 or self.node.cfg.group != GROUP0:
+            raise ValidationError("broker_name", "this core holds no directory: sets are assigned in group 0 of "
+                                  "a node with [sharding] groups > 1")
+
+        def local(timeout: float) -> api_pb2.WriteReply:
+            res = self.node.write(lambda s: moves.assign_set(s, request.broker_name, request.cluster_name, groups),
+                                  timeout)
+            return api_pb2.WriteReply(offset=res.offset, records=res.records)
+
+        return self._on_leader(context, "AssignSet", request, local)
 
     @rpc
     def TakeSnapshot(self, request: api_pb2.TakeSnapshotRequest, context: grpc.ServicerContext

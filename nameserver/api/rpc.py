@@ -24,6 +24,7 @@ from nameserver.core.node import (
     SessionSuperseded,
 )
 from nameserver.errors import TooLargeError, ValidationError
+from nameserver.state.shards.moves import SetMoving
 from nameserver.state.translate import CasFailed
 from raftlog.proposer import NotLeader, ProposalError
 
@@ -130,6 +131,8 @@ def rpc(fn: Callable) -> Callable:
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
         except CallCancelled as exc:
             context.abort(grpc.StatusCode.CANCELLED, str(exc))
+        except SetMoving as exc:  # retriable: the set's writes go to its new group once the move is done
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except (NotLeader, NoLeader) as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except TimeoutError as exc:

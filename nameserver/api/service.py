@@ -152,6 +152,9 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def _register_translation(self, request: api_pb2.RegisterBrokerRequest
                               ) -> Callable[[MetadataState], Translation]:
         default_ms = self.node.cfg.default_timeout_ms
+        group0 = getattr(self.node, "group0", None)  # a group core's view of group 0 (NameServerNode.group0)
+        if group0 is not None:
+            return lambda s: group0(lambda s0: translate.register_broker(s, request, default_ms, group0=s0))
         return lambda s: translate.register_broker(s, request, default_ms)
 
     def unchanged_registration(self, request: api_pb2.RegisterBrokerRequest) -> api_pb2.RegisterBrokerReply | None:
@@ -190,8 +193,18 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def GetRoute(self, request: api_pb2.GetRouteRequest, context: grpc.ServicerContext
                  ) -> api_pb2.GetRouteReply:
         validation.validate_get_route(request)
+        route, offset = self._route(request, context)
+        if route is None:
+            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(offset)),))
+            context.abort(grpc.StatusCode.NOT_FOUND, f"topic {request.topic} does not exist")
+        return api_pb2.GetRouteReply(route=route, apply_offset=offset)
+
+    def _route(self, request: api_pb2.GetRouteRequest, context: grpc.ServicerContext
+               ) -> tuple[api_pb2.TopicRoute | None, int]:
+        """The topic's route (None: no such topic) and the offset it was read at (a worker with several
+        groups merges them: nameserver/groups/reads.py)."""
         cfg = self.node.cfg
-        route, offset = self.node.read_route(
+        return self.node.read_route(
             (request.topic, request.zone_name), lambda s: s.route(
                 # A zone name is the caller's own opt-in (RocketMQ's ZoneRouteRPCHook filters whenever the
                 # client sends __ZONE_MODE and __ZONE_NAME, whatever the nameserver's configuration).
@@ -199,18 +212,18 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                 order_message_enable=s.setting_on(settings.ORDER_MESSAGE_ENABLE, cfg.order_message_enable),
                 support_acting_master=s.setting_on(settings.SUPPORT_ACTING_MASTER, False)),
             request.min_offset, call_timeout(context, self.default_timeout, self.max_wait), context.is_active)
-        if route is None:
-            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(offset)),))
-            context.abort(grpc.StatusCode.NOT_FOUND, f"topic {request.topic} does not exist")
-        return api_pb2.GetRouteReply(route=route, apply_offset=offset)
 
     @rpc
     def GetClusterInfo(self, request: api_pb2.GetClusterInfoRequest, context: grpc.ServicerContext
                        ) -> api_pb2.GetClusterInfoReply:
         validation.validate_get_cluster_info(request)
-        info, offset = self._read(context, lambda s: s.cluster_info(), request.min_offset)
+        info, offset = self._cluster_info(request, context)
         info.apply_offset = offset
         return info
+
+    def _cluster_info(self, request: api_pb2.GetClusterInfoRequest, context: grpc.ServicerContext
+                      ) -> tuple[api_pb2.GetClusterInfoReply, int]:
+        return self._read(context, lambda s: s.cluster_info(), request.min_offset)
 
     @rpc
     def GetTopicList(self, request: api_pb2.GetTopicListRequest, context: grpc.ServicerContext
@@ -219,16 +232,21 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         switch = settings.ENABLE_ALL_TOPIC_LIST if request.kind == api_pb2.TOPIC_LIST_ALL else (
             None if request.kind == api_pb2.TOPIC_LIST_SYSTEM else settings.ENABLE_TOPIC_LIST)
 
+        topics, offset = self._topic_list(request, context, switch)
+        if topics is None:  # RocketMQ answers SYSTEM_ERROR "disable"
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"disable: this topic list is turned off "
+                          f"(replicated setting {switch}=false)")
+        return api_pb2.GetTopicListReply(topics=topics, apply_offset=offset)
+
+    def _topic_list(self, request: api_pb2.GetTopicListRequest, context: grpc.ServicerContext, switch: str | None
+                    ) -> tuple[list[str] | None, int]:
+        """The list (None: turned off by the replicated `switch`) and the offset it was read at."""
         def topic_list(s: MetadataState) -> list[str] | None:
             if switch is not None and not s.setting_on(switch, True):
                 return None
             return s.topic_list(request.kind, request.cluster_name)
 
-        topics, offset = self._read(context, topic_list, request.min_offset)
-        if topics is None:  # RocketMQ answers SYSTEM_ERROR "disable"
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"disable: this topic list is turned off "
-                          f"(replicated setting {switch}=false)")
-        return api_pb2.GetTopicListReply(topics=topics, apply_offset=offset)
+        return self._read(context, topic_list, request.min_offset)
 
     @rpc
     def GetBrokerMemberGroup(self, request: api_pb2.GetBrokerMemberGroupRequest,

@@ -51,7 +51,8 @@ def start_cluster(root: str, size: int = 3, scan_interval_ms: int = 500) -> tupl
     for i in range(size):
         path = os.path.join(root, f"n{i + 1}.toml")
         with open(path, "w") as f:
-            f.write(f'[node]\nraft_addr = "{raft[i]}"\ngrpc_addr = "{grpc_addrs[i]}"\ndata_dir = "n{i + 1}"\nworker_processes = 0\n\n'
+            f.write(f'[node]\nraft_addr = "{raft[i]}"\ngrpc_addr = "{grpc_addrs[i]}"\ndata_dir = "n{i + 1}"\n'
+                    "worker_processes = 0\n\n"
                     f"{members}[liveness]\nscan_interval_ms = {scan_interval_ms}\n")
         log = open(os.path.join(root, f"n{i + 1}.log"), "wb")  # noqa: SIM115 (closed with the process)
         procs.append(subprocess.Popen([sys.executable, "-m", "nameserver.cli.serve", "serve", "--config", path],

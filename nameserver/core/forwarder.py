@@ -87,6 +87,8 @@ class LeaderForwarder:
             stub = self._stub(service, addr)
             left = deadline - time.monotonic()
             marks = [(headers.FORWARDED, "1"), (headers.FORWARD_DEADLINE, str(int((time.time() + left) * 1000)))]
+            if self.cfg.group:  # a group core's call: the workers there pass it to their core of this group
+                marks.append((headers.GROUP, str(self.cfg.group)))
             try:
                 return getattr(stub, method)(request, timeout=max(0.1, left), metadata=[*marks, *metadata])
             except grpc.RpcError as exc:

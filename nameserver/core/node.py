@@ -34,6 +34,7 @@ from nameserver.pb import api_pb2, state_pb2
 from nameserver.safetext import shown
 from nameserver.state import MetadataState, Translation, quotas, translate
 from nameserver.state.sessions import SessionQuota
+from nameserver.state.shards import moves
 from nameserver.state.translate import CasFailed
 from raftlog.kvstate import KVStateMachine
 from raftlog.log import LogConfig, ReplicatedLog
@@ -121,6 +122,12 @@ class NameServerNode(LocalReads):
         self.quota_limits = {name: getattr(cfg, name) for name in quotas.QUOTAS}
         self.session_quota = SessionQuota(cfg.max_sessions_per_owner, cfg.max_sessions)
         self.registrations = TopicBudget(cfg.registration_topics_in_flight)
+        # [sharding] groups > 1: every write is guarded by the fences of the sets it writes (a set moving
+        # out of this group: docs/scaling.md, "a move"); a group core reads group 0's state through `group0`
+        # (set by nameserver/groupcore.py: fn(group 0's state) under its replica's lock) for what a
+        # registration takes from it.
+        self.shard_guard = functools.partial(moves.guard_set_writes, group=cfg.group) if cfg.groups > 1 else None
+        self.group0: Callable[[Callable[[MetadataState], Any]], Any] | None = None
         self.log = ReplicatedLog(
             LogConfig(
                 self_addr=cfg.raft_addr,
@@ -308,6 +315,8 @@ class NameServerNode(LocalReads):
                 return replay
         offset_now = self.state.kv.offset
         translation = translate_fn(self.state)
+        if self.shard_guard is not None and translation.batch.records:
+            translation = self.shard_guard(self.state, translation)
         records = len(translation.batch.records)
         if records:
             quotas.check(self.state.usage, self.state.kv, translation.batch, self.quota_limits)

@@ -16,6 +16,7 @@ route change up to the offset it is stamped with (perhaps later ones too, which 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Hashable
 from typing import Any
 
 MISS = object()
@@ -29,11 +30,11 @@ RouteKey = tuple[str, str]
 class RouteCache:
     def __init__(self, max_entries: int = DEFAULT_ENTRIES) -> None:
         self.max_entries = max_entries
-        self._entries: dict[RouteKey, tuple[int, Any]] = {}
+        self._entries: dict[RouteKey, tuple[Hashable, Any]] = {}  # generation: a state's, or a vector of them
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: RouteKey, generation: int) -> Any:
+    def get(self, key: RouteKey, generation: Hashable) -> Any:
         """The route (or None: no such topic) kept for `key` at `generation`, else MISS."""
         found = self._entries.get(key)
         if found is not None and found[0] == generation:
@@ -42,7 +43,7 @@ class RouteCache:
         self.misses += 1
         return MISS
 
-    def put(self, key: RouteKey, generation: int, route: Any) -> None:
+    def put(self, key: RouteKey, generation: Hashable, route: Any) -> None:
         """Keep `route` as computed at `generation` (call with the state lock held)."""
         if len(self._entries) >= self.max_entries and key not in self._entries:
             # one dict operation at a time (the GIL's atomicity); an entry that vanished meanwhile is fine

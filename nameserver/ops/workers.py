@@ -1,5 +1,6 @@
-"""The node's remoting worker processes ([node] worker_processes; docs/architecture.md, "Processes"),
-started and watched by the core.
+"""The node's child processes, started and watched by the core: its remoting worker processes ([node]
+worker_processes; docs/architecture.md, "Processes") and, with [sharding] groups > 1, its group cores
+(nameserver/groupcore.py). One supervisor for both (`Children` says which).
 
 Each worker is `python -m nameserver.worker --index I --core-pid P`, given the core's configuration on
 its stdin (pickled: the same settings, command-line overrides and secrets as the core, never in argv
@@ -42,6 +43,27 @@ SERVING = b"serving\n"  # what a worker writes on its stdout once its ports are 
 DEFER_BOUND_S = 60.0  # the deferred workers start after this even if none said it serves
 
 
+@dataclass(frozen=True)
+class Children:
+    """What a supervisor runs: `python -m <module> <flag> I --core-pid P` for each I of `indexes`."""
+
+    what: str                  # for the log: "remoting worker", "group core"
+    module: str
+    flag: str
+    indexes: tuple[int, ...]
+    staggered: bool = True     # no more state loads at once than CPUs (below); False: every one at the start
+
+
+def workers_of(cfg: NodeConfig) -> Children:
+    return Children("remoting worker", "nameserver.worker", "--index", tuple(range(cfg.worker_processes)))
+
+
+def group_cores_of(cfg: NodeConfig) -> Children:
+    """Groups 1..G-1 (the core itself runs group 0). They load disjoint states, each needed for its writes:
+    all start at once."""
+    return Children("group core", "nameserver.groupcore", "--group", tuple(range(1, cfg.groups)), staggered=False)
+
+
 def loading_at_once(workers: int, cpus: int) -> int:
     """How many of `workers` start with the core: the core and they fill the CPUs, one at least."""
     return min(workers, max(1, cpus - 1))
@@ -74,8 +96,10 @@ def process_share(cfg: NodeConfig) -> NodeConfig:
 
 class WorkerSupervisor:
     def __init__(self, spec: WorkerSpec, on_exit: Callable[[int], None] | None = None,
-                 reply_sizes: Callable[[], dict[int, int]] | None = None, metrics_dir: str | None = None) -> None:
-        """`on_exit(pid)`: told of each worker that exited (the core closes what it held for it);
+                 reply_sizes: Callable[[], dict[int, int]] | None = None, metrics_dir: str | None = None,
+                 children: Children | None = None) -> None:
+        """`children`: which processes (default: the remoting workers of spec.cfg);
+        `on_exit(pid)`: told of each worker that exited (the core closes what it held for it);
         `reply_sizes()`: what a worker starting now begins its reply budget with (WorkerSpec);
         `metrics_dir`: where the workers keep their metric files (nameserver/ops/workermetrics.py), None
         for no metrics."""
@@ -85,7 +109,8 @@ class WorkerSupervisor:
         if metrics_dir is not None:
             self.env[METRICS_ENV] = metrics_dir
         self.reply_sizes = reply_sizes
-        self.count = spec.cfg.worker_processes
+        self.children = children or workers_of(spec.cfg)
+        self.count = len(self.children.indexes)
         self.on_exit = on_exit
         self.restarts_total = 0
         self._procs: list[subprocess.Popen | None] = [None] * self.count
@@ -107,30 +132,34 @@ class WorkerSupervisor:
             return [p.pid for p in self._procs if p is not None and p.poll() is None]
 
     def start(self) -> None:
-        first = loading_at_once(self.count, len(os.sched_getaffinity(0)))
+        first = (loading_at_once(self.count, len(os.sched_getaffinity(0))) if self.children.staggered
+                 else self.count)
         for i in range(first):
             self._spawn(i)
         self._due[first:] = [math.inf] * (self.count - first)
         self._release_at = time.monotonic() + DEFER_BOUND_S
         self._thread = threading.Thread(target=self._watch, name="workers", daemon=True)
         self._thread.start()
-        log.info("started %d worker process(es): pids %s%s", first, self.pids(),
+        what = self.children.what.removeprefix("remoting ")  # "worker process(es)", as ever; "group core ..."
+        log.info("started %d %s process(es): pids %s%s", first, what, self.pids(),
                  f"; {self.count - first} more once one serves (no more loads at once than CPUs)"
                  if first < self.count else "")
 
     def _spawn(self, i: int) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-m", "nameserver.worker", "--index", str(i),
+        kind = self.children
+        proc = subprocess.Popen([sys.executable, "-m", kind.module, kind.flag, str(kind.indexes[i]),
                                  "--core-pid", str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 env=self.env)
         assert proc.stdin is not None and proc.stdout is not None
-        threading.Thread(target=self._read_stdout, args=(proc.stdout,), name=f"worker-{i}-stdout",
+        threading.Thread(target=self._read_stdout, args=(proc.stdout,), name=f"{kind.module}-{i}-stdout",
                          daemon=True).start()
         spec = replace(self.spec, reply_sizes=self.reply_sizes()) if self.reply_sizes is not None else self.spec
         try:
             proc.stdin.write(pickle.dumps(spec))
             proc.stdin.flush()  # left open: its end tells the worker the core is gone
         except OSError as exc:
-            log.warning("remoting worker %d (pid %d) did not take its configuration: %s", i, proc.pid, exc)
+            log.warning("%s %d (pid %d) did not take its configuration: %s", kind.what, kind.indexes[i], proc.pid,
+                        exc)
         with self._lock:
             self._procs[i] = proc
         self._started[i] = time.monotonic()
@@ -158,15 +187,15 @@ class WorkerSupervisor:
                 elif proc is None and now >= self._due[i] and not self._stop.is_set():
                     first_start = self._started[i] == 0.0
                     self.restarts_total += 0 if first_start else 1
+                    what, index = self.children.what, self.children.indexes[i]
                     try:
                         pid = self._spawn(i).pid
                         if first_start:
-                            log.info("remoting worker %d started: pid %d (one serves now)", i, pid)
+                            log.info("%s %d started: pid %d (one serves now)", what, index, pid)
                         else:
-                            log.info("remoting worker %d restarted: pid %d (%d restarts)", i, pid,
-                                     self.restarts_total)
+                            log.info("%s %d restarted: pid %d (%d restarts)", what, index, pid, self.restarts_total)
                     except OSError as exc:  # out of processes or memory: try again after the backoff
-                        log.warning("remoting worker %d could not be started: %s; trying again in %.1f s", i,
+                        log.warning("%s %d could not be started: %s; trying again in %.1f s", what, index,
                                     exc, self._retry_later(i, now))
 
     def _retry_later(self, i: int, now: float) -> float:
@@ -179,7 +208,8 @@ class WorkerSupervisor:
     def _exited(self, i: int, proc: subprocess.Popen, now: float) -> None:
         if now - self._started[i] >= STABLE_S:
             self._backoff[i] = BACKOFF_MIN_S
-        log.warning("remoting worker %d (pid %d) exited with %s; starting it again in %.1f s", i, proc.pid,
+        what, index = self.children.what, self.children.indexes[i]
+        log.warning("%s %d (pid %d) exited with %s; starting it again in %.1f s", what, index, proc.pid,
                     proc.returncode, self._retry_later(i, now))
         if proc.stdin is not None:
             with contextlib.suppress(OSError):
@@ -190,7 +220,7 @@ class WorkerSupervisor:
             try:
                 self.on_exit(proc.pid)
             except Exception:  # the core's bookkeeping must not stop the supervision
-                log.exception("remoting worker %d: cleanup after its exit failed", i)
+                log.exception("%s %d: cleanup after its exit failed", what, index)
 
     def stop(self) -> None:
         self._stop.set()

@@ -43,6 +43,14 @@ ROLE_REPLICA: Role
 LINEARIZABLE: Consistency
 SERIALIZABLE: Consistency
 
+class AssignSetRequest(_message.Message):
+    __slots__ = ("broker_name", "cluster_name")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    cluster_name: str
+    def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ...) -> None: ...
+
 class WriteReply(_message.Message):
     __slots__ = ("offset", "records")
     OFFSET_FIELD_NUMBER: _ClassVar[int]

@@ -1815,6 +1815,11 @@ class AdminStub:
                 request_serializer=nameserver_dot_pb_dot_api__pb2.TransferLeadershipRequest.SerializeToString,
                 response_deserializer=nameserver_dot_pb_dot_api__pb2.TransferLeadershipReply.FromString,
                 _registered_method=True)
+        self.AssignSet = channel.unary_unary(
+                '/rip18.nameserver.v1.Admin/AssignSet',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.AssignSetRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -1856,6 +1861,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AssignSet(self, request, context):
+        """Sharding (docs/scaling.md): group 0 writes a broker set's directory record before its first
+        registration (a worker's call when the router answers AssignFirst); empty when the set has one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1888,6 +1901,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.TransferLeadership,
                     request_deserializer=nameserver_dot_pb_dot_api__pb2.TransferLeadershipRequest.FromString,
                     response_serializer=nameserver_dot_pb_dot_api__pb2.TransferLeadershipReply.SerializeToString,
+            ),
+            'AssignSet': grpc.unary_unary_rpc_method_handler(
+                    servicer.AssignSet,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.AssignSetRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.WriteReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -2052,6 +2070,33 @@ class Admin:
             '/rip18.nameserver.v1.Admin/TransferLeadership',
             nameserver_dot_pb_dot_api__pb2.TransferLeadershipRequest.SerializeToString,
             nameserver_dot_pb_dot_api__pb2.TransferLeadershipReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AssignSet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Admin/AssignSet',
+            nameserver_dot_pb_dot_api__pb2.AssignSetRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
             options,
             channel_credentials,
             insecure,

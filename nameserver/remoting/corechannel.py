@@ -155,6 +155,11 @@ class CoreHandlers:
     def connection_closed(self, conn: object) -> None:
         """A link closed: its worker's clients are not (they close by CONNECTION_CLOSED or worker_gone)."""
 
+    def worker_pids(self) -> set[int]:
+        """The worker processes whose clients this core holds (a client's name begins with its pid)."""
+        with self._lock:
+            return {int(name.split(":", 1)[0]) for name in self._clients if name.split(":", 1)[0].isdigit()}
+
     def worker_gone(self, pid: int) -> None:
         """A worker process died: each broker connection it held is closed."""
         prefix = f"{pid}:"

@@ -49,23 +49,28 @@ def test_the_bench_targets_run_the_suite_and_write_a_report(tmp_path) -> None:
     assert "ailover" in report and report.strip() in proc.stdout
 
 
+def run_part(tmp_path, command: list[str]) -> tuple[dict, str, str]:
+    """Run the suite's `command` with a short root (a node's private socket lives in its data directory,
+    and a unix socket's path is at most 107 bytes: pytest's tmp_path is long); its JSON, report and stdout."""
+    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
+    root = tempfile.mkdtemp(prefix="bc-")
+    try:
+        proc = subprocess.run([*command, "--root", root, "--json", str(out_json), "--report", str(out_md)],
+                              capture_output=True, text=True, timeout=900, cwd=ROOT)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out_json.read_text()), out_md.read_text(), proc.stdout
+
+
 # `make test-slow` (a minute or two: three stock NameServer JVMs, five clusters of ours, two replicas);
 # `make bench-quick` runs the part for real.
 @pytest.mark.slow
 def test_the_cores_part_runs_and_reports_issue_27s_yardsticks(tmp_path) -> None:
-    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
-    # a short root: a node's private socket lives in its data directory, and a unix socket's path is at most
-    # 107 bytes (pytest's tmp_path is long)
-    root = tempfile.mkdtemp(prefix="bc-")
-    cmd = [*recipe("bench-quick"), "--only", "cores", "--seconds", "0.5", "--cores-clients", "1,2",
-           "--worker-processes", "2", "--idle-seconds", "0.2", "--root", root,
-           "--json", str(out_json), "--report", str(out_md)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    cores = json.loads(out_json.read_text())["cores"]
+    result, report, stdout = run_part(tmp_path, [*recipe("bench-quick"), "--only", "cores", "--seconds", "0.5",
+                                                 "--cores-clients", "1,2", "--worker-processes", "2",
+                                                 "--idle-seconds", "0.2"])
+    cores = result["cores"]
     loads = [(f"{setup} {side} c={c}", row) for setup, out in cores["stock"]["setups"].items()
              for side in ("stock", "ours") for c, row in out[side]["reads"].items()]
     loads += [(f"scaling w={w} {kind}", row) for w, rows in cores["scaling"].items() for kind, row in rows.items()]
@@ -79,9 +84,19 @@ def test_the_cores_part_runs_and_reports_issue_27s_yardsticks(tmp_path) -> None:
     assert cores["projection"]["cores"] == 16 and cores["projection"]["reads_per_s"] > 0
     assert cores["projection"]["writes_per_s"] > 0
     assert len(cores["targets"]) == 3 * 2 + 1 and all(isinstance(t["met"], bool) for t in cores["targets"])
-    report = out_md.read_text()
     for heading in ("beside the stock NameServer", "**Scaling: one node, worker_processes 1 vs 2**",
                     "**A projection, not a measurement: 16 cores**", "**3 voters with and without 2 read replicas**",
                     "**Issue 27's remoting targets**"):
         assert heading in report, heading
-    assert "Errors: 0." in report and report.strip() in proc.stdout
+    assert "Errors: 0." in report and report.strip() in stdout
+
+
+# `make test-slow` (under a minute: a 3-node cluster with one group, then one with two, one worker each)
+@pytest.mark.slow
+def test_the_groups_part_loads_one_group_and_two_side_by_side(tmp_path) -> None:
+    result, report, _ = run_part(tmp_path, [sys.executable, "-m", "bench", "--only", "groups", "--seconds", "2",
+                                         "--concurrency", "2", "--topics", "4"])
+    groups = result["groups"]
+    for variant in ("1", "2"):  # every registration acknowledged, in both
+        assert groups[variant]["2"]["per_s"] > 0 and groups[variant]["2"]["errors"] == 0, groups
+    assert "2 Raft groups against 1" in report

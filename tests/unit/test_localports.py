@@ -53,3 +53,15 @@ def test_a_port_in_use_is_never_picked(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         for s in held:
             s.close()
+
+
+def test_strided_picks_are_free_at_every_stride_and_never_handed_again() -> None:
+    """A sharded local cluster's Raft ports: group k's port of each member is the member's + k x step."""
+    firsts, step = localports.free_strided_ports(3, 4)
+    every = [p + k * step for p in firsts for k in range(4)]
+    assert step >= 1 and len(set(every)) == 12
+    for port in every:
+        assert port < _ephemeral_low()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    assert not set(every) & set(free_ports(200))

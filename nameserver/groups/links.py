@@ -1,0 +1,75 @@
+"""A worker's links to every group of its node (docs/scaling.md, "Sharding", Step 2 items 3-4): a read
+replica of each group's core (group 0's is the worker's own), ready when all are; the merged reads over
+them; and for writes, group k's private gRPC socket, write channel and remoting channel, with the router
+choosing among them. With one group none of this exists: the worker runs as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+
+from nameserver.api import corelink, writechannel
+from nameserver.api.corelink import CoreForwarder
+from nameserver.api.writechannel import WriteChannel
+from nameserver.config import NodeConfig, group_config
+from nameserver.groups.follow import follow_core
+from nameserver.groups.reads import MergedReads, MergedService
+from nameserver.groups.writes import GroupCalls, Placer, RoutedFront
+from nameserver.remoting.corechannel import CoreChannel, socket_path
+from nameserver.replica import ReadReplica, ReplicaNode
+from nameserver.replica.seed import seed_from_snapshots
+
+
+class GroupLinks:
+    def __init__(self, cfg: NodeConfig, name: str, replica0: ReadReplica) -> None:
+        self.cfg = cfg
+        self.cores = [group_config(cfg, group) for group in range(cfg.groups)]
+        self.replicas = [replica0] + [follow_core(cfg, group, f"{name}-g{group}") for group in range(1, cfg.groups)]
+        self.reads = MergedReads(self.replicas)
+        self._closing: list[WriteChannel | grpc.Channel] = []
+
+    def start(self) -> None:
+        for core, replica in zip(self.cores[1:], self.replicas[1:], strict=True):
+            seed_from_snapshots(replica, core.data_dir)  # each group core's newest snapshot, while it loads too
+            replica.start()
+
+    @property
+    def ready(self) -> bool:
+        return all(replica.ready for replica in self.replicas)
+
+    def not_ready_reason(self) -> str:
+        return "; ".join(f"group {group}: {replica.not_ready_reason()}" for group, replica in enumerate(self.replicas)
+                         if not replica.ready)
+
+    def service(self, node: ReplicaNode) -> MergedService:
+        return MergedService(node, self.reads)
+
+    def calls(self, core0: grpc.Channel, writes0: WriteChannel | None) -> GroupCalls:
+        """The gRPC handler routing writes (placed before the worker's CoreForwarder)."""
+        opts = [("grpc.max_receive_message_length", self.cfg.max_message_bytes),
+                ("grpc.max_send_message_length", self.cfg.max_message_bytes)]
+        forwarders = [CoreForwarder(core0, {}, self.replicas[0].wait_applied, writes0)]
+        for core, replica in zip(self.cores[1:], self.replicas[1:], strict=True):
+            channel = grpc.insecure_channel(corelink.target(core), options=opts)
+            writes = WriteChannel(writechannel.socket_path(core.data_dir), self.cfg.max_message_bytes)
+            self._closing += [channel, writes]
+            forwarders.append(CoreForwarder(channel, {}, replica.wait_applied, writes))
+        return GroupCalls(forwarders, Placer(self.cfg, self.replicas[0], core0))
+
+    def front(self, channel0: CoreChannel, core0: grpc.Channel) -> RoutedFront:
+        """The remoting FrontEnd routing frames to each group's core (`channel0`: group 0's)."""
+        channels = [channel0] + [CoreChannel(socket_path(core), self._offset_of(replica), channel0.timeout_s)
+                                 for core, replica in zip(self.cores[1:], self.replicas[1:], strict=True)]
+        return RoutedFront(channels, Placer(self.cfg, self.replicas[0], core0))
+
+    @staticmethod
+    def _offset_of(replica: ReadReplica) -> Callable[[], int]:
+        return lambda: replica.offset
+
+    def stop(self) -> None:
+        for closing in self._closing:
+            closing.close()
+        for replica in self.replicas[1:]:
+            replica.stop()

@@ -1,0 +1,145 @@
+"""A worker's reads over every group's replica (docs/scaling.md, "Sharding", Step 2 item 3): GetRoute and
+GetClusterInfo (gRPC, and the remoting codes, whose handlers call the same service) merged by
+shards.merge from the replicas' states, the topic lists as the union of the groups'; every other read
+(KV, settings, bindings: group 0's records) as one group's, from group 0's replica.
+
+A merged read takes the replicas' locks in group order (no apply waits on another group's lock, so no
+cycle), first waiting (bounded, and never on an event loop: WouldBlock) for group 0 to reach the caller's
+min_offset and for each group the directory's floor names (ReplicaBehind). A route computed once is kept
+while no group's route generation moved: the cache is keyed by the vector of (state, generation).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from typing import TypeVar
+
+import grpc
+
+from nameserver import validation
+from nameserver.api.rpc import call_timeout, rpc
+from nameserver.api.service import NameServerService
+from nameserver.core.nowait import WouldBlock, waiting_allowed
+from nameserver.core.reads import NotReady, OffsetNotReached
+from nameserver.core.routecache import MISS, RouteCache
+from nameserver.pb import api_pb2
+from nameserver.replica import ReadReplica, ReplicaNode
+from nameserver.state import MetadataState, settings
+from nameserver.state.shards.merge import ReplicaBehind, merge_cluster_info, merge_route
+
+T = TypeVar("T")
+MAX_CATCH_UPS = 3  # ReplicaBehind rounds one read waits through (each a directory change meanwhile)
+
+
+class MergedReads:
+    """Reads over `replicas` (replicas[k] is group k's, on this worker)."""
+
+    def __init__(self, replicas: Sequence[ReadReplica]) -> None:
+        self.replicas = list(replicas)
+        self.routes = RouteCache()
+
+    def read(self, fn: Callable[[list[MetadataState]], T], min_offset: int, timeout: float,
+             alive: Callable[[], bool] | None = None) -> T:
+        """`fn(states)` once every replica is ready, group 0 has applied `min_offset` and no group is
+        behind the directory's floor. NotReady, OffsetNotReached, WouldBlock as a one-group read."""
+        deadline = time.monotonic() + timeout
+        need = {0: min_offset}
+        for _ in range(MAX_CATCH_UPS):
+            for group, replica in enumerate(self.replicas):
+                if not replica.ready:
+                    raise NotReady(f"group {group}'s replica: {replica.not_ready_reason()}")
+            for group, offset in need.items():
+                self._wait(group, offset, deadline, alive)
+            try:
+                return self._locked(fn)
+            except ReplicaBehind as behind:
+                need = behind.waits
+        raise OffsetNotReached(self.replicas[0].offset, min_offset)
+
+    def _wait(self, group: int, offset: int, deadline: float, alive: Callable[[], bool] | None) -> None:
+        replica = self.replicas[group]
+        if replica.offset >= offset:
+            return
+        if not waiting_allowed():
+            raise WouldBlock(f"group {group}'s replica has not applied {offset} yet")
+        if not replica.wait_applied(offset, max(0.0, deadline - time.monotonic()), alive):
+            raise OffsetNotReached(replica.offset, offset)
+
+    def _locked(self, fn: Callable[[list[MetadataState]], T]) -> T:
+        blocking = waiting_allowed()
+        with ExitStack() as held:
+            for replica in self.replicas:  # group order, always
+                if not replica.lock.acquire(blocking=blocking):
+                    raise WouldBlock("a group's state is busy")
+                held.callback(replica.lock.release)
+            return fn([replica.state for replica in self.replicas])
+
+    def route(self, topic: str, zone_name: str, default_order: bool, min_offset: int, timeout: float,
+              alive: Callable[[], bool] | None) -> tuple[api_pb2.TopicRoute | None, int]:
+        """The topic's merged route (None: no such topic) and group 0's offset it was read at."""
+        def compute(states: list[MetadataState]) -> tuple[api_pb2.TopicRoute | None, int]:
+            generation = tuple((id(state), state.route_generation) for state in states)
+            kept = self.routes.get((topic, zone_name), generation)
+            if kept is not MISS:
+                return kept, states[0].offset
+            group0 = states[0]
+            merged = merge_route(states, topic, zone_name,
+                                 group0.setting_on(settings.ORDER_MESSAGE_ENABLE, default_order),
+                                 group0.setting_on(settings.SUPPORT_ACTING_MASTER, False))
+            self.routes.put((topic, zone_name), generation, merged.route)
+            return merged.route, merged.offsets[0]
+
+        return self.read(compute, min_offset, timeout, alive)
+
+
+class MergedService(NameServerService):
+    """A worker's NameServer service with several groups: routes, the cluster info and topic lists over
+    every group (the hooks of NameServerService's reads); the rest as one group's over group 0's replica."""
+
+    def __init__(self, node: ReplicaNode, reads: MergedReads) -> None:
+        super().__init__(node)  # type: ignore[arg-type]  # the read API is all the replica methods use
+        self.reads = reads
+
+    def _route(self, request: api_pb2.GetRouteRequest, context: grpc.ServicerContext
+               ) -> tuple[api_pb2.TopicRoute | None, int]:
+        return self.reads.route(request.topic, request.zone_name, self.node.cfg.order_message_enable,
+                                request.min_offset, self._timeout(context), context.is_active)
+
+    def _cluster_info(self, request: api_pb2.GetClusterInfoRequest, context: grpc.ServicerContext
+                      ) -> tuple[api_pb2.GetClusterInfoReply, int]:
+        info, offsets = self.reads.read(merge_cluster_info, request.min_offset, self._timeout(context),
+                                        context.is_active)
+        return info, offsets[0]
+
+    def _topic_list(self, request: api_pb2.GetTopicListRequest, context: grpc.ServicerContext, switch: str | None
+                    ) -> tuple[list[str] | None, int]:
+        """The union of the groups' lists (each group lists its own brokers' topics), group 0's switch.
+        Exact outside a move's copy-to-drop window (a moved set's leftover is listed until dropped)."""
+        def union(states: list[MetadataState]) -> tuple[list[str] | None, int]:
+            if switch is not None and not states[0].setting_on(switch, True):
+                return None, states[0].offset
+            found: set[str] = set()
+            for state in states:
+                found.update(state.topic_list(request.kind, request.cluster_name))
+            return sorted(found), states[0].offset
+
+        return self.reads.read(union, request.min_offset, self._timeout(context), context.is_active)
+
+    @rpc
+    def GetBrokerMemberGroup(self, request: api_pb2.GetBrokerMemberGroupRequest,
+                             context: grpc.ServicerContext) -> api_pb2.GetBrokerMemberGroupReply:
+        """From the group the directory names for the set (its records are there alone)."""
+        validation.validate_get_broker_member_group(request)
+
+        def member_group(states: list[MetadataState]) -> api_pb2.GetBrokerMemberGroupReply:
+            state = states[states[0].directory.group_of(request.broker_name)]
+            reply = state.broker_member_group(request.cluster_name, request.broker_name)
+            reply.apply_offset = states[0].offset
+            return reply
+
+        return self.reads.read(member_group, request.min_offset, self._timeout(context), context.is_active)
+
+    def _timeout(self, context: grpc.ServicerContext) -> float:
+        return call_timeout(context, self.default_timeout, self.max_wait)

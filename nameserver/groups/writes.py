@@ -1,0 +1,217 @@
+"""A worker's writes with several groups (docs/scaling.md, "Sharding", Step 2 item 4): each routed by
+shards.router with group 0's directory (this worker's group 0 replica) to its group's core on this node,
+which proposes it in its group (forwarding it to its group's leader when it does not lead).
+
+- AssignFirst (a set's first registration): group 0's core writes the set's directory record
+  (Admin.AssignSet, idempotent), this worker waits for its replica to hold it, and routes again.
+- Moving: refused, retriable (UNAVAILABLE; remoting SYSTEM_BUSY), before the hop.
+- Split (a heartbeat batch, a topic on brokers of several groups, a topic deleted): one call per group in
+  group order, the answers merged; not atomic across groups (each part is, and the request is idempotent).
+- A call a peer forwarded (FORWARDED) was routed where it began: it goes to the group its GROUP header
+  names (a group core's forward), else group 0's core, unrouted. GROUP is honoured only on forwarded calls,
+  which only peers may send (auth), so a client cannot pick a set's group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from nameserver import headers
+from nameserver.api.corelink import CoreForwarder, own_metadata
+from nameserver.api.writechannel import NAMESERVER, WRITE_METHODS, method_path
+from nameserver.config import NodeConfig
+from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.remoting import codes
+from nameserver.remoting.command import Command
+from nameserver.remoting.corechannel import CoreChannel
+from nameserver.remoting.handlers import REPLICA_CODES
+from nameserver.replica import ReadReplica
+from nameserver.state.shards.router import AssignFirst, Moving, Placement, Split, ToGroup, route
+
+STREAM = "RegisterBrokerStream"  # a client stream: placed by its header chunk
+MAX_ASSIGNS = 3  # AssignFirst rounds for one request (the directory record lands, then it routes)
+
+
+class SetMovingNow(Exception):
+    """The router refused a write: its set is moving between groups (retry)."""
+
+
+class Placer:
+    """Where a request goes, with group 0's directory from `replica0`; assigns a new set first."""
+
+    def __init__(self, cfg: NodeConfig, replica0: ReadReplica, core0: grpc.Channel) -> None:
+        self.cfg = cfg
+        self.replica0 = replica0
+        self.admin = api_pb2_grpc.AdminStub(core0)
+        self.metadata = own_metadata(cfg)  # the worker's own call: the node itself, whatever the client
+
+    def place(self, request: Message, timeout: float) -> ToGroup | Split:
+        deadline = time.monotonic() + timeout
+        for _ in range(MAX_ASSIGNS):
+            with self.replica0.lock:
+                placement: Placement = route(request, self.replica0.state.directory, self.cfg.groups)
+            if isinstance(placement, Moving):
+                raise SetMovingNow(f"broker set {placement.broker_name!r} is moving from group {placement.source} "
+                                   f"to group {placement.target}: retry")
+            if not isinstance(placement, AssignFirst):
+                return placement
+            left = max(0.1, deadline - time.monotonic())
+            reply = self.admin.AssignSet(api_pb2.AssignSetRequest(broker_name=placement.broker_name,
+                                                                  cluster_name=placement.cluster),
+                                         timeout=left, metadata=self.metadata)
+            if not self.replica0.wait_applied(reply.offset, max(0.1, deadline - time.monotonic())):
+                break
+        raise TimeoutError("the broker set's directory record did not reach this worker in time")
+
+
+_REQUESTS = {name: getattr(api_pb2, NAMESERVER.methods_by_name[name].input_type.name) for name in WRITE_METHODS}
+_REPLIES = {name: getattr(api_pb2, NAMESERVER.methods_by_name[name].output_type.name) for name in WRITE_METHODS}
+_NO_DEADLINE_S = 1e6
+
+
+def merge_replies(replies: Sequence[tuple[int, Message]]) -> Message:
+    """One answer of a split write's parts (group order): a write's records summed, its offset group 0's
+    when group 0 had a part (a client's read-your-writes offset is group 0's), else the first part's; any
+    other reply (a heartbeat's unknown addresses and versions) merged field by field."""
+    first = replies[0][1]
+    merged = type(first)()
+    for _group, reply in replies:
+        merged.MergeFrom(reply)
+    if isinstance(merged, api_pb2.WriteReply):
+        merged.offset = first.offset  # type: ignore[attr-defined]
+        merged.records = sum(reply.records for _, reply in replies)  # type: ignore[attr-defined]
+    return merged
+
+
+class GroupCalls(grpc.GenericRpcHandler):
+    """A worker's gRPC calls with several groups, placed before its CoreForwarder (group 0's, which
+    answers what this leaves: None)."""
+
+    def __init__(self, forwarders: Sequence[CoreForwarder], placer: Placer) -> None:
+        self.forwarders = list(forwarders)  # forwarders[k]: to group k's core on this node
+        self.placer = placer
+        self.routed: dict[str, grpc.RpcMethodHandler] = {
+            method_path(name): grpc.unary_unary_rpc_method_handler(self._routing(name)) for name in WRITE_METHODS}
+        self.routed[method_path(STREAM)] = grpc.stream_unary_rpc_method_handler(self._routing_stream)
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        md: Mapping[str, Any] = dict(handler_call_details.invocation_metadata or ())
+        method = handler_call_details.method
+        if headers.FORWARDED in md:
+            group = md.get(headers.GROUP, "")
+            if isinstance(group, str) and group.isdigit() and 0 < int(group) < len(self.forwarders):
+                return self.forwarders[int(group)].service(handler_call_details)
+            return None
+        return self.routed.get(method)
+
+    def _routing(self, name: str) -> Callable[[bytes, grpc.ServicerContext], bytes]:
+        path = method_path(name)
+        parse, reply_type = _REQUESTS[name].FromString, _REPLIES[name]
+
+        def routed(raw: bytes, context: grpc.ServicerContext) -> bytes:
+            try:
+                request = parse(raw)
+            except Exception:  # as the core would: its decode guard names the request
+                return self._call(0, path, raw, context)
+            placement = self._place(request, context)
+            if isinstance(placement, ToGroup):
+                return self._call(placement.group, path, raw, context)
+            replies = [(group, reply_type.FromString(self._call(group, path, part.SerializeToString(), context)))
+                       for group, part in placement.parts]
+            return merge_replies(replies).SerializeToString()
+
+        return routed
+
+    def _place(self, request: Message, context: grpc.ServicerContext) -> ToGroup | Split:
+        left = context.time_remaining()
+        try:
+            return self.placer.place(request, min(left if left is not None else _NO_DEADLINE_S,
+                                                  self.placer.cfg.max_wait_ms / 1000))
+        except (SetMovingNow, TimeoutError) as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except grpc.RpcError as exc:  # group 0's core refused the assignment: its status
+            context.abort(exc.code(), exc.details() or "assigning the broker set failed")
+
+    def _routing_stream(self, chunks: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        """A registration in chunks: placed by its first (the header naming the set), passed on whole."""
+        first = next(chunks, None)
+        group = 0
+        if first is not None:
+            try:
+                header = api_pb2.RegisterBrokerChunk.FromString(first).header
+            except Exception:  # the core's decode guard names the request
+                header = None
+            if header is not None and header.broker_name:
+                placement = self._place(api_pb2.RegisterBrokerRequest(broker_name=header.broker_name,
+                                                                      cluster_name=header.cluster_name), context)
+                group = placement.group if isinstance(placement, ToGroup) else placement.parts[0][0]
+        handler = self.forwarders[group].handlers[method_path(STREAM)]
+        assert handler.stream_unary is not None
+        return handler.stream_unary(itertools.chain([first] if first is not None else [], chunks), context)
+
+    def _call(self, group: int, path: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        handler = self.forwarders[group].handlers[path]
+        assert handler.unary_unary is not None
+        return handler.unary_unary(raw, context)
+
+
+def _placed_request(cmd: Command) -> Message | None:
+    """The part of a remoting request the router needs (None: group 0's, unrouted)."""
+    fields = cmd.ext_fields
+    name = fields.get("brokerName", "")
+    if not name:
+        return None
+    if cmd.code == codes.REGISTER_BROKER:
+        return api_pb2.RegisterBrokerRequest(broker_name=name, cluster_name=fields.get("clusterName", ""))
+    if cmd.code == codes.UNREGISTER_BROKER:
+        return api_pb2.UnregisterBrokerRequest(broker_name=name)
+    if cmd.code in (codes.WIPE_WRITE_PERM_OF_BROKER, codes.ADD_WRITE_PERM_OF_BROKER):
+        return api_pb2.BrokerPermRequest(broker_name=name)
+    if cmd.code == codes.BROKER_HEARTBEAT:
+        return api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(broker_name=name)])
+    return None
+
+
+class RoutedFront:
+    """A worker's remoting FrontEnd with several groups: the replica codes answered here (group 0's
+    handlers over the merged service), each other frame to its group's core (channels[k]); a topic
+    deleted to every group (group 0's answer, unless a group refused)."""
+
+    local_codes = REPLICA_CODES
+
+    def __init__(self, channels: Sequence[CoreChannel], placer: Placer) -> None:
+        self.channels = list(channels)
+        self.placer = placer
+
+    async def forward(self, cmd: Command, conn: Any) -> Command:
+        if cmd.code == codes.DELETE_TOPIC_IN_NAMESRV:
+            answers = [await channel.forward(cmd, conn) for channel in self.channels]
+            return next((a for a in answers if a.code != codes.SUCCESS), answers[0])
+        request = _placed_request(cmd)
+        group = 0
+        if request is not None:
+            try:
+                placement = await asyncio.get_running_loop().run_in_executor(
+                    None, self.placer.place, request, self.placer.cfg.write_timeout_ms / 1000)
+            except (SetMovingNow, TimeoutError, grpc.RpcError) as exc:
+                return cmd.response(codes.SYSTEM_BUSY, f"[SHARDING] {exc}; try again later")
+            group = placement.group if isinstance(placement, ToGroup) else placement.parts[0][0]
+        return await self.channels[group].forward(cmd, conn)
+
+    async def settle(self, conn: Any) -> None:
+        for channel in self.channels:
+            await channel.settle(conn)
+
+    def settled(self, conn: Any) -> bool:
+        return all(channel.settled(conn) for channel in self.channels)
+
+    def closed(self, conn: Any) -> None:
+        for channel in self.channels:
+            channel.closed(conn)

@@ -1,0 +1,284 @@
+"""Sharding's processes (docs/scaling.md, "Sharding", Step 2) on a real 3-node cluster with [sharding]
+groups = 2 and one worker per node: each node's core (group 0) starts and watches a group-1 core, a process
+of its own with group 1's Raft (ports raft_port_step apart) and data under data_dir/g1; group 1 elects its
+own leader. A fleet of FakeBrokers (remoting) and gRPC registrations lands in both groups, each set in the
+group the directory names (read from each group core's own, unmerged, cluster info), and every route and
+the cluster info, over gRPC and remoting, equal a one-group node's for the same fleet: the differential of
+tests/unit/test_shards_merge.py on real processes. A group core killed with SIGKILL is started again by its
+node's core and rejoins its group, and the cluster keeps answering meanwhile.
+
+A group core has no public port: the tests reach it on its private socket, as the node's workers do
+(corelink.own_channel with config.group_config).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from bench.brokerconn import BrokerConnections
+from bench.procnet import children
+from nameserver import config
+from nameserver.api import corelink
+from nameserver.chunking import register_chunks
+from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.remoting import codes
+from nameserver.state.shards.directory import default_group
+from tests.cluster import Cluster, NodeProc, register_request, retry, running
+from tests.fakebroker import FakeBroker
+
+GROUPS = 2
+pytestmark = pytest.mark.slow  # a 3-node cluster of 9 processes, started once for the module (~40 s here)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(str(tmp_path_factory.mktemp("groups")), size=3, worker_processes=1, groups=GROUPS, remoting=True)
+    with running(c, timeout=c.ready_timeout) as started:
+        yield started
+
+
+# Broker names by the group their hash gives with 2 groups (directory.default_group), two of each, and the
+# topics they share: a route of a shared topic is merged from both groups.
+NAMES = {0: [], 1: []}  # type: dict[int, list[str]]
+for _i in range(40):
+    _name = f"broker-{_i}"
+    if len(NAMES[default_group(_name, GROUPS)]) < 2:
+        NAMES[default_group(_name, GROUPS)].append(_name)
+FLEET = [name for group in sorted(NAMES) for name in NAMES[group]]
+TOPICS = {name: ["Shared", f"Own-{name}"] + (["Pair"] if i % 2 else []) for i, name in enumerate(FLEET)}
+GRPC_BROKERS = {"grpc-a": ["Shared", "ViaGrpc"], "grpc-b": ["ViaGrpc"]}  # registered over gRPC
+# registered over gRPC in chunks (RegisterBrokerStream), a set of group 1: placed by its header chunk
+STREAMED = next(f"streamed-{i}" for i in range(40) if default_group(f"streamed-{i}", GROUPS) == 1)
+GRPC_BROKERS[STREAMED] = ["Shared", "ViaStream"]
+ALL_TOPICS = sorted({t for ts in [*TOPICS.values(), *GRPC_BROKERS.values()] for t in ts})
+
+
+@pytest.fixture(scope="module")
+def one_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The reference: a one-group node with a worker, as today's product."""
+    c = Cluster(str(tmp_path_factory.mktemp("one-group")), size=1, worker_processes=1, remoting=True)
+    with running(c, timeout=c.ready_timeout) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def fleet(sharded: Cluster, one_group: Cluster) -> Iterator[list[FakeBroker]]:
+    """The same fleet registered with both clusters: each FakeBroker on its connection to n1's remoting port
+    (a worker) and to the reference's; two more brokers over gRPC."""
+    brokers = [FakeBroker(name, cluster="ShardCluster").start() for name in FLEET]
+    try:
+        for broker in brokers:
+            for cluster in (sharded, one_group):
+                resp = broker.register(cluster.nodes[0].remoting_addr, TOPICS[broker.name])
+                assert resp.code == codes.SUCCESS, resp.remark
+        for i, (name, topics) in enumerate(GRPC_BROKERS.items()):
+            for cluster in (sharded, one_group):
+                request = register_request("ShardCluster", name, f"10.7.0.{i + 1}:10911", topics)
+                if name == STREAMED:
+                    retry(lambda c=cluster, r=request: c.nodes[0].ns.RegisterBrokerStream(
+                        iter(register_chunks(r, per_chunk=1)), timeout=10), timeout=30)
+                else:
+                    retry(lambda c=cluster, r=request: c.nodes[0].ns.RegisterBroker(r, timeout=10), timeout=30)
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+def group_core_channel(node: NodeProc, group: int) -> grpc.Channel:
+    """A channel to `node`'s core of `group` on its private socket, as the node's workers have."""
+    return corelink.own_channel(config.group_config(config.load(node.config_path), group))
+
+
+def group_status(node: NodeProc, group: int) -> api_pb2.NodeStatus | None:
+    with group_core_channel(node, group) as channel:
+        try:
+            return api_pb2_grpc.AdminStub(channel).Status(api_pb2.StatusRequest(), timeout=2)
+        except grpc.RpcError:
+            return None
+
+
+def children_running(node: NodeProc, module: bytes) -> list[int]:
+    """The pids of `node`'s core's children running `module` (python -m)."""
+    assert node.proc is not None
+    found = []
+    for pid in children(node.proc.pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if module in f.read():
+                    found.append(pid)
+        except OSError:  # exited meanwhile
+            pass
+    return found
+
+
+def group_core_pids(node: NodeProc) -> list[int]:
+    return children_running(node, b"nameserver.groupcore")
+
+
+def group_leader(cluster: Cluster, group: int) -> NodeProc | None:
+    for node in cluster.nodes:
+        st = group_status(node, group)
+        if st is not None and st.ready and st.role == api_pb2.ROLE_LEADER:
+            return node
+    return None
+
+
+def test_each_node_runs_a_group_core_and_the_group_elects_its_own_leader(sharded: Cluster) -> None:
+    sharded.wait_for("group 1 ready on every node with a leader", lambda: group_leader(sharded, 1) and all(
+        (st := group_status(n, 1)) is not None and st.ready for n in sharded.nodes), timeout=60)
+    for node in sharded.nodes:
+        assert len(group_core_pids(node)) == GROUPS - 1
+        st = group_status(node, 1)
+        assert st is not None
+        # group 1's Raft address is the node's shifted by the step; its data under data_dir/g1
+        assert st.node_id == config.group_raft_addr(node.raft_addr, 1, sharded.raft_port_step)
+        assert os.path.isdir(os.path.join(sharded.root, f"{node.name}-data", "g1", "raft"))
+    members = {st.node_id for st in (group_status(n, 1) for n in sharded.nodes) if st is not None}
+    assert len(members) == 3 and not members & {n.raft_addr for n in sharded.nodes}
+
+
+def own_cluster_info(node: NodeProc, group: int) -> api_pb2.GetClusterInfoReply:
+    """Group `group`'s own (unmerged) cluster info, from `node`'s core of that group."""
+    with group_core_channel(node, group) as channel:
+        return retry(lambda: api_pb2_grpc.NameServerStub(channel).GetClusterInfo(
+            api_pb2.GetClusterInfoRequest(), timeout=5))
+
+
+def test_each_set_lands_in_the_group_the_directory_names(sharded: Cluster, fleet: list[FakeBroker]) -> None:
+    expected = {group: sorted(names) for group, names in NAMES.items()}
+    for name in GRPC_BROKERS:
+        expected[default_group(name, GROUPS)] = sorted([*expected[default_group(name, GROUPS)], name])
+
+    def landed() -> bool:
+        return all(sorted(own_cluster_info(node, group).broker_addr_table) == expected[group]
+                   for node in sharded.nodes for group in range(GROUPS))
+
+    sharded.wait_for("every set in its hash group on every node", landed, timeout=30)
+    assert expected[0] and expected[1]
+
+
+def _route(node: NodeProc, topic: str) -> api_pb2.TopicRoute | None:
+    try:
+        return node.ns.GetRoute(api_pb2.GetRouteRequest(topic=topic), timeout=5).route
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+def _remoting(node: NodeProc, code: int, ext: dict[str, str]) -> tuple[int, bytes]:
+    client = BrokerConnections("reader", "none", "127.0.0.1:1")
+    try:
+        resp = client.call(node.remoting_addr, code, ext, timeout=10)
+        assert resp is not None
+        return resp.code, resp.body
+    finally:
+        client.close_channels()
+
+
+def test_routes_and_cluster_info_equal_one_group_s_over_grpc_and_remoting(
+        sharded: Cluster, one_group: Cluster, fleet: list[FakeBroker]) -> None:
+    reference = one_group.nodes[0]
+
+    def equal_everywhere() -> bool:
+        for node in sharded.nodes:
+            for topic in [*ALL_TOPICS, "NoSuchTopic"]:
+                if _route(node, topic) != _route(reference, topic):
+                    return False
+                ext = {"topic": topic}
+                if _remoting(node, codes.GET_ROUTEINFO_BY_TOPIC, ext) != _remoting(
+                        reference, codes.GET_ROUTEINFO_BY_TOPIC, ext):
+                    return False
+            info = node.ns.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=5)
+            ref = reference.ns.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=5)
+            info.apply_offset = ref.apply_offset = 0
+            if info != ref or _remoting(node, codes.GET_BROKER_CLUSTER_INFO, {}) != _remoting(
+                    reference, codes.GET_BROKER_CLUSTER_INFO, {}):
+                return False
+            for name in [*FLEET, *GRPC_BROKERS]:
+                ask = api_pb2.GetBrokerMemberGroupRequest(cluster_name="ShardCluster", broker_name=name)
+                got = node.ns.GetBrokerMemberGroup(ask, timeout=5)
+                want = reference.ns.GetBrokerMemberGroup(ask, timeout=5)
+                got.apply_offset = want.apply_offset = 0
+                if got != want:
+                    return False
+        return True
+
+    sharded.wait_for("every node's routes and cluster info equal to the one-group node's", equal_everywhere,
+                     timeout=30, every=0.5)
+    shared = _route(sharded.nodes[1], "Shared")
+    assert shared is not None and len(shared.broker_datas) == len(FLEET) + 2  # both groups' brokers
+    listed = sharded.nodes[2].ns.GetTopicList(api_pb2.GetTopicListRequest(kind=api_pb2.TOPIC_LIST_ALL), timeout=5)
+    assert set(ALL_TOPICS) <= set(listed.topics)
+
+
+def test_a_heartbeat_batch_is_split_to_each_set_s_group(sharded: Cluster, fleet: list[FakeBroker]) -> None:
+    """Each broker's heartbeat reaches its set's group (which alone knows its address): none is unknown."""
+    beats = [api_pb2.BrokerHeartbeat(cluster_name="ShardCluster", broker_name=b.name, broker_addr=b.addr)
+             for b in fleet]
+    reply = retry(lambda: sharded.nodes[1].ns.Heartbeat(api_pb2.HeartbeatRequest(heartbeats=beats), timeout=5))
+    assert list(reply.unknown_addrs) == []
+    assert set(reply.data_versions) == {b.addr for b in fleet}
+
+
+def _answers_route(node: NodeProc, topic: str, name: str) -> bool:
+    try:
+        found = _route(node, topic)
+    except grpc.RpcError:  # UNAVAILABLE while a replica of it is not ready
+        return False
+    return found is not None and [bd.broker_name for bd in found.broker_datas] == [name]
+
+
+def test_a_killed_group_core_is_started_again_and_the_cluster_keeps_answering(sharded: Cluster) -> None:
+    node, others = sharded.nodes[0], sharded.nodes[1:]
+    sharded.wait_for("n1's group core", lambda: group_core_pids(node))
+    [victim] = group_core_pids(node)
+    os.kill(victim, signal.SIGKILL)
+    # while n1's group 1 core is down, the other nodes take a registration of a group-1 set (group 1 elects
+    # a new leader if n1's led it) and answer its route
+    name = next(f"kill-{i}" for i in range(40) if default_group(f"kill-{i}", GROUPS) == 1)
+    retry(lambda: others[0].ns.RegisterBroker(register_request("c", name, "10.9.0.1:10911", ["TopicK"]), timeout=5),
+          timeout=15)
+    sharded.wait_for("n3's route of it", lambda: _answers_route(others[1], "TopicK", name), timeout=15)
+    restarted = sharded.wait_for("n1's group core started again",
+                                 lambda: [p for p in group_core_pids(node) if p != victim], timeout=30)
+    assert victim not in restarted
+    sharded.wait_for("n1's group 1 core ready again",
+                     lambda: (st := group_status(node, 1)) is not None and st.ready, timeout=60)
+    # n1 catches up in group 1: its workers answer the route with the set written while its core was down
+    sharded.wait_for("n1's route of the set written meanwhile", lambda: _answers_route(node, "TopicK", name),
+                     timeout=30)
+    assert node.alive
+
+
+def test_brokers_connected_through_a_dead_worker_are_released_in_every_group(
+        sharded: Cluster, fleet: list[FakeBroker]) -> None:
+    """Last (it drops the fleet's connections): n1's worker holds the FakeBrokers' connections; killed, each
+    group releases its own sets' brokers (RocketMQ unregisters a broker whose channel closed). Group 0's core
+    hears it from its supervisor, a group core finds the worker gone itself (groupcore.release_dead_workers)."""
+    node = sharded.nodes[0]
+    # their periodic registration (every 30 s), as stock brokers: a group core restarted since (the test
+    # above) learns its brokers' connections from it
+    for broker in fleet:
+        assert broker.register(node.remoting_addr, TOPICS[broker.name]).code == codes.SUCCESS
+    landed = {group: sorted(own_cluster_info(node, group).broker_addr_table) for group in range(GROUPS)}
+    assert set(NAMES[1]) <= set(landed[1]) and set(NAMES[0]) <= set(landed[0])
+    [worker] = children_running(node, b"nameserver.worker")
+    os.kill(worker, signal.SIGKILL)
+
+    def released() -> bool:
+        return all(not set(NAMES[group]) & set(own_cluster_info(n, group).broker_addr_table)
+                   for n in sharded.nodes for group in range(GROUPS))
+
+    try:
+        sharded.wait_for("the fleet's brokers released in both groups", released, timeout=30)
+    except AssertionError:
+        left = {(n.name, group): sorted(set(NAMES[group]) & set(own_cluster_info(n, group).broker_addr_table))
+                for n in sharded.nodes for group in range(GROUPS)}
+        raise AssertionError(f"not released: {left}") from None
