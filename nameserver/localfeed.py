@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -37,7 +37,7 @@ REQUEST_BYTES = 64  # the worker's one frame: an offset
 FRAME_SLACK = 64 << 10  # a frame's bound past the largest message: the frame's and record's headers
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
-Messages = Callable[[int, Callable[[], bool]], Iterator[api_pb2.FollowMessage]]
+Messages = Callable[[int, Callable[[], bool]], Generator[api_pb2.FollowMessage, None, None]]
 
 
 def socket_path(data_dir: str) -> str:
@@ -87,11 +87,14 @@ class FeedServer(framing.LinkServer):
             records = framing.unpack(body)
             if len(records) != 1 or len(records[0]) != 1 or not records[0][0].isdigit():
                 raise ValueError("a feed request of the wrong shape")
+            messages = self.messages(int(records[0][0]), lambda: self.holds(link))
             try:
-                for msg in self.messages(int(records[0][0]), lambda: self.holds(link)):
+                for msg in messages:
                     link.sendall(framing.pack(((msg.SerializeToString(),),)))
             except FollowRefused as exc:
                 link.sendall(framing.pack(((str(exc.code().value[0]).encode(), exc.details().encode()),)))
+            finally:
+                messages.close()  # now, not when collected: it holds one of limits.max_followers
         except (ValueError, EOFError) as exc:  # not a feed request
             log.warning("worker feed: closing a worker's link: %s", exc or type(exc).__name__)
         except OSError as exc:  # the worker went (its replica moved on, it stopped) or stopped reading (a timeout)

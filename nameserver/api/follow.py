@@ -58,7 +58,8 @@ class FollowFeed:
         self._followers = 0
         self._followers_lock = threading.Lock()
 
-    def messages(self, from_offset: int, is_active: Callable[[], bool]) -> Iterator[api_pb2.FollowMessage]:
+    def messages(self, from_offset: int, is_active: Callable[[], bool]
+                 ) -> Generator[api_pb2.FollowMessage, None, None]:
         """One follower's messages from `from_offset` while `is_active()`; FollowRefused when refused."""
         if from_offset < 0:
             raise FollowRefused(grpc.StatusCode.INVALID_ARGUMENT, "from_offset: must be >= 0")

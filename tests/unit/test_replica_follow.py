@@ -20,7 +20,7 @@ from nameserver.api.follow import FollowFeed
 from nameserver.api.logservice import LogService
 from nameserver.config import Member, NodeConfig
 from nameserver.core.reads import NotReady
-from nameserver.localfeed import FeedServer, LocalFeed
+from nameserver.localfeed import FeedServer, FeedStream, FollowRefused, LocalFeed
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.replica import ReadReplica, ReplicaNode
 from nameserver.replica.follower import SnapshotMismatch
@@ -274,6 +274,37 @@ def _snapshot_of(state: MetadataState, digest: str | None = None) -> api_pb2.Sta
     for key, value, version, rtype in state.kv.items():
         chunk.items.add(key=key, value=value, version=version, type=rtype)
     return chunk
+
+
+def test_feed_links_hold_one_of_max_followers_each_until_they_close(tmp_path) -> None:
+    """A worker's feed link takes one of limits.max_followers (2 on the stand-in) as a Follow stream does,
+    refused RESOURCE_EXHAUSTED past it in the same words, and gives it back once its link closes."""
+    core = StandInCore()
+    core.put("k", "v")
+    server = FeedServer(str(tmp_path / "feed.sock"), FollowFeed(core).messages, 10.0)  # type: ignore[arg-type]
+    server.start()
+
+    def first(stream: FeedStream) -> api_pb2.FollowMessage:
+        return next(stream)
+
+    try:
+        held = [FeedStream(server.path, 0, 1 << 22) for _ in range(2)]
+        assert all(first(s).snapshot_done for s in held)  # each has its slot and the state
+        with pytest.raises(FollowRefused) as err:
+            first(FeedStream(server.path, 0, 1 << 22))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "limits.max_followers" in err.value.details()
+        held[0].cancel()  # the core sees it at its next keepalive, within a second
+
+        def admitted() -> bool:
+            try:
+                return first(FeedStream(server.path, 0, 1 << 22)).snapshot_done
+            except FollowRefused:
+                return False
+
+        wait_until(admitted)
+    finally:
+        server.stop()
 
 
 def test_a_snapshot_whose_pairs_do_not_match_its_digest_is_refused() -> None:
