@@ -7,7 +7,7 @@ so each registration writes its live record and every queue data): translate.reg
 core's state, wrapped in an Entry as the proposer does (raftlog/proposer.py), applied by the core's
 MetadataState and appended to its history ring. Then, timed apart:
 
-- **send**: the core's Log.Follow generator (nameserver/api/logservice.py) for one follower, as the gRPC
+- **send**: the core's Log.Follow generator (nameserver/api/follow.py) for one follower, as the gRPC
   server drives it, and the message's encoding (what grpc's response serializer does), per follower;
 - **core apply**: the core's own applying of each entry (digest and quota totals kept), beside;
 - **receive**: the worker's decoding of the message (grpc's deserializer) and ReadReplica's apply
@@ -21,8 +21,9 @@ machine the times move by a third between runs: `--no-receive` leaves the receiv
 under `valgrind --tool=callgrind`, with and without it, give its instructions per registration exactly.
 
 `--streamed K`: instead, K replicas follow over real Log.Follow streams (an in-process gRPC server on
-127.0.0.1) while the core applies at `--rate`, beside none: the process's CPU per registration and follower,
-gRPC's per-message work on both ends included (`--threads`: each thread's share).
+127.0.0.1; `--transport unix`: a worker's Unix feed, nameserver/localfeed.py) while the core applies at
+`--rate`, beside none: the process's CPU per registration and follower, the transport's per-message work on
+both ends included (`--threads`: each thread's share).
 """
 
 from __future__ import annotations
@@ -31,18 +32,23 @@ import argparse
 import cProfile
 import os
 import pstats
+import shutil
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any, cast
+from typing import Any
 
 import grpc
 
 from bench.workloads import registration_request
+from nameserver import localfeed
+from nameserver.api.follow import FollowFeed
 from nameserver.api.logservice import LogService
 from nameserver.core.watch import WatchHub
+from nameserver.localfeed import FeedServer
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.replica import ReadReplica
 from nameserver.state import MetadataState, translate
@@ -103,15 +109,8 @@ class _Core:
         return ""
 
 
-class _Context:
-    def is_active(self) -> bool:
-        return True
-
-    def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise RuntimeError(f"{code}: {details}")
-
-
-_CONTEXT = cast(grpc.ServicerContext, _Context())
+def _always() -> bool:
+    return True
 
 
 def _registrations(core: _Core, brokers: int, topics: int, per_entry: int, count: int) -> None:
@@ -140,9 +139,9 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     core = _Core()
     # the brokers registered once, then the state at rest: what is timed is re-registrations
     _registrations(core, args.brokers, args.topics, 1, args.brokers)
-    service = LogService(core)  # type: ignore[arg-type]  # the node's parts Follow uses
+    feed = FollowFeed(core)  # type: ignore[arg-type]  # the node's parts Follow uses
     replica = _replica()
-    first = next(iter(service._follow(0, _CONTEXT)))  # the snapshot (one chunk at this size)
+    first = next(feed.messages(0, _always))  # the snapshot (one chunk at this size)
     replica._install(iter([first.snapshot]))
     start = core.log.apply_offset
 
@@ -150,7 +149,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     _registrations(core, args.brokers, args.topics, args.per_entry, args.entries)
     regs = args.entries * args.per_entry
     core_apply = core.apply_cpu_s - before
-    stream = service._follow(start, _CONTEXT)
+    stream = feed.messages(start, _always)
     per_message = args.entries_per_message
     # the core's stream: woken with `per_message` new entries each time
     core.log.apply_offset, last = start, core.log.apply_offset
@@ -190,17 +189,23 @@ class _CountingReplica(ReadReplica):
 
 
 def streamed(args: argparse.Namespace, followers: int) -> dict[str, float]:
-    """The process's CPU (every thread: the core's applying, its gRPC server's Follow streams, the
-    replicas' gRPC clients and applying) over `--entries` registrations applied at `--rate` per second with
-    `followers` read replicas following over real Log.Follow streams on 127.0.0.1."""
+    """The process's CPU (every thread: the core's applying, its Follow streams or feed links, the
+    replicas' receiving and applying) over `--entries` registrations applied at `--rate` per second with
+    `followers` read replicas following over real Log.Follow streams on 127.0.0.1 (`--transport grpc`) or
+    a worker's Unix feed (`--transport unix`, nameserver/localfeed.py)."""
     core = _Core()
     _registrations(core, args.brokers, args.topics, 1, args.brokers)
+    feed = FollowFeed(core)  # type: ignore[arg-type]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=followers + 2))
-    api_pb2_grpc.add_LogServicer_to_server(LogService(core), server)  # type: ignore[arg-type]
+    api_pb2_grpc.add_LogServicer_to_server(LogService(core, feed=feed), server)  # type: ignore[arg-type]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    replicas = [_CountingReplica(f"127.0.0.1:{port}", grpc.insecure_channel, name=f"r{i}", accounting=False)
-                for i in range(followers)]
+    folder = tempfile.mkdtemp(prefix="replicaapply-")
+    unix = FeedServer(localfeed.socket_path(folder), feed.messages, 10.0)
+    unix.start()
+    local = localfeed.LocalFeed(unix.path, core.cfg.max_message_bytes) if args.transport == "unix" else None
+    replicas = [_CountingReplica(f"127.0.0.1:{port}", grpc.insecure_channel, name=f"r{i}", accounting=False,
+                                 feed=local) for i in range(followers)]
     try:
         for r in replicas:
             r.entry_listeners.append(WatchHub().on_entry)
@@ -224,6 +229,8 @@ def streamed(args: argparse.Namespace, followers: int) -> dict[str, float]:
         for r in replicas:
             r.stop()
         server.stop(None)
+        unix.stop()
+        shutil.rmtree(folder, ignore_errors=True)
     regs = args.entries * args.per_entry
     return {"cpu_us_per_reg": cpu / regs * 1e6, "messages_per_follower": messages / max(1, followers)}
 
@@ -278,6 +285,8 @@ def main() -> None:
                         help="instead: K replicas over real Follow streams beside none, paced at --rate; the "
                              "process's CPU per registration and follower (K - none) / K")
     parser.add_argument("--threads", action="store_true", help="with --streamed: each thread's CPU")
+    parser.add_argument("--transport", choices=("grpc", "unix"), default="grpc",
+                        help="with --streamed: Log.Follow over gRPC (a remote replica's) or a worker's Unix feed")
     parser.add_argument("--rate", type=float, default=500.0, help="entries per second, with --streamed")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="print cProfile's top N functions of one run's receive side")

@@ -9,8 +9,10 @@ from collections.abc import Callable
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from nameserver import localfeed
 from nameserver.api import auth, corelink, grpcserver, writechannel
 from nameserver.api.adminservice import AdminService
+from nameserver.api.follow import FollowFeed
 from nameserver.api.inprocess import InProcessStub
 from nameserver.api.logservice import LogService, ReadReplicas
 from nameserver.api.service import NameServerService
@@ -19,6 +21,7 @@ from nameserver.config import REMOTING_CONNECTIONS_FLOOR, NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
 from nameserver.core.idlenoop import IdleNoop
 from nameserver.core.node import NameServerNode
+from nameserver.localfeed import FeedServer
 from nameserver.ops import fdlimits, workermetrics
 from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
 from nameserver.ops.workers import WorkerSpec, WorkerSupervisor, group_cores_of
@@ -93,7 +96,11 @@ class Server:
         api_pb2_grpc.add_NameServerServicer_to_server(self.service, self.grpc)
         replicas = ReadReplicas()  # the read replicas following this node (Log.Follow), listed by Status
         api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node, replicas), self.grpc)
-        api_pb2_grpc.add_LogServicer_to_server(LogService(self.node, replicas), self.grpc)  # log export, dump, Follow
+        follow = FollowFeed(self.node)  # one followers' bound over both transports
+        api_pb2_grpc.add_LogServicer_to_server(LogService(self.node, replicas, follow), self.grpc)  # export, Follow
+        # the workers' replicas take the same messages on a Unix socket, without gRPC's per-message work
+        self.feed = FeedServer(localfeed.socket_path(cfg.data_dir), follow.messages,
+                               cfg.grpc_progress_timeout_ms / 1000) if cfg.worker_processes else None
         # Controller mode (RIP-44; nameserver/controller): served over gRPC by every node, so a follower
         # can forward to whichever node leads; its remoting port only where [controller] listen is set.
         self.heartbeats = HeartbeatTable(default_timeout_s=cfg.controller_heartbeat_timeout_ms / 1000)
@@ -117,6 +124,8 @@ class Server:
         self.extras: list = [LeaderWatch(self.node.log, self.metrics)]  # one log line per leader change
         if self.writes is not None:
             self.extras.append(self.writes)
+        if self.feed is not None:
+            self.extras.append(self.feed)
         if self.metrics is not None:
             self.extras.append(MetricsEndpoint(self.metrics.registry, cfg.metrics_addr,
                                                max_connections=self.budget.metrics,

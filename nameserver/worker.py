@@ -27,7 +27,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
-from nameserver import headers, tlsconf
+from nameserver import headers, localfeed, tlsconf
 from nameserver.api import auth, corelink, grpcserver, writechannel
 from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             ("grpc.max_send_message_length", cfg.max_message_bytes)]
     # serves reads only: no digest or quota totals kept per entry (the core keeps and reports them)
     replica = ReadReplica(corelink.target(cfg), lambda target: corelink.own_channel(cfg, opts),
-                          name=f"worker-{index}", accounting=False)
+                          name=f"worker-{index}", accounting=False,
+                          feed=localfeed.LocalFeed(localfeed.socket_path(cfg.data_dir), cfg.max_message_bytes))
     seed_from_snapshots(replica, cfg.data_dir)  # the core's newest snapshot file, while the core loads it too
     replica.start()
     groups = GroupLinks(cfg, f"worker-{index}", replica) if cfg.groups > 1 else None  # a replica of every group

@@ -140,7 +140,6 @@ class EqualBounds:
         self._clock = clock
         self._slack = min(slack, seconds / 4)
         self._armed: collections.deque[Bound] = collections.deque()
-        self._wake = threading.Event()
         self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.fired = 0
@@ -149,15 +148,14 @@ class EqualBounds:
         """Run `action` (on the watch thread; quick, like a call's cancel) `seconds` from now, unless the
         returned Bound is disarmed first."""
         bound = Bound(self._clock() + self.seconds, action)
-        idle = not self._armed
         self._armed.append(bound)  # deque.append is atomic: no lock on the call's path
         if self._thread is None:
             with self._start_lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
-        if idle:
-            self._wake.set()
+        # Not woken: it looks every `slack` (a bound is due `seconds` >= 4 slacks away). Woken on each arm
+        # that found none armed, it woke once per write on a core whose calls come one at a time.
         return bound
 
     def armed(self) -> int:
@@ -168,9 +166,7 @@ class EqualBounds:
         armed = self._armed
         while True:
             if not armed:
-                # with a timeout: a bound appended just as the last one left may find the event unset
-                self._wake.wait(self._slack)
-                self._wake.clear()
+                time.sleep(self._slack)
                 continue
             now = self._clock()
             while armed and (armed[0].done or armed[0].due <= now):

@@ -22,9 +22,9 @@ decided as for a direct call, in the same words. What it saves is gRPC's per-cal
 (HTTP/2 streams, the completion queue, one socket write per call and per answer): docs/benchmarks.md,
 "The batched write channel".
 
-A frame is a 4-byte big-endian length and a list of records, each a list of length-prefixed fields: a
-call is [id, deadline (ns, or -1), method, request, metadata key, value, ...], a cancel [id], an answer
-[id, code, details, reply, trailing key, value, ...].
+A frame (nameserver/framing.py) is a 4-byte big-endian length and a list of records, each a list of
+length-prefixed fields: a call is [id, deadline (ns, or -1), method, request, metadata key, value, ...], a
+cancel [id], an answer [id, code, details, reply, trailing key, value, ...].
 A worker whose link breaks fails the calls waiting on it with UNAVAILABLE (the caller retries; with an
 exactly-once session the retry is answered from the session); the core finishes a call it started
 whatever becomes of the link (Raft decides whether it was written, never the link).
@@ -32,7 +32,6 @@ whatever becomes of the link (Raft decides whether it was written, never the lin
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
@@ -47,6 +46,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from nameserver import framing
 from nameserver.api.inprocess import LocalContext, LocalRpcError
 from nameserver.pb import api_pb2
 
@@ -59,7 +59,6 @@ WRITE_METHODS = ("RegisterBroker", "UnregisterBroker", "Heartbeat", "PutKv", "De
                  "WipeWritePerm", "AddWritePerm", "RegisterTopic", "DeleteTopic", "BindQueue", "ReleaseQueue")
 BATCH_BYTES = 1 << 20     # a frame gathers calls up to about this many bytes (one call may be larger)
 FRAME_SLACK = 64 << 10    # a frame's bound past BATCH_BYTES + one request: its fields' headers
-_LEN = struct.Struct(">I")
 _ID = struct.Struct(">Q")
 _NO_TIME = -1             # a call whose caller set no deadline
 MAX_WAITING_FRAMES = 64   # frames the core reads together before starting their calls (cancels first)
@@ -78,41 +77,7 @@ def method_path(name: str) -> str:
     return f"/{NAMESERVER.full_name}/{name}"
 
 
-# ---- frames -----------------------------------------------------------------------------------------
-
-def _pack(records: Sequence[Sequence[bytes]]) -> bytes:
-    out = [_LEN.pack(len(records))]
-    for fields in records:
-        out.append(_LEN.pack(len(fields)))
-        for f in fields:
-            out += (_LEN.pack(len(f)), f)
-    body = b"".join(out)
-    return _LEN.pack(len(body)) + body
-
-
-def _unpack(body: bytes) -> list[list[bytes]]:
-    view, at = memoryview(body), 0
-
-    def number() -> int:
-        nonlocal at
-        if at + 4 > len(view):
-            raise ValueError("write channel: a frame ends inside a field")
-        (n,) = _LEN.unpack_from(view, at)
-        at += 4
-        return int(n)
-
-    records = []
-    for _ in range(number()):
-        fields = []
-        for _ in range(number()):
-            n = number()
-            if at + n > len(view):
-                raise ValueError("write channel: a field runs past its frame")
-            fields.append(bytes(view[at:at + n]))
-            at += n
-        records.append(fields)
-    return records
-
+# ---- records -----------------------------------------------------------------------------------------
 
 def _metadata_fields(metadata: Metadata) -> list[bytes]:
     out: list[bytes] = []
@@ -128,29 +93,6 @@ def _metadata_of(fields: list[bytes]) -> Metadata:
         key = k.decode()
         pairs.append((key, v if key.endswith("-bin") else v.decode()))
     return tuple(pairs)
-
-
-def _read_frame(sock: socket.socket, max_bytes: int) -> bytes | None:
-    head = _read_exactly(sock, 4)
-    if head is None:
-        return None
-    (n,) = _LEN.unpack(head)
-    if n > max_bytes:
-        raise ValueError(f"write channel: a {n}-byte frame is past its {max_bytes}-byte bound")
-    body = _read_exactly(sock, n)
-    if body is None:
-        raise EOFError("write channel: closed inside a frame")
-    return body
-
-
-def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
 
 
 class _Sender:
@@ -189,7 +131,7 @@ class _Sender:
                     size += sum(len(f) for f in record)
                 batch, self._queue = self._queue[:taken], self._queue[taken:]
             try:
-                self.sock.sendall(_pack(batch))
+                self.sock.sendall(framing.pack(batch))
             except OSError as exc:
                 self.on_error(exc)
                 return
@@ -304,63 +246,32 @@ def _returning(handler: Any) -> Callable[[Any], Any]:
     return lambda _details: handler
 
 
-class WriteChannelServer:
+class WriteChannelServer(framing.LinkServer):
     """The core's end: the socket, a reader per worker link, the calls on a pool, answers batched back."""
 
     def __init__(self, path: str, calls: WriteCalls, threads: int, max_request_bytes: int) -> None:
-        self.path = path
+        super().__init__(path, "write-channel")
         self.writes = calls
         self.max_frame = BATCH_BYTES + max_request_bytes + FRAME_SLACK
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="write-channel")
-        self._sock: socket.socket | None = None
-        self._links: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.calls = 0          # writes, read-index asks and frames received (/metrics)
         self.read_indexes = 0
         self.frames = 0
         self.cancels = 0        # cancels received (of calls still running or waiting)
 
-    def start(self) -> None:
-        folder = os.path.dirname(self.path)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        os.chmod(folder, 0o700)
-        if os.path.exists(self.path):
-            os.unlink(self.path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(self.path)
-        os.chmod(self.path, 0o600)
-        sock.listen(64)
-        self._sock = sock
-        threading.Thread(target=self._accept, name="write-channel-accept", daemon=True).start()
-
     def stop(self) -> None:
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            sock.close()
-        with self._lock:
-            links = list(self._links)
-        for link in links:
-            _close(link)
+        super().stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
-    def _accept(self) -> None:
-        while (sock := self._sock) is not None:
-            try:
-                link, _ = sock.accept()
-            except OSError:
-                return
-            with self._lock:
-                self._links.add(link)
-            threading.Thread(target=self._serve, args=(link,), name="write-channel-link", daemon=True).start()
-
-    def _serve(self, link: socket.socket) -> None:
-        sender = _Sender(link, "write-channel-answers", lambda exc: _close(link))
+    def serve(self, link: socket.socket) -> None:
+        sender = _Sender(link, "write-channel-answers", lambda exc: framing.close(link))
         running: dict[bytes, ChannelContext] = {}  # this link's calls not answered yet, for their cancels
         try:
             while bodies := self._waiting_frames(link):
                 calls: list[tuple[list[bytes], ChannelContext]] = []
                 cancels = []
-                for fields in (record for body in bodies for record in _unpack(body)):
+                for fields in (record for body in bodies for record in framing.unpack(body)):
                     if len(fields) == 1:
                         cancels.append(fields[0])
                         continue
@@ -381,13 +292,10 @@ class WriteChannelServer:
                 for fields, context in calls:
                     self.pool.submit(self._run, sender, fields, context, running)
         except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
-            if self._sock is not None:
+            if self.listening:
                 log.warning("write channel: a worker's link ended: %s", exc)
         finally:
             sender.close()
-            _close(link)
-            with self._lock:
-                self._links.discard(link)
 
     def _waiting_frames(self, link: socket.socket) -> list[bytes]:
         """The next frame, and every other one already waiting on `link` (at most MAX_WAITING_FRAMES);
@@ -396,7 +304,7 @@ class WriteChannelServer:
         waiting = select.poll()  # not select.select: it refuses descriptors past 1,023, and a core may hold more
         waiting.register(link, select.POLLIN)
         while len(bodies) < MAX_WAITING_FRAMES and (not bodies or waiting.poll(0)):
-            body = _read_frame(link, self.max_frame)
+            body = framing.read_frame(link, self.max_frame)
             if body is None:
                 break
             bodies.append(body)
@@ -412,12 +320,6 @@ class WriteChannelServer:
                 if running.get(call_id) is context:
                     del running[call_id]
         sender.put([call_id, str(code.value[0]).encode(), details.encode(), body, *_metadata_fields(trailing)])
-
-
-def _close(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()
 
 
 # ---- a worker's side --------------------------------------------------------------------------------
@@ -511,8 +413,8 @@ class WriteChannel:
     def _read(self, link: _Link) -> None:
         error: BaseException = EOFError("the node's core closed the channel")
         try:
-            while (body := _read_frame(link.sock, self.max_frame)) is not None:
-                for fields in _unpack(body):
+            while (body := framing.read_frame(link.sock, self.max_frame)) is not None:
+                for fields in framing.unpack(body):
                     with self._lock:
                         answer = link.pending.pop(fields[0], None)
                     if answer is not None:
@@ -532,7 +434,7 @@ class WriteChannel:
                 link.broken = why
             pending, link.pending = link.pending, {}
         link.sender.close()
-        _close(link.sock)
+        framing.close(link.sock)
         for answer in pending.values():
             if not answer.done():
                 answer.set_result((grpc.StatusCode.UNAVAILABLE, why, b"", ()))

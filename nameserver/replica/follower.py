@@ -1,4 +1,5 @@
-"""A read replica of a core's state, fed by its Log.Follow stream (nameserver/api/logservice.py).
+"""A read replica of a core's state, fed by its Log.Follow stream (nameserver/api/logservice.py), or, in a
+worker, by the same messages over its core's Unix feed (nameserver/localfeed.py).
 
 The replica holds a MetadataState built by the same code the core's apply thread runs: a snapshot is
 loaded with MetadataState.restore (its digest recomputed from the pairs and checked against the
@@ -21,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from nameserver.localfeed import LocalFeed
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.state import MetadataState
 from raftlog.codec import UnknownEntryFormat, decode_for_apply
@@ -51,11 +53,14 @@ class ReadReplica:
 
     def __init__(self, target: str | Sequence[str], open_channel: Callable[[str], grpc.Channel], name: str = "",
                  max_lag: int = DEFAULT_MAX_LAG, max_silence_s: float = DEFAULT_MAX_SILENCE_S,
-                 metadata: Sequence[tuple[str, str]] = (), accounting: bool = True) -> None:
+                 metadata: Sequence[tuple[str, str]] = (), accounting: bool = True,
+                 feed: LocalFeed | None = None) -> None:
         """`target`: one node, or a list (a replica on another machine: the voters), followed one at a
         time, moving to the next when a stream fails or falls silent; `metadata`: sent on each Follow;
         `accounting`: keep the digest (Status reports it) and the quota totals entry by entry (False: a
-        worker's replica, which serves reads only: MetadataState)."""
+        worker's replica, which serves reads only: MetadataState); `feed`: a worker's, its core's Unix
+        feed (nameserver/localfeed.py), followed instead of the target's Log.Follow (the same messages
+        without gRPC's per-message work; `target` still answers DigestAt for a seeded state)."""
         self.accounting = accounting
         self.targets = [target] if isinstance(target, str) else list(target)
         self.target = self.targets[0]
@@ -64,6 +69,7 @@ class ReadReplica:
         self.max_lag = max_lag
         self.max_silence_s = max_silence_s
         self._open_channel = open_channel
+        self.feed = feed
         # Held by the follower thread while it applies one entry or swaps in a restored state, and by a
         # reader for one read: readers never see half an entry.
         self.lock = threading.Lock()
@@ -83,7 +89,7 @@ class ReadReplica:
         self._seeded = ""  # the digest of a state seeded from a file, until the followed node confirms it
         self.reconnects = 0
         self._stop = threading.Event()
-        self._call: Any = None  # the running Follow call (a grpc.Call and iterator)
+        self._call: Any = None  # the running Follow call (a grpc.Call and iterator) or FeedStream
         self._cut = False  # the watchdog cancelled the running call
         self._move_to: str | None = None  # the target to follow next (move_to), else the next in turn
         self._channel: grpc.Channel | None = None
@@ -262,8 +268,8 @@ class ReadReplica:
         if self._seeded:
             self._confirm_seed()
         start = self._published if self._bootstrapped else 0
-        call = api_pb2_grpc.LogStub(self._channel).Follow(api_pb2.FollowRequest(from_offset=start),
-                                                          metadata=self._metadata or None)
+        call = (self.feed.follow(start) if self.feed is not None else api_pb2_grpc.LogStub(self._channel).Follow(
+            api_pb2.FollowRequest(from_offset=start), metadata=self._metadata or None))
         self._quiet_since = time.monotonic()
         self._call = call
         try:

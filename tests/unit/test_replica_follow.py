@@ -1,5 +1,6 @@
 """ReadReplica over a real in-process gRPC server serving Log.Follow from a stand-in core (a MetadataState,
-its history ring and an apply offset that waiters are woken on), and the replica's pure parts."""
+its history ring and an apply offset that waiters are woken on), or over a worker's Unix feed of the same
+messages (`follow`: both), and the replica's pure parts."""
 
 from __future__ import annotations
 
@@ -8,15 +9,18 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from types import SimpleNamespace
+from typing import Any
 
 import grpc
 import pytest
 
 from bench.replicaapply import StandInLog
 from nameserver.api.callguard import CallGuard
+from nameserver.api.follow import FollowFeed
 from nameserver.api.logservice import LogService
 from nameserver.config import Member, NodeConfig
 from nameserver.core.reads import NotReady
+from nameserver.localfeed import FeedServer, FeedStream, FollowRefused, LocalFeed
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.replica import ReadReplica, ReplicaNode
 from nameserver.replica.follower import SnapshotMismatch
@@ -88,6 +92,26 @@ def replicas() -> Iterator[Callable[..., ReadReplica]]:
         r.stop()
 
 
+@pytest.fixture(params=["grpc", "unix"])
+def follow(request, serve_log, tmp_path) -> Iterator[Callable[[StandInCore], tuple[str, dict[str, Any]]]]:
+    """Where a replica follows a stand-in core, and how: over Log.Follow (a remote replica's) or over a Unix
+    feed of the same messages (a worker's, nameserver/localfeed.py). Returns (target, ReadReplica kwargs)."""
+    servers: list[FeedServer] = []
+
+    def start(core: StandInCore) -> tuple[str, dict[str, Any]]:
+        addr = serve_log(core)
+        if request.param == "grpc":
+            return addr, {}
+        feed = FeedServer(str(tmp_path / f"feed{len(servers)}.sock"), FollowFeed(core).messages, 10.0)  # type: ignore[arg-type]
+        feed.start()
+        servers.append(feed)
+        return addr, {"feed": LocalFeed(feed.path, core.cfg.max_message_bytes)}
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
 def wait_until(cond: Callable[[], object], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -99,12 +123,13 @@ def at(replica: ReadReplica, core: StandInCore) -> Callable[[], bool]:
     return lambda: replica.offset == core.log.apply_offset and replica.ready
 
 
-def test_replica_loads_the_state_then_applies_entries_as_applied(serve_log, replicas) -> None:
+def test_replica_loads_the_state_then_applies_entries_as_applied(follow, replicas) -> None:
     core = StandInCore()
     for i in range(30):
         core.put(f"k{i % 7}", f"v{i}")
     core.write(translate.register_broker(core.state, register_request("C", "b", "10.0.0.1:10911", ["T"]), 30000))
-    r = replicas(serve_log(core))
+    addr, kw = follow(core)
+    r = replicas(addr, **kw)
     wait_until(at(r, core))
     assert r.bootstraps == 1 and r.digest_hex == core.state.digest_hex and r.lag == 0
     digests = {}
@@ -147,12 +172,12 @@ def test_a_replica_that_serves_reads_only_keeps_no_digest_or_quota_totals_per_en
         assert not r.digest_hex
 
 
-def test_resume_from_an_offset_older_than_the_history_loads_a_snapshot_again(serve_log, replicas) -> None:
+def test_resume_from_an_offset_older_than_the_history_loads_a_snapshot_again(follow, replicas) -> None:
     core = StandInCore(keep=5)
     for i in range(10):
         core.put(f"k{i}", "v")
-    addr = serve_log(core)
-    r = replicas(addr)
+    addr, kw = follow(core)
+    r = replicas(addr, **kw)
     wait_until(at(r, core))
     r.stop()
     for i in range(3):  # within the history: the replica resumes with these entries only
@@ -168,7 +193,7 @@ def test_resume_from_an_offset_older_than_the_history_loads_a_snapshot_again(ser
     assert r.bootstraps == 2 and r.digest_hex == core.state.digest_hex
 
 
-def test_a_state_the_core_restores_at_or_below_the_replicas_offset_replaces_the_replicas(serve_log, replicas) -> None:
+def test_a_state_the_core_restores_at_or_below_the_replicas_offset_replaces_the_replicas(follow, replicas) -> None:
     """docs/faults.md, finding 13: a worker kept a state without entries its core held, and loaded no
     snapshot. A core that restores a snapshot at or below a follower's offset (the leader's, or its own
     again) leaves its history past that offset intact: the follower was never sent the restored state and
@@ -176,7 +201,8 @@ def test_a_state_the_core_restores_at_or_below_the_replicas_offset_replaces_the_
     core = StandInCore()
     for i in range(10):
         core.put(f"k{i}", "v")
-    r = replicas(serve_log(core))
+    addr, kw = follow(core)
+    r = replicas(addr, **kw)
     wait_until(at(r, core))
     # the state as the leader has it at the same offset (10): k1 differs, k9 is not there
     truth = MetadataState()
@@ -248,6 +274,37 @@ def _snapshot_of(state: MetadataState, digest: str | None = None) -> api_pb2.Sta
     for key, value, version, rtype in state.kv.items():
         chunk.items.add(key=key, value=value, version=version, type=rtype)
     return chunk
+
+
+def test_feed_links_hold_one_of_max_followers_each_until_they_close(tmp_path) -> None:
+    """A worker's feed link takes one of limits.max_followers (2 on the stand-in) as a Follow stream does,
+    refused RESOURCE_EXHAUSTED past it in the same words, and gives it back once its link closes."""
+    core = StandInCore()
+    core.put("k", "v")
+    server = FeedServer(str(tmp_path / "feed.sock"), FollowFeed(core).messages, 10.0)  # type: ignore[arg-type]
+    server.start()
+
+    def first(stream: FeedStream) -> api_pb2.FollowMessage:
+        return next(stream)
+
+    try:
+        held = [FeedStream(server.path, 0, 1 << 22) for _ in range(2)]
+        assert all(first(s).snapshot_done for s in held)  # each has its slot and the state
+        with pytest.raises(FollowRefused) as err:
+            first(FeedStream(server.path, 0, 1 << 22))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "limits.max_followers" in err.value.details()
+        held[0].cancel()  # the core sees it at its next keepalive, within a second
+
+        def admitted() -> bool:
+            try:
+                return first(FeedStream(server.path, 0, 1 << 22)).snapshot_done
+            except FollowRefused:
+                return False
+
+        wait_until(admitted)
+    finally:
+        server.stop()
 
 
 def test_a_snapshot_whose_pairs_do_not_match_its_digest_is_refused() -> None:
@@ -404,7 +461,7 @@ def test_the_streams_snapshot_is_loaded_as_its_chunks_come(monkeypatch) -> None:
     assert r.state is before
 
 
-def test_a_core_still_loading_is_asked_again_at_the_shortest_backoff(serve_log) -> None:
+def test_a_core_still_loading_is_asked_again_at_the_shortest_backoff(follow) -> None:
     """A starting core refuses Follow until it has loaded its state; its workers must not back off to 2 s
     meanwhile (they served that much after the core was ready)."""
     from nameserver.replica import follower
@@ -420,7 +477,8 @@ def test_a_core_still_loading_is_asked_again_at_the_shortest_backoff(serve_log) 
                 waits.append(timeout or 0.0)
             return super().wait(min(timeout or 0.0, 0.01))  # the test's clock: no real backoff
 
-    r = ReadReplica(serve_log(core), grpc.insecure_channel, name="early")
+    addr, kw = follow(core)
+    r = ReadReplica(addr, grpc.insecure_channel, name="early", **kw)
     r._stop = Recorded()
     r.start()
     try:
@@ -432,7 +490,7 @@ def test_a_core_still_loading_is_asked_again_at_the_shortest_backoff(serve_log) 
         r.stop()
 
 
-def test_a_core_whose_apply_stopped_is_asked_again_at_a_growing_backoff(serve_log) -> None:
+def test_a_core_whose_apply_stopped_is_asked_again_at_a_growing_backoff(follow) -> None:
     """Not the loading core's shortest backoff: a stopped apply answers the same until its node restarts,
     and 20 Follow calls a second per worker would be its only work."""
     from nameserver.replica import follower
@@ -449,7 +507,8 @@ def test_a_core_whose_apply_stopped_is_asked_again_at_a_growing_backoff(serve_lo
                 waits.append(timeout or 0.0)
             return super().wait(min(timeout or 0.0, 0.01))  # the test's clock: no real backoff
 
-    r = ReadReplica(serve_log(core), grpc.insecure_channel, name="stopped")
+    addr, kw = follow(core)
+    r = ReadReplica(addr, grpc.insecure_channel, name="stopped", **kw)
     r._stop = Recorded()
     r.start()
     try:
@@ -460,14 +519,15 @@ def test_a_core_whose_apply_stopped_is_asked_again_at_a_growing_backoff(serve_lo
         r.stop()
 
 
-def test_a_core_whose_apply_stopped_is_named_by_the_replica_until_it_feeds_it(serve_log, replicas) -> None:
+def test_a_core_whose_apply_stopped_is_named_by_the_replica_until_it_feeds_it(follow, replicas) -> None:
     """docs/faults.md, finding 11: a worker opens its ports when its core refuses for good (its apply
     stopped), so that Admin.Status can say why; its replica's refusal names the core's reason."""
     core = StandInCore()
     core.put("k", "v")
     core.log.ready = False
     core.not_ready_reason = lambda: "apply stopped: restore failed: corrupt snapshot snap-1-1.mdb"  # type: ignore[method-assign]
-    r = replicas(serve_log(core))
+    addr, kw = follow(core)
+    r = replicas(addr, **kw)
     wait_until(lambda: r.core_stopped)
     assert r.core_stopped == "apply stopped: restore failed: corrupt snapshot snap-1-1.mdb"
     assert not r.ready and "corrupt snapshot snap-1-1.mdb" in r.not_ready_reason()

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from nameserver import headers
+from nameserver import framing, headers
 from nameserver.api import corelink, writechannel
 from nameserver.api.inprocess import LocalContext
 from nameserver.api.rpc import CallCancelled, DeadlinePassed, in_time
@@ -78,13 +78,13 @@ def test_a_cancel_waiting_behind_its_call_reaches_the_context_before_the_call_st
     seen: list[bool] = []
     handlers.append(lambda request, context: seen.append(context.is_active()) or request)
     deadline = str(time.monotonic_ns() + 30 * 10**9).encode()
-    call = writechannel._pack([[b"\x00" * 7 + b"\x01", deadline, PUT.encode(), b"x",
-                                *writechannel._metadata_fields(CALLER)]])
+    call = framing.pack([[b"\x00" * 7 + b"\x01", deadline, PUT.encode(), b"x",
+                          *writechannel._metadata_fields(CALLER)]])
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(server.path)
-        sock.sendall(call + writechannel._pack([[b"\x00" * 7 + b"\x01"]]))
+        sock.sendall(call + framing.pack([[b"\x00" * 7 + b"\x01"]]))
         sock.settimeout(10)
-        answer = writechannel._unpack(writechannel._read_frame(sock, 1 << 20) or b"")
+        answer = framing.unpack(framing.read_frame(sock, 1 << 20) or b"")
     assert seen == [False] and answer[0][0] == b"\x00" * 7 + b"\x01"
     assert (server.calls, server.cancels, server.frames) == (1, 1, 2)
 

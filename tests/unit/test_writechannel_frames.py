@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+from nameserver import framing
 from nameserver.api import writechannel
 
 
@@ -26,7 +27,7 @@ class HeldSocket:
 
 
 def _records(frame: bytes) -> list[list[bytes]]:
-    return writechannel._unpack(frame[4:])
+    return framing.unpack(frame[4:])
 
 
 def test_calls_queued_while_a_frame_is_written_leave_in_one_frame() -> None:

@@ -1,0 +1,163 @@
+"""Length-prefixed frames on a node's private Unix sockets: the workers' write channel
+(nameserver/api/writechannel.py) and their replicas' feed (nameserver/api/feedchannel.py).
+
+A frame is a 4-byte big-endian length and a list of records, each a list of length-prefixed fields (4-byte
+big-endian lengths too). What the records mean is each channel's own; the sockets are the core's, 0600 in
+a 0700 directory under the data dir, made fresh at each start (listen_private).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+import threading
+from collections.abc import Sequence
+
+_LEN = struct.Struct(">I")
+
+
+def pack(records: Sequence[Sequence[bytes]]) -> bytes:
+    """One frame of `records`, its length first."""
+    out = [_LEN.pack(len(records))]
+    for fields in records:
+        out.append(_LEN.pack(len(fields)))
+        for f in fields:
+            out += (_LEN.pack(len(f)), f)
+    body = b"".join(out)
+    return _LEN.pack(len(body)) + body
+
+
+def unpack(body: bytes) -> list[list[bytes]]:
+    """The records of a frame's body (what read_frame returns); ValueError when it is not one."""
+    view, at = memoryview(body), 0
+
+    def number() -> int:
+        nonlocal at
+        if at + 4 > len(view):
+            raise ValueError("a frame ends inside a field")
+        (n,) = _LEN.unpack_from(view, at)
+        at += 4
+        return int(n)
+
+    records = []
+    for _ in range(number()):
+        fields = []
+        for _ in range(number()):
+            n = number()
+            if at + n > len(view):
+                raise ValueError("a field runs past its frame")
+            fields.append(bytes(view[at:at + n]))
+            at += n
+        records.append(fields)
+    if at != len(view):
+        raise ValueError(f"{len(view) - at} bytes past a frame's last record")
+    return records
+
+
+def read_frame(sock: socket.socket, max_bytes: int) -> bytes | None:
+    """The next frame's body; None at the end of the socket between frames. ValueError for a frame longer
+    than `max_bytes`, EOFError for a socket that ends inside one."""
+    head = _read_exactly(sock, 4)
+    if head is None:
+        return None
+    (n,) = _LEN.unpack(head)
+    if n > max_bytes:
+        raise ValueError(f"a {n}-byte frame is past its {max_bytes}-byte bound")
+    body = _read_exactly(sock, n)
+    if body is None:
+        raise EOFError("closed inside a frame")
+    return body
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            if buf:
+                raise EOFError("closed inside a frame")
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def listen_private(path: str, backlog: int = 64) -> socket.socket:
+    """A listening Unix socket at `path` only this user may open, made fresh (a stale one from a killed
+    node is removed), in a directory only this user may enter."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    os.chmod(path, 0o600)
+    sock.listen(backlog)
+    return sock
+
+
+class LinkServer:
+    """A private socket's listener with a thread per accepted link running serve(link); stop() closes the
+    socket and every link (a link's thread then ends on its socket's error)."""
+
+    def __init__(self, path: str, name: str) -> None:
+        """`name`: the threads' (`name`-accept, and `name`-link for each link)."""
+        self.path = path
+        self.name = name
+        self._sock: socket.socket | None = None
+        self._links: set[socket.socket] = set()
+        self._links_lock = threading.Lock()
+
+    @property
+    def listening(self) -> bool:
+        return self._sock is not None
+
+    def start(self) -> None:
+        self._sock = listen_private(self.path)
+        threading.Thread(target=self._accept, name=f"{self.name}-accept", daemon=True).start()
+
+    def stop(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        with self._links_lock:
+            links, self._links = list(self._links), set()
+        for link in links:
+            close(link)
+
+    def holds(self, link: socket.socket) -> bool:
+        """`link` is open and not stopped."""
+        return self._sock is not None and link in self._links
+
+    def serve(self, link: socket.socket) -> None:
+        raise NotImplementedError
+
+    def _accept(self) -> None:
+        while (sock := self._sock) is not None:
+            try:
+                link, _ = sock.accept()
+            except OSError:
+                return
+            with self._links_lock:
+                self._links.add(link)
+            threading.Thread(target=self._serve, args=(link,), name=f"{self.name}-link", daemon=True).start()
+
+    def _serve(self, link: socket.socket) -> None:
+        try:
+            self.serve(link)
+        finally:
+            close(link)
+            with self._links_lock:
+                self._links.discard(link)
+
+
+def close(sock: socket.socket) -> None:
+    """Shut `sock` both ways (a thread blocked reading it wakes) and close it."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+__all__ = ["LinkServer", "close", "listen_private", "pack", "read_frame", "unpack"]
