@@ -135,6 +135,7 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
                                         metrics=requests.interceptor() if requests is not None else None)
     if groups is not None:  # asked first: a write goes to its group's core
         grpc_server.add_generic_rpc_handlers((groups.calls(onward, writes),))
+        local = (local or {}) | groups.local_handlers()
     grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
         onward, corelink.local_handlers(service) | (local or {}), replica.wait_applied, writes,
         here={corelink.WATCH: lambda request: watch.resumable(replica.history, request.start_offset, RESUME_MARGIN)}),))

@@ -2,7 +2,7 @@
 
     broker  RegisterBroker, RegisterBrokerStream, UnregisterBroker, Heartbeat, GetSettings
     client  GetRoute, GetClusterInfo, GetTopicList, GetBrokerMemberGroup, GetKv, ListKv, GetBinding,
-            ListBindings, Watch, GetSettings
+            ListBindings, Watch, GetSettings, Shards.ListShards
     admin   everything except ReadIndex (node-to-node only)
     peer    everything: other nodes (forwarded writes, heartbeats, read indexes) and this node's
             remoting listener
@@ -37,7 +37,7 @@ import grpc
 from nameserver import headers
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.config import ROLES, NodeConfig
-from nameserver.pb import api_pb2
+from nameserver.pb import api_pb2, shards_pb2
 
 NAMESERVER_SERVICE = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
 # GetSettings is every role's: the replicated settings are public (docs/operations.md), and a remoting
@@ -54,6 +54,9 @@ BROKER_METHODS |= frozenset(f"/{CONTROLLER_SERVICE}/{m}" for m in (
     "GetNextBrokerId", "ApplyBrokerId", "RegisterBroker", "ElectMaster", "AlterSyncStateSet", "GetReplicaInfo",
     "Heartbeat", "GetLeader"))
 CLIENT_METHODS |= frozenset(f"/{CONTROLLER_SERVICE}/{m}" for m in ("GetReplicaInfo", "ListBrokerSets", "GetLeader"))
+SHARDS_SERVICE = shards_pb2.DESCRIPTOR.services_by_name["Shards"].full_name
+# Which group holds each broker set is read as the cluster info is; pinning or moving a set is an admin's.
+CLIENT_METHODS |= frozenset({f"/{SHARDS_SERVICE}/ListShards"})
 LOG_SERVICE = api_pb2.DESCRIPTOR.services_by_name["Log"].full_name
 # Follow feeds a read replica every entry as applied, sessions and all: a node's (or its workers').
 PEER_ONLY = frozenset({f"/{NAMESERVER_SERVICE}/ReadIndex", f"/{LOG_SERVICE}/Follow"})

@@ -33,6 +33,8 @@ def _status_json(endpoint: str, result: Any) -> dict[str, Any]:
         return {"endpoint": endpoint, "error": describe(result)}
     data = render.to_dict(result)
     data["role"] = role_name(result.role)
+    for group, status in zip(data["groups"], result.groups, strict=True):
+        group["role"] = role_name(status.role)
     data["endpoint"] = endpoint
     return data
 
@@ -59,9 +61,31 @@ def _status_row(endpoint: str, result: Any) -> list[Any]:
     ]
 
 
+def _group_rows(endpoint: str, result: Any) -> list[list[Any]]:
+    """A sharded cluster's rows: one per group core of each node, GROUP after GRPC ADDR (a node that did not
+    answer, or a read replica, has one row and no group)."""
+    if isinstance(result, grpc.RpcError) or not result.groups:
+        row = _status_row(endpoint, result)
+        return [row[:2] + [None] + row[2:]]
+    rows = []
+    for group, status in enumerate(result.groups):
+        row = _status_row(result.grpc_addr or endpoint, status)
+        rows.append(row[:2] + [group] + row[2:])
+    return rows
+
+
 # A read replica's LEADER is the voter it follows, its COMMIT that voter's apply offset as last heard.
 _STATUS_HEADERS = ["NODE", "GRPC ADDR", "ROLE", "LEADER", "TERM", "END", "COMMIT", "APPLY", "LAG", "DIGEST"]
 _STATUS_HEADERS += ["READY", "KEYS"]
+# With [sharding] groups > 1 each node runs a Raft group per core: NODE is the group's Raft address there,
+# LEADER the gRPC address of the node whose core leads the group.
+_GROUP_HEADERS = _STATUS_HEADERS[:2] + ["GROUP"] + _STATUS_HEADERS[2:]
+
+
+def _status_table(results: list[tuple[str, Any]]) -> str:
+    if not any(not isinstance(r, grpc.RpcError) and r.groups for _, r in results):
+        return render.table(_STATUS_HEADERS, [_status_row(endpoint, result) for endpoint, result in results])
+    return render.table(_GROUP_HEADERS, [row for endpoint, result in results for row in _group_rows(endpoint, result)])
 
 
 def _with_read_replicas(ctx: Context, results: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -77,14 +101,16 @@ def _with_read_replicas(ctx: Context, results: list[tuple[str, Any]]) -> list[tu
 
 
 def _warn_digest_mismatch(results: list[tuple[str, Any]]) -> None:
-    # Invariant: replicas at the same apply offset have the same digest; say loudly when they do not.
-    by_offset: dict[int, set[str]] = {}
+    # Invariant: replicas of a group at the same apply offset have the same digest; say loudly when they do not.
+    by_offset: dict[tuple[int, int], set[str]] = {}
     for _, result in results:
         if not isinstance(result, grpc.RpcError):
-            by_offset.setdefault(result.apply_offset, set()).add(result.digest)
-    for offset, digests in sorted(by_offset.items()):
+            for group, status in enumerate(result.groups or [result]):
+                by_offset.setdefault((group, status.apply_offset), set()).add(status.digest)
+    for (group, offset), digests in sorted(by_offset.items()):
         if len(digests) > 1:
-            print(f"warning: digests differ at apply offset {offset}: {sorted(digests)}", file=sys.stderr)
+            where = f"group {group}'s " if group else ""
+            print(f"warning: digests differ at {where}apply offset {offset}: {sorted(digests)}", file=sys.stderr)
 
 
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
@@ -93,12 +119,15 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.json:
         emit_json({"nodes": [_status_json(endpoint, result) for endpoint, result in results]})
     else:
-        print(render.table(_STATUS_HEADERS, [_status_row(endpoint, result) for endpoint, result in results]))
+        print(_status_table(results))
         for endpoint, err in failed:
             print(f"error: {status_code(err).name}: {endpoint}: {status_details(err)}", file=sys.stderr)
         for endpoint, r in results:
             if not isinstance(r, grpc.RpcError) and r.not_ready_reason:
                 print(f"read replica {r.grpc_addr or endpoint} refuses reads: {r.not_ready_reason}")
+            for group in r.groups[1:] if not isinstance(r, grpc.RpcError) else ():
+                if group.not_ready_reason:  # its core did not answer the node's worker
+                    print(f"{r.grpc_addr or endpoint}: {group.not_ready_reason}")
     _warn_digest_mismatch(results)
     return 1 if failed else 0
 

@@ -4,9 +4,10 @@
     nsctl shard assign BROKER_SET GROUP    # pin a set to a group (before its first registration, or where it is)
     nsctl shard move BROKER_SET GROUP      # move a set to a group; answers once moved (admin)
 
-The calls are the Shards service (proto/nameserver/pb/shards.proto). A cluster with one group (today's
-node, or a node without the service) refuses them, and nsctl says sharding is not enabled rather than
-print an empty directory as if every set were placed.
+The calls are the Shards service (proto/nameserver/pb/shards.proto), served by the workers of a node with
+[sharding] groups > 1. A one-group node does not serve it, and nsctl says sharding is not enabled rather
+than print an empty directory as if every set were placed. Until the move executor is built a sharded node
+refuses assign and move (FAILED_PRECONDITION, saying so); nsctl prints the node's message.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from nameserver.cli import render
 from nameserver.cli.nsctl_calls import CommandError, Context, call_any, emit_reply
 from nameserver.pb import shards_pb2, shards_pb2_grpc, state_pb2
 
-# What a node with one group answers (FAILED_PRECONDITION), and what nsctl says for a node without the
-# service (UNIMPLEMENTED: gRPC's own "Method not found!" would not say why)
+# What nsctl says for a node without the service, a one-group node (UNIMPLEMENTED: gRPC's own "Method not
+# found!" would not say why)
 NOT_ENABLED = "sharding is not enabled on this cluster: [sharding] groups = 1"
 
 

@@ -16,6 +16,7 @@ from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig, group_config
 from nameserver.groups.follow import follow_core
 from nameserver.groups.reads import MergedReads, MergedService
+from nameserver.groups.shards import GroupStatus, ShardsService
 from nameserver.groups.writes import GroupCalls, Placer, RoutedFront
 from nameserver.remoting.corechannel import CoreChannel, socket_path
 from nameserver.replica import ReadReplica, ReplicaNode
@@ -29,6 +30,7 @@ class GroupLinks:
         self.replicas = [replica0] + [follow_core(cfg, group, f"{name}-g{group}") for group in range(1, cfg.groups)]
         self.reads = MergedReads(self.replicas)
         self._closing: list[WriteChannel | grpc.Channel] = []
+        self.core_channels: list[grpc.Channel] = []  # [k]: group k's core's private socket, once calls() ran
 
     def start(self) -> None:
         for core, replica in zip(self.cores[1:], self.replicas[1:], strict=True):
@@ -51,12 +53,20 @@ class GroupLinks:
         opts = [("grpc.max_receive_message_length", self.cfg.max_message_bytes),
                 ("grpc.max_send_message_length", self.cfg.max_message_bytes)]
         forwarders = [CoreForwarder(core0, {}, self.replicas[0].wait_applied, writes0)]
+        self.core_channels = [core0]
         for core, replica in zip(self.cores[1:], self.replicas[1:], strict=True):
             channel = grpc.insecure_channel(corelink.target(core), options=opts)
             writes = WriteChannel(writechannel.socket_path(core.data_dir), self.cfg.max_message_bytes)
             self._closing += [channel, writes]
+            self.core_channels.append(channel)
             forwarders.append(CoreForwarder(channel, {}, replica.wait_applied, writes))
         return GroupCalls(forwarders, Placer(self.cfg, self.replicas[0], core0))
+
+    def local_handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        """What a worker answers itself with several groups (after calls()): the Shards service over the
+        replicas, and Admin.Status with every group core's status (groups/shards.py)."""
+        assert self.core_channels, "calls() opens the group cores' channels"
+        return ShardsService(self.cfg, self.reads).handlers() | GroupStatus(self.cfg, self.core_channels).handlers()
 
     def front(self, channel0: CoreChannel, core0: grpc.Channel) -> RoutedFront:
         """The remoting FrontEnd routing frames to each group's core (`channel0`: group 0's)."""

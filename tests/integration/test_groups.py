@@ -13,6 +13,7 @@ A group core has no public port: the tests reach it on its private socket, as th
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from bench.procnet import children
 from nameserver import config
 from nameserver.api import corelink
 from nameserver.chunking import register_chunks
+from nameserver.cli import nsctl
+from nameserver.groups.shards import NOT_BUILT
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import codes
 from nameserver.state.shards.directory import default_group
@@ -225,6 +228,62 @@ def test_a_heartbeat_batch_is_split_to_each_set_s_group(sharded: Cluster, fleet:
     reply = retry(lambda: sharded.nodes[1].ns.Heartbeat(api_pb2.HeartbeatRequest(heartbeats=beats), timeout=5))
     assert list(reply.unknown_addrs) == []
     assert set(reply.data_versions) == {b.addr for b in fleet}
+
+
+def run_nsctl(capsys: pytest.CaptureFixture[str], cluster: Cluster, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = nsctl.main(["--endpoints", ",".join(n.grpc_addr for n in cluster.nodes), "--timeout", "10", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_nsctl_shard_list_names_each_registered_set_s_group(
+        sharded: Cluster, fleet: list[FakeBroker], capsys: pytest.CaptureFixture[str]) -> None:
+    """The nodes' workers serve Shards.ListShards from group 0's directory; a move is refused naming why."""
+    expected = {name: default_group(name, GROUPS) for name in [*FLEET, *GRPC_BROKERS]}
+    code, out, err = run_nsctl(capsys, sharded, "--json", "shard", "list")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["groups"] == GROUPS and len(doc["apply_offsets"]) == GROUPS
+    listed = {entry["broker_name"]: entry["set"]["group"] for entry in doc["sets"]}
+    assert {name: listed.get(name) for name in expected} == expected
+    code, out, err = run_nsctl(capsys, sharded, "shard", "list", STREAMED)
+    assert code == 0, err
+    assert out.splitlines()[1].split()[:2] == [STREAMED, "1"]
+    assert out.splitlines()[2].startswith("2 groups; 1 set with a record (group 0: 0, group 1: 1)")
+    for command, what in (("move", "moving a broker set between groups"),
+                          ("assign", "pinning a broker set to a group")):
+        code, out, err = run_nsctl(capsys, sharded, "shard", command, STREAMED, "0")
+        assert (code, out, err) == (1, "", f"error: FAILED_PRECONDITION: {NOT_BUILT.format(what=what)}\n")
+    code, _, err = run_nsctl(capsys, sharded, "shard", "move", STREAMED, "2")
+    assert (code, err) == (1, "error: INVALID_ARGUMENT: group: 2 is not one of this cluster's groups (0 to 1)\n")
+
+
+def test_nsctl_status_shows_every_group_core_of_every_node(
+        sharded: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each node's workers answer Admin.Status with each of its group cores' own: a row per group per node."""
+    def each_group_led() -> dict | None:
+        code, out, _ = run_nsctl(capsys, sharded, "--json", "status")
+        nodes = json.loads(out)["nodes"] if code == 0 else []
+        if not all(len(node["groups"]) == GROUPS and all(g["ready"] for g in node["groups"]) for node in nodes):
+            return None
+        leaders = [[g["role"] for g in node["groups"]].count("leader") for node in nodes]
+        led = {group: [n["grpc_addr"] for n in nodes if n["groups"][group]["role"] == "leader"]
+               for group in range(GROUPS)}
+        return led if all(len(found) == 1 for found in led.values()) and sum(leaders) == GROUPS else None
+
+    led = sharded.wait_for("a leader in each group, every group core ready", each_group_led, timeout=30)
+    code, out, _ = run_nsctl(capsys, sharded, "status")
+    assert code == 0
+    header, *rows = out.splitlines()[:1 + GROUPS * len(sharded.nodes)]
+    assert header.split()[:4] == ["NODE", "GRPC", "ADDR", "GROUP"]
+    for node in sharded.nodes:
+        mine = [row.split() for row in rows if row.split()[1] == node.grpc_addr]
+        assert [(cells[0], cells[2]) for cells in mine] == [
+            (config.group_raft_addr(node.raft_addr, group, sharded.raft_port_step), str(group))
+            for group in range(GROUPS)]
+        for cells in mine:  # ROLE, and LEADER: the gRPC address of the node whose core leads that group
+            assert cells[3] in ("leader", "follower") and cells[4] == led[int(cells[2])][0]
 
 
 def _answers_route(node: NodeProc, topic: str, name: str) -> bool:

@@ -16,10 +16,11 @@ from nameserver import config, headers, tlsconf
 from nameserver.api import auth
 from nameserver.api.auth import Authorizer, Denied, allowed, hash_token
 from nameserver.config import Member, NodeConfig
-from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2
 
 NS = api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name
-ALL_METHODS = [f"/{s.full_name}/{m.name}" for s in api_pb2.DESCRIPTOR.services_by_name.values() for m in s.methods]
+ALL_METHODS = [f"/{s.full_name}/{m.name}" for pb in (api_pb2, shards_pb2)
+               for s in pb.DESCRIPTOR.services_by_name.values() for m in s.methods]
 BROKER = {"RegisterBroker", "RegisterBrokerStream", "UnregisterBroker", "Heartbeat", "GetSettings"}
 CLIENT = {"GetRoute", "GetClusterInfo", "GetTopicList", "GetBrokerMemberGroup", "GetKv", "ListKv", "GetBinding",
           "ListBindings", "Watch", "GetSettings"}
@@ -28,6 +29,8 @@ CTL = api_pb2.DESCRIPTOR.services_by_name["Controller"].full_name
 CTL_BROKER = {"GetNextBrokerId", "ApplyBrokerId", "RegisterBroker", "ElectMaster", "AlterSyncStateSet",
               "GetReplicaInfo", "Heartbeat", "GetLeader"}
 CTL_CLIENT = {"GetReplicaInfo", "ListBrokerSets", "GetLeader"}
+SHARDS = shards_pb2.DESCRIPTOR.services_by_name["Shards"].full_name
+SHARDS_CLIENT = {"ListShards"}  # read as the cluster info is; AssignShard and MoveShard are an admin's
 TOKENS = {"broker": "tok-broker-1", "client": "tok-client-1", "admin": "tok-admin-1", "peer": "tok-peer-1"}
 
 
@@ -45,9 +48,10 @@ def _bearer(role: str) -> dict[str, str]:
 @pytest.mark.parametrize("method", ALL_METHODS)
 def test_role_table_covers_every_method(method: str) -> None:
     service, _, name = method.lstrip("/").rpartition("/")
-    is_ns, is_ctl = service == NS, service == CTL
+    is_ns, is_ctl, is_shards = service == NS, service == CTL, service == SHARDS
     assert allowed("broker", method) == (is_ns and name in BROKER or is_ctl and name in CTL_BROKER)
-    assert allowed("client", method) == (is_ns and name in CLIENT or is_ctl and name in CTL_CLIENT)
+    assert allowed("client", method) == (is_ns and name in CLIENT or is_ctl and name in CTL_CLIENT
+                                         or is_shards and name in SHARDS_CLIENT)
     assert allowed("admin", method) == (name not in ("ReadIndex", "Follow"))  # peer only
     assert allowed("peer", method)
     assert not allowed("nobody", method)

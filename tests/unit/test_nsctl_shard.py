@@ -1,5 +1,5 @@
 """`nsctl shard list|assign|move` (nameserver/cli/nsctl_shard.py) against an in-process fake Shards servicer,
-and against a node without the service (what every node is until sharding's processes serve it)."""
+and against a node without the service (a one-group node: sharded nodes serve it, tests/integration/test_groups.py)."""
 
 from __future__ import annotations
 
