@@ -27,6 +27,7 @@ from nameserver import config
 from nameserver.api import corelink
 from nameserver.chunking import register_chunks
 from nameserver.cli import nsctl
+from nameserver.cli.nsctl_shard import NOT_ENABLED
 from nameserver.groups.shards import NOT_BUILT
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import codes
@@ -238,8 +239,13 @@ def run_nsctl(capsys: pytest.CaptureFixture[str], cluster: Cluster, *args: str) 
 
 
 def test_nsctl_shard_list_names_each_registered_set_s_group(
-        sharded: Cluster, fleet: list[FakeBroker], capsys: pytest.CaptureFixture[str]) -> None:
-    """The nodes' workers serve Shards.ListShards from group 0's directory; a move is refused naming why."""
+        sharded: Cluster, one_group: Cluster, fleet: list[FakeBroker], capsys: pytest.CaptureFixture[str]) -> None:
+    """The nodes' workers serve Shards.ListShards from group 0's directory; a move is refused naming why. A
+    one-group node serves no Shards: nsctl says sharding is not enabled, and its status has no GROUP column."""
+    code, out, err = run_nsctl(capsys, one_group, "shard", "list")
+    assert (code, out, err) == (1, "", f"error: UNIMPLEMENTED: {NOT_ENABLED}\n")
+    code, out, _ = run_nsctl(capsys, one_group, "status")
+    assert code == 0 and out.split()[:4] == ["NODE", "GRPC", "ADDR", "ROLE"]
     expected = {name: default_group(name, GROUPS) for name in [*FLEET, *GRPC_BROKERS]}
     code, out, err = run_nsctl(capsys, sharded, "--json", "shard", "list")
     assert code == 0, err

@@ -143,10 +143,12 @@ class FakeAdmin(api_pb2_grpc.AdminServicer):
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
         self.calls: list[str] = []
+        self.groups: list[api_pb2.NodeStatus] = []  # a sharded node's: each group core's status
 
     def Status(self, request: Any, context: grpc.ServicerContext) -> api_pb2.NodeStatus:
         self.calls.append("Status")
         return api_pb2.NodeStatus(
+            groups=self.groups,
             node_id=self.node_id,
             grpc_addr="127.0.0.1:9101",
             role=api_pb2.ROLE_LEADER,
@@ -267,6 +269,40 @@ def test_status_table_marks_unreachable_row(capsys: Capsys, node: FakeNode, dead
     row = next(line for line in out.splitlines() if dead_endpoint in line)
     assert "unreachable (UNAVAILABLE)" in row
     assert err.startswith("error: UNAVAILABLE: ")
+
+
+def _group_core(raft_addr: str, role: int, leader: str, apply_offset: int, digest: str) -> api_pb2.NodeStatus:
+    return api_pb2.NodeStatus(node_id=raft_addr, grpc_addr="127.0.0.1:9101", role=role, leader_grpc_addr=leader,
+                              term=2, apply_offset=apply_offset, commit_offset=apply_offset, digest=digest, ready=True)
+
+
+def test_status_of_a_sharded_node_has_a_row_per_group_core(capsys: Capsys, make_node: MakeNode,
+                                                            dead_endpoint: str) -> None:
+    """Admin.Status's `groups` (a sharded node's workers fill it): a GROUP column, a row per group core; a core
+    that did not answer is listed not ready with its reason; digests are compared within a group."""
+    a, b = make_node("n1:7001"), make_node("n2:7001")
+    a.admin.groups = [_group_core("n1:7001", api_pb2.ROLE_LEADER, "a:9101", 118, "0" * 64),
+                      _group_core("n1:7101", api_pb2.ROLE_FOLLOWER, "b:9101", 7, "1" * 64)]
+    b.admin.groups = [_group_core("n2:7001", api_pb2.ROLE_FOLLOWER, "a:9101", 118, "0" * 64),
+                      api_pb2.NodeStatus(node_id="n2:7101", not_ready_reason="group 1's core did not answer: x")]
+    code, out, err = run(capsys, f"{a.endpoint},{b.endpoint},{dead_endpoint}", "status")
+    lines = out.splitlines()
+    assert code == 1
+    assert lines[0].split()[:6] == ["NODE", "GRPC", "ADDR", "GROUP", "ROLE", "LEADER"]
+    assert [line.split()[:5] for line in lines[1:5]] == [
+        ["n1:7001", "127.0.0.1:9101", "0", "leader", "a:9101"],
+        ["n1:7101", "127.0.0.1:9101", "1", "follower", "b:9101"],
+        ["n2:7001", "127.0.0.1:9101", "0", "follower", "a:9101"],
+        ["n2:7101", "127.0.0.1:9101", "1", "unknown", "-"]]
+    assert lines[5].split()[:4] == ["-", dead_endpoint, "-", "unreachable"]
+    assert "127.0.0.1:9101: group 1's core did not answer: x" in lines
+    assert "digests differ" not in err  # group 1's cores are at different offsets; group 0's agree
+    code, out, _ = run(capsys, f"{a.endpoint}", "--json", "status")
+    [doc] = json.loads(out)["nodes"]
+    assert [(g["node_id"], g["role"]) for g in doc["groups"]] == [("n1:7001", "leader"), ("n1:7101", "follower")]
+    b.admin.groups[1] = _group_core("n2:7101", api_pb2.ROLE_FOLLOWER, "b:9101", 7, "2" * 64)
+    _, _, err = run(capsys, f"{a.endpoint},{b.endpoint}", "status")
+    assert f"warning: digests differ at group 1's apply offset 7: {['1' * 64, '2' * 64]}" in err
 
 
 # ---- failover and errors ----
