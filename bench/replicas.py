@@ -95,15 +95,21 @@ def idle_cpu(pid: int, seconds: float = IDLE_S) -> float:
 def yielding(pids: list[int]) -> Iterator[None]:
     """The processes (their threads) under SCHED_IDLE while inside: they run only on CPU the others leave,
     as replicas on machines of their own take none of the voters'. Their network traffic stays real."""
-    tids = [(pid, int(t)) for pid in pids for t in os.listdir(f"/proc/{pid}/task")]
-    for _, tid in tids:
-        with suppress(OSError):
+    def threads() -> list[int]:  # listed again on the way out: threads started inside inherit SCHED_IDLE
+        out = []
+        for pid in pids:
+            with suppress(FileNotFoundError):
+                out += [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        return out
+
+    for tid in threads():
+        with suppress(ProcessLookupError):
             os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
     try:
         yield
     finally:
-        for _, tid in tids:
-            with suppress(OSError):
+        for tid in threads():
+            with suppress(ProcessLookupError):  # PermissionError (no CAP_SYS_NICE) is not hidden
                 os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
 
 

@@ -261,19 +261,22 @@ def auto_worker_processes(max_followers: int) -> int:
     """What worker_processes = "auto" means: a worker per CPU the node may run on (its affinity, and its
     cgroup's CPU quota when it has one: a container limited to 2 CPUs on a 64-core host gets 2), and at
     most half of limits.max_followers (each worker's replica is a follower of its core; the other half
-    stays for read replicas and other nodes' catch-up)."""
+    stays for read replicas and other nodes' catch-up). One CPU: none (a worker would add a copy of the
+    state and no CPU to run it on)."""
     cpus = len(os.sched_getaffinity(0))
     quota = cgroup_cpu_quota()
     if quota is not None:
         cpus = min(cpus, max(1, math.ceil(quota)))
-    return max(1, min(cpus, MAX_WORKER_PROCESSES, max_followers // 2))
+    return 0 if cpus <= 1 else min(cpus, MAX_WORKER_PROCESSES, max_followers // 2)
 
 
 def cgroup_cpu_quota(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> float | None:
     """The CPUs this process's cgroup may use per period (quota / period), or None when unlimited or
     unknown. cgroup v2: <root>/<own path>/cpu.max ("max 100000" or "200000 100000"); v1:
-    <root>/cpu/<own path>/cpu.cfs_quota_us (-1 unlimited) and cpu.cfs_period_us. Inside a container its
-    own path is usually "/" (a cgroup namespace), so the root's files are read then."""
+    <root>/cpu/<own path>/cpu.cfs_quota_us (-1 unlimited) and cpu.cfs_period_us. Inside a container with a
+    cgroup namespace its own path is "/"; without one (Docker's default on v1) the path names the host's
+    hierarchy while the mount is the container's own cgroup: a path not under the mount falls back to the
+    mount's root files, as the JDK does."""
     try:
         with open(own) as f:
             lines = f.read().splitlines()
@@ -285,12 +288,15 @@ def cgroup_cpu_quota(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup
         path = path.lstrip("/")
         try:
             if hier == "0" and not controllers:  # v2
-                with open(os.path.join(root, path, "cpu.max")) as f:
+                own_dir = os.path.join(root, path)
+                with open(os.path.join(own_dir if os.path.isdir(own_dir) else root, "cpu.max")) as f:
                     quota, *period = f.read().split()
                 if quota != "max":
                     return int(quota) / int(period[0] if period else 100000)
             elif "cpu" in controllers.split(","):  # v1
                 base = os.path.join(root, "cpu", path)
+                if not os.path.isdir(base):
+                    base = os.path.join(root, "cpu")
                 with open(os.path.join(base, "cpu.cfs_quota_us")) as f:
                     quota_us = int(f.read())
                 if quota_us > 0:

@@ -57,6 +57,7 @@ HEALTH_CHECK = f"/{health_pb2.DESCRIPTOR.services_by_name['Health'].full_name}/C
 # A watch resuming within this many entries of the oldest the replica keeps goes to the core (its ring is
 # longer): the replica's ring may move past it before the replay starts.
 RESUME_MARGIN = 100
+STOP_JOIN_S = 2.0  # a stopping worker's wait for its read-index rounds: within ops/workers.STOP_GRACE_S
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +162,9 @@ def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, repl
     if grpc_server is not None:
         grpc_server.stop(1.0).wait()
     if read_indexes is not None:
-        read_indexes.stop(join=True)  # no round left in a call on the write channel while the process exits
+        # no round left in a call on the write channel while the process exits; bounded well inside the
+        # core's grace before it kills a stopping worker (a round stuck without a leader waits max_wait_ms)
+        read_indexes.stop(join=True, within_s=STOP_JOIN_S)
     replica.stop()
 
 

@@ -42,7 +42,7 @@ from raftlog.applier import Applier
 from raftlog.chunkedappend import whole_transmission
 from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
-from raftlog.keptdump import drop, put_back, set_aside
+from raftlog.keptdump import drop, put_back, received, set_aside
 from raftlog.leadership import TRANSFER_VOTE, LeadershipConfirmer
 from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
@@ -488,14 +488,24 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         dump = self._SyncObj__conf.fullDumpFile
 
         def receive_piece(data: Any) -> bool:
-            if isinstance(data, tuple) and len(data) == 3 and data[2]:
+            last = isinstance(data, tuple) and len(data) == 3 and bool(data[2])
+            if last:
                 try:
                     set_aside(dump, self.journal.fsync)
                 except OSError as exc:
                     log.warning("could not set %s aside before a snapshot from the leader (%s); dropped that "
                                 "snapshot, the leader sends it again", dump, exc)
                     return False
-            return receive(data)
+            done = receive(data)
+            if done and last:
+                try:
+                    received(dump, self.journal.fsync)
+                except OSError as exc:  # not durable: not installed (the one set aside comes back)
+                    log.warning("could not make the snapshot from the leader durable in %s (%s); dropped it, "
+                                "the leader sends it again", dump, exc)
+                    put_back(dump, self.journal.fsync)
+                    return False
+            return done
 
         return receive_piece
 

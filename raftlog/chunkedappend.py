@@ -56,6 +56,8 @@ def whole_transmission(message: Any, received: Any, decode: Callable[[bytes], An
     data = message.get("data")
     if not isinstance(received, bytes) or not isinstance(data, bytes):
         return message  # a finish with no start before it: pysyncobj's own handling (it raises)
+    if not data.endswith(b"."):  # pickle's STOP opcode ends a whole one: not decoded (and copied) for nothing
+        return {**message, TRANSMISSION: MIDDLE_PIECE}
     try:
         entry = decode(received + data)
     except Exception:

@@ -43,6 +43,20 @@ def set_aside(dump_path: str, fsync: bool) -> None:
         fsync_dir(dump_path)
 
 
+def received(dump_path: str, fsync: bool) -> None:
+    """The last piece of a leader's snapshot was renamed over the dump (pysyncobj writes it without an
+    fsync): its bytes and its name made durable before the node answers the install and acknowledges
+    entries after it. A crash before this leaves the dump set aside (durable) for `settle`."""
+    if not fsync:
+        return
+    fd = os.open(dump_path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(dump_path)
+
+
 def put_back(dump_path: str, fsync: bool) -> None:
     """The dump set aside is the dump again; the received one goes."""
     kept = dump_path + KEPT_SUFFIX

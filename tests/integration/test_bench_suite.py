@@ -74,8 +74,11 @@ def test_the_cores_part_runs_and_reports_issue_27s_yardsticks(tmp_path) -> None:
     loads = [(f"{setup} {side} c={c}", row) for setup, out in cores["stock"]["setups"].items()
              for side in ("stock", "ours") for c, row in out[side]["reads"].items()]
     loads += [(f"scaling w={w} {kind}", row) for w, rows in cores["scaling"].items() for kind, row in rows.items()]
-    loads += [(f"{r['label']} {k}", r[k]) for r in cores["replicas"]["rows"] for k in ("reads", "writes")]
-    assert len(loads) == 3 * 2 * 2 + 2 * 2 + 2 * 2, [name for name, _ in loads]
+    loads += [(f"{r['label']} {k}", r[k]) for r in cores["replicas"]["rows"]
+              for k in ("reads", "writes", "writes_replicas_yielding") if k in r]
+    # setups x sides x clients, scaling w=1,2 x reads/writes, replica rows (voters, +2, +2 on the leader) x
+    # reads/writes, and the registrations again with the replicas yielding the CPU on the two rows with replicas
+    assert len(loads) == 3 * 2 * 2 + 2 * 2 + 3 * 2 + 2, [name for name, _ in loads]
     for name, row in loads:  # each row measured something, with its CPU per operation on both ends
         assert row["errors"] == 0, f"{name}: {row['first_error']}"
         assert row["n"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0, (name, row)
@@ -83,7 +86,7 @@ def test_the_cores_part_runs_and_reports_issue_27s_yardsticks(tmp_path) -> None:
     assert set(cores["scaling"]) == {"1", "2"}
     assert cores["projection"]["cores"] == 16 and cores["projection"]["reads_per_s"] > 0
     assert cores["projection"]["writes_per_s"] > 0
-    assert len(cores["targets"]) == 3 * 2 + 1 and all(isinstance(t["met"], bool) for t in cores["targets"])
+    assert len(cores["targets"]) == 3 * 2 + 2 and all(isinstance(t["met"], bool) for t in cores["targets"])
     for heading in ("beside the stock NameServer", "**Scaling: one node, worker_processes 1 vs 2**",
                     "**A projection, not a measurement: 16 cores**", "**3 voters with and without 2 read replicas**",
                     "**Issue 27's remoting targets**"):

@@ -277,3 +277,30 @@ def test_a_snapshot_written_after_a_newer_one_became_raft_dump_does_not_replace_
     follower.log._write_snapshot(older.offset, older.term, follower.log.fsm.freeze(), older.meta, older.digest)
     follower.log._snapshot_writer.join(10)
     assert follower.log._read_dump_meta(dump)[0][1] == newest, "an older snapshot replaced raft.dump"
+
+
+def test_a_snapshot_from_the_leader_is_durable_before_the_install_is_answered(trio, monkeypatch) -> None:
+    """pysyncobj writes a received snapshot's file without an fsync and renames it over raft.dump; the node
+    then answers and acknowledges entries after it. A power loss could leave raft.dump torn while the
+    journal was already cleared for it: the file and its name are synced before the answer."""
+    leader = leader_of(trio)
+    follower = next(n for n in trio if n is not leader)
+    leader.log.propose(put("k", "v"), timeout=10)
+    raft = follower.log.raft
+    monkeypatch.setattr(follower.log.journal, "fsync", True)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    from_leader = next(p for p in raft.other_peers() if p.id == leader.addr)
+    receive = raft._SyncObj__transport._onMessageReceivedCallback
+    whole = {"type": "append_entries", "term": raft.current_term(), "commit_index": raft.commit_index(),
+             "serialized": (b"not a snapshot", True, True)}  # a whole transfer in one message
+    on_tick(raft, lambda: receive(from_leader, whole))
+    dump = os.path.realpath(follower.log.dump_path)
+    assert dump in synced, f"raft.dump was not synced after the install's rename: {synced}"
+    assert os.path.dirname(dump) in synced
