@@ -50,10 +50,9 @@ def max_frame_bytes(max_message_bytes: int) -> int:
     return max_message_bytes + FRAME_SLACK
 
 
-class FollowRefused(grpc.RpcError):
-    """The core refuses to feed a follower (nameserver/api/follow.py), in gRPC's terms: raised on the core,
-    aborting a Follow call or sent on the feed, and raised again on the worker from the feed, where the
-    replica reads it as it reads a Follow call's error. Also a broken feed link, on the worker's side."""
+class StatusError(grpc.RpcError):
+    """A gRPC status raised without a gRPC call (a call's error has these two methods): what a local
+    caller reads as it reads a real call's error."""
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(f"{code.name}: {details}")
@@ -65,6 +64,12 @@ class FollowRefused(grpc.RpcError):
 
     def details(self) -> str:
         return self._details
+
+
+class FollowRefused(StatusError):
+    """The core refuses to feed a follower (nameserver/api/follow.py), in gRPC's terms: raised on the core,
+    aborting a Follow call or sent on the feed, and raised again on the worker from the feed, where the
+    replica reads it as it reads a Follow call's error. Also a broken feed link, on the worker's side."""
 
 
 # ---- the core's side --------------------------------------------------------------------------------
@@ -173,4 +178,4 @@ class FeedStream:
         return FollowRefused(grpc.StatusCode.UNAVAILABLE, f"the core's feed broke: {why}")
 
 
-__all__ = ["FeedServer", "FeedStream", "FollowRefused", "LocalFeed", "max_frame_bytes", "socket_path"]
+__all__ = ["FeedServer", "FeedStream", "FollowRefused", "LocalFeed", "StatusError", "max_frame_bytes", "socket_path"]

@@ -20,24 +20,19 @@ import grpc
 
 from nameserver.api import auth
 from nameserver.core.nowait import WouldBlock
+from nameserver.localfeed import StatusError
 
 log = logging.getLogger("nameserver.api.inprocess")
 
 Metadata = Sequence[tuple[str, str]]
 
 
-class LocalRpcError(grpc.RpcError):
+class LocalRpcError(StatusError):
     """A failed in-process call: the status the method aborted with."""
 
     def __init__(self, code: grpc.StatusCode, details: str, trailing: Metadata = ()) -> None:
-        super().__init__(f"{code.name}: {details}")
-        self._code, self._details, self._trailing = code, details, tuple(trailing)
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
+        super().__init__(code, details)
+        self._trailing = tuple(trailing)
 
     def trailing_metadata(self) -> Any:  # grpc's stubs type it as their private _Metadatum tuples
         return self._trailing
