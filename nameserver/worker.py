@@ -27,13 +27,14 @@ import grpc
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
-from nameserver import headers, localfeed, tlsconf
+from nameserver import headers, tlsconf
 from nameserver.api import auth, corelink, grpcserver, writechannel
 from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
 from nameserver.core import watch
 from nameserver.core.readindex import ReadIndexBatcher
+from nameserver.groups.follow import follow_core
 from nameserver.groups.links import GroupLinks
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.childproc import started, stop_with_core, tell_core
@@ -71,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = fdlimits.budget(share, fdlimits.raise_nofile())
     opts = [("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes)]
-    # serves reads only: no digest or quota totals kept per entry (the core keeps and reports them)
-    replica = ReadReplica(corelink.target(cfg), lambda target: corelink.own_channel(cfg, opts),
-                          name=f"worker-{index}", accounting=False,
-                          feed=localfeed.LocalFeed(localfeed.socket_path(cfg.data_dir), cfg.max_message_bytes))
+    replica = follow_core(cfg, 0, f"worker-{index}")  # its core's state, over the core's Unix feed
     seed_from_snapshots(replica, cfg.data_dir)  # the core's newest snapshot file, while the core loads it too
     replica.start()
     groups = GroupLinks(cfg, f"worker-{index}", replica) if cfg.groups > 1 else None  # a replica of every group

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from nameserver import localfeed
 from nameserver.api import corelink
 from nameserver.config import NodeConfig, group_config
 from nameserver.core.reads import NotReady
@@ -16,13 +17,15 @@ T = TypeVar("T")
 
 
 def follow_core(cfg: NodeConfig, group: int, name: str) -> ReadReplica:
-    """A replica (not started) of group `group`'s core on this node; `cfg` is the node's (group 0's)."""
+    """A replica (not started) of group `group`'s core on this node, fed over that core's Unix feed
+    (nameserver/localfeed.py; its gRPC socket carries the rest); `cfg` is the node's (group 0's)."""
     core = group_config(cfg, group)
     opts = [("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes)]
     # serves reads only: no digest or quota totals kept per entry (the core keeps and reports them)
     return ReadReplica(corelink.target(core), lambda target: corelink.own_channel(core, opts), name=name,
-                       accounting=False)
+                       accounting=False,
+                       feed=localfeed.LocalFeed(localfeed.socket_path(core.data_dir), cfg.max_message_bytes))
 
 
 class Group0View:
