@@ -1,5 +1,5 @@
 """Length-prefixed frames on a node's private Unix sockets: the workers' write channel
-(nameserver/api/writechannel.py) and their replicas' feed (nameserver/api/feedchannel.py).
+(nameserver/api/writechannel.py) and their replicas' feed (nameserver/localfeed.py).
 
 A frame is a 4-byte big-endian length and a list of records, each a list of length-prefixed fields (4-byte
 big-endian lengths too). What the records mean is each channel's own; the sockets are the core's, 0600 in
@@ -15,7 +15,16 @@ import struct
 import threading
 from collections.abc import Sequence
 
+import grpc
+
 _LEN = struct.Struct(">I")
+FRAME_SLACK = 64 << 10  # a frame's bound past its largest payload: the frame's, records' and fields' headers
+_STATUS_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def status_code(number: int) -> grpc.StatusCode:
+    """A gRPC status sent as its number on a channel (UNKNOWN for one this grpcio does not know)."""
+    return _STATUS_CODES.get(number, grpc.StatusCode.UNKNOWN)
 
 
 def pack(records: Sequence[Sequence[bytes]]) -> bytes:
@@ -160,4 +169,4 @@ def close(sock: socket.socket) -> None:
     sock.close()
 
 
-__all__ = ["LinkServer", "close", "listen_private", "pack", "read_frame", "unpack"]
+__all__ = ["FRAME_SLACK", "LinkServer", "close", "listen_private", "pack", "read_frame", "status_code", "unpack"]

@@ -34,8 +34,6 @@ log = logging.getLogger("nameserver.localfeed")
 
 SOCKET_NAME = os.path.join("channel", "feed.sock")
 REQUEST_BYTES = 64  # the worker's one frame: an offset
-FRAME_SLACK = 64 << 10  # a frame's bound past the largest message: the frame's and record's headers
-_CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 Messages = Callable[[int, Callable[[], bool]], Generator[api_pb2.FollowMessage, None, None]]
 
@@ -47,7 +45,7 @@ def socket_path(data_dir: str) -> str:
 def max_frame_bytes(max_message_bytes: int) -> int:
     """The largest frame the core sends: one message, which Log.Follow would carry within [grpc]
     max_message_bytes too."""
-    return max_message_bytes + FRAME_SLACK
+    return max_message_bytes + framing.FRAME_SLACK
 
 
 class StatusError(grpc.RpcError):
@@ -155,7 +153,7 @@ class FeedStream:
         fields = self._pending.pop(0)
         if len(fields) == 2 and fields[0].isdigit():  # the core's refusal; it closes the link
             framing.close(self._sock)
-            code = _CODES.get(int(fields[0]), grpc.StatusCode.UNKNOWN)
+            code = framing.status_code(int(fields[0]))
             raise FollowRefused(code, fields[1].decode(errors="replace"))
         if len(fields) != 1:
             raise self._broken(ValueError(f"a feed record of {len(fields)} fields"))

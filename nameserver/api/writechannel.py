@@ -58,7 +58,6 @@ NAMESERVER = api_pb2.DESCRIPTOR.services_by_name["NameServer"]
 WRITE_METHODS = ("RegisterBroker", "UnregisterBroker", "Heartbeat", "PutKv", "DeleteKv", "UpdateSettings",
                  "WipeWritePerm", "AddWritePerm", "RegisterTopic", "DeleteTopic", "BindQueue", "ReleaseQueue")
 BATCH_BYTES = 1 << 20     # a frame gathers calls up to about this many bytes (one call may be larger)
-FRAME_SLACK = 64 << 10    # a frame's bound past BATCH_BYTES + one request: its fields' headers
 _ID = struct.Struct(">Q")
 _NO_TIME = -1             # a call whose caller set no deadline
 MAX_WAITING_FRAMES = 64   # frames the core reads together before starting their calls (cancels first)
@@ -246,13 +245,21 @@ def _returning(handler: Any) -> Callable[[Any], Any]:
     return lambda _details: handler
 
 
+def readable(link: socket.socket) -> Any:
+    """A poll of `link` for waiting bytes (not select.select: it refuses descriptors past 1,023, and a core
+    may hold more); its poll(0) says whether a frame's bytes wait."""
+    waiting = select.poll()
+    waiting.register(link, select.POLLIN)
+    return waiting
+
+
 class WriteChannelServer(framing.LinkServer):
     """The core's end: the socket, a reader per worker link, the calls on a pool, answers batched back."""
 
     def __init__(self, path: str, calls: WriteCalls, threads: int, max_request_bytes: int) -> None:
         super().__init__(path, "write-channel")
         self.writes = calls
-        self.max_frame = BATCH_BYTES + max_request_bytes + FRAME_SLACK
+        self.max_frame = BATCH_BYTES + max_request_bytes + framing.FRAME_SLACK
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="write-channel")
         self._lock = threading.Lock()
         self.calls = 0          # writes, read-index asks and frames received (/metrics)
@@ -267,8 +274,9 @@ class WriteChannelServer(framing.LinkServer):
     def serve(self, link: socket.socket) -> None:
         sender = _Sender(link, "write-channel-answers", lambda exc: framing.close(link))
         running: dict[bytes, ChannelContext] = {}  # this link's calls not answered yet, for their cancels
+        waiting = readable(link)  # made once per link, not per pass
         try:
-            while bodies := self._waiting_frames(link):
+            while bodies := self._waiting_frames(link, waiting):
                 calls: list[tuple[list[bytes], ChannelContext]] = []
                 cancels = []
                 for fields in (record for body in bodies for record in framing.unpack(body)):
@@ -297,12 +305,10 @@ class WriteChannelServer(framing.LinkServer):
         finally:
             sender.close()
 
-    def _waiting_frames(self, link: socket.socket) -> list[bytes]:
-        """The next frame, and every other one already waiting on `link` (at most MAX_WAITING_FRAMES);
-        [] at the end of the link."""
+    def _waiting_frames(self, link: socket.socket, waiting: Any) -> list[bytes]:
+        """The next frame, and every other one already waiting on `link` (`waiting` polls it; at most
+        MAX_WAITING_FRAMES); [] at the end of the link."""
         bodies: list[bytes] = []
-        waiting = select.poll()  # not select.select: it refuses descriptors past 1,023, and a core may hold more
-        waiting.register(link, select.POLLIN)
         while len(bodies) < MAX_WAITING_FRAMES and (not bodies or waiting.poll(0)):
             body = framing.read_frame(link, self.max_frame)
             if body is None:
@@ -324,7 +330,6 @@ class WriteChannelServer(framing.LinkServer):
 
 # ---- a worker's side --------------------------------------------------------------------------------
 
-_CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
 class _Link:
@@ -340,7 +345,7 @@ class WriteChannel:
 
     def __init__(self, path: str, max_reply_bytes: int) -> None:
         self.path = path
-        self.max_frame = BATCH_BYTES + max_reply_bytes + FRAME_SLACK
+        self.max_frame = BATCH_BYTES + max_reply_bytes + framing.FRAME_SLACK
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._link: _Link | None = None
@@ -418,7 +423,7 @@ class WriteChannel:
                     with self._lock:
                         answer = link.pending.pop(fields[0], None)
                     if answer is not None:
-                        code = _CODES.get(int(fields[1]), grpc.StatusCode.UNKNOWN)
+                        code = framing.status_code(int(fields[1]))
                         answer.set_result((code, fields[2].decode(), fields[3], _metadata_of(fields[4:])))
         except (OSError, ValueError, EOFError) as exc:
             error = exc

@@ -68,7 +68,7 @@ def test_frames_waiting_on_a_link_past_descriptor_1023_are_all_read() -> None:
     try:
         for body in (b"one", b"two", b"three"):
             theirs.sendall(struct.pack(">I", len(body)) + body)
-        assert server._waiting_frames(high) == [b"one", b"two", b"three"]
+        assert server._waiting_frames(high, writechannel.readable(high)) == [b"one", b"two", b"three"]
     finally:
         server.pool.shutdown()
         high.close()
