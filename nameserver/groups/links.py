@@ -30,6 +30,7 @@ class GroupLinks:
         self.replicas = [replica0] + [follow_core(cfg, group, f"{name}-g{group}") for group in range(1, cfg.groups)]
         self.reads = MergedReads(self.replicas)
         self._closing: list[WriteChannel | grpc.Channel] = []
+        self._placer_made: Placer | None = None
         self.core_channels: list[grpc.Channel] = []  # [k]: group k's core's private socket, once calls() ran
 
     def start(self) -> None:
@@ -60,7 +61,7 @@ class GroupLinks:
             self._closing += [channel, writes]
             self.core_channels.append(channel)
             forwarders.append(CoreForwarder(channel, {}, replica.wait_applied, writes))
-        return GroupCalls(forwarders, Placer(self.cfg, self.replicas[0], core0))
+        return GroupCalls(forwarders, self._placer(core0))
 
     def local_handlers(self) -> dict[str, grpc.RpcMethodHandler]:
         """What a worker answers itself with several groups (after calls()): the Shards service over the
@@ -72,7 +73,13 @@ class GroupLinks:
         """The remoting FrontEnd routing frames to each group's core (`channel0`: group 0's)."""
         channels = [channel0] + [CoreChannel(socket_path(core), self._offset_of(replica), channel0.timeout_s)
                                  for core, replica in zip(self.cores[1:], self.replicas[1:], strict=True)]
-        return RoutedFront(channels, Placer(self.cfg, self.replicas[0], core0))
+        return RoutedFront(channels, self._placer(core0))
+
+    def _placer(self, core0: grpc.Channel) -> Placer:
+        """One placer for both fronts (gRPC and remoting): group 0's directory and core."""
+        if self._placer_made is None:
+            self._placer_made = Placer(self.cfg, self.replicas[0], core0)
+        return self._placer_made
 
     @staticmethod
     def _offset_of(replica: ReadReplica) -> Callable[[], int]:

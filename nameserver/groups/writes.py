@@ -33,14 +33,16 @@ from nameserver.remoting.command import Command
 from nameserver.remoting.corechannel import CoreChannel
 from nameserver.remoting.handlers import REPLICA_CODES
 from nameserver.replica import ReadReplica
+from nameserver.state.shards.moves import SetMoving
 from nameserver.state.shards.router import AssignFirst, Moving, Placement, Split, ToGroup, route
 
 STREAM = "RegisterBrokerStream"  # a client stream: placed by its header chunk
 MAX_ASSIGNS = 3  # AssignFirst rounds for one request (the directory record lands, then it routes)
 
 
-class SetMovingNow(Exception):
-    """The router refused a write: its set is moving between groups (retry)."""
+def first_group(placement: ToGroup | Split) -> int:
+    """The group a request that travels whole goes to: its group, or a split's first part's."""
+    return placement.group if isinstance(placement, ToGroup) else placement.parts[0][0]
 
 
 class Placer:
@@ -58,8 +60,7 @@ class Placer:
             with self.replica0.lock:
                 placement: Placement = route(request, self.replica0.state.directory, self.cfg.groups)
             if isinstance(placement, Moving):
-                raise SetMovingNow(f"broker set {placement.broker_name!r} is moving from group {placement.source} "
-                                   f"to group {placement.target}: retry")
+                raise SetMoving(placement.broker_name, placement.target)
             if not isinstance(placement, AssignFirst):
                 return placement
             left = max(0.1, deadline - time.monotonic())
@@ -134,7 +135,7 @@ class GroupCalls(grpc.GenericRpcHandler):
         try:
             return self.placer.place(request, min(left if left is not None else _NO_DEADLINE_S,
                                                   self.placer.cfg.max_wait_ms / 1000))
-        except (SetMovingNow, TimeoutError) as exc:
+        except (SetMoving, TimeoutError) as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except grpc.RpcError as exc:  # group 0's core refused the assignment: its status
             context.abort(exc.code(), exc.details() or "assigning the broker set failed")
@@ -151,7 +152,7 @@ class GroupCalls(grpc.GenericRpcHandler):
             if header is not None and header.broker_name:
                 placement = self._place(api_pb2.RegisterBrokerRequest(broker_name=header.broker_name,
                                                                       cluster_name=header.cluster_name), context)
-                group = placement.group if isinstance(placement, ToGroup) else placement.parts[0][0]
+                group = first_group(placement)
         handler = self.forwarders[group].handlers[method_path(STREAM)]
         assert handler.stream_unary is not None
         return handler.stream_unary(itertools.chain([first] if first is not None else [], chunks), context)
@@ -200,9 +201,9 @@ class RoutedFront:
             try:
                 placement = await asyncio.get_running_loop().run_in_executor(
                     None, self.placer.place, request, self.placer.cfg.write_timeout_ms / 1000)
-            except (SetMovingNow, TimeoutError, grpc.RpcError) as exc:
+            except (SetMoving, TimeoutError, grpc.RpcError) as exc:
                 return cmd.response(codes.SYSTEM_BUSY, f"[SHARDING] {exc}; try again later")
-            group = placement.group if isinstance(placement, ToGroup) else placement.parts[0][0]
+            group = first_group(placement)
         return await self.channels[group].forward(cmd, conn)
 
     async def settle(self, conn: Any) -> None:

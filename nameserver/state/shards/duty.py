@@ -7,10 +7,12 @@ record says a move is under way and where to; the source's fence; the target's c
 tombstone of an earlier move out; a source still holding the set after the move), so a leader killed
 anywhere, even after its proposal applied but before it saw the answer, resumes by calling it again and
 running what it returns. Each translation is empty when its step is done, so a step run twice writes
-nothing the second time.
+nothing the second time, provided the states it reads show every step applied before (a stale read of
+group 0 could run COPY again after FINISH: docs/scaling.md says what the executor must add).
 
-`run_move` is the loop the node runs (read, decide, propose, read again) with the processes behind an
-Executor; the tests run it on in-process states.
+`run_move` is the loop a node will run (read, decide, propose, read again) with the processes behind an
+Executor: no process runs it yet (nameserver/groups/shards.py refuses MoveShard until that executor is
+built); the tests run it on in-process states.
 """
 
 from __future__ import annotations
@@ -47,7 +49,6 @@ class Step:
     broker_name: str
     target: int
     translation: Translation
-    since: int = 0  # FINISH: the target's offset holding the copy (the directory's floor for reads)
 
     def __str__(self) -> str:
         return (f"{self.kind} of set {self.broker_name!r} (to group {self.target}) in group {self.group}: "
@@ -127,8 +128,7 @@ def validate_move(states: Sequence[MetadataState], broker_name: str, target: int
     groups = len(states)
     if not broker_name:
         raise ValidationError("broker_name", "must not be empty")
-    if not 0 <= target < groups:
-        raise ValidationError("group", f"{target} is not a group of this cluster (0 to {groups - 1})")
+    moves.check_group(target, groups)
     g0 = states[GROUP0]
     directory = g0.directory
     if not directory.assigned(broker_name) and not moves.set_keys(g0, broker_name):
@@ -161,8 +161,8 @@ def _next(states: Sequence[MetadataState], order: MoveOrder) -> Step | Done:
     directory = g0.directory
     moving, owner = directory.moving_to(name), directory.group_of(name)
 
-    def step(kind: str, group: int, tr: Translation, since: int = 0) -> Step:
-        return Step(kind, group, name, target, tr, since)
+    def step(kind: str, group: int, tr: Translation) -> Step:
+        return Step(kind, group, name, target, tr)
 
     if moving is None and owner != target:  # raises ValidationError when the move cannot begin
         return step(BEGIN, GROUP0, moves.begin_move(g0, name, target, len(states)))
@@ -179,7 +179,7 @@ def _next(states: Sequence[MetadataState], order: MoveOrder) -> Step | Done:
         # the copy is in the target state read: its offset is at or after the copy's (a floor for reads;
         # at least 1, as finish_move wants, for a set with no records moved to a group with no entries)
         since = max(copy_to.offset, 1)
-        return step(FINISH, GROUP0, moves.finish_move(g0, name, target, since), since)
+        return step(FINISH, GROUP0, moves.finish_move(g0, name, target, since))
     if _unopened(states, name, owner):
         return step(OPEN, owner, moves.open_set(states[owner], g0, owner, name))
     for group in _leftovers(states, name, owner):

@@ -73,10 +73,12 @@ def refusal(state: MetadataState, group: int, broker_name: str) -> SetMoving | N
 def tombstoned(state: MetadataState, group: int, broker_name: str) -> bool:
     """Group `group`'s record of the set says the set moved out of it (in group 0: the directory places it
     in another group, no move under way)."""
-    return isinstance(refusal(state, group, broker_name), SetMoved)
+    found = state.directory.entry(broker_name)
+    return found is not None and not found.HasField("moving_to") and found.group != group
 
 
-def _check_group(group: int, groups: int) -> None:
+def check_group(group: int, groups: int) -> None:
+    """`group` names one of `groups` groups, else a ValidationError naming the field."""
     if not 0 <= group < groups:
         raise ValidationError("group", f"{group} is not a group of this cluster (0 to {groups - 1})")
 
@@ -113,7 +115,7 @@ def assign_set(state: MetadataState, broker_name: str, cluster: str, groups: int
 def pin_set(state: MetadataState, broker_name: str, group: int, groups: int) -> Translation:
     """An operator's choice of a set's group (`nsctl shard assign`, not built yet): before its first
     registration, or marking the group it is in. A set held elsewhere is moved, not pinned."""
-    _check_group(group, groups)
+    check_group(group, groups)
     found = state.directory.entry(broker_name)
     current = found.group if found is not None else GROUP0 if _in_group0(state, broker_name) else None
     if found is not None and found.HasField("moving_to"):
@@ -127,7 +129,7 @@ def pin_set(state: MetadataState, broker_name: str, group: int, groups: int) -> 
 
 def begin_move(state: MetadataState, broker_name: str, target: int, groups: int) -> Translation:
     """Step 1: the set is moving to `target`. Empty when it already is."""
-    _check_group(target, groups)
+    check_group(target, groups)
     found = state.directory.entry(broker_name)
     if found is None:
         if not _in_group0(state, broker_name):
