@@ -29,6 +29,7 @@ from typing import Any
 
 from bench import remoting, replicas
 from bench.rocketmq import LINE_5
+from nameserver.config import usable_cpus
 
 PROJECT_CORES = 16
 DEFAULT_CLIENTS = [1, 8]
@@ -64,7 +65,7 @@ def projection(rows: dict[str, Any], cores: int = PROJECT_CORES) -> dict[str, An
 def shared_machine_workers(nodes: int) -> int:
     """Worker processes per node when `nodes` nodes share this machine's CPUs: its CPUs divided among them,
     at least one (what `worker_processes = "auto"` gives a node alone on the machine, split)."""
-    return max(1, len(os.sched_getaffinity(0)) // nodes)
+    return max(1, usable_cpus() // nodes)
 
 
 def run_cores(root: str, seconds: float, clients: list[int], workers: int, *, version: str = LINE_5,

@@ -185,8 +185,7 @@ def summary(rows: list[dict[str, Any]], on_leader: bool = False) -> dict[str, fl
             "leader_us_per_write_per_replica": round((mean(with_, "leader_us_per_write")
                                                       - mean(without, "leader_us_per_write")) / REPLICAS, 1),
             "writes_with_without": round(mean(with_, "writes_per_s") / max(mean(without, "writes_per_s"), 1e-9), 3),
-            "writes_with_without_yielding": round(statistics.mean(r.get("writes_per_s_replicas_yielding", 0.0)
-                                                                  for r in with_)
+            "writes_with_without_yielding": round(mean(with_, "writes_per_s_replicas_yielding")
                                                   / max(mean(without, "writes_per_s"), 1e-9), 3),
             "reads_with_without": round(mean(with_, "reads_per_s") / max(mean(without, "reads_per_s"), 1e-9), 3)}
 

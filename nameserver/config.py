@@ -263,11 +263,15 @@ def auto_worker_processes(max_followers: int) -> int:
     most half of limits.max_followers (each worker's replica is a follower of its core; the other half
     stays for read replicas and other nodes' catch-up). One CPU: none (a worker would add a copy of the
     state and no CPU to run it on)."""
+    cpus = usable_cpus()
+    return 0 if cpus <= 1 else min(cpus, MAX_WORKER_PROCESSES, max_followers // 2)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may use: its affinity, within its cgroup's CPU quota (rounded up) if any."""
     cpus = len(os.sched_getaffinity(0))
     quota = cgroup_cpu_quota()
-    if quota is not None:
-        cpus = min(cpus, max(1, math.ceil(quota)))
-    return 0 if cpus <= 1 else min(cpus, MAX_WORKER_PROCESSES, max_followers // 2)
+    return cpus if quota is None else min(cpus, max(1, math.ceil(quota)))
 
 
 def cgroup_cpu_quota(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> float | None:
@@ -422,15 +426,18 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     if not 0 <= cfg.worker_processes <= MAX_WORKER_PROCESSES:
         raise ConfigError(f"node.worker_processes must be 0..{MAX_WORKER_PROCESSES}")
     if cfg.worker_processes:
-        longest = os.path.join(os.path.abspath(group_config(cfg, cfg.groups - 1).data_dir), CHANNEL_SOCKET_LONGEST)
-        if len(os.fsencode(longest)) > UNIX_PATH_MAX and not explicit_workers:
+        # the last group's directory is the deepest (a bad groups is refused by _check_sharding below)
+        deepest = group_data_dir(cfg.data_dir, max(cfg.groups - 1, 0))
+        longest = os.path.join(os.path.abspath(deepest), CHANNEL_SOCKET_LONGEST)
+        length = len(os.fsencode(longest))
+        if length > UNIX_PATH_MAX and not explicit_workers:
             # the default "auto" on a data_dir past the socket bound: one process, as a node ran before
             # workers were its default; said at start (server.py), never a refusal of a config that ran
             cfg = replace(cfg, worker_processes=0, workers_off_reason=f"data_dir too long for the channel "
-                          f"sockets ({len(os.fsencode(longest))} > {UNIX_PATH_MAX} bytes)")
-        elif len(os.fsencode(longest)) > UNIX_PATH_MAX:
+                          f"sockets ({length} > {UNIX_PATH_MAX} bytes)")
+        elif length > UNIX_PATH_MAX:
             raise ConfigError(f"node.data_dir is too long for node.worker_processes: the core's channel socket "
-                              f"{longest} would be {len(os.fsencode(longest))} bytes, past the {UNIX_PATH_MAX} a "
+                              f"{longest} would be {length} bytes, past the {UNIX_PATH_MAX} a "
                               "Unix socket path may have; choose a shorter data_dir")
     _check_sharding(cfg)  # after "auto" is settled: a node with groups runs workers
     # each worker's replica follows the core, and each group core's replica follows group 0's core

@@ -162,7 +162,7 @@ def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, repl
     if read_indexes is not None:
         # no round left in a call on the write channel while the process exits; bounded well inside the
         # core's grace before it kills a stopping worker (a round stuck without a leader waits max_wait_ms)
-        read_indexes.stop(join=True, within_s=STOP_JOIN_S)
+        read_indexes.stop(within_s=STOP_JOIN_S)
     replica.stop()
 
 

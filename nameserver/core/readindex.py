@@ -57,15 +57,15 @@ class ReadIndexBatcher:
             raise ticket.error
         return ticket.index
 
-    def stop(self, join: bool = False, within_s: float | None = None) -> None:
-        """End the round threads; with `join`, wait for them (a round in flight ends with its barrier, within
-        barrier_timeout_s; or at most `within_s`), so that none is left in a call while its process exits."""
+    def stop(self, within_s: float | None = None) -> None:
+        """End the round threads; with `within_s`, wait for them that long at most (a round in flight ends
+        with its barrier), so that none is left in a call while its process exits."""
         with self._cv:
             self._stop = True
             self._cv.notify_all()
-        if not join:
+        if within_s is None:
             return
-        deadline = time.monotonic() + (self._timeout + 1.0 if within_s is None else within_s)
+        deadline = time.monotonic() + within_s
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))

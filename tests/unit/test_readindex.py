@@ -98,6 +98,6 @@ def test_a_bounded_stop_returns_within_its_bound_while_a_round_is_stuck() -> Non
         pool.submit(batcher.read_index, 30.0)
         assert barrier.started.acquire(timeout=5)  # the round is in flight, stuck
         t0 = time.monotonic()
-        batcher.stop(join=True, within_s=0.3)
+        batcher.stop(within_s=0.3)
         assert time.monotonic() - t0 < 2.0
         barrier.release.set()
