@@ -79,6 +79,41 @@ def test_other_messages_pass_unchanged() -> None:
     assert whole_transmission(no_start, "", pysyncobj.pickle.loads) is no_start  # pysyncobj's buffer when empty
 
 
+def _resend_large_entry(trio, big: int) -> tuple[list[tuple[str, int, int]], object, object] | None:
+    """One try: a stale refusal for the large entry `big` made on the leader for a follower; the pieces the
+    follower then receives, each with its last index before and after, once one labelled finish arrived
+    (None if none did within 8 s). Also the leader's raft and its peer object for that follower."""
+    leader = leader_of(trio)
+    follower = next(n for n in trio if n is not leader)
+    lraft, raft = leader.log.raft, follower.log.raft
+    top = lraft.last_log_index()
+    wait_for(lambda: raft.last_log_index() == top)
+    assert len(lraft._SyncObj__raftLog[big - lraft._SyncObj__raftLog[0][1]][0]) >= PIECE  # it goes in pieces
+
+    transport = raft._SyncObj__transport
+    receive = transport._onMessageReceivedCallback
+    cuts: list[tuple[str, int, int]] = []
+
+    def record(node, message):
+        before = raft.last_log_index()
+        receive(node, message)
+        if isinstance(message, dict) and message.get("transmission") is not None:
+            cuts.append((message["transmission"], before, raft.last_log_index()))
+
+    on_tick(raft, lambda: transport.setOnMessageReceivedCallback(record))
+    to_follower = next(p for p in lraft.other_peers() if p.id == follower.addr)
+    lreceive = lraft._SyncObj__transport._onMessageReceivedCallback
+    # the refusal of an append sent before the follower had the large entry, arriving late
+    on_tick(lraft, lambda: lreceive(to_follower, {"type": "next_node_idx", "next_node_idx": big, "reset": True,
+                                                   "success": False, "term": lraft.current_term()}))
+    try:
+        wait_for(lambda: any(label == "finish" for label, _, _ in cuts), timeout=8)
+    except AssertionError:
+        on_tick(raft, lambda: transport.setOnMessageReceivedCallback(receive))
+        return None
+    return cuts, lraft, to_follower
+
+
 def test_a_large_entry_sent_again_keeps_the_entries_after_it(trio) -> None:
     """A follower holds a large entry and entries after it; a stale refusal moves the leader's next index
     for it back to the large entry, which the leader sends again in pieces. pysyncobj's follower cut its
@@ -92,39 +127,9 @@ def test_a_large_entry_sent_again_keeps_the_entries_after_it(trio) -> None:
                              timeout=10).offset
     for i in range(3):
         leader.log.propose(put(f"after/{i}", "v"), timeout=10)
-    cuts: list[tuple[str, int, int]] = []
-    for _attempt in range(3):
-        leader = leader_of(trio)
-        follower = next(n for n in trio if n is not leader)
-        lraft, raft = leader.log.raft, follower.log.raft
-        top = lraft.last_log_index()
-        wait_for(lambda: raft.last_log_index() == top)
-        assert len(lraft._SyncObj__raftLog[big - lraft._SyncObj__raftLog[0][1]][0]) >= PIECE  # it goes in pieces
-
-        transport = raft._SyncObj__transport
-        receive = transport._onMessageReceivedCallback
-        cuts = []
-
-        def record(node, message, raft=raft, receive=receive, cuts=cuts):
-            before = raft.last_log_index()
-            receive(node, message)
-            if isinstance(message, dict) and message.get("transmission") is not None:
-                cuts.append((message["transmission"], before, raft.last_log_index()))
-
-        on_tick(raft, lambda: transport.setOnMessageReceivedCallback(record))
-        to_follower = next(p for p in lraft.other_peers() if p.id == follower.addr)
-        lreceive = lraft._SyncObj__transport._onMessageReceivedCallback
-        # the refusal of an append sent before the follower had the large entry, arriving late
-        on_tick(lraft, lambda: lreceive(to_follower, {"type": "next_node_idx", "next_node_idx": big, "reset": True,
-                                                       "success": False, "term": lraft.current_term()}))
-        try:
-            wait_for(lambda: any(label == "finish" for label, _, _ in cuts), timeout=8)
-        except AssertionError:
-            on_tick(raft, lambda: transport.setOnMessageReceivedCallback(receive))
-            continue
-        break
-    else:
-        raise AssertionError(f"the leader never sent the large entry again to its last piece: {cuts}")
+    tried = next((t for t in (_resend_large_entry(trio, big) for _ in range(3)) if t is not None), None)
+    assert tried is not None, "the leader never sent the large entry again to its last piece"
+    cuts, lraft, to_follower = tried
     assert all(after == before for _, before, after in cuts), f"the follower's log was cut: {cuts}"
     wait_for(lambda: not lraft.probe_gate.probing(to_follower))  # its answer was a success
 
