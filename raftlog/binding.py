@@ -49,7 +49,7 @@ from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTra
 from raftlog.peerlinks import MembershipTransport
 from raftlog.prevote import PreVote
 from raftlog.raftview import Peer, RaftView
-from raftlog.replysafety import REPLY, install_ack, keeps_log, snapshot_message, stale_reply, stamp_term
+from raftlog.replysafety import REPLY, capped_ack, keeps_log, snapshot_message, stale_reply, stamp_term
 from raftlog.roles import Role
 from raftlog.tickwatch import TickWatch
 
@@ -149,13 +149,16 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         self._enqueued = 0
         self._woken_for = 0  # the last log index a lone leader woke its tick loop to commit
         self._restores = 0
-        # Figure 13, step 6 (raftlog/replysafety.py): while pysyncobj handles a snapshot this follower kept
-        # its log for, the snapshot's last index: the answer acknowledges up to it, the commit index stops there
-        self._kept_through: int | None = None
+        # While pysyncobj handles a message that verified our log only up to some index, that index: the
+        # answer acknowledges up to it, the commit index stops there. A snapshot this follower kept its log
+        # for (Figure 13, step 6: raftlog/replysafety.py), an append that kept a tail of another term after
+        # its end (raftlog/appendfilter.py)
+        self._acked_through: int | None = None
         self._install_failed = False  # pysyncobj answers success after a load it failed: the answer says no
         # Held while raft.dump changes: a received snapshot renamed over it (and put back), our own linked to it
         self.dump_lock = threading.Lock()
-        # While pysyncobj handles a snapshot message: how far the commit index may go (raftlog/replysafety.py, 4)
+        # While pysyncobj handles a snapshot message (raftlog/replysafety.py, 4) or an append that kept a tail of
+        # another term (raftlog/appendfilter.py): how far the commit index may go
         self._commit_cap: int | None = None
         self.stale_replies = 0  # append answers of another term dropped (tests and status read it)
         self._stale_logged_term = -1
@@ -201,8 +204,8 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
             elif kind == "timeout_now":
                 leadership.give_up_lease()  # before the target can campaign
             if kind == REPLY and isinstance(message, dict):
-                message = install_ack(stamp_term(message, self.current_term()), self._kept_through,
-                                      failed=self._install_failed)
+                message = capped_ack(stamp_term(message, self.current_term()), self._acked_through,
+                                     failed=self._install_failed)
             if kind in _PROMISES_ON_DISK:
                 journal.sync()
             elif kind == "append_entries" and not gate.may_send(node, message):
@@ -232,16 +235,19 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
             gate.on_reply(node, message)
             message = whole_transmission(message, self._SyncObj__recvTransmission, pysyncobj.pickle.loads)
             entries = self._SyncObj__raftLog
+            acked_through = None
             if len(entries):
                 first, last = entries[0][1], entries[-1]
 
                 def term_at(index: int) -> int | None:
                     return entries[index - first][2] if first <= index <= last[1] else None
 
-                message = skip_known_entries(message, last[1], last[2], term_at)
+                message, acked_through = skip_known_entries(message, last[1], last[2], term_at)
             snapshot = snapshot_message(message)
             if snapshot:
                 self._commit_cap = self._commit_index  # raised by a snapshot installed or kept (below)
+            elif acked_through is not None:
+                self._acked_through = self._commit_cap = acked_through
             try:
                 if snapshot:
                     with self.dump_lock:  # the dump is swapped in here: the snapshot writer waits
@@ -249,7 +255,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                 else:
                     deliver(node, message)
             finally:
-                self._kept_through = None  # all set only while pysyncobj handles a snapshot sent to us
+                self._acked_through = None  # all set only while pysyncobj handles the message
                 self._install_failed = False
                 self._commit_cap = None
 
@@ -375,7 +381,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
             value = self._durable_commit(value)
         cap = getattr(self, "_commit_cap", None)
         if cap is not None and value > self._commit_index:
-            value = max(self._commit_index, min(value, cap))  # a log a snapshot message did not verify
+            value = max(self._commit_index, min(value, cap))  # a log the message did not verify
         self._commit_index = value
 
     def _durable_commit(self, wanted: int) -> int:
@@ -522,7 +528,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
 
         if not keeps_log(last, self.raftLastApplied, term_at):
             return False
-        self._kept_through = self._commit_cap = int(last[1])
+        self._acked_through = self._commit_cap = int(last[1])
         log.info("kept the log through %d over a leader's snapshot at %d (applied %d): it holds that entry",
                  end, last[1], self.raftLastApplied)
         return True

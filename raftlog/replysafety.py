@@ -19,14 +19,14 @@ The loss of finding 15 is rule 4; rules 1-3 are holes of the same kind found on 
    may then vote for a candidate without them, so a committed entry is lost. A leader sends a snapshot
    to a follower that is ahead of it whenever its next index for the follower steps back below its own
    log start (a refused append's hint, a snapshot taken while the transfer ran). `keeps_log` decides;
-   the binding then skips the load and answers "I hold your log up to the snapshot" (`install_ack`),
+   the binding then skips the load and answers "I hold your log up to the snapshot" (`capped_ack`),
    not up to its own last entry: entries after the snapshot may still differ from the leader's, and
    the next append sorts them out. The snapshot file the log goes with stays the node's own
    (raftlog/keptdump.py): pysyncobj renames the received one over it first, and a restart from the
    leader's older file cleared the kept journal.
 
 3. pysyncobj swallows a failed snapshot load and answers success all the same, with the log the
-   follower still has (`install_ack(..., failed=True)` turns it into no answer at all: neither success
+   follower still has (`capped_ack(..., failed=True)` turns it into no answer at all: neither success
    nor a hint).
 
 4. A follower advances its commit index to the leader's only over entries the leader's message
@@ -77,10 +77,12 @@ def snapshot_message(message: Any) -> bool:
     return isinstance(message, dict) and message.get("type") == "append_entries" and "prevLogIdx" not in message
 
 
-def install_ack(message: Any, acked_through: int | None, failed: bool = False) -> Any:
-    """The answer to a snapshot: for one the follower kept its log for, success up to the snapshot's last
-    index (pysyncobj would say up to the follower's own last entry, which the leader may not share); for
-    one it failed to load, no success (pysyncobj says success, with the log it had)."""
+def capped_ack(message: Any, acked_through: int | None, failed: bool = False) -> Any:
+    """pysyncobj's answer to a message that verified our log only up to `acked_through`: success up to there
+    (pysyncobj would say up to the follower's own last entry, which the leader may not share). That is a
+    snapshot the follower kept its log for (its last index), or an append that kept a tail of another term
+    after it (its end: raftlog/appendfilter.py). For a snapshot it failed to load, no success (pysyncobj
+    says success, with the log it had)."""
     if not isinstance(message, dict) or message.get("type") != REPLY or not message.get("success"):
         return message
     if failed:
@@ -90,4 +92,4 @@ def install_ack(message: Any, acked_through: int | None, failed: bool = False) -
     return {**message, "next_node_idx": acked_through + 1}
 
 
-__all__ = ["install_ack", "keeps_log", "snapshot_message", "stale_reply", "stamp_term"]
+__all__ = ["capped_ack", "keeps_log", "snapshot_message", "stale_reply", "stamp_term"]

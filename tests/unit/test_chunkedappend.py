@@ -54,7 +54,7 @@ def test_the_last_piece_becomes_the_ordinary_append_of_its_entry() -> None:
     # the append filter then keeps what the follower holds: 11 (this entry) and 12, 13 after it
     terms = {i: 3 for i in range(1, 14)}
     kept = skip_known_entries(last, 13, 3, terms.get)
-    assert (kept["prevLogIdx"], kept["entries"]) == (13, [])
+    assert (kept.message["prevLogIdx"], kept.message["entries"], kept.acked_through) == (13, [], None)
 
 
 def test_a_piece_labelled_last_before_the_end_is_a_middle_piece() -> None:

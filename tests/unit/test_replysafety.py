@@ -16,7 +16,7 @@ import pytest
 import raftlog.log
 from raftlog.journal import DurableJournal
 from raftlog.keptdump import KEPT_SUFFIX
-from raftlog.replysafety import install_ack, keeps_log, stale_reply, stamp_term
+from raftlog.replysafety import capped_ack, keeps_log, stale_reply, stamp_term
 from raftlog.segment import list_segments, read_segment
 from tests.unit.test_raftlog_inprocess import leader_of, put, trio, wait_for
 
@@ -39,6 +39,22 @@ def on_tick(raft, fn):
     return out[0]
 
 
+def answers_received(raft, sender: str | None = None) -> list[dict]:
+    """The append answers raft receives from now on (from the member `sender` only, when given), filled as
+    they arrive."""
+    answers: list[dict] = []
+    transport = raft._SyncObj__transport
+    receive = transport._onMessageReceivedCallback
+
+    def record(node, message):
+        if isinstance(message, dict) and message.get("type") == "next_node_idx" and sender in (None, node.id):
+            answers.append(message)
+        receive(node, message)
+
+    on_tick(raft, lambda: transport.setOnMessageReceivedCallback(record))
+    return answers
+
+
 def test_an_answer_is_stamped_with_its_term_and_another_term_s_answer_is_stale() -> None:
     reply = {"type": "next_node_idx", "next_node_idx": 9, "reset": False, "success": True}
     assert stamp_term(reply, 4)["term"] == 4 and "term" not in reply
@@ -58,11 +74,11 @@ def test_a_follower_keeps_its_log_for_a_snapshot_whose_last_entry_it_holds() -> 
 
 def test_the_answer_to_a_kept_snapshot_acknowledges_only_up_to_the_snapshot() -> None:
     reply = {"type": "next_node_idx", "next_node_idx": 120, "reset": False, "success": True, "term": 3}
-    assert install_ack(reply, 100)["next_node_idx"] == 101
-    assert install_ack(reply, None) is reply
+    assert capped_ack(reply, 100)["next_node_idx"] == 101
+    assert capped_ack(reply, None) is reply
     refusal = {**reply, "success": False}
-    assert install_ack(refusal, 100) is refusal
-    failed = install_ack(reply, None, failed=True)  # a load that failed acknowledges nothing, hints nothing
+    assert capped_ack(refusal, 100) is refusal
+    failed = capped_ack(reply, None, failed=True)  # a load that failed acknowledges nothing, hints nothing
     assert failed["success"] is False and failed["reset"] is False
 
 
@@ -127,16 +143,7 @@ def test_followers_stamp_their_answers_with_the_leader_s_term(trio) -> None:
     """The leader's check needs the stamp: every append answer a real follower sends carries its term."""
     leader = leader_of(trio)
     raft = leader.log.raft
-    transport = raft._SyncObj__transport
-    receive = transport._onMessageReceivedCallback
-    answers: list[dict] = []
-
-    def record(node, message):
-        if isinstance(message, dict) and message.get("type") == "next_node_idx":
-            answers.append(message)
-        receive(node, message)
-
-    on_tick(raft, lambda: transport.setOnMessageReceivedCallback(record))
+    answers = answers_received(raft)
     leader.log.propose(put("k", "v"), timeout=10)
     wait_for(lambda: len(answers) >= 4)
     assert {a.get("term") for a in answers} == {raft.current_term()}
@@ -149,16 +156,7 @@ def test_a_snapshot_the_follower_fails_to_load_is_not_acknowledged(trio) -> None
     follower = next(n for n in trio if n is not leader)
     leader.log.propose(put("k", "v"), timeout=10)
     raft, lraft = follower.log.raft, leader.log.raft
-    answers: list[dict] = []
-    ltransport = lraft._SyncObj__transport
-    lreceive = ltransport._onMessageReceivedCallback
-
-    def record(node, message):
-        if isinstance(message, dict) and message.get("type") == "next_node_idx" and node.id == follower.addr:
-            answers.append(message)
-        lreceive(node, message)
-
-    on_tick(lraft, lambda: ltransport.setOnMessageReceivedCallback(record))
+    answers = answers_received(lraft, follower.addr)
     from_leader = next(p for p in raft.other_peers() if p.id == leader.addr)
     receive = raft._SyncObj__transport._onMessageReceivedCallback
     damaged = {"type": "append_entries", "term": raft.current_term(), "commit_index": raft.commit_index(),
