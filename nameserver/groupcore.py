@@ -5,11 +5,12 @@ stdin as it does a worker's (docs/scaling.md, "Sharding", Step 2).
 It is the node's core (nameserver/server.py) run with config.group_config(cfg, K): group K's Raft (every
 member's raft_addr port + K x sharding.raft_port_step), its data under data_dir/g<K>/, and only private
 sockets there (gRPC, the write channel, remoting), which the node's workers reach; no public, metrics or
-controller port and no workers of its own. A call it forwards to its group's leader goes to that node's
-public gRPC address marked with its group (headers.GROUP), which the workers there pass to their group K
-core. It follows group 0's core in a read replica: a registration reads group 0's settings and order-topic
-KV from it. It stops at SIGTERM, at the end of its stdin (the core is gone), and the kernel kills it when
-the core dies.
+controller port and no workers of its own (its metrics, when the node's are on, are read by group 0's core
+on a private socket: nameserver/ops/groupmetrics.py). A call it forwards to its group's leader goes to that
+node's public gRPC address marked with its group (headers.GROUP), which the workers there pass to their
+group K core. It follows group 0's core in a read replica: a registration reads group 0's settings and
+order-topic KV from it. It stops at SIGTERM, at the end of its stdin (the core is gone), and the kernel
+kills it when the core dies.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import sys
 
 from nameserver.config import group_config
 from nameserver.groups.follow import Group0View, follow_core
-from nameserver.ops import logfmt, stopsignal
+from nameserver.ops import groupmetrics, logfmt, stopsignal
 from nameserver.ops.childproc import started, stop_with_core
+from nameserver.ops.groupmetrics import MetricsSocket
 from nameserver.ops.workers import WorkerSpec
 from nameserver.remoting.corechannel import CoreHandlers
 from nameserver.server import Server
@@ -56,20 +58,26 @@ def main(argv: list[str] | None = None) -> int:
     stopped = stopsignal.stop_event()
     stop_with_core(stopped)
     faulthandler.register(signal.SIGUSR2, all_threads=True)
-    try:
-        server = Server(cfg, spec.log_format, spec.log_level)
+    try:  # with the node's metrics on, this group's are kept and read by group 0's core's /metrics
+        server = Server(cfg, spec.log_format, spec.log_level, metrics=bool(spec.cfg.metrics_addr))
     except JournalCorrupt as exc:  # as `nameserver serve`: never serve from a log with a hole in it
         log.critical("refusing to start group %d: %s", group, exc)
         return 3
+    metrics = (MetricsSocket(server.metrics.group_registry, groupmetrics.socket_path(cfg.data_dir))
+               if server.metrics is not None else None)
     group0 = follow_core(spec.cfg, 0, name=f"group-{group}-follows-0")
     group0.start()
     server.node.group0 = Group0View(group0)
     server.start()
+    if metrics is not None:
+        metrics.start()
     channel = server.core_channel
     while not stopped.wait(WORKERS_CHECK_S):  # timed: the main thread runs the stop signal's handler
         if channel is not None:
             release_dead_workers(channel)
     log.info("stopping group %d of %s", group, spec.cfg.raft_addr)
+    if metrics is not None:
+        metrics.stop()
     server.stop()
     group0.stop()
     return 0

@@ -61,8 +61,10 @@ def _both(first: Callable[[int], None] | None, then: Callable[[int], None]) -> C
 
 
 class Server:
-    def __init__(self, cfg: NodeConfig, log_format: str = "text", log_level: str = "INFO") -> None:
-        """`log_format`, `log_level`: the node's, for its worker processes."""
+    def __init__(self, cfg: NodeConfig, log_format: str = "text", log_level: str = "INFO",
+                 metrics: bool = False) -> None:
+        """`log_format`, `log_level`: the node's, for its worker processes; `metrics`: keep metrics without a
+        metrics port (a group core's, read by its node's core: nameserver/ops/groupmetrics.py)."""
         self.cfg = cfg
         # Descriptors first: connection limits that fit the open-file limit, and a reserve that no
         # connection can take, so a flood is refused at the door and never stops the journal.
@@ -71,7 +73,7 @@ class Server:
         self.node = NameServerNode(cfg)
         # Prometheus metrics (nameserver/ops/metrics.py): RPCs are counted by an interceptor.
         self.metrics = (NodeMetrics(self.node, max_broker_sets=cfg.metrics_max_broker_sets)
-                        if cfg.metrics_addr else None)
+                        if cfg.metrics_addr or metrics else None)
         counter = self.metrics.requests.interceptor() if self.metrics is not None else None
         if cfg.worker_processes:
             # The workers serve the public address; the core only its private socket (their forwarded
@@ -126,7 +128,7 @@ class Server:
             self.extras.append(self.writes)
         if self.feed is not None:
             self.extras.append(self.feed)
-        if self.metrics is not None:
+        if self.metrics is not None and cfg.metrics_addr:
             self.extras.append(MetricsEndpoint(self.metrics.registry, cfg.metrics_addr,
                                                max_connections=self.budget.metrics,
                                                timeout_s=cfg.metrics_timeout_ms / 1000))

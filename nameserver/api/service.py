@@ -252,11 +252,16 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def GetBrokerMemberGroup(self, request: api_pb2.GetBrokerMemberGroupRequest,
                              context: grpc.ServicerContext) -> api_pb2.GetBrokerMemberGroupReply:
         validation.validate_get_broker_member_group(request)
-        group, offset = self._read(
-            context, lambda s: s.broker_member_group(request.cluster_name, request.broker_name),
-            request.min_offset)
+        group, offset = self._member_group(request, context)
         group.apply_offset = offset
         return group
+
+    def _member_group(self, request: api_pb2.GetBrokerMemberGroupRequest, context: grpc.ServicerContext
+                      ) -> tuple[api_pb2.GetBrokerMemberGroupReply, int]:
+        """The set's member group and the offset it was read at (a worker with several groups reads the set's
+        group: nameserver/groups/reads.py)."""
+        return self._read(context, lambda s: s.broker_member_group(request.cluster_name, request.broker_name),
+                          request.min_offset)
 
     # ---- KV ------------------------------------------------------------------------------------
 

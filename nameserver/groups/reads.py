@@ -6,7 +6,8 @@ shards.merge from the replicas' states, the topic lists as the union of the grou
 A merged read takes the replicas' locks in group order (no apply waits on another group's lock, so no
 cycle), first waiting (bounded, and never on an event loop: WouldBlock) for group 0 to reach the caller's
 min_offset and for each group the directory's floor names (ReplicaBehind). A route computed once is kept
-while no group's route generation moved: the cache is keyed by the vector of (state, generation).
+while no group's route generation moved: the cache is keyed by the vector of (state, generation) and looked
+up before any lock is taken, as a one-group route read does (MergedReads.kept_route says why that is safe).
 """
 
 from __future__ import annotations
@@ -18,16 +19,15 @@ from typing import TypeVar
 
 import grpc
 
-from nameserver import validation
-from nameserver.api.rpc import call_timeout, rpc
+from nameserver.api.rpc import call_timeout
 from nameserver.api.service import NameServerService
 from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.core.reads import NotReady, OffsetNotReached
-from nameserver.core.routecache import MISS, RouteCache
+from nameserver.core.routecache import MISS, RouteCache, RouteKey
 from nameserver.pb import api_pb2
 from nameserver.replica import ReadReplica, ReplicaNode
 from nameserver.state import MetadataState, settings
-from nameserver.state.shards.merge import ReplicaBehind, merge_cluster_info, merge_route
+from nameserver.state.shards.merge import ReplicaBehind, merge_cluster_info, merge_member_group, merge_route
 
 T = TypeVar("T")
 MAX_CATCH_UPS = 3  # ReplicaBehind rounds one read waits through (each a directory change meanwhile)
@@ -79,19 +79,49 @@ class MergedReads:
     def route(self, topic: str, zone_name: str, default_order: bool, min_offset: int, timeout: float,
               alive: Callable[[], bool] | None) -> tuple[api_pb2.TopicRoute | None, int]:
         """The topic's merged route (None: no such topic) and group 0's offset it was read at."""
+        key = (topic, zone_name)
+        kept = self.kept_route(key, min_offset)
+        if kept is not None:
+            return kept
+
         def compute(states: list[MetadataState]) -> tuple[api_pb2.TopicRoute | None, int]:
-            generation = tuple((id(state), state.route_generation) for state in states)
-            kept = self.routes.get((topic, zone_name), generation)
-            if kept is not MISS:
-                return kept, states[0].offset
             group0 = states[0]
             merged = merge_route(states, topic, zone_name,
                                  group0.setting_on(settings.ORDER_MESSAGE_ENABLE, default_order),
                                  group0.setting_on(settings.SUPPORT_ACTING_MASTER, False))
-            self.routes.put((topic, zone_name), generation, merged.route)
+            self.routes.put(key, _generations(states), merged.route)
             return merged.route, merged.offsets[0]
 
         return self.read(compute, min_offset, timeout, alive)
+
+    def kept_route(self, key: RouteKey, min_offset: int) -> tuple[api_pb2.TopicRoute | None, int] | None:
+        """The route kept for `key` at every group's current generation, with group 0's offset, read without
+        any lock; None when there is none (or a replica is not ready, or group 0 is below `min_offset`).
+
+        Why no lock is needed: as for one group (nameserver/core/routecache.py), each group's apply moves its
+        route generation before its offset, and this reads each group's offset before its generation, so a
+        hit holds every route change of each group up to the offset read. The route was computed under the
+        locks with every group at or past the directory's floor (merge_route refuses otherwise): the same
+        generations mean the same directory (shard/ records move group 0's generation) and the same state
+        objects, whose offsets only grow, so every group is still past that floor. The hit is what a read
+        under the locks would compute now."""
+        offsets: list[int] = []
+        generations: list[tuple[int, int]] = []
+        for replica in self.replicas:
+            if not replica.ready:
+                return None  # the locked read says why
+            state = replica.state  # once: a snapshot install swaps it
+            offsets.append(state.offset)  # the offset first, then the generation
+            generations.append((id(state), state.route_generation))
+        if offsets[0] < min_offset:
+            return None
+        kept = self.routes.get(key, tuple(generations))
+        return None if kept is MISS else (kept, offsets[0])
+
+
+def _generations(states: Sequence[MetadataState]) -> tuple[tuple[int, int], ...]:
+    """The route cache's key part: each group's (state, route generation), in group order."""
+    return tuple((id(state), state.route_generation) for state in states)
 
 
 class MergedService(NameServerService):
@@ -127,19 +157,14 @@ class MergedService(NameServerService):
 
         return self.reads.read(union, request.min_offset, self._timeout(context), context.is_active)
 
-    @rpc
-    def GetBrokerMemberGroup(self, request: api_pb2.GetBrokerMemberGroupRequest,
-                             context: grpc.ServicerContext) -> api_pb2.GetBrokerMemberGroupReply:
-        """From the group the directory names for the set (its records are there alone)."""
-        validation.validate_get_broker_member_group(request)
-
-        def member_group(states: list[MetadataState]) -> api_pb2.GetBrokerMemberGroupReply:
-            state = states[states[0].directory.group_of(request.broker_name)]
-            reply = state.broker_member_group(request.cluster_name, request.broker_name)
-            reply.apply_offset = states[0].offset
-            return reply
-
-        return self.reads.read(member_group, request.min_offset, self._timeout(context), context.is_active)
+    def _member_group(self, request: api_pb2.GetBrokerMemberGroupRequest, context: grpc.ServicerContext
+                      ) -> tuple[api_pb2.GetBrokerMemberGroupReply, int]:
+        """From the group the directory names for the set, once that group's replica is past the directory's
+        floor (ReplicaBehind: just after a move, its copy)."""
+        reply, offsets = self.reads.read(lambda states: merge_member_group(states, request.cluster_name,
+                                                                           request.broker_name),
+                                         request.min_offset, self._timeout(context), context.is_active)
+        return reply, offsets[0]
 
     def _timeout(self, context: grpc.ServicerContext) -> float:
         return call_timeout(context, self.default_timeout, self.max_wait)

@@ -57,10 +57,12 @@ from nameserver import headers
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.config import NodeConfig
 from nameserver.core.node import NameServerNode
+from nameserver.ops.groupmetrics import GroupFamilies, group_sockets
 from nameserver.ops.workermetrics import WorkerSums
 from nameserver.pb import state_pb2
 from nameserver.remoting import codes as remoting_codes
 from nameserver.state import quotas
+from nameserver.state.shards.directory import GROUP0
 from raftlog.history import AppliedEntry
 from raftlog.roles import Role
 from snapshot.store import parse_snapshot_name
@@ -277,21 +279,31 @@ class NodeMetrics:
         self.clock = clock
         self.max_broker_sets = max_broker_sets  # [limits] metrics_max_broker_sets
         self.registry = registry if registry is not None else CollectorRegistry()
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
+        cfg = node.cfg
+        # This group's own families (its Raft, apply, state, process). A sharded node's group 0 core shows
+        # them beside each group core's, every sample labelled with its group (nameserver/ops/groupmetrics.py);
+        # a one-group node's are in its registry, unlabelled, as they always were.
+        sharded = cfg.groups > 1 and cfg.group == GROUP0
+        self.group_registry = CollectorRegistry() if sharded else self.registry
+        own = self.group_registry
+        ProcessCollector(registry=own)
+        PlatformCollector(registry=own)
+        GCCollector(registry=own)
         # The requests' counters: in a registry of their own, summed with the worker processes' copies on
         # scrape (nameserver/ops/workermetrics.py); the core's private listeners count nothing (a call a
-        # worker passes on is counted once, by the worker, as its client saw it).
+        # worker passes on is counted once, by the worker, as its client saw it). The node's as a whole:
+        # group 0's core's (a group core's metrics hold none).
         self.requests = RequestMetrics(CollectorRegistry())
         self.worker_sums = WorkerSums(self.requests.registry)
-        self.registry.register(self.worker_sums)
+        if cfg.group == GROUP0:
+            self.registry.register(self.worker_sums)
+            self.registry.register(_WorkersCollector(self))
         self.entry_batches = Histogram(
             "nameserver_applied_entry_batches", "Proposals (batches) group-committed into each applied "
-            "log entry.", buckets=BATCH_BUCKETS, registry=self.registry)
+            "log entry.", buckets=BATCH_BUCKETS, registry=own)
         self.entry_bytes = Histogram(
             "nameserver_applied_entry_bytes", "Size of each applied log entry.", buckets=BYTES_BUCKETS,
-            registry=self.registry)
+            registry=own)
         # Plain ints written by one thread each and read at scrape time: no lock on the apply path.
         self.records_applied: dict[tuple[str, str], int] = {}
         self.entries_applied = 0
@@ -301,7 +313,9 @@ class NodeMetrics:
         self.broker_alive: BrokerAlive | None = None  # the controller's heartbeat table, when the server has one
         self.workers: WorkerCount | None = None  # the remoting worker processes' supervisor, when there are any
         self.write_channel: ChannelCount | None = None  # the workers' write channel, when there are any
-        self.registry.register(_NodeCollector(self))
+        own.register(_NodeCollector(self))
+        if sharded:
+            self.registry.register(GroupFamilies(own, group_sockets(cfg)))
         self.subscription = node.log.subscribe(self.on_entry)
 
     def count_idle_noop(self) -> None:
@@ -349,8 +363,26 @@ def _newest_snapshot_file(directory: str | os.PathLike[str]) -> os.stat_result |
         return None  # pruned meanwhile
 
 
+class _WorkersCollector(Collector):
+    """The node's worker processes (their requests: summed by WorkerSums, nameserver/ops/workermetrics.py)."""
+
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self.m = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # unchecked collector: shown only with workers
+
+    def collect(self) -> Iterator[Metric]:
+        workers = self.m.workers
+        if workers is not None:
+            yield GaugeMetricFamily("nameserver_worker_processes", "Worker processes of this node alive now "
+                                    "([node] worker_processes).", value=workers.alive())
+            yield CounterMetricFamily("nameserver_worker_restarts", "Worker processes restarted after they "
+                                      "exited.", value=workers.restarts_total)
+
+
 class _NodeCollector(Collector):
-    """Gauges read from the node at scrape time."""
+    """Gauges read from the node at scrape time (this group's, with several groups)."""
 
     def __init__(self, metrics: NodeMetrics) -> None:
         self.m = metrics
@@ -443,11 +475,6 @@ class _NodeCollector(Collector):
         yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
         yield from _controller_gauges(broker_sets, m.broker_alive, m.max_broker_sets)
         yield from _quota_gauges(node)
-        if m.workers is not None:  # their requests: summed by WorkerSums (nameserver/ops/workermetrics.py)
-            yield gauge("nameserver_worker_processes", "Worker processes of this node alive now "
-                        "([node] worker_processes).", m.workers.alive())
-            yield counter("nameserver_worker_restarts", "Worker processes restarted after they "
-                          "exited.", m.workers.restarts_total)
         if m.write_channel is not None:  # nameserver/api/writechannel.py: calls per frame is its batching
             yield counter("nameserver_write_channel_calls", "Writes the worker processes passed to this core "
                           "on the write channel.", m.write_channel.calls)

@@ -16,10 +16,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import urllib.request
 from collections.abc import Iterator
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.brokerconn import BrokerConnections
 from bench.procnet import children
@@ -34,6 +37,7 @@ from nameserver.remoting import codes
 from nameserver.state.shards.directory import default_group
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
 from tests.fakebroker import FakeBroker
+from tests.unit.test_metrics import ensure_promtool
 
 GROUPS = 2
 pytestmark = pytest.mark.slow  # a 3-node cluster of 9 processes, started once for the module (~40 s here)
@@ -41,7 +45,8 @@ pytestmark = pytest.mark.slow  # a 3-node cluster of 9 processes, started once f
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(str(tmp_path_factory.mktemp("groups")), size=3, worker_processes=1, groups=GROUPS, remoting=True)
+    c = Cluster(str(tmp_path_factory.mktemp("groups")), size=3, worker_processes=1, groups=GROUPS, remoting=True,
+                metrics=True)
     with running(c, timeout=c.ready_timeout) as started:
         yield started
 
@@ -229,6 +234,85 @@ def test_a_heartbeat_batch_is_split_to_each_set_s_group(sharded: Cluster, fleet:
     reply = retry(lambda: sharded.nodes[1].ns.Heartbeat(api_pb2.HeartbeatRequest(heartbeats=beats), timeout=5))
     assert list(reply.unknown_addrs) == []
     assert set(reply.data_versions) == {b.addr for b in fleet}
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape_text(node: NodeProc) -> str:
+    with urllib.request.urlopen(f"http://{node.metrics_addr}/metrics", timeout=15) as resp:
+        return resp.read().decode()
+
+
+def scrape(node: NodeProc) -> Samples:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(scrape_text(node)) for s in family.samples}
+
+
+def of_group(samples: Samples, name: str, group: int, **labels: str) -> float | None:
+    return samples.get((name, frozenset({**labels, "group": str(group)}.items())))
+
+
+def test_every_group_s_raft_and_apply_metrics_are_on_the_node_s_one_metrics(sharded: Cluster) -> None:
+    """Each node's /metrics (its group 0 core's) shows every group's Raft and apply metrics labelled `group`,
+    its group core's read over their private socket: one leader a group, and a write landing in group 1
+    (a re-registration of a group-1 set with a new topic) is applied in group 1 on every node and counted
+    there, while group 0 applies no such record."""
+    def every_group_led() -> list[Samples] | None:
+        found = [scrape(node) for node in sharded.nodes]
+        for group in range(GROUPS):
+            if any(of_group(samples, "nameserver_group_metrics_read", group) != 1
+                   or of_group(samples, "nameserver_ready", group) != 1 for samples in found):
+                return None
+            if sum(of_group(samples, "nameserver_is_leader", group) or 0 for samples in found) != 1:
+                return None
+        return found
+
+    found = sharded.wait_for("every node's metrics of both groups, one leader each", every_group_led, timeout=60)
+    for node, samples in zip(sharded.nodes, found, strict=True):
+        for group in range(GROUPS):
+            raft_addr = config.group_raft_addr(node.raft_addr, group, sharded.raft_port_step)
+            assert of_group(samples, "nameserver_node_info", group, node_id=raft_addr, grpc_addr=node.grpc_addr) == 1
+            assert (of_group(samples, "nameserver_raft_term", group) or 0) >= 1
+            assert of_group(samples, "process_resident_memory_bytes", group), "each group core's process"
+        assert ("nameserver_worker_processes", frozenset()) in samples  # the node's, not a group's
+    text = scrape_text(sharded.nodes[0])
+    lint = subprocess.run([ensure_promtool(), "check", "metrics"], input=text, capture_output=True, text=True,
+                          timeout=60)
+    assert not [line for line in (lint.stdout + lint.stderr).splitlines() if line.startswith("nameserver_")]
+    assert "duplicate" not in lint.stdout + lint.stderr
+
+    name = next(f"metrics-{i}" for i in range(40) if default_group(f"metrics-{i}", GROUPS) == 1)
+    first = register_request("MetricsCluster", name, "10.8.0.1:10911", ["M0"])
+    retry(lambda: sharded.nodes[0].ns.RegisterBroker(first, timeout=10), timeout=30)
+
+    def topic_upserts(samples: Samples, group: int) -> float:
+        return of_group(samples, "nameserver_records_applied_total", group, type="TOPIC_QUEUE", op="upsert") or 0
+
+    def assigned_everywhere() -> list[Samples] | None:
+        found = [scrape(node) for node in sharded.nodes]
+        return found if all(of_group(samples, "nameserver_records_applied_total", 0, type="SHARD_SET", op="upsert")
+                            for samples in found) else None
+
+    before = sharded.wait_for("the set assigned on every node", assigned_everywhere, timeout=30)
+    second = register_request("MetricsCluster", name, "10.8.0.1:10911", ["M0", "M1"], counter=2)
+    reply = retry(lambda: sharded.nodes[1].ns.RegisterBroker(second, timeout=10), timeout=30)
+
+    def applied_in_group_1() -> list[Samples] | None:
+        found = [scrape(node) for node in sharded.nodes]
+        return found if all((of_group(samples, "nameserver_apply_offset", 1) or 0) >= reply.offset
+                            and topic_upserts(samples, 1) > topic_upserts(was, 1)
+                            for samples, was in zip(found, before, strict=True)) else None
+
+    after = sharded.wait_for("the write applied in group 1 on every node", applied_in_group_1, timeout=30)
+    for samples, was in zip(after, before, strict=True):
+        assert topic_upserts(samples, 0) == topic_upserts(was, 0)
+        shard = {"type": "SHARD_SET", "op": "upsert"}
+        assert of_group(samples, "nameserver_records_applied_total", 0, **shard) == of_group(
+            was, "nameserver_records_applied_total", 0, **shard)
+    proposed = [(of_group(samples, "nameserver_proposals_total", 1) or 0) - (
+        of_group(was, "nameserver_proposals_total", 1) or 0) for samples, was in zip(after, before, strict=True)]
+    assert sum(proposed) >= 1  # by group 1's leader
 
 
 def run_nsctl(capsys: pytest.CaptureFixture[str], cluster: Cluster, *args: str) -> tuple[int, str, str]:

@@ -145,6 +145,7 @@ def test_required_gauges_match_status(single: Single) -> None:
     assert value(samples, "nameserver_node_info", node_id=single.cfg.raft_addr,
                  grpc_addr=single.cfg.grpc_addr) == 1
     assert value(samples, "process_resident_memory_bytes") > 0
+    assert not [key for key in samples if "group" in dict(key[1])]  # one group: no group label, as ever
 
 
 def test_records_applied_by_type_and_state_gauges(single: Single) -> None:

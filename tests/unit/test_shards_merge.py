@@ -7,9 +7,9 @@ step at a time. Some registrations are routed by a stale directory (to the group
 first, wherever it is now): the group refuses them unless it holds the set. A request refused because its
 set is moving (or moved) is sent again later, routed afresh, as a broker retries (the one state takes it
 then). After every request and step, every topic's merged route (each variant a client can ask:
-zone, order config, acting master) and the cluster info equal the one state's, and so do the writes'
-replies; once the moves end and the refused requests are retried, every address registered in the one
-state is registered in its set's group: no registration lost.
+zone, order config, acting master), the cluster info and each set's member group equal the one state's,
+and so do the writes' replies; once the moves end and the refused requests are retried, every address
+registered in the one state is registered in its set's group: no registration lost.
 
 Not covered, as docs/scaling.md says: an address re-registering under another broker set held by another
 group (one group moves it at once; sharded, its old set keeps it until that group expires it). The fleet
@@ -44,7 +44,7 @@ from nameserver.state import (
 )
 from nameserver.state import settings as replicated
 from nameserver.state.shards import moves
-from nameserver.state.shards.merge import merge_cluster_info, merge_route
+from nameserver.state.shards.merge import merge_cluster_info, merge_member_group, merge_route
 from nameserver.state.shards.router import AssignFirst, Moving, Split, ToGroup, route
 from raftlog.pb import entry_pb2
 
@@ -271,6 +271,9 @@ class Fleet:
                 assert merged.offsets == tuple(s.offset for s in self.sharded.states)
         info, offsets = merge_cluster_info(self.sharded.states)
         assert info == self.one.cluster_info() and offsets == merged.offsets
+        for name in SETS:  # GetBrokerMemberGroup: by name only, the cluster echoed back
+            group, offsets = merge_member_group(self.sharded.states, "any", name)
+            assert group == self.one.broker_member_group("any", name) and offsets == merged.offsets, name
 
 
 # ---- the operations hypothesis draws ------------------------------------------------------------------

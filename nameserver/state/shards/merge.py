@@ -1,4 +1,4 @@
-"""A topic's route (and the cluster info) from several groups' states, as one answer (docs/scaling.md,
+"""A topic's route (the cluster info, a set's member group) from several groups' states, as one answer (docs/scaling.md,
 "Sharding": reads merge).
 
 Each group holds its own broker sets' records, so a topic's route is the union of each group's part of it,
@@ -86,4 +86,14 @@ def merge_cluster_info(groups: Sequence[MetadataState], min_offsets: Sequence[in
                 clusters.setdefault(bd.cluster, []).append(name)
     for cluster, names in clusters.items():
         reply.cluster_addr_table[cluster].names.extend(sorted(names))
+    return reply, tuple(state.offset for state in groups)
+
+
+def merge_member_group(groups: Sequence[MetadataState], cluster_name: str, broker_name: str,
+                       min_offsets: Sequence[int] = ()) -> tuple[api_pb2.GetBrokerMemberGroupReply, tuple[int, ...]]:
+    """GetBrokerMemberGroup from the group the directory names for the set (its records are there alone),
+    with the offset vector it was read at. ReplicaBehind as merge_route: just after a move, the set's new
+    group is read only once its replica holds the copy (else the answer would be an empty group)."""
+    directory = _readable(groups, min_offsets)
+    reply = groups[directory.group_of(broker_name)].broker_member_group(cluster_name, broker_name)
     return reply, tuple(state.offset for state in groups)
