@@ -12,12 +12,14 @@ Every server answers GetRoute for one topic with the same GetRouteReply (a 16-gr
 - `goecho`: `gofront echo`, the same read answered in Go (the compiled ceiling).
 
     python -m bench.frontecho --compare [--seconds 5] [--clients 1,16,64] [--rounds 3] [--servers ...]
+    python -m bench.frontecho --table FILE                  # the table again from a run's saved output
     python -m bench.frontecho grpcio --addr 127.0.0.1:0      # one server, prints "listening on HOST:PORT"
     python -m bench.frontecho worker --socket PATH          # one worker, prints "listening on PATH"
 
 `--compare` runs the servers one at a time in turn (a b c a b c ...) under `gofront load` (closed loop, one
 connection per client), and reports per load calls/s, p50/p99, the server processes' CPU per call (/proc,
-the Go front end and its workers together, and the Python share alone) and the load generator's own CPU.
+the Go front end and its workers together, and the Python share alone), each server's CPU per call over
+grpcio's in the same round (`vs_grpcio`) and the load generator's own CPU.
 """
 
 from __future__ import annotations
@@ -287,6 +289,17 @@ def measure(name: str, files: Files, clients: int, seconds: float) -> dict[str, 
             "errors": res["errors"] + res["mismatches"], "first_error": res["first_error"]}
 
 
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """Each row's `vs_grpcio`: its server CPU per call over grpcio's in the same round at the same clients
+    (the machine is shared: a ratio within a round is steadier than either figure)."""
+    grpcio = {(row["round"], row["clients"]): float(row["server_us_per_call"]) for row in rows
+              if row["server"] == "grpcio"}
+    for row in rows:
+        base = grpcio.get((row["round"], row["clients"]))
+        if base:
+            row["vs_grpcio"] = round(float(row["server_us_per_call"]) / base, 2)
+
+
 def compare(seconds: float, clients: list[int], rounds: int, servers: tuple[str, ...]) -> list[dict[str, Any]]:
     """Each load on every server in turn (a b c a b c), `rounds` times over."""
     rows = []
@@ -298,13 +311,14 @@ def compare(seconds: float, clients: list[int], rounds: int, servers: tuple[str,
                     row = {"round": r + 1, **measure(name, files, c, seconds)}
                     print(json.dumps(row), flush=True)
                     rows.append(row)
+    add_ratios(rows)
     return rows
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: per server and clients, the median over rounds and [min-max] of each figure."""
-    keys = ("calls_per_s", "p50_ms", "p99_ms", "server_us_per_call", "python_us_per_call", "go_us_per_call",
-            "load_us_per_call", "load_cores")
+    keys = ("calls_per_s", "p50_ms", "p99_ms", "server_us_per_call", "vs_grpcio", "python_us_per_call",
+            "go_us_per_call", "load_us_per_call", "load_cores")
     lines = ["| server | clients | " + " | ".join(keys) + " | errors |", "|---" * (len(keys) + 3) + "|"]
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for row in rows:
@@ -312,7 +326,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     for (server, c), group in sorted(groups.items(), key=lambda g: (g[0][1], SERVERS.index(g[0][0]))):
         cells = []
         for k in keys:
-            vals = [float(g[k]) for g in group]
+            vals = [float(g[k]) for g in group if k in g]
+            if not vals:
+                cells.append("")
+                continue
             cells.append(f"{median(vals):g} [{min(vals):g}-{max(vals):g}]" if len(vals) > 1 else f"{vals[0]:g}")
         lines.append(f"| {server} | {c} | " + " | ".join(cells) + f" | {sum(g['errors'] for g in group)} |")
     return "\n".join(lines)
@@ -328,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", default="1,16,64")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--servers", default=",".join(SERVERS), help=f"among {','.join(SERVERS)}")
+    p.add_argument("--table", metavar="FILE", help="tabulate the JSON rows a --compare run printed to FILE")
     args = p.parse_args(argv)
     if args.role == "grpcio":
         serve_grpcio(args.addr)
@@ -335,6 +353,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.socket:
             p.error("worker: --socket PATH is required")
         serve_worker(args.socket)
+    elif args.table:
+        saved = [json.loads(line) for line in Path(args.table).read_text().splitlines() if line.startswith("{")]
+        add_ratios(saved)
+        print(table(saved))
     elif args.compare:
         rows = compare(args.seconds, [int(c) for c in args.clients.split(",")], args.rounds,
                        tuple(args.servers.split(",")))

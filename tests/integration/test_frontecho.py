@@ -58,6 +58,7 @@ def test_compare_measures_every_server() -> None:
     for row in rows:
         assert row["errors"] == 0, row["first_error"]
         assert row["calls_per_s"] > 0 and row["server_us_per_call"] > 0 and row["load_us_per_call"] > 0
+    assert rows[0]["vs_grpcio"] == 1.0 and all(row["vs_grpcio"] > 0 for row in rows)
     python = {row["server"]: row["python_us_per_call"] for row in rows}
     assert python["goecho"] == 0 and all(python[s] > 0 for s in ("grpcio", "front1", "front2"))
     assert "| front2 | 2 |" in frontecho.table(rows)
