@@ -1,11 +1,14 @@
 """Issue 27's front-end spike (bench/frontecho.py, bench/gofront/): each server of the trio (grpcio, the Go front
 end with 1 and 2 Python workers, the pure Go server) answers GetRoute with the expected reply, a missing topic
-NOT_FOUND, bad request bytes INVALID_ARGUMENT, an unknown method UNIMPLEMENTED; and the driver's closed-loop
-load gets only expected replies from each. Counts only, never speeds (those are docs/benchmarks.md's).
+NOT_FOUND, bad request bytes INVALID_ARGUMENT, an unknown method UNIMPLEMENTED; the driver's closed-loop
+load gets only expected replies from each; and the front end answers UNAVAILABLE, not a hang, once its
+worker is gone. Counts only, never speeds (those are docs/benchmarks.md's).
 Marked slow: a cold build of bench/gofront (grpc-go) takes a minute or more on this machine."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import grpc
@@ -62,3 +65,13 @@ def test_compare_measures_every_server() -> None:
     python = {row["server"]: row["python_us_per_call"] for row in rows}
     assert python["goecho"] == 0 and all(python[s] > 0 for s in ("grpcio", "front1", "front2"))
     assert "| front2 | 2 |" in frontecho.table(rows)
+
+
+def test_front_end_answers_unavailable_once_its_worker_is_gone(tmp_path: Path) -> None:
+    files = frontecho.Files(tmp_path)
+    with frontecho.running("front1", files) as (addr, workers, _):
+        assert _call(addr, frontecho.GET_ROUTE, frontecho.request_bytes()) == frontecho.expected_reply()
+        os.kill(workers[0], signal.SIGKILL)
+        for _ in range(3):  # the call that meets the closed socket, and those after it
+            code, details = _code(addr, frontecho.GET_ROUTE, frontecho.request_bytes())
+            assert code == grpc.StatusCode.UNAVAILABLE and "worker link" in details
