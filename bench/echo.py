@@ -48,12 +48,16 @@ def _options(max_message: int) -> list[tuple[str, int]]:
             ("grpc.so_reuseport", 0)]
 
 
-def serve(addr: str, workers: int = DEFAULT_WORKERS, max_message: int = DEFAULT_MAX_MESSAGE) -> tuple[grpc.Server, int]:
+def serve(addr: str, workers: int = DEFAULT_WORKERS, max_message: int = DEFAULT_MAX_MESSAGE,
+          service: str = SERVICE, methods: dict[str, grpc.RpcMethodHandler] | None = None
+          ) -> tuple[grpc.Server, int]:
+    """The echo's server (or, given `service` and `methods`, those methods on the same server)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc"),
                          options=_options(max_message))
-    # No (de)serializers: the handler sees and returns raw bytes.
-    handler: grpc.RpcMethodHandler = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Echo": handler}),))
+    if methods is None:
+        # No (de)serializers: the handler sees and returns raw bytes.
+        methods = {"Echo": grpc.unary_unary_rpc_method_handler(lambda request, context: request)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, methods),))
     port = server.add_insecure_port(addr)
     if port == 0:
         raise OSError(f"cannot listen on {addr}")
@@ -96,6 +100,19 @@ def echo_stub(channel: grpc.Channel) -> grpc.UnaryUnaryMultiCallable:
     return channel.unary_unary(METHOD)
 
 
+def stop_child(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 10 s; its stdout pipe closed."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 class EchoProcess:
     """The echo server as a child process (its own GIL, like a node), on a free 127.0.0.1 port."""
 
@@ -128,17 +145,8 @@ class EchoProcess:
         return self.addr
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        if self.proc is not None:
+            stop_child(self.proc)
 
     def __enter__(self) -> EchoProcess:
         self.start()
@@ -259,14 +267,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.aio:
         serve_aio(args.addr, uvloop=args.uvloop)
         return 0
-    server, port = serve(args.addr, args.workers)
+    serve_until_stopped(args.addr, *serve(args.addr, args.workers))
+    return 0
+
+
+def serve_until_stopped(addr: str, server: grpc.Server, port: int) -> None:
+    """Says where `server` listens, then serves until SIGTERM or SIGINT."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    print(f"listening on {args.addr.rsplit(':', 1)[0]}:{port}", flush=True)
+    print(f"listening on {addr.rsplit(':', 1)[0]}:{port}", flush=True)
     stop.wait()
     server.stop(grace=1).wait()
-    return 0
 
 
 if __name__ == "__main__":

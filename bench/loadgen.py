@@ -32,22 +32,24 @@ def _go() -> str:
     return go
 
 
-def build() -> str:
-    """The load generator's binary, built once per version of its sources."""
+def build(source: Path = SOURCE) -> str:
+    """The binary of the Go module at `source` (the load generator's by default), built once per version
+    of its sources and named after its directory."""
+    name = source.name
     digest = hashlib.sha256()
-    for path in sorted(SOURCE.glob("*")):
-        if path.suffix in (".go", ".mod"):
+    for path in sorted(source.glob("*")):
+        if path.suffix in (".go", ".mod", ".sum"):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rip18-loadgen"
-    binary = cache / f"loadgen-{digest.hexdigest()[:16]}"
+    binary = cache / f"{name}-{digest.hexdigest()[:16]}"
     if not binary.exists():
         cache.mkdir(parents=True, exist_ok=True)
-        tmp = cache / f".loadgen-{os.getpid()}.tmp"
-        subprocess.run([_go(), "build", "-o", str(tmp), "."], cwd=SOURCE, check=True, timeout=600,
+        tmp = cache / f".{name}-{os.getpid()}.tmp"
+        subprocess.run([_go(), "build", "-o", str(tmp), "."], cwd=source, check=True, timeout=600,
                        env={**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"})
         tmp.rename(binary)  # atomic: a concurrent build of the same sources ends with the same file
         # Builds of other sources made over a week ago go; newer ones may be another checkout's, in use.
-        for old in cache.glob("loadgen-*"):
+        for old in cache.glob(f"{name}-*"):
             if old != binary and time.time() - old.stat().st_mtime > 7 * 86400:
                 old.unlink(missing_ok=True)
     return str(binary)
