@@ -81,9 +81,14 @@ class CoreReadIndex:
     def _ask_if_free(self) -> None:
         """Send an ask for every read waiting, when fewer than max_asks are out."""
         with self._lock:
-            if not self._waiting or len(self._out) >= self.max_asks:
+            if not self._waiting or (len(self._out) >= self.max_asks and not self._stopped):
                 return
             reads, self._waiting = self._waiting, []
+            if self._stopped:  # no ask after the worker's stop (it would open the channel again)
+                for read in reads:
+                    read.error = TimeoutError("no read index: the worker is stopping")
+                    read.event.set()
+                return
             self._ids += 1
             ask = self._ids
             self._out[ask] = (time.monotonic() + self.ask_timeout_s + _GRACE_S, _no_cancel)

@@ -109,3 +109,23 @@ def test_a_failed_ask_fails_its_reads_and_a_stopped_one_refuses_reads() -> None:
     reads.stop()
     with pytest.raises(TimeoutError, match="stopping"):
         reads.read_index(1)
+
+
+def test_reads_waiting_when_the_worker_stops_are_refused_not_asked() -> None:
+    """An ask answered after the stop sends no next ask (it would open the closed channel again): the reads
+    that waited for it are refused."""
+    channel = HandAnswered()
+    reads = CoreReadIndex(channel, (), 5.0, max_asks=1)  # type: ignore[arg-type]
+    got: dict[str, Any] = {}
+    first = _reading(reads, got, "a")
+    assert channel.sent.acquire(timeout=5)
+    waiting = _reading(reads, got, "b")
+    deadline = time.monotonic() + 5
+    while reads.reads < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    reads.stop()
+    channel.answer(0, 3)
+    first.join(5)
+    waiting.join(5)
+    assert got["a"] == 3 and isinstance(got["b"], TimeoutError) and "stopping" in str(got["b"])
+    assert len(channel.asks) == 1
