@@ -108,3 +108,44 @@ def test_frames_waiting_on_a_link_past_descriptor_1023_are_all_read() -> None:
         server.pool.shutdown()
         high.close()
         theirs.close()
+
+
+def test_records_put_from_many_threads_arrive_whole_and_in_order_through_a_small_socket() -> None:
+    """Direct writes, their unsent rests and the sender thread's frames interleave on a socket whose small
+    buffer takes frames in parts: every record arrives once, whole, each thread's in its order."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    errors: list[BaseException] = []
+    sender = writechannel._Sender(ours, "test-sender", errors.append)
+    threads, each = 6, 100
+    got: dict[bytes, list[int]] = {}
+
+    def read() -> None:
+        while sum(map(len, got.values())) < threads * each:
+            body = framing.read_frame(theirs, 1 << 24)
+            assert body is not None
+            for who, number, payload in framing.unpack(body):
+                assert payload == who * (int(number) % 20)
+                got.setdefault(who, []).append(int(number))
+
+    def put(who: bytes) -> None:
+        for number in range(each):
+            sender.put([who, str(number).encode(), who * (number % 20)])
+            time.sleep(0.001)  # the link goes idle now and then: puts write at once, in parts
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    putters = [threading.Thread(target=put, args=(f"t{i}-".encode() * 300,)) for i in range(threads)]
+    for t in putters:
+        t.start()
+    for t in putters:
+        t.join(30)
+    reader.join(30)
+    try:
+        assert not reader.is_alive() and errors == []
+        assert sorted(got) == sorted(f"t{i}-".encode() * 300 for i in range(threads))
+        assert all(numbers == list(range(each)) for numbers in got.values())
+    finally:
+        sender.close()
+        ours.close()
+        theirs.close()
