@@ -29,11 +29,11 @@ from prometheus_client import CollectorRegistry
 
 from nameserver import headers, tlsconf
 from nameserver.api import auth, corelink, grpcserver, writechannel
+from nameserver.api.coreindex import CoreReadIndex
 from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
 from nameserver.core import watch
-from nameserver.core.readindex import ReadIndexBatcher
 from nameserver.groups.follow import follow_core
 from nameserver.groups.links import GroupLinks
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
@@ -58,7 +58,6 @@ HEALTH_CHECK = f"/{health_pb2.DESCRIPTOR.services_by_name['Health'].full_name}/C
 # A watch resuming within this many entries of the oldest the replica keeps goes to the core (its ring is
 # longer): the replica's ring may move past it before the replay starts.
 RESUME_MARGIN = 100
-STOP_JOIN_S = 2.0  # a stopping worker's wait for its read-index rounds: within ops/workers.STOP_GRACE_S
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,15 +153,13 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
 
 
 def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, replica: ReadReplica,
-          read_indexes: ReadIndexBatcher | None = None) -> None:
+          read_indexes: CoreReadIndex | None = None) -> None:
     if remoting is not None:
         remoting.stop()
     if grpc_server is not None:
         grpc_server.stop(1.0).wait()
     if read_indexes is not None:
-        # no round left in a call on the write channel while the process exits; bounded well inside the
-        # core's grace before it kills a stopping worker (a round stuck without a leader waits max_wait_ms)
-        read_indexes.stop(within_s=STOP_JOIN_S)
+        read_indexes.stop()  # a read after this is refused; an ask out ends with the write channel
     replica.stop()
 
 

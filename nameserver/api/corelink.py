@@ -31,11 +31,11 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from nameserver import headers, tlsconf
 from nameserver.api import auth
+from nameserver.api.coreindex import CoreReadIndex
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.api.rpc import call_timeout, rpc
-from nameserver.api.writechannel import READ_INDEX, WRITE_METHODS, WriteChannel, method_path
+from nameserver.api.writechannel import WRITE_METHODS, WriteChannel, method_path
 from nameserver.config import NodeConfig
-from nameserver.core.readindex import ReadIndexBatcher
 from nameserver.pb import api_pb2
 
 SOCKET_NAME = os.path.join("channel", "grpc.sock")
@@ -198,23 +198,15 @@ class ReadIndexes:
 
 # ---- the worker's side -----------------------------------------------------------------------------
 
-def core_read_index(writes: WriteChannel, cfg: NodeConfig) -> ReadIndexBatcher:
+def core_read_index(writes: WriteChannel, cfg: NodeConfig) -> CoreReadIndex:
     """The core's read index (READ_INDEX, asked on the write channel as the worker itself): its read_index,
     for ReplicaNode.linearizable_index, raises TimeoutError when it has none; stop it with the worker.
 
-    Reads waiting at once share one ask (ReadIndexBatcher: an ask serves only the reads that arrived
-    before it was sent, so each still gets an index that covers every write acknowledged before it).
-    Without that, and over a gRPC call of its own, a LINEARIZABLE read cost the core and the worker a
+    Reads waiting at once share one ask (nameserver/api/coreindex.py: an ask serves only the reads that
+    arrived before it was sent, so each still gets an index that covers every write acknowledged before
+    it). Without that, and over a gRPC call of its own, a LINEARIZABLE read cost the core and the worker a
     gRPC call each (docs/benchmarks.md, "gRPC per call with worker processes")."""
-    metadata = own_metadata(cfg)
-
-    def one_round(timeout: float) -> int:
-        code, details, reply, _ = writes.call(READ_INDEX, b"", metadata, max(0.1, timeout), lambda: True)
-        if code != grpc.StatusCode.OK:
-            raise TimeoutError(f"no read index from the node's core: {details}")
-        return api_pb2.ReadIndexReply.FromString(reply).read_index
-
-    return ReadIndexBatcher(one_round, cfg.max_wait_ms / 1000, name="core-read-index")
+    return CoreReadIndex(writes, own_metadata(cfg), cfg.max_wait_ms / 1000)
 
 
 def local_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:

@@ -66,6 +66,7 @@ _READ_INDEX = READ_INDEX.encode()
 
 Metadata = tuple[tuple[str, str | bytes], ...]
 Answer = tuple[grpc.StatusCode, str, bytes, Metadata]  # code, details, reply bytes, trailing metadata
+Cancel = Callable[..., None]  # a started call's cancel: (why: (code, details) | None = None, tell: bool = True)
 
 
 def socket_path(data_dir: str) -> str:
@@ -95,45 +96,84 @@ def _metadata_of(fields: list[bytes]) -> Metadata:
 
 
 class _Sender:
-    """One thread that writes what was queued since its last write as one frame."""
+    """Writes what was queued since its last write as one frame. A record put while the link is idle is
+    written at once by the thread that puts it, as far as the socket takes it without waiting: no wake of
+    another thread per call and per answer (on a loaded machine, where a woken thread waits its turn,
+    most of what the channel added to a call). What is put while a write is under way, and the rest of a
+    frame the socket did not take at once, the sender's own thread writes, in order, batched."""
 
     def __init__(self, sock: socket.socket, name: str, on_error: Callable[[BaseException], None]) -> None:
         self.sock = sock
         self.on_error = on_error
         self._cond = threading.Condition()
         self._queue: list[list[bytes]] = []
+        self._rest = b""       # the unsent end of a frame written at once: the thread sends it first
+        self._writing = False  # a thread is writing to the socket
         self._closed = False
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def put(self, record: list[bytes]) -> None:
         with self._cond:
             self._queue.append(record)
-            self._cond.notify()
+            if self._writing or self._rest or self._closed:
+                self._cond.notify()  # the sender's thread takes it after what is under way
+                return
+            self._writing = True
+            frame = framing.pack(self._take())
+        try:
+            sent = self.sock.send(frame, socket.MSG_DONTWAIT)  # never waits: a full socket is the thread's
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self._failed(exc)
+            return
+        with self._cond:
+            self._rest = frame[sent:]
+            self._writing = False
+            if self._rest or self._queue:
+                self._cond.notify()
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify()
 
+    def _take(self) -> list[list[bytes]]:
+        """The records of the next frame (about BATCH_BYTES at most; at least one), off the queue."""
+        taken, size = 0, 0
+        for record in self._queue:
+            if taken and size >= BATCH_BYTES:
+                break
+            taken += 1
+            size += sum(len(f) for f in record)
+        batch, self._queue = self._queue[:taken], self._queue[taken:]
+        return batch
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._cond:
+            self._closed = True
+            self._writing = False
+            self._cond.notify()
+        self.on_error(exc)
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
+                while not self._closed and (self._writing or not (self._rest or self._queue)):
                     self._cond.wait()
                 if self._closed:
                     return
-                taken, size = 0, 0
-                for record in self._queue:
-                    if taken and size >= BATCH_BYTES:
-                        break
-                    taken += 1
-                    size += sum(len(f) for f in record)
-                batch, self._queue = self._queue[:taken], self._queue[taken:]
+                self._writing = True
+                data, self._rest = self._rest, b""
+                if self._queue:
+                    data += framing.pack(self._take())
             try:
-                self.sock.sendall(framing.pack(batch))
+                self.sock.sendall(data)
             except OSError as exc:
-                self.on_error(exc)
+                self._failed(exc)
                 return
+            with self._cond:
+                self._writing = False
 
 
 # ---- the core's side --------------------------------------------------------------------------------
@@ -356,29 +396,7 @@ class WriteChannel:
         write may have been made: a session's retry is answered from the session). When the caller's call
         ends first (`alive()` turns False, or `on_end`, gRPC's add_callback, calls back; or its time is
         spent) the core is told to cancel the call: a write it has not proposed yet never is."""
-        try:
-            link = self._connected()
-        except OSError as exc:
-            return grpc.StatusCode.UNAVAILABLE, f"the node's core did not answer: {exc}", b"", ()
-        call_id = _ID.pack(next(self._ids))
-        answer: Future[Answer] = Future()
-        with self._lock:
-            if link.broken is not None:
-                return grpc.StatusCode.UNAVAILABLE, link.broken, b"", ()
-            link.pending[call_id] = answer
-        deadline = _NO_TIME if time_left is None else time.monotonic_ns() + max(0, int(time_left * 1e9))
-        link.sender.put([call_id, str(deadline).encode(), method.encode(), request, *_metadata_fields(metadata)])
-
-        def cancel(why: tuple[grpc.StatusCode, str] | None = None) -> None:
-            with self._lock:
-                waiting = link.pending.pop(call_id, None)
-            if waiting is not None:  # not answered yet (gRPC calls back at every call's end)
-                link.sender.put([call_id])
-                spent = deadline != _NO_TIME and time.monotonic_ns() >= deadline
-                code, details = why or ((grpc.StatusCode.DEADLINE_EXCEEDED, "the caller's deadline passed") if spent
-                                        else (grpc.StatusCode.CANCELLED, "the caller went away"))
-                waiting.set_result((code, details, b"", ()))
-
+        answer, cancel = self.start(method, request, metadata, time_left)
         if on_end is not None and not on_end(cancel):
             cancel()  # the caller's call had ended already
         try:
@@ -392,8 +410,41 @@ class WriteChannel:
             cancel((grpc.StatusCode.DEADLINE_EXCEEDED, "the node's core did not answer in time"))
             return answer.result()
         finally:
+            cancel(None, False)
+
+    def start(self, method: str, request: bytes, metadata: Metadata, time_left: float | None
+              ) -> tuple[Future[Answer], Cancel]:
+        """Send a call without waiting: its answer (set on the channel's reader thread, where a done callback
+        of the Future runs; at once UNAVAILABLE when the link fails) and its cancel, which answers the call
+        itself (CANCELLED, or DEADLINE_EXCEEDED once its time is spent) and tells the core when unanswered."""
+        answer: Future[Answer] = Future()
+        try:
+            link = self._connected()
+        except OSError as exc:
+            answer.set_result((grpc.StatusCode.UNAVAILABLE, f"the node's core did not answer: {exc}", b"", ()))
+            return answer, _answered
+        call_id = _ID.pack(next(self._ids))
+        with self._lock:
+            broken = link.broken
+            if broken is None:
+                link.pending[call_id] = answer
+        if broken is not None:
+            answer.set_result((grpc.StatusCode.UNAVAILABLE, broken, b"", ()))
+            return answer, _answered
+        deadline = _NO_TIME if time_left is None else time.monotonic_ns() + max(0, int(time_left * 1e9))
+        link.sender.put([call_id, str(deadline).encode(), method.encode(), request, *_metadata_fields(metadata)])
+
+        def cancel(why: tuple[grpc.StatusCode, str] | None = None, tell: bool = True) -> None:
             with self._lock:
-                link.pending.pop(call_id, None)
+                waiting = link.pending.pop(call_id, None)
+            if waiting is not None and tell:  # not answered yet (gRPC calls back at every call's end)
+                link.sender.put([call_id])
+                spent = deadline != _NO_TIME and time.monotonic_ns() >= deadline
+                code, details = why or ((grpc.StatusCode.DEADLINE_EXCEEDED, "the caller's deadline passed") if spent
+                                        else (grpc.StatusCode.CANCELLED, "the caller went away"))
+                waiting.set_result((code, details, b"", ()))
+
+        return answer, cancel
 
     def close(self) -> None:
         with self._lock:
@@ -443,6 +494,10 @@ class WriteChannel:
         for answer in pending.values():
             if not answer.done():
                 answer.set_result((grpc.StatusCode.UNAVAILABLE, why, b"", ()))
+
+
+def _answered(why: tuple[grpc.StatusCode, str] | None = None, tell: bool = True) -> None:
+    """The cancel of a call answered before it was sent: nothing to do."""
 
 
 _WAIT_STEP_S = 0.5  # how often a waiting call looks whether its caller is still there

@@ -309,13 +309,15 @@ def test_a_write_waiting_when_the_channel_breaks_fails_unavailable_and_the_next_
         again.stop()
 
 
-def test_a_workers_read_index_threads_end_when_it_stops(tmp_path: Any) -> None:
-    """The worker's read index rounds (corelink.core_read_index) run on threads of their own: its stop ends
-    and joins them, so none is left in a call on the write channel while the process exits."""
+def test_a_workers_read_index_has_no_thread_and_refuses_reads_once_stopped(tmp_path: Any) -> None:
+    """The worker's read index (corelink.core_read_index) asks from the reading threads and the channel's
+    reader: no thread of its own is left in a call while the process exits, and a read after the worker's
+    stop is refused at once."""
     from nameserver import worker
 
     writes = writechannel.WriteChannel(f"{tmp_path}/none", 1 << 20)
     read_indexes = corelink.core_read_index(writes, NodeConfig("127.0.0.1:1", "127.0.0.1:2", str(tmp_path), []))
-    assert [t for t in threading.enumerate() if t.name.startswith("core-read-index-")]
+    assert not [t for t in threading.enumerate() if "read-index" in t.name]
     worker._stop(None, None, SimpleNamespace(stop=lambda: None), read_indexes)  # type: ignore[arg-type]
-    assert not [t for t in threading.enumerate() if t.name.startswith("core-read-index-")]
+    with pytest.raises(TimeoutError, match="stopping"):
+        read_indexes.read_index(1)

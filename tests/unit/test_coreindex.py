@@ -1,0 +1,131 @@
+"""A worker's read indexes (nameserver/api/coreindex.py): asks sent by the reads themselves and by the
+answers, no thread of its own; an ask serves only the reads that arrived before it was sent; an ask the
+core leaves unanswered does not hold its place for good. Deterministic: the asks are answered by hand."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+import pytest
+
+from nameserver.api.coreindex import CoreReadIndex
+from nameserver.api.writechannel import READ_INDEX, Answer
+from nameserver.pb import api_pb2
+
+
+class HandAnswered:
+    """A write channel whose READ_INDEX asks wait until answered by hand (answer(i, index))."""
+
+    def __init__(self) -> None:
+        self.asks: list[Future[Answer]] = []
+        self.cancelled: list[int] = []
+        self.sent = threading.Semaphore(0)
+        self.senders: list[str] = []
+
+    def start(self, method: str, request: bytes, metadata: Any, time_left: float | None) -> tuple[Future[Answer], Any]:
+        assert method == READ_INDEX
+        answer: Future[Answer] = Future()
+        number = len(self.asks)
+        self.asks.append(answer)
+        self.senders.append(threading.current_thread().name)
+
+        def cancel(why: tuple[grpc.StatusCode, str] | None = None, tell: bool = True) -> None:
+            self.cancelled.append(number)
+            if not answer.done():
+                answer.set_result((*(why or (grpc.StatusCode.CANCELLED, "cancelled")), b"", ()))
+
+        self.sent.release()
+        return answer, cancel
+
+    def answer(self, i: int, index: int) -> None:
+        self.asks[i].set_result((grpc.StatusCode.OK, "", api_pb2.ReadIndexReply(read_index=index).SerializeToString(),
+                                 ()))
+
+
+def _reading(reads: CoreReadIndex, got: dict[str, Any], name: str) -> threading.Thread:
+    def read() -> None:
+        try:
+            got[name] = reads.read_index(10)
+        except Exception as exc:  # kept for the assertion
+            got[name] = exc
+    t = threading.Thread(target=read, name=f"reader-{name}")
+    t.start()
+    return t
+
+
+def test_reads_arriving_while_every_ask_is_out_share_the_next_ask_sent_as_one_is_answered() -> None:
+    channel = HandAnswered()
+    reads = CoreReadIndex(channel, (), 5.0, max_asks=1)  # type: ignore[arg-type]
+    got: dict[str, Any] = {}
+    first = _reading(reads, got, "a")
+    assert channel.sent.acquire(timeout=5)
+    later = [_reading(reads, got, name) for name in ("b", "c")]
+    deadline = time.monotonic() + 5
+    while reads.reads < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(channel.asks) == 1  # b and c wait: the one ask allowed is out
+    channel.answer(0, 10)  # b and c arrived after ask 0 was sent: it must not serve them
+    first.join(5)
+    assert got == {"a": 10}
+    assert channel.sent.acquire(timeout=5)  # the answer sent the next ask, for b and c together
+    channel.answer(1, 11)
+    for t in later:
+        t.join(5)
+    assert got == {"a": 10, "b": 11, "c": 11} and reads.asks == 2
+    # no thread of its own: the first ask went from the reading thread, the next from the answering one
+    assert channel.senders == ["reader-a", threading.current_thread().name]
+    assert not [t for t in threading.enumerate() if "read-index" in t.name]
+
+
+def test_an_ask_the_core_leaves_unanswered_is_given_up_after_its_time_and_frees_its_place() -> None:
+    channel = HandAnswered()
+    reads = CoreReadIndex(channel, (), 0.1, max_asks=1)  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError):
+        reads.read_index(0.2)  # ask 0 is never answered
+    assert len(channel.asks) == 1
+    time.sleep(1.2)  # past the ask's time and the grace for its answer
+    got: dict[str, Any] = {}
+    reader = _reading(reads, got, "late")
+    assert channel.sent.acquire(timeout=5) and channel.sent.acquire(timeout=5)
+    assert channel.cancelled == [0]  # given up by the read that found every place taken
+    channel.answer(1, 7)
+    reader.join(5)
+    assert got == {"late": 7}
+
+
+def test_a_failed_ask_fails_its_reads_and_a_stopped_one_refuses_reads() -> None:
+    channel = HandAnswered()
+    reads = CoreReadIndex(channel, (), 5.0)  # type: ignore[arg-type]
+    got: dict[str, Any] = {}
+    reader = _reading(reads, got, "a")
+    assert channel.sent.acquire(timeout=5)
+    channel.asks[0].set_result((grpc.StatusCode.UNAVAILABLE, "no leader", b"", ()))
+    reader.join(5)
+    assert isinstance(got["a"], TimeoutError) and "no leader" in str(got["a"])
+    reads.stop()
+    with pytest.raises(TimeoutError, match="stopping"):
+        reads.read_index(1)
+
+
+def test_reads_waiting_when_the_worker_stops_are_refused_not_asked() -> None:
+    """An ask answered after the stop sends no next ask (it would open the closed channel again): the reads
+    that waited for it are refused."""
+    channel = HandAnswered()
+    reads = CoreReadIndex(channel, (), 5.0, max_asks=1)  # type: ignore[arg-type]
+    got: dict[str, Any] = {}
+    first = _reading(reads, got, "a")
+    assert channel.sent.acquire(timeout=5)
+    waiting = _reading(reads, got, "b")
+    deadline = time.monotonic() + 5
+    while reads.reads < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    reads.stop()
+    channel.answer(0, 3)
+    first.join(5)
+    waiting.join(5)
+    assert got["a"] == 3 and isinstance(got["b"], TimeoutError) and "stopping" in str(got["b"])
+    assert len(channel.asks) == 1
