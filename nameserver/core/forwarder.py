@@ -26,7 +26,10 @@ from nameserver.pb import api_pb2_grpc
 from raftlog.proposer import NotLeader
 
 Metadata = Iterable[tuple[str, str | bytes]]
-POLL_S = 0.05  # how often a caller waiting for an election looks again
+# How often a caller waiting for an election looks again when no change is heard: the node calls
+# leader_changed() on each change of leader (raftlog's leader events), which wakes waiting callers at once
+# (a write held through a failover otherwise saw its new leader up to POLL_S late).
+POLL_S = 0.05
 T = TypeVar("T")
 
 
@@ -47,6 +50,19 @@ class LeaderForwarder:
         self._stubs: dict[tuple[Callable[[grpc.Channel], Any], str], Any] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        self._changes = threading.Condition()
+        self._changed = 0  # leader changes heard (leader_changed): a waiter sleeps only if none since it looked
+
+    def leader_changed(self) -> None:
+        """Wake the callers waiting for a leader (the node calls it on each change of leader or term)."""
+        with self._changes:
+            self._changed += 1
+            self._changes.notify_all()
+
+    def _pause(self, seen: int, seconds: float) -> None:
+        """Sleep up to `seconds`, less if the leader changes (or changed since `seen` was read) or on close."""
+        with self._changes:
+            self._changes.wait_for(lambda: self._changed != seen or self._closed.is_set(), seconds)
 
     def target(self, wait_s: float = 0.0) -> str | None:
         """The leader's gRPC address, waiting up to `wait_s` for one to be elected.
@@ -55,6 +71,7 @@ class LeaderForwarder:
         serves the request here, with the time left)."""
         deadline = time.monotonic() + wait_s
         while True:
+            seen = self._changed
             leader = self._leader()
             if leader and leader != self.cfg.raft_addr:
                 addr = self._grpc_of(leader)
@@ -62,7 +79,7 @@ class LeaderForwarder:
                     return addr
             if time.monotonic() >= deadline or self._closed.is_set() or self._is_leader():
                 return None
-            time.sleep(POLL_S)
+            self._pause(seen, min(POLL_S, max(0.0, deadline - time.monotonic())))
 
     def call(self, method: str, request: Any, timeout: float, *, wait_s: float = 0.0,
              service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub,
@@ -80,6 +97,7 @@ class LeaderForwarder:
         deadline = time.monotonic() + timeout
         wait_until = time.monotonic() + min(wait_s, timeout)
         while True:
+            seen = self._changed
             addr = self.target(max(0.0, wait_until - time.monotonic()))
             if addr is None:
                 raise NoLeader("this node leads now" if self._is_leader()
@@ -96,7 +114,7 @@ class LeaderForwarder:
                          and time.monotonic() + POLL_S < deadline and not self._closed.is_set())
                 if not retry:
                     raise
-            time.sleep(POLL_S)
+            self._pause(seen, POLL_S)  # a leader that just died: until the next one is heard of
             wait_until = deadline
 
     def serve_or_forward(self, here: Callable[[float], T], method: str, request: Any, timeout: float, *,
@@ -146,6 +164,7 @@ class LeaderForwarder:
 
     def close(self) -> None:
         self._closed.set()
+        self.leader_changed()  # wakes the waiting callers, which see the close
         with self._lock:
             for channel in self._channels.values():
                 channel.close()

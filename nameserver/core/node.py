@@ -149,6 +149,7 @@ class NameServerNode(LocalReads):
             StateMachineAdapter(self.state), self.store, self.guard.writer)
         self.forwarder = LeaderForwarder(cfg, self.log.leader, self.log.is_leader, self.grpc_of)
         self._leadership_feed = self.log.watch_leadership(self._on_leadership)
+        self._leader_feed = self.log.watch_leader(lambda _view: self.forwarder.leader_changed())
         self.read_indexes = ReadIndexBatcher(self.log.read_index)
         # On a follower whose ask over the Raft link could not answer, concurrent linearizable reads share
         # one ReadIndex call (a round starts only once the reads in it have arrived, as on the leader).

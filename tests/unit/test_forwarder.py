@@ -112,6 +112,39 @@ def test_the_wait_ends_when_a_leader_is_elected(leader_server) -> None:
         fwd.close()
 
 
+def test_a_waiting_call_goes_as_soon_as_the_node_hears_of_its_new_leader(leader_server, monkeypatch) -> None:
+    """The node calls leader_changed() on each leader event: a caller waiting for an election (or after a
+    dead leader's refusal) goes at once, not at its next poll (POLL_S, made a minute here)."""
+    import nameserver.core.forwarder as forwarder
+    monkeypatch.setattr(forwarder, "POLL_S", 60.0)
+    servicer, addr = leader_server
+    roles = _Roles(None)
+    fwd = _forwarder(roles, addr)
+    done = threading.Event()
+
+    def call() -> None:
+        fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 30.0, wait_s=30.0)
+        done.set()
+
+    threading.Thread(target=call, daemon=True).start()
+    try:
+        time.sleep(0.3)  # the caller is waiting
+        roles.leader = LEADER
+        fwd.leader_changed()
+        assert done.wait(10), "the waiting call did not go when the new leader was heard of"
+        assert len(servicer.seen) == 1
+        # a change heard between the caller's look and its wait is not missed: the count says so
+        roles.leader = None
+        seen = fwd._changed
+        roles.leader = LEADER
+        fwd.leader_changed()
+        started = time.monotonic()
+        fwd._pause(seen, 30.0)
+        assert time.monotonic() - started < 5
+    finally:
+        fwd.close()
+
+
 def test_this_node_winning_the_election_ends_the_wait_at_once(leader_server) -> None:
     servicer, addr = leader_server
     roles = _Roles(None)
