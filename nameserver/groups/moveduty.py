@@ -204,7 +204,12 @@ class MoveDuty:
         """Run the pending moves to their end; False when a run failed (tried again after RESUME_RETRY_S)."""
         with self._running:
             try:
-                ended = self._run(duty.decide, time.monotonic() + RESUME_TIMEOUT_S)
+                execute = self.executor
+                execute.deadline = time.monotonic() + RESUME_TIMEOUT_S
+                group0 = execute.read(GROUP0, 0)
+                if not execute.locked(lambda states: duty.moves_recorded(states[GROUP0]), [group0]):
+                    return True  # no set ever moved: the other groups need not be read (nor be up yet)
+                ended = self._run(duty.decide, execute.deadline)
             except NotLeader:
                 return True  # the new leader resumes
             except Exception as exc:  # a group unreachable, a core restarting, a step refused: run again

@@ -125,6 +125,13 @@ def pending_moves(states: Sequence[MetadataState]) -> list[MoveOrder]:
     return [MoveOrder(name, target) for name, target in sorted(found.items())]
 
 
+def moves_recorded(group0: MetadataState) -> bool:
+    """Group 0's directory shows a move, under way (`moving_to`) or finished (`since`, set by every finish):
+    without one no group holds anything pending_moves finds, so a new leader need not read the others."""
+    directory = group0.directory
+    return any(directory.moving_to(name) is not None or directory.entry_since(name) > 0 for name in directory.names())
+
+
 def validate_move(states: Sequence[MetadataState], broker_name: str, target: int) -> MoveOrder:
     """An operator's move, checked against group 0's directory before anything is written: ValidationError
     naming the field for a group the cluster does not have, a set no group holds, a set already in
