@@ -113,7 +113,7 @@ def assign_set(state: MetadataState, broker_name: str, cluster: str, groups: int
 
 
 def pin_set(state: MetadataState, broker_name: str, group: int, groups: int) -> Translation:
-    """An operator's choice of a set's group (`nsctl shard assign`, not built yet): before its first
+    """An operator's choice of a set's group (`nsctl shard assign`, through Admin.AssignSet): before its first
     registration, or marking the group it is in. A set held elsewhere is moved, not pinned."""
     check_group(group, groups)
     found = state.directory.entry(broker_name)
