@@ -5,11 +5,12 @@ and one worker per node, beside a one-group node fed the same registrations.
 FakeBrokers of the moved set register (each a new address, one every few tenths of a second) and heartbeat
 all along, through one node's remoting port (a node whose group 0 core is not the one killed: a core's death
 takes its workers, and a broker whose connection closes is unregistered, as RocketMQ does). The set is
-moved from group 0 to group 1 with `Shards.MoveShard` while group 0's core leader is SIGKILLed mid-move,
-then back while group 1's core leader is; each time the call is sent again (an operator retrying), and the
-move ends on the new leader. Afterwards every acknowledged registration is in the set's group and only there,
-the other group holds nothing of the set but its tombstone, and the routes and the cluster info equal the
-one-group node's.
+moved from group 0 to group 1 with `Shards.MoveShard` while group 0's core leader is SIGKILLed mid-move
+(the moment it applies the begin), then back while group 1's core leader is (the moment it applies the
+fence); each time the call fails and the move is finished by group 0's (new) leader on its own, after which
+the call sent again says the set is there already. Afterwards every acknowledged registration is in the
+set's group and only there, the other group holds nothing of the set but its tombstone, and the routes and
+the cluster info equal the one-group node's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import pytest
 from nameserver.cli import nsctl
 from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2, shards_pb2_grpc, state_pb2
 from nameserver.remoting import codes
-from nameserver.state import MetadataState
+from nameserver.state import MetadataState, keys
 from nameserver.state.shards import moves
 from nameserver.state.shards.directory import default_group
 from tests.cluster import Cluster, NodeProc, retry, running
@@ -129,15 +130,46 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster
         yield sharded, reference
 
 
+class FenceWatch:
+    """A watch of the set's shard/ record on `node`'s core of `group` (NameServer.Watch on its private socket):
+    `fenced` is set the moment that core applies a record of the set moving (group 0: the directory's
+    begin; group k: the source's fence), so a kill right then lands inside the move."""
+
+    def __init__(self, node: NodeProc, group: int) -> None:
+        self.channel = group_core_channel(node, group)
+        self.stream = api_pb2_grpc.NameServerStub(self.channel).Watch(
+            api_pb2.WatchRequest(key_prefixes=[keys.shard_key(MOVED)]), timeout=120)
+        self.listed, self.fenced = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+        assert self.listed.wait(30), "the watch did not list the current state"
+
+    def _read(self) -> None:
+        with contextlib.suppress(grpc.RpcError):
+            for response in self.stream:
+                for event in response.events:
+                    if not event.deleted and state_pb2.ShardSet.FromString(event.value).HasField("moving_to"):
+                        self.fenced.set()
+                        return
+                if response.initial_state_done:
+                    self.listed.set()
+
+    def close(self) -> None:
+        self.stream.cancel()
+        self.channel.close()
+
+
 def _move_killing(sharded: Cluster, target: int, victim_group: int) -> tuple[NodeProc, bool]:
-    """Ask the move through a node that is not killed and SIGKILL `victim_group`'s core leader as soon as
-    the directory says the set is moving. Returns the node whose core was killed and whether that cut the
-    call short (its leader died, or a step's group lost its leader) rather than the move ending first;
-    the move's end is the caller's to wait for."""
+    """Ask the move through a node that is not killed and SIGKILL `victim_group`'s core leader the moment
+    it applies the set's fence (group 0: the begin; group 1: the source's fence, before the copy and the
+    drop). Returns the node whose core was killed and whether that cut the call short (its leader died,
+    or a step's group lost its leader) rather than the move ending first; the move's end is the caller's
+    to wait for."""
     victim = sharded.wait_for(f"group {victim_group}'s leader", lambda: group_leader(sharded, victim_group),
                               timeout=60)
     asker = next(n for n in sharded.nodes if n is not victim and n.alive)
     sharded.wait_for("the asking node's worker serving the directory", lambda: directory_entry(asker), timeout=60)
+    watch = FenceWatch(victim, victim_group)
     answers: list[object] = []
 
     def ask() -> None:
@@ -149,18 +181,15 @@ def _move_killing(sharded: Cluster, target: int, victim_group: int) -> tuple[Nod
 
     caller = threading.Thread(target=ask)
     caller.start()
-    deadline = time.monotonic() + 30
-    moving = False
-    while time.monotonic() < deadline and not answers and not moving:
-        entry = directory_entry(asker)
-        moving = entry is not None and entry.HasField("moving_to")
-        time.sleep(0.01)
-    assert moving, f"the move did not begin: {answers}"
-    if victim_group == 0:
-        sharded.kill(victim)  # the node's core: group 0's, its group cores and its worker go with it
-    else:
-        [pid] = group_core_pids(victim)
-        os.kill(pid, signal.SIGKILL)
+    try:
+        assert watch.fenced.wait(30), f"the move did not begin: {answers}"
+        if victim_group == 0:
+            sharded.kill(victim)  # the node's core: group 0's, its group cores and its worker go with it
+        else:
+            [pid] = group_core_pids(victim)
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        watch.close()
     caller.join(timeout=90)
     assert answers, "MoveShard did not answer"
     return victim, isinstance(answers[0], grpc.RpcError)
@@ -225,8 +254,16 @@ def _equal_to_reference(sharded: Cluster, reference: NodeProc) -> bool:
     return True
 
 
+def _nsctl(capsys: pytest.CaptureFixture[str], sharded: Cluster, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    endpoints = ",".join(n.grpc_addr for n in sharded.nodes if n.alive)
+    code = nsctl.main(["--endpoints", endpoints, "--timeout", "30", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def test_a_set_moved_there_and_back_under_load_with_leaders_killed_loses_no_registration(
-        clusters: tuple[Cluster, Cluster]) -> None:
+        clusters: tuple[Cluster, Cluster], capsys: pytest.CaptureFixture[str]) -> None:
     sharded, one = clusters
     reference = one.nodes[0]
     stays = FakeBroker(STAYS, cluster="MoveCluster").start()  # a set of group 1 that stays: routes merge both
@@ -247,6 +284,9 @@ def test_a_set_moved_there_and_back_under_load_with_leaders_killed_loses_no_regi
         sharded.wait_for("the set in group 1 only, group 0 holding nothing of it", lambda: _moved_to(sharded, 1),
                          timeout=60, every=0.5)
         _sent_again_says_done(sharded, 1)
+        code, out, err = _nsctl(capsys, sharded, "shard", "list", MOVED)  # the operator's view: its new group
+        assert code == 0, err
+        assert out.splitlines()[1].split()[:2] == [MOVED, "1"]
         load.wait_acked(10)
         sharded.start(killed)  # back, so the move back has every node
         sharded.wait_for("group 1 ready on every node", lambda: all(
@@ -285,13 +325,9 @@ def test_a_set_moved_there_and_back_under_load_with_leaders_killed_loses_no_regi
 def test_nsctl_shard_assign_pins_and_move_refuses_bad_input_by_field(
         clusters: tuple[Cluster, Cluster], capsys: pytest.CaptureFixture[str]) -> None:
     sharded, _ = clusters
-    endpoints = ",".join(n.grpc_addr for n in sharded.nodes if n.alive)
 
     def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = nsctl.main(["--endpoints", endpoints, "--timeout", "30", *args])
-        out, err = capsys.readouterr()
-        return code, out, err
+        return _nsctl(capsys, sharded, *args)
 
     pinned = next(f"pinned-{i}" for i in range(40) if default_group(f"pinned-{i}", GROUPS) == 0)
     code, out, err = retry(lambda: run("shard", "assign", pinned, "1"), timeout=30)
