@@ -52,8 +52,9 @@ from raftlog.proposer import NotLeader
 log = logging.getLogger("nameserver.groups.moveduty")
 T = TypeVar("T")
 RESUME_RETRY_S = 1.0  # a resumed move that failed (a group without a leader, a core restarting) is run again
-RESUME_TIMEOUT_S = 30.0
-RESUME_LOG_EVERY_S = 10.0  # one resumed run's waits and calls; the next retry starts afresh
+RESUME_TIMEOUT_S = 30.0  # one resumed run's waits and calls; the next retry starts afresh
+RESUME_LOG_EVERY_S = 10.0  # a resumption failing again and again: one warning per this long
+ANSWER_MARGIN_S = 1.0  # a move stops this long (at most a quarter of its time) before its caller's deadline
 
 
 class MoveTimeout(DeadlinePassed):
@@ -238,32 +239,38 @@ class MoveDuty:
 
     def move(self, broker_name: str, target: int, timeout: float) -> shards_pb2.MoveShardReply:
         """Move the set to `target` (this core leads group 0) and answer once it is done: ValidationError
-        naming the field for a bad move, MoveTimeout when the time ran out (the move stays under way: this
-        leader's thread finishes it), NotLeader when leadership was lost."""
-        deadline = time.monotonic() + timeout
-        if not self._running.acquire(timeout=max(0.0, timeout)):
-            raise MoveTimeout("another move is running on group 0's leader; try again once it is done")
+        naming the field for a bad move, MoveTimeout saying how far it got when the time ran out (a move
+        begun stays under way: this leader's thread finishes it), NotLeader when leadership was lost. It
+        stops a little before `timeout`, so that answer reaches the caller before its own deadline."""
+        deadline = time.monotonic() + timeout - min(ANSWER_MARGIN_S, timeout / 4)
+        if not self._running.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise MoveTimeout("group 0's leader is running another move (or resuming one under way); try again "
+                              "once it is done")
+        execute = self.executor
         try:
-            execute = self.executor
             execute.deadline = deadline
             execute.proposed = 0
             states = [execute.read(group, 0) for group in range(execute.groups)]
             order, source = execute.locked(lambda s: (duty.validate_move(s, broker_name, target),
                                                       s[GROUP0].directory.group_of(broker_name)), states)
-            try:
-                ended = self._run(lambda s: duty.decide(s, order), deadline)
-            except MoveTimeout as exc:
-                self._wake.set()  # under way: the duty finishes it
-                raise MoveTimeout(f"set {broker_name!r} is still moving to group {target} after "
-                                  f"{execute.proposed} steps ({exc}); group 0's leader finishes the move: "
-                                  f"`nsctl shard list {broker_name}` shows where it is") from None
-            except (ValidationError, NotLeader):
-                raise
-            except Exception:
-                self._wake.set()
-                raise
+            ended = self._run(lambda s: duty.decide(s, order), deadline)
             assert isinstance(ended, duty.Done)
             entry = execute.locked(lambda s: s[GROUP0].directory.entry(broker_name), states[:1])
             return shards_pb2.MoveShardReply(source=source, set=entry, steps=execute.proposed)
+        except (MoveTimeout, TimeoutError) as exc:  # a group's read index or replica did not come in time
+            if not execute.proposed:  # a move begun before is the duty's already (it ran or failed there)
+                raise MoveTimeout(f"the move of set {broker_name!r} to group {target} did not begin in this call "
+                                  f"({exc}): nothing was written; a move begun before is finished by group 0's "
+                                  f"leader (`nsctl shard list {broker_name}` shows it)") from None
+            self._wake.set()  # begun by this call: the duty finishes it
+            raise MoveTimeout(f"set {broker_name!r} is still moving to group {target} after {execute.proposed} "
+                              f"steps ({exc}); group 0's leader finishes the move: `nsctl shard list "
+                              f"{broker_name}` shows where it is") from None
+        except (ValidationError, NotLeader):
+            raise
+        except Exception:
+            if execute.proposed:
+                self._wake.set()
+            raise
         finally:
             self._running.release()
