@@ -21,6 +21,7 @@ from nameserver.config import REMOTING_CONNECTIONS_FLOOR, NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
 from nameserver.core.idlenoop import IdleNoop
 from nameserver.core.node import NameServerNode
+from nameserver.groups.moveduty import MoveDuty
 from nameserver.localfeed import FeedServer
 from nameserver.ops import fdlimits, workermetrics
 from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
@@ -97,7 +98,8 @@ class Server:
                                              cfg.max_message_bytes)
         api_pb2_grpc.add_NameServerServicer_to_server(self.service, self.grpc)
         replicas = ReadReplicas()  # the read replicas following this node (Log.Follow), listed by Status
-        api_pb2_grpc.add_AdminServicer_to_server(AdminService(self.node, replicas), self.grpc)
+        admin = AdminService(self.node, replicas)
+        api_pb2_grpc.add_AdminServicer_to_server(admin, self.grpc)
         follow = FollowFeed(self.node)  # one followers' bound over both transports
         api_pb2_grpc.add_LogServicer_to_server(LogService(self.node, replicas, follow), self.grpc)  # export, Follow
         # the workers' replicas take the same messages on a Unix socket, without gRPC's per-message work
@@ -155,6 +157,9 @@ class Server:
         if cfg.groups > 1 and cfg.group == GROUP0:  # group 0's core runs the others (nameserver/groupcore.py)
             self.group_cores = WorkerSupervisor(WorkerSpec(cfg, log_format, log_level), children=group_cores_of(cfg))
             self.extras.insert(0, self.group_cores)  # started first, stopped last: after the workers
+            moving = MoveDuty(self.node, cfg)  # its leader moves sets between groups (nameserver/groups/moveduty.py)
+            admin.mover = moving.move
+            self.extras.append(moving)
         if cfg.remoting_addr:
             self.broker_channels += [lis.handlers for lis in self.until_ready if isinstance(lis.handlers, Handlers)]
             self.min_broker_id = MinBrokerIdNotifier(self._holds_broker)

@@ -14,9 +14,11 @@ from nameserver.api.logservice import ReadReplicas
 from nameserver.api.rpc import call_timeout, forwarded, rpc
 from nameserver.core.node import MembershipError, NameServerNode
 from nameserver.errors import ValidationError
-from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2
+from nameserver.state import MetadataState, Translation
 from nameserver.state.shards import moves
 from nameserver.state.shards.directory import GROUP0
+from raftlog.pb import entry_pb2
 from raftlog.roles import Role
 
 _API_ROLE = {Role.FOLLOWER: api_pb2.ROLE_FOLLOWER, Role.CANDIDATE: api_pb2.ROLE_CANDIDATE,
@@ -27,6 +29,8 @@ class AdminService(api_pb2_grpc.AdminServicer):
     def __init__(self, node: NameServerNode, replicas: ReadReplicas | None = None) -> None:
         self.node = node
         self.replicas = replicas or ReadReplicas()
+        # group 0's core of a sharded node: runs MoveSet on its leader (nameserver/groups/moveduty.py)
+        self.mover: Callable[[str, int, float], shards_pb2.MoveShardReply] | None = None
 
     @rpc
     def Status(self, request: api_pb2.StatusRequest, context: grpc.ServicerContext) -> api_pb2.NodeStatus:
@@ -107,19 +111,63 @@ class AdminService(api_pb2_grpc.AdminServicer):
     @rpc
     def AssignSet(self, request: api_pb2.AssignSetRequest, context: grpc.ServicerContext) -> api_pb2.WriteReply:
         """Group 0's directory record of a set before its first registration (sharding: a worker's call
-        when the router says AssignFirst); refused on a node with one group, which writes no directory."""
+        when the router says AssignFirst), or with `pin` an operator's choice of its group (moves.pin_set);
+        refused on a node with one group, which writes no directory."""
         validation.check_name("broker_name", request.broker_name, "broker name")
-        groups = self.node.cfg.groups
-        if groups < 2 or self.node.cfg.group != GROUP0:
-            raise ValidationError("broker_name", "this core holds no directory: sets are assigned in group 0 of "
-                                  "a node with [sharding] groups > 1")
+        groups = self._directory_groups()
+        if request.pin:
+            moves.check_group(request.group, groups)
+        elif request.group:
+            raise ValidationError("group", "is set by pin only (the default assignment chooses the group)")
+
+        def assign(state: MetadataState) -> Translation:
+            if request.pin:
+                return moves.pin_set(state, request.broker_name, request.group, groups)
+            return moves.assign_set(state, request.broker_name, request.cluster_name, groups)
 
         def local(timeout: float) -> api_pb2.WriteReply:
-            res = self.node.write(lambda s: moves.assign_set(s, request.broker_name, request.cluster_name, groups),
-                                  timeout)
+            res = self.node.write(assign, timeout)
             return api_pb2.WriteReply(offset=res.offset, records=res.records)
 
         return self._on_leader(context, "AssignSet", request, local)
+
+    @rpc
+    def MoveSet(self, request: shards_pb2.ShardPlacement, context: grpc.ServicerContext
+                ) -> shards_pb2.MoveShardReply:
+        """Move a set between groups, on group 0's leader (its move duty); answered once done."""
+        validation.check_name("broker_name", request.broker_name, "broker name")
+        moves.check_group(request.group, self._directory_groups())
+        mover = self.mover
+        if mover is None:
+            raise ValidationError("broker_name", "this core runs no move duty")
+        return self._on_leader(context, "MoveSet", request,
+                               lambda timeout: mover(request.broker_name, request.group, timeout))
+
+    @rpc
+    def ProposeStep(self, request: api_pb2.ProposeStepRequest, context: grpc.ServicerContext
+                    ) -> api_pb2.WriteReply:
+        """A move's step in this core's group, proposed as group 0's move duty made it (peer only: auth.py),
+        on its leader. Its preconditions guard it; a step refused at apply answers records 0."""
+        if self.node.cfg.groups < 2:
+            raise ValidationError("batch", "a node with one group moves no sets")
+        batch = entry_pb2.Batch.FromString(request.batch)
+        if not batch.records:
+            raise ValidationError("batch", "a step writes records")
+
+        def local(timeout: float) -> api_pb2.WriteReply:
+            applied = self.node.log.propose(batch, timeout)
+            return api_pb2.WriteReply(offset=applied.offset,
+                                      records=len(batch.records) if applied.result.applied else 0)
+
+        return self._on_leader(context, "ProposeStep", request, local)
+
+    def _directory_groups(self) -> int:
+        """[sharding] groups, on the core that holds the directory (group 0's), else a ValidationError."""
+        groups = self.node.cfg.groups
+        if groups < 2 or self.node.cfg.group != GROUP0:
+            raise ValidationError("broker_name", "this core holds no directory: sets are placed in group 0 of "
+                                  "a node with [sharding] groups > 1")
+        return groups
 
     @rpc
     def TakeSnapshot(self, request: api_pb2.TakeSnapshotRequest, context: grpc.ServicerContext

@@ -59,7 +59,9 @@ SHARDS_SERVICE = shards_pb2.DESCRIPTOR.services_by_name["Shards"].full_name
 CLIENT_METHODS |= frozenset({f"/{SHARDS_SERVICE}/ListShards"})
 LOG_SERVICE = api_pb2.DESCRIPTOR.services_by_name["Log"].full_name
 # Follow feeds a read replica every entry as applied, sessions and all: a node's (or its workers').
-PEER_ONLY = frozenset({f"/{NAMESERVER_SERVICE}/ReadIndex", f"/{LOG_SERVICE}/Follow"})
+# ProposeStep writes a translation as it is (a move's step, made by the node's move duty): never a client's.
+ADMIN_SERVICE = api_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
+PEER_ONLY = frozenset({f"/{NAMESERVER_SERVICE}/ReadIndex", f"/{LOG_SERVICE}/Follow", f"/{ADMIN_SERVICE}/ProposeStep"})
 # Set in the auth context of a worker's own call on the core's private socket (nameserver/api/corelink.py),
 # never by gRPC: that caller is the node itself, with the peer role.
 NODE_ITSELF = "rip18_node_itself"

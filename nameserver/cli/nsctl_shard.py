@@ -6,8 +6,9 @@
 
 The calls are the Shards service (proto/nameserver/pb/shards.proto), served by the workers of a node with
 [sharding] groups > 1. A one-group node does not serve it, and nsctl says sharding is not enabled rather
-than print an empty directory as if every set were placed. Until the move executor is built a sharded node
-refuses assign and move (FAILED_PRECONDITION, saying so); nsctl prints the node's message.
+than print an empty directory as if every set were placed. Assign and move run on group 0's leader (the
+move duty: nameserver/groups/moveduty.py); a move that outlasts --timeout goes on there, and nsctl prints
+the node's message saying so (DEADLINE_EXCEEDED; `nsctl shard list SET` shows where it stands).
 """
 
 from __future__ import annotations

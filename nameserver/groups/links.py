@@ -67,7 +67,8 @@ class GroupLinks:
         """What a worker answers itself with several groups (after calls()): the Shards service over the
         replicas, and Admin.Status with every group core's status (groups/shards.py)."""
         assert self.core_channels, "calls() opens the group cores' channels"
-        return ShardsService(self.cfg, self.reads).handlers() | GroupStatus(self.cfg, self.core_channels).handlers()
+        shards = ShardsService(self.cfg, self.reads, self.core_channels[0])
+        return shards.handlers() | GroupStatus(self.cfg, self.core_channels).handlers()
 
     def front(self, channel0: CoreChannel, core0: grpc.Channel) -> RoutedFront:
         """The remoting FrontEnd routing frames to each group's core (`channel0`: group 0's)."""

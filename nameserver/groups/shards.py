@@ -3,9 +3,10 @@ every group (docs/scaling.md, "Sharding"; proto/nameserver/pb/shards.proto).
 
 - ListShards: group 0's directory (its shard/ records) and each group's apply offset, read together over the
   replicas (MergedReads: the same waits and group-order locks as a merged route).
-- AssignShard, MoveShard: refused, FAILED_PRECONDITION naming why (the move executor is not built), after the
-  request is checked. A one-group node serves none of this: UNIMPLEMENTED, which nsctl reads as "sharding is
-  not enabled".
+- AssignShard, MoveShard: checked, then passed to group 0's core on this node as the node's own call
+  (Admin.AssignSet with pin, Admin.MoveSet), which runs them on its leader (a move by its move duty:
+  groups/moveduty.py); the core's status and message come back as they are. A one-group node serves none of
+  this: UNIMPLEMENTED, which nsctl reads as "sharding is not enabled".
 - Admin.Status: group 0's core's status (what a one-group node answers) with `groups` holding every group
   core's own, each asked on its private socket as the node itself (the worker's auth already let the caller
   call Admin.Status). A group core that does not answer is listed not ready, naming why.
@@ -26,11 +27,9 @@ from nameserver.groups.reads import MergedReads
 from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2, shards_pb2_grpc
 from nameserver.state import MetadataState
 
-# The exact refusal of a sharded node's AssignShard and MoveShard until the move duty's executor is built
-NOT_BUILT = ("{what} is not built yet: every broker set stays in the group of its first registration "
-             "(docs/scaling.md, \"Sharding\"); `nsctl shard list` shows where each is")
 ADMIN = api_pb2.DESCRIPTOR.services_by_name["Admin"]
 SHARDS = shards_pb2.DESCRIPTOR.services_by_name["Shards"]
+MOVE_CAP_S = 120.0  # the longest a MoveShard call runs (a move under load with a leader change: tens of seconds)
 STATUS_TIMEOUT_S = 2.0  # a group core's Status when the caller set no deadline: a stuck core must not hang nsctl
 
 
@@ -49,9 +48,11 @@ def directory_reply(states: Sequence[MetadataState], groups: int, broker_name: s
 class ShardsService(shards_pb2_grpc.ShardsServicer):
     """The Shards service over a worker's replicas of every group (reads[k]: group k's)."""
 
-    def __init__(self, cfg: NodeConfig, reads: MergedReads) -> None:
+    def __init__(self, cfg: NodeConfig, reads: MergedReads, core0: grpc.Channel) -> None:
         self.cfg = cfg
         self.reads = reads
+        self.admin = api_pb2_grpc.AdminStub(core0)  # group 0's core on this node
+        self.metadata = own_metadata(cfg)
 
     @rpc
     def ListShards(self, request: shards_pb2.ListShardsRequest, context: grpc.ServicerContext
@@ -66,13 +67,23 @@ class ShardsService(shards_pb2_grpc.ShardsServicer):
     def AssignShard(self, request: shards_pb2.ShardPlacement, context: grpc.ServicerContext
                     ) -> shards_pb2.AssignShardReply:
         self._check(request)
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, NOT_BUILT.format(what="pinning a broker set to a group"))
+        reply = self.admin.AssignSet(api_pb2.AssignSetRequest(broker_name=request.broker_name, pin=True,
+                                                              group=request.group),
+                                     timeout=self._timeout(context), metadata=self.metadata)
+        return shards_pb2.AssignShardReply(offset=reply.offset, records=reply.records)
 
     @rpc
     def MoveShard(self, request: shards_pb2.ShardPlacement, context: grpc.ServicerContext
                   ) -> shards_pb2.MoveShardReply:
         self._check(request)
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, NOT_BUILT.format(what="moving a broker set between groups"))
+        reply: shards_pb2.MoveShardReply = self.admin.MoveSet(request, timeout=self._timeout(context),
+                                                              metadata=self.metadata)
+        return reply
+
+    def _timeout(self, context: grpc.ServicerContext) -> float:
+        """The caller's deadline (a move runs as long as it is given, up to max_wait; then the leader
+        finishes it and the caller is told where it stands)."""
+        return call_timeout(context, self.cfg.write_timeout_ms / 1000, max(MOVE_CAP_S, self.cfg.max_wait_ms / 1000))
 
     def _check(self, request: shards_pb2.ShardPlacement) -> None:
         validation.check_name("broker_name", request.broker_name, "broker name")

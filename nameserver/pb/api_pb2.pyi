@@ -1,4 +1,5 @@
 from nameserver.pb import state_pb2 as _state_pb2
+from nameserver.pb import shards_pb2 as _shards_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -44,12 +45,22 @@ LINEARIZABLE: Consistency
 SERIALIZABLE: Consistency
 
 class AssignSetRequest(_message.Message):
-    __slots__ = ("broker_name", "cluster_name")
+    __slots__ = ("broker_name", "cluster_name", "pin", "group")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    PIN_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     cluster_name: str
-    def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ...) -> None: ...
+    pin: bool
+    group: int
+    def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., pin: _Optional[bool] = ..., group: _Optional[int] = ...) -> None: ...
+
+class ProposeStepRequest(_message.Message):
+    __slots__ = ("batch",)
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    batch: bytes
+    def __init__(self, batch: _Optional[bytes] = ...) -> None: ...
 
 class WriteReply(_message.Message):
     __slots__ = ("offset", "records")

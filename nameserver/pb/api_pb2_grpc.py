@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from nameserver.pb import api_pb2 as nameserver_dot_pb_dot_api__pb2
+from nameserver.pb import shards_pb2 as nameserver_dot_pb_dot_shards__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -1820,6 +1821,16 @@ class AdminStub:
                 request_serializer=nameserver_dot_pb_dot_api__pb2.AssignSetRequest.SerializeToString,
                 response_deserializer=nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
                 _registered_method=True)
+        self.MoveSet = channel.unary_unary(
+                '/rip18.nameserver.v1.Admin/MoveSet',
+                request_serializer=nameserver_dot_pb_dot_shards__pb2.ShardPlacement.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_shards__pb2.MoveShardReply.FromString,
+                _registered_method=True)
+        self.ProposeStep = channel.unary_unary(
+                '/rip18.nameserver.v1.Admin/ProposeStep',
+                request_serializer=nameserver_dot_pb_dot_api__pb2.ProposeStepRequest.SerializeToString,
+                response_deserializer=nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -1864,6 +1875,23 @@ class AdminServicer:
     def AssignSet(self, request, context):
         """Sharding (docs/scaling.md): group 0 writes a broker set's directory record before its first
         registration (a worker's call when the router answers AssignFirst); empty when the set has one.
+        With `pin`: an operator's choice of the set's group (nsctl shard assign; moves.pin_set).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MoveSet(self, request, context):
+        """Move a broker set between groups: run by group 0's core's leader (its move duty,
+        nameserver/groups/moveduty.py), answered once the move is done (a worker's Shards.MoveShard).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProposeStep(self, request, context):
+        """One step of a move, a translation the move duty made (nameserver/state/shards/moves.py), proposed as
+        it is in this core's group: peer only (the node's own call), never a client's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -1905,6 +1933,16 @@ def add_AdminServicer_to_server(servicer, server):
             'AssignSet': grpc.unary_unary_rpc_method_handler(
                     servicer.AssignSet,
                     request_deserializer=nameserver_dot_pb_dot_api__pb2.AssignSetRequest.FromString,
+                    response_serializer=nameserver_dot_pb_dot_api__pb2.WriteReply.SerializeToString,
+            ),
+            'MoveSet': grpc.unary_unary_rpc_method_handler(
+                    servicer.MoveSet,
+                    request_deserializer=nameserver_dot_pb_dot_shards__pb2.ShardPlacement.FromString,
+                    response_serializer=nameserver_dot_pb_dot_shards__pb2.MoveShardReply.SerializeToString,
+            ),
+            'ProposeStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProposeStep,
+                    request_deserializer=nameserver_dot_pb_dot_api__pb2.ProposeStepRequest.FromString,
                     response_serializer=nameserver_dot_pb_dot_api__pb2.WriteReply.SerializeToString,
             ),
     }
@@ -2096,6 +2134,60 @@ class Admin:
             target,
             '/rip18.nameserver.v1.Admin/AssignSet',
             nameserver_dot_pb_dot_api__pb2.AssignSetRequest.SerializeToString,
+            nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MoveSet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Admin/MoveSet',
+            nameserver_dot_pb_dot_shards__pb2.ShardPlacement.SerializeToString,
+            nameserver_dot_pb_dot_shards__pb2.MoveShardReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProposeStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rip18.nameserver.v1.Admin/ProposeStep',
+            nameserver_dot_pb_dot_api__pb2.ProposeStepRequest.SerializeToString,
             nameserver_dot_pb_dot_api__pb2.WriteReply.FromString,
             options,
             channel_credentials,

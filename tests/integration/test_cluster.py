@@ -432,6 +432,27 @@ def test_nsctl_shard_on_a_node_with_one_group_says_sharding_is_not_enabled(singl
     assert node.status().end_offset == before
 
 
+def test_a_node_with_one_group_refuses_the_move_duty_s_admin_calls_by_field(single) -> None:
+    """Admin.MoveSet, a pinning AssignSet and ProposeStep (a move's step, written as made) belong to a
+    sharded node's cores: a one-group node refuses them naming the field, and nothing enters its log."""
+    from nameserver.pb import shards_pb2
+    from raftlog.pb import entry_pb2
+
+    node = single.nodes[0]
+    before = node.status().end_offset
+    step = entry_pb2.Batch(records=[entry_pb2.Record(type=1, op=entry_pb2.OP_PUT, key="shard/b1", value=b"")])
+    for call, request, field_name in (
+            (node.admin.MoveSet, shards_pb2.ShardPlacement(broker_name="b1", group=1), "broker_name"),
+            (node.admin.AssignSet, api_pb2.AssignSetRequest(broker_name="b1", pin=True, group=1), "broker_name"),
+            (node.admin.ProposeStep, api_pb2.ProposeStepRequest(batch=step.SerializeToString()), "batch"),
+            (node.admin.MoveSet, shards_pb2.ShardPlacement(broker_name="", group=1), "broker_name")):
+        with pytest.raises(grpc.RpcError) as err:
+            call(request, timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (err.value.details() or "").startswith(f"{field_name}: "), err.value.details()
+    assert node.status().end_offset == before
+
+
 def _counter(node, name: str) -> float:
     with urllib.request.urlopen(f"http://{node.metrics_addr}/metrics", timeout=5) as resp:
         return sum(s.value for f in text_string_to_metric_families(resp.read().decode())

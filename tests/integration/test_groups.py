@@ -25,18 +25,22 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.brokerconn import BrokerConnections
-from bench.procnet import children
 from nameserver import config
-from nameserver.api import corelink
 from nameserver.chunking import register_chunks
 from nameserver.cli import nsctl
 from nameserver.cli.nsctl_shard import NOT_ENABLED
-from nameserver.groups.shards import NOT_BUILT
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import codes
 from nameserver.state.shards.directory import default_group
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
 from tests.fakebroker import FakeBroker
+from tests.integration.groupcores import (
+    children_running,
+    group_core_channel,
+    group_core_pids,
+    group_leader,
+    group_status,
+)
 from tests.unit.test_metrics import ensure_promtool
 
 GROUPS = 2
@@ -97,45 +101,6 @@ def fleet(sharded: Cluster, one_group: Cluster) -> Iterator[list[FakeBroker]]:
     finally:
         for broker in brokers:
             broker.stop()
-
-
-def group_core_channel(node: NodeProc, group: int) -> grpc.Channel:
-    """A channel to `node`'s core of `group` on its private socket, as the node's workers have."""
-    return corelink.own_channel(config.group_config(config.load(node.config_path), group))
-
-
-def group_status(node: NodeProc, group: int) -> api_pb2.NodeStatus | None:
-    with group_core_channel(node, group) as channel:
-        try:
-            return api_pb2_grpc.AdminStub(channel).Status(api_pb2.StatusRequest(), timeout=2)
-        except grpc.RpcError:
-            return None
-
-
-def children_running(node: NodeProc, module: bytes) -> list[int]:
-    """The pids of `node`'s core's children running `module` (python -m)."""
-    assert node.proc is not None
-    found = []
-    for pid in children(node.proc.pid):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if module in f.read():
-                    found.append(pid)
-        except OSError:  # exited meanwhile
-            pass
-    return found
-
-
-def group_core_pids(node: NodeProc) -> list[int]:
-    return children_running(node, b"nameserver.groupcore")
-
-
-def group_leader(cluster: Cluster, group: int) -> NodeProc | None:
-    for node in cluster.nodes:
-        st = group_status(node, group)
-        if st is not None and st.ready and st.role == api_pb2.ROLE_LEADER:
-            return node
-    return None
 
 
 def test_each_node_runs_a_group_core_and_the_group_elects_its_own_leader(sharded: Cluster) -> None:
@@ -324,7 +289,7 @@ def run_nsctl(capsys: pytest.CaptureFixture[str], cluster: Cluster, *args: str) 
 
 def test_nsctl_shard_list_names_each_registered_set_s_group(
         sharded: Cluster, one_group: Cluster, fleet: list[FakeBroker], capsys: pytest.CaptureFixture[str]) -> None:
-    """The nodes' workers serve Shards.ListShards from group 0's directory; a move is refused naming why. A
+    """The nodes' workers serve Shards.ListShards from group 0's directory; a bad pin is refused by field. A
     one-group node serves no Shards: nsctl says sharding is not enabled, and its status has no GROUP column."""
     code, out, err = run_nsctl(capsys, one_group, "shard", "list")
     assert (code, out, err) == (1, "", f"error: UNIMPLEMENTED: {NOT_ENABLED}\n")
@@ -341,10 +306,9 @@ def test_nsctl_shard_list_names_each_registered_set_s_group(
     assert code == 0, err
     assert out.splitlines()[1].split()[:2] == [STREAMED, "1"]
     assert out.splitlines()[2].startswith("2 groups; 1 set with a record (group 0: 0, group 1: 1)")
-    for command, what in (("move", "moving a broker set between groups"),
-                          ("assign", "pinning a broker set to a group")):
-        code, out, err = run_nsctl(capsys, sharded, "shard", command, STREAMED, "0")
-        assert (code, out, err) == (1, "", f"error: FAILED_PRECONDITION: {NOT_BUILT.format(what=what)}\n")
+    code, out, err = run_nsctl(capsys, sharded, "shard", "assign", STREAMED, "0")  # pinned where it is not: moved
+    assert (code, out) == (1, "") and err == (f"error: INVALID_ARGUMENT: group: set {STREAMED!r} is in group 1: "
+                                              "move it instead\n")
     code, _, err = run_nsctl(capsys, sharded, "shard", "move", STREAMED, "2")
     assert (code, err) == (1, "error: INVALID_ARGUMENT: group: 2 is not one of this cluster's groups (0 to 1)\n")
 

@@ -52,7 +52,7 @@ def test_role_table_covers_every_method(method: str) -> None:
     assert allowed("broker", method) == (is_ns and name in BROKER or is_ctl and name in CTL_BROKER)
     assert allowed("client", method) == (is_ns and name in CLIENT or is_ctl and name in CTL_CLIENT
                                          or is_shards and name in SHARDS_CLIENT)
-    assert allowed("admin", method) == (name not in ("ReadIndex", "Follow"))  # peer only
+    assert allowed("admin", method) == (name not in ("ReadIndex", "Follow", "ProposeStep"))  # peer only
     assert allowed("peer", method)
     assert not allowed("nobody", method)
 

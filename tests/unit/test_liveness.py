@@ -197,7 +197,7 @@ def test_a_set_copied_into_a_group_is_not_expired_before_its_timeout_passes_from
     assert _scan(leader, target) == []
     clock.t += 100  # the group's leader has led longer than a timeout (3 s); "stays" went long ago
     assert _scan(leader, target) == ["10.0.0.2:10911"]
-    copy = moves.copy_set(source, target, "moved")
+    copy = moves.copy_set(source, target, 1, "moved")
     assert target.apply_entry(target.offset + 1, entry_pb2.Entry(batches=[copy.batch]))[0].applied
     copied_at = clock.t
     silences = leader.silences(target.registered_addrs())  # a follower syncing before the next scan

@@ -23,7 +23,7 @@ from nameserver.state import (
     wipe_write_perm,
 )
 from nameserver.state import controller as ctl
-from nameserver.state.shards import moves
+from nameserver.state.shards import duty, moves
 from nameserver.state.shards.directory import default_group
 from nameserver.state.shards.merge import ReplicaBehind, merge_route
 from raftlog.pb import entry_pb2
@@ -168,7 +168,7 @@ def test_a_move_copies_every_record_and_no_read_loses_the_set_at_any_step() -> N
 
     def steps() -> list[tuple[MetadataState, Translation]]:
         return [(g0, moves.begin_move(g0, SET, 2, 3)), (g1, moves.fence_set(g1, SET, 1, 2)),
-                (g2, moves.copy_set(g1, g2, SET))]
+                (g2, moves.copy_set(g1, g2, 2, SET))]
 
     for state, tr in steps():
         assert not tr.empty and apply(state, tr)
@@ -195,7 +195,7 @@ def test_a_read_waits_for_the_target_to_hold_the_copy_the_directory_names() -> N
     g0, g1, g2 = groups
     lagging = MetadataState()  # the worker's replica of group 2, before the copy
     for state, tr in [(g0, moves.begin_move(g0, SET, 2, 3)), (g1, moves.fence_set(g1, SET, 1, 2)),
-                      (g2, moves.copy_set(g1, g2, SET))]:
+                      (g2, moves.copy_set(g1, g2, 2, SET))]:
         assert apply(state, tr)
     assert apply(g0, moves.finish_move(g0, SET, 2, g2.offset))
     with pytest.raises(ReplicaBehind) as behind:
@@ -271,7 +271,7 @@ def test_a_set_held_by_group0_before_sharding_moves_out_with_the_directory_recor
     assert moves.fence_set(g0, "old", 0, 1).empty  # group 0's fence is the directory record
     with pytest.raises(moves.SetMoving):
         moves.guard_set_writes(g0, register_broker(g0, reg("old", "10.0.0.6:10911", bid=1), TIMEOUT), 0)
-    assert apply(g1, moves.copy_set(g0, g1, "old"))
+    assert apply(g1, moves.copy_set(g0, g1, 1, "old"))
     assert apply(g0, moves.finish_move(g0, "old", 1, g1.offset))
     assert apply(g0, moves.drop_set(g0, g0, 0, "old"))
     assert not _records(g0, "old") and g0.directory.group_of("old") == 1  # the directory record stays
@@ -286,7 +286,7 @@ def _move(groups: list[MetadataState], name: str, target: int) -> None:
     source = g0.directory.group_of(name)
     assert apply(g0, moves.begin_move(g0, name, target, len(groups)))
     assert apply(groups[source], moves.fence_set(groups[source], name, source, target))
-    assert apply(groups[target], moves.copy_set(groups[source], groups[target], name))
+    assert apply(groups[target], moves.copy_set(groups[source], groups[target], target, name))
     assert apply(g0, moves.finish_move(g0, name, target, max(groups[target].offset, 1)))
     assert apply(groups[target], moves.open_set(groups[target], g0, target, name))
     assert apply(groups[source], moves.drop_set(groups[source], g0, source, name))
@@ -335,9 +335,9 @@ def test_a_set_moved_back_is_written_in_its_old_group_once_opened_but_a_write_fr
     g0, g1, g2 = groups
     stale = moves.guard_set_writes(g1, register_broker(g1, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 1)
     _move(groups, SET, 2)
-    assert moves.open_set(g2, g0, 2, SET).empty  # the set never left group 2: nothing to open
+    assert moves.open_set(g2, g0, 2, SET).empty  # the move opened group 2 (its record names it): done
     assert apply(g0, moves.begin_move(g0, SET, 1, 3)) and apply(g2, moves.fence_set(g2, SET, 2, 1))
-    assert apply(g1, moves.copy_set(g2, g1, SET))
+    assert apply(g1, moves.copy_set(g2, g1, 1, SET))
     with pytest.raises(ValidationError) as err:
         moves.open_set(g1, g0, 1, SET)
     assert err.value.field == "broker_name"
@@ -356,3 +356,75 @@ def test_a_set_moved_back_is_written_in_its_old_group_once_opened_but_a_write_fr
     route = merge_route(groups, "T1").route
     bd = next(bd for bd in route.broker_datas if bd.broker_name == SET)
     assert [a.addr for a in bd.addrs] == ["10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"]
+
+
+# ---- a copy decided from a stale read (docs/scaling.md, "How the duty resumes") ----------------------------
+
+def _as_read(state: MetadataState) -> MetadataState:
+    """A replica's copy of `state` as it is now: what a driver read before the state moved on."""
+    read = MetadataState()
+    read.restore(state.offset, list(state.kv.items()))
+    return read
+
+
+def test_a_copy_decided_before_the_finish_is_a_no_op_when_it_applies_after_the_target_took_writes() -> None:
+    """A copy decided, then held (or decided again by a driver that did not see the finish), reaching the
+    target's log after the move finished and a broker registered there: its preconditions (the target's
+    records and shard/ record at the versions read) fail, and the registration stays."""
+    groups = _fleet()
+    g0, g1, g2 = groups
+    assert apply(g0, moves.begin_move(g0, SET, 2, 3)) and apply(g1, moves.fence_set(g1, SET, 1, 2))
+    stale = moves.copy_set(g1, g2, 2, SET)
+    assert apply(g2, moves.copy_set(g1, g2, 2, SET))
+    assert apply(g0, moves.finish_move(g0, SET, 2, g2.offset))
+    assert apply(g2, moves.open_set(g2, g0, 2, SET))
+    assert g2.directory.entry(SET) == state_pb2.ShardSet(group=2)  # a first move opens its target too
+    new = moves.guard_set_writes(g2, register_broker(g2, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 2)
+    assert apply(g2, new)
+    held = _records(g2, SET)
+    assert not apply(g2, stale)
+    assert _records(g2, SET) == held
+    bd = next(bd for bd in merge_route(groups, "T1").route.broker_datas if bd.broker_name == SET)
+    assert [a.addr for a in bd.addrs] == ["10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"]
+
+
+def test_a_copy_into_a_group_that_opened_the_set_is_refused_by_field() -> None:
+    """A driver whose read of group 0 is older than the finish (the set still moving) and whose read of the
+    target is newer (opened, a new registration there) would copy the source's records over the target's
+    and delete the new one: the copy is refused, nothing is written."""
+    groups = _fleet()
+    g0, g1, g2 = groups
+    assert apply(g0, moves.begin_move(g0, SET, 2, 3)) and apply(g1, moves.fence_set(g1, SET, 1, 2))
+    before_finish = _as_read(g0)
+    assert apply(g2, moves.copy_set(g1, g2, 2, SET))
+    assert apply(g0, moves.finish_move(g0, SET, 2, g2.offset)) and apply(g2, moves.open_set(g2, g0, 2, SET))
+    assert apply(g2, moves.guard_set_writes(g2, register_broker(g2, reg(SET, "10.0.0.3:10911", bid=2), TIMEOUT), 2))
+    with pytest.raises(ValidationError) as err:
+        moves.copy_set(g1, g2, 2, SET)
+    assert err.value.field == "group" and "holds set" in str(err.value)
+    with pytest.raises(ValidationError) as err:  # the decider refuses alike: the step is decided again from fresh reads
+        duty.decide([before_finish, g1, g2], duty.MoveOrder(SET, 2))
+    assert err.value.field == "group"
+    g0_moved_back = MetadataState()  # a copy into group 0 it holds as its own: the directory names 0, not moving
+    assert apply(g0_moved_back, moves.pin_set(g0_moved_back, SET, 0, 3))
+    with pytest.raises(ValidationError):
+        moves.copy_set(g1, g0_moved_back, 0, SET)
+
+
+def test_the_target_of_a_first_move_is_opened_and_a_resumed_leader_finds_it_unopened() -> None:
+    """A target k >= 1 the set never held gets its record at step 5 as a move back does; a leader killed
+    between the finish and the opening of a set with no records (nothing left to drop) resumes it."""
+    g0, g1 = MetadataState(), MetadataState()
+    assert apply(g0, moves.pin_set(g0, "empty", 0, 2))
+    assert apply(g0, moves.begin_move(g0, "empty", 1, 2))
+    assert moves.copy_set(g0, g1, 1, "empty").empty  # no records: nothing to copy
+    assert apply(g0, moves.finish_move(g0, "empty", 1, 1))
+    states = [g0, g1]
+    assert duty.pending_moves(states) == [duty.MoveOrder("empty", 1)]
+    step = duty.decide(states)
+    assert isinstance(step, duty.Step) and (step.kind, step.group) == (duty.OPEN, 1)
+    assert apply(g1, step.translation) and g1.directory.entry("empty") == state_pb2.ShardSet(group=1)
+    assert duty.decide(states) == duty.Idle()
+    assigned = MetadataState()  # a set assigned to group 1 at its first registration needs no opening
+    assert apply(assigned, moves.pin_set(assigned, "fresh", 1, 2))
+    assert duty.pending_moves([assigned, MetadataState()]) == []

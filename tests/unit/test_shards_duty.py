@@ -491,3 +491,13 @@ def test_a_decider_that_never_ends_stops_the_driver() -> None:
 def test_idle_when_nothing_moves() -> None:
     fleet = fleet_of(2, 1, 0)
     assert duty.pending_moves(fleet.states) == [] and duty.run_move(duty.decide, Recording(fleet)) == duty.Idle()
+
+
+def test_a_new_leader_reads_the_other_groups_only_once_a_move_is_recorded() -> None:
+    """moves_recorded: no set ever moved (no moving_to, no since) leaves nothing pending anywhere."""
+    fleet = fleet_of(2, 1, 0)
+    assert not duty.moves_recorded(fleet.states[0]) and duty.pending_moves(fleet.states) == []
+    assert fleet.apply(0, moves.begin_move(fleet.states[0], MOVED, 0, 2))
+    assert duty.moves_recorded(fleet.states[0])
+    assert duty.run_move(lambda s: duty.decide(s, duty.MoveOrder(MOVED, 0)), Recording(fleet)) == duty.Done(MOVED, 0)
+    assert duty.moves_recorded(fleet.states[0]) and fleet.states[0].directory.entry_since(MOVED) > 0

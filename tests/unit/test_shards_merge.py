@@ -134,7 +134,7 @@ class Sharded:
         group, step = [
             (0, lambda: moves.begin_move(g0, name, m.target, self.groups)),
             (m.source, lambda: moves.fence_set(source, name, m.source, m.target)),
-            (m.target, lambda: moves.copy_set(source, target, name)),
+            (m.target, lambda: moves.copy_set(source, target, m.target, name)),
             (0, lambda: moves.finish_move(g0, name, m.target, m.since)),
             (m.target, lambda: moves.open_set(target, g0, m.target, name)),
             (m.source, lambda: moves.drop_set(source, g0, m.source, name)),

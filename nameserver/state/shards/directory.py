@@ -76,6 +76,11 @@ class Directory:
         found = self._sets.get(broker_name)
         return found.moving_to if found is not None and found.HasField("moving_to") else None
 
+    def entry_since(self, broker_name: str) -> int:
+        """The offset in its group where the set's last move's copy applied (0: it never moved)."""
+        found = self._sets.get(broker_name)
+        return found.since if found is not None else 0
+
     def floor(self) -> dict[int, int]:
         """group -> the offset a replica of that group must have applied before a read merges it with this
         directory (the highest `since` of the sets it received by a move): a worker whose directory says a

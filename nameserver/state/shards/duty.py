@@ -7,12 +7,13 @@ record says a move is under way and where to; the source's fence; the target's c
 tombstone of an earlier move out; a source still holding the set after the move), so a leader killed
 anywhere, even after its proposal applied but before it saw the answer, resumes by calling it again and
 running what it returns. Each translation is empty when its step is done, so a step run twice writes
-nothing the second time, provided the states it reads show every step applied before (a stale read of
-group 0 could run COPY again after FINISH: docs/scaling.md says what the executor must add).
+nothing the second time. A step decided from a stale read is a no-op at apply: the copy requires the
+target's records and its shard/ record at the versions read, and refuses a target that opened the set;
+every other step rewrites a shard/ record under its version. The node's executor reads each group at its
+read index (nameserver/groups/moveduty.py), so it decides from states no older than its call.
 
-`run_move` is the loop a node will run (read, decide, propose, read again) with the processes behind an
-Executor: no process runs it yet (nameserver/groups/shards.py refuses MoveShard until that executor is
-built); the tests run it on in-process states.
+`run_move` is the loop (read, decide, propose, read again) over an Executor: group 0's core's leader runs
+it (nameserver/groups/moveduty.py); the tests also run it on in-process states.
 """
 
 from __future__ import annotations
@@ -80,9 +81,13 @@ def _claimed(state: MetadataState, group: int, broker_name: str) -> bool:
 
 
 def _unopened(states: Sequence[MetadataState], broker_name: str, owner: int) -> bool:
-    """The group the directory names for the set refuses its writes: a tombstone, or the fence of a move
-    out whose drop never ran, left there (step 5 not run)."""
-    return owner != GROUP0 and moves.refusal(states[owner], owner, broker_name) is not None
+    """The group k >= 1 the directory names for the set has not opened it (step 5 not run): it holds a
+    tombstone or a fence of the set (it left k before), or no record though the set came by a move
+    (`since` set). A set assigned to k at its first registration, never moved, has no record there and
+    needs none."""
+    if owner == GROUP0 or moves.opened(states[owner], owner, broker_name):
+        return False
+    return states[owner].directory.assigned(broker_name) or states[GROUP0].directory.entry_since(broker_name) > 0
 
 
 def _leftovers(states: Sequence[MetadataState], broker_name: str, owner: int) -> list[int]:
@@ -102,7 +107,7 @@ def _held(state: MetadataState, group: int) -> set[str]:
 def pending_moves(states: Sequence[MetadataState]) -> list[MoveOrder]:
     """The moves a new leader of group 0 resumes, by set name: every set the directory says is moving,
     every set a group holds though the directory names another (its move finished, its drop did not run),
-    and every set whose group refuses its writes (moved back, not opened). A leftover known only by
+    and every set moved into a group k >= 1 that has not opened it. A leftover known only by
     queue datas (no broker/, ctrl/ or fence record) is not found here; a move of that set drops it."""
     directory = states[GROUP0].directory
     found: dict[str, int] = {}
@@ -114,10 +119,17 @@ def pending_moves(states: Sequence[MetadataState]) -> list[MoveOrder]:
         for name in _held(state, group):
             if name not in found and directory.group_of(name) != group:
                 found[name] = directory.group_of(name)
-        for name in state.directory.names() if group != GROUP0 else ():
-            if name not in found and directory.group_of(name) == group and _unopened(states, name, group):
-                found[name] = group
+    for name in directory.names():  # moved, not opened (the target may hold no record of it yet)
+        if name not in found and _unopened(states, name, directory.group_of(name)):
+            found[name] = directory.group_of(name)
     return [MoveOrder(name, target) for name, target in sorted(found.items())]
+
+
+def moves_recorded(group0: MetadataState) -> bool:
+    """Group 0's directory shows a move, under way (`moving_to`) or finished (`since`, set by every finish):
+    without one no group holds anything pending_moves finds, so a new leader need not read the others."""
+    directory = group0.directory
+    return any(directory.moving_to(name) is not None or directory.entry_since(name) > 0 for name in directory.names())
 
 
 def validate_move(states: Sequence[MetadataState], broker_name: str, target: int) -> MoveOrder:
@@ -173,7 +185,7 @@ def _next(states: Sequence[MetadataState], order: MoveOrder) -> Step | Done:
         if source.directory.moving_to(name) != target:  # in group 0, the directory's record is the fence
             return step(FENCE, owner, moves.fence_set(source, name, owner, target))
         # the source state read holds the fence, so nothing of the set changes in it after this read
-        copy = moves.copy_set(source, copy_to, name)
+        copy = moves.copy_set(source, copy_to, target, name)
         if not copy.empty:
             return step(COPY, target, copy)
         # the copy is in the target state read: its offset is at or after the copy's (a floor for reads;

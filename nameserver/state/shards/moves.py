@@ -14,9 +14,9 @@ resumes by running the steps again:
   3. copy_set:   the set's records, as the source holds them at or after its fence, written to the target
                  in one batch
   4. finish_move: the directory names the target, `since` the copy's offset there (reads switch to it)
-  5. open_set:   only in a target k >= 1 the set had left before: its tombstone (or fence) replaced by a
-                 record naming the group itself (until then it refuses the set's writes, so nothing is
-                 written there that a copy run again would delete)
+  5. open_set:   in a target k >= 1: a record naming the group itself (replacing the tombstone or fence
+                 of a set that had left it before, which until then refuses the set's writes, so nothing is
+                 written there that a copy run again would delete); a copy refuses an opened target
   6. drop_set:   the set's records deleted from the source, its fence turned into a tombstone
 
 A group's own shard/<name> record places the set for that group's writes (in group 0 it is the directory's
@@ -113,7 +113,7 @@ def assign_set(state: MetadataState, broker_name: str, cluster: str, groups: int
 
 
 def pin_set(state: MetadataState, broker_name: str, group: int, groups: int) -> Translation:
-    """An operator's choice of a set's group (`nsctl shard assign`, not built yet): before its first
+    """An operator's choice of a set's group (`nsctl shard assign`, through Admin.AssignSet): before its first
     registration, or marking the group it is in. A set held elsewhere is moved, not pinned."""
     check_group(group, groups)
     found = state.directory.entry(broker_name)
@@ -220,18 +220,39 @@ def set_keys(state: MetadataState, broker_name: str) -> list[str]:
     return sorted(key for key in found if key in state.kv)
 
 
-def copy_set(source: MetadataState, target: MetadataState, broker_name: str) -> Translation:
+def opened(state: MetadataState, group: int, broker_name: str) -> bool:
+    """Group `group` (whose state this is) has taken the set as its own: its shard/ record names the group
+    itself (step 5; in group 0 the directory names group 0, no move under way), or, in group 0, there is
+    no record at all. A copy into such a group would overwrite the set's writes taken there since."""
+    found = state.directory.entry(broker_name)
+    if found is None:
+        return group == GROUP0
+    return not found.HasField("moving_to") and found.group == group
+
+
+def copy_set(source: MetadataState, target: MetadataState, target_group: int, broker_name: str) -> Translation:
     """Step 3, in the target group: the set's records as the source holds them (a record the target holds
-    of the set and the source does not, left by an earlier copy, is deleted). Empty when equal."""
+    of the set and the source does not, left by an earlier copy, is deleted). Empty when equal.
+
+    Decided from a read of the target, it requires the target's shard/<name> record and every key it
+    writes or deletes at the versions read: a copy decided from a stale read (a driver that did not see
+    the move finish) is a no-op at apply instead of deleting what the target took after the finish. A
+    target that has taken the set as its own (`opened`) is refused outright (ValidationError)."""
+    if opened(target, target_group, broker_name):
+        raise ValidationError("group", f"group {target_group} holds set {broker_name!r} as its own: "
+                                       "a copy there would overwrite its writes")
     b = RecordBuilder(target)
     wanted = set_keys(source, broker_name)
     for key in wanted:
         value = source.kv.get(key)
         assert value is not None  # set_keys lists only held keys
+        b.require(key)
         b.put_value(keys.record_type_of(key), key, value)
     for key in set_keys(target, broker_name):
         if key not in wanted:
+            b.require(key)
             b.delete(keys.record_type_of(key), key)
+    b.require(keys.shard_key(broker_name))
     return b.build()
 
 
@@ -240,11 +261,15 @@ def open_set(target: MetadataState, group0: MetadataState, target_group: int, br
     left there before (a tombstone, or the fence of a move out whose drop never ran) replaced by one naming
     the group, so the set's writes are taken there again (at a new version of the record: a write
     translated before the set left stays refused). Empty when the target takes the set's writes already
-    (it never left, or it is open)."""
+    (it is open already; group 0 is always: the directory's record is its own).
+
+    Run in every target k >= 1, also one the set never left (no record there): once open, the target's
+    record names it, which a copy decided from a stale read is refused by (copy_set), and its new version
+    fails such a copy's precondition."""
     directory = group0.directory
     if directory.group_of(broker_name) != target_group or directory.moving_to(broker_name) is not None:
         raise ValidationError("broker_name", f"set {broker_name!r} has not moved to group {target_group}")
-    if target_group == GROUP0 or refusal(target, target_group, broker_name) is None:
+    if target_group == GROUP0 or opened(target, target_group, broker_name):
         return Translation()
     return _write(target, broker_name, state_pb2.ShardSet(group=target_group))
 
