@@ -33,12 +33,12 @@ from typing import TypeVar
 import grpc
 
 from nameserver.api import corelink, writechannel
+from nameserver.api.coreindex import CoreReadIndex
 from nameserver.api.corelink import core_read_index
 from nameserver.api.rpc import DeadlinePassed
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig, group_config
 from nameserver.core.node import NameServerNode
-from nameserver.core.readindex import ReadIndexBatcher
 from nameserver.errors import ValidationError
 from nameserver.groups.follow import follow_core
 from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2
@@ -72,7 +72,7 @@ class GroupsExecutor:
         self._replicas: list[ReadReplica] = []  # [k - 1]: group k's, started on first use
         self._channels: list[grpc.Channel] = []
         self._writes: list[WriteChannel] = []
-        self._indexes: list[ReadIndexBatcher] = []
+        self._indexes: list[CoreReadIndex] = []
         self._admins: list[api_pb2_grpc.AdminStub] = []
         self._started = threading.Lock()
         self.deadline = 0.0  # the current run's: every wait and call ends by it
