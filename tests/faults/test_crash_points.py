@@ -19,7 +19,7 @@ from tests.faults.scenario import pick, read_log, timeout_for, wait_exit
 
 pytestmark = pytest.mark.cluster
 
-SECONDS = (4, 30)  # the workloads' run after the restart
+SECONDS = (3, 30)  # the workloads' run after the restart
 
 
 @pytest.mark.timeout(timeout_for(*SECONDS) + 120)

@@ -27,7 +27,7 @@ from tests.faults.scenario import SEED, median, pick, timeout_for
 
 pytestmark = pytest.mark.cluster
 
-SECONDS = (10, 240)
+SECONDS = (7, 240)
 
 
 def slowdisk() -> str:

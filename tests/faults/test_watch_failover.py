@@ -35,7 +35,7 @@ pytestmark = pytest.mark.cluster
 WATCHERS = int(os.environ.get("WATCH_FAILOVER_WATCHERS", "500"))
 WRITERS = int(os.environ.get("WATCH_FAILOVER_WRITERS", "200"))
 NAMESPACES = max(1, WATCHERS // 10)
-PHASE_S = pick(3, 20)  # writes before the kill, while the leader is down, after its restart
+PHASE_S = pick(2, 20)  # writes before the kill, while the leader is down, after its restart
 STREAMS_PER_CHANNEL = 50
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
 
 from nameserver.api.service import NameServerService
 from nameserver.config import NodeConfig
@@ -151,7 +152,7 @@ def methods() -> dict[str, tuple[type[Message], bool]]:
     out = {}
     for m in svc.methods:
         if m.name not in SKIPPED:
-            out[m.name] = (getattr(api_pb2, m.input_type.name), m.client_streaming)
+            out[m.name] = (GetMessageClass(m.input_type), m.client_streaming)
     return out
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
 
 from nameserver import headers
 from nameserver.pb import api_pb2
@@ -51,8 +52,9 @@ def all_methods() -> dict[str, Method]:
     for svc in services.values():
         for m in svc.methods:
             key = m.name if svc.name == "NameServer" or m.name not in nameserver else f"{svc.name}.{m.name}"
-            out[key] = Method(svc.name, m.name, getattr(api_pb2, m.input_type.name),
-                              getattr(api_pb2, m.output_type.name), m.client_streaming, m.server_streaming, key)
+            # by descriptor, not by name in api_pb2: some types live in an imported file (shards.proto)
+            out[key] = Method(svc.name, m.name, GetMessageClass(m.input_type), GetMessageClass(m.output_type),
+                              m.client_streaming, m.server_streaming, key)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Each atheris target runs for a bounded time (FUZZ_SECONDS, default 10) on a copy of its corpus.
+"""Each atheris target runs for a bounded time (FUZZ_SECONDS, default 6) on a copy of its corpus.
 
 The three targets run side by side. A target passes when it exits 0 and leaves no crash, timeout, OOM
 or leak artifact. New corpus entries go to the temporary copy: the repository's corpus only changes
@@ -18,7 +18,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 TARGETS = sorted(p.stem for p in (HERE / "atheris_targets").glob("*.py") if not p.name.startswith("_"))
-SECONDS = int(os.environ.get("FUZZ_SECONDS", "10"))
+SECONDS = int(os.environ.get("FUZZ_SECONDS", "6"))
 # A fixed seed by default, so CI explores the same inputs every run (a failure reproduces);
 # FUZZ_SEED=0 lets libFuzzer pick one (the long runs in docs/fuzzing.md).
 SEED = int(os.environ.get("FUZZ_SEED", "1"))
