@@ -276,25 +276,33 @@ def test_a_remoting_217_is_split_to_each_set_s_group_as_grpc_s_register_topic(
         sharded: Cluster, one_group: Cluster, fleet: list[FakeBroker]) -> None:
     """A REGISTER_TOPIC_IN_NAMESRV naming sets of both groups: each group holds its own sets' queue datas, and
     the route (gRPC and 105) equals the one-group node's. One naming a broker no group holds (no directory
-    record: group 0's part, refused there) writes nothing in any group, as on one group: SUCCESS, no route."""
+    record: group 0's part, refused there) writes nothing in any group, as on one group: SUCCESS, no route.
+    One with a bad queue data in group 1's part is refused naming it, and group 0 writes nothing either."""
     broker, node, reference = fleet[0], sharded.nodes[0], one_group.nodes[0]
     split = [NAMES[0][0], NAMES[1][0]]
-    with_ghost = [NAMES[1][1], "ghost-217"]
-    for topic, brokers in (("Via217", split), ("Via217Ghost", with_ghost)):
+    bad = "queue_datas[2].broker_name: duplicate broker"
+    for topic, brokers, answer in (("Via217", split, None), ("Via217Ghost", [NAMES[1][1], "ghost-217"], None),
+                                   ("Via217Bad", [NAMES[0][1], NAMES[1][0], NAMES[1][0]], bad)):
         for target in (node, reference):
             resp = broker.call(target.remoting_addr, codes.REGISTER_TOPIC_IN_NAMESRV, {"topic": topic},
                                _queue_datas_body(brokers))
-            assert resp is not None and (resp.code, resp.remark) == (codes.SUCCESS, None), resp.remark
+            assert resp is not None
+            if answer is None:
+                assert (resp.code, resp.remark) == (codes.SUCCESS, None), resp.remark
+            else:
+                assert resp.code == codes.SYSTEM_ERROR and resp.remark.startswith(answer), resp.remark
     # answered once this worker's replicas held it: the same connection reads it at once
     routed = broker.call(node.remoting_addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "Via217"})
     assert routed is not None and routed.code == codes.SUCCESS
-    ghost = broker.call(node.remoting_addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "Via217Ghost"})
-    assert ghost is not None and ghost.code == codes.TOPIC_NOT_EXIST
-    assert _route(reference, "Via217Ghost") is None
+    for topic in ("Via217Ghost", "Via217Bad"):
+        none = broker.call(node.remoting_addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        assert none is not None and none.code == codes.TOPIC_NOT_EXIST
+        assert _route(reference, topic) is None
 
     def landed() -> bool:
         return all(_own_route_brokers(n, group, "Via217") == [NAMES[group][0]]
                    and _own_route_brokers(n, group, "Via217Ghost") is None
+                   and _own_route_brokers(n, group, "Via217Bad") is None
                    for n in sharded.nodes for group in range(GROUPS))
 
     sharded.wait_for("each group holding its own set's queue data of the topic on every node", landed, timeout=30)
