@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             held = remoting
             workermetrics.WorkerGauges(index, registry).keep_set(stopped, lambda: (
                 replica.offset, held.connections if held else 0, held.budget.held if held else 0,
-                len(node.watches), (node.watches.cut_off_total, channel.answered_unchanged, channel.stale_notes)))
+                len(node.watches), (node.watches.cut_off_total, *unchanged_counts(
+                    groups.remoting_channels if groups is not None and groups.remoting_channels else [channel]))))
         log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d%s", index, os.getpid(), cfg.grpc_addr,
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset,
                  "" if replica.ready else f"; refusing reads: {replica.not_ready_reason()}")
@@ -128,11 +129,12 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     (nameserver/groups). Returns the servers and the read API over the replica."""
     # ReplicaNode has the node's read API, which is all the replica methods and codes use
     node = ReplicaNode(replica, cfg, read_index=read_index)
+    calls = groups.calls(onward, writes) if groups is not None else None  # before the service: it routes too
     service = NameServerService(node) if groups is None else groups.service(node)  # type: ignore[arg-type]
     grpc_server = grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port,
                                         metrics=requests.interceptor() if requests is not None else None)
-    if groups is not None:  # asked first: a write goes to its group's core
-        grpc_server.add_generic_rpc_handlers((groups.calls(onward, writes),))
+    if groups is not None and calls is not None:  # asked first: a write goes to its group's core
+        grpc_server.add_generic_rpc_handlers((calls,))
         local = (local or {}) | groups.local_handlers()
     grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
         onward, corelink.local_handlers(service) | (local or {}), replica.wait_applied, writes,
@@ -150,6 +152,12 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
         warm_up(remoting, node, reply_sizes or {})
         remoting.start()
     return remoting, grpc_server, node
+
+
+def unchanged_counts(channels: list[CoreChannel]) -> tuple[int, int]:
+    """Registrations the worker answered unchanged, and those passed on after a stale note, over its
+    channels (one a group)."""
+    return sum(c.answered_unchanged for c in channels), sum(c.stale_notes for c in channels)
 
 
 def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, replica: ReadReplica,

@@ -15,10 +15,11 @@ from nameserver.api.corelink import CoreForwarder
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig, group_config
 from nameserver.groups.follow import follow_core
-from nameserver.groups.reads import MergedReads, MergedService
+from nameserver.groups.reads import MergedReads
+from nameserver.groups.registrations import GroupRegistrations
 from nameserver.groups.shards import GroupStatus, ShardsService
-from nameserver.groups.writes import GroupCalls, Placer, RoutedFront
-from nameserver.remoting.corechannel import CoreChannel, socket_path
+from nameserver.groups.writes import GroupCalls, Placer, RoutedFront, RoutedService
+from nameserver.remoting.corechannel import CoreChannel, UnchangedRegistrations, socket_path
 from nameserver.replica import ReadReplica, ReplicaNode
 from nameserver.replica.seed import seed_from_snapshots
 
@@ -32,6 +33,8 @@ class GroupLinks:
         self._closing: list[WriteChannel | grpc.Channel] = []
         self._placer_made: Placer | None = None
         self.core_channels: list[grpc.Channel] = []  # [k]: group k's core's private socket, once calls() ran
+        self._calls: GroupCalls | None = None
+        self.remoting_channels: list[CoreChannel] = []  # [k]: group k's core's remoting socket, once front() ran
 
     def start(self) -> None:
         for core, replica in zip(self.cores[1:], self.replicas[1:], strict=True):
@@ -46,8 +49,10 @@ class GroupLinks:
         return "; ".join(f"group {group}: {replica.not_ready_reason()}" for group, replica in enumerate(self.replicas)
                          if not replica.ready)
 
-    def service(self, node: ReplicaNode) -> MergedService:
-        return MergedService(node, self.reads)
+    def service(self, node: ReplicaNode) -> RoutedService:
+        """The worker's service (after calls()): merged reads, and the remoting handlers' routed writes."""
+        assert self._calls is not None, "calls() routes the service's writes"
+        return RoutedService(node, self.reads, self._calls)
 
     def calls(self, core0: grpc.Channel, writes0: WriteChannel | None) -> GroupCalls:
         """The gRPC handler routing writes (placed before the worker's CoreForwarder)."""
@@ -61,7 +66,8 @@ class GroupLinks:
             self._closing += [channel, writes]
             self.core_channels.append(channel)
             forwarders.append(CoreForwarder(channel, {}, replica.wait_applied, writes))
-        return GroupCalls(forwarders, self._placer(core0))
+        self._calls = GroupCalls(forwarders, self._placer(core0))
+        return self._calls
 
     def local_handlers(self) -> dict[str, grpc.RpcMethodHandler]:
         """What a worker answers itself with several groups (after calls()): the Shards service over the
@@ -71,9 +77,15 @@ class GroupLinks:
         return shards.handlers() | GroupStatus(self.cfg, self.core_channels).handlers()
 
     def front(self, channel0: CoreChannel, core0: grpc.Channel) -> RoutedFront:
-        """The remoting FrontEnd routing frames to each group's core (`channel0`: group 0's)."""
+        """The remoting FrontEnd routing frames to each group's core (`channel0`: group 0's). When group 0's
+        channel answers unchanged registrations (a worker's), so does each group's, from its replica."""
         channels = [channel0] + [CoreChannel(socket_path(core), self._offset_of(replica), channel0.timeout_s)
                                  for core, replica in zip(self.cores[1:], self.replicas[1:], strict=True)]
+        if channel0.unchanged is not None:
+            for group, channel in enumerate(channels[1:], start=1):
+                channel.unchanged = UnchangedRegistrations(
+                    GroupRegistrations(self.replicas, group, self.cores[group].default_timeout_ms), self.cfg)
+        self.remoting_channels = channels
         return RoutedFront(channels, self._placer(core0))
 
     def _placer(self, core0: grpc.Channel) -> Placer:

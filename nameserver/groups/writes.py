@@ -7,6 +7,10 @@ which proposes it in its group (forwarding it to its group's leader when it does
 - Moving: refused, retriable (UNAVAILABLE; remoting SYSTEM_BUSY), before the hop.
 - Split (a heartbeat batch, a topic on brokers of several groups, a topic deleted): one call per group in
   group order, the answers merged; not atomic across groups (each part is, and the request is idempotent).
+- A remoting REGISTER_TOPIC_IN_NAMESRV (217, REQUESTS' `routed`) is answered by the worker's own handlers, whose
+  RegisterTopic (RoutedService) is GroupCalls.register_topic: placed and merged as the gRPC call, so a
+  set with no directory record goes to group 0 there too, and group 0's refusal of a broker it does not hold
+  stops the parts after it (the handlers then answer SUCCESS with nothing written, as one group does).
 - A call a peer forwarded (FORWARDED) was routed where it began: it goes to the group its GROUP header
   names (a group core's forward), else group 0's core, unrouted. GROUP is honoured only on forwarded calls,
   which only peers may send (auth), so a client cannot pick a set's group.
@@ -23,16 +27,18 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from nameserver import headers
-from nameserver.api.corelink import CoreForwarder, own_metadata
+from nameserver import headers, validation
+from nameserver.api.corelink import SETTLE_S, CoreForwarder, own_metadata
+from nameserver.api.rpc import rpc
 from nameserver.api.writechannel import NAMESERVER, WRITE_METHODS, method_path
 from nameserver.config import NodeConfig
+from nameserver.groups.reads import MergedReads, MergedService
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.remoting import codes
 from nameserver.remoting.command import Command
 from nameserver.remoting.corechannel import CoreChannel
-from nameserver.remoting.handlers import REPLICA_CODES
-from nameserver.replica import ReadReplica
+from nameserver.remoting.handlers import REPLICA_CODES, ROUTED_CODES
+from nameserver.replica import ReadReplica, ReplicaNode
 from nameserver.state.shards.moves import SetMoving
 from nameserver.state.shards.router import AssignFirst, Moving, Placement, Split, ToGroup, route
 
@@ -162,6 +168,42 @@ class GroupCalls(grpc.GenericRpcHandler):
         assert handler.unary_unary is not None
         return handler.unary_unary(raw, context)
 
+    def register_topic(self, request: api_pb2.RegisterTopicRequest, context: grpc.ServicerContext
+                       ) -> api_pb2.WriteReply:
+        """RegisterTopic for the worker's remoting handlers (217), placed and merged as the gRPC call: each
+        part written by its group's core as the worker itself (the handlers' in-process stub checked the
+        remoting port's role first, as the core's does), a refused part ending the call; the answer held
+        until this worker's replica of each group has its part (the connection's next read sees it)."""
+        placement = self._place(request, context)
+        parts = [(placement.group, request)] if isinstance(placement, ToGroup) else list(placement.parts)
+        replies: list[tuple[int, Message]] = []
+        for group, part in parts:
+            forwarder = self.forwarders[group]
+            left = context.time_remaining()
+            reply = api_pb2_grpc.NameServerStub(forwarder.channel).RegisterTopic(
+                part, timeout=left, metadata=self.placer.metadata)
+            forwarder.settle(reply.offset, min(SETTLE_S, left if left is not None else SETTLE_S), context.is_active)
+            replies.append((group, reply))
+        merged = merge_replies(replies)
+        assert isinstance(merged, api_pb2.WriteReply)
+        return merged
+
+
+class RoutedService(MergedService):
+    """A sharded worker's service: MergedService's reads, and the writes its remoting handlers make themselves
+    (REQUESTS' `routed` codes) routed by `calls`. Its gRPC port serves only the reads (corelink.local_handlers):
+    a gRPC write goes to GroupCalls."""
+
+    def __init__(self, node: ReplicaNode, reads: MergedReads, calls: GroupCalls) -> None:
+        super().__init__(node, reads)
+        self.calls = calls
+
+    @rpc
+    def RegisterTopic(self, request: api_pb2.RegisterTopicRequest, context: grpc.ServicerContext
+                      ) -> api_pb2.WriteReply:
+        validation.validate_register_topic(request)  # bad input refused whole, before any group writes a part
+        return self.calls.register_topic(request, context)
+
 
 def _placed_request(cmd: Command) -> Message | None:
     """The part of a remoting request the router needs (None: group 0's, unrouted)."""
@@ -181,11 +223,11 @@ def _placed_request(cmd: Command) -> Message | None:
 
 
 class RoutedFront:
-    """A worker's remoting FrontEnd with several groups: the replica codes answered here (group 0's
-    handlers over the merged service), each other frame to its group's core (channels[k]); a topic
+    """A worker's remoting FrontEnd with several groups: the replica and routed codes answered here (the
+    worker's handlers over RoutedService), each other frame to its group's core (channels[k]); a topic
     deleted to every group (group 0's answer, unless a group refused)."""
 
-    local_codes = REPLICA_CODES
+    local_codes = REPLICA_CODES | ROUTED_CODES  # ROUTED_CODES: the handlers call RoutedService
 
     def __init__(self, channels: Sequence[CoreChannel], placer: Placer) -> None:
         self.channels = list(channels)

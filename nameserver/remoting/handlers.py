@@ -449,6 +449,9 @@ class Served:
     # Answered by a remoting worker process from its read replica (nameserver/worker.py): the handler
     # only reads the state (and the node's own settings). Every other code goes to the node's core.
     replica: bool = False
+    # Answered by a sharded worker process itself (several Raft groups): the handler's write is one the
+    # worker's service splits over the groups as its gRPC twin is split (nameserver/groups/writes.py).
+    routed: bool = False
 
 
 # The request codes this port serves: the one list (docs/remoting.md's table is checked against it, the
@@ -475,9 +478,10 @@ REQUESTS: dict[int, Served] = {
     codes.WIPE_WRITE_PERM_OF_BROKER: Served(lambda h: h._perm("WipeWritePerm", "wipeTopicCount")),
     codes.ADD_WRITE_PERM_OF_BROKER: Served(lambda h: h._perm("AddWritePerm", "addTopicCount")),
     codes.DELETE_TOPIC_IN_NAMESRV: Served(lambda h: h.delete_topic),
-    codes.REGISTER_TOPIC_IN_NAMESRV: Served(lambda h: h.register_topic),
+    codes.REGISTER_TOPIC_IN_NAMESRV: Served(lambda h: h.register_topic, routed=True),
     codes.UPDATE_NAMESRV_CONFIG: Served(lambda h: h.update_config),
     codes.GET_NAMESRV_CONFIG: Served(lambda h: h.get_config, replica=True),
 }
 INLINE_CODES = frozenset(code for code, served in REQUESTS.items() if served.inline)
 REPLICA_CODES = frozenset(code for code, served in REQUESTS.items() if served.replica)
+ROUTED_CODES = frozenset(code for code, served in REQUESTS.items() if served.routed)

@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -216,6 +217,119 @@ def scrape(node: NodeProc) -> Samples:
 
 def of_group(samples: Samples, name: str, group: int, **labels: str) -> float | None:
     return samples.get((name, frozenset({**labels, "group": str(group)}.items())))
+
+
+def _queue_datas_body(brokers: list[str]) -> bytes:
+    """A 217 body (TopicRouteData) naming a queue data on each of `brokers`."""
+    return json.dumps({"queueDatas": [{"brokerName": name, "readQueueNums": 2, "writeQueueNums": 2, "perm": 6,
+                                       "topicSysFlag": 0} for name in brokers]}).encode()
+
+
+def _own_route_brokers(node: NodeProc, group: int, topic: str) -> list[str] | None:
+    """The brokers of `topic`'s queue datas in group `group`'s own (unmerged) state on `node`; None: no route."""
+    with group_core_channel(node, group) as channel:
+        try:
+            route = api_pb2_grpc.NameServerStub(channel).GetRoute(api_pb2.GetRouteRequest(topic=topic), timeout=5).route
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise
+    return sorted(qd.broker_name for qd in route.queue_datas)
+
+
+def test_a_remoting_217_is_split_to_each_set_s_group_as_grpc_s_register_topic(
+        sharded: Cluster, one_group: Cluster, fleet: list[FakeBroker]) -> None:
+    """A REGISTER_TOPIC_IN_NAMESRV naming sets of both groups: each group holds its own sets' queue datas, and
+    the route (gRPC and 105) equals the one-group node's. One naming a broker no group holds (no directory
+    record: group 0's part, refused there) writes nothing in any group, as on one group: SUCCESS, no route.
+    One with a bad queue data in group 1's part is refused naming it, and group 0 writes nothing either."""
+    broker, node, reference = fleet[0], sharded.nodes[0], one_group.nodes[0]
+    split = [NAMES[0][0], NAMES[1][0]]
+    bad = "queue_datas[2].broker_name: duplicate broker"
+    for topic, brokers, answer in (("Via217", split, None), ("Via217Ghost", [NAMES[1][1], "ghost-217"], None),
+                                   ("Via217Bad", [NAMES[0][1], NAMES[1][0], NAMES[1][0]], bad)):
+        for target in (node, reference):
+            resp = broker.call(target.remoting_addr, codes.REGISTER_TOPIC_IN_NAMESRV, {"topic": topic},
+                               _queue_datas_body(brokers))
+            assert resp is not None
+            if answer is None:
+                assert (resp.code, resp.remark) == (codes.SUCCESS, None), resp.remark
+            else:
+                assert resp.code == codes.SYSTEM_ERROR and resp.remark.startswith(answer), resp.remark
+    # answered once this worker's replicas held it: the same connection reads it at once
+    routed = broker.call(node.remoting_addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "Via217"})
+    assert routed is not None and routed.code == codes.SUCCESS
+    for topic in ("Via217Ghost", "Via217Bad"):
+        none = broker.call(node.remoting_addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        assert none is not None and none.code == codes.TOPIC_NOT_EXIST
+        assert _route(reference, topic) is None
+
+    def landed() -> bool:
+        return all(_own_route_brokers(n, group, "Via217") == [NAMES[group][0]]
+                   and _own_route_brokers(n, group, "Via217Ghost") is None
+                   and _own_route_brokers(n, group, "Via217Bad") is None
+                   for n in sharded.nodes for group in range(GROUPS))
+
+    sharded.wait_for("each group holding its own set's queue data of the topic on every node", landed, timeout=30)
+
+    def equal_everywhere() -> bool:
+        ext = {"topic": "Via217"}
+        return all(_route(n, "Via217") == _route(reference, "Via217") and _remoting(
+            n, codes.GET_ROUTEINFO_BY_TOPIC, ext) == _remoting(reference, codes.GET_ROUTEINFO_BY_TOPIC, ext)
+            for n in sharded.nodes)
+
+    sharded.wait_for("the topic's route on every node equal to the one-group node's", equal_everywhere, timeout=30)
+    route = _route(node, "Via217")
+    assert route is not None and sorted(qd.broker_name for qd in route.queue_datas) == sorted(split)
+
+
+def test_an_unchanged_reregistration_of_a_group_1_set_is_answered_by_the_worker(
+        sharded: Cluster, fleet: list[FakeBroker]) -> None:
+    """A stock broker re-registers every 30 s, mostly unchanged: n1's worker answers a group-1 set's from its
+    group-1 replica (counted; group 1 applies nothing for it) and notes the broker's liveness at n1's group-1
+    core, which keeps it alive in group 1 (past its heartbeat timeout) until it goes silent."""
+    node = sharded.nodes[0]
+    # the module's other brokers heartbeated now: none of them expires (a write in group 1) meanwhile
+    others = [api_pb2.BrokerHeartbeat(cluster_name="ShardCluster", broker_name=b.name, broker_addr=b.addr)
+              for b in fleet] + [api_pb2.BrokerHeartbeat(cluster_name="ShardCluster", broker_name=name,
+                                                         broker_addr=f"10.7.0.{i + 1}:10911")
+                                 for i, name in enumerate(GRPC_BROKERS)]
+    retry(lambda: node.ns.Heartbeat(api_pb2.HeartbeatRequest(heartbeats=others), timeout=5))
+    name = next(f"unchanged-{i}" for i in range(40) if default_group(f"unchanged-{i}", GROUPS) == 1)
+    broker = FakeBroker(name, cluster="ShardCluster").start()
+    try:
+        timeout = {"heartbeatTimeoutMillis": "3000"}
+        assert broker.register(node.remoting_addr, ["Unchanged1"], extra=timeout).code == codes.SUCCESS
+        # the connection's next read waits for the worker's replicas to have it
+        assert broker.call(node.remoting_addr, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "Unchanged1"}).code == 0
+        before = scrape(node)
+        sent = 0
+        for _ in range(9):  # 4.5 s: past the heartbeat timeout
+            assert broker.register(node.remoting_addr, ["Unchanged1"], extra=timeout).code == codes.SUCCESS
+            sent += 1
+            time.sleep(0.5)
+        # group 1 wrote nothing for them (read before the broker, now silent, expires: a write)
+        assert applied_records(scrape(node), 1) == applied_records(before, 1)
+        for n in sharded.nodes:  # still alive in group 1, past its timeout
+            assert name in own_cluster_info(n, 1).broker_addr_table
+            assert name not in own_cluster_info(n, 0).broker_addr_table
+
+        def counted() -> bool:
+            answered = ("nameserver_worker_unchanged_registrations_total", frozenset())
+            return scrape(node).get(answered, 0) == before.get(answered, 0) + sent
+
+        sharded.wait_for("the worker's count of registrations it answered", counted, timeout=10)
+        # silent now: group 1's leader expires it after its timeout (the notes were what kept it)
+        sharded.wait_for("the silent broker expired in group 1", lambda: all(
+            name not in own_cluster_info(n, 1).broker_addr_table for n in sharded.nodes), timeout=15)
+    finally:
+        broker.stop()
+
+
+def applied_records(samples: Samples, group: int) -> float:
+    """Every record group `group` applied on the node, of any type and operation."""
+    return sum(value for (metric, labels), value in samples.items()
+               if metric == "nameserver_records_applied_total" and ("group", str(group)) in labels)
 
 
 def test_every_group_s_raft_and_apply_metrics_are_on_the_node_s_one_metrics(sharded: Cluster) -> None:
