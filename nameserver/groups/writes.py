@@ -97,6 +97,15 @@ def merge_replies(replies: Sequence[tuple[int, Message]]) -> Message:
     return merged
 
 
+# The requests the router splits over groups (router.route's Split), by type: each part would be checked by
+# its own group's core alone, so a bad entry in one part would leave the others written.
+SPLIT_CHECKS: dict[type[Message], Callable[[Any], None]] = {
+    api_pb2.HeartbeatRequest: validation.validate_heartbeat,
+    api_pb2.RegisterTopicRequest: validation.validate_register_topic,
+    api_pb2.DeleteTopicRequest: validation.validate_delete_topic,
+}
+
+
 class GroupCalls(grpc.GenericRpcHandler):
     """A worker's gRPC calls with several groups, placed before its CoreForwarder (group 0's, which
     answers what this leaves: None)."""
@@ -127,6 +136,7 @@ class GroupCalls(grpc.GenericRpcHandler):
                 request = parse(raw)
             except Exception:  # as the core would: its decode guard names the request
                 return self._call(0, path, raw, context)
+            self._checked(request, context)
             placement = self._place(request, context)
             if isinstance(placement, ToGroup):
                 return self._call(placement.group, path, raw, context)
@@ -135,6 +145,15 @@ class GroupCalls(grpc.GenericRpcHandler):
             return merge_replies(replies).SerializeToString()
 
         return routed
+
+    @rpc
+    def _checked(self, request: Message, context: grpc.ServicerContext) -> None:
+        """A request the router may split (SPLIT_CHECKS) is checked whole by the core's own validator before
+        any part is placed or written: bad input is refused naming its field (rpc's error table) and no group
+        writes a part of it, as one group refuses it whole."""
+        check = SPLIT_CHECKS.get(type(request))
+        if check is not None:
+            check(request)
 
     def _place(self, request: Message, context: grpc.ServicerContext) -> ToGroup | Split:
         left = context.time_remaining()

@@ -30,7 +30,7 @@ from nameserver import config
 from nameserver.chunking import register_chunks
 from nameserver.cli import nsctl
 from nameserver.cli.nsctl_shard import NOT_ENABLED
-from nameserver.pb import api_pb2, api_pb2_grpc
+from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.remoting import codes
 from nameserver.state.shards.directory import default_group
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
@@ -281,6 +281,28 @@ def test_a_remoting_217_is_split_to_each_set_s_group_as_grpc_s_register_topic(
     sharded.wait_for("the topic's route on every node equal to the one-group node's", equal_everywhere, timeout=30)
     route = _route(node, "Via217")
     assert route is not None and sorted(qd.broker_name for qd in route.queue_datas) == sorted(split)
+
+
+def test_a_grpc_split_request_with_a_bad_part_is_refused_whole(sharded: Cluster, one_group: Cluster) -> None:
+    """A RegisterTopic the router splits over both groups, its bad queue data in group 1's part: refused
+    naming the field as the one-group node refuses it, and group 0 writes nothing of it either (each part
+    was checked by its own group's core alone: group 0's part was written)."""
+    node, reference = sharded.nodes[0], one_group.nodes[0]
+    qds = [state_pb2.QueueData(broker_name=name, read_queue_nums=2, write_queue_nums=2, perm=6)
+           for name in (NAMES[0][1], NAMES[1][0], NAMES[1][0])]
+    for target in (node, reference):
+        with pytest.raises(grpc.RpcError) as err:
+            target.ns.RegisterTopic(api_pb2.RegisterTopicRequest(topic="GrpcSplitBad", queue_datas=qds), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (err.value.details() or "").startswith("queue_datas[2].broker_name: duplicate"), err.value.details()
+    # a write after it through the same node: once its groups have applied it, the bad one is not there
+    ok = node.ns.RegisterTopic(api_pb2.RegisterTopicRequest(topic="GrpcSplitGood", queue_datas=qds[:2]), timeout=10)
+    assert ok.offset > 0
+    sharded.wait_for("the good split topic in both groups", lambda: all(
+        _own_route_brokers(node, group, "GrpcSplitGood") == [NAMES[group][1 - group]] for group in range(GROUPS)),
+        timeout=30)
+    for group in range(GROUPS):
+        assert _own_route_brokers(node, group, "GrpcSplitBad") is None, group
 
 
 def test_an_unchanged_reregistration_of_a_group_1_set_is_answered_by_the_worker(
