@@ -39,7 +39,7 @@ from bench.procs import rss_bytes
 from nameserver.replica import ReadReplica
 from nameserver.replica.seed import seed_from_snapshots
 from nameserver.state import MetadataState, translate
-from raftlog.applier import _collector_paused
+from raftlog.applier import frozen_load
 from raftlog.kvstate import KVStateMachine
 from raftlog.pb import entry_pb2
 from snapshot import SnapshotCorrupt, SnapshotStore
@@ -79,9 +79,10 @@ def core_load(path: Path) -> MetadataState:
     info = store.import_file(path, check_entries=False)  # the held file: verified in place (its bytes)
     info, items = store.load(info.path, bytes_verified=True)
     state = MetadataState()
-    with _collector_paused():  # as the applier restores
+    with frozen_load():  # as the applier restores
         state.restore(info.offset, items, info.digest)
     state.kv.freeze()
+    gc.collect(0)  # the young collection the apply thread's next allocations start (none left after the freeze)
     return state
 
 
