@@ -6,8 +6,9 @@ MetadataState, written as a snapshot file. Then times, `--runs` times, what a re
 
 - **core**: the core's load (raftlog/log.py _load_snapshot and raftlog/applier.py _restore): every byte
   hashed against the trailer (import_file of a file the store holds), the entries read unchecked and
-  MetadataState.restore with the stamped digest and the garbage collector paused, then the freeze the
-  digest check reads;
+  MetadataState.restore with the stamped digest in raftlog/applier.py frozen_load, then the copy the digest
+  check reads and the young collection the apply thread's next allocations start (it walked the whole
+  loaded state before the state was frozen);
 - **worker**: a worker's replica seeded from the same file (nameserver/replica/seed.py, accounting off);
 - **read**: the file's entries only (SnapshotFile.items, unchecked), what the two above spend reading.
 

@@ -71,9 +71,11 @@ def frozen_load() -> Iterator[None]:
     after (gc.freeze: out of every generation the collector walks). Paused, because each build step would
     otherwise start collections that walk everything built so far; frozen, because the first collection
     after the pause walked the whole loaded state once more (0.1-0.2 s of a million-key restart), and later
-    full collections again, for nothing: a restore makes no cyclic garbage (its objects are freed by their
-    counts when a later restore replaces them, frozen or not). Collected first, so that garbage cycles made
-    before the load are not frozen with it (cheap: an earlier load is frozen, not walked)."""
+    full collections again, for nothing. What is frozen is never collected as a cycle: a loaded state must be
+    freed by its reference counts when a later load replaces it (a state replaced whole, as a replica's is,
+    breaks its own cycle first: nameserver/state/metadata.py release). Collected first, so that garbage
+    cycles made before the load are not frozen with it (cheap: an earlier load is frozen, not walked); the
+    cycles other threads leave during the load are (small, once per load)."""
     was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()

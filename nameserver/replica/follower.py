@@ -359,6 +359,7 @@ class ReadReplica:
         with frozen_load():
             fresh.restore(offset, items())  # no stamped digest: every pair is hashed, and checked below
         if fresh.digest_hex != digest:
+            fresh.release()
             self._bootstrapped = False
             raise SnapshotMismatch(f"snapshot at offset {offset} from {self.target} hashes to "
                                    f"{fresh.digest_hex}, stamped {digest}")
@@ -373,7 +374,8 @@ class ReadReplica:
     def _swap_in(self, fresh: MetadataState, offset: int, digest: str, source: str) -> None:
         """Serve `fresh` (the state at `offset`) from now on."""
         with self.lock:
-            self.state = fresh
+            replaced, self.state = self.state, fresh
+        replaced.release()  # frozen with its load: freed by its counts, or never
         self._seeded = ""
         self._bootstrapped = True
         self.bootstraps += 1

@@ -280,6 +280,12 @@ class MetadataState:
         if self.accounting:
             self.usage.rebuild(topic_keys, others)
 
+    def release(self) -> None:
+        """Let a state that is replaced be freed by reference counts alone: its change listener (a method of
+        itself, held by its own KVState) was its one reference cycle, and a state loaded in
+        raftlog/applier.py frozen_load is frozen, so the collector would never free it (all of it)."""
+        self.kv.listeners.clear()
+
     def _on_change(self, rtype: int, key: str, old: bytes | None, new: bytes | None) -> None:
         # Dispatch on the key's prefix: the layout, not the record's type field, defines meaning
         # (records.kind_of and the kind's handler, looked up at once: this runs for every changed record).
