@@ -6,8 +6,9 @@ MetadataState, written as a snapshot file. Then times, `--runs` times, what a re
 
 - **core**: the core's load (raftlog/log.py _load_snapshot and raftlog/applier.py _restore): every byte
   hashed against the trailer (import_file of a file the store holds), the entries read unchecked and
-  MetadataState.restore with the stamped digest and the garbage collector paused, then the freeze the
-  digest check reads;
+  MetadataState.restore with the stamped digest in raftlog/applier.py frozen_load, then the copy the digest
+  check reads and the young collection the apply thread's next allocations start (it walked the whole
+  loaded state before the state was frozen);
 - **worker**: a worker's replica seeded from the same file (nameserver/replica/seed.py, accounting off);
 - **read**: the file's entries only (SnapshotFile.items, unchecked), what the two above spend reading.
 
@@ -39,7 +40,7 @@ from bench.procs import rss_bytes
 from nameserver.replica import ReadReplica
 from nameserver.replica.seed import seed_from_snapshots
 from nameserver.state import MetadataState, translate
-from raftlog.applier import _collector_paused
+from raftlog.applier import frozen_load
 from raftlog.kvstate import KVStateMachine
 from raftlog.pb import entry_pb2
 from snapshot import SnapshotCorrupt, SnapshotStore
@@ -79,9 +80,10 @@ def core_load(path: Path) -> MetadataState:
     info = store.import_file(path, check_entries=False)  # the held file: verified in place (its bytes)
     info, items = store.load(info.path, bytes_verified=True)
     state = MetadataState()
-    with _collector_paused():  # as the applier restores
+    with frozen_load():  # as the applier restores
         state.restore(info.offset, items, info.digest)
     state.kv.freeze()
+    gc.collect(0)  # the young collection the apply thread's next allocations start (none left after the freeze)
     return state
 
 
@@ -92,14 +94,15 @@ def state_mib(path: Path) -> float:
     state = core_load(path)
     gc.collect()
     held = rss_bytes(os.getpid()) - before
-    del state
+    state.release()
     return held / 2**20
 
 
-def worker_load(path: Path) -> None:
+def worker_load(path: Path) -> MetadataState:
     replica = ReadReplica("127.0.0.1:1", grpc.insecure_channel, accounting=False)  # never started
     if seed_from_snapshots(replica, str(path.parent.parent)) == 0:  # it reads <data_dir>/snapshots
         raise SnapshotCorrupt(path, "the worker's seed found no snapshot")
+    return replica.state
 
 
 def read_only(path: Path) -> None:
@@ -113,8 +116,12 @@ def timed(fn: Callable[[Path], object], path: Path) -> tuple[float, float]:
     shared with other work."""
     gc.collect()
     t0, c0 = time.perf_counter(), time.process_time()
-    fn(path)
-    return time.perf_counter() - t0, time.process_time() - c0
+    loaded = fn(path)
+    seconds = time.perf_counter() - t0, time.process_time() - c0
+    if isinstance(loaded, MetadataState):
+        loaded.release()  # frozen with its load: freed by its counts, or held to the end (and the next load timed
+        # with this one's memory still taken)
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -218,8 +218,11 @@ class KVState:
         """Replace the whole state with a snapshot's (key, value, version, type) items.
 
         `digest`: the digest stamped in a snapshot whose checksums held, taken as is instead of hashing
-        every pair (a million pairs cost a second; the caller checks it off the critical path)."""
-        values = self._values_pool.shared_items(items)
+        every pair (a million pairs cost a second; the caller checks it off the critical path).
+        Items that can read themselves into the map (`into_map(item)`: a snapshot file's entries,
+        snapshot/format.py Entries) do, with this state's items."""
+        into_map = getattr(items, "into_map", None)
+        values = self._values_pool.shared_items(items) if into_map is None else into_map(self._values_pool.item)
         self._digest = digest_of((k, v[0]) for k, v in values.items()) if digest is None else digest
         self._values = values
         self.offset = self._digest_offset = offset

@@ -28,11 +28,11 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from snapshot.format import SnapshotCorrupt, SnapshotFile, SnapshotInfo
+from snapshot.format import Entries, SnapshotCorrupt, SnapshotFile, SnapshotInfo
 from snapshot.writer import Item, SnapshotWriter, check_position
 
 log = logging.getLogger("snapshot")
@@ -205,8 +205,9 @@ class SnapshotStore:
             return _check_name(f.verify())
 
     def load(self, path: str | os.PathLike[str], verify: bool = True, *, bytes_verified: bool = False
-             ) -> tuple[SnapshotInfo, Iterator[Item]]:
-        """The snapshot's info and a streaming iterator of (key, value, version, type) in key order.
+             ) -> tuple[SnapshotInfo, Entries]:
+        """The snapshot's info and its entries: an iterator of (key, value, version, type) in key order, or
+        read into a map at once (Entries.into_map).
 
         With verify, every byte of the file is hashed against its trailer before LMDB opens it, and the
         entries' checksum is computed in the same pass that yields them: the iterator raises

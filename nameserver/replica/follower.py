@@ -25,6 +25,7 @@ import grpc
 from nameserver.localfeed import LocalFeed
 from nameserver.pb import api_pb2, api_pb2_grpc
 from nameserver.state import MetadataState
+from raftlog.applier import frozen_load
 from raftlog.codec import UnknownEntryFormat, decode_for_apply
 from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.kvstate import Change
@@ -293,7 +294,8 @@ class ReadReplica:
         checksums were checked as it was read); the followed node's digest at `offset` must match it before
         the stream starts (_confirm_seed), else the state comes over Follow as without a seed."""
         fresh = self._fresh_state()
-        fresh.restore(offset, items, digest_hex)
+        with frozen_load():  # as the core's applier loads the same file
+            fresh.restore(offset, items, digest_hex)
         self._swap_in(fresh, offset, digest_hex, "a snapshot file")
         self._seeded = digest_hex
 
@@ -354,8 +356,10 @@ class ReadReplica:
                 chunk = next(stream, None)
 
         fresh = self._fresh_state()
-        fresh.restore(offset, items())  # no stamped digest: every pair is hashed, and checked below
+        with frozen_load():
+            fresh.restore(offset, items())  # no stamped digest: every pair is hashed, and checked below
         if fresh.digest_hex != digest:
+            fresh.release()
             self._bootstrapped = False
             raise SnapshotMismatch(f"snapshot at offset {offset} from {self.target} hashes to "
                                    f"{fresh.digest_hex}, stamped {digest}")
@@ -370,7 +374,8 @@ class ReadReplica:
     def _swap_in(self, fresh: MetadataState, offset: int, digest: str, source: str) -> None:
         """Serve `fresh` (the state at `offset`) from now on."""
         with self.lock:
-            self.state = fresh
+            replaced, self.state = self.state, fresh
+        replaced.release()  # frozen with its load: freed by its counts, or never
         self._seeded = ""
         self._bootstrapped = True
         self.bootstraps += 1

@@ -98,3 +98,27 @@ def test_every_restore_is_counted_before_the_history_resets_and_the_offset_moves
     assert seen == [(1, 10, 0), (2, 5, 9)] and applier.apply_offset == 4 and applier.restores == 2
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warned == ["restored snapshot at offset 4 (digest None); it replaces the state applied here up to 9"]
+
+
+def test_a_restored_state_is_left_out_of_the_collectors_walks_and_collection_resumes() -> None:
+    """raftlog/applier.py frozen_load: what a restore built is frozen (gc.freeze), so no collection walks a
+    million-key state again (the first one after the load did, on the way to ready); the collector is on after."""
+    import gc
+
+    items = [(f"k{i}", f"v{i}".encode(), i, 1) for i in range(1000)]  # 1,000 distinct items: 1,000 tuples
+    kv = KVState()
+    applier = Applier(KVStateMachine(kv), threading.RLock())
+    applier.restore_handler = lambda path, index: (7, iter(items), None)
+    try:
+        applier._restore("snap", 7)
+        assert gc.isenabled()
+        walked = {id(o) for generation in range(3) for o in gc.get_objects(generation)}
+        held = kv._values
+        assert id(held) not in walked and not any(id(item) in walked for item in held.values())
+        assert gc.get_freeze_count() >= len(items)
+        gc.disable()  # a process that runs without the collector keeps it off
+        applier._restore("snap", 8)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()

@@ -571,3 +571,40 @@ def test_between_follow_calls_there_is_no_stream_to_move_or_cut(serve_log) -> No
     finally:
         go_on.set()
         r.stop()
+
+
+def test_a_replaced_state_is_freed_by_its_counts_though_its_load_froze_it() -> None:
+    """A replica's loads are frozen out of the collector's walks (raftlog/applier.py frozen_load): the state a
+    new load replaces, and a loaded one refused for its digest, must then go by reference counts alone, or
+    never (a whole state, hundreds of MiB at a million records, left behind at each snapshot the core resends)."""
+    import gc
+    import weakref
+
+    core = StandInCore()
+    for i in range(10):
+        core.put(f"k{i}", "v")
+    r = ReadReplica("nowhere", grpc.insecure_channel, name="reloaded")
+    items = [(k, v, ver, t) for k, v, ver, t in core.state.kv.items()]
+    gc.disable()
+    try:
+        r.seed(core.state.offset, iter(items), core.state.digest_hex)
+        seeded = weakref.ref(r.state)
+        r.seed(core.state.offset, iter(items), core.state.digest_hex)
+        assert seeded() is None, "the replaced state is still held"
+        refused: list[weakref.ref] = []
+        real_fresh = r._fresh_state
+
+        def fresh() -> MetadataState:
+            state = real_fresh()
+            refused.append(weakref.ref(state))
+            return state
+
+        r._fresh_state = fresh  # type: ignore[method-assign]
+        chunk = api_pb2.StateChunk(apply_offset=core.state.offset, digest="00" * 16)
+        chunk.items.add(key="kv/ns/x", value=b"\x0a\x01y", version=1, type=0)
+        with pytest.raises(SnapshotMismatch):
+            r._install([chunk])
+        assert refused and refused[0]() is None, "the refused state is still held"
+    finally:
+        gc.enable()
+        gc.unfreeze()

@@ -340,17 +340,20 @@ def test_a_registration_whose_first_part_was_refused_is_not_proposed_again_after
 
 
 def test_a_restore_counts_every_quota_as_the_changes_one_by_one_do() -> None:
-    """Usage.rebuild (a restore: the topic/ keys counted inline) gives the totals on_change gives per key."""
+    """Usage.rebuild (a restore: the topic/ keys counted by the restore's own loop, a malformed one too) gives
+    the totals on_change gives per key."""
     values = {keys.topic_key(f"T{i}", f"b{i % 3}"): (b"q" * i, 1, keys.TOPIC_TYPE) for i in range(7)}
     values |= {f"{keys.LIVE_PREFIX}10.0.0.{i}:10911": (b"live", 1, keys.LIVE_TYPE) for i in range(3)}
     values |= {f"{keys.KV_PREFIX}ns/k{i}": (b"v" * i, 1, keys.KV_TYPE) for i in range(4)}
     values |= {f"{keys.KV_NAMESPACE_PREFIX}ns": (b"", 1, keys.KV_NAMESPACE_TYPE),
-               f"{keys.CONTROLLER_PREFIX}b0": (b"c", 1, keys.CONTROLLER_TYPE), "member/n1": (b"m", 1, 0)}
+               f"{keys.CONTROLLER_PREFIX}b0": (b"c", 1, keys.CONTROLLER_TYPE), "member/n1": (b"m", 1, 0),
+               f"{keys.TOPIC_PREFIX}no-broker-part": (b"q", 1, keys.TOPIC_TYPE)}
     one_by_one = quotas.Usage()
     for key, (value, _, rtype) in values.items():
         one_by_one.on_change(rtype, key, None, value)
-    rebuilt = quotas.Usage()
-    rebuilt.rebuild(values)
+    state = MetadataState()
+    state.restore(1, [(key, value, version, rtype) for key, (value, version, rtype) in values.items()])
+    rebuilt = state.usage
     assert rebuilt.totals == one_by_one.totals
-    assert rebuilt.totals[quotas.QUEUE_DATAS] == 7 and rebuilt.totals[quotas.BROKERS] == 3
+    assert rebuilt.totals[quotas.QUEUE_DATAS] == 8 and rebuilt.totals[quotas.BROKERS] == 3
     assert rebuilt.totals[quotas.KV_KEYS] == 5 and rebuilt.totals[quotas.CONTROLLER_SETS] == 1

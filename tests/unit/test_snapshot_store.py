@@ -514,3 +514,27 @@ def test_write_in_background_while_listing(store: SnapshotStore) -> None:
     assert [i.offset for i in store.list()] == [7, 6]
     assert store.newest_good() is not None
     assert not any(name.startswith(".tmp-") or name.endswith("-lock") for name in files(store.directory))
+
+
+def test_entries_read_into_a_map_make_one_item_per_distinct_stored_entry(store: SnapshotStore) -> None:
+    """Entries.into_map: every key to item(value, version, type), in key order; an entry stored as the same
+    bytes as a recent one takes its item, item() called once for them; the file closed after."""
+    items = [(f"k{i:03d}", b"same", 7, 1) for i in range(50)] + [("other", b"same", 8, 1), ("z", b"", 7, 2)]
+    info = store.write(9, 1, DIGEST, items)
+    calls: list[tuple[bytes, int, int]] = []
+
+    def item(value: bytes, version: int, rtype: int) -> tuple[bytes, int, int]:
+        calls.append((value, version, rtype))
+        return value, version, rtype
+
+    for verify in (False, True):  # unchecked, and through the checked stream
+        calls.clear()
+        _, entries = store.load(info.path, verify=verify)
+        got = entries.into_map(item)
+        assert list(got.items()) == [(k, (v, ver, t)) for k, v, ver, t in by_key(items)]
+    _, entries = store.load(info.path, bytes_verified=True)
+    calls.clear()
+    got = entries.into_map(item)
+    assert sorted(calls) == [(b"", 7, 2), (b"same", 7, 1), (b"same", 8, 1)]
+    assert len({id(got[f"k{i:03d}"]) for i in range(50)}) == 1
+    assert not any(name.endswith("-lock") for name in files(store.directory))

@@ -385,3 +385,27 @@ def test_equal_values_share_one_object_applied_or_restored() -> None:
     restored.restore(state.offset, ((k, bytes(bytearray(v)), ver, t) for k, v, ver, t in state.kv.items()))
     assert len({id(restored.kv.get(keys.topic_key(f"Same{i}", "broker-a"))) for i in range(3)}) == 1
     assert restored.digest_hex == state.digest_hex
+
+
+def test_a_restore_from_a_snapshot_files_entries_equals_the_state_written(tmp_path) -> None:
+    """The entries read into the map at once (snapshot/format.py Entries.into_map, what a restart loads) give
+    the state that was written: every read and index, the digest recomputed from the pairs, the items."""
+    from raftlog.kvstate import KVStateMachine
+    from snapshot import SnapshotStore
+
+    state = sample_state()
+    apply(state, batch(*(queue(f"Same{i}", "broker-a") for i in range(3))))  # equal stored entries
+    apply(state, batch(queue("Same0", "broker-a", nums=4), queue("Later", "broker-a")))  # same bytes, newer
+    store = SnapshotStore(tmp_path, keep=1)
+    fsm = KVStateMachine(state.kv)
+    info = store.write(state.offset, 1, state.digest_hex, fsm.snapshot_items(fsm.freeze()))
+    for stamped in (info.digest, None):  # None: the digest hashed from the pairs loaded
+        restored = MetadataState()
+        _, entries = store.load(info.path, bytes_verified=True)
+        restored.restore(info.offset, entries, stamped)
+        assert reads(restored) == reads(state)
+        assert restored.kv.freeze() == state.kv.freeze() and restored.usage.totals == state.usage.totals
+    held = restored.kv.freeze()
+    same = [held[keys.topic_key(f"Same{i}", "broker-a")] for i in (1, 2)]
+    assert same[0] is same[1]  # equal stored entries: one item
+    assert held[keys.topic_key("Same0", "broker-a")][0] is same[0][0]  # equal values: one bytes object
