@@ -301,9 +301,11 @@ class CoreForwarder(grpc.GenericRpcHandler):
 
     def _settled(self, context: grpc.ServicerContext, trailing: Any) -> None:
         """The answer's trailing metadata set, once this worker's replica has the core's state as it
-        answered (bounded): read-your-writes."""
+        answered (bounded): read-your-writes. Not for a call another node's core forwarded (a follower's
+        write to its leader): its client reads on that node, whose own worker waits for its replica; this
+        replica's wait only delayed the answer."""
         offset = next((v for k, v in trailing if k == headers.CORE_OFFSET), "")
-        if isinstance(offset, str) and offset.isdigit():
+        if isinstance(offset, str) and offset.isdigit() and not _forwarded(context):
             left = context.time_remaining()
             self.settle(int(offset), min(SETTLE_S, left if left is not None else SETTLE_S), context.is_active)
         context.set_trailing_metadata(_strip(trailing))
@@ -324,6 +326,11 @@ def _either(local: grpc.RpcMethodHandler, forwarding: grpc.RpcMethodHandler, her
     return grpc.unary_stream_rpc_method_handler(
         either, request_deserializer=local.request_deserializer,
         response_serializer=lambda reply: reply if isinstance(reply, bytes) else encode(reply))
+
+
+def _forwarded(context: grpc.ServicerContext) -> bool:
+    """Whether another node's core sent this call (its LeaderForwarder marks every call it forwards)."""
+    return any(k == headers.FORWARDED for k, _ in context.invocation_metadata())
 
 
 def _time_left(context: grpc.ServicerContext) -> float | None:

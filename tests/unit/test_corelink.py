@@ -111,6 +111,19 @@ def test_a_call_reaches_the_core_as_sent_and_its_answer_comes_back(link: Any) ->
     assert trailing[headers.APPLY_OFFSET] == "5" and headers.CORE_OFFSET not in trailing
 
 
+def test_a_write_another_node_forwarded_does_not_wait_for_this_worker_s_replica(link: Any) -> None:
+    """A follower's core forwards its clients' writes to the leader's public port (its workers): the
+    client reads on the follower, whose worker waits for its own replica; the leader worker's wait only
+    delayed every forwarded write."""
+    _, client, settled = link
+    put = client.unary_unary(PUT)
+    reply, call = put.with_call(b"\x0a\x01x", timeout=5, metadata=((headers.FORWARDED, "1"),))
+    assert reply == b"x\x01\x0a" and settled == []
+    assert headers.CORE_OFFSET not in dict(call.trailing_metadata())
+    put(b"\x0a\x01x", timeout=5)  # a client's own: waited for
+    assert [offset for offset, _ in settled] == [42]
+
+
 def test_a_refusal_comes_back_with_its_status_details_and_trailers(link: Any) -> None:
     _, client, _ = link
     with pytest.raises(grpc.RpcError) as err:
