@@ -15,6 +15,7 @@ DEFAULT_MAX_FRAME = 16 << 20  # RocketMQ's own limit (NettySystemConfig frameMax
 # the header is decoded on the listener's one thread, so its size bounds what one frame can stall.
 DEFAULT_MAX_HEADER = 64 << 10
 _INT32 = struct.Struct(">i")
+_PREFIX = struct.Struct(">ii")  # a frame's total length and its header-length word
 _HEADER_LENGTH_MASK = 0xFFFFFF
 
 
@@ -53,8 +54,8 @@ def encode(cmd: Command, serialize_type: int | None = None) -> bytes:
     head = header.encode_rocketmq(cmd) if serialize_type == codes.SERIALIZE_ROCKETMQ else header.encode_json(cmd)
     if len(head) > _HEADER_LENGTH_MASK:
         raise FrameError(f"header of {len(head)} bytes does not fit in 24 bits")
-    return (_INT32.pack(4 + len(head) + len(cmd.body)) + _INT32.pack((serialize_type << 24) | len(head))
-            + head + cmd.body)
+    # one pack and one join: every reply passes here (a route read's is most of them)
+    return b"".join((_PREFIX.pack(4 + len(head) + len(cmd.body), (serialize_type << 24) | len(head)), head, cmd.body))
 
 
 def check_header_length(head_len: int, max_header: int, kind: int) -> None:

@@ -61,11 +61,17 @@ def _storable(check: Callable[[], None]) -> bool:
     return True
 
 
-def _not_found_if_refused(check: Callable[[], None], code: int, remark: str) -> None:
+def _not_found_if_refused(check: Callable[[], None], code: int, remark: str | Callable[[], str]) -> None:
     """A name we would refuse to store gets the not-found code (17, 22) the stock NameServer gives any name it
-    does not hold. Clients act on that code: the 5.x proxy takes only 17 as "no such topic"."""
+    does not hold. Clients act on that code: the 5.x proxy takes only 17 as "no such topic". `remark`: the
+    text, or what makes it (a route read's is made only when it is needed)."""
     if not _storable(check):
-        raise RequestError(code, remark)
+        raise RequestError(code, remark if isinstance(remark, str) else remark())
+
+
+def _route_missing(req: Command, topic: str) -> Callable[[], str]:
+    """A route read's not-found remark, made when it is needed (most reads find their topic)."""
+    return lambda: f"No topic route info in name server for the topic: {topic}{_faq_suggestion(req)}"
 
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
@@ -251,13 +257,13 @@ class Handlers:
                      rpc_error_parts(exc)[1])
 
     def _call(self, method: Callable[..., Any], request: Any, not_found: int = codes.SYSTEM_ERROR,
-              not_found_remark: str | None = None, timeout: float | None = None) -> Any:
+              not_found_remark: str | Callable[[], str] | None = None, timeout: float | None = None) -> Any:
         try:
             return method(request, timeout=timeout or self.timeout)
         except grpc.RpcError as exc:
             status, details = rpc_error_parts(exc)
             if status == grpc.StatusCode.NOT_FOUND and not_found_remark is not None:
-                details = not_found_remark
+                details = not_found_remark if isinstance(not_found_remark, str) else not_found_remark()
             raise RequestError(response_code(status, not_found), details) from None
 
     # ---- KV config -----------------------------------------------------------------------------
@@ -352,7 +358,7 @@ class Handlers:
         topic = need(req, "topic")
         # RocketMQ's ZoneRouteRPCHook: the client opts in per request (the node must run in zone mode too).
         zone = (req.ext("__ZONE_NAME") or "") if bool_field(req, "__ZONE_MODE") else ""
-        missing = f"No topic route info in name server for the topic: {topic}{_faq_suggestion(req)}"
+        missing = _route_missing(req, topic)
         _not_found_if_refused(lambda: validation.check_topic("topic", topic), codes.TOPIC_NOT_EXIST, missing)
         reply = self._call(self.ns.GetRoute, api_pb2.GetRouteRequest(topic=topic, zone_name=zone),
                            codes.TOPIC_NOT_EXIST, missing)

@@ -308,6 +308,24 @@ def test_105_unknown_topic_is_17_and_missing_topic_is_1(client: Client) -> None:
     assert (resp["code"], resp["remark"]) == (1, "the custom field <topic> is null")
 
 
+def test_105_a_topic_name_we_refuse_is_17_with_the_faq_remark(client: Client, fake: FakeNameServer) -> None:
+    # the not-found remark is made only when needed (a route read that finds its topic makes none)
+    resp, body = client.call(105, {"topic": "a/b"})
+    assert (resp["code"], resp["remark"], body) == (17, "No topic route info in name server for the topic: a/b"
+                                                    "\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ for "
+                                                    "further details.", b"")
+    assert not [r for m, r in fake.calls if m == "GetRoute"]
+
+
+@pytest.mark.parametrize(("value", "zone"), [(None, ""), ("", ""), ("false", ""), ("yes", ""), (" TRUE ", "az1"),
+                                             ("True", "az1")])
+def test_105_zone_mode_reads_as_java_boolean_parse(client: Client, fake: FakeNameServer, value: str | None,
+                                                   zone: str) -> None:
+    fields = {"topic": "TopicTest", "__ZONE_NAME": "az1"} | ({} if value is None else {"__ZONE_MODE": value})
+    client.call(105, fields)
+    assert [r.zone_name for m, r in fake.calls if m == "GetRoute"] == [zone]
+
+
 def test_105_zone_name_is_passed_only_in_zone_mode(client: Client, fake: FakeNameServer) -> None:
     client.call(105, {"topic": "TopicTest", "__ZONE_NAME": "az1"})
     client.call(105, {"topic": "TopicTest", "__ZONE_NAME": "az1", "__ZONE_MODE": "true"})
