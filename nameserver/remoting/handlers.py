@@ -32,6 +32,7 @@ from nameserver.remoting.request import (
     need,
     wants_fastjson,
 )
+from nameserver.remoting.routerequests import RouteRequests
 from nameserver.remoting.status import response_code, rpc_error_parts
 from nameserver.safetext import shown
 
@@ -198,6 +199,7 @@ class Handlers:
         self._bound: dict[str, tuple[object, api_pb2.BrokerHeartbeat]] = {}  # broker addr -> its connection
         self._bound_lock = threading.Lock()
         self.route_bodies = BodyCache()  # 105's JSON, reused while a topic's route is unchanged
+        self.route_requests = RouteRequests()  # 105's service requests, checked and built once per topic
         self._table = {code: served.handler(self) for code, served in REQUESTS.items()}
 
     @property
@@ -359,9 +361,10 @@ class Handlers:
         # RocketMQ's ZoneRouteRPCHook: the client opts in per request (the node must run in zone mode too).
         zone = (req.ext("__ZONE_NAME") or "") if bool_field(req, "__ZONE_MODE") else ""
         missing = _route_missing(req, topic)
-        _not_found_if_refused(lambda: validation.check_topic("topic", topic), codes.TOPIC_NOT_EXIST, missing)
-        reply = self._call(self.ns.GetRoute, api_pb2.GetRouteRequest(topic=topic, zone_name=zone),
-                           codes.TOPIC_NOT_EXIST, missing)
+        request = self.route_requests.get(topic, zone)
+        if request is None:  # a name we would refuse to store: stock's not-found (see _not_found_if_refused)
+            raise RequestError(codes.TOPIC_NOT_EXIST, missing())
+        reply = self._call(self.ns.GetRoute, request, codes.TOPIC_NOT_EXIST, missing)
         fastjson = wants_fastjson(req)
         body = self.route_bodies.get(topic, fastjson, reply.route.SerializeToString(deterministic=True),
                                      lambda: bodies.encode(bodies.topic_route(reply.route, topic), fastjson))
