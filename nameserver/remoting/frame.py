@@ -96,10 +96,12 @@ def whole(buf: bytearray, max_frame: int, max_header: int) -> int:
     """The bytes of the frame at the start of `buf` (its length prefix too) once all of them are there, else 0.
     A bad length, or a header-length word over `max_header`, raises as `read` does as soon as it is there."""
     have = len(buf)
-    if have < 4:
+    if have < 8:  # the length alone so far: checked now, the header word once it is there
+        if have >= 4:
+            check_frame_length(_INT32.unpack_from(buf)[0], max_frame)
         return 0
-    total = _INT32.unpack_from(buf)[0]
-    check_frame_length(total, max_frame)
-    if have >= 8:
-        check_header_word(_INT32.unpack_from(buf, 4)[0], total, max_header)
+    total, word = _PREFIX.unpack_from(buf)
+    if not 4 <= total <= max_frame or word & _HEADER_LENGTH_MASK > max_header:  # the calls only to raise
+        check_frame_length(total, max_frame)
+        check_header_word(word, total, max_header)
     return 4 + total if have >= 4 + total else 0
