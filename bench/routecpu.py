@@ -72,6 +72,10 @@ def run(sources: dict[str, str], workers: int, clients: list[int], rounds: int, 
         a, b = list(sources)
         out["b_over_a"] = {str(c): round(out["sides"][b][str(c)]["median_us_per_read"]
                                          / out["sides"][a][str(c)]["median_us_per_read"], 3) for c in clients}
+        # each round's pair (run one after the other): the median of their ratios, and how many B won
+        pairs = {c: [y / x for x, y in zip(samples[a][c], samples[b][c], strict=True)] for c in clients}
+        out["b_over_a_paired"] = {str(c): round(statistics.median(r), 3) for c, r in pairs.items()}
+        out["b_lower_rounds"] = {str(c): sum(x < 1 for x in r) for c, r in pairs.items()}
     return out
 
 
