@@ -62,12 +62,11 @@ def _storable(check: Callable[[], None]) -> bool:
     return True
 
 
-def _not_found_if_refused(check: Callable[[], None], code: int, remark: str | Callable[[], str]) -> None:
+def _not_found_if_refused(check: Callable[[], None], code: int, remark: str) -> None:
     """A name we would refuse to store gets the not-found code (17, 22) the stock NameServer gives any name it
-    does not hold. Clients act on that code: the 5.x proxy takes only 17 as "no such topic". `remark`: the
-    text, or what makes it (a route read's is made only when it is needed)."""
+    does not hold. Clients act on that code: the 5.x proxy takes only 17 as "no such topic"."""
     if not _storable(check):
-        raise RequestError(code, remark if isinstance(remark, str) else remark())
+        raise RequestError(code, remark)
 
 
 def _route_missing(req: Command, topic: str) -> Callable[[], str]:
