@@ -3,7 +3,8 @@
 A client asks for the same topics' routes every 30 s each: checking the topic name and building its
 GetRouteRequest again for every read was a few percent of a route read's CPU. A request is kept only for
 a name that passed the check (a name we refuse is checked every time and kept nowhere, so refused names
-cannot fill the table), at most `max_entries` of them, the oldest dropped first. The requests handed out
+cannot fill the table), nor for a zone name longer than MAX_ZONE (the client's own text: kept, 4096 of them
+could hold hundreds of MiB), at most `max_entries` of them, the oldest dropped first. The requests handed out
 are shared: the service only reads them. Safe across threads (one dict operation each, the GIL's atomicity).
 """
 
@@ -15,6 +16,7 @@ from nameserver import validation
 from nameserver.pb import api_pb2
 
 DEFAULT_ENTRIES = 4096
+MAX_ZONE = 256  # characters of a kept request's zone name (zones are short names; a longer one is built each time)
 
 
 class RouteRequests:
@@ -33,6 +35,8 @@ class RouteRequests:
         except validation.ValidationError:
             return None
         request = api_pb2.GetRouteRequest(topic=topic, zone_name=zone)
+        if len(zone) > MAX_ZONE:
+            return request
         if len(self._entries) >= self.max_entries:
             # emptied or changed meanwhile by another thread: nothing to evict
             with contextlib.suppress(StopIteration, KeyError, RuntimeError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nameserver.remoting.routerequests import RouteRequests
+from nameserver.remoting.routerequests import MAX_ZONE, RouteRequests
 
 
 def test_a_topic_and_zone_get_one_request_reused() -> None:
@@ -29,3 +29,12 @@ def test_at_most_its_bound_oldest_first_out() -> None:
     assert len(reqs) == 3
     assert reqs.get("T9", "") is kept[9]      # the newest is kept
     assert reqs.get("T0", "") is not kept[0]  # the oldest went: built anew
+
+
+def test_a_long_zone_name_is_answered_but_not_kept() -> None:
+    reqs = RouteRequests()
+    zone = "z" * (MAX_ZONE + 1)  # the client's own text: kept, entries could each hold a header's worth
+    first = reqs.get("T", zone)
+    assert first is not None and first.zone_name == zone
+    assert len(reqs) == 0
+    assert reqs.get("T", "z" * MAX_ZONE) is not None and len(reqs) == 1
