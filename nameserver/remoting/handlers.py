@@ -32,6 +32,7 @@ from nameserver.remoting.request import (
     need,
     wants_fastjson,
 )
+from nameserver.remoting.routerequests import RouteRequests
 from nameserver.remoting.status import response_code, rpc_error_parts
 from nameserver.safetext import shown
 
@@ -66,6 +67,11 @@ def _not_found_if_refused(check: Callable[[], None], code: int, remark: str) -> 
     does not hold. Clients act on that code: the 5.x proxy takes only 17 as "no such topic"."""
     if not _storable(check):
         raise RequestError(code, remark)
+
+
+def _route_missing(req: Command, topic: str) -> Callable[[], str]:
+    """A route read's not-found remark, made when it is needed (most reads find their topic)."""
+    return lambda: f"No topic route info in name server for the topic: {topic}{_faq_suggestion(req)}"
 
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
@@ -192,6 +198,7 @@ class Handlers:
         self._bound: dict[str, tuple[object, api_pb2.BrokerHeartbeat]] = {}  # broker addr -> its connection
         self._bound_lock = threading.Lock()
         self.route_bodies = BodyCache()  # 105's JSON, reused while a topic's route is unchanged
+        self.route_requests = RouteRequests()  # 105's service requests, checked and built once per topic
         self._table = {code: served.handler(self) for code, served in REQUESTS.items()}
 
     @property
@@ -251,13 +258,13 @@ class Handlers:
                      rpc_error_parts(exc)[1])
 
     def _call(self, method: Callable[..., Any], request: Any, not_found: int = codes.SYSTEM_ERROR,
-              not_found_remark: str | None = None, timeout: float | None = None) -> Any:
+              not_found_remark: str | Callable[[], str] | None = None, timeout: float | None = None) -> Any:
         try:
             return method(request, timeout=timeout or self.timeout)
         except grpc.RpcError as exc:
             status, details = rpc_error_parts(exc)
             if status == grpc.StatusCode.NOT_FOUND and not_found_remark is not None:
-                details = not_found_remark
+                details = not_found_remark if isinstance(not_found_remark, str) else not_found_remark()
             raise RequestError(response_code(status, not_found), details) from None
 
     # ---- KV config -----------------------------------------------------------------------------
@@ -352,10 +359,11 @@ class Handlers:
         topic = need(req, "topic")
         # RocketMQ's ZoneRouteRPCHook: the client opts in per request (the node must run in zone mode too).
         zone = (req.ext("__ZONE_NAME") or "") if bool_field(req, "__ZONE_MODE") else ""
-        missing = f"No topic route info in name server for the topic: {topic}{_faq_suggestion(req)}"
-        _not_found_if_refused(lambda: validation.check_topic("topic", topic), codes.TOPIC_NOT_EXIST, missing)
-        reply = self._call(self.ns.GetRoute, api_pb2.GetRouteRequest(topic=topic, zone_name=zone),
-                           codes.TOPIC_NOT_EXIST, missing)
+        missing = _route_missing(req, topic)
+        request = self.route_requests.get(topic, zone)
+        if request is None:  # a name we would refuse to store: stock's not-found (see _not_found_if_refused)
+            raise RequestError(codes.TOPIC_NOT_EXIST, missing())
+        reply = self._call(self.ns.GetRoute, request, codes.TOPIC_NOT_EXIST, missing)
         fastjson = wants_fastjson(req)
         body = self.route_bodies.get(topic, fastjson, reply.route.SerializeToString(deterministic=True),
                                      lambda: bodies.encode(bodies.topic_route(reply.route, topic), fastjson))

@@ -52,7 +52,8 @@ def int_field(req: Command, name: str, default: int | None = None) -> int:
 
 
 def bool_field(req: Command, name: str) -> bool:
-    return (req.ext(name) or "").strip().lower() == "true"  # Java Boolean.parseBoolean
+    value = req.ext_fields.get(name)
+    return value is not None and value.strip().lower() == "true"  # Java Boolean.parseBoolean (null: false)
 
 
 def wants_fastjson(req: Command) -> bool:

@@ -308,6 +308,45 @@ def test_105_unknown_topic_is_17_and_missing_topic_is_1(client: Client) -> None:
     assert (resp["code"], resp["remark"]) == (1, "the custom field <topic> is null")
 
 
+def test_105_a_route_change_is_answered_on_every_connection(client: Client, fake: FakeNameServer,
+                                                             server: RemotingServer) -> None:
+    """The service requests and bodies reused across reads never answer a changed route stale: not on the
+    connection that read it before the change, nor on another one, nor for another zone's request."""
+    other = Client(server.port)
+    try:
+        zoned = {"topic": "TopicTest", "__ZONE_MODE": "true", "__ZONE_NAME": "az1"}
+        for c in (client, other):
+            assert c.call(105, {"topic": "TopicTest"})[1] == STANDARD_ROUTE
+            assert c.call(105, zoned)[1] == STANDARD_ROUTE
+        fake.route_perm = 4
+        changed = STANDARD_ROUTE.replace(b'"perm":6', b'"perm":4')
+        for c in (client, other):
+            assert c.call(105, {"topic": "TopicTest"})[1] == changed
+            assert c.call(105, zoned)[1] == changed
+        assert len(server.handlers.route_requests) == 2  # one per (topic, zone): reused by both connections
+        assert [r.zone_name for m, r in fake.calls if m == "GetRoute"] == ["", "az1"] * 4
+    finally:
+        other.close()
+
+
+def test_105_a_topic_name_we_refuse_is_17_with_the_faq_remark(client: Client, fake: FakeNameServer) -> None:
+    # the not-found remark is made only when needed (a route read that finds its topic makes none)
+    resp, body = client.call(105, {"topic": "a/b"})
+    assert (resp["code"], resp["remark"], body) == (17, "No topic route info in name server for the topic: a/b"
+                                                    "\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ for "
+                                                    "further details.", b"")
+    assert not [r for m, r in fake.calls if m == "GetRoute"]
+
+
+@pytest.mark.parametrize(("value", "zone"), [(None, ""), ("", ""), ("false", ""), ("yes", ""), (" TRUE ", "az1"),
+                                             ("True", "az1")])
+def test_105_zone_mode_reads_as_java_boolean_parse(client: Client, fake: FakeNameServer, value: str | None,
+                                                   zone: str) -> None:
+    fields = {"topic": "TopicTest", "__ZONE_NAME": "az1"} | ({} if value is None else {"__ZONE_MODE": value})
+    client.call(105, fields)
+    assert [r.zone_name for m, r in fake.calls if m == "GetRoute"] == [zone]
+
+
 def test_105_zone_name_is_passed_only_in_zone_mode(client: Client, fake: FakeNameServer) -> None:
     client.call(105, {"topic": "TopicTest", "__ZONE_NAME": "az1"})
     client.call(105, {"topic": "TopicTest", "__ZONE_NAME": "az1", "__ZONE_MODE": "true"})
