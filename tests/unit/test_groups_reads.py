@@ -101,7 +101,7 @@ def test_a_member_group_read_waits_for_a_moved_set_s_copy_in_its_new_group(group
     answered: list[list[str]] = []
     waiting = threading.Thread(target=lambda: answered.append(member_group(stub, "b1", timeout=30)))
     waiting.start()
-    apply(g1, moves.copy_set(g0.state, g1.state, "b1"))  # the copy, then group 1's log up to the floor
+    apply(g1, moves.copy_set(g0.state, g1.state, 1, "b1"))  # the copy, then group 1's log up to the floor
     advance(g1, 5)
     waiting.join(timeout=30)
     assert answered == [["10.0.0.1:10911"]]
