@@ -16,7 +16,6 @@ read times out).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,10 +40,8 @@ class ReadIndexBatcher:
         self.reads = 0
         self.last_round_reads = 0
         # one thread per round that may be in flight: a free one takes every read waiting at once
-        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
-                         for i in range(max_rounds)]
-        for thread in self._threads:
-            thread.start()
+        for i in range(max_rounds):
+            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True).start()
 
     def read_index(self, timeout: float) -> int:
         ticket = _Ticket()
@@ -57,18 +54,11 @@ class ReadIndexBatcher:
             raise ticket.error
         return ticket.index
 
-    def stop(self, within_s: float | None = None) -> None:
-        """End the round threads; with `within_s`, wait for them that long at most (a round in flight ends
-        with its barrier), so that none is left in a call while its process exits."""
+    def stop(self) -> None:
+        """End the round threads (a round in flight ends with its barrier)."""
         with self._cv:
             self._stop = True
             self._cv.notify_all()
-        if within_s is None:
-            return
-        deadline = time.monotonic() + within_s
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def reads_per_barrier(self) -> float:
