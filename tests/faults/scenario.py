@@ -30,13 +30,12 @@ from tests.cluster import Cluster, NodeProc
 from tests.faults import workers
 from tests.faults.harness import Workload
 from tests.faults.ledger import AckLedger
-from tests.linearizability.checker import INF, Op, Result, check, check_key
+from tests.linearizability.checker import INF, Op, check, settle_inconclusive
 from tests.linearizability.porcupine import check_with_porcupine
 
 LONG = os.environ.get("FAULTS_LONG", "") not in ("", "0")
 SEED = int(os.environ.get("FAULTS_SEED", "11"))
 PORCUPINE_TIMEOUT_S = 15.0  # per history; most answer in well under a second
-RECHECK_BUDGET = 3_000_000  # states, for a key the checker's default 300,000 left inconclusive
 
 
 def pick(short: float, long: float) -> float:
@@ -100,13 +99,6 @@ class Run:
     def _ops_of(self, key: str) -> list[Op]:
         return [o for w in self.segments for o in w.history.ops if o.key == key]
 
-    def _recheck(self, result: Result) -> Result:
-        """An inconclusive key again with 10x the search budget: a checker limit is not a violation."""
-        again = check_key(self._ops_of(result.key), budget=RECHECK_BUDGET)
-        print(f"\n{result.key}: inconclusive after {result.explored} states; with {RECHECK_BUDGET}: "
-              f"{'linearizable' if again.ok else again.detail} ({again.explored} states)")
-        return again
-
     def _dump(self, keys: list[str]) -> list[str]:
         """Write each key's operations as JSON lines next to the cluster's logs (for offline analysis)."""
         paths = []
@@ -146,8 +138,7 @@ class Run:
         assert not lost, f"acknowledged writes lost: { {k: v[:5] for k, v in lost.items()} }"
         # 4. bindings linearizable (each segment has its own keys: checked separately)
         t0 = time.monotonic()
-        results = [r for w in self.segments for r in check(w.history.ops)]
-        results = [self._recheck(r) if r.detail.startswith("inconclusive") else r for r in results]
+        results = [r for w in self.segments for r in settle_inconclusive(check(w.history.ops), w.history.ops)]
         check_s = time.monotonic() - t0
         bad = [(r.key, r.detail) for r in results if not r.ok]
         assert not bad, f"binding history not linearizable: {bad}; histories: {self._dump([k for k, _ in bad])}"

@@ -1,6 +1,6 @@
 """The checker itself, on known-good and known-bad histories (it must find planted violations)."""
 
-from tests.linearizability.checker import INF, Op, check, check_key, step
+from tests.linearizability.checker import INF, Op, Result, check, check_key, settle_inconclusive, step
 
 
 def b(p, t0, t1, owner, expected, status="ok", version=0, key="k"):
@@ -88,3 +88,14 @@ def test_larger_concurrent_history_is_checked_quickly() -> None:
         owner, version, t = f"o{i}", new, t + 3
     res = check_key(ops)
     assert res.ok, res.detail
+
+
+def test_a_key_the_search_gave_up_on_is_searched_again_not_failed() -> None:
+    good = [b(1, 0, 1, "a", 0, version=5, key="g"), r(2, 2, 3, True, "a", 5, key="g")]
+    bad = [b(1, 0, 1, "a", 0, version=5, key="x"), r(2, 2, 3, False, key="x")]
+    gave_up = [Result(False, k, 2, "inconclusive: search budget exhausted", 1) for k in ("g", "x")]
+    settled = settle_inconclusive(gave_up, good + bad)
+    assert [(s.key, s.ok) for s in settled] == [("g", True), ("x", False)]  # a violation stays one
+    assert settled[1].detail.startswith("no linearization")
+    decided = [Result(True, "g", 2, "", 3)]
+    assert settle_inconclusive(decided, []) == decided  # a verdict is not searched again
