@@ -1,0 +1,275 @@
+"""A worker process's end of the Go front end ([node] grpc_front = "go"; docs/architecture.md, "Processes").
+
+The node's compiled front end (front/, grpc-go) owns the public gRPC port and hands each call to one of the
+node's workers over that worker's Unix socket, <data_dir>/channel/front-<index>.sock (0600, in the channel
+directory, 0700). The worker answers it with the same handlers and the same interceptors its grpcio server
+would run (grpcserver.interceptors: the call guard, metrics, auth, the decode guard; corelink's forwarder and
+the service code), so a call meets the same checks and gets the same status and details whichever front end
+took it. `FrontServer` stands in for the worker's grpc.Server (add_generic_rpc_handlers, start, stop).
+
+Frames are nameserver/framing.py's; the records (front/frames.go says them too), each naming its kind in one
+byte and its call by an 8-byte id:
+
+    front -> worker  c  call: deadline (ns on CLOCK_MONOTONIC, shared with the front end; -1: none), method,
+                        caller (corelink's CALLER form: the client's address and its certificate's names, which
+                        the front end takes from the connection, never from the client's metadata), metadata
+                     m  a request message     h  the client's stream ended     x  cancel (the client left)
+                     a  a streamed reply was handed to the client
+    worker -> front  u  the reply and trailing metadata (status OK)   m  a streamed reply
+                     a  a request message was taken by the handler
+                     s  status: code, details, trailing metadata
+
+Each direction keeps at most WINDOW messages of a call unacknowledged, so a client that sends faster than
+its handler reads, or does not read what a stream sends, holds no more than that in either process; the
+call guard's progress bound then sees the stall as it would under grpcio. Calls run on a pool of
+[grpc] workers threads, at most limits.grpc_max_concurrent_rpcs at once (as grpcio's server).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NoReturn
+
+import grpc
+
+from nameserver import framing
+from nameserver.api.corelink import decode_caller
+from nameserver.api.inprocess import LocalRpcError
+from nameserver.api.writechannel import (
+    _NO_TIME,
+    BATCH_BYTES,
+    ChannelContext,
+    _Details,
+    _metadata_fields,
+    _metadata_of,
+    _returning,
+    _Sender,
+)
+from nameserver.config import NodeConfig
+
+log = logging.getLogger("nameserver.api.frontchannel")
+
+WINDOW = 2  # messages of a call unacknowledged each way (front/call.go's window)
+CALL, MESSAGE, HALF_CLOSE, CANCEL, TAKEN = b"c", b"m", b"h", b"x", b"a"
+UNARY, STATUS = b"u", b"s"
+_ID = struct.Struct(">Q")
+_END = object()
+Metadata = tuple[tuple[str, str | bytes], ...]
+
+
+def socket_path(data_dir: str, index: int) -> str:
+    return os.path.join(data_dir, "channel", f"front-{index}.sock")
+
+
+class FrontContext(ChannelContext):
+    """What the handlers use of grpc.ServicerContext, for a call from the front end: the caller the front
+    end named, the deadline it passed on, its cancel, abort's status (code(), as grpcio's context has it,
+    for the metrics interceptor)."""
+
+    def __init__(self, deadline: float | None, metadata: Metadata, peer: str, auth: dict[str, list[bytes]],
+                 on_cancel: Callable[[], None]) -> None:
+        super().__init__(deadline, metadata)
+        self._peer, self._auth, self._on_cancel = peer, auth, on_cancel
+        self._code: grpc.StatusCode | None = None
+
+    def peer(self) -> str:
+        return self._peer
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._auth
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._on_cancel()  # a wait on the client ends at once
+        self.end()
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        self._code = code
+        super().abort(code, details)
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+
+class _Call:
+    """One call's state on the worker: its request messages as they come, its reply credits."""
+
+    def __init__(self, call_id: bytes, sender: _Sender) -> None:
+        self.id = call_id
+        self.sender = sender
+        self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.credits = threading.Semaphore(WINDOW)
+        self.context: FrontContext | None = None
+
+    def wake(self) -> None:
+        """The call was cancelled: its waits on the client end."""
+        self.requests.put(_END)
+        self.credits.release(WINDOW + 1)
+
+    def received(self, deserialize: Callable[[bytes], Any] | None) -> Iterator[Any]:
+        """The client's request messages, each acknowledged as the handler takes it; ends with the client's
+        stream or the call."""
+        while (item := self.requests.get()) is not _END:
+            self.sender.put([TAKEN, self.id])
+            yield deserialize(item) if deserialize is not None else item
+
+
+class FrontServer(framing.LinkServer):
+    """A worker's calls from the Go front end: grpc.Server's part the worker uses, over its front socket."""
+
+    def __init__(self, cfg: NodeConfig, path: str, interceptors: Sequence[grpc.ServerInterceptor]) -> None:
+        super().__init__(path, "front-channel")
+        self.interceptors = tuple(interceptors)
+        self.generic: list[grpc.GenericRpcHandler] = []
+        self.max_frame = BATCH_BYTES + cfg.max_message_bytes + framing.FRAME_SLACK
+        self.max_calls = cfg.grpc_max_concurrent_rpcs
+        self.pool = ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc")
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self.generic.extend(handlers)
+
+    def stop(self, grace: float | None = None) -> threading.Event:  # type: ignore[override]  # grpc.Server's
+        super().stop()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        done = threading.Event()
+        done.set()
+        return done
+
+    # ---- a link from the front end -------------------------------------------------------------------
+
+    def serve(self, link: socket.socket) -> None:
+        sender = _Sender(link, "front-channel-answers", lambda exc: framing.close(link))
+        calls: dict[bytes, _Call] = {}
+        try:
+            while (body := framing.read_frame(link, self.max_frame)) is not None:
+                for fields in framing.unpack(body):
+                    self._take(fields, calls, sender)
+        except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
+            if self.listening:
+                log.warning("front channel: the front end's link ended: %s", exc)
+        finally:
+            sender.close()
+            with self._lock:
+                left = list(calls.values())
+            for call in left:  # the front end went away: so did every client of its calls
+                if call.context is not None:
+                    call.context.cancel()
+
+    def _take(self, fields: list[bytes], calls: dict[bytes, _Call], sender: _Sender) -> None:
+        if len(fields) < 2:
+            raise ValueError("front channel: a record of the wrong shape")
+        kind, call_id = fields[0], fields[1]
+        if kind == CALL:
+            if len(fields) < 5 or len(fields) % 2 == 0 or not fields[2].lstrip(b"-").isdigit():
+                raise ValueError("front channel: a call of the wrong shape")
+            call = _Call(call_id, sender)
+            ns = int(fields[2])
+            caller = decode_caller(fields[4].decode(errors="replace"))
+            peer, auth = caller if caller is not None else ("unknown", {})
+            call.context = FrontContext(None if ns == _NO_TIME else ns / 1e9, _metadata_of(fields[5:]), peer, auth,
+                                        call.wake)
+            with self._lock:
+                calls[call_id] = call
+                refused = self._running >= self.max_calls
+                self._running += 0 if refused else 1
+            if refused:  # grpcio's answer past maximum_concurrent_rpcs
+                self._finish(call, calls, STATUS, [str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]).encode(),
+                                                   b"Concurrent RPC limit exceeded!"], counted=False)
+                return
+            self.pool.submit(self._run, call, fields[3].decode(errors="replace"), caller is not None, calls)
+            return
+        with self._lock:
+            found = calls.get(call_id)
+        if found is None:
+            return  # a call that ended already
+        if kind == MESSAGE and len(fields) == 3:
+            found.requests.put(fields[2])
+        elif kind == HALF_CLOSE:
+            found.requests.put(_END)
+        elif kind == CANCEL and found.context is not None:
+            found.context.cancel()
+        elif kind == TAKEN:
+            found.credits.release()
+
+    def _finish(self, call: _Call, calls: dict[bytes, _Call], kind: bytes, fields: list[bytes],
+                counted: bool = True) -> None:
+        with self._lock:
+            calls.pop(call.id, None)
+            self._running -= 1 if counted else 0
+        call.sender.put([kind, call.id, *fields])
+
+    # ---- a call ----------------------------------------------------------------------------------------
+
+    def _run(self, call: _Call, method: str, known_caller: bool, calls: dict[bytes, _Call]) -> None:
+        context = call.context
+        assert context is not None
+        kind, fields = STATUS, [b"13", b"the worker did not answer"]
+        try:
+            if not known_caller:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "the front end did not name the call's caller")
+            kind, fields = self._answer(call, method, context)
+        except LocalRpcError as exc:
+            kind, fields = STATUS, [str(exc.code().value[0]).encode(), (exc.details() or "").encode()]
+        except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
+            log.exception("front channel call %s failed", method)
+            kind, fields = STATUS, [str(grpc.StatusCode.UNKNOWN.value[0]).encode(),
+                                    f"Exception calling application: {exc}".encode()]
+        finally:
+            fields += _metadata_fields(context.trailing())
+            self._finish(call, calls, kind, fields)
+            context.end()
+
+    def _handler(self, method: str, context: FrontContext) -> Any:
+        """The method's handler wrapped by the interceptors, as grpcio's server would build it; None when
+        no handler serves `method`."""
+        details = _Details(method, context.invocation_metadata())
+        base = next((h for g in self.generic if (h := g.service(details)) is not None), None)
+        handler: Any = base
+        for interceptor in reversed(self.interceptors):
+            handler = interceptor.intercept_service(_returning(handler), details)
+        return handler
+
+    def _answer(self, call: _Call, method: str, context: FrontContext) -> tuple[bytes, list[bytes]]:
+        handler = self._handler(method, context)
+        if handler is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        requests = call.received(handler.request_deserializer)
+        if handler.request_streaming:
+            arg: Any = requests
+        else:
+            arg = next(requests, _END)
+            if arg is _END:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, "request: the call carried no request message")
+        behavior = (handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream)
+        encode = handler.response_serializer or (lambda reply: reply)
+        if not handler.response_streaming:
+            return UNARY, [encode(behavior(arg, context))]
+        responses = iter(behavior(arg, context))
+        for reply in responses:
+            if context.is_active():
+                call.credits.acquire()  # the front end handed the last ones to the client (or the call ended)
+            if not context.is_active():
+                # once more: a bound that cancelled the call (the call guard's) answers with its status
+                next(responses, None)
+                _close(responses)
+                context.abort(grpc.StatusCode.CANCELLED, "the caller went away")
+            call.sender.put([MESSAGE, call.id, encode(reply)])
+        return STATUS, [b"0", b""]
+
+
+def _close(responses: Iterator[Any]) -> None:
+    close = getattr(responses, "close", None)
+    if close is not None:
+        close()
+
+
+__all__ = ["FrontContext", "FrontServer", "socket_path"]
