@@ -78,6 +78,7 @@ class FrontContext(ChannelContext):
         super().__init__(deadline, metadata)
         self._peer, self._auth, self._on_cancel = peer, auth, on_cancel
         self._code: grpc.StatusCode | None = None
+        self.ended_with: tuple[grpc.StatusCode, str] | None = None  # cancel_with's status
 
     def peer(self) -> str:
         return self._peer
@@ -89,6 +90,13 @@ class FrontContext(ChannelContext):
         self._cancelled = True
         self._on_cancel()  # a wait on the client ends at once
         self.end()
+
+    def cancel_with(self, code: grpc.StatusCode, details: str) -> None:
+        """Cancel with the status the client gets, whatever the handler answers after (as grpcio's call
+        cancelled with a status: callguard.cancel_call)."""
+        if self.ended_with is None:
+            self.ended_with = (code, details)
+        self.cancel()
 
     def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
         self._code = code
@@ -224,6 +232,8 @@ class FrontServer(framing.LinkServer):
             kind, fields = STATUS, [str(grpc.StatusCode.UNKNOWN.value[0]).encode(),
                                     f"Exception calling application: {exc}".encode()]
         finally:
+            if context.ended_with is not None:  # cancelled with a status: the client gets that one
+                kind, fields = STATUS, [str(context.ended_with[0].value[0]).encode(), context.ended_with[1].encode()]
             fields += _metadata_fields(context.trailing())
             self._finish(call, calls, kind, fields)
             context.end()
