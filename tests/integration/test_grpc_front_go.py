@@ -164,7 +164,8 @@ def test_stalled_registration_streams_are_bounded_per_caller(sec: Secure) -> Non
         for c in calls:
             assert c.exception(timeout=progress_s + 5) is not None
         admitted = [c for c in calls if c not in refused]
-        assert all(c.code() == grpc.StatusCode.DEADLINE_EXCEEDED for c in admitted), {(c.code(), c.details()) for c in admitted}
+        assert all(c.code() == grpc.StatusCode.DEADLINE_EXCEEDED for c in admitted), {
+            (c.code(), c.details()) for c in admitted}
     finally:
         stall.set()
 
