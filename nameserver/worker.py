@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 from nameserver import headers, tlsconf
 from nameserver.api import auth, corelink, frontchannel, grpcserver, writechannel
 from nameserver.api.coreindex import CoreReadIndex
-from nameserver.api.frontchannel import FrontServer
+from nameserver.api.frontchannel import FrontServer, Inline
 from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
@@ -141,7 +141,7 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     metrics = requests.interceptor() if requests is not None else None
     grpc_server: grpc.Server | FrontServer = (
         grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port, metrics=metrics) if front_socket is None
-        else FrontServer(cfg, front_socket, grpcserver.interceptors(cfg, metrics)))
+        else FrontServer(cfg, front_socket, grpcserver.interceptors(cfg, metrics), _inline_reads(replica, groups)))
     if groups is not None and calls is not None:  # asked first: a write goes to its group's core
         grpc_server.add_generic_rpc_handlers((calls,))
         local = (local or {}) | groups.local_handlers()
@@ -162,6 +162,24 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
         warm_up(remoting, node, reply_sizes or {})
         remoting.start()
     return remoting, grpc_server, node
+
+
+# The eventual reads (corelink.REPLICA_METHODS but the linearizable ones), by full name: their request types.
+_EVENTUAL = {f"/{corelink.NAMESERVER.full_name}/{name}":
+             getattr(api_pb2, corelink.NAMESERVER.methods_by_name[name].input_type.name)
+             for name in corelink.REPLICA_METHODS if name not in ("GetBinding", "ListBindings")}
+
+
+def _inline_reads(replica: ReadReplica, groups: GroupLinks | None) -> Inline:
+    """A worker's calls from the Go front end that run on the link's thread: eventual reads that will not
+    wait (no min_offset past what the replica has applied; with several groups, none at all)."""
+    def here(method: str, request: bytes) -> bool:
+        try:
+            wanted = getattr(_EVENTUAL[method].FromString(request), "min_offset", 0)
+        except Exception:  # undecodable: the pool's call answers INVALID_ARGUMENT, as ever
+            return False
+        return bool(wanted == 0 or (groups is None and wanted <= replica.offset))
+    return Inline(frozenset(_EVENTUAL), here)
 
 
 def unchanged_counts(channels: list[CoreChannel]) -> tuple[int, int]:

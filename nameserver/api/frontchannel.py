@@ -27,6 +27,7 @@ call guard's progress bound then sees the stall as it would under grpcio. Calls 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -109,9 +110,12 @@ class FrontContext(ChannelContext):
 class _Call:
     """One call's state on the worker: its request messages as they come, its reply credits."""
 
-    def __init__(self, call_id: bytes, sender: _Sender) -> None:
+    def __init__(self, call_id: bytes, sender: _Sender, method: str, known_caller: bool) -> None:
         self.id = call_id
         self.sender = sender
+        self.method = method
+        self.known_caller = known_caller
+        self.held: bytes | None = None  # an inline candidate's request, until its stream ends (_take)
         self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.credits = threading.Semaphore(WINDOW)
         self.context: FrontContext | None = None
@@ -132,8 +136,11 @@ class _Call:
 class FrontServer(framing.LinkServer):
     """A worker's calls from the Go front end: grpc.Server's part the worker uses, over its front socket."""
 
-    def __init__(self, cfg: NodeConfig, path: str, interceptors: Sequence[grpc.ServerInterceptor]) -> None:
+    def __init__(self, cfg: NodeConfig, path: str, interceptors: Sequence[grpc.ServerInterceptor],
+                 inline: Inline | None = None) -> None:
+        """`inline`: which calls may run on the link's own thread (see Inline)."""
         super().__init__(path, "front-channel")
+        self.inline = inline
         self.interceptors = tuple(interceptors)
         self.generic: list[grpc.GenericRpcHandler] = []
         self.max_frame = BATCH_BYTES + cfg.max_message_bytes + framing.FRAME_SLACK
@@ -157,10 +164,15 @@ class FrontServer(framing.LinkServer):
     def serve(self, link: socket.socket) -> None:
         sender = _Sender(link, "front-channel-answers", lambda exc: framing.close(link))
         calls: dict[bytes, _Call] = {}
+        held: dict[bytes, _Call] = {}  # inline candidates whose request has not ended yet
         try:
             while (body := framing.read_frame(link, self.max_frame)) is not None:
                 for fields in framing.unpack(body):
-                    self._take(fields, calls, sender)
+                    self._take(fields, calls, sender, held)
+                for call in held.values():  # its request did not come whole with its call: the pool's
+                    call.held = None
+                    self.pool.submit(self._run, call, calls)
+                held.clear()
         except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
             if self.listening:
                 log.warning("front channel: the front end's link ended: %s", exc)
@@ -172,16 +184,17 @@ class FrontServer(framing.LinkServer):
                 if call.context is not None:
                     call.context.cancel()
 
-    def _take(self, fields: list[bytes], calls: dict[bytes, _Call], sender: _Sender) -> None:
+    def _take(self, fields: list[bytes], calls: dict[bytes, _Call], sender: _Sender, held: dict[bytes, _Call]
+              ) -> None:
         if len(fields) < 2:
             raise ValueError("front channel: a record of the wrong shape")
         kind, call_id = fields[0], fields[1]
         if kind == CALL:
             if len(fields) < 5 or len(fields) % 2 == 0 or not fields[2].lstrip(b"-").isdigit():
                 raise ValueError("front channel: a call of the wrong shape")
-            call = _Call(call_id, sender)
             ns = int(fields[2])
-            caller = decode_caller(fields[4].decode(errors="replace"))
+            caller = _caller(fields[4])
+            call = _Call(call_id, sender, fields[3].decode(errors="replace"), caller is not None)
             peer, auth = caller if caller is not None else ("unknown", {})
             call.context = FrontContext(None if ns == _NO_TIME else ns / 1e9, _metadata_of(fields[5:]), peer, auth,
                                         call.wake)
@@ -193,7 +206,10 @@ class FrontServer(framing.LinkServer):
                 self._finish(call, calls, STATUS, [str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]).encode(),
                                                    b"Concurrent RPC limit exceeded!"], counted=False)
                 return
-            self.pool.submit(self._run, call, fields[3].decode(errors="replace"), caller is not None, calls)
+            if self.inline is not None and call.method in self.inline.methods:
+                held[call_id] = call  # its request is likely in this frame: see at its end (HALF_CLOSE)
+                return
+            self.pool.submit(self._run, call, calls)
             return
         with self._lock:
             found = calls.get(call_id)
@@ -201,8 +217,16 @@ class FrontServer(framing.LinkServer):
             return  # a call that ended already
         if kind == MESSAGE and len(fields) == 3:
             found.requests.put(fields[2])
+            if call_id in held:
+                found.held = fields[2] if found.held is None else None  # a second message: not a unary call
         elif kind == HALF_CLOSE:
             found.requests.put(_END)
+            if held.pop(call_id, None) is not None:
+                request, found.held = found.held, None
+                if request is not None and self.inline is not None and self.inline.here(found.method, request):
+                    self._run(found, calls)
+                else:
+                    self.pool.submit(self._run, found, calls)
         elif kind == CANCEL and found.context is not None:
             found.context.cancel()
         elif kind == TAKEN:
@@ -217,12 +241,12 @@ class FrontServer(framing.LinkServer):
 
     # ---- a call ----------------------------------------------------------------------------------------
 
-    def _run(self, call: _Call, method: str, known_caller: bool, calls: dict[bytes, _Call]) -> None:
-        context = call.context
+    def _run(self, call: _Call, calls: dict[bytes, _Call]) -> None:
+        context, method = call.context, call.method
         assert context is not None
         kind, fields = STATUS, [b"13", b"the worker did not answer"]
         try:
-            if not known_caller:
+            if not call.known_caller:
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "the front end did not name the call's caller")
             kind, fields = self._answer(call, method, context)
         except LocalRpcError as exc:
@@ -276,10 +300,29 @@ class FrontServer(framing.LinkServer):
         return STATUS, [b"0", b""]
 
 
+class Inline:
+    """Calls a worker answers on the link's own thread, with no hand-off to the pool (a thread wake and a
+    GIL hand-over a call: docs/benchmarks.md, "The Go front end in the product"): `methods` whose request
+    arrived whole with the call, and for which `here(method, request bytes)` says the answer will not wait
+    (an eventual read its replica can serve now). Anything that may wait (a min_offset ahead of the
+    replica, a linearizable read, a write, a stream) goes to the pool: a wait on the link thread would hold
+    every call behind it."""
+
+    def __init__(self, methods: frozenset[str], here: Callable[[str, bytes], bool]) -> None:
+        self.methods = methods
+        self.here = here
+
+
+@functools.lru_cache(maxsize=1024)
+def _caller(value: bytes) -> tuple[str, dict[str, list[bytes]]] | None:
+    """decode_caller, once per distinct caller (a connection's calls all name the same one)."""
+    return decode_caller(value.decode(errors="replace"))
+
+
 def _close(responses: Iterator[Any]) -> None:
     close = getattr(responses, "close", None)
     if close is not None:
         close()
 
 
-__all__ = ["FrontContext", "FrontServer", "socket_path"]
+__all__ = ["FrontContext", "FrontServer", "Inline", "socket_path"]
