@@ -9,6 +9,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -127,26 +129,39 @@ func callRecord(key []byte, method string, stream grpc.ServerStream) [][]byte {
 
 // pumpRequests passes the client's messages on, at most `window` ahead of the worker's handler, then the
 // end of the client's stream. It ends with the call (RecvMsg fails once the handler returned).
+//
+// A message waits here until the next RecvMsg says whether the stream ended, so that a unary call's request
+// and its end go to the worker as one item. The first message takes no credit (the worker acknowledges the
+// later ones only): a unary call costs the worker no acknowledgement.
 func pumpRequests(l *link, c *call, stream grpc.ServerStream, taken chan struct{}) {
 	ctx := stream.Context()
-	for {
+	var waiting [][]byte // a message received, not yet passed on
+	for first := true; ; first = false {
 		var msg []byte
 		err := stream.RecvMsg(&msg)
 		if err == io.EOF {
-			l.send([][]byte{{kindHalfClose}, c.key})
+			end := [][]byte{{kindHalfClose}, c.key}
+			if waiting != nil {
+				l.send(waiting, end)
+			} else {
+				l.send(end)
+			}
 			return
 		}
 		if err != nil {
 			return
 		}
-		select {
-		case <-taken:
-		case <-ctx.Done():
+		if waiting != nil && !l.send(waiting) {
 			return
 		}
-		if !l.send([][]byte{{kindMessage}, c.key, msg}) {
-			return
+		if !first {
+			select {
+			case <-taken:
+			case <-ctx.Done():
+				return
+			}
 		}
+		waiting = [][]byte{{kindMessage}, c.key, msg}
 	}
 }
 
@@ -204,12 +219,36 @@ func monotonicNs() int64 {
 // writes a peer ("ipv4:HOST:PORT", "ipv6:[HOST]:PORT") and, over TLS, the names of its verified
 // certificate as grpcio's auth context has them (hex-encoded values).
 func callerOf(ctx context.Context) []byte {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return describeCaller(nil)
+	}
+	key := p.Addr.String() // one connection's calls all have the same caller
+	if said, ok := callers.Load(key); ok {
+		return said.([]byte)
+	}
+	said := describeCaller(p)
+	if callersKept.Add(1) > maxCallersKept { // a bound, not an eviction order: start again
+		callers.Clear()
+		callersKept.Store(0)
+	}
+	callers.Store(key, said)
+	return said
+}
+
+var (
+	callers     sync.Map // address -> caller JSON
+	callersKept atomic.Int64
+)
+
+const maxCallersKept = 1 << 16
+
+func describeCaller(p *peer.Peer) []byte {
 	said := struct {
 		Peer string              `json:"peer"`
 		Auth map[string][]string `json:"auth"`
 	}{Peer: "unknown", Auth: map[string][]string{}}
-	p, ok := peer.FromContext(ctx)
-	if ok {
+	if p != nil {
 		if tcp, isTCP := p.Addr.(*net.TCPAddr); isTCP {
 			if ip4 := tcp.IP.To4(); ip4 != nil {
 				said.Peer = "ipv4:" + ip4.String() + ":" + strconv.Itoa(tcp.Port)

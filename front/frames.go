@@ -40,12 +40,14 @@ type frameWriter struct {
 	size    int
 }
 
-func (f *frameWriter) add(record [][]byte) {
-	f.records = append(f.records, record)
-	for _, field := range record {
-		f.size += 4 + len(field)
+func (f *frameWriter) add(records ...[][]byte) {
+	for _, record := range records {
+		f.records = append(f.records, record)
+		for _, field := range record {
+			f.size += 4 + len(field)
+		}
+		f.size += 4
 	}
-	f.size += 4
 }
 
 func (f *frameWriter) bytes() []byte {

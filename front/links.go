@@ -13,10 +13,10 @@ import (
 )
 
 const (
-	batchBytes  = 1 << 20               // a frame to a worker gathers records up to about this many bytes
-	ioBuffer    = 256 << 10             // each link's read and write buffers
+	batchBytes  = 1 << 20                // a frame to a worker gathers records up to about this many bytes
+	ioBuffer    = 256 << 10              // each link's read and write buffers
 	redialEvery = 100 * time.Millisecond // how soon a gone worker's socket is tried again
-	inbox       = 16                    // records a call can have waiting; the windows keep it under 4
+	inbox       = 16                     // records a call can have waiting; the windows keep it under 4
 )
 
 // link is one Unix socket to one worker process. Records to the worker go through one writer goroutine,
@@ -24,7 +24,7 @@ const (
 // and are handed to their calls by id. A link that breaks answers its calls UNAVAILABLE and takes no more.
 type link struct {
 	conn   net.Conn
-	out    chan [][]byte
+	out    chan [][][]byte
 	done   chan struct{}
 	mu     sync.Mutex
 	calls  map[uint64]*call
@@ -45,7 +45,7 @@ func dial(path string, maxFrame int) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &link{conn: conn, out: make(chan [][]byte, 4096), done: make(chan struct{}), calls: map[uint64]*call{},
+	l := &link{conn: conn, out: make(chan [][][]byte, 4096), done: make(chan struct{}), calls: map[uint64]*call{},
 		max: maxFrame}
 	go l.write()
 	go l.read()
@@ -57,16 +57,16 @@ func (l *link) write() {
 	var frame frameWriter
 	for {
 		select {
-		case rec := <-l.out:
-			frame.add(rec)
+		case recs := <-l.out:
+			frame.add(recs...)
 		case <-l.done:
 			return
 		}
 	more:
 		for frame.size < batchBytes {
 			select {
-			case rec := <-l.out:
-				frame.add(rec)
+			case recs := <-l.out:
+				frame.add(recs...)
 			default:
 				break more
 			}
@@ -152,10 +152,10 @@ func (l *link) forget(c *call) {
 	l.mu.Unlock()
 }
 
-// send queues a record for the worker; false when the link is broken.
-func (l *link) send(rec [][]byte) bool {
+// send queues records for the worker, to go in one frame; false when the link is broken.
+func (l *link) send(recs ...[][]byte) bool {
 	select {
-	case l.out <- rec:
+	case l.out <- recs:
 		return true
 	case <-l.done:
 		return false

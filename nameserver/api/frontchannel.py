@@ -19,7 +19,7 @@ byte and its call by an 8-byte id:
                      a  a request message was taken by the handler
                      s  status: code, details, trailing metadata
 
-Each direction keeps at most WINDOW messages of a call unacknowledged, so a client that sends faster than
+Each direction keeps at most WINDOW messages of a call unacknowledged (requests: past the first), so a client that sends faster than
 its handler reads, or does not read what a stream sends, holds no more than that in either process; the
 call guard's progress bound then sees the stall as it would under grpcio. Calls run on a pool of
 [grpc] workers threads, at most limits.grpc_max_concurrent_rpcs at once (as grpcio's server).
@@ -126,10 +126,13 @@ class _Call:
         self.credits.release(WINDOW + 1)
 
     def received(self, deserialize: Callable[[bytes], Any] | None) -> Iterator[Any]:
-        """The client's request messages, each acknowledged as the handler takes it; ends with the client's
-        stream or the call."""
+        """The client's request messages, each but the first acknowledged as the handler takes it (the first
+        took no credit: a unary call costs no acknowledgement); ends with the client's stream or the call."""
+        first = True
         while (item := self.requests.get()) is not _END:
-            self.sender.put([TAKEN, self.id])
+            if not first:
+                self.sender.put([TAKEN, self.id])
+            first = False
             yield deserialize(item) if deserialize is not None else item
 
 
