@@ -19,10 +19,11 @@ byte and its call by an 8-byte id:
                      a  a request message was taken by the handler
                      s  status: code, details, trailing metadata
 
-Each direction keeps at most WINDOW messages of a call unacknowledged (requests: past the first), so a client that sends faster than
-its handler reads, or does not read what a stream sends, holds no more than that in either process; the
-call guard's progress bound then sees the stall as it would under grpcio. Calls run on a pool of
-[grpc] workers threads, at most limits.grpc_max_concurrent_rpcs at once (as grpcio's server).
+Each direction keeps at most WINDOW messages of a call unacknowledged (requests: past the first), so a
+client that sends faster than its handler reads, or does not read what a stream sends, holds no more than
+that in either process; the call guard's progress bound then sees the stall as it would under grpcio.
+Calls run on a pool of [grpc] workers threads, at most limits.grpc_max_concurrent_rpcs at once (as grpcio's
+server), but for the eventual reads that will not wait (Inline), answered on the link's own thread.
 """
 
 from __future__ import annotations
