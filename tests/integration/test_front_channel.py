@@ -6,12 +6,15 @@ What a handler sees of its call through the pipe: the deadline as time left, the
 writes it and never a caller header the client sent, the client's metadata; what the client sees of the
 handler: its reply, its status, details and trailing metadata, a server stream's messages, a client stream
 taken whole; and the call guard's bounds on a client that sends nothing or reads nothing, as under grpcio.
-A cancel by the client reaches the handler (is_active turns False).
+A cancel by the client reaches the handler (is_active turns False). With mutual TLS the handler sees the
+client certificate's names, as grpcio's auth context has them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import threading
 import time
@@ -22,11 +25,12 @@ from typing import Any
 import grpc
 import pytest
 
-from nameserver import headers
+from nameserver import headers, tlsconf
 from nameserver.api.callguard import CallGuard
 from nameserver.api.frontchannel import FrontServer, socket_path
 from nameserver.config import NodeConfig
 from nameserver.ops import gobuild, gofront
+from tests.certs import TestCA
 
 PROGRESS_MS = 1000
 
@@ -47,7 +51,9 @@ class Handlers(grpc.GenericRpcHandler):
 
     @staticmethod
     def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
+        names = {k: [bytes(v).decode() for v in vs] for k, vs in (context.auth_context() or {}).items()}
         return json.dumps({"left": context.time_remaining(), "peer": context.peer(), "request": request.decode(),
+                           "auth": names,
                            "metadata": [[k, v] for k, v in context.invocation_metadata() if isinstance(v, str)]}
                           ).encode()
 
@@ -89,11 +95,11 @@ class Pipe:
         return getattr(channel or self.channel, kind)(f"/t.T/{name}")
 
 
-@pytest.fixture(scope="module")
-def pipe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipe]:
-    data_dir = str(tmp_path_factory.mktemp("front"))
+@contextlib.contextmanager
+def front_end(data_dir: str, **settings: Any) -> Iterator[tuple[str, Handlers]]:
+    """A FrontServer here and the Go front end before it, with the node's `settings`: its address, the handlers."""
     cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
-                  worker_processes=1, workers=16, grpc_progress_timeout_ms=PROGRESS_MS)
+                  worker_processes=1, workers=16, grpc_progress_timeout_ms=PROGRESS_MS, **settings)
     handlers = Handlers()
     server = FrontServer(cfg, socket_path(data_dir, 0), [CallGuard(PROGRESS_MS, 8, 4)])
     server.add_generic_rpc_handlers((handlers,))
@@ -104,13 +110,44 @@ def pipe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipe]:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.startswith("listening on "), line
-        p = Pipe(line.split()[-1], handlers)
-        yield p
-        p.channel.close()
+        yield line.split()[-1], handlers
     finally:
         proc.terminate()
         proc.wait(timeout=10)
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def pipe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipe]:
+    with front_end(str(tmp_path_factory.mktemp("front"))) as (addr, handlers):
+        p = Pipe(addr, handlers)
+        yield p
+        p.channel.close()
+
+
+def test_mutual_tls_names_the_callers_certificate(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """TLS from the node's files, client certificates required: the handler's auth context has the
+    certificate's names as grpcio's has them; a client without one never reaches it."""
+    root = str(tmp_path_factory.mktemp("front-tls"))
+    ca = TestCA(os.path.join(root, "pki"))
+    node, client = ca.node("node"), ca.issue("broker-7", dns=("b7.example",))
+    with front_end(root, tls_cert_file=node.cert, tls_key_file=node.key, tls_ca_file=ca.ca_file,
+                   tls_client_auth="require") as (addr, _):
+        mutual = tlsconf.open_channel(addr, ca_file=ca.ca_file, cert_file=client.cert, key_file=client.key)
+        try:
+            said = json.loads(mutual.unary_unary("/t.T/Echo")(b"", timeout=10))
+        finally:
+            mutual.close()
+        assert said["auth"]["x509_common_name"] == ["broker-7"]
+        assert "b7.example" in said["auth"]["x509_subject_alternative_name"]
+        assert said["auth"]["transport_security_type"] == ["ssl"]
+        anonymous = tlsconf.open_channel(addr, ca_file=ca.ca_file)
+        try:
+            with pytest.raises(grpc.RpcError) as err:
+                anonymous.unary_unary("/t.T/Echo")(b"", timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # the handshake fails
+        finally:
+            anonymous.close()
 
 
 def test_the_handler_sees_the_deadline_the_caller_and_the_metadata(pipe: Pipe) -> None:

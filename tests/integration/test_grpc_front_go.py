@@ -3,7 +3,8 @@ connection limits, and hands every call to the node's 2 worker processes, which 
 own service code (nameserver/api/frontchannel.py). One secure node (TLS from its cert/key files, tokens by
 role) with the attack suite's short limits, its workers and front end as a node runs them.
 
-What a client sees must be what grpcio's port gives it: a registration and a route read; a bad field
+What a client sees must be what grpcio's port gives it: a registration and a route read; a watch stream's
+change; a bad field
 refused naming the field; tokens decide (none, an unknown one, a role without the right); a call's
 deadline ends it; the stream bounds of tests/security/test_grpc_streams.py (unfinished streams without a
 credential, a credentialed caller that never sends, stalled registration streams past the per-caller
@@ -62,6 +63,21 @@ def test_a_registration_then_a_route_read(sec: Secure) -> None:
                                               timeout=10)
     assert [b.broker_name for b in route.route.broker_datas] == ["go-broker"]
     assert route.apply_offset >= reply.offset
+
+
+def test_a_watch_streams_a_registration(sec: Secure) -> None:
+    node = _node(sec)
+    stream = sec.stub(node, "client").Watch(api_pb2.WatchRequest(topics=["WatchedTopic"], progress_interval_ms=200),
+                                            timeout=20)
+    try:
+        first = next(stream)  # the current state (none): the listing's end, then changes
+        assert first.initial_state_done or first.initial_state or not first.events
+        sec.stub(node, "broker").RegisterBroker(
+            register_request("GoCluster", "watched", "10.9.0.3:10911", ["WatchedTopic"]), timeout=10)
+        keys = next(k for m in stream for e in m.events if (k := e.key).startswith("topic/WatchedTopic"))
+        assert keys
+    finally:
+        stream.cancel()
 
 
 def test_a_bad_field_is_refused_naming_it(sec: Secure) -> None:
