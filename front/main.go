@@ -24,6 +24,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	_ "google.golang.org/grpc/encoding/gzip" // grpcio's server takes gzip-compressed calls: so does this one
 	"google.golang.org/grpc/keepalive"
 )
 

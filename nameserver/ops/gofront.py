@@ -62,7 +62,11 @@ class FrontProcess:
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def start(self) -> None:
-        self._cmd = command(self.cfg, gobuild.build(), self.max_connections)  # built by make setup, else now
+        try:
+            binary = gobuild.build()  # built by make setup, else now
+        except (RuntimeError, subprocess.SubprocessError) as exc:  # the command prints an OSError as one line
+            raise OSError(f'[node] grpc_front = "go": the Go front end (front/) could not be built: {exc}') from exc
+        self._cmd = command(self.cfg, binary, self.max_connections)
         self._spawn()
         self._thread = threading.Thread(target=self._watch, name="front", daemon=True)
         self._thread.start()

@@ -164,6 +164,11 @@ def test_the_handler_sees_the_deadline_the_caller_and_the_metadata(pipe: Pipe) -
     assert no_deadline["left"] is None
 
 
+def test_a_compressed_call_is_taken_as_grpcio_takes_it(pipe: Pipe) -> None:
+    reply = json.loads(pipe.method("Echo")(b"zipped", timeout=5, compression=grpc.Compression.Gzip))
+    assert reply["request"] == "zipped"
+
+
 def test_an_abort_reaches_the_client_with_its_details_and_trailing_metadata(pipe: Pipe) -> None:
     with pytest.raises(grpc.RpcError) as err:
         pipe.method("Abort")(b"", timeout=5)
