@@ -334,7 +334,8 @@ def markdown(r: dict[str, Any]) -> str:
     head = [f"{m['date']}, {m['machine']['cores']} cores ({m['machine']['cpu']}), Python {m['machine']['python']}, "
             f"grpcio {m['machine']['grpcio']}, etcd {m['etcd_version']}; {m['seconds_per_workload']} s per load; "
             f"durability: ours {m['durability']['ours']}, etcd WAL fsync on (default); ours with "
-            f"{m.get('ours_worker_processes', 0)} worker processes per node. Load average at start "
+            f"{m.get('ours_worker_processes', 0)} worker processes per node"
+            f"{' behind the Go front end' if m.get('ours_grpc_front') == 'go' else ''}. Load average at start "
             f"{', '.join(f'{x:.2f}' for x in m['machine']['load_average_at_start'])}.", ""]
     extra = ["", *workers_table(r)] if "ours_no_workers" in r else []
     if "issue27" in tg:
