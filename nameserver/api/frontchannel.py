@@ -80,6 +80,7 @@ class FrontContext(ChannelContext):
         super().__init__(deadline, metadata)
         self._peer, self._auth, self._on_cancel = peer, auth, on_cancel
         self._code: grpc.StatusCode | None = None
+        self._details = ""
         self.ended_with: tuple[grpc.StatusCode, str] | None = None  # cancel_with's status
 
     def peer(self) -> str:
@@ -104,8 +105,24 @@ class FrontContext(ChannelContext):
         self._code = code
         super().abort(code, details)
 
+    def abort_with_status(self, status: grpc.Status) -> NoReturn:
+        self.set_trailing_metadata(tuple(status.trailing_metadata or ()))  # type: ignore[arg-type]  # -bin values
+        self.abort(status.code, status.details)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def set_details(self, details: str) -> None:
+        self._details = details
+
     def code(self) -> grpc.StatusCode | None:
         return self._code
+
+    def set_status(self) -> tuple[bytes, list[bytes]] | None:
+        """The status set with set_code (and set_details) rather than abort, as grpcio sends it; None: none."""
+        if self._code is None or self._code == grpc.StatusCode.OK:
+            return None
+        return STATUS, [str(self._code.value[0]).encode(), self._details.encode()]
 
 
 class _Call:
@@ -253,12 +270,15 @@ class FrontServer(framing.LinkServer):
             if not call.known_caller:
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "the front end did not name the call's caller")
             kind, fields = self._answer(call, method, context)
+            kind, fields = context.set_status() or (kind, fields)
         except LocalRpcError as exc:
             kind, fields = STATUS, [str(exc.code().value[0]).encode(), (exc.details() or "").encode()]
         except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
-            log.exception("front channel call %s failed", method)
-            kind, fields = STATUS, [str(grpc.StatusCode.UNKNOWN.value[0]).encode(),
-                                    f"Exception calling application: {exc}".encode()]
+            set_status = context.set_status()  # a method not implemented sets UNIMPLEMENTED, then raises
+            if set_status is None:
+                log.exception("front channel call %s failed", method)
+            kind, fields = set_status or (STATUS, [str(grpc.StatusCode.UNKNOWN.value[0]).encode(),
+                                                   f"Exception calling application: {exc}".encode()])
         finally:
             if context.ended_with is not None:  # cancelled with a status: the client gets that one
                 kind, fields = STATUS, [str(context.ended_with[0].value[0]).encode(), context.ended_with[1].encode()]

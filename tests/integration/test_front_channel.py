@@ -44,7 +44,8 @@ class Handlers(grpc.GenericRpcHandler):
         self.methods: dict[str, grpc.RpcMethodHandler] = {
             "/t.T/Echo": unary(self.echo), "/t.T/Abort": unary(self.abort), "/t.T/Wait": unary(self.wait),
             "/t.T/Count": server_stream(self.count), "/t.T/Flood": server_stream(self.flood),
-            "/t.T/Sum": grpc.stream_unary_rpc_method_handler(self.sum)}
+            "/t.T/Sum": grpc.stream_unary_rpc_method_handler(self.sum),
+            "/t.T/Unwritten": unary(self.unwritten)}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self.methods.get(handler_call_details.method)
@@ -56,6 +57,13 @@ class Handlers(grpc.GenericRpcHandler):
                            "auth": names,
                            "metadata": [[k, v] for k, v in context.invocation_metadata() if isinstance(v, str)]}
                           ).encode()
+
+    @staticmethod
+    def unwritten(request: bytes, context: grpc.ServicerContext) -> bytes:
+        """What a generated servicer's base method does for a method not implemented."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details("Method not implemented!")
+        raise NotImplementedError("Method not implemented!")
 
     @staticmethod
     def abort(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -178,6 +186,10 @@ def test_an_abort_reaches_the_client_with_its_details_and_trailing_metadata(pipe
     with pytest.raises(grpc.RpcError) as unknown:
         pipe.method("Nothing")(b"", timeout=5)
     assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    with pytest.raises(grpc.RpcError) as unwritten:  # set_code and set_details, as grpcio's context takes them
+        pipe.method("Unwritten")(b"", timeout=5)
+    assert (unwritten.value.code(), unwritten.value.details()) == (grpc.StatusCode.UNIMPLEMENTED,
+                                                                   "Method not implemented!")
 
 
 def test_streams_both_ways(pipe: Pipe) -> None:
