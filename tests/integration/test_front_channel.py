@@ -172,6 +172,16 @@ def test_the_handler_sees_the_deadline_the_caller_and_the_metadata(pipe: Pipe) -
     assert no_deadline["left"] is None
 
 
+def test_the_message_bound_is_the_nodes(pipe: Pipe) -> None:
+    """[grpc] max_message_bytes (8 MiB): a 5 MiB request is served (grpc-go's own default is 4 MiB), a
+    9 MiB one refused by the front end, naming the bound."""
+    sum_of = pipe.method("Sum", "stream_unary")
+    assert sum_of(iter([b"x" * (5 << 20)]), timeout=30) == str(5 << 20).encode()
+    with pytest.raises(grpc.RpcError) as err:
+        sum_of(iter([b"x" * (9 << 20)]), timeout=30)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
+
+
 def test_a_compressed_call_is_taken_as_grpcio_takes_it(pipe: Pipe) -> None:
     reply = json.loads(pipe.method("Echo")(b"zipped", timeout=5, compression=grpc.Compression.Gzip))
     assert reply["request"] == "zipped"

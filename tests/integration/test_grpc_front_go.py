@@ -4,12 +4,12 @@ own service code (nameserver/api/frontchannel.py). One secure node (TLS from its
 role) with the attack suite's short limits, its workers and front end as a node runs them.
 
 What a client sees must be what grpcio's port gives it: a registration and a route read; a watch stream's
-change; a bad field
-refused naming the field; tokens decide (none, an unknown one, a role without the right); a call's
-deadline ends it; the stream bounds of tests/security/test_grpc_streams.py (unfinished streams without a
-credential, a credentialed caller that never sends, stalled registration streams past the per-caller
-bound). A worker SIGKILLed: the other one serves at once; and (slow) the core starts it again and the front
-end dials it again; with no worker at all, UNAVAILABLE naming why.
+change; a bad field refused naming the field; tokens decide (none, an unknown one, a role without the
+right); a call's deadline ends it; the stream bounds of tests/security/test_grpc_streams.py (unfinished
+streams without a credential, a credentialed caller that never sends, stalled registration streams past
+the per-caller bound), and grpcio's keepalive enforcement (a ping flood is sent GOAWAY). A worker
+SIGKILLed: the other one serves at once; and (slow) the core starts it again and the front end dials it
+again; with no worker at all, UNAVAILABLE naming why.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from nameserver.pb import api_pb2, api_pb2_grpc
 from tests.cluster import NodeProc, register_request
 from tests.faults.workers import workers_of
 from tests.security.attacks import SHORT_LIMITS, Secure, secure_cluster
-from tests.security.http2 import RawConnection
+from tests.security.http2 import PING, RawConnection, frame
 
 pytestmark = pytest.mark.cluster
 
@@ -136,6 +136,20 @@ def test_unfinished_streams_without_a_credential_hold_nothing(sec: Secure) -> No
     finally:
         conn.close()
     sec.stub(node, "client").GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=2)
+
+
+def test_a_ping_flood_is_sent_away(sec: Secure) -> None:
+    """Keepalive enforcement, as grpcio's: pings with no call open are strikes, and past two the
+    connection is sent GOAWAY and closed."""
+    conn = RawConnection(_node(sec).grpc_addr, sec.ca_file)
+    try:
+        for i in range(5):  # 20 ms apart: a bound of milliseconds would let them all pass
+            conn._send(frame(PING, 0, 0, i.to_bytes(8, "big")))
+            time.sleep(0.02)
+        assert conn.closed.wait(5), "the node kept a connection that floods it with pings"
+        assert conn.goaway
+    finally:
+        conn.close()
 
 
 def test_a_credentialed_caller_that_never_sends_is_cancelled(sec: Secure) -> None:
