@@ -5,9 +5,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run5 test test-slow lint proto setup clean-data faults faults-consistency faults-workers faults-consistency-workers soak demo bench bench-quick security simulate costs
+.PHONY: run run5 test test-slow lint proto setup front clean-data faults faults-consistency faults-workers faults-consistency-workers soak demo bench bench-quick security simulate costs
 
-setup: $(STAMP)
+# The Go gRPC front end ([node] grpc_front = "go": front/) is built here, into a cache keyed by its sources
+# (nameserver/ops/gobuild.py): a clean clone has it before a node or a test needs it.
+setup: $(STAMP) front
+
+front: $(STAMP)
+	scripts/ensure-debian-package.sh golang-go go
+	$(PY) -m nameserver.ops.gobuild
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

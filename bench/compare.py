@@ -1,7 +1,8 @@
 """Our cluster side by side with etcd and with a bare gRPC echo server, in one run.
 
     python -m bench.compare --root DIR [--seconds 10] [--concurrency 1,4,16,64] \\
-        [--read-threads 12] [--topics 8] [--json OUT] [--raft-fsync true|false] [--worker-processes N]
+        [--read-threads 12] [--topics 8] [--json OUT] [--raft-fsync true|false] [--worker-processes N] \\
+        [--grpc-front go]
 
 One system at a time, each started fresh under DIR and stopped before the next starts (so only one
 is ever using the CPU): our 3-node cluster (bench/procs.py), a 3-member etcd cluster
@@ -53,12 +54,13 @@ def _cpu_model() -> str:
 
 def run_compare(root: str, seconds: float, concurrency: list[int], sections: dict | None = None, *,
                 topics: int = 8, read_threads: int = DEFAULT_READ_THREADS, worker_processes: int = 0,
-                log: Callable[[str], None] = print) -> dict[str, Any]:
+                grpc_front: str = "grpcio", log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every workload on ours, etcd and the echo ceiling, one system at a time; the result dict.
 
     `sections` is extra TOML for our nodes (e.g. {"raft": {"fsync": False}}). `worker_processes` > 0: "ours"
     is our cluster with that many worker processes per node ([node] worker_processes), and "ours_no_workers"
-    the same without, measured first. Raises EtcdUnavailable (before starting anything) when etcd is
+    the same without, measured first; `grpc_front` "go": ours with workers behind the Go front end ([node]
+    grpc_front). Raises EtcdUnavailable (before starting anything) when etcd is
     missing and cannot be installed: no silent skip.
     """
     sections = sections or {}
@@ -77,6 +79,7 @@ def run_compare(root: str, seconds: float, concurrency: list[int], sections: dic
         "etcd_version": etcd_version(binary),
         "ours_sections": sections,
         "ours_worker_processes": worker_processes,
+        "ours_grpc_front": grpc_front if worker_processes else "grpcio",
         "durability": {"ours": f"raft.fsync = {str(ours_fsync).lower()}", "etcd": FSYNC_NOTE},
         "server_workers": workers,
         "client_model": CLIENT_MODEL,
@@ -98,15 +101,15 @@ def run_compare(root: str, seconds: float, concurrency: list[int], sections: dic
     # With worker processes, ours runs twice, without them first: the gain shows in the same run.
     for key, workers in ([("ours_no_workers", 0), ("ours", worker_processes)] if worker_processes
                          else [("ours", 0)]):
-        node = sections.get("node", {}) | ({"worker_processes": workers} if workers else {})
+        node = sections.get("node", {}) | ({"worker_processes": workers, "grpc_front": grpc_front} if workers else {})
         ours_sections = sections | ({"node": node} if node else {})
         log(f"ours: 3 nodes under {run_dir}/{key} (sections {ours_sections})")
         cluster = LocalCluster(os.path.join(run_dir, key), sections=ours_sections)
         try:
             cluster.start()
             cluster.wait_ready()
-            for n in cluster.nodes:  # every worker listening (the core holds no gRPC port then)
-                wait_listening(n.pid, n.grpc_addr, max(1, workers))
+            for n in cluster.nodes:  # every worker listening (the core holds no gRPC port then), or the Go front end
+                wait_listening(n.pid, n.grpc_addr, 1 if workers and grpc_front == "go" else max(1, workers))
             result[key] = run_target(OursTarget(cluster, topics), seconds, concurrency, read_threads, log)
             result[key]["worker_processes"] = workers
             result[key]["rss_bytes"] = {n.name: n.rss_bytes() for n in cluster.nodes}
@@ -331,7 +334,8 @@ def markdown(r: dict[str, Any]) -> str:
     head = [f"{m['date']}, {m['machine']['cores']} cores ({m['machine']['cpu']}), Python {m['machine']['python']}, "
             f"grpcio {m['machine']['grpcio']}, etcd {m['etcd_version']}; {m['seconds_per_workload']} s per load; "
             f"durability: ours {m['durability']['ours']}, etcd WAL fsync on (default); ours with "
-            f"{m.get('ours_worker_processes', 0)} worker processes per node. Load average at start "
+            f"{m.get('ours_worker_processes', 0)} worker processes per node"
+            f"{' behind the Go front end' if m.get('ours_grpc_front') == 'go' else ''}. Load average at start "
             f"{', '.join(f'{x:.2f}' for x in m['machine']['load_average_at_start'])}.", ""]
     extra = ["", *workers_table(r)] if "ours_no_workers" in r else []
     if "issue27" in tg:
@@ -358,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--raft-fsync", type=_parse_bool, default=None, help="set our nodes' raft.fsync")
     p.add_argument("--worker-processes", type=int, default=0,
                    help="[node] worker_processes of ours (> 0: ours without them is measured too)")
+    p.add_argument("--grpc-front", choices=("grpcio", "go"), default="grpcio",
+                   help="[node] grpc_front of ours with workers (go: the Go front end)")
     p.add_argument("--json", help="write the result here")
     args = p.parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so every `finally` stops the processes it started.
@@ -368,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
     result = run_compare(args.root, args.seconds, concurrency, sections, topics=args.topics,
                          read_threads=args.read_threads, worker_processes=args.worker_processes,
-                         log=lambda s: print(s, file=sys.stderr, flush=True))
+                         grpc_front=args.grpc_front, log=lambda s: print(s, file=sys.stderr, flush=True))
     print(markdown(result))
     if args.json:
         with open(args.json, "w") as f:

@@ -3,56 +3,28 @@ here, its one-line JSON report parsed.
 
 A Python client process tops out near the nameserver it measures (it reported 1.10x the stock NameServer
 where a compiled one measured 0.37-0.41x per node), so the remoting benchmark's load comes from this binary.
-`build()` compiles it into a cache directory outside the source tree keyed by the sources' hash (a change
-to main.go builds a new binary); `run()` starts it, optionally pinned to some CPUs, and returns its figures.
+`build()` compiles it once per version of its sources (nameserver/ops/gobuild.py); `run()` starts it,
+optionally pinned to some CPUs, and returns its figures.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import subprocess
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.procs import children_on
+from nameserver.ops import gobuild
 
 SOURCE = Path(__file__).with_name("loadgen")
 WORKLOADS = ("reads", "register", "unchanged")
 
 
-def _go() -> str:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
-    if go is None:
-        raise RuntimeError("bench/loadgen: `go` is not on PATH (make test installs Debian's golang-go)")
-    return go
-
-
 def build(source: Path = SOURCE) -> str:
-    """The binary of the Go module at `source` (the load generator's by default), built once per version
-    of its sources and named after its directory."""
-    name = source.name
-    digest = hashlib.sha256()
-    for path in sorted(source.glob("*")):
-        if path.suffix in (".go", ".mod", ".sum"):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rip18-loadgen"
-    binary = cache / f"{name}-{digest.hexdigest()[:16]}"
-    if not binary.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = cache / f".{name}-{os.getpid()}.tmp"
-        subprocess.run([_go(), "build", "-o", str(tmp), "."], cwd=source, check=True, timeout=600,
-                       env={**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"})
-        tmp.rename(binary)  # atomic: a concurrent build of the same sources ends with the same file
-        # Builds of other sources made over a week ago go; newer ones may be another checkout's, in use.
-        for old in cache.glob(f"{name}-*"):
-            if old != binary and time.time() - old.stat().st_mtime > 7 * 86400:
-                old.unlink(missing_ok=True)
-    return str(binary)
+    """The binary of the Go module at `source` (the load generator's by default): nameserver/ops/gobuild.py."""
+    return gobuild.build(source)
 
 
 def run(workload: str, addrs: Sequence[str], connections: int, seconds: float, inflight: int = 1,

@@ -203,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stability-minutes", type=float, default=10.0)
     p.add_argument("--repetitions", type=int, default=3, help="runs of each costs load")
     p.add_argument("--costs-file", default="", help="write the costs part's file here (docs/scaling.md)")
+    p.add_argument("--grpc-front", choices=("grpcio", "go"), default="grpcio",
+                   help="compare: [node] grpc_front of ours with workers (go: the Go front end)")
     p.add_argument("--json", default="", help="write every result here")
     p.add_argument("--report", default="", help="write the markdown report here (it is printed too)")
     if p.parse_known_args(argv)[0].quick:  # smaller defaults; what the command line says still wins
@@ -232,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
 
     steps: list[tuple[str, str, Any]] = [
         ("compare", "compare", lambda: {str(t): compare.run_compare(root, args.seconds, concurrency, topics=t,
-                                                                    worker_processes=args.worker_processes, log=log)
+                                                                    worker_processes=args.worker_processes,
+                                                                    grpc_front=args.grpc_front, log=log)
                                         for t in topics}),
         ("cores", "cores", lambda: cores.run_cores(root, args.seconds, cores_clients, args.worker_processes,
                                                    replica_rounds=args.replica_rounds, idle_s=args.idle_seconds,

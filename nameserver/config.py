@@ -5,6 +5,8 @@
     grpc_addr = "127.0.0.1:9101"
     data_dir = "data/local/n1"
     worker_processes = "auto"         # gRPC and remoting front-end processes (default "auto": one per CPU)
+    grpc_front = "grpcio"             # who owns the gRPC port: each worker's grpcio, or "go": one compiled
+                                      # front end passing calls to the workers (docs/operations.md)
 
     [[cluster.members]]               # every member, this node included
     raft_addr = "127.0.0.1:9201"
@@ -121,6 +123,10 @@ class NodeConfig:
     # sharing one machine (deploy/local-3) set it, as "auto" gives each a worker per CPU of the machine.
     worker_processes: int = 0
     workers_off_reason: str = ""   # why the default "auto" ran no workers (load); said at start
+    # Who terminates gRPC: "grpcio" (each worker's own server on the shared port) or "go" (front/: one compiled
+    # process owns the port and hands each call to the workers, about 0.4x grpcio's CPU a call in issue 27's
+    # spike). "grpcio" stays the default until "go" has run in the fault and soak suites.
+    grpc_front: str = "grpcio"
     session_ttl_ms: int = 3_600_000  # exactly-once client sessions idle longer than this expire
     max_sessions: int = 100_000    # live sessions of all owners; past it a new one is refused (never evicts)
     # One owner's (caller's) live sessions: its next one evicts its own oldest, never another owner's
@@ -315,7 +321,7 @@ def cgroup_cpu_quota(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup
 CHANNEL_SOCKET_LONGEST = os.path.join("channel", "remoting.sock")
 UNIX_PATH_MAX = 107
 _SECTIONS: dict[str, tuple[str, ...]] = {
-    "node": ("worker_processes",),
+    "node": ("worker_processes", "grpc_front"),
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
              "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us", "fsync",
              "read_lease", "wire_compress_level"),
@@ -440,6 +446,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
                               f"{longest} would be {length} bytes, past the {UNIX_PATH_MAX} a "
                               "Unix socket path may have; choose a shorter data_dir")
     _check_sharding(cfg)  # after "auto" is settled: a node with groups runs workers
+    _check_front(cfg)
     # each worker's replica follows the core, and each group core's replica follows group 0's core
     if cfg.worker_processes + cfg.groups - 1 > cfg.max_followers:
         raise ConfigError(f"limits.max_followers ({cfg.max_followers}) must be at least node.worker_processes "
@@ -453,6 +460,21 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
             raise ConfigError(f"limits.{key} must be positive")
     _check_security(cfg)
     return cfg
+
+
+GRPC_FRONTS = ("grpcio", "go")
+
+
+def _check_front(cfg: NodeConfig) -> None:
+    if cfg.grpc_front not in GRPC_FRONTS:
+        raise ConfigError(f'node.grpc_front must be "grpcio" or "go", not {cfg.grpc_front!r}')
+    if cfg.grpc_front == "go" and cfg.replica_follow:
+        raise ConfigError('node.grpc_front = "go" is a node\'s (its core starts the front end); a read replica '
+                          'serves gRPC with grpcio: remove it or set "grpcio"')
+    if cfg.grpc_front == "go" and cfg.worker_processes < 1:
+        why = f" (they are off: {cfg.workers_off_reason})" if cfg.workers_off_reason else ""
+        raise ConfigError(f'node.grpc_front = "go" needs node.worker_processes >= 1{why}: the Go front end hands '
+                          "every call to the node's worker processes")
 
 
 MAX_GROUPS = 64  # each group is a core process per node: more is a typo

@@ -24,6 +24,7 @@ from nameserver.core.node import NameServerNode
 from nameserver.groups.moveduty import MoveDuty
 from nameserver.localfeed import FeedServer
 from nameserver.ops import fdlimits, workermetrics
+from nameserver.ops.gofront import FrontProcess
 from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
 from nameserver.ops.workers import WorkerSpec, WorkerSupervisor, group_cores_of
 from nameserver.pb import api_pb2, api_pb2_grpc
@@ -139,6 +140,7 @@ class Server:
                             on_noop=self.metrics.count_idle_noop if self.metrics else None)
             self.node.duties.add("idle-noop", noop.check_every_s, noop.tick)
         self.workers: WorkerSupervisor | None = None
+        self.front: FrontProcess | None = None  # [node] grpc_front = "go": the Go front end
         self.group_cores: WorkerSupervisor | None = None
         self.core_channel: CoreHandlers | None = None  # the private remoting socket's, with workers and remoting
         # The RocketMQ port refuses connections until the node is first ready, so a client tries another
@@ -217,6 +219,9 @@ class Server:
             on_exit = _both(on_exit, sums.retire)
         self.workers = WorkerSupervisor(spec, on_exit=on_exit, reply_sizes=reply_sizes, metrics_dir=metrics_dir)
         self.extras.append(self.workers)
+        if cfg.grpc_front == "go":  # after the workers: it dials their front sockets (nameserver/ops/gofront.py)
+            self.front = FrontProcess(cfg, self.budget.grpc)
+            self.extras.append(self.front)
         if self.metrics is not None:
             self.metrics.workers = self.workers
             self.metrics.write_channel = self.writes
@@ -231,7 +236,8 @@ class Server:
         if notifier is not None:
             self._change_feed = self.node.log.subscribe(lambda entry: notifier.on_changes(entry.changes,
                                                                                            self.node.state))
-        where = (f"{self.cfg.grpc_addr} through {self.cfg.worker_processes} worker processes"
+        through = " (the Go front end)" if self.front is not None else ""
+        where = (f"{self.cfg.grpc_addr}{through} through {self.cfg.worker_processes} worker processes"
                  if self.cfg.worker_processes else self.cfg.grpc_addr)
         if self.cfg.group != GROUP0:
             where = f"{where} (group {self.cfg.group}: private sockets only)"

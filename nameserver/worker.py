@@ -28,8 +28,9 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
 from nameserver import headers, tlsconf
-from nameserver.api import auth, corelink, grpcserver, writechannel
+from nameserver.api import auth, corelink, frontchannel, grpcserver, writechannel
 from nameserver.api.coreindex import CoreReadIndex
+from nameserver.api.frontchannel import FrontServer, Inline
 from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
@@ -96,14 +97,16 @@ def main(argv: list[str] | None = None) -> int:
         remoting, grpc_server, node = serve_reads(
             share, budget.grpc, budget.remoting, replica, read_indexes.read_index,
             grpc.insecure_channel(corelink.target(cfg), options=opts), channel if cfg.remoting_addr else None,
-            requests, spec.reply_sizes, reuse_port=True, writes=writes, groups=groups)
+            requests, spec.reply_sizes, reuse_port=True, writes=writes, groups=groups,
+            front_socket=frontchannel.socket_path(cfg.data_dir, index) if cfg.grpc_front == "go" else None)
         if counted:
             held = remoting
             workermetrics.WorkerGauges(index, registry).keep_set(stopped, lambda: (
                 replica.offset, held.connections if held else 0, held.budget.held if held else 0,
                 len(node.watches), (node.watches.cut_off_total, *unchanged_counts(
                     groups.remoting_channels if groups is not None and groups.remoting_channels else [channel]))))
-        log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d%s", index, os.getpid(), cfg.grpc_addr,
+        log.info("worker %d (pid %d) serving gRPC on %s%s at offset %d%s", index, os.getpid(),
+                 cfg.grpc_addr if cfg.grpc_front != "go" else f"{cfg.grpc_addr} (through the Go front end)",
                  f" and remoting on {cfg.remoting_addr}" if cfg.remoting_addr else "", replica.offset,
                  "" if replica.ready else f"; refusing reads: {replica.not_ready_reason()}")
         tell_core(SERVING)  # the core starts the workers it held back (nameserver/ops/workers.py)
@@ -118,28 +121,35 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
                 read_index: Callable[[float], int], onward: Any, front: FrontEnd | None,
                 requests: RequestMetrics | None = None, reply_sizes: dict[int, int] | None = None, *,
                 reuse_port: bool, local: dict[str, grpc.RpcMethodHandler] | None = None,
-                writes: WriteChannel | None = None, groups: GroupLinks | None = None
-                ) -> tuple[RemotingServer | None, grpc.Server, ReplicaNode]:
+                writes: WriteChannel | None = None, groups: GroupLinks | None = None,
+                front_socket: str | None = None
+                ) -> tuple[RemotingServer | None, grpc.Server | FrontServer, ReplicaNode]:
     """The ports of a process serving reads from `replica` (a worker; a read replica on another machine),
     started: gRPC answers corelink.REPLICA_METHODS (and `local`) here and passes every other call to
     `onward` (the core's private socket; the followed voter) as bytes, the unary writes on `writes` (a
     worker's batched write channel to its core) when given; remoting answers the codes REQUESTS
     marks `replica` here and hands the rest to `front`. With `groups` (several Raft groups: a worker) routes
     and cluster info are merged over every group and writes routed to their group's core
-    (nameserver/groups). Returns the servers and the read API over the replica."""
+    (nameserver/groups). With `front_socket` (a worker of a node whose grpc_front is "go") its gRPC calls come
+    from the Go front end on that socket (nameserver/api/frontchannel.py), through the same handlers and
+    interceptors, instead of a grpcio server on the public port. Returns the servers and the read API over
+    the replica."""
     # ReplicaNode has the node's read API, which is all the replica methods and codes use
     node = ReplicaNode(replica, cfg, read_index=read_index)
     calls = groups.calls(onward, writes) if groups is not None else None  # before the service: it routes too
     service = NameServerService(node) if groups is None else groups.service(node)  # type: ignore[arg-type]
-    grpc_server = grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port,
-                                        metrics=requests.interceptor() if requests is not None else None)
+    metrics = requests.interceptor() if requests is not None else None
+    grpc_server: grpc.Server | FrontServer = (
+        grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port, metrics=metrics) if front_socket is None
+        else FrontServer(cfg, front_socket, grpcserver.interceptors(cfg, metrics), _inline_reads(replica, groups)))
     if groups is not None and calls is not None:  # asked first: a write goes to its group's core
         grpc_server.add_generic_rpc_handlers((calls,))
         local = (local or {}) | groups.local_handlers()
     grpc_server.add_generic_rpc_handlers((corelink.CoreForwarder(
         onward, corelink.local_handlers(service) | (local or {}), replica.wait_applied, writes,
         here={corelink.WATCH: lambda request: watch.resumable(replica.history, request.start_offset, RESUME_MARGIN)}),))
-    grpcserver.listen_public(grpc_server, cfg)
+    if isinstance(grpc_server, grpc.Server):
+        grpcserver.listen_public(grpc_server, cfg)
     grpc_server.start()
     remoting = None
     if isinstance(front, CoreChannel):  # a worker: unchanged registrations answered here (its core notes them)
@@ -154,13 +164,31 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     return remoting, grpc_server, node
 
 
+# The eventual reads (corelink.REPLICA_METHODS but the linearizable ones), by full name: their request types.
+_EVENTUAL = {f"/{corelink.NAMESERVER.full_name}/{name}":
+             getattr(api_pb2, corelink.NAMESERVER.methods_by_name[name].input_type.name)
+             for name in corelink.REPLICA_METHODS if name not in ("GetBinding", "ListBindings")}
+
+
+def _inline_reads(replica: ReadReplica, groups: GroupLinks | None) -> Inline:
+    """A worker's calls from the Go front end that run on the link's thread: eventual reads that will not
+    wait (no min_offset past what the replica has applied; with several groups, none at all)."""
+    def here(method: str, request: bytes) -> bool:
+        try:
+            wanted = getattr(_EVENTUAL[method].FromString(request), "min_offset", 0)
+        except Exception:  # undecodable: the pool's call answers INVALID_ARGUMENT, as ever
+            return False
+        return bool(wanted == 0 or (groups is None and wanted <= replica.offset))
+    return Inline(frozenset(_EVENTUAL), here)
+
+
 def unchanged_counts(channels: list[CoreChannel]) -> tuple[int, int]:
     """Registrations the worker answered unchanged, and those passed on after a stale note, over its
     channels (one a group)."""
     return sum(c.answered_unchanged for c in channels), sum(c.stale_notes for c in channels)
 
 
-def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | None, replica: ReadReplica,
+def _stop(remoting: RemotingServer | None, grpc_server: grpc.Server | FrontServer | None, replica: ReadReplica,
           read_indexes: CoreReadIndex | None = None) -> None:
     if remoting is not None:
         remoting.stop()

@@ -62,7 +62,11 @@ def caller_key(metadata: dict[str, str], context: grpc.ServicerContext) -> str:
 def cancel_call(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> None:
     """Cancel from another thread, with a status the client sees. grpcio's public cancel() sends
     CANCELLED without a reason; its call object (grpc/_server.py: _Context._rpc_event.call, a
-    cygrpc.Call) cancels with a status too."""
+    cygrpc.Call) cancels with a status too, as a front channel's context does (cancel_with)."""
+    cancel_with = getattr(context, "cancel_with", None)
+    if cancel_with is not None:  # a call from the Go front end (nameserver/api/frontchannel.py)
+        cancel_with(code, details)
+        return
     call = getattr(getattr(context, "_rpc_event", None), "call", None)
     try:
         call.cancel(code.value[0], details)  # type: ignore[union-attr]

@@ -123,8 +123,9 @@ class CallerContext:
         self._context.set_trailing_metadata(self._trailing + ((headers.CORE_OFFSET, str(self._apply_offset())),))
 
 
-def _decode_caller(value: str | None) -> tuple[str, dict[str, list[bytes]]] | None:
-    """(peer, auth context) from CALLER; None when absent or malformed."""
+def decode_caller(value: str | None) -> tuple[str, dict[str, list[bytes]]] | None:
+    """(peer, auth context) from CALLER (or from the Go front end's call record, which says who its client is in
+    the same form: nameserver/api/frontchannel.py); None when absent or malformed."""
     if value is None:
         return None
     try:
@@ -153,7 +154,7 @@ class WorkerCallers(grpc.ServerInterceptor):
         if handler is None:
             return None
         value = next((v for k, v in details.invocation_metadata or () if k == headers.WORKER_CALLER), None)
-        caller = _decode_caller(value if isinstance(value, str) else None)
+        caller = decode_caller(value if isinstance(value, str) else None)
         if caller is None:
             def refuse(request: Any, context: grpc.ServicerContext) -> Any:
                 context.abort(grpc.StatusCode.UNAUTHENTICATED,
@@ -361,5 +362,5 @@ def _fail(context: grpc.ServicerContext, call: Any) -> None:
     context.abort(call.code(), call.details() or "")
 
 
-__all__ = ["CoreForwarder", "ReadIndexes", "WorkerCallers", "core_read_index", "local_handlers", "own_channel",
-           "prepare_socket", "socket_path", "target"]
+__all__ = ["CoreForwarder", "ReadIndexes", "WorkerCallers", "core_read_index", "decode_caller", "local_handlers",
+           "own_channel", "prepare_socket", "socket_path", "target"]

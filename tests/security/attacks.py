@@ -57,11 +57,12 @@ class Secure:
 
 
 def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_role: str = "broker",
-                   controller: bool = False, sections: dict[str, dict] | None = None) -> Secure:
+                   controller: bool = False, sections: dict[str, dict] | None = None, size: int = 3,
+                   worker_processes: int = 0) -> Secure:
     """Secure mode as docs/operations.md sets it up: TLS, tokens by role, a peer token, the Raft
     password, remoting on with an explicit role, metrics on; `controller`: the controller port on too,
     its callers brokers (as RocketMQ's brokers in controller mode). `sections`: more TOML
-    ({"sessions": {...}})."""
+    ({"sessions": {...}}); `size` nodes of `worker_processes` workers each."""
     os.makedirs(root, exist_ok=True)
     ca = TestCA(os.path.join(root, "pki"))
     node_cert = ca.node("node")
@@ -90,7 +91,8 @@ def secure_cluster(root: str, limits: dict[str, int] | None = None, remoting_rol
     if limits:
         config["limits"] = limits
     config |= sections or {}
-    cluster = Cluster(root, 3, metrics=True, remoting=True, controller=controller, security=config,
+    cluster = Cluster(root, size, metrics=True, remoting=True, controller=controller, security=config,
+                      worker_processes=worker_processes,
                       connect=lambda addr, opts=(): tlsconf.open_channel(
                           addr, tls=True, ca_file=ca.ca_file, token=tokens["admin"], options=opts))
     all_secrets = [*tokens.values(), *(hash_token(t) for t in tokens.values()), password]

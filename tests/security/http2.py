@@ -50,6 +50,7 @@ class RawConnection:
         self._next_id = 1
         self.ended: set[int] = set()   # streams the server finished (trailers) or reset
         self.reset: set[int] = set()   # of those, reset (RST_STREAM)
+        self.answered: set[int] = set()  # of those, given a status (trailers; grpc-go then resets it too)
         self.goaway = False
         self.closed = threading.Event()
         self._send(PREFACE + frame(SETTINGS, 0, 0))
@@ -103,10 +104,13 @@ class RawConnection:
             self.ended.add(stream)
         elif kind in (HEADERS, DATA) and flags & END_STREAM:
             self.ended.add(stream)
+            self.answered.add(stream)
         elif kind == GOAWAY:
             self.goaway = True
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader (a close alone leaves its recv waiting)
         with contextlib.suppress(OSError):
             self.sock.close()
         self._reader.join(timeout=5)

@@ -203,6 +203,25 @@ grpc_addr = "127.0.0.1:9111"
 """
 
 
+def test_grpc_front_is_grpcio_by_default_and_go_needs_workers_and_a_node(tmp_path) -> None:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD)
+    assert config.load(str(p)).grpc_front == "grpcio"
+    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 2\ngrpc_front = "go"'))
+    assert config.load(str(p)).grpc_front == "go"
+    for node, says in (('worker_processes = 0\ngrpc_front = "go"',
+                        'node.grpc_front = "go" needs node.worker_processes >= 1'),
+                       ('grpc_front = "rust"', 'node.grpc_front must be "grpcio" or "go", not \'rust\''),
+                       ("grpc_front = 1", "node.grpc_front must be str")):
+        p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "data/n1"\n{node}'))
+        with pytest.raises(config.ConfigError, match=says):
+            config.load(str(p))
+    replica = tmp_path / "replica.toml"
+    replica.write_text(REPLICA.replace("[replica]", 'grpc_front = "go"\n[replica]') + 'follow = ["a:1"]\n')
+    with pytest.raises(config.ConfigError, match='node.grpc_front = "go" is a node\'s'):
+        config.load(str(replica))
+
+
 def test_a_read_replica_config_names_its_voters_and_bounds(tmp_path) -> None:
     p = tmp_path / "replica.toml"
     p.write_text(REPLICA + 'follow = ["10.0.0.1:9101", "10.0.0.2:9101", "10.0.0.1:9101"]\nmax_silence_ms = 2000\n')

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// workerCaller is the header a worker sets on the calls it passes to its core (nameserver/headers.py): who
+// the client is. A client's own copy never reaches a worker; the caller travels in its own field.
+const workerCaller = "x-rip18-worker-caller"
+
+// window is how many messages each way may wait unacknowledged: a client stream's requests not yet taken by
+// the worker's handler, and a server stream's replies not yet handed to the client (so a client that does
+// not read holds at most this many replies here, and the worker's call guard sees the stall).
+const window = 2
+
+type front struct {
+	workers *workers
+}
+
+// handle serves every method (the unknown-service handler): the call's records go to one worker, the
+// worker's records back become the replies, the status and the trailing metadata.
+func (f *front) handle(_ any, stream grpc.ServerStream) error {
+	method, ok := grpc.MethodFromServerStream(stream)
+	if !ok {
+		return status.Error(codes.Internal, "no method")
+	}
+	l := f.workers.pick()
+	var c *call
+	if l != nil {
+		c = l.open()
+	}
+	if c == nil {
+		return status.Error(codes.Unavailable, "no worker process of this node is serving; try another node")
+	}
+	defer l.forget(c)
+	ctx := stream.Context()
+	if !l.send(callRecord(c.key, method, stream)) {
+		return status.Error(codes.Unavailable, "the node's worker process went away")
+	}
+	taken := make(chan struct{}, window+inbox)
+	for range window {
+		taken <- struct{}{}
+	}
+	go pumpRequests(l, c, stream, taken)
+	var replies *replySender
+	defer func() {
+		if replies != nil {
+			close(replies.queue)
+		}
+	}()
+	for {
+		select {
+		case rec := <-c.in:
+			switch rec[0][0] {
+			case kindUnary:
+				if len(rec) < 3 {
+					return status.Error(codes.Internal, "a worker's answer of the wrong shape")
+				}
+				stream.SetTrailer(trailer(rec[3:]))
+				reply := rec[2]
+				return stream.SendMsg(&reply)
+			case kindMessage:
+				if replies == nil {
+					replies = startReplies(l, c, stream)
+				}
+				replies.queue <- rec[2]
+			case kindSent:
+				taken <- struct{}{}
+			case kindStatus:
+				code, details := statusOf(rec)
+				stream.SetTrailer(trailer(rec[4:]))
+				if code == codes.OK && replies != nil { // every reply before the status
+					close(replies.queue)
+					select {
+					case <-replies.done:
+					case <-ctx.Done():
+					}
+					replies = nil
+				}
+				if code == codes.OK {
+					return nil
+				}
+				return status.Error(code, details)
+			}
+		case <-ctx.Done():
+			l.send([][]byte{{kindCancel}, c.key})
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// callRecord is the call's first record: its deadline, method, caller and metadata.
+func callRecord(key []byte, method string, stream grpc.ServerStream) [][]byte {
+	ctx := stream.Context()
+	deadline := "-1"
+	if d, ok := ctx.Deadline(); ok {
+		deadline = strconv.FormatInt(monotonicNs()+int64(time.Until(d)), 10)
+	}
+	rec := [][]byte{{kindCall}, key, []byte(deadline), []byte(method), callerOf(ctx)}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for k, vs := range md {
+		if strings.HasPrefix(k, ":") || k == workerCaller {
+			continue // pseudo-headers, and a client's attempt at naming the caller
+		}
+		for _, v := range vs {
+			rec = append(rec, []byte(k), []byte(v))
+		}
+	}
+	return rec
+}
+
+// pumpRequests passes the client's messages on, at most `window` ahead of the worker's handler, then the
+// end of the client's stream. It ends with the call (RecvMsg fails once the handler returned).
+//
+// A message waits here until the next RecvMsg says whether the stream ended, so that a unary call's request
+// and its end go to the worker as one item. The first message takes no credit (the worker acknowledges the
+// later ones only): a unary call costs the worker no acknowledgement.
+func pumpRequests(l *link, c *call, stream grpc.ServerStream, taken chan struct{}) {
+	ctx := stream.Context()
+	var waiting [][]byte // a message received, not yet passed on
+	for first := true; ; first = false {
+		var msg []byte
+		err := stream.RecvMsg(&msg)
+		if err == io.EOF {
+			end := [][]byte{{kindHalfClose}, c.key}
+			if waiting != nil {
+				l.send(waiting, end)
+			} else {
+				l.send(end)
+			}
+			return
+		}
+		if err != nil {
+			return
+		}
+		if waiting != nil && !l.send(waiting) {
+			return
+		}
+		if !first {
+			select {
+			case <-taken:
+			case <-ctx.Done():
+				return
+			}
+		}
+		waiting = [][]byte{{kindMessage}, c.key, msg}
+	}
+}
+
+// replySender hands a server stream's replies to the client on a goroutine of its own, telling the worker
+// of each one sent, so that a client that does not read stalls only this goroutine: the call still ends when
+// the worker says so (its call guard's progress bound).
+type replySender struct {
+	queue chan []byte
+	done  chan struct{}
+}
+
+func startReplies(l *link, c *call, stream grpc.ServerStream) *replySender {
+	r := &replySender{queue: make(chan []byte, inbox), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for msg := range r.queue {
+			if err := stream.SendMsg(&msg); err != nil {
+				return
+			}
+			l.send([][]byte{{kindSent}, c.key})
+		}
+	}()
+	return r
+}
+
+func statusOf(rec [][]byte) (codes.Code, string) {
+	if len(rec) < 4 {
+		return codes.Internal, "a worker's status of the wrong shape"
+	}
+	n, err := strconv.Atoi(string(rec[2]))
+	if err != nil || n < 0 || n > 16 {
+		return codes.Unknown, string(rec[3])
+	}
+	return codes.Code(n), string(rec[3])
+}
+
+func trailer(fields [][]byte) metadata.MD {
+	if len(fields) < 2 {
+		return nil
+	}
+	md := metadata.MD{}
+	for i := 0; i+1 < len(fields); i += 2 {
+		md.Append(string(fields[i]), string(fields[i+1]))
+	}
+	return md
+}
+
+func monotonicNs() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // the clock of Python's time.monotonic() on Linux
+	return ts.Nano()
+}
+
+// callerOf is who the client is, as nameserver/api/corelink.py's CALLER says it: the address as grpcio
+// writes a peer ("ipv4:HOST:PORT", "ipv6:[HOST]:PORT") and, over TLS, the names of its verified
+// certificate as grpcio's auth context has them (hex-encoded values).
+func callerOf(ctx context.Context) []byte {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return describeCaller(nil)
+	}
+	key := p.Addr.String() // one connection's calls all have the same caller
+	if said, ok := callers.Load(key); ok {
+		return said.([]byte)
+	}
+	said := describeCaller(p)
+	if callersKept.Add(1) > maxCallersKept { // a bound, not an eviction order: start again
+		callers.Clear()
+		callersKept.Store(0)
+	}
+	callers.Store(key, said)
+	return said
+}
+
+var (
+	callers     sync.Map // address -> caller JSON
+	callersKept atomic.Int64
+)
+
+const maxCallersKept = 1 << 16
+
+func describeCaller(p *peer.Peer) []byte {
+	said := struct {
+		Peer string              `json:"peer"`
+		Auth map[string][]string `json:"auth"`
+	}{Peer: "unknown", Auth: map[string][]string{}}
+	if p != nil {
+		if tcp, isTCP := p.Addr.(*net.TCPAddr); isTCP {
+			if ip4 := tcp.IP.To4(); ip4 != nil {
+				said.Peer = "ipv4:" + ip4.String() + ":" + strconv.Itoa(tcp.Port)
+			} else {
+				said.Peer = "ipv6:[" + tcp.IP.String() + "]:" + strconv.Itoa(tcp.Port)
+			}
+		}
+		if info, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS {
+			said.Auth["transport_security_type"] = []string{hex.EncodeToString([]byte("ssl"))}
+			if len(info.State.PeerCertificates) > 0 {
+				addNames(said.Auth, info.State.PeerCertificates[0])
+			}
+		}
+	}
+	out, _ := json.Marshal(said)
+	return out
+}
+
+func addNames(auth map[string][]string, cert *x509.Certificate) {
+	hexed := func(s string) string { return hex.EncodeToString([]byte(s)) }
+	if cert.Subject.CommonName != "" {
+		auth["x509_common_name"] = []string{hexed(cert.Subject.CommonName)}
+	}
+	var sans []string
+	for _, name := range cert.DNSNames {
+		sans = append(sans, hexed(name))
+	}
+	for _, ip := range cert.IPAddresses {
+		sans = append(sans, hexed(ip.String()))
+	}
+	for _, mail := range cert.EmailAddresses {
+		sans = append(sans, hexed(mail))
+	}
+	for _, uri := range cert.URIs {
+		sans = append(sans, hexed(uri.String()))
+	}
+	if len(sans) > 0 {
+		auth["x509_subject_alternative_name"] = sans
+	}
+}

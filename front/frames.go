@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Frames as nameserver/framing.py has them (the node's private sockets): a 4-byte big-endian length, then
+// the number of records, each the number of its fields and each field length-prefixed (4-byte big-endian).
+//
+// Records, the first field one byte naming the kind and the second the call's id (8 bytes):
+//
+//	front -> worker  c call:     c, id, deadline ns on CLOCK_MONOTONIC ("-1": none), method, caller (the
+//	                             corelink CALLER JSON: peer and TLS names), metadata key, value, ...
+//	                 m message:  m, id, request bytes
+//	                 h halfclose: h, id (the client sends no more)
+//	                 x cancel:   x, id (the client went away, or its deadline passed)
+//	                 a sent:     a, id (a streamed reply was handed to the client: the worker may send one more)
+//	worker -> front  u unary:    u, id, reply bytes, trailing key, value, ... (status OK)
+//	                 m message:  m, id, reply bytes (a server stream's)
+//	                 s status:   s, id, code, details, trailing key, value, ...
+
+const (
+	kindCall      = 'c'
+	kindMessage   = 'm'
+	kindHalfClose = 'h'
+	kindCancel    = 'x'
+	kindSent      = 'a'
+	kindUnary     = 'u'
+	kindStatus    = 's'
+	frameSlack    = 64 << 10 // a frame's bound past its largest message: headers and metadata
+)
+
+// frameWriter gathers records into one frame; flush writes it.
+type frameWriter struct {
+	records [][][]byte
+	size    int
+}
+
+func (f *frameWriter) add(records ...[][]byte) {
+	for _, record := range records {
+		f.records = append(f.records, record)
+		for _, field := range record {
+			f.size += 4 + len(field)
+		}
+		f.size += 4
+	}
+}
+
+func (f *frameWriter) bytes() []byte {
+	out := make([]byte, 8, 8+f.size)
+	binary.BigEndian.PutUint32(out[0:4], uint32(4+f.size))
+	binary.BigEndian.PutUint32(out[4:8], uint32(len(f.records)))
+	for _, record := range f.records {
+		out = binary.BigEndian.AppendUint32(out, uint32(len(record)))
+		for _, field := range record {
+			out = binary.BigEndian.AppendUint32(out, uint32(len(field)))
+			out = append(out, field...)
+		}
+	}
+	f.records, f.size = f.records[:0], 0
+	return out
+}
+
+var errShape = errors.New("a frame of the wrong shape")
+
+// readFrame returns the records of the next frame (io.EOF at the end of the socket between frames).
+func readFrame(r *bufio.Reader, maxBytes int) ([][][]byte, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(head[:]))
+	if n > maxBytes || n < 4 {
+		return nil, fmt.Errorf("a %d-byte frame is past its %d-byte bound", n, maxBytes)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, err
+	}
+	at := 0
+	number := func() (int, error) {
+		if at+4 > len(body) {
+			return 0, errShape
+		}
+		v := int(binary.BigEndian.Uint32(body[at:]))
+		at += 4
+		return v, nil
+	}
+	count, err := number()
+	if err != nil {
+		return nil, err
+	}
+	records := make([][][]byte, 0, min(count, 1024))
+	for range count {
+		nfields, err := number()
+		if err != nil || nfields > len(body) {
+			return nil, errShape
+		}
+		fields := make([][]byte, 0, nfields)
+		for range nfields {
+			size, err := number()
+			if err != nil || at+size > len(body) {
+				return nil, errShape
+			}
+			fields = append(fields, body[at:at+size])
+			at += size
+		}
+		records = append(records, fields)
+	}
+	if at != len(body) {
+		return nil, errShape
+	}
+	return records, nil
+}

@@ -1,0 +1,352 @@
+"""A worker process's end of the Go front end ([node] grpc_front = "go"; docs/architecture.md, "Processes").
+
+The node's compiled front end (front/, grpc-go) owns the public gRPC port and hands each call to one of the
+node's workers over that worker's Unix socket, <data_dir>/channel/front-<index>.sock (0600, in the channel
+directory, 0700). The worker answers it with the same handlers and the same interceptors its grpcio server
+would run (grpcserver.interceptors: the call guard, metrics, auth, the decode guard; corelink's forwarder and
+the service code), so a call meets the same checks and gets the same status and details whichever front end
+took it. `FrontServer` stands in for the worker's grpc.Server (add_generic_rpc_handlers, start, stop).
+
+Frames are nameserver/framing.py's; the records (front/frames.go says them too), each naming its kind in one
+byte and its call by an 8-byte id:
+
+    front -> worker  c  call: deadline (ns on CLOCK_MONOTONIC, shared with the front end; -1: none), method,
+                        caller (corelink's CALLER form: the client's address and its certificate's names, which
+                        the front end takes from the connection, never from the client's metadata), metadata
+                     m  a request message     h  the client's stream ended     x  cancel (the client left)
+                     a  a streamed reply was handed to the client
+    worker -> front  u  the reply and trailing metadata (status OK)   m  a streamed reply
+                     a  a request message was taken by the handler
+                     s  status: code, details, trailing metadata
+
+Each direction keeps at most WINDOW messages of a call unacknowledged (requests: past the first), so a
+client that sends faster than its handler reads, or does not read what a stream sends, holds no more than
+that in either process; the call guard's progress bound then sees the stall as it would under grpcio.
+Calls run on a pool of [grpc] workers threads, at most limits.grpc_max_concurrent_rpcs at once (as grpcio's
+server), but for the eventual reads that will not wait (Inline), answered on the link's own thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import queue
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NoReturn
+
+import grpc
+
+from nameserver import framing
+from nameserver.api.corelink import decode_caller
+from nameserver.api.inprocess import LocalRpcError
+from nameserver.api.writechannel import (
+    _NO_TIME,
+    BATCH_BYTES,
+    ChannelContext,
+    _Details,
+    _metadata_fields,
+    _metadata_of,
+    _returning,
+    _Sender,
+)
+from nameserver.config import NodeConfig
+
+log = logging.getLogger("nameserver.api.frontchannel")
+
+WINDOW = 2  # messages of a call unacknowledged each way (front/call.go's window)
+CALL, MESSAGE, HALF_CLOSE, CANCEL, TAKEN = b"c", b"m", b"h", b"x", b"a"
+UNARY, STATUS = b"u", b"s"
+_ID = struct.Struct(">Q")
+_END = object()
+Metadata = tuple[tuple[str, str | bytes], ...]
+
+
+def socket_path(data_dir: str, index: int) -> str:
+    return os.path.join(data_dir, "channel", f"front-{index}.sock")
+
+
+class FrontContext(ChannelContext):
+    """What the handlers use of grpc.ServicerContext, for a call from the front end: the caller the front
+    end named, the deadline it passed on, its cancel, abort's status (code(), as grpcio's context has it,
+    for the metrics interceptor)."""
+
+    def __init__(self, deadline: float | None, metadata: Metadata, peer: str, auth: dict[str, list[bytes]],
+                 on_cancel: Callable[[], None]) -> None:
+        super().__init__(deadline, metadata)
+        self._peer, self._auth, self._on_cancel = peer, auth, on_cancel
+        self._code: grpc.StatusCode | None = None
+        self._details = ""
+        self.ended_with: tuple[grpc.StatusCode, str] | None = None  # cancel_with's status
+
+    def peer(self) -> str:
+        return self._peer
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._auth
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._on_cancel()  # a wait on the client ends at once
+        self.end()
+
+    def cancel_with(self, code: grpc.StatusCode, details: str) -> None:
+        """Cancel with the status the client gets, whatever the handler answers after (as grpcio's call
+        cancelled with a status: callguard.cancel_call)."""
+        if self.ended_with is None:
+            self.ended_with = (code, details)
+        self.cancel()
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        self._code = code
+        super().abort(code, details)
+
+    def abort_with_status(self, status: grpc.Status) -> NoReturn:
+        self.set_trailing_metadata(tuple(status.trailing_metadata or ()))  # type: ignore[arg-type]  # -bin values
+        self.abort(status.code, status.details)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def set_details(self, details: str) -> None:
+        self._details = details
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+    def set_status(self) -> tuple[bytes, list[bytes]] | None:
+        """The status set with set_code (and set_details) rather than abort, as grpcio sends it; None: none."""
+        if self._code is None or self._code == grpc.StatusCode.OK:
+            return None
+        return STATUS, [str(self._code.value[0]).encode(), self._details.encode()]
+
+
+class _Call:
+    """One call's state on the worker: its request messages as they come, its reply credits."""
+
+    def __init__(self, call_id: bytes, sender: _Sender, method: str, known_caller: bool) -> None:
+        self.id = call_id
+        self.sender = sender
+        self.method = method
+        self.known_caller = known_caller
+        self.held: bytes | None = None  # an inline candidate's request, until its stream ends (_take)
+        self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.credits = threading.Semaphore(WINDOW)
+        self.context: FrontContext | None = None
+
+    def wake(self) -> None:
+        """The call was cancelled: its waits on the client end."""
+        self.requests.put(_END)
+        self.credits.release(WINDOW + 1)
+
+    def received(self, deserialize: Callable[[bytes], Any] | None) -> Iterator[Any]:
+        """The client's request messages, each but the first acknowledged as the handler takes it (the first
+        took no credit: a unary call costs no acknowledgement); ends with the client's stream or the call."""
+        first = True
+        while (item := self.requests.get()) is not _END:
+            if not first:
+                self.sender.put([TAKEN, self.id])
+            first = False
+            yield deserialize(item) if deserialize is not None else item
+
+
+class FrontServer(framing.LinkServer):
+    """A worker's calls from the Go front end: grpc.Server's part the worker uses, over its front socket."""
+
+    def __init__(self, cfg: NodeConfig, path: str, interceptors: Sequence[grpc.ServerInterceptor],
+                 inline: Inline | None = None) -> None:
+        """`inline`: which calls may run on the link's own thread (see Inline)."""
+        super().__init__(path, "front-channel")
+        self.inline = inline
+        self.interceptors = tuple(interceptors)
+        self.generic: list[grpc.GenericRpcHandler] = []
+        self.max_frame = BATCH_BYTES + cfg.max_message_bytes + framing.FRAME_SLACK
+        self.max_calls = cfg.grpc_max_concurrent_rpcs
+        self.pool = ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc")
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self.generic.extend(handlers)
+
+    def stop(self, grace: float | None = None) -> threading.Event:  # type: ignore[override]  # grpc.Server's
+        super().stop()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        done = threading.Event()
+        done.set()
+        return done
+
+    # ---- a link from the front end -------------------------------------------------------------------
+
+    def serve(self, link: socket.socket) -> None:
+        sender = _Sender(link, "front-channel-answers", lambda exc: framing.close(link))
+        calls: dict[bytes, _Call] = {}
+        held: dict[bytes, _Call] = {}  # inline candidates whose request has not ended yet
+        try:
+            while (body := framing.read_frame(link, self.max_frame)) is not None:
+                for fields in framing.unpack(body):
+                    self._take(fields, calls, sender, held)
+                for call in held.values():  # its request did not come whole with its call: the pool's
+                    call.held = None
+                    self.pool.submit(self._run, call, calls)
+                held.clear()
+        except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
+            if self.listening:
+                log.warning("front channel: the front end's link ended: %s", exc)
+        finally:
+            sender.close()
+            with self._lock:
+                left = list(calls.values())
+            for call in left:  # the front end went away: so did every client of its calls
+                if call.context is not None:
+                    call.context.cancel()
+
+    def _take(self, fields: list[bytes], calls: dict[bytes, _Call], sender: _Sender, held: dict[bytes, _Call]
+              ) -> None:
+        if len(fields) < 2:
+            raise ValueError("front channel: a record of the wrong shape")
+        kind, call_id = fields[0], fields[1]
+        if kind == CALL:
+            if len(fields) < 5 or len(fields) % 2 == 0 or not fields[2].lstrip(b"-").isdigit():
+                raise ValueError("front channel: a call of the wrong shape")
+            ns = int(fields[2])
+            caller = _caller(fields[4])
+            call = _Call(call_id, sender, fields[3].decode(errors="replace"), caller is not None)
+            peer, auth = caller if caller is not None else ("unknown", {})
+            call.context = FrontContext(None if ns == _NO_TIME else ns / 1e9, _metadata_of(fields[5:]), peer, auth,
+                                        call.wake)
+            with self._lock:
+                calls[call_id] = call
+                refused = self._running >= self.max_calls
+                self._running += 0 if refused else 1
+            if refused:  # grpcio's answer past maximum_concurrent_rpcs
+                self._finish(call, calls, STATUS, [str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]).encode(),
+                                                   b"Concurrent RPC limit exceeded!"], counted=False)
+                return
+            if self.inline is not None and call.method in self.inline.methods:
+                held[call_id] = call  # its request is likely in this frame: see at its end (HALF_CLOSE)
+                return
+            self.pool.submit(self._run, call, calls)
+            return
+        with self._lock:
+            found = calls.get(call_id)
+        if found is None:
+            return  # a call that ended already
+        if kind == MESSAGE and len(fields) == 3:
+            found.requests.put(fields[2])
+            if call_id in held:
+                found.held = fields[2] if found.held is None else None  # a second message: not a unary call
+        elif kind == HALF_CLOSE:
+            found.requests.put(_END)
+            if held.pop(call_id, None) is not None:
+                request, found.held = found.held, None
+                if request is not None and self.inline is not None and self.inline.here(found.method, request):
+                    self._run(found, calls)
+                else:
+                    self.pool.submit(self._run, found, calls)
+        elif kind == CANCEL and found.context is not None:
+            found.context.cancel()
+        elif kind == TAKEN:
+            found.credits.release()
+
+    def _finish(self, call: _Call, calls: dict[bytes, _Call], kind: bytes, fields: list[bytes],
+                counted: bool = True) -> None:
+        with self._lock:
+            calls.pop(call.id, None)
+            self._running -= 1 if counted else 0
+        call.sender.put([kind, call.id, *fields])
+
+    # ---- a call ----------------------------------------------------------------------------------------
+
+    def _run(self, call: _Call, calls: dict[bytes, _Call]) -> None:
+        context, method = call.context, call.method
+        assert context is not None
+        kind, fields = STATUS, [b"13", b"the worker did not answer"]
+        try:
+            if not call.known_caller:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "the front end did not name the call's caller")
+            kind, fields = self._answer(call, method, context)
+            kind, fields = context.set_status() or (kind, fields)
+        except LocalRpcError as exc:
+            kind, fields = STATUS, [str(exc.code().value[0]).encode(), (exc.details() or "").encode()]
+        except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
+            set_status = context.set_status()  # a method not implemented sets UNIMPLEMENTED, then raises
+            if set_status is None:
+                log.exception("front channel call %s failed", method)
+            kind, fields = set_status or (STATUS, [str(grpc.StatusCode.UNKNOWN.value[0]).encode(),
+                                                   f"Exception calling application: {exc}".encode()])
+        finally:
+            if context.ended_with is not None:  # cancelled with a status: the client gets that one
+                kind, fields = STATUS, [str(context.ended_with[0].value[0]).encode(), context.ended_with[1].encode()]
+            fields += _metadata_fields(context.trailing())
+            self._finish(call, calls, kind, fields)
+            context.end()
+
+    def _handler(self, method: str, context: FrontContext) -> Any:
+        """The method's handler wrapped by the interceptors, as grpcio's server would build it; None when
+        no handler serves `method`."""
+        details = _Details(method, context.invocation_metadata())
+        base = next((h for g in self.generic if (h := g.service(details)) is not None), None)
+        handler: Any = base
+        for interceptor in reversed(self.interceptors):
+            handler = interceptor.intercept_service(_returning(handler), details)
+        return handler
+
+    def _answer(self, call: _Call, method: str, context: FrontContext) -> tuple[bytes, list[bytes]]:
+        handler = self._handler(method, context)
+        if handler is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        requests = call.received(handler.request_deserializer)
+        if handler.request_streaming:
+            arg: Any = requests
+        else:
+            arg = next(requests, _END)
+            if arg is _END:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, "request: the call carried no request message")
+        behavior = (handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream)
+        encode = handler.response_serializer or (lambda reply: reply)
+        if not handler.response_streaming:
+            return UNARY, [encode(behavior(arg, context))]
+        responses = iter(behavior(arg, context))
+        for reply in responses:
+            if context.is_active():
+                call.credits.acquire()  # the front end handed the last ones to the client (or the call ended)
+            if not context.is_active():
+                # once more: a bound that cancelled the call (the call guard's) answers with its status
+                next(responses, None)
+                _close(responses)
+                context.abort(grpc.StatusCode.CANCELLED, "the caller went away")
+            call.sender.put([MESSAGE, call.id, encode(reply)])
+        return STATUS, [b"0", b""]
+
+
+class Inline:
+    """Calls a worker answers on the link's own thread, with no hand-off to the pool (a thread wake and a
+    GIL hand-over a call: docs/benchmarks.md, "The Go front end in the product"): `methods` whose request
+    arrived whole with the call, and for which `here(method, request bytes)` says the answer will not wait
+    (an eventual read its replica can serve now). Anything that may wait (a min_offset ahead of the
+    replica, a linearizable read, a write, a stream) goes to the pool: a wait on the link thread would hold
+    every call behind it."""
+
+    def __init__(self, methods: frozenset[str], here: Callable[[str, bytes], bool]) -> None:
+        self.methods = methods
+        self.here = here
+
+
+@functools.lru_cache(maxsize=1024)
+def _caller(value: bytes) -> tuple[str, dict[str, list[bytes]]] | None:
+    """decode_caller, once per distinct caller (a connection's calls all name the same one)."""
+    return decode_caller(value.decode(errors="replace"))
+
+
+def _close(responses: Iterator[Any]) -> None:
+    close = getattr(responses, "close", None)
+    if close is not None:
+        close()
+
+
+__all__ = ["FrontContext", "FrontServer", "Inline", "socket_path"]

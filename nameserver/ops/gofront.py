@@ -1,0 +1,123 @@
+"""The node's Go gRPC front end ([node] grpc_front = "go"), started and watched by the core.
+
+One process (front/, built by nameserver/ops/gobuild.py) owns the node's gRPC port with the node's limits
+and TLS and hands each call to the worker processes over their front sockets (nameserver/api/frontchannel.py),
+round-robin over the live ones: a worker that restarts is dialled again, one that is gone gets no calls,
+and with none the front end answers UNAVAILABLE. Its stdin is a pipe the core holds, so it exits with the
+core; if it exits while the core runs it is started again after a backoff (0.5 s, doubling to 10 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import IO
+
+from nameserver.api import frontchannel
+from nameserver.config import NodeConfig
+from nameserver.ops import gobuild
+
+log = logging.getLogger("nameserver.front")
+
+BACKOFF_MIN_S, BACKOFF_MAX_S = 0.5, 10.0
+STABLE_S = 30.0
+STOP_GRACE_S = 5.0
+# grpcio's bound on a call's headers (its default max metadata size): the same on both front ends
+MAX_HEADER_BYTES = 8 << 10
+
+
+def command(cfg: NodeConfig, binary: str, max_connections: int) -> list[str]:
+    """The front end's command line: the node's address, its workers' sockets, limits and TLS."""
+    socks = [frontchannel.socket_path(cfg.data_dir, i) for i in range(cfg.worker_processes)]
+    cmd = [binary, "-addr", cfg.grpc_addr, "-workers", ",".join(socks),
+           "-max-message", str(cfg.max_message_bytes), "-max-connections", str(max_connections),
+           "-max-streams", str(cfg.grpc_max_streams_per_connection), "-max-header-bytes", str(MAX_HEADER_BYTES),
+           "-handshake-timeout", f"{cfg.grpc_handshake_timeout_ms}ms", "-idle-timeout", f"{cfg.grpc_idle_timeout_ms}ms"]
+    if cfg.tls_enabled:
+        cmd += ["-tls-cert", cfg.tls_cert_file, "-tls-key", cfg.tls_key_file, "-client-auth", cfg.tls_client_auth]
+        if cfg.tls_ca_file:
+            cmd += ["-tls-ca", cfg.tls_ca_file]
+    return cmd
+
+
+class FrontProcess:
+    """The front end's process: start(), restarted when it exits, stop()."""
+
+    def __init__(self, cfg: NodeConfig, max_connections: int) -> None:
+        self.cfg = cfg
+        self.max_connections = max_connections
+        self.restarts_total = 0
+        self._proc: subprocess.Popen | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cmd: list[str] = []
+        self._spawned_at = 0.0
+
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def start(self) -> None:
+        try:
+            binary = gobuild.build()  # built by make setup, else now
+        except (RuntimeError, subprocess.SubprocessError) as exc:  # the command prints an OSError as one line
+            raise OSError(f'[node] grpc_front = "go": the Go front end (front/) could not be built: {exc}') from exc
+        self._cmd = command(self.cfg, binary, self.max_connections)
+        self._spawn()
+        self._thread = threading.Thread(target=self._watch, name="front", daemon=True)
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        proc = subprocess.Popen(self._cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for stream, say in ((proc.stdout, log.info), (proc.stderr, log.warning)):
+            assert stream is not None
+            threading.Thread(target=_relay, args=(stream, say, proc.pid), name="front-output", daemon=True).start()
+        self._proc, self._spawned_at = proc, time.monotonic()
+        log.info("Go gRPC front end started: pid %d, for %d worker processes", proc.pid, self.cfg.worker_processes)
+
+    def _watch(self) -> None:
+        backoff = BACKOFF_MIN_S
+        while not self._stop.wait(0.2):
+            proc = self._proc
+            if proc is None or proc.poll() is None:
+                continue
+            if time.monotonic() - self._spawned_at >= STABLE_S:
+                backoff = BACKOFF_MIN_S
+            log.warning("Go gRPC front end (pid %d) exited with %s; starting it again in %.1f s", proc.pid,
+                        proc.returncode, backoff)
+            if self._stop.wait(backoff):
+                return
+            self.restarts_total += 1
+            try:
+                self._spawn()
+            except OSError as exc:
+                log.warning("Go gRPC front end could not be started: %s", exc)
+            backoff = min(BACKOFF_MAX_S, backoff * 2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+
+
+def _relay(stream: IO[bytes], say: Callable[..., None], pid: int) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        for line in stream:
+            say("Go gRPC front end (pid %d): %s", pid, line.decode(errors="replace").rstrip())

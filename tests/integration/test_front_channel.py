@@ -1,0 +1,250 @@
+"""The Go gRPC front end's pipe ([node] grpc_front = "go"): the real front end (front/, built as a node
+builds it) in front of a worker's FrontServer (nameserver/api/frontchannel.py) in this process, with the
+node's call guard as its one interceptor and small test handlers that report what they were handed.
+
+What a handler sees of its call through the pipe: the deadline as time left, the caller's address as grpcio
+writes it and never a caller header the client sent, the client's metadata; what the client sees of the
+handler: its reply, its status, details and trailing metadata, a server stream's messages, a client stream
+taken whole; and the call guard's bounds on a client that sends nothing or reads nothing, as under grpcio.
+A cancel by the client reaches the handler (is_active turns False). With mutual TLS the handler sees the
+client certificate's names, as grpcio's auth context has them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import grpc
+import pytest
+
+from nameserver import headers, tlsconf
+from nameserver.api.callguard import CallGuard
+from nameserver.api.frontchannel import FrontServer, socket_path
+from nameserver.config import NodeConfig
+from nameserver.ops import gobuild, gofront
+from tests.certs import TestCA
+
+PROGRESS_MS = 1000
+
+
+class Handlers(grpc.GenericRpcHandler):
+    """/t.T/<Name>: raw bytes in and out."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        unary, server_stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
+        self.methods: dict[str, grpc.RpcMethodHandler] = {
+            "/t.T/Echo": unary(self.echo), "/t.T/Abort": unary(self.abort), "/t.T/Wait": unary(self.wait),
+            "/t.T/Count": server_stream(self.count), "/t.T/Flood": server_stream(self.flood),
+            "/t.T/Sum": grpc.stream_unary_rpc_method_handler(self.sum),
+            "/t.T/Unwritten": unary(self.unwritten)}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self.methods.get(handler_call_details.method)
+
+    @staticmethod
+    def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
+        names = {k: [bytes(v).decode() for v in vs] for k, vs in (context.auth_context() or {}).items()}
+        return json.dumps({"left": context.time_remaining(), "peer": context.peer(), "request": request.decode(),
+                           "auth": names,
+                           "metadata": [[k, v] for k, v in context.invocation_metadata() if isinstance(v, str)]}
+                          ).encode()
+
+    @staticmethod
+    def unwritten(request: bytes, context: grpc.ServicerContext) -> bytes:
+        """What a generated servicer's base method does for a method not implemented."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details("Method not implemented!")
+        raise NotImplementedError("Method not implemented!")
+
+    @staticmethod
+    def abort(request: bytes, context: grpc.ServicerContext) -> bytes:
+        context.set_trailing_metadata(((headers.APPLY_OFFSET, "42"),))
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "topic: must not be empty")
+
+    def wait(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        deadline = time.monotonic() + 10
+        while context.is_active() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not context.is_active():
+            self.cancelled.set()
+        return b""
+
+    @staticmethod
+    def count(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        for i in range(int(request)):
+            yield str(i).encode()
+
+    @staticmethod
+    def flood(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        while context.is_active():
+            yield b"x" * (1 << 20)
+
+    @staticmethod
+    def sum(requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        return str(sum(len(r) for r in requests)).encode()
+
+
+class Pipe:
+    def __init__(self, addr: str, handlers: Handlers) -> None:
+        self.addr = addr
+        self.handlers = handlers
+        self.channel = grpc.insecure_channel(addr)
+
+    def method(self, name: str, kind: str = "unary_unary", channel: grpc.Channel | None = None) -> Callable[..., Any]:
+        return getattr(channel or self.channel, kind)(f"/t.T/{name}")
+
+
+@contextlib.contextmanager
+def front_end(data_dir: str, **settings: Any) -> Iterator[tuple[str, Handlers]]:
+    """A FrontServer here and the Go front end before it, with the node's `settings`: its address, the handlers."""
+    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
+                  worker_processes=1, workers=16, grpc_progress_timeout_ms=PROGRESS_MS, **settings)
+    handlers = Handlers()
+    server = FrontServer(cfg, socket_path(data_dir, 0), [CallGuard(PROGRESS_MS, 8, 4)])
+    server.add_generic_rpc_handlers((handlers,))
+    server.start()
+    proc = subprocess.Popen(gofront.command(cfg, gobuild.build(), 64), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), line
+        yield line.split()[-1], handlers
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def pipe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipe]:
+    with front_end(str(tmp_path_factory.mktemp("front"))) as (addr, handlers):
+        p = Pipe(addr, handlers)
+        yield p
+        p.channel.close()
+
+
+def test_mutual_tls_names_the_callers_certificate(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """TLS from the node's files, client certificates required: the handler's auth context has the
+    certificate's names as grpcio's has them; a client without one never reaches it."""
+    root = str(tmp_path_factory.mktemp("front-tls"))
+    ca = TestCA(os.path.join(root, "pki"))
+    node, client = ca.node("node"), ca.issue("broker-7", dns=("b7.example",))
+    with front_end(root, tls_cert_file=node.cert, tls_key_file=node.key, tls_ca_file=ca.ca_file,
+                   tls_client_auth="require") as (addr, _):
+        mutual = tlsconf.open_channel(addr, ca_file=ca.ca_file, cert_file=client.cert, key_file=client.key)
+        try:
+            said = json.loads(mutual.unary_unary("/t.T/Echo")(b"", timeout=10))
+        finally:
+            mutual.close()
+        assert said["auth"]["x509_common_name"] == ["broker-7"]
+        assert "b7.example" in said["auth"]["x509_subject_alternative_name"]
+        assert said["auth"]["transport_security_type"] == ["ssl"]
+        anonymous = tlsconf.open_channel(addr, ca_file=ca.ca_file)
+        try:
+            with pytest.raises(grpc.RpcError) as err:
+                anonymous.unary_unary("/t.T/Echo")(b"", timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # the handshake fails
+        finally:
+            anonymous.close()
+
+
+def test_the_handler_sees_the_deadline_the_caller_and_the_metadata(pipe: Pipe) -> None:
+    forged = json.dumps({"self": True})
+    reply = json.loads(pipe.method("Echo")(b"hello", timeout=5, metadata=(
+        ("x-client-id", "c1"), (headers.WORKER_CALLER, forged))))
+    assert reply["request"] == "hello"
+    assert 4.0 < reply["left"] <= 5.0, reply["left"]  # the client's deadline, as time left
+    assert reply["peer"].startswith("ipv4:127.0.0.1:"), reply["peer"]
+    keys = [k for k, _ in reply["metadata"]]
+    assert ["x-client-id", "c1"] in reply["metadata"]
+    assert headers.WORKER_CALLER not in keys  # a client cannot name the caller
+    no_deadline = json.loads(pipe.method("Echo")(b""))
+    assert no_deadline["left"] is None
+
+
+def test_the_message_bound_is_the_nodes(pipe: Pipe) -> None:
+    """[grpc] max_message_bytes (8 MiB): a 5 MiB request is served (grpc-go's own default is 4 MiB), a
+    9 MiB one refused by the front end, naming the bound."""
+    sum_of = pipe.method("Sum", "stream_unary")
+    assert sum_of(iter([b"x" * (5 << 20)]), timeout=30) == str(5 << 20).encode()
+    with pytest.raises(grpc.RpcError) as err:
+        sum_of(iter([b"x" * (9 << 20)]), timeout=30)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
+
+
+def test_a_compressed_call_is_taken_as_grpcio_takes_it(pipe: Pipe) -> None:
+    reply = json.loads(pipe.method("Echo")(b"zipped", timeout=5, compression=grpc.Compression.Gzip))
+    assert reply["request"] == "zipped"
+
+
+def test_an_abort_reaches_the_client_with_its_details_and_trailing_metadata(pipe: Pipe) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        pipe.method("Abort")(b"", timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == "topic: must not be empty"
+    assert (headers.APPLY_OFFSET, "42") in tuple(err.value.trailing_metadata() or ())
+    with pytest.raises(grpc.RpcError) as unknown:
+        pipe.method("Nothing")(b"", timeout=5)
+    assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    with pytest.raises(grpc.RpcError) as unwritten:  # set_code and set_details, as grpcio's context takes them
+        pipe.method("Unwritten")(b"", timeout=5)
+    assert (unwritten.value.code(), unwritten.value.details()) == (grpc.StatusCode.UNIMPLEMENTED,
+                                                                   "Method not implemented!")
+
+
+def test_streams_both_ways(pipe: Pipe) -> None:
+    assert list(pipe.method("Count", "unary_stream")(b"50", timeout=10)) == [str(i).encode() for i in range(50)]
+    assert pipe.method("Sum", "stream_unary")(iter([b"ab", b"cde", b""]), timeout=10) == b"5"
+    many = [b"x" * (i % 7) for i in range(200)]  # far past the window: taken as the handler reads
+    assert pipe.method("Sum", "stream_unary")(iter(many), timeout=10) == str(sum(map(len, many))).encode()
+
+
+def test_a_cancel_reaches_the_handler(pipe: Pipe) -> None:
+    pipe.handlers.cancelled.clear()
+    call = pipe.method("Wait").future(b"", timeout=30)
+    time.sleep(0.3)
+    call.cancel()
+    assert pipe.handlers.cancelled.wait(3), "the handler's context never turned inactive"
+
+
+def test_a_client_that_sends_nothing_is_cancelled_at_the_progress_bound(pipe: Pipe) -> None:
+    stall = threading.Event()
+
+    def never() -> Iterator[bytes]:
+        stall.wait(30)
+        yield b""
+
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            pipe.method("Echo", "stream_unary")(never())  # no deadline
+    finally:
+        stall.set()
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err.value
+    assert "grpc_progress_timeout_ms" in (err.value.details() or "")
+    assert time.monotonic() - t0 < PROGRESS_MS / 1000 + 2
+
+
+def test_a_client_that_reads_nothing_is_cancelled_at_the_progress_bound(pipe: Pipe) -> None:
+    # no BDP probing: the stream keeps its first 64 KiB window, and the 1 MiB replies fill it at once
+    lazy = grpc.insecure_channel(pipe.addr, options=[("grpc.http2.bdp_probe", 0)])
+    try:
+        flood = pipe.method("Flood", "unary_stream", lazy)(b"")  # started, not read
+        time.sleep(PROGRESS_MS / 1000 + 1.5)
+        with pytest.raises(grpc.RpcError) as err:
+            for _ in flood:
+                pass
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err.value
+        assert "grpc_progress_timeout_ms" in (err.value.details() or "")
+    finally:
+        lazy.close()

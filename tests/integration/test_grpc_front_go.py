@@ -1,0 +1,259 @@
+"""A node with [node] grpc_front = "go": the Go front end (front/) owns the gRPC port, TLS and the
+connection limits, and hands every call to the node's 2 worker processes, which answer it with the node's
+own service code (nameserver/api/frontchannel.py). One secure node (TLS from its cert/key files, tokens by
+role) with the attack suite's short limits, its workers and front end as a node runs them.
+
+What a client sees must be what grpcio's port gives it: a registration and a route read; a watch stream's
+change; a bad field refused naming the field; tokens decide (none, an unknown one, a role without the
+right); a call's deadline ends it; the stream bounds of tests/security/test_grpc_streams.py (unfinished
+streams without a credential, a credentialed caller that never sends, stalled registration streams past
+the per-caller bound), and grpcio's keepalive enforcement (a ping flood is sent GOAWAY). A worker
+SIGKILLed: the other one serves at once; and (slow) the core starts it again and the front end dials it
+again; with no worker at all, UNAVAILABLE naming why.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from nameserver import tlsconf
+from nameserver.pb import api_pb2, api_pb2_grpc
+from tests.cluster import NodeProc, register_request
+from tests.faults.workers import workers_of
+from tests.security.attacks import SHORT_LIMITS, Secure, secure_cluster
+from tests.security.http2 import PING, RawConnection, frame
+
+pytestmark = pytest.mark.cluster
+
+LIMITS = SHORT_LIMITS | {"grpc_max_streams_per_connection": 50, "grpc_progress_timeout_ms": 2000,
+                         "grpc_max_streams": 8, "grpc_max_streams_per_caller": 4}
+NAMESERVER = "/rip18.nameserver.v1.NameServer"
+
+
+@pytest.fixture(scope="module")
+def sec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
+    s = secure_cluster(str(tmp_path_factory.mktemp("go-front")), LIMITS, size=1, worker_processes=2,
+                       sections={"node": {"grpc_front": "go"}})
+    s.cluster.start()
+    try:
+        s.cluster.wait_ready(timeout=120)
+        yield s
+    finally:
+        s.cluster.stop()
+
+
+def _node(sec: Secure) -> NodeProc:
+    return sec.cluster.nodes[0]
+
+
+def test_a_registration_then_a_route_read(sec: Secure) -> None:
+    node = _node(sec)
+    with open(node.log_path) as f:
+        assert "(the Go front end)" in f.read()  # not grpcio's port: the setting took
+    reply = sec.stub(node, "broker").RegisterBroker(
+        register_request("GoCluster", "go-broker", "10.9.0.1:10911", ["GoTopic"]), timeout=10)
+    route = sec.stub(node, "client").GetRoute(api_pb2.GetRouteRequest(topic="GoTopic", min_offset=reply.offset),
+                                              timeout=10)
+    assert [b.broker_name for b in route.route.broker_datas] == ["go-broker"]
+    assert route.apply_offset >= reply.offset
+
+
+def test_a_watch_streams_a_registration(sec: Secure) -> None:
+    node = _node(sec)
+    stream = sec.stub(node, "client").Watch(api_pb2.WatchRequest(topics=["WatchedTopic"], progress_interval_ms=200),
+                                            timeout=20)
+    try:
+        first = next(stream)  # the current state (none): the listing's end, then changes
+        assert first.initial_state_done or first.initial_state or not first.events
+        sec.stub(node, "broker").RegisterBroker(
+            register_request("GoCluster", "watched", "10.9.0.3:10911", ["WatchedTopic"]), timeout=10)
+        keys = next(k for m in stream for e in m.events if (k := e.key).startswith("topic/WatchedTopic"))
+        assert keys
+    finally:
+        stream.cancel()
+
+
+def test_a_bad_field_is_refused_naming_it(sec: Secure) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        sec.stub(_node(sec), "broker").RegisterBroker(register_request("GoCluster", "go-broker", "not an address", []),
+                                                      timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (err.value.details() or "").startswith("broker_addr:"), err.value.details()
+
+
+def test_tokens_decide(sec: Secure) -> None:
+    node = _node(sec)
+    anonymous = api_pb2_grpc.NameServerStub(tlsconf.open_channel(node.grpc_addr, tls=True, ca_file=sec.ca_file))
+    with pytest.raises(grpc.RpcError) as none:
+        anonymous.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=10)
+    assert none.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    forged = api_pb2_grpc.NameServerStub(tlsconf.open_channel(node.grpc_addr, tls=True, ca_file=sec.ca_file,
+                                                              token="not-a-token"))
+    with pytest.raises(grpc.RpcError) as unknown:
+        forged.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=10)
+    assert unknown.value.code() == grpc.StatusCode.UNAUTHENTICATED and unknown.value.details() == "unknown token"
+    with pytest.raises(grpc.RpcError) as denied:
+        sec.stub(node, "client").RegisterBroker(register_request("GoCluster", "b", "10.9.0.2:10911", []), timeout=10)
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "role client" in (denied.value.details() or "")
+    sec.stub(node, "client").GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=10)
+
+
+def test_a_deadline_ends_the_call(sec: Secure) -> None:
+    """A read waiting for an offset the node will not reach ends at its caller's deadline, and the node
+    serves the next call at once."""
+    stub = sec.stub(_node(sec), "client")
+    t0 = time.monotonic()
+    with pytest.raises(grpc.RpcError) as err:
+        stub.GetRoute(api_pb2.GetRouteRequest(topic="GoTopic", min_offset=1 << 40), timeout=1.0)
+    assert err.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE), err.value
+    assert time.monotonic() - t0 < 2.0
+    stub.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=2)
+
+
+# ---- the stream bounds (tests/security/test_grpc_streams.py), through the Go front end -----------------
+
+def test_unfinished_streams_without_a_credential_hold_nothing(sec: Secure) -> None:
+    node = _node(sec)
+    conn = RawConnection(node.grpc_addr, sec.ca_file)
+    try:
+        opened = [conn.open_stream(f"{NAMESERVER}/PutKv") for _ in range(120)]  # HEADERS only, no credential
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(s not in conn.ended for s in opened):
+            time.sleep(0.1)
+        unanswered = [s for s in opened if s not in conn.ended]
+        assert not unanswered, f"{len(unanswered)} of {len(opened)} unfinished streams still held"
+        # past limits.grpc_max_streams_per_connection: reset by the transport, never given a status
+        refused = len(conn.reset - conn.answered)
+        assert refused >= len(opened) - 2 * LIMITS["grpc_max_streams_per_connection"], f"only {refused} reset"
+    finally:
+        conn.close()
+    sec.stub(node, "client").GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=2)
+
+
+def test_a_ping_flood_is_sent_away(sec: Secure) -> None:
+    """Keepalive enforcement, as grpcio's: pings with no call open are strikes, and past two the
+    connection is sent GOAWAY and closed."""
+    conn = RawConnection(_node(sec).grpc_addr, sec.ca_file)
+    try:
+        for i in range(5):  # 20 ms apart: a bound of milliseconds would let them all pass
+            conn._send(frame(PING, 0, 0, i.to_bytes(8, "big")))
+            time.sleep(0.02)
+        assert conn.closed.wait(5), "the node kept a connection that floods it with pings"
+        assert conn.goaway
+    finally:
+        conn.close()
+
+
+def test_a_credentialed_caller_that_never_sends_is_cancelled(sec: Secure) -> None:
+    progress_s = LIMITS["grpc_progress_timeout_ms"] / 1000
+    stall = threading.Event()
+
+    def never() -> Iterator[bytes]:
+        stall.wait(progress_s + 30)
+        yield b""
+
+    info = sec.channel(_node(sec), "client").stream_unary(f"{NAMESERVER}/GetClusterInfo")
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            info(never())  # no deadline
+    finally:
+        stall.set()
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err.value
+    assert "grpc_progress_timeout_ms" in (err.value.details() or "")
+    assert time.monotonic() - t0 < progress_s + 2
+
+
+def test_stalled_registration_streams_are_bounded_per_caller(sec: Secure) -> None:
+    node = _node(sec)
+    per_caller, progress_s = LIMITS["grpc_max_streams_per_caller"], LIMITS["grpc_progress_timeout_ms"] / 1000
+    stall = threading.Event()
+
+    def chunks(i: int) -> Iterator[api_pb2.RegisterBrokerChunk]:
+        yield api_pb2.RegisterBrokerChunk(header=register_request("C2", f"stall{i}", f"10.2.0.{i}:10911", []))
+        stall.wait(60)  # the rest never comes (until the test ends)
+
+    stub = sec.stub(node, "broker")
+    try:
+        calls = [stub.RegisterBrokerStream.future(chunks(i)) for i in range(20)]  # no deadline
+        time.sleep(1.0)
+        refused = [c for c in calls if c.done()]
+        assert len(refused) >= 20 - per_caller * 2, f"only {len(refused)} of 20 stalled streams refused at once"
+        for c in refused:
+            assert c.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, c.exception()
+            assert "grpc_max_streams_per_caller" in (c.details() or "")
+        sec.stub(node, "client").GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=2)  # others are served
+        for c in calls:
+            assert c.exception(timeout=progress_s + 5) is not None
+        admitted = [c for c in calls if c not in refused]
+        assert all(c.code() == grpc.StatusCode.DEADLINE_EXCEEDED for c in admitted), {
+            (c.code(), c.details()) for c in admitted}
+    finally:
+        stall.set()
+
+
+# ---- the workers behind it ----------------------------------------------------------------------------
+
+def _serving_pids(node: NodeProc) -> set[int]:
+    """Workers whose log line says they serve (through the front end, on their front socket)."""
+    with open(node.log_path, errors="replace") as f:
+        text = f.read()
+    return {pid for pid in workers_of(node) if f"(pid {pid}) serving gRPC" in text}
+
+
+def _reads(sec: Secure, node: NodeProc, count: int) -> None:
+    stub = sec.stub(node, "client")
+    for _ in range(count):
+        stub.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=5)
+
+
+def test_a_killed_worker_leaves_the_other_serving(sec: Secure) -> None:
+    node = _node(sec)
+    first, _ = sorted(sec.cluster.wait_for("both workers serving", lambda: (
+        pids if len(pids := _serving_pids(node)) == 2 else None), timeout=60))
+    os.kill(first, signal.SIGKILL)
+    time.sleep(0.3)  # the front end sees its link end
+    _reads(sec, node, 20)  # every one on the other worker
+
+
+@pytest.mark.slow
+def test_a_restarted_worker_is_dialled_again_and_none_left_is_unavailable(sec: Secure) -> None:
+    node = _node(sec)
+    first, second = sorted(sec.cluster.wait_for("both workers serving", lambda: (
+        pids if len(pids := _serving_pids(node)) == 2 else None), timeout=90))
+    os.kill(first, signal.SIGKILL)
+    restarted = sec.cluster.wait_for("the killed worker back", lambda: (
+        pids if len(pids := _serving_pids(node) - {first}) == 2 else None), timeout=90)
+    os.kill(second, signal.SIGKILL)
+    time.sleep(0.3)
+    _reads(sec, node, 20)  # every one on the restarted worker, dialled again
+    assert len(restarted - {second}) == 1
+    # with no worker at all: UNAVAILABLE, saying so (the core starts them again after its backoff)
+    sec.cluster.wait_for("the second worker back", lambda: len(_serving_pids(node) - {first, second}) == 2,
+                         timeout=90)
+    gone = set(workers_of(node)) | {first, second}
+    for pid in gone - {first, second}:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.3)
+    with pytest.raises(grpc.RpcError) as err:
+        sec.stub(node, "client").GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=5)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "no worker process" in (err.value.details() or "")
+    sec.cluster.wait_for("a worker back", lambda: _serving_pids(node) - gone, timeout=90)
+    sec.cluster.wait_for("the node answering", lambda: _answers(sec, node), timeout=30)
+
+
+def _answers(sec: Secure, node: NodeProc) -> bool:
+    try:
+        _reads(sec, node, 1)
+        return True
+    except grpc.RpcError:
+        return False
