@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from raftlog.codec import decode_for_apply
 from raftlog.digest import digest_hex, digest_of
@@ -46,6 +46,14 @@ class StateMachine(Protocol):
 
     @property
     def digest_hex(self) -> str: ...
+
+
+@runtime_checkable
+class RestoresInParts(Protocol):
+    """A state machine whose restore leaves part of its work for after the node is ready (derived indexes):
+    `restore_rest` does one chunk of it, under the state lock, and says whether more is left."""
+
+    def restore_rest(self) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -104,6 +112,7 @@ class Applier:
         # Snapshots restored: each replaced the state wholesale (a start, or the leader's snapshot), whatever
         # its offset against the apply offset before. Counted before the history resets and the offset moves.
         self.restores = 0
+        self._rest_queued = False  # a chunk of a restore's rest is queued (RestoresInParts)
         self.history = EntryHistory()
         # Called on the apply thread after each applied entry (feeds watchers, archivers, metrics), before
         # the apply offset moves to it: whoever sees the offset knows every listener has the entry.
@@ -192,6 +201,8 @@ class Applier:
                     self._snapshot(item[1], item[2], item[3])
                 elif kind == "restore":
                     self._restore(item[1], item[2])
+                elif kind == "restore-rest":
+                    self._restore_rest()
             except Exception as exc:  # apply must not die silently: stop, say why, stay up
                 log.exception("apply failed")
                 self.fail(f"{kind} failed: {exc}")
@@ -292,3 +303,19 @@ class Applier:
             except Exception:
                 log.exception("reset listener failed at %d", offset)
         self._publish(offset)
+        if isinstance(self.fsm, RestoresInParts) and not self._rest_queued:
+            self._rest_queued = True  # one chain of chunks: a restore meanwhile restarts what it builds
+            self._queue.put(("restore-rest",))  # after the entries queued by now: the node's replay first
+
+    def _restore_rest(self) -> None:
+        """One chunk of what the restore left, between entries (readers wait for one chunk at most); the next
+        chunk queued behind the entries that arrived meanwhile. What it builds is frozen as the load is."""
+        assert isinstance(self.fsm, RestoresInParts)
+        with self.lock, frozen_load():
+            more = self.fsm.restore_rest()
+        if more:
+            self._queue.put(("restore-rest",))
+        else:
+            self._rest_queued = False
+            log.info("restore complete at offset %d: its derived indexes built", self.apply_offset,
+                     extra={"event": "restore_complete", "offset": self.apply_offset})

@@ -1,0 +1,136 @@
+"""`python -m bench.restartab`: one node's restart at a million records, two code trees side by side.
+
+Fills a one-node cluster once (bench/durability.py fill, then a snapshot; kept under --dir and reused), then
+restarts a copy of its data directory again and again, alternating the code trees given (`--trees A,B`: each
+node is spawned with its tree as the working directory, so `python -m` runs that tree's code). Each restart is
+timed from the spawn to the node answering Status ready at the filled commit offset, with the CPU seconds the
+node's process used by then (/proc: what the machine's other work moves least), the load average when it
+started, and the phases its log shows (snapshot restored, ready, and where the code builds indexes after ready,
+"restore complete", with the CPU by then). The digest it reports is checked against
+the fill's. A restart of a one-node cluster includes its own election (a follower hears its leader instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench.procs import BenchNode, LocalCluster
+
+_LOG_TIME = re.compile(rb"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?(restored snapshot|is ready|restore complete)",
+                       re.M)
+
+
+def filled(directory: Path, records: int) -> dict[str, Any]:
+    """The kept one-node cluster of `records` records (its root, config, commit offset and digest)."""
+    from bench.durability import fill
+    from nameserver.pb import api_pb2
+    root = directory / str(records)
+    meta = root / "fill.json"
+    if meta.exists():
+        return dict(json.loads(meta.read_text()))
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"filling a one-node cluster to {records} records in {root} ...", flush=True)
+    with LocalCluster(str(root), size=1) as c:
+        out = fill(c, records)
+        node = c.nodes[0]
+        node.admin().TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=300)
+        st = node.require_status()
+        out.update(commit=st.commit_offset, digest=st.digest, config=node.config_path, data_dir=node.data_dir,
+                   grpc_addr=node.grpc_addr, raft_addr=node.raft_addr)
+    meta.write_text(json.dumps(out))
+    return out
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def restart(tree: str, kept: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """One restart of a copy of the kept data directory with `tree`'s code."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    data = scratch / "data"
+    shutil.copytree(kept["data_dir"], data)
+    config = scratch / "node.toml"
+    config.write_text(Path(kept["config"]).read_text().replace(kept["data_dir"], str(data)))
+    log_path = scratch / "node.log"
+    node = BenchNode("n1", kept["raft_addr"], kept["grpc_addr"], str(config), str(log_path), str(data))
+    load = os.getloadavg()[0]
+    with open(log_path, "wb") as log:
+        wall0, t0 = time.time(), time.monotonic()
+        node.proc = subprocess.Popen([sys.executable, "-m", "nameserver.cli.serve", "serve", "--config", str(config)],
+                                     cwd=tree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        while True:
+            st = node.status(timeout=1.0)
+            if st is not None and st.ready and st.apply_offset >= kept["commit"]:
+                seconds, cpu = time.monotonic() - t0, cpu_s(node.pid)
+                break
+            if node.proc.poll() is not None or time.monotonic() - t0 > 300:
+                raise RuntimeError(f"the node did not get ready; see {log_path}")
+            time.sleep(0.01)
+        if st.digest != kept["digest"]:
+            raise RuntimeError(f"digest {st.digest} after the restart, {kept['digest']} filled")
+        done_cpu = None
+        if b"restore complete" in (Path(tree) / "raftlog" / "applier.py").read_bytes():
+            # this code builds the route index after ready: the CPU until it is built too
+            while b"restore complete" not in log_path.read_bytes() and time.monotonic() - t0 < 300:
+                time.sleep(0.02)
+            done_cpu = round(cpu_s(node.pid), 2)
+        phases: dict[str, float] = {}
+        for stamp, what in _LOG_TIME.findall(log_path.read_bytes()):
+            at = datetime.strptime(stamp.decode(), "%Y-%m-%d %H:%M:%S,%f").timestamp() - wall0
+            phases.setdefault(what.decode(), round(at, 2))
+        return {"tree": tree, "ready_s": round(seconds, 2), "cpu_s": round(cpu, 2), "load": round(load, 1), **phases,
+                **({} if done_cpu is None else {"cpu_s_complete": done_cpu})}
+    finally:
+        node.proc.kill()
+        node.proc.wait()
+        if node.channel is not None:
+            node.channel.close()
+        shutil.copyfile(log_path, scratch.with_name("last-restart.log"))  # the last one kept, to look at
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.restartab", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--trees", default=".", help="code trees to alternate, comma-separated (default: this one)")
+    p.add_argument("--rounds", type=int, default=3, help="restarts of each tree, interleaved")
+    p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "bench-restart"),
+                   help="where the filled node is kept between runs")
+    p.add_argument("--json", default="", help="write the results here too")
+    args = p.parse_args(argv)
+    kept = filled(Path(args.dir), args.records)
+    trees = [os.path.abspath(t) for t in args.trees.split(",") if t]
+    results: list[dict[str, Any]] = []
+    for _ in range(args.rounds):
+        for tree in trees:
+            got = restart(tree, kept, Path(args.dir) / "scratch")
+            print(json.dumps(got), flush=True)
+            results.append(got)
+    for tree in trees:
+        mine = [r for r in results if r["tree"] == tree]
+        ready, cpu = [r["ready_s"] for r in mine], [r["cpu_s"] for r in mine]
+        print(f"{tree}: ready median {statistics.median(ready):.2f} s (best {min(ready):.2f}), CPU median "
+              f"{statistics.median(cpu):.2f} s (best {min(cpu):.2f}), load {', '.join(str(r['load']) for r in mine)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
