@@ -13,10 +13,12 @@ the fill's. A restart of a one-node cluster includes its own election (a followe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -26,8 +28,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.procs import BenchNode, LocalCluster
+from bench.procs import BenchNode, LocalCluster, with_descendants
 
+_SERVING = re.compile(rb"worker \d+ \(pid \d+\) serving gRPC")
 _LOG_TIME = re.compile(rb"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?(restored snapshot|is ready|restore complete)",
                        re.M)
 
@@ -59,13 +62,15 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def restart(tree: str, kept: dict[str, Any], scratch: Path) -> dict[str, Any]:
-    """One restart of a copy of the kept data directory with `tree`'s code."""
+def restart(tree: str, kept: dict[str, Any], scratch: Path, workers: int = 0) -> dict[str, Any]:
+    """One restart of a copy of the kept data directory with `tree`'s code (and `workers` worker processes:
+    then also timed to the first and to every worker serving, as bench/durability.py node_with_workers)."""
     shutil.rmtree(scratch, ignore_errors=True)
     data = scratch / "data"
     shutil.copytree(kept["data_dir"], data)
     config = scratch / "node.toml"
-    config.write_text(Path(kept["config"]).read_text().replace(kept["data_dir"], str(data)))
+    config.write_text(Path(kept["config"]).read_text().replace(kept["data_dir"], str(data))
+                      .replace("worker_processes = 0", f"worker_processes = {workers}"))
     log_path = scratch / "node.log"
     node = BenchNode("n1", kept["raft_addr"], kept["grpc_addr"], str(config), str(log_path), str(data))
     load = os.getloadavg()[0]
@@ -84,6 +89,13 @@ def restart(tree: str, kept: dict[str, Any], scratch: Path) -> dict[str, Any]:
             time.sleep(0.01)
         if st.digest != kept["digest"]:
             raise RuntimeError(f"digest {st.digest} after the restart, {kept['digest']} filled")
+        served: list[float] = []
+        while len(served) < workers and time.monotonic() - t0 < 300:
+            found = _SERVING.findall(log_path.read_bytes())
+            if len(found) > len(served):
+                served += [time.monotonic() - t0] * (len(found) - len(served))
+            time.sleep(0.01)
+        node_cpu = sum(cpu_s(pid) for pid in with_descendants([node.pid])) if workers else cpu
         done_cpu = None
         if b"restore complete" in (Path(tree) / "raftlog" / "applier.py").read_bytes():
             # this code builds the route index after ready: the CPU until it is built too
@@ -94,10 +106,15 @@ def restart(tree: str, kept: dict[str, Any], scratch: Path) -> dict[str, Any]:
         for stamp, what in _LOG_TIME.findall(log_path.read_bytes()):
             at = datetime.strptime(stamp.decode(), "%Y-%m-%d %H:%M:%S,%f").timestamp() - wall0
             phases.setdefault(what.decode(), round(at, 2))
+        if workers:
+            phases.update(first_worker_s=round(max(seconds, served[0]), 2), every_worker_s=round(max(served), 2),
+                          node_cpu_s=round(node_cpu, 2))
         return {"tree": tree, "ready_s": round(seconds, 2), "cpu_s": round(cpu, 2), "load": round(load, 1), **phases,
                 **({} if done_cpu is None else {"cpu_s_complete": done_cpu})}
     finally:
-        node.proc.kill()
+        for pid in reversed(with_descendants([node.pid])):  # the workers too (they stop with their core anyway)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         node.proc.wait()
         if node.channel is not None:
             node.channel.close()
@@ -112,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="restarts of each tree, interleaved")
     p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "bench-restart"),
                    help="where the filled node is kept between runs")
+    p.add_argument("--workers", type=int, default=0, help="[node] worker_processes of the restarted node")
     p.add_argument("--json", default="", help="write the results here too")
     args = p.parse_args(argv)
     kept = filled(Path(args.dir), args.records)
@@ -119,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     for _ in range(args.rounds):
         for tree in trees:
-            got = restart(tree, kept, Path(args.dir) / "scratch")
+            got = restart(tree, kept, Path(args.dir) / "scratch", args.workers)
             print(json.dumps(got), flush=True)
             results.append(got)
     for tree in trees:

@@ -313,6 +313,7 @@ class Applier:
         assert isinstance(self.fsm, RestoresInParts)
         with self.lock, frozen_load():
             more = self.fsm.restore_rest()
+        time.sleep(0)  # the GIL to a reader the lock woke, before the next chunk can take the lock again
         if more:
             self._queue.put(("restore-rest",))
         else:

@@ -630,6 +630,14 @@ class MetadataState:
             return self._topic_queues.keys()
         return {topic for topic, _, _, _ in self._pending_parts()}.union(self._topic_queues)
 
+    def some_topic(self) -> str | None:
+        """A topic the state has (any one: a warm-up read's), None when it has none."""
+        for topic in self._topic_queues:
+            return topic
+        for topic, _, _, _ in self._pending_parts():
+            return topic
+        return None
+
     def queue_data(self, topic: str, broker_name: str) -> state_pb2.QueueData | None:
         raw = topicqueues.get(self._entry(topic), broker_name)
         return _decode(state_pb2.QueueData, raw)

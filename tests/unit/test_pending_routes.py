@@ -72,12 +72,15 @@ def test_every_read_answers_as_the_built_index_while_a_restore_builds_it_in_chun
     deferred.restore(state.offset, state.kv.items(), defer_routes=True)
     built.restore(state.offset, state.kv.items())
     assert fingerprint(deferred) == fingerprint(built) == fingerprint(state)
+    assert MetadataState().some_topic() is None and deferred.has_topic(deferred.some_topic() or "")
     assert deferred.usage.totals == built.usage.totals == state.usage.totals
     changes, chunks = list(CHANGES), 0
     while True:
         more = deferred.build_routes(7)  # a few topics a chunk: changes land before, inside and after
         chunks += 1
         assert fingerprint(deferred) == fingerprint(built)
+        some = deferred.some_topic()  # a worker's warm-up read: any topic it has, the index built or not
+        assert some is not None and deferred.has_topic(some)
         if changes:
             change = changes.pop()
             apply(deferred, change)
