@@ -5,9 +5,11 @@ restarts a copy of its data directory again and again, alternating the code tree
 node is spawned with its tree as the working directory, so `python -m` runs that tree's code). Each restart is
 timed from the spawn to the node answering Status ready at the filled commit offset, with the CPU seconds the
 node's process used by then (/proc: what the machine's other work moves least), the load average when it
-started, and the phases its log shows (snapshot restored, ready, and where the code builds indexes after ready,
-"restore complete", with the CPU by then). The digest it reports is checked against
-the fill's. A restart of a one-node cluster includes its own election (a follower hears its leader instead).
+started, and the phases its log shows (snapshot restored, ready; where the code builds indexes after ready,
+"restore complete" and the CPU by then). Then the CPU once its use settled (from 3 s after ready, under 0.05 s
+in a second): what the restart cost in all, the work it leaves for after ready included. The digest it reports
+is checked against the fill's. A restart of a one-node cluster includes its own election (a follower hears
+its leader instead).
 """
 
 from __future__ import annotations
@@ -106,6 +108,17 @@ def restart(tree: str, kept: dict[str, Any], scratch: Path, workers: int = 0) ->
         for stamp, what in _LOG_TIME.findall(log_path.read_bytes()):
             at = datetime.strptime(stamp.decode(), "%Y-%m-%d %H:%M:%S,%f").timestamp() - wall0
             phases.setdefault(what.decode(), round(at, 2))
+        # then until its CPU use settles (the work a restart leaves after ready: the digest check, an index)
+        pids = with_descendants([node.pid])
+        time.sleep(3.0)  # past the digest check's start (raftlog/applier.py DIGEST_CHECK_DELAY_S after the restore)
+        settled, last = 0.0, -1.0
+        while time.monotonic() - t0 < 300:
+            settled = sum(cpu_s(pid) for pid in pids)
+            if settled - last < 0.05:
+                break
+            last = settled
+            time.sleep(1.0)
+        phases["cpu_s_settled"] = round(settled, 2)
         if workers:
             phases.update(first_worker_s=round(max(seconds, served[0]), 2), every_worker_s=round(max(served), 2),
                           node_cpu_s=round(node_cpu, 2))

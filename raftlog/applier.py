@@ -74,7 +74,7 @@ class _Waiter:
 
 
 @contextlib.contextmanager
-def frozen_load() -> Iterator[None]:
+def frozen_load(young_only: bool = False) -> Iterator[None]:
     """The cyclic garbage collector off while a snapshot builds millions of objects, and what it built frozen
     after (gc.freeze: out of every generation the collector walks). Paused, because each build step would
     otherwise start collections that walk everything built so far; frozen, because the first collection
@@ -83,9 +83,11 @@ def frozen_load() -> Iterator[None]:
     freed by its reference counts when a later load replaces it (a state replaced whole, as a replica's is,
     breaks its own cycle first: nameserver/state/metadata.py release). Collected first, so that garbage
     cycles made before the load are not frozen with it (cheap: an earlier load is frozen, not walked); the
-    cycles other threads leave during the load are (small, once per load)."""
+    cycles other threads leave during the load are (small, once per load). `young_only`: collect the youngest
+    generation only first (a chunk of a restore's rest, one of dozens: a full collection each walked the copy
+    of the whole map the digest check holds, ~0.2 s in all at a million keys)."""
     was_enabled = gc.isenabled()
-    gc.collect()
+    gc.collect(0 if young_only else 2)
     gc.disable()
     try:
         yield
@@ -311,7 +313,7 @@ class Applier:
         """One chunk of what the restore left, between entries (readers wait for one chunk at most); the next
         chunk queued behind the entries that arrived meanwhile. What it builds is frozen as the load is."""
         assert isinstance(self.fsm, RestoresInParts)
-        with self.lock, frozen_load():
+        with self.lock, frozen_load(young_only=True):
             more = self.fsm.restore_rest()
         time.sleep(0)  # the GIL to a reader the lock woke, before the next chunk can take the lock again
         if more:

@@ -312,7 +312,7 @@ class ReadReplica:
                 state = seeded()
                 if state is None or self.state is not state:
                     return  # replaced (a snapshot over the stream): nothing of it is read any more
-                with frozen_load():
+                with frozen_load(young_only=True):
                     more = state.build_routes()
                 del state
             time.sleep(0)  # the GIL to a reader the lock woke, before the next chunk takes the lock again
