@@ -135,6 +135,47 @@ def restart(tree: str, kept: dict[str, Any], scratch: Path, workers: int = 0) ->
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def followers(trees: list[str], rounds: int, records: int, root: str) -> list[dict[str, Any]]:
+    """A 3-node cluster filled to `records` (bench/durability.py recovery's: a snapshot on every node), then
+    one follower killed (SIGKILL) and started with each tree in turn, `rounds` times: timed to ready and
+    caught up with the leader's commit offset, with its CPU by then (the other two nodes run this tree)."""
+    from bench.durability import fill
+    from nameserver.pb import api_pb2
+    out: list[dict[str, Any]] = []
+    with LocalCluster(root) as c:
+        fill(c, records)
+        leader = c.wait_ready()
+        for n in c.nodes:
+            n.admin().TakeSnapshot(api_pb2.TakeSnapshotRequest(), timeout=300)
+        target = leader.require_status().commit_offset
+        digest = leader.require_status().digest
+        node = next(n for n in c.nodes if n is not leader)
+        for _ in range(rounds):
+            for tree in trees:
+                c.kill(node)
+                load = os.getloadavg()[0]
+                with open(node.log_path, "ab") as log:
+                    t0 = time.monotonic()
+                    node.proc = subprocess.Popen([sys.executable, "-m", "nameserver.cli.serve", "serve", "--config",
+                                                  node.config_path], cwd=tree, stdout=log, stderr=subprocess.STDOUT,
+                                                 start_new_session=True)
+                while True:
+                    st = node.status(timeout=1.0)
+                    if st is not None and st.ready and st.apply_offset >= target:
+                        seconds, cpu = time.monotonic() - t0, cpu_s(node.pid)
+                        break
+                    if node.proc.poll() is not None or time.monotonic() - t0 > 300:
+                        raise RuntimeError(f"the follower did not get ready; see {node.log_path}")
+                    time.sleep(0.01)
+                if st.digest != digest:
+                    raise RuntimeError(f"digest {st.digest} after the restart, {digest} on the leader")
+                got = {"tree": tree, "ready_s": round(seconds, 2), "cpu_s": round(cpu, 2), "load": round(load, 1)}
+                print(json.dumps(got), flush=True)
+                out.append(got)
+                time.sleep(5)  # its work after ready (the digest check, an index) done before the next kill
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.restartab", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=1_000_000)
@@ -143,12 +184,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "bench-restart"),
                    help="where the filled node is kept between runs")
     p.add_argument("--workers", type=int, default=0, help="[node] worker_processes of the restarted node")
+    p.add_argument("--follower", action="store_true", help="a 3-node cluster's follower restarted instead "
+                   "(the cluster filled by this run, not kept)")
     p.add_argument("--json", default="", help="write the results here too")
     args = p.parse_args(argv)
-    kept = filled(Path(args.dir), args.records)
     trees = [os.path.abspath(t) for t in args.trees.split(",") if t]
     results: list[dict[str, Any]] = []
-    for _ in range(args.rounds):
+    if args.follower:
+        results = followers(trees, args.rounds, args.records, tempfile.mkdtemp(prefix="restartab-"))
+    kept = {} if args.follower else filled(Path(args.dir), args.records)
+    for _ in range(0 if args.follower else args.rounds):
         for tree in trees:
             got = restart(tree, kept, Path(args.dir) / "scratch", args.workers)
             print(json.dumps(got), flush=True)
