@@ -279,8 +279,8 @@ def warm_up(server: RemotingServer, node: ReplicaNode, reply_sizes: dict[int, in
     connections each reserved a connection's whole share for the code's first reply: SYSTEM_BUSY."""
     for code, size in reply_sizes.items():
         server.budget.learn(code, size)
-    topics = node.inspect(lambda s: s.topic_list(api_pb2.TOPIC_LIST_ALL))
-    req = Command(code=codes.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topics[0] if topics else "-"})
+    topic = node.inspect(lambda s: s.some_topic())  # not the whole list: the index may still be building
+    req = Command(code=codes.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic or "-"})
     resp = server.handlers.handle(req)
     if resp.code == codes.SUCCESS:
         server.budget.learn(req.code, len(frame.encode(resp)))

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from raftlog.codec import decode_for_apply
 from raftlog.digest import digest_hex, digest_of
@@ -48,6 +48,14 @@ class StateMachine(Protocol):
     def digest_hex(self) -> str: ...
 
 
+@runtime_checkable
+class RestoresInParts(Protocol):
+    """A state machine whose restore leaves part of its work for after the node is ready (derived indexes):
+    `restore_rest` does one chunk of it, under the state lock, and says whether more is left."""
+
+    def restore_rest(self) -> bool: ...
+
+
 @dataclass(slots=True)
 class Applied:
     """What a proposer learns about its batch."""
@@ -66,7 +74,7 @@ class _Waiter:
 
 
 @contextlib.contextmanager
-def frozen_load() -> Iterator[None]:
+def frozen_load(young_only: bool = False) -> Iterator[None]:
     """The cyclic garbage collector off while a snapshot builds millions of objects, and what it built frozen
     after (gc.freeze: out of every generation the collector walks). Paused, because each build step would
     otherwise start collections that walk everything built so far; frozen, because the first collection
@@ -75,9 +83,11 @@ def frozen_load() -> Iterator[None]:
     freed by its reference counts when a later load replaces it (a state replaced whole, as a replica's is,
     breaks its own cycle first: nameserver/state/metadata.py release). Collected first, so that garbage
     cycles made before the load are not frozen with it (cheap: an earlier load is frozen, not walked); the
-    cycles other threads leave during the load are (small, once per load)."""
+    cycles other threads leave during the load are (small, once per load). `young_only`: collect the youngest
+    generation only first (a chunk of a restore's rest, one of dozens: a full collection each walked the copy
+    of the whole map the digest check holds, ~0.2 s in all at a million keys)."""
     was_enabled = gc.isenabled()
-    gc.collect()
+    gc.collect(0 if young_only else 2)
     gc.disable()
     try:
         yield
@@ -104,6 +114,7 @@ class Applier:
         # Snapshots restored: each replaced the state wholesale (a start, or the leader's snapshot), whatever
         # its offset against the apply offset before. Counted before the history resets and the offset moves.
         self.restores = 0
+        self._rest_queued = False  # a chunk of a restore's rest is queued (RestoresInParts)
         self.history = EntryHistory()
         # Called on the apply thread after each applied entry (feeds watchers, archivers, metrics), before
         # the apply offset moves to it: whoever sees the offset knows every listener has the entry.
@@ -192,6 +203,8 @@ class Applier:
                     self._snapshot(item[1], item[2], item[3])
                 elif kind == "restore":
                     self._restore(item[1], item[2])
+                elif kind == "restore-rest":
+                    self._restore_rest()
             except Exception as exc:  # apply must not die silently: stop, say why, stay up
                 log.exception("apply failed")
                 self.fail(f"{kind} failed: {exc}")
@@ -292,3 +305,20 @@ class Applier:
             except Exception:
                 log.exception("reset listener failed at %d", offset)
         self._publish(offset)
+        if isinstance(self.fsm, RestoresInParts) and not self._rest_queued:
+            self._rest_queued = True  # one chain of chunks: a restore meanwhile restarts what it builds
+            self._queue.put(("restore-rest",))  # after the entries queued by now: the node's replay first
+
+    def _restore_rest(self) -> None:
+        """One chunk of what the restore left, between entries (readers wait for one chunk at most); the next
+        chunk queued behind the entries that arrived meanwhile. What it builds is frozen as the load is."""
+        assert isinstance(self.fsm, RestoresInParts)
+        with self.lock, frozen_load(young_only=True):
+            more = self.fsm.restore_rest()
+        time.sleep(0)  # the GIL to a reader the lock woke, before the next chunk can take the lock again
+        if more:
+            self._queue.put(("restore-rest",))
+        else:
+            self._rest_queued = False
+            log.info("restore complete at offset %d: its derived indexes built", self.apply_offset,
+                     extra={"event": "restore_complete", "offset": self.apply_offset})

@@ -59,7 +59,11 @@ class StateMachineAdapter(KVStateMachine):
 
     def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str | None = None
                 ) -> None:
-        self.state.restore(offset, items, digest_hex)
+        # The route index is built after: the node is ready without it (raftlog/applier.py restore_rest)
+        self.state.restore(offset, items, digest_hex, defer_routes=True)
+
+    def restore_rest(self) -> bool:
+        return self.state.build_routes()
 
 
 @dataclass

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -295,9 +296,26 @@ class ReadReplica:
         the stream starts (_confirm_seed), else the state comes over Follow as without a seed."""
         fresh = self._fresh_state()
         with frozen_load():  # as the core's applier loads the same file
-            fresh.restore(offset, items, digest_hex)
+            fresh.restore(offset, items, digest_hex, defer_routes=True)
         self._swap_in(fresh, offset, digest_hex, "a snapshot file")
         self._seeded = digest_hex
+        # a weak reference: a state replaced meanwhile goes by its counts (test_a_replaced_state_is_freed...)
+        threading.Thread(target=self._build_routes, args=(weakref.ref(fresh),), name=f"replica-routes-{self.name}",
+                         daemon=True).start()
+
+    def _build_routes(self, seeded: weakref.ref[MetadataState]) -> None:
+        """The seeded state's route index, as the core's apply thread builds its own after a restore: a chunk
+        at a time under the lock (a reader waits for one chunk at most), until built or no longer served."""
+        more = True
+        while more:
+            with self.lock:
+                state = seeded()
+                if state is None or self.state is not state:
+                    return  # replaced (a snapshot over the stream): nothing of it is read any more
+                with frozen_load(young_only=True):
+                    more = state.build_routes()
+                del state
+            time.sleep(0)  # the GIL to a reader the lock woke, before the next chunk takes the lock again
 
     def _confirm_seed(self) -> None:
         assert self._channel is not None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterable
+from bisect import bisect_left
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
@@ -18,7 +19,8 @@ from google.protobuf.message import DecodeError, Message
 from nameserver.errors import ValidationError
 from nameserver.logformat import records
 from nameserver.pb import api_pb2, state_pb2
-from nameserver.state import keys, topicqueues
+from nameserver.state import keys, pendingroutes, topicqueues
+from nameserver.state.pendingroutes import CHUNK_KEYS, PendingRoutes
 from nameserver.state.quotas import Usage
 from nameserver.state.sessions import SessionBook
 from nameserver.state.shards.directory import Directory
@@ -33,6 +35,7 @@ SYS_FLAG_UNIT = 1
 SYS_FLAG_UNIT_SUB = 2
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"  # never acting-master rewritten
 
+_TOPIC_KEYS_END = keys.TOPIC_PREFIX[:-1] + "0"  # "0" follows "/": the first key past every topic/ key
 _UNIT_KINDS = (api_pb2.TOPIC_LIST_UNIT, api_pb2.TOPIC_LIST_HAS_UNIT_SUB,
                api_pb2.TOPIC_LIST_HAS_UNIT_SUB_NOT_UNIT)
 
@@ -205,6 +208,8 @@ class MetadataState:
         self._broker_topics: dict[str, set[str]] = {}
         # unit topic-list kind -> topic -> number of its queue datas qualifying (a topic counts when > 0)
         self._unit_topics: dict[int, dict[str, int]] = {kind: {} for kind in _UNIT_KINDS}
+        # A restore's topic keys not in the three route indexes above yet (restore, defer_routes)
+        self._pending: PendingRoutes | None = None
         self._kv: dict[str, dict[str, str]] = {}
         self._kv_namespaces: set[str] = set()  # kvns/ records: namespaces ever written
         self._settings: dict[str, str] = {}  # setting/ records: name -> "true"/"false"
@@ -227,64 +232,113 @@ class MetadataState:
                     ) -> list[entry_pb2.BatchResult]:
         return self.kv.apply_entry(offset, entry, changes)
 
-    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str | None = None
-                ) -> None:
+    def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str | None = None,
+                defer_routes: bool = False) -> None:
         """Load a snapshot's (key, value, version, type) items and rebuild every index from them.
-        `digest_hex`: the snapshot's stamped digest, trusted (raftlog/kvstate.py KVState.restore)."""
+        `digest_hex`: the snapshot's stamped digest, trusted (raftlog/kvstate.py KVState.restore).
+        `defer_routes`: leave the route index to `build_routes`, a chunk at a time (a core's restore: the
+        index was the largest part of a restart at a million records); reads answer meanwhile
+        (nameserver/state/pendingroutes.py)."""
         self.route_generation += 1  # before the offset moves (kv.restore): see __init__
         self.kv.restore(offset, items, None if digest_hex is None else int(digest_hex, 16))
         self._reset_indexes()
-        # The same indexes _on_change builds, with the route keys (nearly all of a big state) on a
-        # fast path: the index starts empty, so there is nothing to remove first. Restart time at a
-        # million records is mostly this loop.
-        topic_prefix, cut = keys.TOPIC_PREFIX, len(keys.TOPIC_PREFIX)
+        values = self.kv._values
+        ordered = list(values)
+        ordered.sort()  # a snapshot file's come sorted (LMDB's key order is code point order): one pass
+        lo = bisect_left(ordered, keys.TOPIC_PREFIX)
+        hi = bisect_left(ordered, _TOPIC_KEYS_END, lo)
+        # The quota totals are counted here too, not in a pass of their own over the million keys (0.1 s):
+        # every topic/ key counts (a malformed one too, as on_change counts it); the rest by Usage.
+        others = []
+        for key in ordered[:lo] + ordered[hi:]:
+            value, _version, rtype = values[key]
+            others.append((key, value))
+            self._on_change(rtype, key, None, value)
+        self._pending = PendingRoutes(ordered[lo:hi])
+        del ordered
+        self.session_book.reorder(lambda sid: self.kv.version(keys.session_key(sid)))
+        if self.accounting:
+            self.usage.rebuild(hi - lo, others)
+        if not defer_routes:
+            self.build_routes(None)
+
+    def build_routes(self, budget: int | None = CHUNK_KEYS) -> bool:
+        """Build `budget` more keys of the route index a restore left (every one: None); whether some are
+        still left. The state's owner calls it as it applies (under the state's lock)."""
+        pending = self._pending
+        if pending is None:
+            return False
+        self._index_topic_keys(pending.next_chunk(len(pending.keys) if budget is None else budget), pending.taken)
+        if pending.done:
+            self._pending = None
+        return self._pending is not None
+
+    def _index_topic_keys(self, topic_keys: list[str], skip: set[str] | None) -> None:
+        """Add each topic/ key's queue data to the route index (topics in `skip` are built already). The same
+        indexes _on_change builds, on a fast path: nothing to remove first. Restart time at a million records
+        was mostly this loop."""
+        values, cut = self.kv._values, len(keys.TOPIC_PREFIX)
         queues, broker_topics, unit = self._topic_queues, self._broker_topics, self._unit_topics
         sys_flag_of, put, setdefault = _queue_sys_flag, topicqueues.put, queues.setdefault
         # A key's broker part -> (the broker name, interned; its topic set): a broker's thousands of keys
         # look its name up once, not once each (intern and broker_topics.get were a sixth of this loop).
+        # Per call: a set emptied by a change between two calls is no longer the index's.
         brokers: dict[str, tuple[str, set[str]]] = {}
-        # The quota totals are counted here too, not in a pass of their own over the million keys (0.1 s):
-        # every topic/ key counts (a malformed one too, as on_change counts it); the rest by Usage.
-        topic_keys, others = 0, []
-        for key, (value, _version, rtype) in self.kv._values.items():
-            if key.startswith(topic_prefix):
-                topic_keys += 1
-                topic, sep, part = key[cut:].partition("/")
-                if sep and topic and part and "/" not in part:
-                    # keys.parse_topic_key and _add_queue inlined: the hot loop
-                    flag = sys_flag_of(value)
-                    found = None if flag is None else brokers.get(part)
-                    if flag is not None and found is None:
-                        name = part if "~" not in part else keys.broker_of_part(part)  # a '~': escaped
-                        if name is not None:
-                            name = sys.intern(name)  # one string per broker name, not one per queue data
-                            topics = broker_topics.get(name)
-                            if topics is None:
-                                broker_topics[name] = topics = set()
-                            brokers[part] = found = (name, topics)
-                    if found is not None:
-                        broker, topics = found
-                        pair = (broker, value)
-                        entry = setdefault(topic, pair)  # topicqueues.put's common case: a first broker
-                        if entry is not pair:
-                            queues[topic] = put(entry, broker, value)
-                        topics.add(topic)
-                        if flag:
-                            for kind in _unit_kinds(flag):
-                                unit[kind][topic] = unit[kind].get(topic, 0) + 1
-                    continue
-            else:
-                others.append((key, value))
-            self._on_change(rtype, key, None, value)
-        self.session_book.reorder(lambda sid: self.kv.version(keys.session_key(sid)))
-        if self.accounting:
-            self.usage.rebuild(topic_keys, others)
+        for key in topic_keys:
+            # keys.parse_topic_key and _add_queue inlined: the hot loop
+            topic, sep, part = key[cut:].partition("/")
+            if not (sep and topic and part and "/" not in part) or (skip and topic in skip):
+                continue
+            item = values.get(key)
+            flag = None if item is None else sys_flag_of(item[0])
+            found = None if flag is None else brokers.get(part)
+            if flag is not None and found is None:
+                name = part if "~" not in part else keys.broker_of_part(part)  # a '~': escaped
+                if name is not None:
+                    name = sys.intern(name)  # one string per broker name, not one per queue data
+                    topics = broker_topics.get(name)
+                    if topics is None:
+                        broker_topics[name] = topics = set()
+                    brokers[part] = found = (name, topics)
+            if found is not None:
+                value = item[0]  # type: ignore[index]  # found: the item is there
+                broker, topics = found
+                pair = (broker, value)
+                entry = setdefault(topic, pair)  # topicqueues.put's common case: a first broker
+                if entry is not pair:
+                    queues[topic] = put(entry, broker, value)
+                topics.add(topic)
+                if flag:
+                    for kind in _unit_kinds(flag):
+                        unit[kind][topic] = unit[kind].get(topic, 0) + 1
+
+    def _take(self, topic: str) -> None:
+        """Build `topic` in the route index now if a restore left it pending: a change to it comes."""
+        pending = self._pending
+        if pending is not None and not pending.built(topic):
+            lo, hi = pending.span(topic)
+            self._index_topic_keys(pending.keys[lo:hi], None)
+            pending.taken.add(topic)
+
+    def _entry(self, topic: str) -> topicqueues.Queues | None:
+        """`topic`'s route index entry, built or still pending."""
+        entry = self._topic_queues.get(topic)
+        pending = self._pending
+        if entry is None and pending is not None:
+            return pending.entry(topic, self.kv.get, _queue_sys_flag)
+        return entry
+
+    def _pending_parts(self) -> Iterator[pendingroutes.Part]:
+        """What the keys a restore left pending give the route index (none when it is built)."""
+        pending = self._pending
+        return iter(()) if pending is None else pending.rest(self.kv.get, _queue_sys_flag)
 
     def release(self) -> None:
         """Let a state that is replaced be freed by reference counts alone: its change listener (a method of
         itself, held by its own KVState) was its one reference cycle, and a state loaded in
         raftlog/applier.py frozen_load is frozen, so the collector would never free it (all of it)."""
         self.kv.listeners.clear()
+        self._pending = None
 
     def _on_change(self, rtype: int, key: str, old: bytes | None, new: bytes | None) -> None:
         # Dispatch on the key's prefix: the layout, not the record's type field, defines meaning
@@ -306,6 +360,8 @@ class MetadataState:
         if parsed is None:
             return
         topic, broker = parsed
+        if self._pending is not None:
+            self._take(topic)
         if new is not None:  # a broker's queue data rewritten (every changed registration): in place
             entry = self._topic_queues.get(topic)
             held = topicqueues.get(entry, broker)
@@ -464,7 +520,7 @@ class MetadataState:
         """The topic's (broker name, encoded QueueData, the broker's BrokerData or None) by broker name:
         what its route is built from (a sharded read merges them across groups: shards/merge.py)."""
         return [(name, raw, self._brokers.get(name))
-                for name, raw in topicqueues.by_broker(self._topic_queues.get(topic))]
+                for name, raw in topicqueues.by_broker(self._entry(topic))]
 
     def cluster_info(self) -> api_pb2.GetClusterInfoReply:
         """brokerAddrTable and clusterAddrTable (apply_offset left for the caller)."""
@@ -478,11 +534,13 @@ class MetadataState:
     def topic_list(self, kind: int, cluster_name: str = "") -> list[str]:
         """Sorted topic names of one TopicListKind (SYSTEM: cluster and broker names, as RocketMQ)."""
         if kind == api_pb2.TOPIC_LIST_ALL:
-            return sorted(self._topic_queues)
+            return sorted(self._all_topics())
         if kind == api_pb2.TOPIC_LIST_BY_CLUSTER:
             found: set[str] = set()
-            for name in self._cluster_brokers.get(cluster_name, ()):
+            names = self._cluster_brokers.get(cluster_name, set())
+            for name in names:
                 found.update(self._broker_topics.get(name, ()))
+            found.update(topic for topic, broker, _, _ in self._pending_parts() if broker in names)
             return sorted(found)
         if kind == api_pb2.TOPIC_LIST_SYSTEM:
             found = set(self._cluster_brokers)
@@ -490,7 +548,8 @@ class MetadataState:
                 found.update(names)
             return sorted(found)
         if kind in self._unit_topics:
-            return sorted(self._unit_topics[kind])
+            pending = {topic for topic, _, _, flag in self._pending_parts() if kind in _unit_kinds(flag)}
+            return sorted(pending.union(self._unit_topics[kind]))
         raise ValidationError("kind", f"unknown topic list kind {kind}")
 
     def first_broker_addr(self) -> str:
@@ -561,28 +620,44 @@ class MetadataState:
     # ---- topic reads -------------------------------------------------------------------------
 
     def has_topic(self, topic: str) -> bool:
-        return topic in self._topic_queues
+        return self._entry(topic) is not None
 
     def topic_count(self) -> int:
-        return len(self._topic_queues)
+        return len(self._all_topics())
+
+    def _all_topics(self) -> Collection[str]:
+        if self._pending is None:
+            return self._topic_queues.keys()
+        return {topic for topic, _, _, _ in self._pending_parts()}.union(self._topic_queues)
+
+    def some_topic(self) -> str | None:
+        """A topic the state has (any one: a warm-up read's), None when it has none."""
+        for topic in self._topic_queues:
+            return topic
+        for topic, _, _, _ in self._pending_parts():
+            return topic
+        return None
 
     def queue_data(self, topic: str, broker_name: str) -> state_pb2.QueueData | None:
-        raw = topicqueues.get(self._topic_queues.get(topic), broker_name)
+        raw = topicqueues.get(self._entry(topic), broker_name)
         return _decode(state_pb2.QueueData, raw)
 
     def queue_datas(self, topic: str) -> list[state_pb2.QueueData]:
         """The topic's queue datas sorted by broker name."""
         return [_decode(state_pb2.QueueData, raw) or state_pb2.QueueData()
-                for _, raw in topicqueues.by_broker(self._topic_queues.get(topic))]
+                for _, raw in topicqueues.by_broker(self._entry(topic))]
 
     def topic_brokers(self, topic: str) -> list[str]:
-        return topicqueues.brokers(self._topic_queues.get(topic))
+        return topicqueues.brokers(self._entry(topic))
 
     def broker_topics(self, broker_name: str) -> list[str]:
         """Topics with queue data on this broker name, sorted."""
-        return sorted(self._broker_topics.get(broker_name, ()))
+        pending = {topic for topic, broker, _, _ in self._pending_parts() if broker == broker_name}
+        return sorted(pending.union(self._broker_topics.get(broker_name, ())))
 
     def broker_has_topic(self, broker_name: str, topic: str) -> bool:
+        if self._pending is not None:
+            return topicqueues.get(self._entry(topic), broker_name) is not None
         return topic in self._broker_topics.get(broker_name, ())
 
     # ---- KV config ---------------------------------------------------------------------------

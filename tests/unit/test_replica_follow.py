@@ -401,6 +401,40 @@ def test_a_replica_seeded_from_its_cores_snapshot_file_follows_from_its_offset(s
         r.stop()
 
 
+def test_a_seeded_replica_answers_routes_while_it_builds_their_index_and_after(serve_log, tmp_path) -> None:
+    """A worker's seed leaves the route index to a thread of its own (MetadataState.restore defer_routes): the
+    replica's reads answer as its core's before, while and after it is built, with the stream's entries between."""
+    from nameserver.replica.seed import seed_from_snapshots
+    from nameserver.state.pendingroutes import CHUNK_KEYS
+
+    core = StandInCore()
+    for b in range(3):  # more keys than one chunk: the thread takes the lock more than once
+        topics = [f"T{t}" for t in range(b, CHUNK_KEYS // 2 + b)]
+        core.write(translate.register_broker(core.state, register_request("C", f"b{b}", f"10.0.0.{b}:10911", topics),
+                                             30000))
+    _write_snapshot(str(tmp_path), core.state)
+    core.write(translate.register_broker(core.state, register_request("C", "b1", "10.0.0.1:10911", ["T0", "New"]),
+                                         30000))  # after the file: the stream brings it
+    r = ReadReplica(serve_log(core), grpc.insecure_channel, name="building")
+
+    def reads(state: MetadataState) -> tuple[object, ...]:
+        return (state.topic_count(), state.broker_topics("b1")[-3:], state.topic_brokers("T1"),
+                state.topic_brokers("New"), state.has_topic("T0"), state.route("T2"))
+
+    seed_from_snapshots(r, str(tmp_path))
+    r.start()
+    try:
+        wait_until(at(r, core))
+        with r.lock:
+            assert reads(r.state) == reads(core.state)
+        wait_until(lambda: r.state._pending is None)
+        assert reads(r.state) == reads(core.state) and r.bootstraps == 1
+        assert r.state._topic_queues == core.state._topic_queues
+        assert r.state._broker_topics == core.state._broker_topics
+    finally:
+        r.stop()
+
+
 def test_a_seed_the_core_does_not_confirm_is_replaced_by_its_state(serve_log, tmp_path) -> None:
     from nameserver.replica.seed import seed_from_snapshots
 
