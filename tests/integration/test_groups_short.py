@@ -1,0 +1,202 @@
+"""Sharding's short check for `make test` (issue 29; docs/scaling.md, "Sharding"): one 3-node cluster with
+[sharding] groups = 2 and one worker per node, beside a one-group node fed the same fleet, in a few seconds.
+Registrations land in the group the directory names; every route and the cluster info (gRPC and remoting)
+equal the one-group node's; `nsctl status` shows each node's group cores; a broker set moved from group 0 to
+group 1 while registrations of it go on loses none. The long versions (kills, metrics, a dead worker, moves
+with leaders killed) are the slow modules test_groups.py and test_group_moves.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from nameserver.cli import nsctl
+from nameserver.pb import shards_pb2, shards_pb2_grpc
+from nameserver.remoting import codes
+from nameserver.state.shards.directory import default_group
+from tests.cluster import Cluster, NodeProc, register_request, retry, running
+from tests.fakebroker import FakeBroker
+from tests.integration.groupcores import answers_equal, own_cluster_info, route_of
+
+GROUPS = 2
+CLUSTER = "ShortCluster"
+
+
+def _named(prefix: str, group: int) -> str:
+    return next(f"{prefix}-{i}" for i in range(64) if default_group(f"{prefix}-{i}", GROUPS) == group)
+
+
+REMOTING = {group: _named("short-r", group) for group in range(GROUPS)}  # FakeBrokers, one a group
+GRPC = {group: _named("short-g", group) for group in range(GROUPS)}      # gRPC registrations, one a group
+MOVED = _named("short-moved", 0)  # group 0's by its hash; moved to group 1 below
+TOPICS = ["ShortShared", "ShortOwn"]
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, NodeProc]]:
+    sharded = Cluster(str(tmp_path_factory.mktemp("groups-short")), size=3, worker_processes=1, groups=GROUPS,
+                      remoting=True)
+    one = Cluster(str(tmp_path_factory.mktemp("groups-short-one")), size=1, remoting=True)
+    with running(sharded, timeout=sharded.ready_timeout), running(one, timeout=one.ready_timeout):
+        yield sharded, one.nodes[0]
+
+
+def _register_grpc(node: NodeProc, name: str, addr: str, topics: list[str], broker_id: int = 0) -> None:
+    request = register_request(CLUSTER, name, addr, topics, broker_id=broker_id)
+    retry(lambda: node.ns.RegisterBroker(request, timeout=10), timeout=30)
+
+
+@pytest.fixture(scope="module")
+def fleet(clusters: tuple[Cluster, NodeProc]) -> Iterator[None]:
+    """Each group's sets registered with both clusters: a FakeBroker (remoting) and a gRPC registration a
+    group, and the set moved below (group 0's)."""
+    sharded, reference = clusters
+    brokers = [FakeBroker(name, cluster=CLUSTER).start() for name in REMOTING.values()]
+    try:
+        for broker in brokers:
+            for node in (sharded.nodes[0], reference):
+                resp = broker.register(node.remoting_addr, [*TOPICS, f"Own-{broker.name}"])
+                assert resp.code == codes.SUCCESS, resp.remark
+        for i, name in enumerate([*GRPC.values(), MOVED]):
+            for node in (sharded.nodes[1], reference):
+                _register_grpc(node, name, f"10.6.0.{i + 1}:10911", [*TOPICS, f"Own-{name}"])
+        yield
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+def _own_sets(node: NodeProc, group: int) -> list[str]:
+    return sorted(own_cluster_info(node, group).broker_addr_table)
+
+
+def test_registrations_land_in_the_group_the_directory_names(
+        clusters: tuple[Cluster, NodeProc], fleet: None) -> None:
+    sharded, _ = clusters
+    expected = {group: sorted([REMOTING[group], GRPC[group]] + ([MOVED] if group == 0 else []))
+                for group in range(GROUPS)}
+    sharded.wait_for("each set in its group's own state on every node", lambda: all(
+        _own_sets(node, group) == expected[group] for node in sharded.nodes for group in range(GROUPS)),
+        timeout=20)
+
+
+def _equal_to_reference(sharded: Cluster, reference: NodeProc, topics: list[str]) -> bool:
+    return all(answers_equal(node, reference, topics) for node in sharded.nodes)
+
+
+ALL_TOPICS = [*TOPICS, *(f"Own-{name}" for name in [*REMOTING.values(), *GRPC.values(), MOVED]), "NoSuchTopic"]
+
+
+def test_merged_routes_equal_the_one_group_node_s(clusters: tuple[Cluster, NodeProc], fleet: None) -> None:
+    sharded, reference = clusters
+    sharded.wait_for("every route and the cluster info equal to the one-group node's",
+                     lambda: _equal_to_reference(sharded, reference, ALL_TOPICS), timeout=20, every=0.3)
+    shared = route_of(sharded.nodes[2], "ShortShared")
+    assert shared is not None and len(shared.broker_datas) == 5  # both groups' sets in one answer
+
+
+def test_nsctl_status_shows_each_group_core(clusters: tuple[Cluster, NodeProc],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    sharded, _ = clusters
+
+    def every_group_led() -> list[dict] | None:
+        capsys.readouterr()
+        code = nsctl.main(["--endpoints", ",".join(n.grpc_addr for n in sharded.nodes), "--timeout", "5",
+                           "--json", "status"])
+        out = capsys.readouterr().out
+        nodes = json.loads(out)["nodes"] if code == 0 else []
+        if len(nodes) != 3 or not all(len(n["groups"]) == GROUPS and all(g["ready"] for g in n["groups"])
+                                      for n in nodes):
+            return None
+        leaders = [sum(n["groups"][group]["role"] == "leader" for n in nodes) for group in range(GROUPS)]
+        return nodes if leaders == [1] * GROUPS else None
+
+    nodes = sharded.wait_for("nsctl status: both group cores of every node, one leader a group",
+                             every_group_led, timeout=20, every=0.3)
+    assert sorted(n["grpc_addr"] for n in nodes) == sorted(n.grpc_addr for n in sharded.nodes)
+
+
+SENDERS = 3  # registering threads: a step of the move (one Raft write) is short, so they send back to back
+
+
+class Registrations:
+    """The moved set's new brokers registered over gRPC by SENDERS threads, back to back (each a new id and
+    address), while the set moves; a refusal (UNAVAILABLE: the set is moving) is sent again, as a broker
+    does. Each acknowledged one is registered with the one-group node too."""
+
+    def __init__(self, node: NodeProc, reference: NodeProc) -> None:
+        self.node, self.reference = node, reference
+        self.acked: dict[int, str] = {}
+        self.calls: list[tuple[float, float]] = []  # each registration's (start, end), monotonic
+        self.refused = 0
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(k,), name=f"short-registrations-{k}", daemon=True)
+                        for k in range(SENDERS)]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def join(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=30)
+
+    def _run(self, sender: int) -> None:
+        bid = sender + 1
+        while not self.stop.is_set():
+            addr = f"10.6.1.{bid}:10911"
+            request = register_request(CLUSTER, MOVED, addr, [*TOPICS, f"Own-{MOVED}"], broker_id=bid)
+            start = time.monotonic()
+            try:
+                self.node.ns.RegisterBroker(request, timeout=10)
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc.details()
+                self.refused += 1
+                self.stop.wait(0.01)
+                continue
+            finally:
+                self.calls.append((start, time.monotonic()))
+            _register_grpc(self.reference, MOVED, addr, [*TOPICS, f"Own-{MOVED}"], broker_id=bid)
+            self.acked[bid] = addr
+            bid += SENDERS
+
+
+def test_a_set_moved_online_under_registrations_loses_none(
+        clusters: tuple[Cluster, NodeProc], fleet: None) -> None:
+    sharded, reference = clusters
+    node = sharded.nodes[0]
+    load = Registrations(node, reference)
+    load.start()
+    try:
+        sharded.wait_for("a registration of the set before the move", lambda: len(load.acked) >= 2, timeout=20)
+        before = len(load.acked)
+        began = time.monotonic()
+        reply = retry(lambda: shards_pb2_grpc.ShardsStub(node._channel()).MoveShard(
+            shards_pb2.ShardPlacement(broker_name=MOVED, group=1), timeout=30), timeout=30)
+        ended = time.monotonic()
+        assert (reply.source, reply.set.group, reply.set.HasField("moving_to")) == (0, 1, False)
+        sharded.wait_for("a registration of the set after the move", lambda: len(load.acked) >= before + 3,
+                         timeout=20)
+    finally:
+        load.join()
+    assert [call for call in load.calls if call[0] < ended and call[1] > began], "no registration during the move"
+    want = {0: "10.6.0.3:10911", **load.acked}  # the fixture's registration (id 0) and every acknowledged one
+
+    def all_in_group_1() -> bool:
+        for n in sharded.nodes:
+            held, left = own_cluster_info(n, 1).broker_addr_table, own_cluster_info(n, 0).broker_addr_table
+            if MOVED in left or MOVED not in held or {a.broker_id: a.addr for a in held[MOVED].addrs} != want:
+                return False
+        return True
+
+    sharded.wait_for("every acknowledged registration in group 1 on every node, none left in group 0",
+                     all_in_group_1, timeout=20, every=0.3)
+    sharded.wait_for("routes and the cluster info equal the one-group node's after the move",
+                     lambda: _equal_to_reference(sharded, reference, ALL_TOPICS), timeout=20, every=0.3)
