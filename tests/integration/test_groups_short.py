@@ -17,12 +17,12 @@ import grpc
 import pytest
 
 from nameserver.cli import nsctl
-from nameserver.pb import shards_pb2, shards_pb2_grpc
+from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2, shards_pb2_grpc
 from nameserver.remoting import codes
 from nameserver.state.shards.directory import default_group
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
 from tests.fakebroker import FakeBroker
-from tests.integration.groupcores import answers_equal, own_cluster_info, route_of
+from tests.integration.groupcores import answers_equal, group_core_channel, group_status, own_cluster_info, route_of
 
 GROUPS = 2
 CLUSTER = "ShortCluster"
@@ -200,3 +200,23 @@ def test_a_set_moved_online_under_registrations_loses_none(
                      all_in_group_1, timeout=20, every=0.3)
     sharded.wait_for("routes and the cluster info equal the one-group node's after the move",
                      lambda: _equal_to_reference(sharded, reference, ALL_TOPICS), timeout=20, every=0.3)
+
+
+def test_a_step_of_undecodable_bytes_is_refused_by_field_and_nothing_proposed(
+        clusters: tuple[Cluster, NodeProc]) -> None:
+    """Admin.ProposeStep (a move's step, the node's own call on a group core's private socket) with bytes
+    that are no raftlog Batch: INVALID_ARGUMENT naming `batch`, nothing enters group 1's log, and the core
+    keeps serving."""
+    sharded, _ = clusters
+    node = sharded.nodes[0]
+    before = group_status(node, 1)
+    assert before is not None and before.ready
+    with group_core_channel(node, 1) as channel:
+        admin = api_pb2_grpc.AdminStub(channel)
+        for junk in (b"\xff\xff\xff", b"\x0a\x05\x0a\x03"):  # a bad tag; a record cut short
+            with pytest.raises(grpc.RpcError) as err:
+                admin.ProposeStep(api_pb2.ProposeStepRequest(batch=junk), timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+            assert (err.value.details() or "").startswith("batch: not a raftlog Batch"), err.value.details()
+        after = admin.Status(api_pb2.StatusRequest(), timeout=5)
+    assert after.ready and after.end_offset == before.end_offset
