@@ -9,6 +9,8 @@ with leaders killed) are the slow modules test_groups.py and test_group_moves.py
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +24,14 @@ from nameserver.remoting import codes
 from nameserver.state.shards.directory import default_group
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
 from tests.fakebroker import FakeBroker
-from tests.integration.groupcores import answers_equal, group_core_channel, group_status, own_cluster_info, route_of
+from tests.integration.groupcores import (
+    answers_equal,
+    group_core_channel,
+    group_core_pids,
+    group_status,
+    own_cluster_info,
+    route_of,
+)
 
 GROUPS = 2
 CLUSTER = "ShortCluster"
@@ -220,3 +229,63 @@ def test_a_step_of_undecodable_bytes_is_refused_by_field_and_nothing_proposed(
             assert (err.value.details() or "").startswith("batch: not a raftlog Batch"), err.value.details()
         after = admin.Status(api_pb2.StatusRequest(), timeout=5)
     assert after.ready and after.end_offset == before.end_offset
+
+
+def _move(node: NodeProc, name: str, group: int, timeout: float) -> shards_pb2.MoveShardReply:
+    return shards_pb2_grpc.ShardsStub(node._channel()).MoveShard(
+        shards_pb2.ShardPlacement(broker_name=name, group=group), timeout=timeout)
+
+
+def test_moves_run_one_at_a_time_a_set_under_way_named(clusters: tuple[Cluster, NodeProc]) -> None:
+    """Group 0's leader runs one move at a time (docs/scaling.md, "Moves one at a time"). With every group 1
+    core stopped (SIGSTOP), a move of set A to group 1 holds the duty (it cannot read group 1): a move of A
+    back to group 0 is refused at once naming the move under way (as Kafka refuses a new reassignment of
+    partitions being reassigned); a move of another set B whose time runs out waiting is answered naming A,
+    nothing written for B; one with time enough waits its turn and runs once A's is done."""
+    sharded, _ = clusters
+    first, second = _named("short-first", 0), _named("short-second", 0)
+    for i, name in enumerate((first, second)):
+        _register_grpc(sharded.nodes[0], name, f"10.6.2.{i + 1}:10911", ["ShortOneAtATime"])
+    stopped = [pid for node in sharded.nodes for pid in group_core_pids(node)]
+    answers: dict[str, shards_pb2.MoveShardReply | grpc.RpcError] = {}
+
+    def move_in_background(name: str) -> threading.Thread:
+        def run() -> None:
+            try:
+                answers[name] = _move(sharded.nodes[1], name, 1, 60)
+            except grpc.RpcError as exc:
+                answers[name] = exc
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        moving = move_in_background(first)
+        said = ""
+        for _ in range(3):  # a call of B that took the duty before A's call came holds it till its time is up
+            with pytest.raises(grpc.RpcError) as err:
+                _move(sharded.nodes[2], second, 1, 3)
+            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err.value.details()
+            said = err.value.details() or ""
+            if "waited its turn" in said:
+                break
+        assert said.startswith(f"a move of set {first!r} to group 1 is running on group 0's leader; the move of "
+                               f"set {second!r} to group 1 waited its turn"), said
+        assert "nothing was written for it" in said
+        with pytest.raises(grpc.RpcError) as err:  # A's call holds the duty now: refused at once
+            _move(sharded.nodes[2], first, 0, 3)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+        assert err.value.details() == f"group: a move of set {first!r} to group 1 is running: one move of a set at " \
+                                      "a time; move it again once that one is done"
+        waiting = move_in_background(second)
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    moving.join(timeout=60)
+    waiting.join(timeout=60)
+    for name in (first, second):
+        reply = answers[name]
+        assert isinstance(reply, shards_pb2.MoveShardReply), reply
+        assert (reply.source, reply.set.group) == (0, 1)
