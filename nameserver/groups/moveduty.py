@@ -90,7 +90,8 @@ class GroupsExecutor:
             opts = [("grpc.max_receive_message_length", self.cfg.max_message_bytes),
                     ("grpc.max_send_message_length", self.cfg.max_message_bytes)]
             for group, core in enumerate(self.cores[1:], start=1):
-                replica = follow_core(self.cfg, group, f"move-duty-g{group}")
+                # with quota totals: a move is refused up front when its target lacks room (duty.check_room)
+                replica = follow_core(self.cfg, group, f"move-duty-g{group}", accounting=True)
                 seed_from_snapshots(replica, core.data_dir)
                 replica.start()
                 channel = corelink.own_channel(core, opts)
@@ -266,6 +267,7 @@ class MoveDuty:
             states = [execute.read(group, 0) for group in range(execute.groups)]
             order, source = execute.locked(lambda s: (duty.validate_move(s, broker_name, target),
                                                       s[GROUP0].directory.group_of(broker_name)), states)
+            execute.locked(lambda s: duty.check_room(s, order, self.node.quota_limits), states)
             ended = self._run(lambda s: duty.decide(s, order), deadline)
             assert isinstance(ended, duty.Done)
             entry = execute.locked(lambda s: s[GROUP0].directory.entry(broker_name), states[:1])

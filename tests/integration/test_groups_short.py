@@ -45,12 +45,13 @@ REMOTING = {group: _named("short-r", group) for group in range(GROUPS)}  # FakeB
 GRPC = {group: _named("short-g", group) for group in range(GROUPS)}      # gRPC registrations, one a group
 MOVED = _named("short-moved", 0)  # group 0's by its hash; moved to group 1 below
 TOPICS = ["ShortShared", "ShortOwn"]
+QUEUE_DATAS = 40  # [limits] max_queue_datas, each group's: the module's sets hold 11 at most in either group
 
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, NodeProc]]:
     sharded = Cluster(str(tmp_path_factory.mktemp("groups-short")), size=3, worker_processes=1, groups=GROUPS,
-                      remoting=True)
+                      remoting=True, security={"limits": {"max_queue_datas": QUEUE_DATAS}})
     one = Cluster(str(tmp_path_factory.mktemp("groups-short-one")), size=1, remoting=True)
     with running(sharded, timeout=sharded.ready_timeout), running(one, timeout=one.ready_timeout):
         yield sharded, one.nodes[0]
@@ -289,3 +290,24 @@ def test_moves_run_one_at_a_time_a_set_under_way_named(clusters: tuple[Cluster, 
         reply = answers[name]
         assert isinstance(reply, shards_pb2.MoveShardReply), reply
         assert (reply.source, reply.set.group) == (0, 1)
+
+
+def test_a_move_into_a_group_without_room_is_refused_naming_the_quota(clusters: tuple[Cluster, NodeProc]) -> None:
+    """A move whose copy would take the target past a [limits] quota is refused before it begins
+    (RESOURCE_EXHAUSTED naming the quota and the group), the set staying where it is; a move's own steps
+    skip the quota check, so this is where the target's quota is kept."""
+    sharded, _ = clusters
+    filler, big = _named("short-filler", 1), _named("short-big", 0)
+    _register_grpc(sharded.nodes[0], filler, "10.6.3.1:10911", [f"Fill-{i}" for i in range(25)])
+    _register_grpc(sharded.nodes[0], big, "10.6.3.2:10911", [f"Big-{i}" for i in range(20)])
+    with pytest.raises(grpc.RpcError) as err:
+        retry(lambda: _move(sharded.nodes[1], big, 1, 30), timeout=30)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details()
+    said = err.value.details() or ""
+    assert said.startswith(f"limits.max_queue_datas: group 1 lacks room for set {big!r}: the write adds 20 to "), said
+    assert said.endswith(f"held (limit {QUEUE_DATAS}); nothing was written (the move did not begin)"), said
+    entry = shards_pb2_grpc.ShardsStub(sharded.nodes[1]._channel()).ListShards(
+        shards_pb2.ListShardsRequest(broker_name=big), timeout=5).sets[0].set
+    assert (entry.group, entry.HasField("moving_to")) == (0, False)
+    assert sorted(qd.broker_name for qd in (route_of(sharded.nodes[2], "Big-0") or api_pb2.TopicRoute()).queue_datas
+                  ) == [big]
