@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from nameserver.cli import nsctl
-from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2, shards_pb2_grpc
+from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2, shards_pb2_grpc, state_pb2
 from nameserver.remoting import codes
 from nameserver.state.shards.directory import default_group
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
@@ -311,3 +311,38 @@ def test_a_move_into_a_group_without_room_is_refused_naming_the_quota(clusters: 
     assert (entry.group, entry.HasField("moving_to")) == (0, False)
     assert sorted(qd.broker_name for qd in (route_of(sharded.nodes[2], "Big-0") or api_pb2.TopicRoute()).queue_datas
                   ) == [big]
+
+
+def test_a_write_answers_its_offset_vector_and_a_read_waits_for_it(clusters: tuple[Cluster, NodeProc]) -> None:
+    """Read-your-writes across groups (docs/scaling.md, "Sharding": the offset vector): a registration of a
+    group-1 set answers `offsets` [0, its offset in group 1]; a topic split over both groups answers each
+    part's; a route read on another node with that vector as min_offsets sees the write, and answers each
+    group's offset it read at. A one-group node answers no vector and refuses one of two entries by field."""
+    sharded, reference = clusters
+    name = _named("short-vector", 1)
+    request = register_request(CLUSTER, name, "10.6.4.1:10911", ["ShortVector"])
+    reply = retry(lambda: sharded.nodes[0].ns.RegisterBroker(request, timeout=10), timeout=30)
+    assert len(reply.offsets) == GROUPS and reply.offsets[0] == 0 and reply.offsets[1] == reply.offset > 0
+    read = sharded.nodes[2].ns.GetRoute(api_pb2.GetRouteRequest(topic="ShortVector", min_offsets=reply.offsets),
+                                        timeout=10)
+    assert name in [bd.broker_name for bd in read.route.broker_datas]
+    assert len(read.offsets) == GROUPS and read.offsets[1] >= reply.offsets[1] and read.apply_offset == read.offsets[0]
+    other = _named("short-vector", 0)
+    _register_grpc(sharded.nodes[0], other, "10.6.4.2:10911", ["ShortVector"])
+    split = api_pb2.RegisterTopicRequest(topic="ShortVectorSplit", queue_datas=[
+        state_pb2.QueueData(broker_name=broker, read_queue_nums=1, write_queue_nums=1, perm=6)
+        for broker in (other, name)])
+    wrote = retry(lambda: sharded.nodes[1].ns.RegisterTopic(split, timeout=10), timeout=30)
+    assert len(wrote.offsets) == GROUPS and all(wrote.offsets) and wrote.offset == wrote.offsets[0]
+    info = sharded.nodes[0].ns.GetClusterInfo(api_pb2.GetClusterInfoRequest(min_offsets=wrote.offsets), timeout=10)
+    assert all(got >= want for got, want in zip(info.offsets, wrote.offsets, strict=True))
+
+    one = reference.ns.RegisterBroker(request, timeout=10)
+    assert list(one.offsets) == []
+    answered = reference.ns.GetRoute(api_pb2.GetRouteRequest(topic="ShortVector", min_offsets=[one.offset]),
+                                     timeout=10)
+    assert list(answered.offsets) == [] and answered.apply_offset >= one.offset
+    with pytest.raises(grpc.RpcError) as refused:
+        reference.ns.GetRoute(api_pb2.GetRouteRequest(topic="ShortVector", min_offsets=[0, 1]), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == "min_offsets: 2 entries: this cluster has 1 group (one entry a group)"
