@@ -19,6 +19,7 @@ import grpc
 import pytest
 
 from nameserver.cli import nsctl
+from nameserver.client import Client
 from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2, shards_pb2_grpc, state_pb2
 from nameserver.remoting import codes
 from nameserver.state.shards.directory import default_group
@@ -346,3 +347,27 @@ def test_a_write_answers_its_offset_vector_and_a_read_waits_for_it(clusters: tup
         reference.ns.GetRoute(api_pb2.GetRouteRequest(topic="ShortVector", min_offsets=[0, 1]), timeout=10)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert refused.value.details() == "min_offsets: 2 entries: this cluster has 1 group (one entry a group)"
+
+
+def test_the_client_s_read_your_writes_token_is_a_vector(clusters: tuple[Cluster, NodeProc]) -> None:
+    """nameserver.client keeps one offset a group: after writes of a group-1 set whose offsets in group 1 are
+    past group 0's whole log, its route read (any node) asks group 1 for them and group 0 for nothing more
+    than it saw there, and is answered at once; a single token taken from those writes would wait for group
+    0 to reach an offset of group 1's log (UNAVAILABLE until the deadline)."""
+    sharded, _ = clusters
+    name = _named("short-client", 1)
+    with Client([n.grpc_addr for n in sharded.nodes], timeout=5) as client:
+        topics: list[str] = []
+        for i in range(60):
+            topics.append(f"ShortClient{i}")
+            reply = client.register_broker(register_request(CLUSTER, name, "10.6.5.1:10911", topics, counter=i + 1))
+            assert len(reply.offsets) == GROUPS and reply.offsets[0] == 0
+            read = sharded.nodes[0].ns.GetRoute(api_pb2.GetRouteRequest(topic=topics[-1]), timeout=5)
+            if reply.offsets[1] > read.offsets[0] + 2:
+                break
+        else:
+            raise AssertionError("group 1's log never got ahead of group 0's")
+        for node in sharded.nodes:  # as many reads as endpoints (the client rotates over them)
+            route = client.get_route(topics[-1], timeout=5)
+            assert [bd.broker_name for bd in route.route.broker_datas] == [name], node.name
+            assert route.offsets[1] >= reply.offsets[1]
