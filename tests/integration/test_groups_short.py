@@ -46,7 +46,7 @@ REMOTING = {group: _named("short-r", group) for group in range(GROUPS)}  # FakeB
 GRPC = {group: _named("short-g", group) for group in range(GROUPS)}      # gRPC registrations, one a group
 MOVED = _named("short-moved", 0)  # group 0's by its hash; moved to group 1 below
 TOPICS = ["ShortShared", "ShortOwn"]
-QUEUE_DATAS = 40  # [limits] max_queue_datas, each group's: the module's sets hold 11 at most in either group
+QUEUE_DATAS = 60  # [limits] max_queue_datas, each group's: the module's other sets hold 14 at most in either
 
 
 @pytest.fixture(scope="module")
@@ -299,13 +299,13 @@ def test_a_move_into_a_group_without_room_is_refused_naming_the_quota(clusters: 
     skip the quota check, so this is where the target's quota is kept."""
     sharded, _ = clusters
     filler, big = _named("short-filler", 1), _named("short-big", 0)
-    _register_grpc(sharded.nodes[0], filler, "10.6.3.1:10911", [f"Fill-{i}" for i in range(25)])
-    _register_grpc(sharded.nodes[0], big, "10.6.3.2:10911", [f"Big-{i}" for i in range(20)])
+    _register_grpc(sharded.nodes[0], filler, "10.6.3.1:10911", [f"Fill-{i}" for i in range(40)])
+    _register_grpc(sharded.nodes[0], big, "10.6.3.2:10911", [f"Big-{i}" for i in range(25)])
     with pytest.raises(grpc.RpcError) as err:
         retry(lambda: _move(sharded.nodes[1], big, 1, 30), timeout=30)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details()
     said = err.value.details() or ""
-    assert said.startswith(f"limits.max_queue_datas: group 1 lacks room for set {big!r}: the write adds 20 to "), said
+    assert said.startswith(f"limits.max_queue_datas: group 1 lacks room for set {big!r}: the write adds 25 to "), said
     assert said.endswith(f"held (limit {QUEUE_DATAS}); nothing was written (the move did not begin)"), said
     entry = shards_pb2_grpc.ShardsStub(sharded.nodes[1]._channel()).ListShards(
         shards_pb2.ListShardsRequest(broker_name=big), timeout=5).sets[0].set
@@ -357,17 +357,16 @@ def test_the_client_s_read_your_writes_token_is_a_vector(clusters: tuple[Cluster
     sharded, _ = clusters
     name = _named("short-client", 1)
     with Client([n.grpc_addr for n in sharded.nodes], timeout=5) as client:
-        topics: list[str] = []
-        for i in range(60):
-            topics.append(f"ShortClient{i}")
-            reply = client.register_broker(register_request(CLUSTER, name, "10.6.5.1:10911", topics, counter=i + 1))
+        for i in range(60):  # each a changed registration (its queues): an entry in group 1's log
+            request = register_request(CLUSTER, name, "10.6.5.1:10911", ["ShortClient"], counter=i + 1, queues=i + 1)
+            reply = client.register_broker(request)
             assert len(reply.offsets) == GROUPS and reply.offsets[0] == 0
-            read = sharded.nodes[0].ns.GetRoute(api_pb2.GetRouteRequest(topic=topics[-1]), timeout=5)
+            read = sharded.nodes[0].ns.GetRoute(api_pb2.GetRouteRequest(topic="ShortClient"), timeout=5)
             if reply.offsets[1] > read.offsets[0] + 2:
                 break
         else:
             raise AssertionError("group 1's log never got ahead of group 0's")
         for node in sharded.nodes:  # as many reads as endpoints (the client rotates over them)
-            route = client.get_route(topics[-1], timeout=5)
+            route = client.get_route("ShortClient", timeout=5)
             assert [bd.broker_name for bd in route.route.broker_datas] == [name], node.name
             assert route.offsets[1] >= reply.offsets[1]
