@@ -155,8 +155,7 @@ class AdminService(api_pb2_grpc.AdminServicer):
             batch = entry_pb2.Batch.FromString(request.batch)
         except DecodeError as exc:  # checked here: the request decoded, its bytes field is the node's own
             raise ValidationError("batch", f"not a raftlog Batch: {exc}") from None
-        if not batch.records:
-            raise ValidationError("batch", "a step writes records")
+        moves.check_step(batch)
 
         def local(timeout: float) -> api_pb2.WriteReply:
             applied = self.node.log.propose(batch, timeout)

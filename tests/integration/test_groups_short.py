@@ -22,7 +22,9 @@ from nameserver.cli import nsctl
 from nameserver.client import Client
 from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2, shards_pb2_grpc, state_pb2
 from nameserver.remoting import codes
+from nameserver.state import keys
 from nameserver.state.shards.directory import default_group
+from raftlog.pb import entry_pb2
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
 from tests.fakebroker import FakeBroker
 from tests.integration.groupcores import (
@@ -213,22 +215,30 @@ def test_a_set_moved_online_under_registrations_loses_none(
                      lambda: _equal_to_reference(sharded, reference, ALL_TOPICS), timeout=20, every=0.3)
 
 
-def test_a_step_of_undecodable_bytes_is_refused_by_field_and_nothing_proposed(
+def test_a_step_that_is_no_move_s_is_refused_by_field_and_nothing_proposed(
         clusters: tuple[Cluster, NodeProc]) -> None:
     """Admin.ProposeStep (a move's step, the node's own call on a group core's private socket) with bytes
-    that are no raftlog Batch: INVALID_ARGUMENT naming `batch`, nothing enters group 1's log, and the core
-    keeps serving."""
+    that are no raftlog Batch, or a batch of records no move writes (a KV record, a record typed against its
+    key): INVALID_ARGUMENT naming the field, nothing enters group 1's log, and the core keeps serving."""
     sharded, _ = clusters
     node = sharded.nodes[0]
     before = group_status(node, 1)
     assert before is not None and before.ready
     with group_core_channel(node, 1) as channel:
         admin = api_pb2_grpc.AdminStub(channel)
-        for junk in (b"\xff\xff\xff", b"\x0a\x05\x0a\x03"):  # a bad tag; a record cut short
+        kv = entry_pb2.Record(type=keys.KV_TYPE, key=keys.kv_key("ns", "k"), value=b"v")
+        mistyped = entry_pb2.Record(type=keys.KV_TYPE, key=keys.shard_key("some-set"), value=b"")
+        for junk, said in ((b"\xff\xff\xff", "batch: not a raftlog Batch"),  # a bad tag
+                           (b"\x0a\x05\x0a\x03", "batch: not a raftlog Batch"),  # a record cut short
+                           (b"", "batch: a step writes records"),
+                           (entry_pb2.Batch(records=[kv]).SerializeToString(),
+                            "batch.records[0].key: 'kv/ns/k' is not a record a move writes"),
+                           (entry_pb2.Batch(records=[mistyped]).SerializeToString(),
+                            f"batch.records[0].type: {keys.KV_TYPE} is not the type of 'shard/some-set'")):
             with pytest.raises(grpc.RpcError) as err:
                 admin.ProposeStep(api_pb2.ProposeStepRequest(batch=junk), timeout=10)
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
-            assert (err.value.details() or "").startswith("batch: not a raftlog Batch"), err.value.details()
+            assert (err.value.details() or "").startswith(said), err.value.details()
         after = admin.Status(api_pb2.StatusRequest(), timeout=5)
     assert after.ready and after.end_offset == before.end_offset
 

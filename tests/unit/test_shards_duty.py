@@ -191,6 +191,7 @@ class Driver:
     def propose(self, group: int, translation: Translation) -> int:
         self._event()
         assert not translation.empty
+        moves.check_step(translation.batch)  # what a group core's Admin.ProposeStep takes, every step passes
         self.proposals += 1
         if self.proposals == self.kill_at:
             if self.how == LATE:
