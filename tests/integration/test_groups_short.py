@@ -324,11 +324,13 @@ def test_a_move_into_a_group_without_room_is_refused_naming_the_quota(clusters: 
                   ) == [big]
 
 
-def test_a_write_answers_its_offset_vector_and_a_read_waits_for_it(clusters: tuple[Cluster, NodeProc]) -> None:
+def test_a_write_answers_its_offset_vector_and_a_read_waits_for_it(clusters: tuple[Cluster, NodeProc],
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """Read-your-writes across groups (docs/scaling.md, "Sharding": the offset vector): a registration of a
     group-1 set answers `offsets` [0, its offset in group 1]; a topic split over both groups answers each
     part's; a route read on another node with that vector as min_offsets sees the write, and answers each
-    group's offset it read at. A one-group node answers no vector and refuses one of two entries by field."""
+    group's offset it read at; `nsctl --json` prints it. A one-group node answers no vector and refuses one of
+    two entries by field."""
     sharded, reference = clusters
     name = _named("short-vector", 1)
     request = register_request(CLUSTER, name, "10.6.4.1:10911", ["ShortVector"])
@@ -347,6 +349,11 @@ def test_a_write_answers_its_offset_vector_and_a_read_waits_for_it(clusters: tup
     assert len(wrote.offsets) == GROUPS and all(wrote.offsets) and wrote.offset == wrote.offsets[0]
     info = sharded.nodes[0].ns.GetClusterInfo(api_pb2.GetClusterInfoRequest(min_offsets=wrote.offsets), timeout=10)
     assert all(got >= want for got, want in zip(info.offsets, wrote.offsets, strict=True))
+
+    capsys.readouterr()  # nsctl --json prints the vector a sharded cluster answers (a KV write: group 0's)
+    assert nsctl.main(["--endpoints", sharded.nodes[0].grpc_addr, "--json", "kv", "put", "ns", "k", "v"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["offsets"] == [printed["offset"], 0]
 
     one = reference.ns.RegisterBroker(request, timeout=10)
     assert list(one.offsets) == []
