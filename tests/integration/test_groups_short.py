@@ -2,7 +2,9 @@
 [sharding] groups = 2 and one worker per node, beside a one-group node fed the same fleet, in a few seconds.
 Registrations land in the group the directory names; every route and the cluster info (gRPC and remoting)
 equal the one-group node's; `nsctl status` shows each node's group cores; a broker set moved from group 0 to
-group 1 while registrations of it go on loses none. The long versions (kills, metrics, a dead worker, moves
+group 1 while registrations of it go on loses none. Then the guards of moves (a step that is no move's
+refused by field; one move at a time; a target without room refused up front) and the offset vector (a
+write's, a read waiting for it, the client's token). The long versions (kills, metrics, a dead worker, moves
 with leaders killed) are the slow modules test_groups.py and test_group_moves.py.
 """
 
@@ -56,8 +58,13 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster
     sharded = Cluster(str(tmp_path_factory.mktemp("groups-short")), size=3, worker_processes=1, groups=GROUPS,
                       remoting=True, security={"limits": {"max_queue_datas": QUEUE_DATAS}})
     one = Cluster(str(tmp_path_factory.mktemp("groups-short-one")), size=1, remoting=True)
-    with running(sharded, timeout=sharded.ready_timeout), running(one, timeout=one.ready_timeout):
-        yield sharded, one.nodes[0]
+    one.start()  # started beside the sharded one (running() waits for each in turn)
+    try:
+        with running(sharded, timeout=sharded.ready_timeout):
+            one.wait_ready()
+            yield sharded, one.nodes[0]
+    finally:
+        one.stop()
 
 
 def _register_grpc(node: NodeProc, name: str, addr: str, topics: list[str], broker_id: int = 0) -> None:
