@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from nameserver.errors import TooLargeError, ValidationError
 from nameserver.logformat import keynames
@@ -222,6 +222,15 @@ def check_broker_id(field: str, broker_id: int) -> None:
 def check_min_offset(field: str, offset: int) -> None:
     if offset < 0:
         raise ValidationError(field, f"must be >= 0, got {offset}")
+
+
+def check_min_offsets(field: str, offsets: Sequence[int], groups: int) -> None:
+    """A read's offset vector (sharding): one entry a group at most, none negative."""
+    if len(offsets) > groups:
+        raise ValidationError(field, f"{len(offsets)} entries: this cluster has {groups} group"
+                                     f"{'s' if groups > 1 else ''} (one entry a group)")
+    for k, offset in enumerate(offsets):
+        check_min_offset(f"{field}[{k}]", offset)
 
 
 def check_kv(namespace: str, key: str | None = None, value: str | None = None) -> None:

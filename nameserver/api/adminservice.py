@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from nameserver import validation
 from nameserver.api.logservice import ReadReplicas
@@ -150,9 +151,11 @@ class AdminService(api_pb2_grpc.AdminServicer):
         on its leader. Its preconditions guard it; a step refused at apply answers records 0."""
         if self.node.cfg.groups < 2:
             raise ValidationError("batch", "a node with one group moves no sets")
-        batch = entry_pb2.Batch.FromString(request.batch)
-        if not batch.records:
-            raise ValidationError("batch", "a step writes records")
+        try:
+            batch = entry_pb2.Batch.FromString(request.batch)
+        except DecodeError as exc:  # checked here: the request decoded, its bytes field is the node's own
+            raise ValidationError("batch", f"not a raftlog Batch: {exc}") from None
+        moves.check_step(batch)
 
         def local(timeout: float) -> api_pb2.WriteReply:
             applied = self.node.log.propose(batch, timeout)

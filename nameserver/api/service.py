@@ -193,37 +193,48 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def GetRoute(self, request: api_pb2.GetRouteRequest, context: grpc.ServicerContext
                  ) -> api_pb2.GetRouteReply:
         validation.validate_get_route(request)
-        route, offset = self._route(request, context)
+        route, offsets = self._route(request, context)
         if route is None:
-            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(offset)),))
+            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(offsets[0])),))
             context.abort(grpc.StatusCode.NOT_FOUND, f"topic {request.topic} does not exist")
-        return api_pb2.GetRouteReply(route=route, apply_offset=offset)
+        return api_pb2.GetRouteReply(route=route, apply_offset=offsets[0], offsets=_vector(offsets))
+
+    def _group0_min_offset(self, request: api_pb2.GetRouteRequest | api_pb2.GetClusterInfoRequest) -> int:
+        """A one-group node's minimum: min_offset, or min_offsets' one entry (group 0's)."""
+        if not request.min_offsets:
+            return request.min_offset
+        validation.check_min_offsets("min_offsets", request.min_offsets, 1)
+        return max(request.min_offset, request.min_offsets[0])
 
     def _route(self, request: api_pb2.GetRouteRequest, context: grpc.ServicerContext
-               ) -> tuple[api_pb2.TopicRoute | None, int]:
-        """The topic's route (None: no such topic) and the offset it was read at (a worker with several
-        groups merges them: nameserver/groups/reads.py)."""
+               ) -> tuple[api_pb2.TopicRoute | None, tuple[int, ...]]:
+        """The topic's route (None: no such topic) and the offset it was read at, as a vector by group (one
+        here; a worker with several groups merges them: nameserver/groups/reads.py)."""
         cfg = self.node.cfg
-        return self.node.read_route(
+        route, offset = self.node.read_route(
             (request.topic, request.zone_name), lambda s: s.route(
                 # A zone name is the caller's own opt-in (RocketMQ's ZoneRouteRPCHook filters whenever the
                 # client sends __ZONE_MODE and __ZONE_NAME, whatever the nameserver's configuration).
                 request.topic, zone_name=request.zone_name,
                 order_message_enable=s.setting_on(settings.ORDER_MESSAGE_ENABLE, cfg.order_message_enable),
                 support_acting_master=s.setting_on(settings.SUPPORT_ACTING_MASTER, False)),
-            request.min_offset, call_timeout(context, self.default_timeout, self.max_wait), context.is_active)
+            self._group0_min_offset(request), call_timeout(context, self.default_timeout, self.max_wait),
+            context.is_active)
+        return route, (offset,)
 
     @rpc
     def GetClusterInfo(self, request: api_pb2.GetClusterInfoRequest, context: grpc.ServicerContext
                        ) -> api_pb2.GetClusterInfoReply:
         validation.validate_get_cluster_info(request)
-        info, offset = self._cluster_info(request, context)
-        info.apply_offset = offset
+        info, offsets = self._cluster_info(request, context)
+        info.apply_offset = offsets[0]
+        info.offsets[:] = _vector(offsets)
         return info
 
     def _cluster_info(self, request: api_pb2.GetClusterInfoRequest, context: grpc.ServicerContext
-                      ) -> tuple[api_pb2.GetClusterInfoReply, int]:
-        return self._read(context, lambda s: s.cluster_info(), request.min_offset)
+                      ) -> tuple[api_pb2.GetClusterInfoReply, tuple[int, ...]]:
+        info, offset = self._read(context, lambda s: s.cluster_info(), self._group0_min_offset(request))
+        return info, (offset,)
 
     @rpc
     def GetTopicList(self, request: api_pb2.GetTopicListRequest, context: grpc.ServicerContext
@@ -506,6 +517,11 @@ def register_reply(res: WriteResult) -> api_pb2.RegisterBrokerReply:
 
 def _lazy(make: Callable[[Any], list[Any]], arg: Any) -> Iterator[Any]:
     yield from make(arg)
+
+
+def _vector(offsets: tuple[int, ...]) -> tuple[int, ...]:
+    """A reply's `offsets`: each group's apply offset with several groups, empty with one (its apply_offset)."""
+    return offsets if len(offsets) > 1 else ()
 
 
 __all__ = ["FORWARD_CATCH_UP_S", "LEADER_WAIT_S", "NameServerService"]

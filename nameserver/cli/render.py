@@ -33,12 +33,17 @@ _INT64_TYPES = frozenset(
     }
 )
 
+# Sharding's offset vectors (docs/api.md, "Offsets with several Raft groups"): printed only when the cluster
+# answered one, so a one-group cluster's JSON is what it was before they existed.
+_WHEN_SET = frozenset({"offsets", "min_offsets"})
+
 # RocketMQ PermName bits, highest first.
 _PERM_BITS = ((8, "P"), (4, "R"), (2, "W"), (1, "I"))
 
 
 def to_dict(message: Message) -> dict[str, Any]:
-    """A message as a JSON-ready dict: snake_case names, every field present, int64 fields as ints."""
+    """A message as a JSON-ready dict: snake_case names, every field present (but an empty offset vector),
+    int64 fields as ints."""
     data = json_format.MessageToDict(
         message,
         preserving_proto_field_name=True,
@@ -49,7 +54,9 @@ def to_dict(message: Message) -> dict[str, Any]:
 
 def _fix_message(descriptor: Any, data: dict[str, Any]) -> dict[str, Any]:  # python or upb Descriptor
     for field in descriptor.fields:
-        if field.name in data:
+        if field.name in _WHEN_SET and not data.get(field.name):
+            data.pop(field.name, None)
+        elif field.name in data:
             data[field.name] = _fix_field(field, data[field.name])
     return data
 

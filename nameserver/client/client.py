@@ -7,7 +7,10 @@ read-your-writes.
   applying twice. Writes of one client are serialized, as the server keeps one result per client id.
 - Reads rotate over the endpoints. Every read carries `min_offset` = the highest offset this client
   has seen (its writes' offsets and earlier reads' apply offsets): read-your-writes and monotonic
-  reads, whichever node answers.
+  reads, whichever node answers. On a cluster with several Raft groups (a reply's `offsets` vector,
+  docs/api.md) the token is a vector, one offset a group: routes and the cluster info carry it as
+  `min_offsets`, the other reads group 0's entry as `min_offset` (a write of a group-1 set raises
+  only group 1's entry: its offset says nothing of group 0's log).
 - UNAVAILABLE and DEADLINE_EXCEEDED are retried on another node with exponential backoff and full
   jitter, until the call's deadline. Other statuses raise NameServerError at once.
 """
@@ -66,6 +69,7 @@ class Client:
         self._write_lock = threading.Lock()
         self._token_lock = threading.Lock()
         self._token = 0
+        self._vector: list[int] = []  # with several groups: the highest offset seen in each, by group
         self.retries = 0  # attempts beyond the first, over the client's life (for metrics and tests)
 
     # ---- lifecycle ----
@@ -92,6 +96,26 @@ class Client:
 
     def _min_offset(self, explicit: int) -> int:
         return max(explicit, self._token) if self.read_your_writes else explicit
+
+    def _min_offsets(self) -> list[int]:
+        """The read-your-writes vector (empty: one group, or none seen yet)."""
+        if not self.read_your_writes:
+            return []
+        with self._token_lock:
+            return list(self._vector)
+
+    def _observe_reply(self, reply: Any, kind: str) -> None:
+        """Raise the token from a reply: its offset vector when the cluster has several groups (group 0's
+        entry is the plain token), else its write offset or read apply offset."""
+        vector = getattr(reply, "offsets", None)
+        if not vector:
+            self.observe(getattr(reply, "offset", 0) if kind == _WRITE else getattr(reply, "apply_offset", 0))
+            return
+        with self._token_lock:
+            self._vector += [0] * (len(vector) - len(self._vector))
+            for group, offset in enumerate(vector):
+                self._vector[group] = max(self._vector[group], offset)
+        self.observe(vector[0])
 
     # ---- the retry loop ----
 
@@ -131,7 +155,7 @@ class Client:
                 self._sleep(min(self.retry.backoff(attempt - 1), deadline.remaining()))
                 continue
             self.pool.mark_ok(addr)
-            self.observe(getattr(reply, "offset", 0) if kind == _WRITE else getattr(reply, "apply_offset", 0))
+            self._observe_reply(reply, kind)
             return reply
 
     # ---- broker side ----
@@ -161,12 +185,13 @@ class Client:
                   timeout: float | None = None) -> api_pb2.GetRouteReply:
         """A topic's route; NameServerError with code NOT_FOUND when the topic has none."""
         request = api_pb2.GetRouteRequest(topic=topic, min_offset=self._min_offset(min_offset),
-                                          zone_name=zone_name)
+                                          zone_name=zone_name, min_offsets=self._min_offsets())
         return self._call("GetRoute", request, _READ, timeout)
 
     def get_cluster_info(self, *, min_offset: int = 0, timeout: float | None = None
                          ) -> api_pb2.GetClusterInfoReply:
-        request = api_pb2.GetClusterInfoRequest(min_offset=self._min_offset(min_offset))
+        request = api_pb2.GetClusterInfoRequest(min_offset=self._min_offset(min_offset),
+                                                min_offsets=self._min_offsets())
         return self._call("GetClusterInfo", request, _READ, timeout)
 
     def get_topic_list(self, kind: api_pb2.TopicListKind = api_pb2.TOPIC_LIST_ALL, cluster_name: str = "", *,

@@ -16,15 +16,16 @@ from nameserver.state import MetadataState
 T = TypeVar("T")
 
 
-def follow_core(cfg: NodeConfig, group: int, name: str) -> ReadReplica:
+def follow_core(cfg: NodeConfig, group: int, name: str, accounting: bool = False) -> ReadReplica:
     """A replica (not started) of group `group`'s core on this node, fed over that core's Unix feed
-    (nameserver/localfeed.py; its gRPC socket carries the rest); `cfg` is the node's (group 0's)."""
+    (nameserver/localfeed.py; its gRPC socket carries the rest); `cfg` is the node's (group 0's).
+    `accounting`: keep the digest and quota totals entry by entry (a replica serving reads only does not:
+    the core keeps and reports them)."""
     core = group_config(cfg, group)
     opts = [("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes)]
-    # serves reads only: no digest or quota totals kept per entry (the core keeps and reports them)
     return ReadReplica(corelink.target(core), lambda target: corelink.own_channel(core, opts), name=name,
-                       accounting=False,
+                       accounting=accounting,
                        feed=localfeed.LocalFeed(localfeed.socket_path(core.data_dir), cfg.max_message_bytes))
 
 

@@ -90,7 +90,8 @@ class GroupsExecutor:
             opts = [("grpc.max_receive_message_length", self.cfg.max_message_bytes),
                     ("grpc.max_send_message_length", self.cfg.max_message_bytes)]
             for group, core in enumerate(self.cores[1:], start=1):
-                replica = follow_core(self.cfg, group, f"move-duty-g{group}")
+                # with quota totals: a move is refused up front when its target lacks room (duty.check_room)
+                replica = follow_core(self.cfg, group, f"move-duty-g{group}", accounting=True)
                 seed_from_snapshots(replica, core.data_dir)
                 replica.start()
                 channel = corelink.own_channel(core, opts)
@@ -156,12 +157,19 @@ class GroupsExecutor:
 
 class MoveDuty:
     """Group 0's core's moves: an operator's (`move`, on the leader) and those a new leader resumes (its own
-    thread, woken when this core becomes leader). One move runs at a time on a node."""
+    thread, woken when this core becomes leader).
+
+    One move runs at a time on a node (docs/scaling.md, "Moves one at a time"), as Kafka's reassignment: a
+    move of the set under way to another group is refused at once (ValidationError naming `group` and the
+    move under way); the same move again joins it (it is idempotent); a move of another set waits its turn
+    within its call's time, and when that runs out first it is answered with the set under way, nothing
+    written."""
 
     def __init__(self, node: NameServerNode, cfg: NodeConfig) -> None:
         self.node = node
         self.executor = GroupsExecutor(node, cfg)
         self._running = threading.Lock()
+        self._under_way: duty.MoveOrder | None = None  # the move holding _running, once it knows its set
         self._quiet_until = 0.0  # a failed resumption's next warning
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -220,6 +228,8 @@ class MoveDuty:
                     log.warning("resuming the moves under way failed (tried again every %.0f s): %s: %s",
                                 RESUME_RETRY_S, type(exc).__name__, exc)
                 return False
+            finally:
+                self._under_way = None
         if isinstance(ended, duty.Done):
             log.info("resumed move done: set %r is in group %d", ended.broker_name, ended.group)
         return True
@@ -233,6 +243,7 @@ class MoveDuty:
             found = execute.locked(decide, states)
             if isinstance(found, duty.Step):  # a move is rare: one line a step
                 log.info("move duty: %s", found)
+                self._under_way = duty.MoveOrder(found.broker_name, found.target)
             return found
 
         return duty.run_move(decided, execute)
@@ -243,16 +254,20 @@ class MoveDuty:
         begun stays under way: this leader's thread finishes it), NotLeader when leadership was lost. It
         stops a little before `timeout`, so that answer reaches the caller before its own deadline."""
         deadline = time.monotonic() + timeout - min(ANSWER_MARGIN_S, timeout / 4)
+        self._refuse_another_target(broker_name, target)
         if not self._running.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise MoveTimeout("group 0's leader is running another move (or resuming one under way); try again "
-                              "once it is done")
+            raise MoveTimeout(f"{self._running_move()}; the move of set {broker_name!r} to group {target} "
+                              "waited its turn (one move at a time a node) and did not begin: nothing was written "
+                              "for it; send it again once that move is done (`nsctl shard list` shows it)")
         execute = self.executor
         try:
+            self._under_way = duty.MoveOrder(broker_name, target)
             execute.deadline = deadline
             execute.proposed = 0
             states = [execute.read(group, 0) for group in range(execute.groups)]
             order, source = execute.locked(lambda s: (duty.validate_move(s, broker_name, target),
                                                       s[GROUP0].directory.group_of(broker_name)), states)
+            execute.locked(lambda s: duty.check_room(s, order, self.node.quota_limits), states)
             ended = self._run(lambda s: duty.decide(s, order), deadline)
             assert isinstance(ended, duty.Done)
             entry = execute.locked(lambda s: s[GROUP0].directory.entry(broker_name), states[:1])
@@ -273,4 +288,19 @@ class MoveDuty:
                 self._wake.set()
             raise
         finally:
+            self._under_way = None
             self._running.release()
+
+    def _refuse_another_target(self, broker_name: str, target: int) -> None:
+        """A move of the set under way to another group: refused now, not after waiting for the lock (as
+        Kafka refuses a new reassignment of partitions being reassigned)."""
+        under_way = self._under_way
+        if under_way is not None and under_way.broker_name == broker_name and under_way.target != target:
+            raise ValidationError("group", f"a move of set {broker_name!r} to group {under_way.target} is running: "
+                                           "one move of a set at a time; move it again once that one is done")
+
+    def _running_move(self) -> str:
+        under_way = self._under_way
+        if under_way is None:
+            return "group 0's leader is resuming the moves under way"
+        return f"a move of set {under_way.broker_name!r} to group {under_way.target} is running on group 0's leader"

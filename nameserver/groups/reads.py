@@ -4,8 +4,9 @@ shards.merge from the replicas' states, the topic lists as the union of the grou
 (KV, settings, bindings: group 0's records) as one group's, from group 0's replica.
 
 A merged read takes the replicas' locks in group order (no apply waits on another group's lock, so no
-cycle), first waiting (bounded, and never on an event loop: WouldBlock) for group 0 to reach the caller's
-min_offset and for each group the directory's floor names (ReplicaBehind). A route computed once is kept
+cycle), first waiting (bounded, and never on an event loop: WouldBlock) for each group to reach the caller's
+offset vector (min_offsets[k]; min_offset is group 0's) and the directory's floor (ReplicaBehind). GetRoute
+and GetClusterInfo answer the vector they were read at (`offsets`). A route computed once is kept
 while no group's route generation moved: the cache is keyed by the vector of (state, generation) and looked
 up before any lock is taken, as a one-group route read does (MergedReads.kept_route says why that is safe).
 """
@@ -19,6 +20,7 @@ from typing import TypeVar
 
 import grpc
 
+from nameserver import validation
 from nameserver.api.rpc import call_timeout
 from nameserver.api.service import NameServerService
 from nameserver.core.nowait import WouldBlock, waiting_allowed
@@ -40,12 +42,22 @@ class MergedReads:
         self.replicas = list(replicas)
         self.routes = RouteCache()
 
-    def read(self, fn: Callable[[list[MetadataState]], T], min_offset: int, timeout: float,
-             alive: Callable[[], bool] | None = None) -> T:
-        """`fn(states)` once every replica is ready, group 0 has applied `min_offset` and no group is
-        behind the directory's floor. NotReady, OffsetNotReached, WouldBlock as a one-group read."""
-        deadline = time.monotonic() + timeout
+    def needed(self, min_offset: int, min_offsets: Sequence[int] = ()) -> dict[int, int]:
+        """group -> the offset a read must wait for: `min_offsets[k]` (a write reply's `offsets`), group 0's
+        at least `min_offset`. ValidationError naming min_offsets for more entries than groups."""
         need = {0: min_offset}
+        if min_offsets:
+            validation.check_min_offsets("min_offsets", min_offsets, len(self.replicas))
+            for group, offset in enumerate(min_offsets):
+                need[group] = max(need.get(group, 0), offset)
+        return need
+
+    def read(self, fn: Callable[[list[MetadataState]], T], min_offset: int, timeout: float,
+             alive: Callable[[], bool] | None = None, min_offsets: Sequence[int] = ()) -> T:
+        """`fn(states)` once every replica is ready, each group has applied what `needed` says and no group
+        is behind the directory's floor. NotReady, OffsetNotReached, WouldBlock as a one-group read."""
+        deadline = time.monotonic() + timeout
+        need = self.needed(min_offset, min_offsets)
         for _ in range(MAX_CATCH_UPS):
             for group, replica in enumerate(self.replicas):
                 if not replica.ready:
@@ -77,26 +89,29 @@ class MergedReads:
             return fn([replica.state for replica in self.replicas])
 
     def route(self, topic: str, zone_name: str, default_order: bool, min_offset: int, timeout: float,
-              alive: Callable[[], bool] | None) -> tuple[api_pb2.TopicRoute | None, int]:
-        """The topic's merged route (None: no such topic) and group 0's offset it was read at."""
+              alive: Callable[[], bool] | None, min_offsets: Sequence[int] = ()
+              ) -> tuple[api_pb2.TopicRoute | None, tuple[int, ...]]:
+        """The topic's merged route (None: no such topic) and each group's offset it was read at."""
         key = (topic, zone_name)
-        kept = self.kept_route(key, min_offset)
+        need = self.needed(min_offset, min_offsets)
+        kept = self.kept_route(key, need)
         if kept is not None:
             return kept
 
-        def compute(states: list[MetadataState]) -> tuple[api_pb2.TopicRoute | None, int]:
+        def compute(states: list[MetadataState]) -> tuple[api_pb2.TopicRoute | None, tuple[int, ...]]:
             group0 = states[0]
             merged = merge_route(states, topic, zone_name,
                                  group0.setting_on(settings.ORDER_MESSAGE_ENABLE, default_order),
                                  group0.setting_on(settings.SUPPORT_ACTING_MASTER, False))
             self.routes.put(key, _generations(states), merged.route)
-            return merged.route, merged.offsets[0]
+            return merged.route, merged.offsets
 
-        return self.read(compute, min_offset, timeout, alive)
+        return self.read(compute, min_offset, timeout, alive, min_offsets)
 
-    def kept_route(self, key: RouteKey, min_offset: int) -> tuple[api_pb2.TopicRoute | None, int] | None:
-        """The route kept for `key` at every group's current generation, with group 0's offset, read without
-        any lock; None when there is none (or a replica is not ready, or group 0 is below `min_offset`).
+    def kept_route(self, key: RouteKey, need: dict[int, int]
+                   ) -> tuple[api_pb2.TopicRoute | None, tuple[int, ...]] | None:
+        """The route kept for `key` at every group's current generation, with each group's offset, read
+        without any lock; None when there is none (or a replica is not ready, or a group is below its `need`).
 
         Why no lock is needed: as for one group (nameserver/core/routecache.py), each group's apply moves its
         route generation before its offset, and this reads each group's offset before its generation, so a
@@ -113,10 +128,10 @@ class MergedReads:
             state = replica.state  # once: a snapshot install swaps it
             offsets.append(state.offset)  # the offset first, then the generation
             generations.append((id(state), state.route_generation))
-        if offsets[0] < min_offset:
+        if any(offsets[group] < offset for group, offset in need.items()):
             return None
         kept = self.routes.get(key, tuple(generations))
-        return None if kept is MISS else (kept, offsets[0])
+        return None if kept is MISS else (kept, tuple(offsets))
 
 
 def _generations(states: Sequence[MetadataState]) -> tuple[tuple[int, int], ...]:
@@ -133,15 +148,14 @@ class MergedService(NameServerService):
         self.reads = reads
 
     def _route(self, request: api_pb2.GetRouteRequest, context: grpc.ServicerContext
-               ) -> tuple[api_pb2.TopicRoute | None, int]:
+               ) -> tuple[api_pb2.TopicRoute | None, tuple[int, ...]]:
         return self.reads.route(request.topic, request.zone_name, self.node.cfg.order_message_enable,
-                                request.min_offset, self._timeout(context), context.is_active)
+                                request.min_offset, self._timeout(context), context.is_active, request.min_offsets)
 
     def _cluster_info(self, request: api_pb2.GetClusterInfoRequest, context: grpc.ServicerContext
-                      ) -> tuple[api_pb2.GetClusterInfoReply, int]:
-        info, offsets = self.reads.read(merge_cluster_info, request.min_offset, self._timeout(context),
-                                        context.is_active)
-        return info, offsets[0]
+                      ) -> tuple[api_pb2.GetClusterInfoReply, tuple[int, ...]]:
+        return self.reads.read(merge_cluster_info, request.min_offset, self._timeout(context), context.is_active,
+                               request.min_offsets)
 
     def _topic_list(self, request: api_pb2.GetTopicListRequest, context: grpc.ServicerContext, switch: str | None
                     ) -> tuple[list[str] | None, int]:

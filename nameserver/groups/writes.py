@@ -83,10 +83,11 @@ _REPLIES = {name: getattr(api_pb2, NAMESERVER.methods_by_name[name].output_type.
 _NO_DEADLINE_S = 1e6
 
 
-def merge_replies(replies: Sequence[tuple[int, Message]]) -> Message:
+def merge_replies(replies: Sequence[tuple[int, Message]], groups: int) -> Message:
     """One answer of a split write's parts (group order): a write's records summed, its offset group 0's
-    when group 0 had a part (a client's read-your-writes offset is group 0's), else the first part's; any
-    other reply (a heartbeat's unknown addresses and versions) merged field by field."""
+    when group 0 had a part, else the first part's, and its offset vector (`offsets`: each part's offset in
+    its group, 0 for a group with no part; stamp_offsets); any other reply (a heartbeat's unknown addresses
+    and versions) merged field by field."""
     first = replies[0][1]
     merged = type(first)()
     for _group, reply in replies:
@@ -94,7 +95,26 @@ def merge_replies(replies: Sequence[tuple[int, Message]]) -> Message:
     if isinstance(merged, api_pb2.WriteReply):
         merged.offset = first.offset  # type: ignore[attr-defined]
         merged.records = sum(reply.records for _, reply in replies)  # type: ignore[attr-defined]
+    if _VECTOR in merged.DESCRIPTOR.fields_by_name:
+        vector = [0] * groups
+        for group, reply in replies:
+            vector[group] = reply.offset  # type: ignore[attr-defined]
+        merged.offsets[:] = vector  # type: ignore[attr-defined]
     return merged
+
+
+_VECTOR = "offsets"  # a write reply's offset vector (WriteReply, RegisterBrokerReply)
+
+
+def stamp_offsets(reply_type: type[Message], raw: bytes, group: int, groups: int) -> bytes:
+    """A reply of a write that went whole to `group`, with its offset vector (`offsets`: its offset at
+    `group`, 0 elsewhere) when its type has one: what a client passes as a read's min_offsets to read its
+    write in every group (docs/scaling.md, "Sharding": the offset vector). Other replies as they are."""
+    if _VECTOR not in reply_type.DESCRIPTOR.fields_by_name:
+        return raw
+    reply = reply_type.FromString(raw)
+    reply.offsets[:] = [reply.offset if k == group else 0 for k in range(groups)]  # type: ignore[attr-defined]
+    return reply.SerializeToString()
 
 
 # The requests the router splits over groups (router.route's Split), by type: each part would be checked by
@@ -139,10 +159,11 @@ class GroupCalls(grpc.GenericRpcHandler):
             self._checked(request, context)
             placement = self._place(request, context)
             if isinstance(placement, ToGroup):
-                return self._call(placement.group, path, raw, context)
+                return stamp_offsets(reply_type, self._call(placement.group, path, raw, context), placement.group,
+                                     len(self.forwarders))
             replies = [(group, reply_type.FromString(self._call(group, path, part.SerializeToString(), context)))
                        for group, part in placement.parts]
-            return merge_replies(replies).SerializeToString()
+            return merge_replies(replies, len(self.forwarders)).SerializeToString()
 
         return routed
 
@@ -180,7 +201,8 @@ class GroupCalls(grpc.GenericRpcHandler):
                 group = first_group(placement)
         handler = self.forwarders[group].handlers[method_path(STREAM)]
         assert handler.stream_unary is not None
-        return handler.stream_unary(itertools.chain([first] if first is not None else [], chunks), context)
+        raw = handler.stream_unary(itertools.chain([first] if first is not None else [], chunks), context)
+        return stamp_offsets(api_pb2.RegisterBrokerReply, raw, group, len(self.forwarders))
 
     def _call(self, group: int, path: str, raw: bytes, context: grpc.ServicerContext) -> bytes:
         handler = self.forwarders[group].handlers[path]
@@ -203,7 +225,7 @@ class GroupCalls(grpc.GenericRpcHandler):
                 part, timeout=left, metadata=self.placer.metadata)
             forwarder.settle(reply.offset, min(SETTLE_S, left if left is not None else SETTLE_S), context.is_active)
             replies.append((group, reply))
-        merged = merge_replies(replies)
+        merged = merge_replies(replies, len(self.forwarders))
         assert isinstance(merged, api_pb2.WriteReply)
         return merged
 

@@ -63,12 +63,14 @@ class ProposeStepRequest(_message.Message):
     def __init__(self, batch: _Optional[bytes] = ...) -> None: ...
 
 class WriteReply(_message.Message):
-    __slots__ = ("offset", "records")
+    __slots__ = ("offset", "records", "offsets")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     offset: int
     records: int
-    def __init__(self, offset: _Optional[int] = ..., records: _Optional[int] = ...) -> None: ...
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, offset: _Optional[int] = ..., records: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
     __slots__ = ("topic_name", "read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag", "mapping")
@@ -127,7 +129,7 @@ class RegisterBrokerChunk(_message.Message):
     def __init__(self, header: _Optional[_Union[RegisterBrokerRequest, _Mapping]] = ..., topics: _Optional[_Union[TopicConfigs, _Mapping]] = ...) -> None: ...
 
 class RegisterBrokerReply(_message.Message):
-    __slots__ = ("offset", "records", "master_addr", "ha_server_addr", "order_topic_config", "order_topic_config_exists")
+    __slots__ = ("offset", "records", "master_addr", "ha_server_addr", "order_topic_config", "order_topic_config_exists", "offsets")
     class OrderTopicConfigEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -141,13 +143,15 @@ class RegisterBrokerReply(_message.Message):
     HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
     ORDER_TOPIC_CONFIG_FIELD_NUMBER: _ClassVar[int]
     ORDER_TOPIC_CONFIG_EXISTS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     offset: int
     records: int
     master_addr: str
     ha_server_addr: str
     order_topic_config: _containers.ScalarMap[str, str]
     order_topic_config_exists: bool
-    def __init__(self, offset: _Optional[int] = ..., records: _Optional[int] = ..., master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., order_topic_config: _Optional[_Mapping[str, str]] = ..., order_topic_config_exists: _Optional[bool] = ...) -> None: ...
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, offset: _Optional[int] = ..., records: _Optional[int] = ..., master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., order_topic_config: _Optional[_Mapping[str, str]] = ..., order_topic_config_exists: _Optional[bool] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class UnregisterBrokerRequest(_message.Message):
     __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id")
@@ -213,14 +217,16 @@ class HeartbeatReply(_message.Message):
     def __init__(self, unknown_addrs: _Optional[_Iterable[str]] = ..., data_versions: _Optional[_Mapping[str, _state_pb2.DataVersion]] = ..., silences: _Optional[_Union[BrokerSilences, _Mapping]] = ..., silences_from_leader: _Optional[bool] = ...) -> None: ...
 
 class GetRouteRequest(_message.Message):
-    __slots__ = ("topic", "min_offset", "zone_name")
+    __slots__ = ("topic", "min_offset", "zone_name", "min_offsets")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ZONE_NAME_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     min_offset: int
     zone_name: str
-    def __init__(self, topic: _Optional[str] = ..., min_offset: _Optional[int] = ..., zone_name: _Optional[str] = ...) -> None: ...
+    min_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., min_offset: _Optional[int] = ..., zone_name: _Optional[str] = ..., min_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicRoute(_message.Message):
     __slots__ = ("broker_datas", "queue_datas", "filter_server_table", "order_topic_conf")
@@ -242,18 +248,22 @@ class TopicRoute(_message.Message):
     def __init__(self, broker_datas: _Optional[_Iterable[_Union[_state_pb2.BrokerData, _Mapping]]] = ..., queue_datas: _Optional[_Iterable[_Union[_state_pb2.QueueData, _Mapping]]] = ..., filter_server_table: _Optional[_Mapping[str, _state_pb2.FilterServers]] = ..., order_topic_conf: _Optional[str] = ...) -> None: ...
 
 class GetRouteReply(_message.Message):
-    __slots__ = ("route", "apply_offset")
+    __slots__ = ("route", "apply_offset", "offsets")
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     route: TopicRoute
     apply_offset: int
-    def __init__(self, route: _Optional[_Union[TopicRoute, _Mapping]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, route: _Optional[_Union[TopicRoute, _Mapping]] = ..., apply_offset: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GetClusterInfoRequest(_message.Message):
-    __slots__ = ("min_offset",)
+    __slots__ = ("min_offset", "min_offsets")
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     min_offset: int
-    def __init__(self, min_offset: _Optional[int] = ...) -> None: ...
+    min_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, min_offset: _Optional[int] = ..., min_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BrokerNames(_message.Message):
     __slots__ = ("names",)
@@ -262,7 +272,7 @@ class BrokerNames(_message.Message):
     def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetClusterInfoReply(_message.Message):
-    __slots__ = ("broker_addr_table", "cluster_addr_table", "apply_offset")
+    __slots__ = ("broker_addr_table", "cluster_addr_table", "apply_offset", "offsets")
     class BrokerAddrTableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -280,10 +290,12 @@ class GetClusterInfoReply(_message.Message):
     BROKER_ADDR_TABLE_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ADDR_TABLE_FIELD_NUMBER: _ClassVar[int]
     APPLY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     broker_addr_table: _containers.MessageMap[str, _state_pb2.BrokerData]
     cluster_addr_table: _containers.MessageMap[str, BrokerNames]
     apply_offset: int
-    def __init__(self, broker_addr_table: _Optional[_Mapping[str, _state_pb2.BrokerData]] = ..., cluster_addr_table: _Optional[_Mapping[str, BrokerNames]] = ..., apply_offset: _Optional[int] = ...) -> None: ...
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_addr_table: _Optional[_Mapping[str, _state_pb2.BrokerData]] = ..., cluster_addr_table: _Optional[_Mapping[str, BrokerNames]] = ..., apply_offset: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GetTopicListRequest(_message.Message):
     __slots__ = ("kind", "cluster_name", "min_offset")

@@ -25,7 +25,6 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.brokerconn import BrokerConnections
 from nameserver import config
 from nameserver.chunking import register_chunks
 from nameserver.cli import nsctl
@@ -36,12 +35,16 @@ from nameserver.state.shards.directory import default_group
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
 from tests.fakebroker import FakeBroker
 from tests.integration.groupcores import (
+    answers_equal,
     children_running,
     group_core_channel,
     group_core_pids,
     group_leader,
     group_status,
+    own_cluster_info,
 )
+from tests.integration.groupcores import remoting_answer as _remoting
+from tests.integration.groupcores import route_of as _route
 from tests.unit.test_metrics import ensure_promtool
 
 GROUPS = 2
@@ -118,13 +121,6 @@ def test_each_node_runs_a_group_core_and_the_group_elects_its_own_leader(sharded
     assert len(members) == 3 and not members & {n.raft_addr for n in sharded.nodes}
 
 
-def own_cluster_info(node: NodeProc, group: int) -> api_pb2.GetClusterInfoReply:
-    """Group `group`'s own (unmerged) cluster info, from `node`'s core of that group."""
-    with group_core_channel(node, group) as channel:
-        return retry(lambda: api_pb2_grpc.NameServerStub(channel).GetClusterInfo(
-            api_pb2.GetClusterInfoRequest(), timeout=5))
-
-
 def test_each_set_lands_in_the_group_the_directory_names(sharded: Cluster, fleet: list[FakeBroker]) -> None:
     expected = {group: sorted(names) for group, names in NAMES.items()}
     for name in GRPC_BROKERS:
@@ -138,43 +134,13 @@ def test_each_set_lands_in_the_group_the_directory_names(sharded: Cluster, fleet
     assert expected[0] and expected[1]
 
 
-def _route(node: NodeProc, topic: str) -> api_pb2.TopicRoute | None:
-    try:
-        return node.ns.GetRoute(api_pb2.GetRouteRequest(topic=topic), timeout=5).route
-    except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.NOT_FOUND:
-            return None
-        raise
-
-
-def _remoting(node: NodeProc, code: int, ext: dict[str, str]) -> tuple[int, bytes]:
-    client = BrokerConnections("reader", "none", "127.0.0.1:1")
-    try:
-        resp = client.call(node.remoting_addr, code, ext, timeout=10)
-        assert resp is not None
-        return resp.code, resp.body
-    finally:
-        client.close_channels()
-
-
 def test_routes_and_cluster_info_equal_one_group_s_over_grpc_and_remoting(
         sharded: Cluster, one_group: Cluster, fleet: list[FakeBroker]) -> None:
     reference = one_group.nodes[0]
 
     def equal_everywhere() -> bool:
         for node in sharded.nodes:
-            for topic in [*ALL_TOPICS, "NoSuchTopic"]:
-                if _route(node, topic) != _route(reference, topic):
-                    return False
-                ext = {"topic": topic}
-                if _remoting(node, codes.GET_ROUTEINFO_BY_TOPIC, ext) != _remoting(
-                        reference, codes.GET_ROUTEINFO_BY_TOPIC, ext):
-                    return False
-            info = node.ns.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=5)
-            ref = reference.ns.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=5)
-            info.apply_offset = ref.apply_offset = 0
-            if info != ref or _remoting(node, codes.GET_BROKER_CLUSTER_INFO, {}) != _remoting(
-                    reference, codes.GET_BROKER_CLUSTER_INFO, {}):
+            if not answers_equal(node, reference, [*ALL_TOPICS, "NoSuchTopic"]):
                 return False
             for name in [*FLEET, *GRPC_BROKERS]:
                 ask = api_pb2.GetBrokerMemberGroupRequest(cluster_name="ShardCluster", broker_name=name)

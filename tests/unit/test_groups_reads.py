@@ -159,3 +159,41 @@ def test_a_kept_route_is_never_answered_once_a_group_s_routes_changed(groups: li
     g1._swap_in(fresh, fresh.offset, fresh.digest_hex, "test")
     assert _route(stub, "T") == merged() and reads.routes.misses == misses + 3
     assert _route(stub, "T") == merged() and reads.routes.misses == misses + 3  # and kept again
+
+
+def test_a_route_read_waits_for_each_group_s_entry_of_its_offset_vector(groups: list[ReadReplica]) -> None:
+    """GetRoute's min_offsets: group k must have applied min_offsets[k] (a write of a group-1 set answers its
+    offset in group 1, which says nothing of group 0's), kept route or not; the reply carries each group's
+    apply offset it was read at, as GetClusterInfo's; more entries than groups are refused by field."""
+    _two_groups_on_topic(groups)
+    g0, g1 = groups
+    stub, _ = service(groups)
+    advance(g0, 50)  # group 0 far ahead of group 1: its offsets say nothing of group 1's
+    reply = stub.GetRoute(api_pb2.GetRouteRequest(topic="T"), timeout=5)  # kept from now on
+    assert (reply.apply_offset, list(reply.offsets)) == (50, [50, g1.offset])
+    wanted = g1.offset + 1  # a write to b1 acknowledged in group 1 at this offset, not applied here yet
+    behind = api_pb2.GetRouteRequest(topic="T", min_offset=wanted, min_offsets=[0, wanted])
+    with pytest.raises(LocalRpcError) as waited:
+        stub.GetRoute(behind, timeout=0.3)
+    assert waited.value.code() == grpc.StatusCode.UNAVAILABLE  # group 0 is past `wanted`: group 1 is not
+    with pytest.raises(LocalRpcError) as waited:
+        stub.GetClusterInfo(api_pb2.GetClusterInfoRequest(min_offsets=[0, wanted]), timeout=0.3)
+    assert waited.value.code() == grpc.StatusCode.UNAVAILABLE
+
+    answered: list[api_pb2.GetRouteReply] = []
+    waiting = threading.Thread(target=lambda: answered.append(stub.GetRoute(behind, timeout=30)))
+    waiting.start()
+    register(g1, "b1", "10.0.1.2:10911", ["T"], g0.state, broker_id=1)  # the write, applied in group 1
+    waiting.join(timeout=30)
+    [read] = answered
+    assert list(read.offsets) == [50, wanted] and len(read.route.broker_datas[1].addrs) == 2
+    info = stub.GetClusterInfo(api_pb2.GetClusterInfoRequest(min_offsets=[0, wanted]), timeout=5)
+    assert (info.apply_offset, list(info.offsets)) == (50, [50, wanted])
+
+    with pytest.raises(LocalRpcError) as refused:
+        stub.GetRoute(api_pb2.GetRouteRequest(topic="T", min_offsets=[0, 0, 1]), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == "min_offsets: 3 entries: this cluster has 2 groups (one entry a group)"
+    with pytest.raises(LocalRpcError) as refused:
+        stub.GetRoute(api_pb2.GetRouteRequest(topic="T", min_offsets=[0, -1]), timeout=5)
+    assert refused.value.details() == "min_offsets[1]: must be >= 0, got -1"

@@ -27,9 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nameserver.errors import ValidationError
+from nameserver.errors import TooLargeError, ValidationError
 from nameserver.pb import api_pb2, state_pb2
-from nameserver.state import MetadataState, Translation, keys, register_broker
+from nameserver.state import MetadataState, Translation, keys, quotas, register_broker
 from nameserver.state.shards import duty, moves
 from nameserver.state.shards.merge import merge_route
 from nameserver.state.shards.router import AssignFirst, Moving, ToGroup, route
@@ -191,6 +191,7 @@ class Driver:
     def propose(self, group: int, translation: Translation) -> int:
         self._event()
         assert not translation.empty
+        moves.check_step(translation.batch)  # what a group core's Admin.ProposeStep takes, every step passes
         self.proposals += 1
         if self.proposals == self.kill_at:
             if self.how == LATE:
@@ -501,3 +502,20 @@ def test_a_new_leader_reads_the_other_groups_only_once_a_move_is_recorded() -> N
     assert duty.moves_recorded(fleet.states[0])
     assert duty.run_move(lambda s: duty.decide(s, duty.MoveOrder(MOVED, 0)), Recording(fleet)) == duty.Done(MOVED, 0)
     assert duty.moves_recorded(fleet.states[0]) and fleet.states[0].directory.entry_since(MOVED) > 0
+
+
+def test_a_move_is_refused_up_front_when_the_target_lacks_room() -> None:
+    """check_room: the copy and the target's opening record (a shard/ record counts as a broker) against the
+    target's quotas, before anything is written; a move under way, or to where the set is, is not checked."""
+    fleet = fleet_of(2, source=0, other=1)  # group 1 holds 2 brokers; the moved set brings 2 and its record
+    order = duty.MoveOrder(MOVED, 1)
+    roomy = dict.fromkeys(quotas.QUOTAS, 1000)
+    duty.check_room(fleet.states, order, roomy | {quotas.BROKERS: 5})
+    with pytest.raises(TooLargeError) as refused:
+        duty.check_room(fleet.states, order, roomy | {quotas.BROKERS: 4})
+    assert (refused.value.field, refused.value.message) == (
+        "limits.max_brokers", "group 1 lacks room for set 'm': the write adds 3 to 2 held (limit 4); nothing was "
+        "written (the move did not begin)")
+    duty.check_room(fleet.states, duty.MoveOrder(MOVED, 0), roomy | {quotas.BROKERS: 0})  # where it is
+    assert fleet.apply(0, moves.begin_move(fleet.states[0], MOVED, 1, 2))
+    duty.check_room(fleet.states, order, roomy | {quotas.BROKERS: 4})  # under way: finished whatever it holds

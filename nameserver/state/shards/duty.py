@@ -18,16 +18,17 @@ it (nameserver/groups/moveduty.py); the tests also run it on in-process states.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from nameserver.errors import ValidationError
-from nameserver.state import keys
+from nameserver.errors import TooLargeError, ValidationError
+from nameserver.state import keys, quotas
 from nameserver.state.metadata import MetadataState
 from nameserver.state.shards import moves
 from nameserver.state.shards.directory import GROUP0
 from nameserver.state.translate import Translation
+from raftlog.pb import entry_pb2
 
 BEGIN, FENCE, COPY, FINISH, OPEN, DROP = "begin", "fence", "copy", "finish", "open", "drop"  # moves.py's 1-6
 
@@ -152,6 +153,28 @@ def validate_move(states: Sequence[MetadataState], broker_name: str, target: int
             and not _leftovers(states, broker_name, target)):
         raise ValidationError("group", f"set {broker_name!r} is in group {target} already")
     return MoveOrder(broker_name, target)
+
+
+def check_room(states: Sequence[MetadataState], order: MoveOrder, limits: Mapping[str, int]) -> None:
+    """An operator's move refused before anything is written when its target lacks room for the set's
+    records ([limits] quotas, each group's state checked alone): TooLargeError naming the quota. A move's
+    steps are proposed as made, with no quota check (a copy refused half-way would leave the set fenced,
+    its writes refused, until the target had room), so this is where the target's quotas are kept; a move
+    already under way is finished whatever the target holds. Writes into the target between this check
+    and the copy may take it past a limit by what they add, as two writes translated at once may."""
+    name, target = order.broker_name, order.target
+    source = states[GROUP0].directory.group_of(name)
+    if source == target or states[GROUP0].directory.moving_to(name) is not None:
+        return
+    held = states[target]
+    copy = moves.copy_set(states[source], held, target, name)
+    if target != GROUP0 and keys.shard_key(name) not in held.kv:  # the opening's record, a broker's count
+        copy.batch.records.add(op=entry_pb2.OP_PUT, key=keys.shard_key(name), value=b"")
+    try:
+        quotas.check(held.usage, held.kv, copy.batch, limits)
+    except TooLargeError as exc:
+        raise TooLargeError(exc.field, f"group {target} lacks room for set {name!r}: {exc.message} (the move did "
+                                       "not begin)") from None
 
 
 def decide(states: Sequence[MetadataState], order: MoveOrder | None = None) -> Decision:

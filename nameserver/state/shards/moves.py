@@ -209,6 +209,28 @@ def guard_set_writes(state: MetadataState, tr: Translation, group: int) -> Trans
     return tr
 
 
+# The records a move's steps write: a set's (set_keys) and its shard/ record; nothing else (KV, settings,
+# bindings, sessions, members are group 0's and never move).
+STEP_PREFIXES = (keys.BROKER_PREFIX, keys.CONTROLLER_PREFIX, keys.TOPIC_PREFIX, keys.LIVE_PREFIX, keys.FILTER_PREFIX,
+                 keys.SHARD_PREFIX)
+
+
+def check_step(batch: entry_pb2.Batch) -> None:
+    """A step a group core is asked to propose as it is (Admin.ProposeStep): records a move writes, each
+    typed by its key's prefix and a put or a delete; else ValidationError naming the record's field, so
+    nothing else enters the group's log that way."""
+    if not batch.records:
+        raise ValidationError("batch", "a step writes records")
+    for i, rec in enumerate(batch.records):
+        field = f"batch.records[{i}]"
+        if not rec.key.startswith(STEP_PREFIXES):
+            raise ValidationError(f"{field}.key", f"{rec.key[:80]!r} is not a record a move writes")
+        if rec.type != keys.record_type_of(rec.key):
+            raise ValidationError(f"{field}.type", f"{rec.type} is not the type of {rec.key[:80]!r}")
+        if rec.op not in (entry_pb2.OP_PUT, entry_pb2.OP_DELETE):
+            raise ValidationError(f"{field}.op", f"unknown op {rec.op}")
+
+
 def set_keys(state: MetadataState, broker_name: str) -> list[str]:
     """Every key of one set's records in a group's state: broker/ and ctrl/ by its name, its queue datas,
     the live/ and filter/ records of the addresses registered under it. Sorted."""
