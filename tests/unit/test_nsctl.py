@@ -339,7 +339,9 @@ def test_deadline_exceeded_moves_on(capsys: Capsys, make_node: MakeNode) -> None
     slow.ns.delay["GetTopicList"] = 3.0  # e.g. a paused node
     started = time.monotonic()
     code = nsctl.main(["--endpoints", f"{slow.endpoint},{fast.endpoint}", "--timeout", "1.0", "topics"])
-    assert time.monotonic() - started < 1.0  # the slow node had half of the time, the fast one the rest
+    # The slow node had half of the 1 s, the fast one the rest: well before the slow node's 3 s answer
+    # (not "< 1.0": a loaded machine took 1.29 s of wall time for the same calls)
+    assert time.monotonic() - started < 2.5
     assert code == 0
     assert fast.ns.methods() == ["GetTopicList"]
     assert capsys.readouterr().out.splitlines()[-1] == "2 topics, served at apply offset 11"
