@@ -388,7 +388,7 @@ class ReadReplica:
     def _apply(self, msg: api_pb2.FollowMessage) -> None:
         """Apply a message's entries in order, each under the lock, as the core's apply thread does."""
         state = self.state
-        for e in msg.entries:
+        for e in msg.entries[:]:  # sliced: raftlog/kvstate.py KVState.apply_entry says why
             if e.offset <= state.kv.offset:
                 continue  # already held (a resumed stream repeats nothing, but be safe)
             entry = decode_for_apply(e.offset, e.entry)
