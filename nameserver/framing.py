@@ -18,6 +18,8 @@ from collections.abc import Sequence
 import grpc
 
 _LEN = struct.Struct(">I")
+_ONE = struct.Struct(">IIII")  # a frame of one record of one field: the lengths before the field
+_ONE_BODY = struct.Struct(">III")  # the same in its body (read_frame's): records, fields, the field's length
 FRAME_SLACK = 64 << 10  # a frame's bound past its largest payload: the frame's, records' and fields' headers
 _STATUS_CODES = {c.value[0]: c for c in grpc.StatusCode}
 
@@ -36,6 +38,19 @@ def pack(records: Sequence[Sequence[bytes]]) -> bytes:
             out += (_LEN.pack(len(f)), f)
     body = b"".join(out)
     return _LEN.pack(len(body)) + body
+
+
+def pack_one(field: bytes) -> bytes:
+    """pack([[field]]), a frame of one record of one field, with one header made at once (a worker's feed
+    sends one per message)."""
+    return _ONE.pack(len(field) + 12, 1, 1, len(field)) + field
+
+
+def one_field(body: bytes) -> bytes | None:
+    """The field of a frame's body of one record of one field (pack_one's), else None (unpack reads it)."""
+    if len(body) >= 12 and _ONE_BODY.unpack_from(body) == (1, 1, len(body) - 12):
+        return body[12:]
+    return None
 
 
 def unpack(body: bytes) -> list[list[bytes]]:
@@ -81,7 +96,12 @@ def read_frame(sock: socket.socket, max_bytes: int) -> bytes | None:
 
 
 def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray()
+    first = sock.recv(min(n, 1 << 20))
+    if len(first) == n:  # the common case: the frame's part was there whole (no buffer to build, no copy)
+        return first
+    if not first:
+        return None
+    buf = bytearray(first)
     while len(buf) < n:
         chunk = sock.recv(min(n - len(buf), 1 << 20))
         if not chunk:
@@ -169,4 +189,5 @@ def close(sock: socket.socket) -> None:
     sock.close()
 
 
-__all__ = ["FRAME_SLACK", "LinkServer", "close", "listen_private", "pack", "read_frame", "status_code", "unpack"]
+__all__ = ["FRAME_SLACK", "LinkServer", "close", "listen_private", "one_field", "pack", "pack_one", "read_frame",
+           "status_code", "unpack"]

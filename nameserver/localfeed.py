@@ -93,7 +93,7 @@ class FeedServer(framing.LinkServer):
             messages = self.messages(int(records[0][0]), lambda: self.holds(link))
             try:
                 for msg in messages:
-                    link.sendall(framing.pack(((msg.SerializeToString(),),)))
+                    link.sendall(framing.pack_one(msg.SerializeToString()))
             except FollowRefused as exc:
                 link.sendall(framing.pack(((str(exc.code().value[0]).encode(), exc.details().encode()),)))
             finally:
@@ -142,9 +142,13 @@ class FeedStream:
         while not self._pending:
             try:
                 body = framing.read_frame(self._sock, self.max_frame)
-                self._pending = [] if body is None else framing.unpack(body)
+                field = None if body is None else framing.one_field(body)
+                if field is None:
+                    self._pending = [] if body is None else framing.unpack(body)
             except (OSError, ValueError, EOFError) as exc:
                 raise self._broken(exc) from exc
+            if field is not None:  # a frame of one message, the feed's usual: no records to unpack
+                return self._message(field)
             if body is None:
                 if self._cancelled:
                     raise FollowRefused(grpc.StatusCode.CANCELLED, "cancelled")
@@ -157,8 +161,11 @@ class FeedStream:
             raise FollowRefused(code, fields[1].decode(errors="replace"))
         if len(fields) != 1:
             raise self._broken(ValueError(f"a feed record of {len(fields)} fields"))
+        return self._message(fields[0])
+
+    def _message(self, field: bytes) -> api_pb2.FollowMessage:
         try:
-            return api_pb2.FollowMessage.FromString(fields[0])
+            return api_pb2.FollowMessage.FromString(field)
         except DecodeError as exc:
             raise self._broken(ValueError(f"a feed message that does not decode: {exc}")) from exc
 

@@ -167,9 +167,9 @@ class KVState:
     def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change] | None = None
                     ) -> list[entry_pb2.BatchResult]:
         """Apply one log entry at `offset`; never raises on well-formed protobuf input."""
-        results = []
-        for batch in entry.batches:
-            results.append(self.apply_batch(offset, batch, changes))
+        # Repeated fields are sliced, not iterated: a upb container's iteration ends in an IndexError made
+        # with a formatted message (~700 instructions a loop, four loops an entry on every replica).
+        results = [self.apply_batch(offset, batch, changes) for batch in entry.batches[:]]
         self.offset = offset
         if self._keeps_digest:
             self._digests.append((offset, self._digest))
@@ -177,41 +177,43 @@ class KVState:
 
     def apply_batch(self, offset: int, batch: entry_pb2.Batch, changes: list[Change] | None = None
                     ) -> entry_pb2.BatchResult:
-        for pre in batch.preconditions:
+        for pre in batch.preconditions[:] if batch.preconditions else ():
             current = self.version(pre.key)
             if current != pre.version:
                 return entry_pb2.BatchResult(applied=False, failed_key=pre.key, failed_key_version=current)
-        for rec in batch.records:
-            self._apply_record(offset, rec, changes)
-        return entry_pb2.BatchResult(applied=True)
-
-    def _apply_record(self, offset: int, rec: entry_pb2.Record, changes: list[Change] | None) -> None:
-        # Each field read once: reading a protobuf field makes a new object every time (the key was read
-        # five times per record, on every replica of every entry).
-        key, rtype = rec.key, rec.type
-        values = self._values
-        old_item = values.get(key)
-        old = None if old_item is None else old_item[0]
-        if rec.op == entry_pb2.OP_DELETE:
-            if old_item is None:
-                return
-            del values[key]
-            if self._keeps_digest:
-                self._digest ^= pair_hash(key, old_item[0])
-            new = None
-        else:
-            item = values[key] = self._values_pool.item(rec.value, offset, rtype)
-            new = item[0]
-            if old == new:
-                return  # version moves (it was written), the digest and indexes do not
-            if self._keeps_digest:
-                if old is not None:
+        # One loop over the records, each record's work inline (a method call per record was ~2% of a
+        # replica's apply), each field read once: reading a protobuf field makes a new object every time.
+        values, item_of, listeners = self._values, self._values_pool.item, self.listeners
+        keeps_digest, delete = self._keeps_digest, entry_pb2.OP_DELETE
+        for rec in batch.records[:]:
+            key, rtype = rec.key, rec.type
+            old_item = values.get(key)
+            if rec.op == delete:
+                if old_item is None:
+                    continue
+                del values[key]
+                old = old_item[0]
+                if keeps_digest:
                     self._digest ^= pair_hash(key, old)
-                self._digest ^= pair_hash(key, new)
-        for listener in self.listeners:
-            listener(rtype, key, old, new)
-        if changes is not None:
-            changes.append(_new_change(Change, (offset, rtype, key, old, new)))
+                new = None
+            else:
+                item = values[key] = item_of(rec.value, offset, rtype)
+                new = item[0]
+                if old_item is None:
+                    old = None
+                else:
+                    old = old_item[0]
+                    if old == new:
+                        continue  # version moves (it was written), the digest and indexes do not
+                if keeps_digest:
+                    if old is not None:
+                        self._digest ^= pair_hash(key, old)
+                    self._digest ^= pair_hash(key, new)
+            for listener in listeners:
+                listener(rtype, key, old, new)
+            if changes is not None:
+                changes.append(_new_change(Change, (offset, rtype, key, old, new)))
+        return entry_pb2.BatchResult(applied=True)
 
     def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest: int | None = None
                 ) -> None:

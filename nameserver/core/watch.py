@@ -90,7 +90,7 @@ class WatchHub:
         self.cut_off_total += len(cut)
 
     def on_entry(self, entry: AppliedEntry) -> None:
-        if not entry.changes:
+        if not entry.changes or not self._watchers:  # most entries of most replicas: nobody watches
             return
         dropped = [w for w in self._watchers if not w.offer(entry)]
         if dropped:

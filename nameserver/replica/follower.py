@@ -406,14 +406,16 @@ class ReadReplica:
     def _apply(self, msg: api_pb2.FollowMessage) -> None:
         """Apply a message's entries in order, each under the lock, as the core's apply thread does."""
         state = self.state
-        for e in msg.entries:
-            if e.offset <= state.kv.offset:
+        for e in msg.entries[:]:  # sliced: raftlog/kvstate.py KVState.apply_entry says why
+            offset = e.offset  # each field read once: each read makes a new object (the entry's bytes a copy)
+            if offset <= state.kv.offset:
                 continue  # already held (a resumed stream repeats nothing, but be safe)
-            entry = decode_for_apply(e.offset, e.entry)
+            data = e.entry
+            entry = decode_for_apply(offset, data)
             changes: list[Change] = []
             with self.lock:
-                state.apply_entry(e.offset, entry, changes)
-            applied = AppliedEntry(e.offset, e.term, e.entry, tuple(changes))
+                state.apply_entry(offset, entry, changes)
+            applied = AppliedEntry(offset, e.term, data, tuple(changes))
             self.history.append(applied)
             _notify(self.entry_listeners, applied)
         if msg.through_offset > state.kv.offset:

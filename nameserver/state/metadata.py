@@ -163,6 +163,7 @@ def _zone_filter(route: api_pb2.TopicRoute, zone_name: str) -> None:
 # Which kinds route() reads is the registry's `routes` flag (nameserver/logformat/records.py).
 _OnChange = Callable[["MetadataState", str, "bytes | None"], None]
 _HANDLERS: dict[int, _OnChange] = {}
+_TOPIC_PREFIX = records.TOPIC.prefix
 
 
 def _handles(kind: records.RecordKind) -> Callable[[_OnChange], _OnChange]:
@@ -343,6 +344,10 @@ class MetadataState:
     def _on_change(self, rtype: int, key: str, old: bytes | None, new: bytes | None) -> None:
         # Dispatch on the key's prefix: the layout, not the record's type field, defines meaning
         # (records.kind_of and the kind's handler, looked up at once: this runs for every changed record).
+        if key.startswith(_TOPIC_PREFIX):  # most changed records (a registration's queue datas): no lookup
+            self.route_generation += 1
+            self._on_topic(key, new)
+            return
         found = _DISPATCH.get(key[:key.find("/") + 1])
         if found is None:
             return
@@ -363,11 +368,17 @@ class MetadataState:
         if self._pending is not None:
             self._take(topic)
         if new is not None:  # a broker's queue data rewritten (every changed registration): in place
-            entry = self._topic_queues.get(topic)
-            held = topicqueues.get(entry, broker)
+            queues = self._topic_queues
+            entry = queues.get(topic)
+            # a one-broker topic's pair read and made here (topicqueues' get and put, inlined): this is every
+            # changed queue data of every replica, nearly all of them on one broker
+            if isinstance(entry, tuple):
+                held = entry[1] if entry[0] == broker else None
+            else:
+                held = topicqueues.get(entry, broker)
             if held is not None and _queue_sys_flag(new) == _queue_sys_flag(held):
-                # same topic sets, same unit counts
-                self._topic_queues[topic] = topicqueues.put(entry, broker, new)
+                # same topic sets, same unit counts; a pair keeps its held name (interned once)
+                queues[topic] = (entry[0], new) if isinstance(entry, tuple) else topicqueues.put(entry, broker, new)
                 return
         self._remove_queue(topic, broker)
         self._add_queue(topic, broker, new)
