@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,11 +117,17 @@ func callRecord(key []byte, method string, stream grpc.ServerStream) [][]byte {
 	}
 	rec := [][]byte{{kindCall}, key, []byte(deadline), []byte(method), callerOf(ctx)}
 	md, _ := metadata.FromIncomingContext(ctx)
-	for k, vs := range md {
+	keys := make([]string, 0, len(md))
+	for k := range md {
 		if strings.HasPrefix(k, ":") || k == workerCaller {
 			continue // pseudo-headers, and a client's attempt at naming the caller
 		}
-		for _, v := range vs {
+		keys = append(keys, k)
+	}
+	// in one order (a map's is random): the worker keeps a handler per method and metadata
+	slices.Sort(keys)
+	for _, k := range keys {
+		for _, v := range md[k] {
 			rec = append(rec, []byte(k), []byte(v))
 		}
 	}

@@ -539,17 +539,20 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
         if handler is None:
             return None  # unknown method: gRPC answers UNIMPLEMENTED itself
         service, method = _split_method(handler_call_details.method)
-        if any(k == headers.FORWARDED for k, _ in handler_call_details.invocation_metadata or ()):
-            self.m.forwarded.labels(method).inc()
+        # counted when the call runs, not here: the handler this returns may serve many calls (the Go front
+        # end's worker keeps it per method and metadata, nameserver/api/frontchannel.py)
+        forwarded = any(k == headers.FORWARDED for k, _ in handler_call_details.invocation_metadata or ())
         return wrap_handler(handler, lambda behavior, kind: (
-            self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, service, method, kind))
+            self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, service, method, kind, forwarded))
 
     def _record(self, service: str, method: str, kind: str, code: str, t0: float) -> None:
         self.m.rpc_handled.labels(service, method, kind, code).inc()
         self.m.rpc_seconds.labels(service, method, kind).observe(time.perf_counter() - t0)
 
-    def _unary(self, behavior: Callable, service: str, method: str, kind: str) -> Callable:
+    def _unary(self, behavior: Callable, service: str, method: str, kind: str, forwarded: bool) -> Callable:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            if forwarded:
+                self.m.forwarded.labels(method).inc()
             t0 = time.perf_counter()
             failed = True
             try:
@@ -561,8 +564,10 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
 
         return wrapped
 
-    def _stream(self, behavior: Callable, service: str, method: str, kind: str) -> Callable:
+    def _stream(self, behavior: Callable, service: str, method: str, kind: str, forwarded: bool) -> Callable:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            if forwarded:
+                self.m.forwarded.labels(method).inc()
             t0 = time.perf_counter()
             code = None
             try:
