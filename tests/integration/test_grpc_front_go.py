@@ -26,7 +26,7 @@ import pytest
 from nameserver import tlsconf
 from nameserver.pb import api_pb2, api_pb2_grpc
 from tests.cluster import NodeProc, register_request
-from tests.faults.workers import workers_of
+from tests.faults.workers import serving, workers_of
 from tests.security.attacks import SHORT_LIMITS, Secure, secure_cluster
 from tests.security.http2 import PING, RawConnection, frame
 
@@ -217,11 +217,13 @@ def _reads(sec: Secure, node: NodeProc, count: int) -> None:
 
 def test_a_killed_worker_leaves_the_other_serving(sec: Secure) -> None:
     node = _node(sec)
-    first, _ = sorted(sec.cluster.wait_for("both workers serving", lambda: (
+    first, second = sorted(sec.cluster.wait_for("both workers serving", lambda: (
         pids if len(pids := _serving_pids(node)) == 2 else None), timeout=60))
+    assert sorted(serving(node)) == [first, second]  # the fault suites' count: on their front sockets
     os.kill(first, signal.SIGKILL)
     time.sleep(0.3)  # the front end sees its link end
     _reads(sec, node, 20)  # every one on the other worker
+    assert first not in serving(node)
 
 
 @pytest.mark.slow
