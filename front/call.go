@@ -34,11 +34,19 @@ const window = 2
 
 type front struct {
 	workers *workers
+	counts  counters
 }
 
-// handle serves every method (the unknown-service handler): the call's records go to one worker, the
-// worker's records back become the replies, the status and the trailing metadata.
+// handle serves every method (the unknown-service handler), counted by its status.
 func (f *front) handle(_ any, stream grpc.ServerStream) error {
+	err := f.pass(stream)
+	f.counts.count(err)
+	return err
+}
+
+// pass hands a call to a worker: the call's records go to one worker, the worker's records back become the
+// replies, the status and the trailing metadata.
+func (f *front) pass(stream grpc.ServerStream) error {
 	method, ok := grpc.MethodFromServerStream(stream)
 	if !ok {
 		return status.Error(codes.Internal, "no method")

@@ -53,6 +53,7 @@ type settings struct {
 	addr, workers, cert, key, ca, clientAuth string
 	maxMessage, maxConnections, maxStreams   int
 	maxHeaderBytes                           int
+	counters                                 string
 	handshake, idle, minPing, stopGrace      time.Duration
 }
 
@@ -73,6 +74,7 @@ func parse(args []string) (settings, error) {
 	fs.StringVar(&s.key, "tls-key", "", "its key ([tls] key_file)")
 	fs.StringVar(&s.ca, "tls-ca", "", "the CA client certificates chain to ([tls] ca_file)")
 	fs.StringVar(&s.clientAuth, "client-auth", "none", `"require": mutual TLS ([tls] client_auth)`)
+	fs.StringVar(&s.counters, "counters", "", "a file the call counts by status code are written to, each second")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -171,6 +173,9 @@ func run(args []string) error {
 	}
 	maxFrame := s.maxMessage + batchBytes + frameSlack
 	f := &front{workers: newWorkers(strings.Split(s.workers, ","), maxFrame)}
+	if s.counters != "" {
+		go f.counts.keep(s.counters)
+	}
 	opts, err := serverOptions(s, f)
 	if err != nil {
 		return err

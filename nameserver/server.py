@@ -224,6 +224,7 @@ class Server:
             self.extras.append(self.front)
         if self.metrics is not None:
             self.metrics.workers = self.workers
+            self.metrics.front = self.front
             self.metrics.write_channel = self.writes
 
     def start(self) -> None:

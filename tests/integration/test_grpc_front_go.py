@@ -18,6 +18,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import grpc
@@ -213,6 +214,27 @@ def _reads(sec: Secure, node: NodeProc, count: int) -> None:
     stub = sec.stub(node, "client")
     for _ in range(count):
         stub.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=5)
+
+
+def test_the_front_ends_counts_are_in_the_nodes_metrics(sec: Secure) -> None:
+    """The core's /metrics: the front end's process up, its restarts, the calls it answered by status code
+    (its own counts, written each second)."""
+    node = _node(sec)
+    _reads(sec, node, 3)
+    with pytest.raises(grpc.RpcError):
+        api_pb2_grpc.NameServerStub(tlsconf.open_channel(node.grpc_addr, tls=True, ca_file=sec.ca_file)
+                                    ).GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=10)
+
+    def scraped() -> dict[str, float] | None:
+        with urllib.request.urlopen(f"http://{node.metrics_addr}/metrics", timeout=5) as r:
+            rows = dict(line.rsplit(" ", 1) for line in r.read().decode().splitlines()
+                        if line.startswith("nameserver_grpc_front_"))
+        found = {k: float(v) for k, v in rows.items()}
+        return found if found.get('nameserver_grpc_front_calls_total{code="UNAUTHENTICATED"}') else None
+
+    found = sec.cluster.wait_for("the front end's counts on /metrics", scraped, timeout=10)
+    assert found["nameserver_grpc_front_up"] == 1 and found["nameserver_grpc_front_restarts_total"] == 0
+    assert found['nameserver_grpc_front_calls_total{code="OK"}'] >= 3
 
 
 def test_a_killed_worker_leaves_the_other_serving(sec: Secure) -> None:
