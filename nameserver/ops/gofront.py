@@ -21,6 +21,7 @@ from typing import IO
 from nameserver.api import frontchannel
 from nameserver.config import NodeConfig
 from nameserver.ops import gobuild
+from nameserver.pb import api_pb2
 
 log = logging.getLogger("nameserver.front")
 
@@ -66,6 +67,11 @@ class FrontProcess:
     def pid(self) -> int | None:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
+
+    def status(self) -> api_pb2.GrpcFront:
+        """What Admin.Status says of the process (nsctl status)."""
+        pid = self.pid()
+        return api_pb2.GrpcFront(pid=pid or 0, up=pid is not None, restarts=self.restarts_total)
 
     def calls(self) -> dict[int, int]:
         """The calls the running front end answered, by status code number (written each second; a new
