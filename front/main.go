@@ -111,10 +111,17 @@ func transport(s settings) (credentials.TransportCredentials, error) {
 	return credentials.NewTLS(conf), nil
 }
 
+// streamWorkers is how many goroutines serve calls (grpc.NumStreamWorkers).
+const streamWorkers = 64
+
 func serverOptions(s settings, f *front) ([]grpc.ServerOption, error) {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodec(rawCodec{}),
 		grpc.UnknownServiceHandler(f.handle),
+		// calls run on long-lived goroutines, whose stacks have grown already: a goroutine a call grows its
+		// stack (copies it) each time, about a tenth of this process's CPU (perf, docs/benchmarks.md); past
+		// these, a call gets a goroutine of its own, as without them
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.MaxRecvMsgSize(s.maxMessage),
 		grpc.MaxSendMsgSize(s.maxMessage),
 		grpc.MaxConcurrentStreams(uint32(s.maxStreams)),
