@@ -53,6 +53,7 @@ from nameserver.api.writechannel import (
     _metadata_of,
     _returning,
     _Sender,
+    readable,
 )
 from nameserver.config import NodeConfig
 
@@ -191,14 +192,20 @@ class FrontServer(framing.LinkServer):
         sender = _Sender(link, "front-channel-answers", lambda exc: framing.close(link))
         calls: dict[bytes, _Call] = {}
         held: dict[bytes, _Call] = {}  # inline candidates whose request has not ended yet
+        waiting = readable(link)
         try:
             while (body := framing.read_frame(link, self.max_frame)) is not None:
+                older = set(held)
                 for fields in framing.unpack(body):
                     self._take(fields, calls, sender, held)
-                for call in held.values():  # its request did not come whole with its call: the pool's
+                # A call's request that did not come with it may be in the next frame, already here (a lone
+                # caller's call record and request mostly come as two frames): a call waits for that one
+                # frame, no longer; with none waiting, or past it, the call is the pool's.
+                late = [k for k in held if k in older] if held and waiting.poll(0) else list(held)
+                for key in late:
+                    call = held.pop(key)
                     call.held = None
                     self.pool.submit(self._run, call, calls)
-                held.clear()
         except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
             if self.listening:
                 log.warning("front channel: the front end's link ended: %s", exc)
