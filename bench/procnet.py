@@ -4,9 +4,11 @@ sockets listening on one of its ports, the process that accepted a given connect
 from __future__ import annotations
 
 import os
+import re
 import time
 
 LISTEN = 0x0A  # /proc/net/tcp's state of a listening socket
+UNIX_ACCEPTING = 0x10000  # /proc/net/unix's flag of a listening socket (__SO_ACCEPTCON)
 
 
 def children(pid: int) -> list[int]:
@@ -58,6 +60,19 @@ def tcp_sockets(seen_by: int | None = None) -> list[tuple[int, int, int, int]]:
 def listening(port: int, seen_by: int | None = None) -> set[int]:
     """The inodes of the sockets listening on `port` (several with SO_REUSEPORT), in `seen_by`'s namespace."""
     return {inode for lport, _, state, inode in tcp_sockets(seen_by) if lport == port and state == LISTEN}
+
+
+def unix_listening(path: re.Pattern[str], seen_by: int | None = None) -> set[int]:
+    """The inodes of the Unix sockets listening at a path `path` matches (seen by process `seen_by`)."""
+    table = f"/proc/{seen_by}/net/unix" if seen_by is not None else "/proc/net/unix"
+    try:
+        with open(table) as f:
+            lines = f.readlines()[1:]
+    except OSError:
+        return set()
+    # Num RefCount Protocol Flags Type St Inode Path: a listening socket has __SO_ACCEPTCON in its flags
+    return {int(parts[6]) for parts in (line.split() for line in lines)
+            if len(parts) > 7 and int(parts[3], 16) & UNIX_ACCEPTING and path.search(parts[7])}
 
 
 def listener_pids(pid: int, port: int) -> list[int]:

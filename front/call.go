@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,11 +34,19 @@ const window = 2
 
 type front struct {
 	workers *workers
+	counts  counters
 }
 
-// handle serves every method (the unknown-service handler): the call's records go to one worker, the
-// worker's records back become the replies, the status and the trailing metadata.
+// handle serves every method (the unknown-service handler), counted by its status.
 func (f *front) handle(_ any, stream grpc.ServerStream) error {
+	err := f.pass(stream)
+	f.counts.count(err)
+	return err
+}
+
+// pass hands a call to a worker: the call's records go to one worker, the worker's records back become the
+// replies, the status and the trailing metadata.
+func (f *front) pass(stream grpc.ServerStream) error {
 	method, ok := grpc.MethodFromServerStream(stream)
 	if !ok {
 		return status.Error(codes.Internal, "no method")
@@ -116,11 +125,17 @@ func callRecord(key []byte, method string, stream grpc.ServerStream) [][]byte {
 	}
 	rec := [][]byte{{kindCall}, key, []byte(deadline), []byte(method), callerOf(ctx)}
 	md, _ := metadata.FromIncomingContext(ctx)
-	for k, vs := range md {
+	keys := make([]string, 0, len(md))
+	for k := range md {
 		if strings.HasPrefix(k, ":") || k == workerCaller {
 			continue // pseudo-headers, and a client's attempt at naming the caller
 		}
-		for _, v := range vs {
+		keys = append(keys, k)
+	}
+	// in one order (a map's is random): the worker keeps a handler per method and metadata
+	slices.Sort(keys)
+	for _, k := range keys {
+		for _, v := range md[k] {
 			rec = append(rec, []byte(k), []byte(v))
 		}
 	}

@@ -53,6 +53,7 @@ type settings struct {
 	addr, workers, cert, key, ca, clientAuth string
 	maxMessage, maxConnections, maxStreams   int
 	maxHeaderBytes                           int
+	counters                                 string
 	handshake, idle, minPing, stopGrace      time.Duration
 }
 
@@ -73,6 +74,7 @@ func parse(args []string) (settings, error) {
 	fs.StringVar(&s.key, "tls-key", "", "its key ([tls] key_file)")
 	fs.StringVar(&s.ca, "tls-ca", "", "the CA client certificates chain to ([tls] ca_file)")
 	fs.StringVar(&s.clientAuth, "client-auth", "none", `"require": mutual TLS ([tls] client_auth)`)
+	fs.StringVar(&s.counters, "counters", "", "a file the call counts by status code are written to, each second")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -109,10 +111,17 @@ func transport(s settings) (credentials.TransportCredentials, error) {
 	return credentials.NewTLS(conf), nil
 }
 
+// streamWorkers is how many goroutines serve calls (grpc.NumStreamWorkers).
+const streamWorkers = 64
+
 func serverOptions(s settings, f *front) ([]grpc.ServerOption, error) {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodec(rawCodec{}),
 		grpc.UnknownServiceHandler(f.handle),
+		// calls run on long-lived goroutines, whose stacks have grown already: a goroutine a call grows its
+		// stack (copies it) each time, about a tenth of this process's CPU (perf, docs/benchmarks.md); past
+		// these, a call gets a goroutine of its own, as without them
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.MaxRecvMsgSize(s.maxMessage),
 		grpc.MaxSendMsgSize(s.maxMessage),
 		grpc.MaxConcurrentStreams(uint32(s.maxStreams)),
@@ -171,6 +180,9 @@ func run(args []string) error {
 	}
 	maxFrame := s.maxMessage + batchBytes + frameSlack
 	f := &front{workers: newWorkers(strings.Split(s.workers, ","), maxFrame)}
+	if s.counters != "" {
+		go f.counts.keep(s.counters)
+	}
 	opts, err := serverOptions(s, f)
 	if err != nil {
 		return err

@@ -151,6 +151,8 @@ class Server:
         observer = self.metrics.requests.observe_remoting if self.metrics is not None else None
         if cfg.worker_processes:
             self._add_workers(WorkerSpec(cfg, log_format, log_level), observer)
+            if self.front is not None:  # Admin.Status says how the Go front end is (nsctl status)
+                admin.front = self.front.status
         elif cfg.remoting_addr:  # RocketMQ remoting protocol (nameserver/remoting)
             listener = RemotingServer(cfg, self.service, max_connections=self.budget.remoting,
                                       observer=observer, accept_later=True)
@@ -224,6 +226,7 @@ class Server:
             self.extras.append(self.front)
         if self.metrics is not None:
             self.metrics.workers = self.workers
+            self.metrics.front = self.front
             self.metrics.write_channel = self.writes
 
     def start(self) -> None:

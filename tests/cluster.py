@@ -73,13 +73,15 @@ class Cluster:
     def __init__(self, root: str, size: int = 3, metrics: bool = False, remoting: bool = False,
                  controller: bool = False, security: dict | Callable[[NodeProc], dict] | None = None,
                  connect: Callable[[str, list], grpc.Channel] | None = None, worker_processes: int = 0,
-                 groups: int = 1, **settings: Any) -> None:
+                 groups: int = 1, grpc_front: str = "", **settings: Any) -> None:
         """`security`: extra TOML sections ({"tls": {...}, "raft": {"password_file": ...}}), or a function of
         the node giving them; `connect(addr, options)`: the channel tests use to reach a node;
         `worker_processes`: [node] worker_processes (remoting worker processes beside each node);
-        `groups`: [sharding] groups (Raft groups: group k's Raft ports are free at raft_port_step strides)."""
+        `groups`: [sharding] groups (Raft groups: group k's Raft ports are free at raft_port_step strides);
+        `grpc_front`: [node] grpc_front ("": the node's default)."""
         self.root = root
         self.worker_processes = worker_processes
+        self.grpc_front = grpc_front
         self.groups = groups
         # wait_ready's default: a node's public ports open only once its workers' replicas have loaded,
         # which on a 2-core machine at load 20-60 took 17-40 s after the core was ready (docs/faults.md)
@@ -105,7 +107,8 @@ class Cluster:
         s = self.settings
         lines = ["[node]", f'raft_addr = "{node.raft_addr}"', f'grpc_addr = "{node.grpc_addr}"',
                  f'data_dir = "{node.name}-data"']
-        lines += [f"worker_processes = {self.worker_processes}", ""]  # explicit: the default is "auto"
+        lines += [f"worker_processes = {self.worker_processes}"]  # explicit: the default is "auto"
+        lines += [f'grpc_front = "{self.grpc_front}"', ""] if self.grpc_front else [""]
         if self.groups > 1:
             lines += ["[sharding]", f"groups = {self.groups}", f"raft_port_step = {self.raft_port_step}", ""]
         for m in members or self.nodes:

@@ -32,12 +32,15 @@ class AdminService(api_pb2_grpc.AdminServicer):
         self.replicas = replicas or ReadReplicas()
         # group 0's core of a sharded node: runs MoveSet on its leader (nameserver/groups/moveduty.py)
         self.mover: Callable[[str, int, float], shards_pb2.MoveShardReply] | None = None
+        # [node] grpc_front = "go": the Go front end's process as the core sees it (nameserver/ops/gofront.py)
+        self.front: Callable[[], api_pb2.GrpcFront] | None = None
 
     @rpc
     def Status(self, request: api_pb2.StatusRequest, context: grpc.ServicerContext) -> api_pb2.NodeStatus:
         st = self.node.status()
         st["role"] = _API_ROLE.get(st["role"], api_pb2.ROLE_UNKNOWN)
-        return api_pb2.NodeStatus(**st, read_replicas=self.replicas.addresses())
+        return api_pb2.NodeStatus(**st, read_replicas=self.replicas.addresses(),
+                                  grpc_front=self.front() if self.front is not None else None)
 
     @rpc
     def Members(self, request: api_pb2.MembersRequest, context: grpc.ServicerContext | None

@@ -53,12 +53,14 @@ from nameserver.api.writechannel import (
     _metadata_of,
     _returning,
     _Sender,
+    readable,
 )
 from nameserver.config import NodeConfig
 
 log = logging.getLogger("nameserver.api.frontchannel")
 
 WINDOW = 2  # messages of a call unacknowledged each way (front/call.go's window)
+MAX_HANDLERS_KEPT = 4096  # intercepted handlers kept, per distinct method and metadata (_handler)
 CALL, MESSAGE, HALF_CLOSE, CANCEL, TAKEN = b"c", b"m", b"h", b"x", b"a"
 UNARY, STATUS = b"u", b"s"
 _ID = struct.Struct(">Q")
@@ -135,13 +137,16 @@ class _Call:
         self.known_caller = known_caller
         self.held: bytes | None = None  # an inline candidate's request, until its stream ends (_take)
         self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.credits = threading.Semaphore(WINDOW)
+        # made when a reply stream starts (most calls are unary: none); set before that stream's first
+        # is_active(), so a cancel either finds it to release or is seen by that check
+        self.credits: threading.Semaphore | None = None
         self.context: FrontContext | None = None
 
     def wake(self) -> None:
         """The call was cancelled: its waits on the client end."""
         self.requests.put(_END)
-        self.credits.release(WINDOW + 1)
+        if (credits := self.credits) is not None:
+            credits.release(WINDOW + 1)
 
     def received(self, deserialize: Callable[[bytes], Any] | None) -> Iterator[Any]:
         """The client's request messages, each but the first acknowledged as the handler takes it (the first
@@ -169,6 +174,7 @@ class FrontServer(framing.LinkServer):
         self.pool = ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc")
         self._lock = threading.Lock()
         self._running = 0
+        self._handlers: dict[tuple[str, Metadata], Any] = {}  # (method, metadata): its handler (_handler)
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         self.generic.extend(handlers)
@@ -186,14 +192,20 @@ class FrontServer(framing.LinkServer):
         sender = _Sender(link, "front-channel-answers", lambda exc: framing.close(link))
         calls: dict[bytes, _Call] = {}
         held: dict[bytes, _Call] = {}  # inline candidates whose request has not ended yet
+        waiting = readable(link)
         try:
             while (body := framing.read_frame(link, self.max_frame)) is not None:
+                older = set(held)
                 for fields in framing.unpack(body):
                     self._take(fields, calls, sender, held)
-                for call in held.values():  # its request did not come whole with its call: the pool's
+                # A call's request that did not come with it may be in the next frame, already here (a lone
+                # caller's call record and request mostly come as two frames): a call waits for that one
+                # frame, no longer; with none waiting, or past it, the call is the pool's.
+                late = [k for k in held if k in older] if held and waiting.poll(0) else list(held)
+                for key in late:
+                    call = held.pop(key)
                     call.held = None
                     self.pool.submit(self._run, call, calls)
-                held.clear()
         except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
             if self.listening:
                 log.warning("front channel: the front end's link ended: %s", exc)
@@ -250,7 +262,7 @@ class FrontServer(framing.LinkServer):
                     self.pool.submit(self._run, found, calls)
         elif kind == CANCEL and found.context is not None:
             found.context.cancel()
-        elif kind == TAKEN:
+        elif kind == TAKEN and found.credits is not None:
             found.credits.release()
 
     def _finish(self, call: _Call, calls: dict[bytes, _Call], kind: bytes, fields: list[bytes],
@@ -288,12 +300,21 @@ class FrontServer(framing.LinkServer):
 
     def _handler(self, method: str, context: FrontContext) -> Any:
         """The method's handler wrapped by the interceptors, as grpcio's server would build it; None when
-        no handler serves `method`."""
-        details = _Details(method, context.invocation_metadata())
-        base = next((h for g in self.generic if (h := g.service(details)) is not None), None)
-        handler: Any = base
+        no handler serves `method`. Built once per distinct method and metadata (a client's calls mostly
+        repeat both): what an interceptor's intercept_service returns depends on those alone, and the
+        per-call checks run in the handler it returns (grpcserver.interceptors)."""
+        metadata = context.invocation_metadata()
+        key = (method, metadata)
+        handler = self._handlers.get(key, _END)
+        if handler is not _END:
+            return handler
+        details = _Details(method, metadata)
+        handler = next((h for g in self.generic if (h := g.service(details)) is not None), None)
         for interceptor in reversed(self.interceptors):
             handler = interceptor.intercept_service(_returning(handler), details)
+        if len(self._handlers) >= MAX_HANDLERS_KEPT:  # a bound, not an eviction order: start again
+            self._handlers.clear()
+        self._handlers[key] = handler
         return handler
 
     def _answer(self, call: _Call, method: str, context: FrontContext) -> tuple[bytes, list[bytes]]:
@@ -312,9 +333,10 @@ class FrontServer(framing.LinkServer):
         if not handler.response_streaming:
             return UNARY, [encode(behavior(arg, context))]
         responses = iter(behavior(arg, context))
+        credits = call.credits = threading.Semaphore(WINDOW)
         for reply in responses:
             if context.is_active():
-                call.credits.acquire()  # the front end handed the last ones to the client (or the call ended)
+                credits.acquire()  # the front end handed the last ones to the client (or the call ended)
             if not context.is_active():
                 # once more: a bound that cancelled the call (the call guard's) answers with its status
                 next(responses, None)

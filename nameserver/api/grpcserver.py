@@ -36,7 +36,10 @@ def new_server(cfg: NodeConfig, max_connections: int, *, reuse_port: bool = Fals
 def interceptors(cfg: NodeConfig, metrics: grpc.ServerInterceptor | None = None,
                  outermost: grpc.ServerInterceptor | None = None) -> list[grpc.ServerInterceptor]:
     """The node's guards around every call, outermost first. `outermost`: runs before every guard (the
-    core's private listener and write channel: who the worker's caller was, nameserver/api/corelink.py)."""
+    core's private listener and write channel: who the worker's caller was, nameserver/api/corelink.py).
+    Each one's intercept_service is a function of the call's method and metadata alone, with no effect of
+    its own: what is checked or counted per call happens in the handler it returns (a worker behind the
+    Go front end builds a handler once per method and metadata, nameserver/api/frontchannel.py)."""
     # Outermost guard: no call holds a worker waiting on its client past a bound, and a call auth refuses
     # anyway is refused before its request arrives (nameserver/api/callguard.py).
     authz = auth.interceptor(cfg)

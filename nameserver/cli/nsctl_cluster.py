@@ -113,6 +113,12 @@ def _warn_digest_mismatch(results: list[tuple[str, Any]]) -> None:
             print(f"warning: digests differ at {where}apply offset {offset}: {sorted(digests)}", file=sys.stderr)
 
 
+def _front_line(front: api_pb2.GrpcFront) -> str:
+    """A node's Go gRPC front end ([node] grpc_front = "go"), as its core sees the process."""
+    state = f"up, pid {front.pid}" if front.up else "down (its core starts it again)"
+    return f"Go gRPC front end {state}, restarted {front.restarts} times"
+
+
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
     results = _with_read_replicas(ctx, call_each(ctx, api_pb2_grpc.AdminStub, "Status", api_pb2.StatusRequest()))
     failed = [(endpoint, r) for endpoint, r in results if isinstance(r, grpc.RpcError)]
@@ -128,6 +134,8 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
             for group in r.groups[1:] if not isinstance(r, grpc.RpcError) else ():
                 if group.not_ready_reason:  # its core did not answer the node's worker
                     print(f"{r.grpc_addr or endpoint}: {group.not_ready_reason}")
+            if not isinstance(r, grpc.RpcError) and r.HasField("grpc_front"):
+                print(f"{r.grpc_addr or endpoint}: {_front_line(r.grpc_front)}")
     _warn_digest_mismatch(results)
     return 1 if failed else 0
 

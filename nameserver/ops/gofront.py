@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import subprocess
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import IO
 from nameserver.api import frontchannel
 from nameserver.config import NodeConfig
 from nameserver.ops import gobuild
+from nameserver.pb import api_pb2
 
 log = logging.getLogger("nameserver.front")
 
@@ -30,10 +32,15 @@ STOP_GRACE_S = 5.0
 MAX_HEADER_BYTES = 8 << 10
 
 
+def counters_path(data_dir: str) -> str:
+    """Where the front end writes its call counts by status code, each second (for the core's /metrics)."""
+    return os.path.join(data_dir, "channel", "front-calls")
+
+
 def command(cfg: NodeConfig, binary: str, max_connections: int) -> list[str]:
     """The front end's command line: the node's address, its workers' sockets, limits and TLS."""
     socks = [frontchannel.socket_path(cfg.data_dir, i) for i in range(cfg.worker_processes)]
-    cmd = [binary, "-addr", cfg.grpc_addr, "-workers", ",".join(socks),
+    cmd = [binary, "-addr", cfg.grpc_addr, "-workers", ",".join(socks), "-counters", counters_path(cfg.data_dir),
            "-max-message", str(cfg.max_message_bytes), "-max-connections", str(max_connections),
            "-max-streams", str(cfg.grpc_max_streams_per_connection), "-max-header-bytes", str(MAX_HEADER_BYTES),
            "-handshake-timeout", f"{cfg.grpc_handshake_timeout_ms}ms", "-idle-timeout", f"{cfg.grpc_idle_timeout_ms}ms"]
@@ -61,6 +68,21 @@ class FrontProcess:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
 
+    def status(self) -> api_pb2.GrpcFront:
+        """What Admin.Status says of the process (nsctl status)."""
+        pid = self.pid()
+        return api_pb2.GrpcFront(pid=pid or 0, up=pid is not None, restarts=self.restarts_total)
+
+    def calls(self) -> dict[int, int]:
+        """The calls the running front end answered, by status code number (written each second; a new
+        process starts from none)."""
+        try:
+            with open(counters_path(self.cfg.data_dir)) as f:
+                rows = [line.split() for line in f]
+        except OSError:
+            return {}
+        return {int(code): int(n) for code, n in rows}
+
     def start(self) -> None:
         try:
             binary = gobuild.build()  # built by make setup, else now
@@ -72,6 +94,8 @@ class FrontProcess:
         self._thread.start()
 
     def _spawn(self) -> None:
+        with contextlib.suppress(OSError):  # the last process's counts: this one starts from none
+            os.unlink(counters_path(self.cfg.data_dir))
         proc = subprocess.Popen(self._cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for stream, say in ((proc.stdout, log.info), (proc.stderr, log.warning)):
             assert stream is not None

@@ -53,7 +53,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from nameserver import headers
+from nameserver import framing, headers
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.config import NodeConfig
 from nameserver.core.node import NameServerNode
@@ -158,6 +158,16 @@ class WorkerCount(Protocol):
     restarts_total: int
 
     def alive(self) -> int: ...
+
+
+class FrontCount(Protocol):
+    """What /metrics shows of the Go gRPC front end's process (nameserver/ops/gofront.py)."""
+
+    restarts_total: int
+
+    def pid(self) -> int | None: ...
+
+    def calls(self) -> dict[int, int]: ...
 
 
 def _listed_first(item: tuple[str, state_pb2.ControllerBrokerSet]) -> tuple[bool, str]:
@@ -312,6 +322,7 @@ class NodeMetrics:
         self.idle_noops = 0
         self.broker_alive: BrokerAlive | None = None  # the controller's heartbeat table, when the server has one
         self.workers: WorkerCount | None = None  # the remoting worker processes' supervisor, when there are any
+        self.front: FrontCount | None = None  # the Go gRPC front end's process ([node] grpc_front = "go")
         self.write_channel: ChannelCount | None = None  # the workers' write channel, when there are any
         own.register(_NodeCollector(self))
         if sharded:
@@ -379,6 +390,18 @@ class _WorkersCollector(Collector):
                                     "([node] worker_processes).", value=workers.alive())
             yield CounterMetricFamily("nameserver_worker_restarts", "Worker processes restarted after they "
                                       "exited.", value=workers.restarts_total)
+        front = self.m.front
+        if front is not None:
+            yield GaugeMetricFamily("nameserver_grpc_front_up", "The Go gRPC front end's process is running "
+                                    '([node] grpc_front = "go").', value=front.pid() is not None)
+            yield CounterMetricFamily("nameserver_grpc_front_restarts", "Go gRPC front end processes started "
+                                      "again by the core after one exited.", value=front.restarts_total)
+            calls = CounterMetricFamily("nameserver_grpc_front_calls", "Calls the running Go gRPC front end "
+                                        "answered, by status code (from its own counts, written each second; "
+                                        "they start again with a new process).", labels=["code"])
+            for code, n in sorted(front.calls().items()):
+                calls.add_metric([framing.status_code(code).name], n)
+            yield calls
 
 
 class _NodeCollector(Collector):
@@ -539,17 +562,20 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
         if handler is None:
             return None  # unknown method: gRPC answers UNIMPLEMENTED itself
         service, method = _split_method(handler_call_details.method)
-        if any(k == headers.FORWARDED for k, _ in handler_call_details.invocation_metadata or ()):
-            self.m.forwarded.labels(method).inc()
+        # counted when the call runs, not here: the handler this returns may serve many calls (the Go front
+        # end's worker keeps it per method and metadata, nameserver/api/frontchannel.py)
+        forwarded = any(k == headers.FORWARDED for k, _ in handler_call_details.invocation_metadata or ())
         return wrap_handler(handler, lambda behavior, kind: (
-            self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, service, method, kind))
+            self._stream if kind in STREAMING_RESPONSE else self._unary)(behavior, service, method, kind, forwarded))
 
     def _record(self, service: str, method: str, kind: str, code: str, t0: float) -> None:
         self.m.rpc_handled.labels(service, method, kind, code).inc()
         self.m.rpc_seconds.labels(service, method, kind).observe(time.perf_counter() - t0)
 
-    def _unary(self, behavior: Callable, service: str, method: str, kind: str) -> Callable:
+    def _unary(self, behavior: Callable, service: str, method: str, kind: str, forwarded: bool) -> Callable:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            if forwarded:
+                self.m.forwarded.labels(method).inc()
             t0 = time.perf_counter()
             failed = True
             try:
@@ -561,8 +587,10 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
 
         return wrapped
 
-    def _stream(self, behavior: Callable, service: str, method: str, kind: str) -> Callable:
+    def _stream(self, behavior: Callable, service: str, method: str, kind: str, forwarded: bool) -> Callable:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            if forwarded:
+                self.m.forwarded.labels(method).inc()
             t0 = time.perf_counter()
             code = None
             try:

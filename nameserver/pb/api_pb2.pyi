@@ -469,7 +469,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node_id", "grpc_addr", "role", "leader_id", "leader_grpc_addr", "term", "end_offset", "commit_offset", "apply_offset", "digest", "ready", "snapshot_offset", "keys", "has_quorum", "apply_error", "read_replicas", "following", "lag", "not_ready_reason", "groups")
+    __slots__ = ("node_id", "grpc_addr", "role", "leader_id", "leader_grpc_addr", "term", "end_offset", "commit_offset", "apply_offset", "digest", "ready", "snapshot_offset", "keys", "has_quorum", "apply_error", "read_replicas", "following", "lag", "not_ready_reason", "groups", "grpc_front")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -490,6 +490,7 @@ class NodeStatus(_message.Message):
     LAG_FIELD_NUMBER: _ClassVar[int]
     NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_FRONT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     grpc_addr: str
     role: Role
@@ -510,7 +511,18 @@ class NodeStatus(_message.Message):
     lag: int
     not_ready_reason: str
     groups: _containers.RepeatedCompositeFieldContainer[NodeStatus]
-    def __init__(self, node_id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., leader_id: _Optional[str] = ..., leader_grpc_addr: _Optional[str] = ..., term: _Optional[int] = ..., end_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., apply_offset: _Optional[int] = ..., digest: _Optional[str] = ..., ready: _Optional[bool] = ..., snapshot_offset: _Optional[int] = ..., keys: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., apply_error: _Optional[str] = ..., read_replicas: _Optional[_Iterable[str]] = ..., following: _Optional[str] = ..., lag: _Optional[int] = ..., not_ready_reason: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ...) -> None: ...
+    grpc_front: GrpcFront
+    def __init__(self, node_id: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., leader_id: _Optional[str] = ..., leader_grpc_addr: _Optional[str] = ..., term: _Optional[int] = ..., end_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., apply_offset: _Optional[int] = ..., digest: _Optional[str] = ..., ready: _Optional[bool] = ..., snapshot_offset: _Optional[int] = ..., keys: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., apply_error: _Optional[str] = ..., read_replicas: _Optional[_Iterable[str]] = ..., following: _Optional[str] = ..., lag: _Optional[int] = ..., not_ready_reason: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., grpc_front: _Optional[_Union[GrpcFront, _Mapping]] = ...) -> None: ...
+
+class GrpcFront(_message.Message):
+    __slots__ = ("pid", "up", "restarts")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    UP_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    up: bool
+    restarts: int
+    def __init__(self, pid: _Optional[int] = ..., up: _Optional[bool] = ..., restarts: _Optional[int] = ...) -> None: ...
 
 class MembersRequest(_message.Message):
     __slots__ = ()

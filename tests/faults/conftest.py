@@ -15,7 +15,7 @@ import pytest
 from tests.cluster import Cluster
 from tests.faults.netns import Lab, NetnsCluster, NetnsUnavailable
 from tests.faults.scenario import Run
-from tests.faults.workers import WORKERS
+from tests.faults.workers import GRPC_FRONT, WORKERS
 
 
 @pytest.fixture
@@ -50,7 +50,8 @@ def _check_removed(made: Lab) -> None:
 @pytest.fixture
 def fault_cluster(tmp_path, teardown: ExitStack) -> Callable[..., Cluster]:
     """Factory: a real 3-process cluster (in `lab`'s namespaces when given); stopped at teardown. Its nodes
-    run FAULTS_WORKERS worker processes each unless `worker_processes` is given (tests/faults/workers.py)."""
+    run FAULTS_WORKERS worker processes each unless `worker_processes` is given, behind FAULTS_GRPC_FRONT's
+    gRPC front end (tests/faults/workers.py)."""
     count = [0]
 
     def make(lab: Lab | None = None, size: int = 3, start: bool = True, **settings: Any) -> Cluster:
@@ -58,6 +59,7 @@ def fault_cluster(tmp_path, teardown: ExitStack) -> Callable[..., Cluster]:
         count[0] += 1
         root.mkdir(exist_ok=True)
         settings.setdefault("worker_processes", WORKERS)
+        settings.setdefault("grpc_front", GRPC_FRONT)
         c: Cluster = NetnsCluster(str(root), lab, **settings) if lab is not None else Cluster(str(root), size,
                                                                                                  **settings)
         teardown.callback(c.stop)

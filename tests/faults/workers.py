@@ -4,19 +4,25 @@ FAULTS_WORKERS=N starts every node of the suite's clusters with N workers (tests
 the Nemesis (tests/faults/harness.py) then also SIGKILLs one worker of a node during each of its faults.
 A node's workers are its core's children; a killed one is started again by the core, and `Run.verify`
 (tests/faults/scenario.py) waits for every node to have all its workers listening again.
+
+FAULTS_GRPC_FRONT=go runs the nodes' workers behind the Go gRPC front end ([node] grpc_front; "" or unset:
+the node's default): the front end owns the gRPC port and a worker serves through its front socket.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import time
 
-from bench.procnet import children, listener_pids
+from bench.procnet import children, listener_pids, socket_inodes, unix_listening
 from tests.cluster import Cluster, NodeProc
 
 WORKERS = int(os.environ.get("FAULTS_WORKERS", "0"))
+GRPC_FRONT = os.environ.get("FAULTS_GRPC_FRONT", "")
+FRONT_SOCKET = re.compile(r"/channel/front-\d+\.sock$")  # a worker's, nameserver/api/frontchannel.py
 
 
 def _is_worker(pid: int) -> bool:
@@ -36,12 +42,17 @@ def workers_of(node: NodeProc) -> list[int]:
 
 
 def serving(node: NodeProc) -> list[int]:
-    """Of `node`'s workers, those listening on its public gRPC port."""
+    """Of `node`'s workers, those listening on its public gRPC port; behind the Go front end (grpc_front =
+    "go"), those listening on their front socket while the front end listens on the port (none without it)."""
     if not node.alive:
         return []
     assert node.proc is not None
     core = node.proc.pid
-    return [pid for pid in listener_pids(core, int(node.grpc_addr.rsplit(":", 1)[1])) if pid != core]
+    listeners = [pid for pid in listener_pids(core, int(node.grpc_addr.rsplit(":", 1)[1])) if pid != core]
+    if not any(not _is_worker(pid) for pid in listeners):  # no front end: the workers own the port
+        return listeners
+    fronts = unix_listening(FRONT_SOCKET, core)
+    return [pid for pid in workers_of(node) if socket_inodes(pid) & fronts]
 
 
 def kill_one(node: NodeProc, rng: random.Random) -> int | None:

@@ -18,18 +18,20 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry
 
 from nameserver import headers, tlsconf
 from nameserver.api.callguard import CallGuard
 from nameserver.api.frontchannel import FrontServer, socket_path
 from nameserver.config import NodeConfig
 from nameserver.ops import gobuild, gofront
+from nameserver.ops.metrics import RequestMetrics
 from tests.certs import TestCA
 
 PROGRESS_MS = 1000
@@ -104,12 +106,14 @@ class Pipe:
 
 
 @contextlib.contextmanager
-def front_end(data_dir: str, **settings: Any) -> Iterator[tuple[str, Handlers]]:
-    """A FrontServer here and the Go front end before it, with the node's `settings`: its address, the handlers."""
+def front_end(data_dir: str, outer: Sequence[grpc.ServerInterceptor] = (), **settings: Any
+              ) -> Iterator[tuple[str, Handlers]]:
+    """A FrontServer here and the Go front end before it, with the node's `settings`: its address, the handlers.
+    `outer`: interceptors around the call guard."""
     cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
                   worker_processes=1, workers=16, grpc_progress_timeout_ms=PROGRESS_MS, **settings)
     handlers = Handlers()
-    server = FrontServer(cfg, socket_path(data_dir, 0), [CallGuard(PROGRESS_MS, 8, 4)])
+    server = FrontServer(cfg, socket_path(data_dir, 0), [*outer, CallGuard(PROGRESS_MS, 8, 4)])
     server.add_generic_rpc_handlers((handlers,))
     server.start()
     proc = subprocess.Popen(gofront.command(cfg, gobuild.build(), 64), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -248,3 +252,24 @@ def test_a_client_that_reads_nothing_is_cancelled_at_the_progress_bound(pipe: Pi
         assert "grpc_progress_timeout_ms" in (err.value.details() or "")
     finally:
         lazy.close()
+
+
+def test_a_method_handler_built_once_still_counts_and_checks_every_call(tmp_path_factory: pytest.TempPathFactory
+                                                                       ) -> None:
+    """The worker builds a method's intercepted handler once per method and metadata: what the interceptors
+    count or check is still done per call (the metrics' forwarded calls, the deadline, the caller)."""
+    metrics = RequestMetrics(CollectorRegistry())
+    forwarded = ((headers.FORWARDED, "1"),)
+    with (front_end(str(tmp_path_factory.mktemp("front-metrics")), outer=[metrics.interceptor()]) as (addr, _),
+          grpc.insecure_channel(addr) as channel,
+          grpc.insecure_channel(addr, options=[("grpc.use_local_subchannel_pool", 1)]) as other):
+        echo: Callable[..., bytes] = channel.unary_unary("/t.T/Echo")
+        seen = [json.loads(echo(b"x", timeout=5 + i, metadata=forwarded)) for i in range(3)]
+        echo_other: Callable[..., bytes] = other.unary_unary("/t.T/Echo")
+        seen.append(json.loads(echo_other(b"x", timeout=20, metadata=forwarded)))
+    registry = metrics.registry
+    assert registry.get_sample_value("nameserver_forwarded_requests_received_total", {"method": "Echo"}) == 4
+    assert registry.get_sample_value("nameserver_grpc_handled_total", {
+        "service": "t.T", "method": "Echo", "type": "client_stream", "code": "OK"}) == 4  # the call guard's kind
+    assert [round(s["left"]) for s in seen] == [5, 6, 7, 20]
+    assert seen[0]["peer"] == seen[2]["peer"] != seen[3]["peer"], seen

@@ -14,19 +14,24 @@ again; with no worker at all, UNAVAILABLE naming why.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 
+from bench.procnet import children
 from nameserver import tlsconf
+from nameserver.cli import nsctl
 from nameserver.pb import api_pb2, api_pb2_grpc
 from tests.cluster import NodeProc, register_request
-from tests.faults.workers import workers_of
+from tests.faults.workers import serving, workers_of
 from tests.security.attacks import SHORT_LIMITS, Secure, secure_cluster
 from tests.security.http2 import PING, RawConnection, frame
 
@@ -215,13 +220,56 @@ def _reads(sec: Secure, node: NodeProc, count: int) -> None:
         stub.GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=5)
 
 
+def test_the_front_ends_counts_are_in_the_nodes_metrics(sec: Secure) -> None:
+    """The core's /metrics: the front end's process up, its restarts, the calls it answered by status code
+    (its own counts, written each second)."""
+    node = _node(sec)
+    _reads(sec, node, 3)
+    with pytest.raises(grpc.RpcError):
+        api_pb2_grpc.NameServerStub(tlsconf.open_channel(node.grpc_addr, tls=True, ca_file=sec.ca_file)
+                                    ).GetClusterInfo(api_pb2.GetClusterInfoRequest(), timeout=10)
+
+    def scraped() -> dict[str, float] | None:
+        with urllib.request.urlopen(f"http://{node.metrics_addr}/metrics", timeout=5) as r:
+            rows = dict(line.rsplit(" ", 1) for line in r.read().decode().splitlines()
+                        if line.startswith("nameserver_grpc_front_"))
+        found = {k: float(v) for k, v in rows.items()}
+        return found if found.get('nameserver_grpc_front_calls_total{code="UNAUTHENTICATED"}') else None
+
+    found = sec.cluster.wait_for("the front end's counts on /metrics", scraped, timeout=10)
+    assert found["nameserver_grpc_front_up"] == 1 and found["nameserver_grpc_front_restarts_total"] == 0
+    assert found['nameserver_grpc_front_calls_total{code="OK"}'] >= 3
+
+
+def test_nsctl_status_says_how_the_front_end_is(sec: Secure, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    node = _node(sec)
+    token = tmp_path / "admin.token"
+    token.write_text(sec.tokens["admin"])
+    args = ["--endpoints", node.grpc_addr, "--tls-ca", sec.ca_file, "--token-file", str(token), "status"]
+    assert nsctl.main(args) == 0
+    front = [line for line in capsys.readouterr().out.splitlines() if "Go gRPC front end" in line]
+    assert front == [f"{node.grpc_addr}: Go gRPC front end up, pid {_front_pid(node)}, restarted 0 times"]
+    assert nsctl.main(["--json", *args]) == 0
+    said = json.loads(capsys.readouterr().out)["nodes"][0]["grpc_front"]
+    assert said == {"pid": _front_pid(node), "up": True, "restarts": 0}
+
+
+def _front_pid(node: NodeProc) -> int:
+    assert node.proc is not None
+    (pid,) = set(children(node.proc.pid)) - set(workers_of(node))
+    return pid
+
+
 def test_a_killed_worker_leaves_the_other_serving(sec: Secure) -> None:
     node = _node(sec)
-    first, _ = sorted(sec.cluster.wait_for("both workers serving", lambda: (
+    first, second = sorted(sec.cluster.wait_for("both workers serving", lambda: (
         pids if len(pids := _serving_pids(node)) == 2 else None), timeout=60))
+    assert sorted(serving(node)) == [first, second]  # the fault suites' count: on their front sockets
     os.kill(first, signal.SIGKILL)
     time.sleep(0.3)  # the front end sees its link end
     _reads(sec, node, 20)  # every one on the other worker
+    assert first not in serving(node)
 
 
 @pytest.mark.slow
