@@ -14,6 +14,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster import Cluster  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _stopped_nodes_reaped():
+    """Teardowns stop clusters without waiting for them (Cluster.stop): the session waits at its end.
+    tests/cluster.py is imported as `cluster` and as `tests.cluster`: two lists of stopped nodes."""
+    yield
+    for name in ("cluster", "tests.cluster"):
+        if name in sys.modules:
+            sys.modules[name].reap_stopped()
+
+
 @pytest.fixture
 def make_cluster(tmp_path):
     """Factory for real multi-process clusters; every one started is stopped at the end."""
@@ -30,7 +40,7 @@ def make_cluster(tmp_path):
 
     yield make
     for c in made:
-        c.stop()
+        c.stop(wait=False)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,8 +19,17 @@ from nameserver.client import (
     RouteCache,
     topic_config,
 )
+from tests.cluster import Cluster, running
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the tests that kill no node (a cluster's start is seconds). Each writes names of its
+    own (namespace NS; brokers p-* with topic Sim0; cluster CliSim), so they pass in any order."""
+    with running(Cluster(str(tmp_path_factory.mktemp("shared")), 3, scan_interval_ms=500)) as c:
+        yield c
 
 
 def endpoints(c) -> str:
@@ -33,8 +43,8 @@ def fleet_agents(n: int, topics: int, timeout_ms: int, prefix: str = "sim") -> l
             for i in range(n)]
 
 
-def test_writes_find_the_leader_and_reads_see_them_on_any_node(make_cluster) -> None:
-    c = make_cluster()
+def test_writes_find_the_leader_and_reads_see_them_on_any_node(shared: Cluster) -> None:
+    c = shared
     leader = c.wait_ready()
     with Client(endpoints(c), timeout=30) as client:
         for i in range(10):
@@ -93,8 +103,8 @@ def test_a_fleet_loses_no_broker_when_the_leader_is_killed(make_cluster) -> None
         client.close()
 
 
-def test_a_producer_stops_choosing_a_dead_broker_once_its_removal_is_applied(make_cluster) -> None:
-    c = make_cluster(scan_interval_ms=500)
+def test_a_producer_stops_choosing_a_dead_broker_once_its_removal_is_applied(shared: Cluster) -> None:
+    c = shared
     c.wait_ready()
     client = Client(endpoints(c), retry=RetryPolicy(deadline_s=30))
     agents = fleet_agents(3, topics=1, timeout_ms=3000, prefix="p")
@@ -128,10 +138,10 @@ def test_a_producer_stops_choosing_a_dead_broker_once_its_removal_is_applied(mak
         client.close()
 
 
-def test_nsctl_broker_simulate_registers_then_unregisters(make_cluster, capsys) -> None:
+def test_nsctl_broker_simulate_registers_then_unregisters(shared: Cluster, capsys) -> None:
     from nameserver.cli import nsctl
 
-    c = make_cluster()
+    c = shared
     c.wait_ready()
     code = nsctl.main(["--endpoints", endpoints(c), "broker", "simulate", "--brokers", "4", "--topics", "5",
                        "--interval", "0.5", "--duration", "3", "--cluster", "CliSim"])

@@ -27,6 +27,15 @@ def topics(prefix: str, n: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One 3-node cluster shared by the tests that kill nothing and write names of their own (cluster
+    DefaultCluster with broker-a and broker-b, topics TopicTest*; cluster C with broker-kv, topics T1 and
+    T2, namespace ORDER_TOPIC_CONFIG), so they pass in any order."""
+    with running(Cluster(str(tmp_path_factory.mktemp("three")), 3)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
 def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One 1-node cluster shared by the tests whose calls are all refused or read-only: none changes its
     state (each checks that itself), so they do not disturb one another."""
@@ -34,12 +43,14 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
 
 
-def test_routes_registered_through_a_follower_are_readable_on_every_node(make_cluster) -> None:
-    c = make_cluster()
+def test_routes_registered_through_a_follower_are_readable_on_every_node(three: Cluster) -> None:
+    c = three
     c.wait_ready()
     sts = c.wait_converged()
     assert sum(s.role == api_pb2.ROLE_LEADER for s in sts) == 1
     follower = c.followers()[0]
+    topics_before = set(follower.ns.GetTopicList(api_pb2.GetTopicListRequest(), timeout=5).topics)
+    keys_before = sts[0].keys
     offsets = []
     for name, addr in (("broker-a", "10.0.0.1:10911"), ("broker-b", "10.0.0.2:10911")):
         reply = retry(lambda n=name, a=addr: follower.ns.RegisterBroker(
@@ -55,9 +66,9 @@ def test_routes_registered_through_a_follower_are_readable_on_every_node(make_cl
         info = node.ns.GetClusterInfo(api_pb2.GetClusterInfoRequest(min_offset=max(offsets)), timeout=5)
         assert sorted(info.cluster_addr_table["DefaultCluster"].names) == ["broker-a", "broker-b"]
         listed = node.ns.GetTopicList(api_pb2.GetTopicListRequest(min_offset=max(offsets)), timeout=5)
-        assert len(listed.topics) == 100
+        assert set(listed.topics) - topics_before == set(topics("TopicTest", 100))
     sts = c.wait_converged()
-    assert len({s.digest for s in sts}) == 1 and sts[0].keys > 200
+    assert len({s.digest for s in sts}) == 1 and sts[0].keys > keys_before + 200
     # Members, as the leader sees them: every link up, every follower's log matched up to the writes
     leader = c.leader()
     assert leader is not None
@@ -158,8 +169,8 @@ def test_other_bad_inputs_name_the_field(single) -> None:
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def test_kv_and_topic_admin_round_trip(make_cluster) -> None:
-    c = make_cluster()
+def test_kv_and_topic_admin_round_trip(three: Cluster) -> None:
+    c = three
     c.wait_ready()
     a, b = c.followers()[0], c.leader()
     put = retry(lambda: a.ns.PutKv(api_pb2.PutKvRequest(namespace="ORDER_TOPIC_CONFIG", key="T1", value="broker-a:4"),
@@ -174,16 +185,16 @@ def test_kv_and_topic_admin_round_trip(make_cluster) -> None:
     put = a.ns.PutKv(api_pb2.PutKvRequest(namespace="ORDER_TOPIC_CONFIG", key="big", value=big), timeout=10)
     assert all(n.ns.GetKv(api_pb2.GetKvRequest(namespace="ORDER_TOPIC_CONFIG", key="big", min_offset=put.offset),
                           timeout=5).value == big for n in c.nodes)
-    reg = a.ns.RegisterBroker(register_request("C", "broker-a", "10.0.0.1:10911", ["T1", "T2"]), timeout=10)
+    reg = a.ns.RegisterBroker(register_request("C", "broker-kv", "10.0.0.9:10911", ["T1", "T2"]), timeout=10)
     group = b.ns.GetBrokerMemberGroup(api_pb2.GetBrokerMemberGroupRequest(
-        cluster_name="C", broker_name="broker-a", min_offset=reg.offset), timeout=5)
-    assert [(x.broker_id, x.addr) for x in group.addrs] == [(0, "10.0.0.1:10911")]
+        cluster_name="C", broker_name="broker-kv", min_offset=reg.offset), timeout=5)
+    assert [(x.broker_id, x.addr) for x in group.addrs] == [(0, "10.0.0.9:10911")]
     assert group.apply_offset >= reg.offset
-    wiped = a.ns.WipeWritePerm(api_pb2.BrokerPermRequest(broker_name="broker-a"), timeout=10)
+    wiped = a.ns.WipeWritePerm(api_pb2.BrokerPermRequest(broker_name="broker-kv"), timeout=10)
     assert wiped.topic_count == 2
     route = b.ns.GetRoute(api_pb2.GetRouteRequest(topic="T1", min_offset=wiped.offset), timeout=5)
     assert route.route.queue_datas[0].perm == 4
-    added = a.ns.AddWritePerm(api_pb2.BrokerPermRequest(broker_name="broker-a"), timeout=10)
+    added = a.ns.AddWritePerm(api_pb2.BrokerPermRequest(broker_name="broker-kv"), timeout=10)
     assert added.topic_count == 2
     deleted = a.ns.DeleteTopic(api_pb2.DeleteTopicRequest(topic="T2"), timeout=10)
     assert deleted.offset > reg.offset

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -10,9 +11,17 @@ import pytest
 from nameserver.cli import nsctl
 from nameserver.localports import free_ports
 from nameserver.pb import api_pb2
-from tests.cluster import Cluster, NodeProc, retry
+from tests.cluster import Cluster, NodeProc, retry, running
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One 3-node cluster for the two tests that keep its membership (refused changes; a leadership
+    transfer, after which it still has three members and a leader): either may run first."""
+    with running(Cluster(str(tmp_path_factory.mktemp("three")), 3)) as c:
+        yield c
 
 
 class Writer:
@@ -105,8 +114,8 @@ def test_grow_to_five_and_shrink_to_three_while_writing(make_cluster) -> None:
     retry(lambda: rest[0].ns.PutKv(api_pb2.PutKvRequest(namespace="grow", key="after", value="y"), timeout=5))
 
 
-def test_membership_change_errors_are_clear(make_cluster) -> None:
-    c = make_cluster(3)
+def test_membership_change_errors_are_clear(three: Cluster) -> None:
+    c = three
     leader = c.wait_ready()
     with pytest.raises(grpc.RpcError) as err:
         leader.admin.AddMember(api_pb2.MemberChangeRequest(node_id=leader.raft_addr, grpc_addr=leader.grpc_addr),
@@ -124,8 +133,8 @@ def test_membership_change_errors_are_clear(make_cluster) -> None:
     assert len(members(leader)) == 3
 
 
-def test_transfer_leadership(make_cluster) -> None:
-    c = make_cluster(3)
+def test_transfer_leadership(three: Cluster) -> None:
+    c = three
     leader = c.wait_ready()
     target = c.followers()[0]
     c.wait_converged()

@@ -58,6 +58,15 @@ def healthy(nodes: list[NodeProc]) -> list[dict] | None:
     return sts
 
 
+def wait_healthy(cluster: Cluster, what: str, nodes: list[NodeProc] | None = None, timeout: float = 60
+                 ) -> list[dict]:
+    """Until `healthy(nodes)`. Every `nsctl status` starts a Python process (1-3 s of CPU on a busy 2-core
+    machine), so the nodes' own Status calls, polled cheaply, first say they are ready and converged."""
+    nodes = nodes or cluster.nodes
+    cluster.wait_converged(nodes, timeout=timeout)
+    return cluster.wait_for(what, lambda: healthy(nodes), timeout=timeout)
+
+
 def put(cluster: Cluster, key: str, value: str, nodes: list[NodeProc] | None = None) -> int:
     """One KV write through any live node, retried as a client library would."""
     live = [n for n in (nodes or cluster.nodes) if n.alive]
@@ -95,7 +104,7 @@ def data_dir(node: NodeProc) -> str:
 
 def test_bootstrap_a_five_node_cluster(make_cluster) -> None:
     cluster = make_cluster(5)
-    sts = cluster.wait_for("nsctl status: 5 ready nodes, one leader", lambda: healthy(cluster.nodes), timeout=60)
+    sts = wait_healthy(cluster, "nsctl status: 5 ready nodes, one leader", timeout=60)
     assert len(sts) == 5
     offset = put(cluster, "bootstrap", "ok")
     assert all(table(n, offset) == {"bootstrap": "ok"} for n in cluster.nodes)
@@ -105,7 +114,7 @@ def test_bootstrap_a_five_node_cluster(make_cluster) -> None:
 
 def test_rolling_restart_keeps_every_acknowledged_write(make_cluster) -> None:
     cluster = make_cluster(3)
-    cluster.wait_for("a healthy cluster", lambda: healthy(cluster.nodes), timeout=60)
+    wait_healthy(cluster, "a healthy cluster", timeout=60)
     acked: dict[str, str] = {}
     stop = threading.Event()
     errors: list[str] = []
@@ -132,8 +141,7 @@ def test_rolling_restart_keeps_every_acknowledged_write(make_cluster) -> None:
             before = len(acked)
             cluster.kill(node, signal.SIGTERM)
             cluster.start(node)
-            cluster.wait_for(f"{node.name} back and the cluster healthy", lambda: healthy(cluster.nodes),
-                             timeout=60)
+            wait_healthy(cluster, f"{node.name} back and the cluster healthy", timeout=60)
             cluster.wait_for("writes to go on", lambda b=before: len(acked) > b + 5, timeout=30)
     finally:
         stop.set()
@@ -151,7 +159,7 @@ def test_rolling_restart_keeps_every_acknowledged_write(make_cluster) -> None:
 
 def test_replace_a_dead_node_with_an_empty_disk(make_cluster) -> None:
     cluster = make_cluster(3)
-    cluster.wait_for("a healthy cluster", lambda: healthy(cluster.nodes), timeout=60)
+    wait_healthy(cluster, "a healthy cluster", timeout=60)
     for i in range(20):
         put(cluster, f"before{i}", "x")
     # A snapshot everywhere compacts the leader's log, so the new node must catch up from a snapshot.
@@ -163,7 +171,7 @@ def test_replace_a_dead_node_with_an_empty_disk(make_cluster) -> None:
     for i in range(20):
         put(cluster, f"during{i}", "y", alive)
     cluster.start(dead)                                     # same config, empty data directory
-    cluster.wait_for("the replacement caught up", lambda: healthy(cluster.nodes), timeout=60)
+    wait_healthy(cluster, "the replacement caught up", timeout=60)
     offset = cluster.wait_converged()[0].apply_offset
     assert len(table(dead, offset)) == 40
     with open(dead.log_path) as f:
@@ -174,7 +182,7 @@ def test_replace_a_dead_node_with_an_empty_disk(make_cluster) -> None:
 
 def test_backup_then_restore_every_node_from_the_snapshot(make_cluster, tmp_path) -> None:
     cluster = make_cluster(3)
-    cluster.wait_for("a healthy cluster", lambda: healthy(cluster.nodes), timeout=60)
+    wait_healthy(cluster, "a healthy cluster", timeout=60)
     for i in range(30):
         put(cluster, f"kept{i}", str(i))
     # Backup: a snapshot on one node, then copy its newest file off the node.
@@ -200,7 +208,7 @@ def test_backup_then_restore_every_node_from_the_snapshot(make_cluster, tmp_path
         assert res.returncode == 0, res.stderr
         assert f"to offset {snap['offset']}" in res.stdout
     cluster.start()
-    sts = cluster.wait_for("the restored cluster", lambda: healthy(cluster.nodes), timeout=60)
+    sts = wait_healthy(cluster, "the restored cluster", timeout=60)
     assert all(int(s["term"]) > backup_term for s in sts)   # terms move on from the snapshot's, never back
     got = table(cluster.nodes[0])
     assert got == {f"kept{i}": str(i) for i in range(30)}
@@ -231,7 +239,7 @@ def test_restore_refuses_a_non_empty_data_dir_and_a_corrupt_file(make_cluster, t
 
 def test_recover_from_a_single_surviving_node(make_cluster) -> None:
     cluster = make_cluster(3)
-    cluster.wait_for("a healthy cluster", lambda: healthy(cluster.nodes), timeout=60)
+    wait_healthy(cluster, "a healthy cluster", timeout=60)
     for i in range(25):
         put(cluster, f"s{i}", str(i))
     survivor, lost = cluster.nodes[0], cluster.nodes[1:]
@@ -245,7 +253,7 @@ def test_recover_from_a_single_surviving_node(make_cluster) -> None:
     cluster.kill(survivor, signal.SIGTERM)
     set_members(survivor, [survivor])
     cluster.start(survivor)
-    cluster.wait_for("the survivor to lead alone", lambda: healthy([survivor]), timeout=60)
+    wait_healthy(cluster, "the survivor to lead alone", [survivor], timeout=60)
     offset = put(cluster, "alone", "yes", [survivor])
     # Every acknowledged write survives; the one attempted without a quorum had an unknown
     # outcome: the survivor had appended it, so it may commit once the survivor leads alone.
@@ -260,7 +268,7 @@ def test_recover_from_a_single_surviving_node(make_cluster) -> None:
         with open(node.config_path, "a") as f:
             f.write('\n[cluster]\ninitial_state = "existing"\n')
     cluster.start()
-    cluster.wait_for("three healthy nodes", lambda: healthy(cluster.nodes), timeout=90)
+    wait_healthy(cluster, "three healthy nodes", timeout=90)
     offset = put(cluster, "three-again", "yes")
     for node in cluster.nodes:
         got = table(node, offset)

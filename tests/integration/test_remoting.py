@@ -14,14 +14,24 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import grpc
 import pytest
 from fakebroker import FakeBroker
 
 from nameserver.pb import api_pb2
+from tests.cluster import Cluster, running
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the tests whose brokers and topics are their own (broker-a with TopicRemoting and
+    TBW102; broker-z and broker-w of ClusterZ) and that change no setting: they pass in any order."""
+    with running(Cluster(str(tmp_path_factory.mktemp("shared")), 3, remoting=True)) as c:
+        yield c
 
 PRODUCER = r"""
 import json, sys
@@ -63,8 +73,8 @@ def wait_route(broker: FakeBroker, ns_addr: str, topic: str, timeout: float = 20
         time.sleep(0.1)
 
 
-def test_cpp_client_gets_routes_from_us_and_sends_to_the_fake_broker(make_cluster, tmp_path) -> None:
-    c = make_cluster(remoting=True)
+def test_cpp_client_gets_routes_from_us_and_sends_to_the_fake_broker(shared: Cluster, tmp_path) -> None:
+    c = shared
     leader = c.wait_ready()
     broker = FakeBroker(name="broker-a", cluster="DefaultCluster").start()
     try:
@@ -81,6 +91,7 @@ def test_cpp_client_gets_routes_from_us_and_sends_to_the_fake_broker(make_cluste
 
         # The client asks another node; a garbage connection to that node first must not matter.
         client_node = leader if leader is not follower else c.nodes[-1]
+        logged_before = os.path.getsize(client_node.log_path)  # what this test's connections log comes after
         host, port = client_node.remoting_addr.rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=10) as junk:
             junk.sendall(struct.pack(">ii", 20, 16) + b"this is not json" + b"tail")
@@ -97,6 +108,7 @@ def test_cpp_client_gets_routes_from_us_and_sends_to_the_fake_broker(make_cluste
         assert got[-1].default_topic == "TBW102"
         assert 10 in broker.codes() or 310 in broker.codes()
         with open(client_node.log_path) as f:
+            f.seek(logged_before)
             assert "closing connection from 127.0.0.1" in f.read()
     finally:
         broker.stop()
@@ -165,10 +177,10 @@ def test_broker_side_codes_take_the_raft_path(make_cluster) -> None:
         broker.stop()
 
 
-def test_a_broker_whose_connections_all_close_leaves_the_routes(make_cluster) -> None:
+def test_a_broker_whose_connections_all_close_leaves_the_routes(shared: Cluster) -> None:
     """RocketMQ unregisters a broker the moment its channel closes; we do when every node's channel
     from it has closed (one node losing its connection proves nothing about the broker)."""
-    c = make_cluster(remoting=True, default_timeout_ms=120_000)  # far beyond this test: no expiry by timeout
+    c = shared  # default_timeout_ms 120 s, far beyond this test: no expiry by timeout
     c.wait_ready()
     broker = FakeBroker(name="broker-z", cluster="ClusterZ").start()
     other = FakeBroker(name="broker-w", cluster="ClusterZ").start()
