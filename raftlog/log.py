@@ -182,12 +182,20 @@ class ReplicatedLog:
             password=cfg.password,
             dynamicMembershipChange=True,  # members can be added/removed at runtime, one at a time
         )
+        # pysyncobj's tick thread starts inside RaftNode's constructor and may change this node's role
+        # before `self.raft` is set (an election while a long journal replays): the committer exists
+        # first, and a role change seen then is passed on once the constructor returned (_role_lock).
+        self.committer = GroupCommitter(self.applier, self._append, self.is_leader, self.term,
+                                        linger_s=cfg.group_linger_s)
+        self._role_lock = threading.Lock()
+        self._role_before_raft: bool | None = None
         self.raft = RaftNode(cfg.self_addr, cfg.partners, conf, self.applier,
                              self._read_dump_meta, self.progress, self.journal, cfg.lease_promise_s,
                              join_existing=cfg.join_existing, wire_compress_level=cfg.wire_compress_level)
+        with self._role_lock:
+            if self._role_before_raft is not None:
+                self._observe(role=self._role_before_raft)
         self.raft.addOnTickCallback(self._on_tick)
-        self.committer = GroupCommitter(self.applier, self._append, self.is_leader, self.term,
-                                        linger_s=cfg.group_linger_s)
         self.committer.start()
 
     def _same_file_as(self, path: str) -> str:
@@ -451,7 +459,11 @@ class ReplicatedLog:
                 # Entries this node appended and did not see commit may never be: answer their
                 # proposers now (outcome unknown) rather than at their deadline, so clients retry.
                 self.committer.abandon_in_flight("leadership lost before the entry committed (outcome unknown)")
-            self._observe(role=leader)  # to the listeners, in order, off this thread
+            with self._role_lock:
+                if "raft" not in vars(self):  # still inside RaftNode's constructor: passed on after it
+                    self._role_before_raft = leader
+                    return
+                self._observe(role=leader)  # to the listeners, in order, off this thread
 
     def _on_tick(self) -> None:
         self._check_ready()

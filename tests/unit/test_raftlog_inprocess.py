@@ -255,3 +255,27 @@ def test_a_lone_leader_s_tick_is_woken_once_per_entry(tmp_path) -> None:
         assert len(wakes) <= 44, len(wakes)  # one per sync; was two per entry
     finally:
         node.close()
+
+
+def test_a_role_change_inside_raftnodes_constructor_is_passed_on_after_it(tmp_path, monkeypatch) -> None:
+    """pysyncobj's tick thread starts inside RaftNode's constructor and can elect this node before
+    `self.raft` is set (a long journal replaying): seen as an AttributeError on `raft` that left a node
+    never ready. Here the constructor itself reports a won election before it returns."""
+    import raftlog.log as logmodule
+
+    class ElectedWhileConstructed(logmodule.RaftNode):  # type: ignore[misc, valid-type]
+        def __init__(self, addr, partners, conf, *args, **kw) -> None:
+            super().__init__(addr, partners, conf, *args, **kw)
+            conf.onStateChanged(Role.FOLLOWER, Role.LEADER)
+            conf.onStateChanged(Role.LEADER, Role.FOLLOWER)
+            conf.onStateChanged(Role.FOLLOWER, Role.LEADER)
+
+    monkeypatch.setattr(logmodule, "RaftNode", ElectedWhileConstructed)
+    node = Node(f"127.0.0.1:{free_ports(1)[0]}", [], tmp_path)
+    try:
+        assert node.log.leader_changes == 3
+        wait_for(lambda: node.log.is_leader() and node.log.ready)
+        node.log.propose(put("k", "v"), timeout=5)
+        assert node.kv.get("k") is not None  # its committer and apply work
+    finally:
+        node.close()
