@@ -19,4 +19,4 @@ def fuzz_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.wait_ready()
         yield c
     finally:
-        c.stop()
+        c.stop(wait=False)  # the nodes shut down while the next test starts

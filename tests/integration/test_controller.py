@@ -117,7 +117,7 @@ def cluster(tmp_path):
         c.wait_ready()
         yield c
     finally:
-        c.stop()
+        c.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 def test_a_broker_set_elects_fails_over_and_survives_a_raft_leader_kill(cluster) -> None:

@@ -36,7 +36,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         seed.close_channels()
         seed.stop()
-        c.stop()
+        c.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 @pytest.mark.parametrize("workload,inflight", [("reads", 1), ("reads", 4), ("register", 1), ("register", 3),

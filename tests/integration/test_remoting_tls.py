@@ -45,7 +45,7 @@ def node(request: pytest.FixtureRequest, ca: TestCA, tmp_path_factory: pytest.Te
         c.wait_ready(timeout=60)
         yield request.param, c.nodes[0].remoting_addr
     finally:
-        c.stop()
+        c.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 def _connect(addr: str, ca: TestCA | None) -> socket.socket:

@@ -165,7 +165,7 @@ def mode(request: pytest.FixtureRequest, pki: Pki, tmp_path_factory: pytest.Temp
         m.cluster.wait_converged()
         yield m
     finally:
-        m.cluster.stop()
+        m.cluster.stop(wait=False)  # the nodes shut down while the next test starts
         os.environ.pop(PEER_TOKEN_ENV, None)
 
 
@@ -478,7 +478,7 @@ def test_required_client_certificates(pki: Pki, tmp_path: Any) -> None:
             code, _ = _code(lambda: ns.GetRoute(api_pb2.GetRouteRequest(topic="T"), timeout=3))
             assert code == grpc.StatusCode.PERMISSION_DENIED
     finally:
-        cluster.stop()
+        cluster.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 def _serve(config_path: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -563,4 +563,4 @@ def test_wrong_raft_password_cannot_join_or_inject(pki: Pki, tmp_path: Any) -> N
         assert code != grpc.StatusCode.OK
         assert cluster.wait_converged([n1, n2])[0].digest == good[0].digest
     finally:
-        cluster.stop()
+        cluster.stop(wait=False)  # the nodes shut down while the next test starts

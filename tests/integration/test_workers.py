@@ -254,7 +254,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         c.wait_converged()
         yield e
     finally:
-        c.stop()
+        c.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 @pytest.fixture(scope="module")
@@ -1133,7 +1133,7 @@ def test_a_starting_node_with_workers_refuses_remoting_until_its_core_is_ready(
         assert Conn(first.remoting_addr).call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"}).code == \
             codes.TOPIC_NOT_EXIST
     finally:
-        c.stop()
+        c.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 def test_no_more_processes_load_the_state_at_once_than_cpus(cluster: Cluster) -> None:

@@ -108,7 +108,7 @@ def started(s: Secure) -> Iterator[Secure]:
         s.cluster.wait_converged(timeout=60)
         yield s
     finally:
-        s.cluster.stop()
+        s.cluster.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 # ---- remoting ------------------------------------------------------------------------------------

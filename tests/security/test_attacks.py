@@ -363,7 +363,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         cluster.wait_ready(timeout=60)
         yield cluster
     finally:
-        cluster.stop()
+        cluster.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 def test_9_rejected_writes_never_append(dev: Cluster) -> None:

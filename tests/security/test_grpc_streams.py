@@ -63,7 +63,7 @@ def sec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
         s.cluster.wait_converged(timeout=60)
         yield s
     finally:
-        s.cluster.stop()
+        s.cluster.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         cluster.wait_converged(timeout=60)
         yield cluster
     finally:
-        cluster.stop()
+        cluster.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 def _terms(cluster: Cluster) -> set[int]:

@@ -61,7 +61,7 @@ def sec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
         s.cluster.wait_converged(timeout=60)
         yield s
     finally:
-        s.cluster.stop()
+        s.cluster.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 def _leader(sec: Secure) -> NodeProc:

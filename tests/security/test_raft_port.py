@@ -133,7 +133,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.wait_converged()
         yield c
     finally:
-        c.stop()
+        c.stop(wait=False)  # the nodes shut down while the next test starts
 
 
 def run_with_writer(cluster: Cluster, attack: callable, seconds: float) -> tuple[Writer, dict[str, int], NodeProc]:
@@ -435,4 +435,4 @@ def test_a_link_opened_with_a_raft_request_instead_of_an_address_is_closed(tmp_p
         assert "TypeError" not in logged and "failed _onTick" not in logged, logged[-3000:]
         assert logged.count("not the dialer's address") == 1, "one log line for the three links (rate-limited)"
     finally:
-        c.stop()
+        c.stop(wait=False)  # the nodes shut down while the next test starts
