@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -61,7 +62,11 @@ func (f *front) pass(stream grpc.ServerStream) error {
 	}
 	defer l.forget(c)
 	ctx := stream.Context()
-	if !l.send(callRecord(c.key, method, stream)) {
+	rec, err := callRecord(c.key, method, stream)
+	if err != nil {
+		return err
+	}
+	if !l.send(rec) {
 		return status.Error(codes.Unavailable, "the node's worker process went away")
 	}
 	taken := make(chan struct{}, window+inbox)
@@ -116,8 +121,9 @@ func (f *front) pass(stream grpc.ServerStream) error {
 	}
 }
 
-// callRecord is the call's first record: its deadline, method, caller and metadata.
-func callRecord(key []byte, method string, stream grpc.ServerStream) [][]byte {
+// callRecord is the call's first record: its deadline, method, caller and metadata. A text header whose value
+// is not UTF-8 (grpc-go passes such bytes through; a worker reads text values as UTF-8) refuses the call.
+func callRecord(key []byte, method string, stream grpc.ServerStream) ([][]byte, error) {
 	ctx := stream.Context()
 	deadline := "-1"
 	if d, ok := ctx.Deadline(); ok {
@@ -136,10 +142,13 @@ func callRecord(key []byte, method string, stream grpc.ServerStream) [][]byte {
 	slices.Sort(keys)
 	for _, k := range keys {
 		for _, v := range md[k] {
+			if !strings.HasSuffix(k, "-bin") && !utf8.ValidString(v) {
+				return nil, status.Errorf(codes.InvalidArgument, "metadata: %s's value is not UTF-8", k)
+			}
 			rec = append(rec, []byte(k), []byte(v))
 		}
 	}
-	return rec
+	return rec, nil
 }
 
 // pumpRequests passes the client's messages on, at most `window` ahead of the worker's handler, then the

@@ -229,8 +229,13 @@ class FrontServer(framing.LinkServer):
             caller = _caller(fields[4])
             call = _Call(call_id, sender, fields[3].decode(errors="replace"), caller is not None)
             peer, auth = caller if caller is not None else ("unknown", {})
-            call.context = FrontContext(None if ns == _NO_TIME else ns / 1e9, _metadata_of(fields[5:]), peer, auth,
-                                        call.wake)
+            try:
+                metadata = _metadata_of(fields[5:])
+            except UnicodeDecodeError:  # this call's fault, not the link's: it alone is refused
+                sender.put([STATUS, call_id, str(grpc.StatusCode.INVALID_ARGUMENT.value[0]).encode(),
+                            f"metadata: {_undecodable(fields[5:])}'s value is not UTF-8".encode()])
+                return
+            call.context = FrontContext(None if ns == _NO_TIME else ns / 1e9, metadata, peer, auth, call.wake)
             with self._lock:
                 calls[call_id] = call
                 refused = self._running >= self.max_calls
@@ -363,6 +368,18 @@ class Inline:
 def _caller(value: bytes) -> tuple[str, dict[str, list[bytes]]] | None:
     """decode_caller, once per distinct caller (a connection's calls all name the same one)."""
     return decode_caller(value.decode(errors="replace"))
+
+
+def _undecodable(fields: list[bytes]) -> str:
+    """The first key whose text value _metadata_of could not decode."""
+    for k, v in zip(fields[::2], fields[1::2], strict=True):
+        key = k.decode(errors="replace")
+        if not key.endswith("-bin"):
+            try:
+                v.decode()
+            except UnicodeDecodeError:
+                return key
+    return "a header"
 
 
 def _close(responses: Iterator[Any]) -> None:

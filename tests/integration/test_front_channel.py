@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -26,7 +27,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from nameserver import headers, tlsconf
+from nameserver import framing, headers, tlsconf
 from nameserver.api.callguard import CallGuard
 from nameserver.api.frontchannel import FrontServer, socket_path
 from nameserver.config import NodeConfig
@@ -273,3 +274,72 @@ def test_a_method_handler_built_once_still_counts_and_checks_every_call(tmp_path
         "service": "t.T", "method": "Echo", "type": "client_stream", "code": "OK"}) == 4  # the call guard's kind
     assert [round(s["left"]) for s in seen] == [5, 6, 7, 20]
     assert seen[0]["peer"] == seen[2]["peer"] != seen[3]["peer"], seen
+
+
+def _raw_call(addr: str, path: str, header: tuple[bytes, bytes]) -> bytes:
+    """One gRPC call over HTTP/2 written by hand, with a header grpcio's client would refuse to send (a text
+    value that is not UTF-8): what came back until the stream ended (or 5 s)."""
+    def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+        return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+    def literal(name: bytes, value: bytes) -> bytes:  # HPACK: a literal without indexing, new name, no Huffman
+        return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+    host, port = addr.rsplit(":", 1)
+    block = (b"\x83\x86" + literal(b":path", path.encode()) + literal(b":authority", addr.encode())
+             + literal(b"content-type", b"application/grpc") + literal(b"te", b"trailers") + literal(*header))
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") + frame(1, 4, 1, block)
+                     + frame(0, 1, 1, b"\x00\x00\x00\x00\x00"))
+        got = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                got += chunk
+                if b"\x01\x05\x00\x00\x00\x01" in got:  # HEADERS, END_STREAM|END_HEADERS, stream 1: the trailers
+                    break
+        return got
+
+
+def test_a_header_value_that_is_not_utf8_fails_its_call_only(tmp_path_factory: pytest.TempPathFactory,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """grpc-go passes a text header's bytes >= 0x80 through: the call is refused (the front end names the
+    header), and the worker's link, and with it every other call, goes on."""
+    with front_end(str(tmp_path_factory.mktemp("front-utf8"))) as (addr, _), grpc.insecure_channel(addr) as channel:
+        echo: Callable[..., bytes] = channel.unary_unary("/t.T/Echo")
+        for _ in range(3):
+            answer = _raw_call(addr, "/t.T/Echo", (b"x-a", b"\xff"))
+            assert b"\x01\x05\x00\x00\x00\x01" in answer, answer  # ended with trailers, not a reset
+            assert json.loads(echo(b"still", timeout=5))["request"] == "still"
+    assert "link ended" not in caplog.text  # the front end reconnects, but each link lost failed its calls
+
+
+def test_a_worker_refuses_a_call_record_it_cannot_read_and_keeps_its_link(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The worker's own check (whatever the front end let through): that call gets INVALID_ARGUMENT naming
+    the header, the next call on the same link is served."""
+    data_dir = str(tmp_path_factory.mktemp("front-record"))
+    cfg = NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[])
+    server = FrontServer(cfg, socket_path(data_dir, 0), [])
+    handlers = Handlers()
+    server.add_generic_rpc_handlers((handlers,))
+    server.start()
+    caller = json.dumps({"peer": "ipv4:127.0.0.1:1", "auth": {}}).encode()
+    try:
+        with socket.socket(socket.AF_UNIX) as link:
+            link.settimeout(5)
+            link.connect(socket_path(data_dir, 0))
+            bad, good = (1).to_bytes(8, "big"), (2).to_bytes(8, "big")
+            link.sendall(framing.pack([[b"c", bad, b"-1", b"/t.T/Echo", caller, b"x-a", b"\xff"],
+                                       [b"m", bad, b"x"], [b"h", bad]]))
+            link.sendall(framing.pack([[b"c", good, b"-1", b"/t.T/Count", caller], [b"m", good, b"1"],
+                                       [b"h", good]]))
+            answers: dict[bytes, list[bytes]] = {}
+            while len(answers) < 2 or answers[good][0] != b"s":
+                body = framing.read_frame(link, 1 << 20)
+                assert body is not None, answers
+                for record in framing.unpack(body):
+                    answers[record[1]] = record
+        assert answers[bad][:4] == [b"s", bad, b"3", b"metadata: x-a's value is not UTF-8"]
+        assert answers[good][:3] == [b"s", good, b"0"]
+    finally:
+        server.stop()
