@@ -212,6 +212,9 @@ class FrontServer(framing.LinkServer):
             if self.listening:
                 log.warning("front channel: the front end's link ended: %s", exc)
         finally:
+            for call in held.values():  # never run: each gives its concurrency slot back
+                self._finish(call, calls, STATUS, [str(grpc.StatusCode.CANCELLED.value[0]).encode(),
+                                                   b"the front end's link ended"])
             sender.close()
             with self._lock:
                 left = list(calls.values())

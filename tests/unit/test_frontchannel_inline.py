@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -114,3 +115,37 @@ def test_the_offset_an_inline_read_waits_for_counts_every_offset_it_names() -> N
     assert wanted_offset(cluster, api_pb2.GetClusterInfoRequest(min_offsets=[0, 7]).SerializeToString()) == 7
     assert wanted_offset(route, b"") == 0
     assert wanted_offset(route, b"\xff\xff") is None
+
+
+def test_a_call_held_when_its_link_ends_gives_its_concurrency_slot_back(tmp_path: Any) -> None:
+    """A call whose request never came before the front end's link ended never runs: its slot is the
+    next link's (else enough lost links leave the worker answering "Concurrent RPC limit exceeded")."""
+    data_dir = str(tmp_path)
+    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
+                  worker_processes=1, workers=4, grpc_max_concurrent_rpcs=1)
+    server = FrontServer(cfg, socket_path(data_dir, 0), [], Inline(frozenset({READ}), lambda method, request: True))
+    server.add_generic_rpc_handlers((Reads(),))
+    server.start()
+    try:
+        for i in range(3):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lost:
+                lost.connect(socket_path(data_dir, 0))
+                # the call waits for the next frame (its request, likely), which ends the link: past any bound
+                lost.sendall(framing.pack([[CALL, (i).to_bytes(8, "big"), b"-1", READ.encode(), CALLER]])
+                             + b"\xff\xff\xff\xff")
+                threading.Event().wait(0.1)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as link:
+            link.settimeout(5)
+            link.connect(socket_path(data_dir, 0))
+            key = (9).to_bytes(8, "big")
+            deadline = time.monotonic() + 5
+            while True:  # the lost links' ends are seen on their own threads: a moment later at most
+                link.sendall(framing.pack([[CALL, key, b"-1", READ.encode(), CALLER], [MESSAGE, key, b"x"],
+                                           [HALF_CLOSE, key]]))
+                answer = _answer(link)
+                if answer[0] == UNARY or time.monotonic() > deadline:
+                    break
+                threading.Event().wait(0.05)
+            assert answer[0] == UNARY, answer
+    finally:
+        server.stop()
