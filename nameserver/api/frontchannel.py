@@ -171,6 +171,7 @@ class FrontServer(framing.LinkServer):
         self.inline = inline
         self.interceptors = tuple(interceptors)
         self.generic: list[grpc.GenericRpcHandler] = []
+        self.max_message = cfg.max_message_bytes
         self.max_frame = BATCH_BYTES + cfg.max_message_bytes + framing.FRAME_SLACK
         self.max_calls = cfg.grpc_max_concurrent_rpcs
         self.pool = ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc")
@@ -363,7 +364,7 @@ class FrontServer(framing.LinkServer):
         behavior = (handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream)
         encode = handler.response_serializer or (lambda reply: reply)
         if not handler.response_streaming:
-            return UNARY, [encode(behavior(arg, context))]
+            return UNARY, [self._within_bound(encode(behavior(arg, context)), context)]
         responses = iter(behavior(arg, context))
         credits = call.credits = threading.Semaphore(WINDOW)
         for reply in responses:
@@ -374,8 +375,21 @@ class FrontServer(framing.LinkServer):
                 next(responses, None)
                 _close(responses)
                 context.abort(grpc.StatusCode.CANCELLED, "the caller went away")
-            call.sender.put([MESSAGE, call.id, encode(reply)])
+            try:
+                message = self._within_bound(encode(reply), context)
+            except BaseException:
+                _close(responses)
+                raise
+            call.sender.put([MESSAGE, call.id, message])
         return STATUS, [b"0", b""]
+
+    def _within_bound(self, reply: bytes, context: FrontContext) -> bytes:
+        """`reply`, when [grpc] max_message_bytes allows it; else the call ends as grpcio's server ends it
+        (a reply past the bound would also be past the front end's frame bound, and end the whole link)."""
+        if len(reply) > self.max_message:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"Sent message larger than max ({len(reply)} vs. {self.max_message})")
+        return reply
 
 
 class Inline:

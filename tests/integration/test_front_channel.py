@@ -48,7 +48,8 @@ class Handlers(grpc.GenericRpcHandler):
             "/t.T/Echo": unary(self.echo), "/t.T/Abort": unary(self.abort), "/t.T/Wait": unary(self.wait),
             "/t.T/Count": server_stream(self.count), "/t.T/Flood": server_stream(self.flood),
             "/t.T/Sum": grpc.stream_unary_rpc_method_handler(self.sum),
-            "/t.T/Unwritten": unary(self.unwritten)}
+            "/t.T/Unwritten": unary(self.unwritten), "/t.T/Big": unary(lambda request, context: b"x" * (10 << 20)),
+            "/t.T/BigStream": server_stream(lambda request, context: iter([b"a", b"x" * (10 << 20)]))}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self.methods.get(handler_call_details.method)
@@ -185,6 +186,20 @@ def test_the_message_bound_is_the_nodes(pipe: Pipe) -> None:
     with pytest.raises(grpc.RpcError) as err:
         sum_of(iter([b"x" * (9 << 20)]), timeout=30)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
+
+
+def test_a_reply_past_the_message_bound_fails_its_call_only(pipe: Pipe) -> None:
+    """A 10 MiB reply (past [grpc] max_message_bytes, and past the front end's frame bound, 9 MiB and a
+    little): that call ends RESOURCE_EXHAUSTED as grpcio's server ends it; the worker's link, and the next
+    call, go on."""
+    with pytest.raises(grpc.RpcError) as unary:
+        pipe.method("Big")(b"", timeout=30)
+    assert unary.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, unary.value
+    assert unary.value.details() == f"Sent message larger than max ({10 << 20} vs. {8 << 20})"
+    with pytest.raises(grpc.RpcError) as streamed:
+        list(pipe.method("BigStream", "unary_stream")(b"", timeout=30))
+    assert streamed.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, streamed.value
+    assert json.loads(pipe.method("Echo")(b"after", timeout=5))["request"] == "after"
 
 
 def test_a_compressed_call_is_taken_as_grpcio_takes_it(pipe: Pipe) -> None:
