@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -247,7 +248,13 @@ func callerOf(ctx context.Context) []byte {
 	if !ok {
 		return describeCaller(nil)
 	}
-	key := p.Addr.String() // one connection's calls all have the same caller
+	// one connection's calls all have the same caller; a later connection from the same address (a port
+	// reused behind NAT or a balancer) may be another, so its certificate is part of the key
+	key := p.Addr.String()
+	if info, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS && len(info.State.PeerCertificates) > 0 {
+		leaf := sha256.Sum256(info.State.PeerCertificates[0].Raw)
+		key += " " + string(leaf[:])
+	}
 	if said, ok := callers.Load(key); ok {
 		return said.([]byte)
 	}
@@ -261,7 +268,7 @@ func callerOf(ctx context.Context) []byte {
 }
 
 var (
-	callers     sync.Map // address -> caller JSON
+	callers     sync.Map // address and leaf certificate's hash -> caller JSON
 	callersKept atomic.Int64
 )
 

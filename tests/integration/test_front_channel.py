@@ -16,6 +16,8 @@ import contextlib
 import json
 import os
 import socket
+import ssl
+import struct
 import subprocess
 import threading
 import time
@@ -291,9 +293,11 @@ def test_a_method_handler_built_once_still_counts_and_checks_every_call(tmp_path
     assert seen[0]["peer"] == seen[2]["peer"] != seen[3]["peer"], seen
 
 
-def _raw_call(addr: str, path: str, header: tuple[bytes, bytes]) -> bytes:
+def _raw_call(addr: str, path: str, header: tuple[bytes, bytes],
+              connect: Callable[[], socket.socket] | None = None) -> bytes:
     """One gRPC call over HTTP/2 written by hand, with a header grpcio's client would refuse to send (a text
-    value that is not UTF-8): what came back until the stream ended (or 5 s)."""
+    value that is not UTF-8), over `connect()`'s socket (or a plain one): what came back until the stream
+    ended (or 5 s)."""
     def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
         return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
 
@@ -303,7 +307,7 @@ def _raw_call(addr: str, path: str, header: tuple[bytes, bytes]) -> bytes:
     host, port = addr.rsplit(":", 1)
     block = (b"\x83\x86" + literal(b":path", path.encode()) + literal(b":authority", addr.encode())
              + literal(b"content-type", b"application/grpc") + literal(b"te", b"trailers") + literal(*header))
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
+    with connect() if connect is not None else socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") + frame(1, 4, 1, block)
                      + frame(0, 1, 1, b"\x00\x00\x00\x00\x00"))
         got = b""
@@ -358,3 +362,37 @@ def test_a_worker_refuses_a_call_record_it_cannot_read_and_keeps_its_link(
         assert answers[good][:3] == [b"s", good, b"0"]
     finally:
         server.stop()
+
+
+def test_a_later_connection_from_the_same_address_is_named_by_its_own_certificate(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Two TLS connections from one client address and port, one after the other (a port reused behind a
+    NAT or a balancer), each with its own client certificate: each call is named by its connection's."""
+    root = str(tmp_path_factory.mktemp("front-reuse"))
+    ca = TestCA(os.path.join(root, "pki"))
+    node = ca.node("node")
+    with front_end(root, tls_cert_file=node.cert, tls_key_file=node.key, tls_ca_file=ca.ca_file,
+                   tls_client_auth="require") as (addr, _):
+        host, port = addr.rsplit(":", 1)
+        with socket.socket() as probe:  # a free local port, then each connection from it
+            probe.bind(("127.0.0.1", 0))
+            local = probe.getsockname()[1]
+        for name in ("broker-1", "admin-1"):
+            client = ca.issue(name)
+            tls = ssl.create_default_context(cafile=ca.ca_file)
+            tls.load_cert_chain(client.cert, client.key)
+            tls.set_alpn_protocols(["h2"])
+
+            def connect(tls: ssl.SSLContext = tls) -> socket.socket:
+                raw = socket.socket()
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # no TIME_WAIT
+                raw.bind(("127.0.0.1", local))
+                raw.settimeout(5)
+                raw.connect((host, int(port)))
+                return tls.wrap_socket(raw, server_hostname="localhost")
+
+            answer = _raw_call(addr, "/t.T/Echo", (b"x-b", b"1"), connect)
+            said, _ = json.JSONDecoder().raw_decode(answer[answer.index(b'{"left"'):].decode(errors="replace"))
+            assert said["peer"] == f"ipv4:127.0.0.1:{local}"
+            assert said["auth"]["x509_common_name"] == [name], said
