@@ -93,6 +93,9 @@ func (f *front) pass(stream grpc.ServerStream) error {
 				reply := rec[2]
 				return stream.SendMsg(&reply)
 			case kindMessage:
+				if len(rec) < 3 {
+					return status.Error(codes.Internal, "a worker's message of the wrong shape")
+				}
 				if replies == nil {
 					replies = startReplies(l, c, stream)
 				}
@@ -115,6 +118,11 @@ func (f *front) pass(stream grpc.ServerStream) error {
 				}
 				return status.Error(code, details)
 			}
+		case <-l.done:
+			if len(c.in) > 0 {
+				continue // what the worker sent before its link ended comes first
+			}
+			return status.Error(codes.Unavailable, "the node's worker process went away")
 		case <-ctx.Done():
 			l.send([][]byte{{kindCancel}, c.key})
 			return status.FromContextError(ctx.Err()).Err()
@@ -134,8 +142,8 @@ func callRecord(key []byte, method string, stream grpc.ServerStream) ([][]byte, 
 	md, _ := metadata.FromIncomingContext(ctx)
 	keys := make([]string, 0, len(md))
 	for k := range md {
-		if strings.HasPrefix(k, ":") || k == workerCaller {
-			continue // pseudo-headers, and a client's attempt at naming the caller
+		if strings.HasPrefix(k, ":") || k == workerCaller || k == "content-type" || k == "grpc-accept-encoding" {
+			continue // pseudo-headers, a client's attempt at naming the caller, and what grpcio keeps to itself
 		}
 		keys = append(keys, k)
 	}
@@ -174,7 +182,8 @@ func pumpRequests(l *link, c *call, stream grpc.ServerStream, taken chan struct{
 			return
 		}
 		if err != nil {
-			return
+			return // a request grpc-go could not take (too large): it answers the client, and the call's
+			// context ends, which cancels the worker's call (pass)
 		}
 		if waiting != nil && !l.send(waiting) {
 			return

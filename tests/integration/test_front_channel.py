@@ -45,11 +45,13 @@ class Handlers(grpc.GenericRpcHandler):
 
     def __init__(self) -> None:
         self.cancelled = threading.Event()
+        self.drained_at = 0.0
         unary, server_stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
         self.methods: dict[str, grpc.RpcMethodHandler] = {
             "/t.T/Echo": unary(self.echo), "/t.T/Abort": unary(self.abort), "/t.T/Wait": unary(self.wait),
             "/t.T/Count": server_stream(self.count), "/t.T/Flood": server_stream(self.flood),
             "/t.T/Sum": grpc.stream_unary_rpc_method_handler(self.sum),
+            "/t.T/Drain": grpc.stream_unary_rpc_method_handler(self.drain),
             "/t.T/Unwritten": unary(self.unwritten), "/t.T/Big": unary(lambda request, context: b"x" * (10 << 20)),
             "/t.T/BigStream": server_stream(lambda request, context: iter([b"a", b"x" * (10 << 20)]))}
 
@@ -93,6 +95,15 @@ class Handlers(grpc.GenericRpcHandler):
     def flood(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         while context.is_active():
             yield b"x" * (1 << 20)
+
+    def drain(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        """Reads the client's stream to its end; notes the call's own end (a cancel) with the time."""
+        for _ in requests:
+            pass
+        if not context.is_active():
+            self.drained_at = time.monotonic()
+            self.cancelled.set()
+        return b""
 
     @staticmethod
     def sum(requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
@@ -176,6 +187,7 @@ def test_the_handler_sees_the_deadline_the_caller_and_the_metadata(pipe: Pipe) -
     keys = [k for k, _ in reply["metadata"]]
     assert ["x-client-id", "c1"] in reply["metadata"]
     assert headers.WORKER_CALLER not in keys  # a client cannot name the caller
+    assert "content-type" not in keys and "grpc-accept-encoding" not in keys  # as grpcio's handler sees it
     no_deadline = json.loads(pipe.method("Echo")(b""))
     assert no_deadline["left"] is None
 
@@ -188,6 +200,20 @@ def test_the_message_bound_is_the_nodes(pipe: Pipe) -> None:
     with pytest.raises(grpc.RpcError) as err:
         sum_of(iter([b"x" * (9 << 20)]), timeout=30)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
+
+
+def test_a_request_past_the_message_bound_ends_the_workers_call_at_once(pipe: Pipe) -> None:
+    """A client stream whose second message is past [grpc] max_message_bytes: the client gets
+    RESOURCE_EXHAUSTED (grpc-go's words: it answers the client itself, and ends the call's context), and
+    the worker's handler, still reading, is cancelled then, not at the progress bound."""
+    pipe.handlers.cancelled.clear()
+    with pytest.raises(grpc.RpcError) as err:
+        pipe.method("Drain", "stream_unary")(iter([b"small", b"x" * (9 << 20)]), timeout=30)
+    ended = time.monotonic()
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
+    assert f"larger than max ({9 << 20} vs. {8 << 20})" in (err.value.details() or "")
+    assert pipe.handlers.cancelled.wait(5)
+    assert pipe.handlers.drained_at - ended < PROGRESS_MS / 1000 / 2  # the cancel, not the call guard's bound
 
 
 def test_a_reply_past_the_message_bound_fails_its_call_only(pipe: Pipe) -> None:
