@@ -36,6 +36,7 @@ from nameserver.config import NodeConfig
 from nameserver.ops import gobuild, gofront
 from nameserver.ops.metrics import RequestMetrics
 from tests.certs import TestCA
+from tests.security import http2
 
 PROGRESS_MS = 1000
 
@@ -319,30 +320,28 @@ def test_a_method_handler_built_once_still_counts_and_checks_every_call(tmp_path
     assert seen[0]["peer"] == seen[2]["peer"] != seen[3]["peer"], seen
 
 
-def _raw_call(addr: str, path: str, header: tuple[bytes, bytes],
+def _raw_call(addr: str, path: str, header: tuple[str, str | bytes],
               connect: Callable[[], socket.socket] | None = None) -> bytes:
-    """One gRPC call over HTTP/2 written by hand, with a header grpcio's client would refuse to send (a text
-    value that is not UTF-8), over `connect()`'s socket (or a plain one): what came back until the stream
-    ended (or 5 s)."""
-    def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-        return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
-
-    def literal(name: bytes, value: bytes) -> bytes:  # HPACK: a literal without indexing, new name, no Huffman
-        return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
-
+    """One gRPC call over HTTP/2 written by hand (tests/security/http2.py), with a header grpcio's client
+    would refuse to send (a text value that is not UTF-8), over `connect()`'s socket (or a plain one): what
+    came back until the stream ended (or 5 s)."""
     host, port = addr.rsplit(":", 1)
-    block = (b"\x83\x86" + literal(b":path", path.encode()) + literal(b":authority", addr.encode())
-             + literal(b"content-type", b"application/grpc") + literal(b"te", b"trailers") + literal(*header))
+    block = http2.header_block([(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", addr),
+                                ("content-type", "application/grpc"), ("te", "trailers"), header])
     with connect() if connect is not None else socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") + frame(1, 4, 1, block)
-                     + frame(0, 1, 1, b"\x00\x00\x00\x00\x00"))
+        sock.sendall(http2.PREFACE + http2.frame(http2.SETTINGS, 0, 0)
+                     + http2.frame(http2.HEADERS, http2.END_HEADERS, 1, block)
+                     + http2.frame(http2.DATA, http2.END_STREAM, 1, b"\x00\x00\x00\x00\x00"))
         got = b""
         with contextlib.suppress(OSError):
             while chunk := sock.recv(65536):
                 got += chunk
-                if b"\x01\x05\x00\x00\x00\x01" in got:  # HEADERS, END_STREAM|END_HEADERS, stream 1: the trailers
+                if TRAILERS in got:
                     break
         return got
+
+
+TRAILERS = b"\x01\x05\x00\x00\x00\x01"  # a HEADERS frame's type, END_STREAM|END_HEADERS and stream 1
 
 
 def test_a_header_value_that_is_not_utf8_fails_its_call_only(tmp_path_factory: pytest.TempPathFactory,
@@ -352,8 +351,8 @@ def test_a_header_value_that_is_not_utf8_fails_its_call_only(tmp_path_factory: p
     with front_end(str(tmp_path_factory.mktemp("front-utf8"))) as (addr, _), grpc.insecure_channel(addr) as channel:
         echo: Callable[..., bytes] = channel.unary_unary("/t.T/Echo")
         for _ in range(3):
-            answer = _raw_call(addr, "/t.T/Echo", (b"x-a", b"\xff"))
-            assert b"\x01\x05\x00\x00\x00\x01" in answer, answer  # ended with trailers, not a reset
+            answer = _raw_call(addr, "/t.T/Echo", ("x-a", b"\xff"))
+            assert TRAILERS in answer, answer  # ended with trailers, not a reset
             assert json.loads(echo(b"still", timeout=5))["request"] == "still"
     assert "link ended" not in caplog.text  # the front end reconnects, but each link lost failed its calls
 
@@ -418,7 +417,7 @@ def test_a_later_connection_from_the_same_address_is_named_by_its_own_certificat
                 raw.connect((host, int(port)))
                 return tls.wrap_socket(raw, server_hostname="localhost")
 
-            answer = _raw_call(addr, "/t.T/Echo", (b"x-b", b"1"), connect)
+            answer = _raw_call(addr, "/t.T/Echo", ("x-b", "1"), connect)
             said, _ = json.JSONDecoder().raw_decode(answer[answer.index(b'{"left"'):].decode(errors="replace"))
             assert said["peer"] == f"ipv4:127.0.0.1:{local}"
             assert said["auth"]["x509_common_name"] == [name], said
