@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -61,7 +63,11 @@ func (f *front) pass(stream grpc.ServerStream) error {
 	}
 	defer l.forget(c)
 	ctx := stream.Context()
-	if !l.send(callRecord(c.key, method, stream)) {
+	rec, err := callRecord(c.key, method, stream)
+	if err != nil {
+		return err
+	}
+	if !l.send(rec) {
 		return status.Error(codes.Unavailable, "the node's worker process went away")
 	}
 	taken := make(chan struct{}, window+inbox)
@@ -87,6 +93,9 @@ func (f *front) pass(stream grpc.ServerStream) error {
 				reply := rec[2]
 				return stream.SendMsg(&reply)
 			case kindMessage:
+				if len(rec) < 3 {
+					return status.Error(codes.Internal, "a worker's message of the wrong shape")
+				}
 				if replies == nil {
 					replies = startReplies(l, c, stream)
 				}
@@ -109,6 +118,11 @@ func (f *front) pass(stream grpc.ServerStream) error {
 				}
 				return status.Error(code, details)
 			}
+		case <-l.done:
+			if len(c.in) > 0 {
+				continue // what the worker sent before its link ended comes first
+			}
+			return status.Error(codes.Unavailable, "the node's worker process went away")
 		case <-ctx.Done():
 			l.send([][]byte{{kindCancel}, c.key})
 			return status.FromContextError(ctx.Err()).Err()
@@ -116,8 +130,9 @@ func (f *front) pass(stream grpc.ServerStream) error {
 	}
 }
 
-// callRecord is the call's first record: its deadline, method, caller and metadata.
-func callRecord(key []byte, method string, stream grpc.ServerStream) [][]byte {
+// callRecord is the call's first record: its deadline, method, caller and metadata. A text header whose value
+// is not UTF-8 (grpc-go passes such bytes through; a worker reads text values as UTF-8) refuses the call.
+func callRecord(key []byte, method string, stream grpc.ServerStream) ([][]byte, error) {
 	ctx := stream.Context()
 	deadline := "-1"
 	if d, ok := ctx.Deadline(); ok {
@@ -127,8 +142,8 @@ func callRecord(key []byte, method string, stream grpc.ServerStream) [][]byte {
 	md, _ := metadata.FromIncomingContext(ctx)
 	keys := make([]string, 0, len(md))
 	for k := range md {
-		if strings.HasPrefix(k, ":") || k == workerCaller {
-			continue // pseudo-headers, and a client's attempt at naming the caller
+		if strings.HasPrefix(k, ":") || k == workerCaller || k == "content-type" || k == "grpc-accept-encoding" {
+			continue // pseudo-headers, a client's attempt at naming the caller, and what grpcio keeps to itself
 		}
 		keys = append(keys, k)
 	}
@@ -136,10 +151,13 @@ func callRecord(key []byte, method string, stream grpc.ServerStream) [][]byte {
 	slices.Sort(keys)
 	for _, k := range keys {
 		for _, v := range md[k] {
+			if !strings.HasSuffix(k, "-bin") && !utf8.ValidString(v) {
+				return nil, status.Errorf(codes.InvalidArgument, "metadata: %s's value is not UTF-8", k)
+			}
 			rec = append(rec, []byte(k), []byte(v))
 		}
 	}
-	return rec
+	return rec, nil
 }
 
 // pumpRequests passes the client's messages on, at most `window` ahead of the worker's handler, then the
@@ -164,7 +182,8 @@ func pumpRequests(l *link, c *call, stream grpc.ServerStream, taken chan struct{
 			return
 		}
 		if err != nil {
-			return
+			return // a request grpc-go could not take (too large): it answers the client, and the call's
+			// context ends, which cancels the worker's call (pass)
 		}
 		if waiting != nil && !l.send(waiting) {
 			return
@@ -238,7 +257,13 @@ func callerOf(ctx context.Context) []byte {
 	if !ok {
 		return describeCaller(nil)
 	}
-	key := p.Addr.String() // one connection's calls all have the same caller
+	// one connection's calls all have the same caller; a later connection from the same address (a port
+	// reused behind NAT or a balancer) may be another, so its certificate is part of the key
+	key := p.Addr.String()
+	if info, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS && len(info.State.PeerCertificates) > 0 {
+		leaf := sha256.Sum256(info.State.PeerCertificates[0].Raw)
+		key += " " + string(leaf[:])
+	}
 	if said, ok := callers.Load(key); ok {
 		return said.([]byte)
 	}
@@ -252,7 +277,7 @@ func callerOf(ctx context.Context) []byte {
 }
 
 var (
-	callers     sync.Map // address -> caller JSON
+	callers     sync.Map // address and leaf certificate's hash -> caller JSON
 	callersKept atomic.Int64
 )
 

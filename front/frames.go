@@ -97,7 +97,7 @@ func readFrame(r *bufio.Reader, maxBytes int) ([][][]byte, error) {
 	records := make([][][]byte, 0, min(count, 1024))
 	for range count {
 		nfields, err := number()
-		if err != nil || nfields > len(body) {
+		if err != nil || nfields > (len(body)-at)/4 { // each field takes at least its length's 4 bytes
 			return nil, errShape
 		}
 		fields := make([][]byte, 0, nfields)

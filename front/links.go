@@ -125,7 +125,10 @@ func (l *link) fail(why string) {
 	close(l.done)
 	l.conn.Close()
 	for _, c := range calls {
-		c.in <- statusRecord(c.key, codes.Unavailable, "the node's worker process went away: "+why)
+		select { // never blocks: a call whose records are not taken sees l.done instead
+		case c.in <- statusRecord(c.key, codes.Unavailable, "the node's worker process went away: "+why):
+		default:
+		}
 	}
 }
 

@@ -172,14 +172,22 @@ _EVENTUAL = {f"/{corelink.NAMESERVER.full_name}/{name}":
 
 def _inline_reads(replica: ReadReplica, groups: GroupLinks | None) -> Inline:
     """A worker's calls from the Go front end that run on the link's thread: eventual reads that will not
-    wait (no min_offset past what the replica has applied; with several groups, none at all)."""
+    wait (no offset the request names past what the replica has applied; with several groups, none at all)."""
     def here(method: str, request: bytes) -> bool:
-        try:
-            wanted = getattr(_EVENTUAL[method].FromString(request), "min_offset", 0)
-        except Exception:  # undecodable: the pool's call answers INVALID_ARGUMENT, as ever
-            return False
-        return bool(wanted == 0 or (groups is None and wanted <= replica.offset))
+        wanted = wanted_offset(method, request)
+        return wanted is not None and (wanted == 0 or (groups is None and wanted <= replica.offset))
     return Inline(frozenset(_EVENTUAL), here)
+
+
+def wanted_offset(method: str, request: bytes) -> int | None:
+    """The highest offset an eventual read's request makes it wait for (min_offset, and every entry of
+    min_offsets: GetRoute and GetClusterInfo wait for their largest); None for a request that does not
+    decode (the pool's call answers INVALID_ARGUMENT, as ever)."""
+    try:
+        decoded = _EVENTUAL[method].FromString(request)
+    except Exception:
+        return None
+    return max([getattr(decoded, "min_offset", 0), *getattr(decoded, "min_offsets", ())])
 
 
 def unchanged_counts(channels: list[CoreChannel]) -> tuple[int, int]:

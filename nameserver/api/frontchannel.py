@@ -56,6 +56,7 @@ from nameserver.api.writechannel import (
     readable,
 )
 from nameserver.config import NodeConfig
+from nameserver.core.nowait import WouldBlock, no_wait
 
 log = logging.getLogger("nameserver.api.frontchannel")
 
@@ -136,6 +137,7 @@ class _Call:
         self.method = method
         self.known_caller = known_caller
         self.held: bytes | None = None  # an inline candidate's request, until its stream ends (_take)
+        self.streamed = False  # it sent a second request message: never inline
         self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # made when a reply stream starts (most calls are unary: none); set before that stream's first
         # is_active(), so a cancel either finds it to release or is seen by that check
@@ -169,6 +171,7 @@ class FrontServer(framing.LinkServer):
         self.inline = inline
         self.interceptors = tuple(interceptors)
         self.generic: list[grpc.GenericRpcHandler] = []
+        self.max_message = cfg.max_message_bytes
         self.max_frame = BATCH_BYTES + cfg.max_message_bytes + framing.FRAME_SLACK
         self.max_calls = cfg.grpc_max_concurrent_rpcs
         self.pool = ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc")
@@ -210,6 +213,9 @@ class FrontServer(framing.LinkServer):
             if self.listening:
                 log.warning("front channel: the front end's link ended: %s", exc)
         finally:
+            for call in held.values():  # never run: each gives its concurrency slot back
+                self._finish(call, calls, STATUS, [str(grpc.StatusCode.CANCELLED.value[0]).encode(),
+                                                   b"the front end's link ended"])
             sender.close()
             with self._lock:
                 left = list(calls.values())
@@ -229,8 +235,13 @@ class FrontServer(framing.LinkServer):
             caller = _caller(fields[4])
             call = _Call(call_id, sender, fields[3].decode(errors="replace"), caller is not None)
             peer, auth = caller if caller is not None else ("unknown", {})
-            call.context = FrontContext(None if ns == _NO_TIME else ns / 1e9, _metadata_of(fields[5:]), peer, auth,
-                                        call.wake)
+            try:
+                metadata = _metadata_of(fields[5:])
+            except UnicodeDecodeError:  # this call's fault, not the link's: it alone is refused
+                sender.put([STATUS, call_id, str(grpc.StatusCode.INVALID_ARGUMENT.value[0]).encode(),
+                            f"metadata: {_undecodable(fields[5:])}'s value is not UTF-8".encode()])
+                return
+            call.context = FrontContext(None if ns == _NO_TIME else ns / 1e9, metadata, peer, auth, call.wake)
             with self._lock:
                 calls[call_id] = call
                 refused = self._running >= self.max_calls
@@ -250,14 +261,17 @@ class FrontServer(framing.LinkServer):
             return  # a call that ended already
         if kind == MESSAGE and len(fields) == 3:
             found.requests.put(fields[2])
-            if call_id in held:
-                found.held = fields[2] if found.held is None else None  # a second message: not a unary call
+            if (candidate := held.get(call_id)) is not None:
+                if candidate.held is None and not candidate.streamed:
+                    candidate.held = fields[2]
+                else:  # a second message: not a unary call, whatever comes after; the pool's
+                    candidate.held, candidate.streamed = None, True
         elif kind == HALF_CLOSE:
             found.requests.put(_END)
             if held.pop(call_id, None) is not None:
                 request, found.held = found.held, None
                 if request is not None and self.inline is not None and self.inline.here(found.method, request):
-                    self._run(found, calls)
+                    self._run(found, calls, inline=request)
                 else:
                     self.pool.submit(self._run, found, calls)
         elif kind == CANCEL and found.context is not None:
@@ -274,29 +288,48 @@ class FrontServer(framing.LinkServer):
 
     # ---- a call ----------------------------------------------------------------------------------------
 
-    def _run(self, call: _Call, calls: dict[bytes, _Call]) -> None:
-        context, method = call.context, call.method
+    def _run(self, call: _Call, calls: dict[bytes, _Call], inline: bytes | None = None) -> None:
+        """Answer `call`; `inline`: its one request, run on the link's thread where nothing may wait (a step
+        that would wait hands the call to the pool, nothing answered: nameserver/core/nowait.py)."""
+        context = call.context
         assert context is not None
         kind, fields = STATUS, [b"13", b"the worker did not answer"]
         try:
-            if not call.known_caller:
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, "the front end did not name the call's caller")
-            kind, fields = self._answer(call, method, context)
-            kind, fields = context.set_status() or (kind, fields)
-        except LocalRpcError as exc:
-            kind, fields = STATUS, [str(exc.code().value[0]).encode(), (exc.details() or "").encode()]
-        except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
-            set_status = context.set_status()  # a method not implemented sets UNIMPLEMENTED, then raises
-            if set_status is None:
-                log.exception("front channel call %s failed", method)
-            kind, fields = set_status or (STATUS, [str(grpc.StatusCode.UNKNOWN.value[0]).encode(),
-                                                   f"Exception calling application: {exc}".encode()])
+            if inline is None:
+                kind, fields = self._outcome(call, context)
+            else:
+                with no_wait():
+                    kind, fields = self._outcome(call, context, inline=True)
+        except WouldBlock:  # its request again, and its end (the first copy of both were taken)
+            call.requests = queue.SimpleQueue()
+            call.requests.put(inline)
+            call.requests.put(_END)
+            self.pool.submit(self._run, call, calls)
+            return
         finally:
             if context.ended_with is not None:  # cancelled with a status: the client gets that one
                 kind, fields = STATUS, [str(context.ended_with[0].value[0]).encode(), context.ended_with[1].encode()]
-            fields += _metadata_fields(context.trailing())
-            self._finish(call, calls, kind, fields)
-            context.end()
+        fields += _metadata_fields(context.trailing())
+        self._finish(call, calls, kind, fields)
+        context.end()
+
+    def _outcome(self, call: _Call, context: FrontContext, inline: bool = False) -> tuple[bytes, list[bytes]]:
+        """The call's answer: its reply, or its status."""
+        try:
+            if not call.known_caller:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "the front end did not name the call's caller")
+            kind, fields = self._answer(call, call.method, context)
+            return context.set_status() or (kind, fields)
+        except LocalRpcError as exc:
+            return STATUS, [str(exc.code().value[0]).encode(), (exc.details() or "").encode()]
+        except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
+            if inline and isinstance(exc, WouldBlock):
+                raise  # _run hands the call to the pool
+            set_status = context.set_status()  # a method not implemented sets UNIMPLEMENTED, then raises
+            if set_status is None:
+                log.exception("front channel call %s failed", call.method)
+            return set_status or (STATUS, [str(grpc.StatusCode.UNKNOWN.value[0]).encode(),
+                                           f"Exception calling application: {exc}".encode()])
 
     def _handler(self, method: str, context: FrontContext) -> Any:
         """The method's handler wrapped by the interceptors, as grpcio's server would build it; None when
@@ -331,7 +364,7 @@ class FrontServer(framing.LinkServer):
         behavior = (handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream)
         encode = handler.response_serializer or (lambda reply: reply)
         if not handler.response_streaming:
-            return UNARY, [encode(behavior(arg, context))]
+            return UNARY, [self._within_bound(encode(behavior(arg, context)), context)]
         responses = iter(behavior(arg, context))
         credits = call.credits = threading.Semaphore(WINDOW)
         for reply in responses:
@@ -342,8 +375,21 @@ class FrontServer(framing.LinkServer):
                 next(responses, None)
                 _close(responses)
                 context.abort(grpc.StatusCode.CANCELLED, "the caller went away")
-            call.sender.put([MESSAGE, call.id, encode(reply)])
+            try:
+                message = self._within_bound(encode(reply), context)
+            except BaseException:
+                _close(responses)
+                raise
+            call.sender.put([MESSAGE, call.id, message])
         return STATUS, [b"0", b""]
+
+    def _within_bound(self, reply: bytes, context: FrontContext) -> bytes:
+        """`reply`, when [grpc] max_message_bytes allows it; else the call ends as grpcio's server ends it
+        (a reply past the bound would also be past the front end's frame bound, and end the whole link)."""
+        if len(reply) > self.max_message:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"Sent message larger than max ({len(reply)} vs. {self.max_message})")
+        return reply
 
 
 class Inline:
@@ -363,6 +409,18 @@ class Inline:
 def _caller(value: bytes) -> tuple[str, dict[str, list[bytes]]] | None:
     """decode_caller, once per distinct caller (a connection's calls all name the same one)."""
     return decode_caller(value.decode(errors="replace"))
+
+
+def _undecodable(fields: list[bytes]) -> str:
+    """The first key whose text value _metadata_of could not decode."""
+    for k, v in zip(fields[::2], fields[1::2], strict=True):
+        key = k.decode(errors="replace")
+        if not key.endswith("-bin"):
+            try:
+                v.decode()
+            except UnicodeDecodeError:
+                return key
+    return "a header"
 
 
 def _close(responses: Iterator[Any]) -> None:

@@ -15,6 +15,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import ssl
+import struct
 import subprocess
 import threading
 import time
@@ -26,13 +29,14 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from nameserver import headers, tlsconf
+from nameserver import framing, headers, tlsconf
 from nameserver.api.callguard import CallGuard
 from nameserver.api.frontchannel import FrontServer, socket_path
 from nameserver.config import NodeConfig
 from nameserver.ops import gobuild, gofront
 from nameserver.ops.metrics import RequestMetrics
 from tests.certs import TestCA
+from tests.security import http2
 
 PROGRESS_MS = 1000
 
@@ -42,12 +46,15 @@ class Handlers(grpc.GenericRpcHandler):
 
     def __init__(self) -> None:
         self.cancelled = threading.Event()
+        self.drained_at = 0.0
         unary, server_stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
         self.methods: dict[str, grpc.RpcMethodHandler] = {
             "/t.T/Echo": unary(self.echo), "/t.T/Abort": unary(self.abort), "/t.T/Wait": unary(self.wait),
             "/t.T/Count": server_stream(self.count), "/t.T/Flood": server_stream(self.flood),
             "/t.T/Sum": grpc.stream_unary_rpc_method_handler(self.sum),
-            "/t.T/Unwritten": unary(self.unwritten)}
+            "/t.T/Drain": grpc.stream_unary_rpc_method_handler(self.drain),
+            "/t.T/Unwritten": unary(self.unwritten), "/t.T/Big": unary(lambda request, context: b"x" * (10 << 20)),
+            "/t.T/BigStream": server_stream(lambda request, context: iter([b"a", b"x" * (10 << 20)]))}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self.methods.get(handler_call_details.method)
@@ -89,6 +96,15 @@ class Handlers(grpc.GenericRpcHandler):
     def flood(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         while context.is_active():
             yield b"x" * (1 << 20)
+
+    def drain(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        """Reads the client's stream to its end; notes the call's own end (a cancel) with the time."""
+        for _ in requests:
+            pass
+        if not context.is_active():
+            self.drained_at = time.monotonic()
+            self.cancelled.set()
+        return b""
 
     @staticmethod
     def sum(requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
@@ -172,6 +188,7 @@ def test_the_handler_sees_the_deadline_the_caller_and_the_metadata(pipe: Pipe) -
     keys = [k for k, _ in reply["metadata"]]
     assert ["x-client-id", "c1"] in reply["metadata"]
     assert headers.WORKER_CALLER not in keys  # a client cannot name the caller
+    assert "content-type" not in keys and "grpc-accept-encoding" not in keys  # as grpcio's handler sees it
     no_deadline = json.loads(pipe.method("Echo")(b""))
     assert no_deadline["left"] is None
 
@@ -184,6 +201,34 @@ def test_the_message_bound_is_the_nodes(pipe: Pipe) -> None:
     with pytest.raises(grpc.RpcError) as err:
         sum_of(iter([b"x" * (9 << 20)]), timeout=30)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
+
+
+def test_a_request_past_the_message_bound_ends_the_workers_call_at_once(pipe: Pipe) -> None:
+    """A client stream whose second message is past [grpc] max_message_bytes: the client gets
+    RESOURCE_EXHAUSTED (grpc-go's words: it answers the client itself, and ends the call's context), and
+    the worker's handler, still reading, is cancelled then, not at the progress bound."""
+    pipe.handlers.cancelled.clear()
+    with pytest.raises(grpc.RpcError) as err:
+        pipe.method("Drain", "stream_unary")(iter([b"small", b"x" * (9 << 20)]), timeout=30)
+    ended = time.monotonic()
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
+    assert f"larger than max ({9 << 20} vs. {8 << 20})" in (err.value.details() or "")
+    assert pipe.handlers.cancelled.wait(5)
+    assert pipe.handlers.drained_at - ended < PROGRESS_MS / 1000 / 2  # the cancel, not the call guard's bound
+
+
+def test_a_reply_past_the_message_bound_fails_its_call_only(pipe: Pipe) -> None:
+    """A 10 MiB reply (past [grpc] max_message_bytes, and past the front end's frame bound, 9 MiB and a
+    little): that call ends RESOURCE_EXHAUSTED as grpcio's server ends it; the worker's link, and the next
+    call, go on."""
+    with pytest.raises(grpc.RpcError) as unary:
+        pipe.method("Big")(b"", timeout=30)
+    assert unary.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, unary.value
+    assert unary.value.details() == f"Sent message larger than max ({10 << 20} vs. {8 << 20})"
+    with pytest.raises(grpc.RpcError) as streamed:
+        list(pipe.method("BigStream", "unary_stream")(b"", timeout=30))
+    assert streamed.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, streamed.value
+    assert json.loads(pipe.method("Echo")(b"after", timeout=5))["request"] == "after"
 
 
 def test_a_compressed_call_is_taken_as_grpcio_takes_it(pipe: Pipe) -> None:
@@ -273,3 +318,106 @@ def test_a_method_handler_built_once_still_counts_and_checks_every_call(tmp_path
         "service": "t.T", "method": "Echo", "type": "client_stream", "code": "OK"}) == 4  # the call guard's kind
     assert [round(s["left"]) for s in seen] == [5, 6, 7, 20]
     assert seen[0]["peer"] == seen[2]["peer"] != seen[3]["peer"], seen
+
+
+def _raw_call(addr: str, path: str, header: tuple[str, str | bytes],
+              connect: Callable[[], socket.socket] | None = None) -> bytes:
+    """One gRPC call over HTTP/2 written by hand (tests/security/http2.py), with a header grpcio's client
+    would refuse to send (a text value that is not UTF-8), over `connect()`'s socket (or a plain one): what
+    came back until the stream ended (or 5 s)."""
+    host, port = addr.rsplit(":", 1)
+    block = http2.header_block([(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", addr),
+                                ("content-type", "application/grpc"), ("te", "trailers"), header])
+    with connect() if connect is not None else socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(http2.PREFACE + http2.frame(http2.SETTINGS, 0, 0)
+                     + http2.frame(http2.HEADERS, http2.END_HEADERS, 1, block)
+                     + http2.frame(http2.DATA, http2.END_STREAM, 1, b"\x00\x00\x00\x00\x00"))
+        got = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                got += chunk
+                if TRAILERS in got:
+                    break
+        return got
+
+
+TRAILERS = b"\x01\x05\x00\x00\x00\x01"  # a HEADERS frame's type, END_STREAM|END_HEADERS and stream 1
+
+
+def test_a_header_value_that_is_not_utf8_fails_its_call_only(tmp_path_factory: pytest.TempPathFactory,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """grpc-go passes a text header's bytes >= 0x80 through: the call is refused (the front end names the
+    header), and the worker's link, and with it every other call, goes on."""
+    with front_end(str(tmp_path_factory.mktemp("front-utf8"))) as (addr, _), grpc.insecure_channel(addr) as channel:
+        echo: Callable[..., bytes] = channel.unary_unary("/t.T/Echo")
+        for _ in range(3):
+            answer = _raw_call(addr, "/t.T/Echo", ("x-a", b"\xff"))
+            assert TRAILERS in answer, answer  # ended with trailers, not a reset
+            assert json.loads(echo(b"still", timeout=5))["request"] == "still"
+    assert "link ended" not in caplog.text  # the front end reconnects, but each link lost failed its calls
+
+
+def test_a_worker_refuses_a_call_record_it_cannot_read_and_keeps_its_link(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The worker's own check (whatever the front end let through): that call gets INVALID_ARGUMENT naming
+    the header, the next call on the same link is served."""
+    data_dir = str(tmp_path_factory.mktemp("front-record"))
+    cfg = NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[])
+    server = FrontServer(cfg, socket_path(data_dir, 0), [])
+    handlers = Handlers()
+    server.add_generic_rpc_handlers((handlers,))
+    server.start()
+    caller = json.dumps({"peer": "ipv4:127.0.0.1:1", "auth": {}}).encode()
+    try:
+        with socket.socket(socket.AF_UNIX) as link:
+            link.settimeout(5)
+            link.connect(socket_path(data_dir, 0))
+            bad, good = (1).to_bytes(8, "big"), (2).to_bytes(8, "big")
+            link.sendall(framing.pack([[b"c", bad, b"-1", b"/t.T/Echo", caller, b"x-a", b"\xff"],
+                                       [b"m", bad, b"x"], [b"h", bad]]))
+            link.sendall(framing.pack([[b"c", good, b"-1", b"/t.T/Count", caller], [b"m", good, b"1"],
+                                       [b"h", good]]))
+            answers: dict[bytes, list[bytes]] = {}
+            while len(answers) < 2 or answers[good][0] != b"s":
+                body = framing.read_frame(link, 1 << 20)
+                assert body is not None, answers
+                for record in framing.unpack(body):
+                    answers[record[1]] = record
+        assert answers[bad][:4] == [b"s", bad, b"3", b"metadata: x-a's value is not UTF-8"]
+        assert answers[good][:3] == [b"s", good, b"0"]
+    finally:
+        server.stop()
+
+
+def test_a_later_connection_from_the_same_address_is_named_by_its_own_certificate(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Two TLS connections from one client address and port, one after the other (a port reused behind a
+    NAT or a balancer), each with its own client certificate: each call is named by its connection's."""
+    root = str(tmp_path_factory.mktemp("front-reuse"))
+    ca = TestCA(os.path.join(root, "pki"))
+    node = ca.node("node")
+    with front_end(root, tls_cert_file=node.cert, tls_key_file=node.key, tls_ca_file=ca.ca_file,
+                   tls_client_auth="require") as (addr, _):
+        host, port = addr.rsplit(":", 1)
+        with socket.socket() as probe:  # a free local port, then each connection from it
+            probe.bind(("127.0.0.1", 0))
+            local = probe.getsockname()[1]
+        for name in ("broker-1", "admin-1"):
+            client = ca.issue(name)
+            tls = ssl.create_default_context(cafile=ca.ca_file)
+            tls.load_cert_chain(client.cert, client.key)
+            tls.set_alpn_protocols(["h2"])
+
+            def connect(tls: ssl.SSLContext = tls) -> socket.socket:
+                raw = socket.socket()
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # no TIME_WAIT
+                raw.bind(("127.0.0.1", local))
+                raw.settimeout(5)
+                raw.connect((host, int(port)))
+                return tls.wrap_socket(raw, server_hostname="localhost")
+
+            answer = _raw_call(addr, "/t.T/Echo", ("x-b", "1"), connect)
+            said, _ = json.JSONDecoder().raw_decode(answer[answer.index(b'{"left"'):].decode(errors="replace"))
+            assert said["peer"] == f"ipv4:127.0.0.1:{local}"
+            assert said["auth"]["x509_common_name"] == [name], said

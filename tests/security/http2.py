@@ -13,6 +13,7 @@ import socket
 import ssl
 import struct
 import threading
+from collections.abc import Sequence
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
@@ -23,13 +24,13 @@ def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     return struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", kind, flags, stream) + payload
 
 
-def _string(s: str) -> bytes:
-    data = s.encode()
+def _string(s: str | bytes) -> bytes:
+    data = s.encode() if isinstance(s, str) else s  # bytes: sent as they are (a value no client would send)
     assert len(data) < 127, "one-byte HPACK lengths only"
     return bytes([len(data)]) + data
 
 
-def header_block(fields: list[tuple[str, str]]) -> bytes:
+def header_block(fields: Sequence[tuple[str, str | bytes]]) -> bytes:
     """HPACK "literal header field without indexing, new name" for each field (RFC 7541 6.2.2)."""
     return b"".join(b"\x00" + _string(name) + _string(value) for name, value in fields)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -18,16 +19,28 @@ import pytest
 from nameserver import framing
 from nameserver.api.frontchannel import CALL, HALF_CLOSE, MESSAGE, UNARY, FrontServer, Inline, socket_path
 from nameserver.config import NodeConfig
+from nameserver.core.nowait import WouldBlock, waiting_allowed
+from nameserver.pb import api_pb2
+from nameserver.worker import wanted_offset
 
-READ = "/t.T/Read"
+READ, BUSY = "/t.T/Read", "/t.T/Busy"
 CALLER = json.dumps({"peer": "ipv4:127.0.0.1:1", "auth": {}}).encode()
 
 
 class Reads(grpc.GenericRpcHandler):
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        if handler_call_details.method == BUSY:
+            return grpc.unary_unary_rpc_method_handler(busy)
         if handler_call_details.method != READ:
             return None
         return grpc.unary_unary_rpc_method_handler(lambda request, context: threading.current_thread().name.encode())
+
+
+def busy(request: bytes, context: grpc.ServicerContext) -> bytes:
+    """A read that would wait (an offset the replica has not applied): it may not on the link's thread."""
+    if not waiting_allowed():
+        raise WouldBlock("the offset is not applied yet")
+    return threading.current_thread().name.encode() + b" " + request
 
 
 @pytest.fixture
@@ -35,7 +48,8 @@ def link(tmp_path: Any) -> Iterator[socket.socket]:
     data_dir = str(tmp_path)
     cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
                   worker_processes=1, workers=4)
-    server = FrontServer(cfg, socket_path(data_dir, 0), [], Inline(frozenset({READ}), lambda method, request: True))
+    server = FrontServer(cfg, socket_path(data_dir, 0), [],
+                         Inline(frozenset({READ, BUSY}), lambda method, request: True))
     server.add_generic_rpc_handlers((Reads(),))
     server.start()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -73,3 +87,65 @@ def test_a_request_in_the_same_frame_is_answered_on_the_link_thread_and_a_late_o
     threading.Event().wait(0.2)
     link.sendall(framing.pack([[MESSAGE, two, b"x"], [HALF_CLOSE, two]]))
     assert _answer(link)[2].decode().startswith("grpc")
+
+
+def test_a_call_with_more_than_one_request_message_is_never_inline(link: socket.socket) -> None:
+    """A unary method sent A, B, C (a client that is not grpcio's) is the pool's: the handler reads A, and
+    whether C would not wait says nothing of A."""
+    key = (1).to_bytes(8, "big")
+    link.sendall(framing.pack([[CALL, key, b"-1", READ.encode(), CALLER], [MESSAGE, key, b"a"], [MESSAGE, key, b"b"],
+                               [MESSAGE, key, b"c"], [HALF_CLOSE, key]]))
+    assert _answer(link)[2].decode().startswith("grpc")
+
+
+def test_an_inline_call_that_would_wait_is_handed_to_the_pool(link: socket.socket) -> None:
+    """The backstop: a read the inline check let through that would still wait raises WouldBlock on the
+    link's thread (nothing answered) and is answered by the pool, with its request."""
+    key = (1).to_bytes(8, "big")
+    link.sendall(framing.pack([[CALL, key, b"-1", BUSY.encode(), CALLER], [MESSAGE, key, b"r"], [HALF_CLOSE, key]]))
+    kind, got, reply = _answer(link)[:3]
+    assert (kind, got) == (UNARY, key)
+    assert reply.startswith(b"grpc") and reply.endswith(b" r"), reply
+
+
+def test_the_offset_an_inline_read_waits_for_counts_every_offset_it_names() -> None:
+    route, cluster = "/rip18.nameserver.v1.NameServer/GetRoute", "/rip18.nameserver.v1.NameServer/GetClusterInfo"
+    assert wanted_offset(route, api_pb2.GetRouteRequest(topic="t", min_offsets=[9]).SerializeToString()) == 9
+    assert wanted_offset(route, api_pb2.GetRouteRequest(min_offset=3, min_offsets=[2]).SerializeToString()) == 3
+    assert wanted_offset(cluster, api_pb2.GetClusterInfoRequest(min_offsets=[0, 7]).SerializeToString()) == 7
+    assert wanted_offset(route, b"") == 0
+    assert wanted_offset(route, b"\xff\xff") is None
+
+
+def test_a_call_held_when_its_link_ends_gives_its_concurrency_slot_back(tmp_path: Any) -> None:
+    """A call whose request never came before the front end's link ended never runs: its slot is the
+    next link's (else enough lost links leave the worker answering "Concurrent RPC limit exceeded")."""
+    data_dir = str(tmp_path)
+    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
+                  worker_processes=1, workers=4, grpc_max_concurrent_rpcs=1)
+    server = FrontServer(cfg, socket_path(data_dir, 0), [], Inline(frozenset({READ}), lambda method, request: True))
+    server.add_generic_rpc_handlers((Reads(),))
+    server.start()
+    try:
+        for i in range(3):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lost:
+                lost.connect(socket_path(data_dir, 0))
+                # the call waits for the next frame (its request, likely), which ends the link: past any bound
+                lost.sendall(framing.pack([[CALL, (i).to_bytes(8, "big"), b"-1", READ.encode(), CALLER]])
+                             + b"\xff\xff\xff\xff")
+                threading.Event().wait(0.1)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as link:
+            link.settimeout(5)
+            link.connect(socket_path(data_dir, 0))
+            key = (9).to_bytes(8, "big")
+            deadline = time.monotonic() + 5
+            while True:  # the lost links' ends are seen on their own threads: a moment later at most
+                link.sendall(framing.pack([[CALL, key, b"-1", READ.encode(), CALLER], [MESSAGE, key, b"x"],
+                                           [HALF_CLOSE, key]]))
+                answer = _answer(link)
+                if answer[0] == UNARY or time.monotonic() > deadline:
+                    break
+                threading.Event().wait(0.05)
+            assert answer[0] == UNARY, answer
+    finally:
+        server.stop()
