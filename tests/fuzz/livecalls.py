@@ -130,7 +130,8 @@ def waits_for_offset(m: Method, request: Message | None, applied: int) -> bool:
         return request.to_offset > applied
     if m.name == "DigestAt":
         return request.offset > applied
-    return getattr(request, "min_offset", 0) > applied
+    # min_offsets: each Raft group's entry of a read-your-writes vector (one group: group 0's, as min_offset)
+    return max([getattr(request, "min_offset", 0), *getattr(request, "min_offsets", ())]) > applied
 
 
 def allowed(m: Method, request: Message | None, applied: int, on_leader: bool) -> set[grpc.StatusCode]:
