@@ -81,7 +81,13 @@ def fleet(clusters: tuple[Cluster, NodeProc]) -> Iterator[None]:
     try:
         for broker in brokers:
             for node in (sharded.nodes[0], reference):
+                # a real broker registers again on its period: a "try again later" (a group core's port not
+                # open yet right after the cluster is ready, seen in CI) is tried again, as _register_grpc does
                 resp = broker.register(node.remoting_addr, [*TOPICS, f"Own-{broker.name}"])
+                deadline = time.monotonic() + 30
+                while resp.code != codes.SUCCESS and "try again later" in resp.remark and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    resp = broker.register(node.remoting_addr, [*TOPICS, f"Own-{broker.name}"])
                 assert resp.code == codes.SUCCESS, resp.remark
         for i, name in enumerate([*GRPC.values(), MOVED]):
             for node in (sharded.nodes[1], reference):
