@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from nameserver.errors import TooLargeError, ValidationError
 from nameserver.logformat import keynames
@@ -231,6 +232,12 @@ def check_min_offsets(field: str, offsets: Sequence[int], groups: int) -> None:
                                      f"{'s' if groups > 1 else ''} (one entry a group)")
     for k, offset in enumerate(offsets):
         check_min_offset(f"{field}[{k}]", offset)
+
+
+def highest_min_offset(request: Any) -> int:
+    """The highest offset a read's request asks for: its min_offset and every entry of its min_offsets (a
+    read waits for the largest); 0 for a request with neither."""
+    return max([getattr(request, "min_offset", 0), *getattr(request, "min_offsets", ())])
 
 
 def check_kv(namespace: str, key: str | None = None, value: str | None = None) -> None:

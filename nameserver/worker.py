@@ -27,7 +27,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
-from nameserver import headers, tlsconf
+from nameserver import headers, tlsconf, validation
 from nameserver.api import auth, corelink, frontchannel, grpcserver, writechannel
 from nameserver.api.coreindex import CoreReadIndex
 from nameserver.api.frontchannel import FrontServer, Inline
@@ -187,7 +187,7 @@ def wanted_offset(method: str, request: bytes) -> int | None:
         decoded = _EVENTUAL[method].FromString(request)
     except Exception:
         return None
-    return max([getattr(decoded, "min_offset", 0), *getattr(decoded, "min_offsets", ())])
+    return validation.highest_min_offset(decoded)
 
 
 def unchanged_counts(channels: list[CoreChannel]) -> tuple[int, int]:

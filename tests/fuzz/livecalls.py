@@ -13,7 +13,7 @@ import grpc
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
-from nameserver import headers
+from nameserver import headers, validation
 from nameserver.pb import api_pb2
 
 C = grpc.StatusCode
@@ -130,8 +130,7 @@ def waits_for_offset(m: Method, request: Message | None, applied: int) -> bool:
         return request.to_offset > applied
     if m.name == "DigestAt":
         return request.offset > applied
-    # min_offsets: each Raft group's entry of a read-your-writes vector (one group: group 0's, as min_offset)
-    return max([getattr(request, "min_offset", 0), *getattr(request, "min_offsets", ())]) > applied
+    return validation.highest_min_offset(request) > applied
 
 
 def allowed(m: Method, request: Message | None, applied: int, on_leader: bool) -> set[grpc.StatusCode]:
