@@ -45,7 +45,7 @@ test: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
-	RMQ_INTEROP=1 RMQ_LINES=5.x $(PY) -m pytest -q --durations=30 -m 'not slow and not interop'
+	RMQ_INTEROP=1 RMQ_LINES=5.x $(PY) -m pytest -q --durations=60 -m 'not slow and not interop'
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
