@@ -145,6 +145,9 @@ def test_a_set_claimed_through_the_controller_first_is_placed_by_its_hash() -> N
     record in group 0 does not keep the set there (its broker/ record would)."""
     states = [MetadataState(), MetadataState()]
     claimed(states[0], IN_1)
+    with pytest.raises(ValidationError) as err:  # no routes anywhere yet: nothing of the set to move
+        duty.validate_move(states, IN_1, 1)
+    assert err.value.field == "broker_name"
     assert registered_in(states, IN_1) == 1
     assert states[1].broker_data(IN_1) is not None and states[0].broker_data(IN_1) is None
     assert keys.controller_key(IN_1) not in states[1].kv
