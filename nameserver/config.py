@@ -490,9 +490,6 @@ def _check_sharding(cfg: NodeConfig) -> None:
     if cfg.worker_processes < 1:
         raise ConfigError(f"sharding.groups = {cfg.groups} needs node.worker_processes >= 1: only the workers "
                           "follow every group, route writes to their group and merge reads")
-    if cfg.controller_addr:  # its calls are not routed to a set's group yet (docs/scaling.md, "Sharding")
-        raise ConfigError(f"sharding.groups = {cfg.groups} does not serve controller mode yet: remove "
-                          "[controller] listen or set sharding.groups = 1")
     for member in cfg.members:
         port = _port(member.raft_addr) + (cfg.groups - 1) * cfg.raft_port_step
         if port > 65535:

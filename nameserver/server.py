@@ -108,12 +108,16 @@ class Server:
                                cfg.grpc_progress_timeout_ms / 1000) if cfg.worker_processes else None
         # Controller mode (RIP-44; nameserver/controller): served over gRPC by every node, so a follower
         # can forward to whichever node leads; its remoting port only where [controller] listen is set.
+        # With [sharding] groups > 1 only group 0's core serves it: every controller record (ctrl/) is group
+        # 0's (docs/scaling.md, "Controller mode with groups"), so a group k core has no Controller service
+        # and no election scan.
         self.heartbeats = HeartbeatTable(default_timeout_s=cfg.controller_heartbeat_timeout_ms / 1000)
         if self.metrics is not None:
             self.metrics.broker_alive = self.heartbeats.alive
         self.notifier = RoleChangeNotifier()  # used while the replicated notifyBrokerRoleChanged is on
         self.controller = ControllerService(self.node, self.service, self.heartbeats, self.notifier)
-        api_pb2_grpc.add_ControllerServicer_to_server(self.controller, self.grpc)
+        if cfg.group == GROUP0:
+            api_pb2_grpc.add_ControllerServicer_to_server(self.controller, self.grpc)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         reflection.enable_server_reflection(SERVICE_NAMES + (health.SERVICE_NAME, reflection.SERVICE_NAME),
@@ -167,9 +171,10 @@ class Server:
         if cfg.remoting_addr:
             self.broker_channels += [lis.handlers for lis in self.until_ready if isinstance(lis.handlers, Handlers)]
             self.min_broker_id = MinBrokerIdNotifier(self._holds_broker)
-        controller = InProcessStub(self.controller, auth.CONTROLLER_SERVICE)  # the node's own calls: all rights
-        elections = ElectionScan(self.node, controller, self.heartbeats, cfg.controller_scan_interval_ms / 1000)
-        elections.add_to(self.node.duties)
+        if cfg.group == GROUP0:
+            controller = InProcessStub(self.controller, auth.CONTROLLER_SERVICE)  # the node's own calls: all rights
+            elections = ElectionScan(self.node, controller, self.heartbeats, cfg.controller_scan_interval_ms / 1000)
+            elections.add_to(self.node.duties)
         if cfg.controller_addr:
             # RocketMQ 5 brokers' controllerAddr; the protocol carries no credentials ([controller] role)
             role = (cfg.controller_role or "peer") if cfg.auth_enabled else ""

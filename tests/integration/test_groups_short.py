@@ -4,8 +4,10 @@ Registrations land in the group the directory names; every route and the cluster
 equal the one-group node's; `nsctl status` shows each node's group cores; a broker set moved from group 0 to
 group 1 while registrations of it go on loses none. Then the guards of moves (a step that is no move's
 refused by field; one move at a time; a target without room refused up front) and the offset vector (a
-write's, a read waiting for it, the client's token). The long versions (kills, metrics, a dead worker, moves
-with leaders killed) are the slow modules test_groups.py and test_group_moves.py.
+write's, a read waiting for it, the client's token), and controller mode with groups (every ctrl/ record
+group 0's: calls for a set of either group, a set moved keeping its record). The long versions (kills,
+metrics, a dead worker, moves with leaders killed, controller elections with the controller leader killed)
+are the slow modules test_groups.py, test_group_moves.py and test_groups_controller.py.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ from nameserver.state.shards.directory import default_group
 from raftlog.pb import entry_pb2
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
 from tests.fakebroker import FakeBroker
+from tests.integration.groupcontroller import (
+    ControllerSet,
+    controller_records,
+    controller_service_of,
+    held_in,
+    leader_port,
+    member_group,
+)
 from tests.integration.groupcores import (
     answers_equal,
     group_core_channel,
@@ -56,7 +66,7 @@ QUEUE_DATAS = 60  # [limits] max_queue_datas, each group's: the module's other s
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, NodeProc]]:
     sharded = Cluster(str(tmp_path_factory.mktemp("groups-short")), size=3, worker_processes=1, groups=GROUPS,
-                      remoting=True, security={"limits": {"max_queue_datas": QUEUE_DATAS}})
+                      remoting=True, controller=True, security={"limits": {"max_queue_datas": QUEUE_DATAS}})
     one = Cluster(str(tmp_path_factory.mktemp("groups-short-one")), size=1, remoting=True)
     one.start()  # started beside the sharded one (running() waits for each in turn)
     try:
@@ -414,3 +424,64 @@ def test_the_client_s_read_your_writes_token_is_a_vector(clusters: tuple[Cluster
             route = client.get_route("ShortClient", timeout=5)
             assert [bd.broker_name for bd in route.route.broker_datas] == [name], node.name
             assert route.offsets[1] >= reply.offsets[1]
+
+
+def test_controller_mode_serves_sets_of_either_group_and_a_moved_set_keeps_its_record(
+        clusters: tuple[Cluster, NodeProc]) -> None:
+    """Controller mode with groups (docs/scaling.md, "Controller mode with groups"): a set whose routes the
+    directory places in group 1 takes ids, registers, elects and is read over the controller port as one in
+    group 0 does, its controller record in group 0 (group 1's core serves no Controller service and holds no
+    ctrl/ record); GET_BROKER_MEMBER_GROUP answers each set's NameServer registrations from its group. The
+    group-1 set is moved to group 0: its controller record is the same before and after, and an election
+    (the master's in-sync report, then an admin's designated election) works after the move."""
+    sharded, _ = clusters
+    sets = {group: ControllerSet(_named("short-ctl", group), CLUSTER) for group in range(GROUPS)}
+    try:
+        leader = sharded.wait_for("a controller leader", lambda: leader_port(sharded))
+        follower = next(n.controller_addr for n in sharded.nodes if n.controller_addr != leader)
+        controllers = [n.controller_addr for n in sharded.nodes]
+        for group, cs in sets.items():
+            cs.claim([leader, follower])
+            assert cs.ids == [1, 2]
+            cs.heartbeat(controllers)
+            code, header, remark = cs.elect(leader, 1)
+            assert code == 0 and (header["masterBrokerId"], header["masterEpoch"]) == ("1", "1"), remark
+            cs.register_routes(sharded.nodes[group], [f"Ctl-{cs.name}"])
+        for group, cs in sets.items():
+            sharded.wait_for(f"{cs.name}'s routes in group {group} alone on every node", lambda cs=cs, group=group: all(
+                held_in(n, group, cs.name) and not held_in(n, 1 - group, cs.name) for n in sharded.nodes), timeout=20)
+            for node in sharded.nodes:
+                code, header, in_sync = cs.replica_info(node.controller_addr)
+                assert (code, header["masterBrokerId"], header["masterEpoch"]) == (0, "1", "1")
+                assert in_sync == {"syncStateSet": [1], "syncStateSetEpoch": 1}
+                assert member_group(node, CLUSTER, cs.name) == {0: cs.addr(1), 2: cs.addr(2)}
+        names = sorted(cs.name for cs in sets.values())
+        for node in sharded.nodes:
+            sharded.wait_for("both controller records in group 0", lambda node=node: controller_records(node, 0) == [
+                keys.controller_key(name) for name in names], timeout=10)
+            assert controller_records(node, 1) == []
+            assert controller_service_of(node, 1) == grpc.StatusCode.UNIMPLEMENTED
+        listed = api_pb2_grpc.ControllerStub(sharded.nodes[2]._channel()).ListBrokerSets(
+            api_pb2.ListBrokerSetsRequest(), timeout=10)
+        assert sorted(v.broker_name for v in listed.sets) == names
+
+        moved = sets[1]
+        before = [moved.replica_info(n.controller_addr) for n in sharded.nodes]
+        reply = retry(lambda: _move(sharded.nodes[1], moved.name, 0, 30), timeout=30)
+        assert (reply.source, reply.set.group) == (1, 0)
+        sharded.wait_for("the moved set's routes in group 0 alone", lambda: all(
+            held_in(n, 0, moved.name) and not held_in(n, 1, moved.name) for n in sharded.nodes), timeout=20)
+        assert [moved.replica_info(n.controller_addr) for n in sharded.nodes] == before
+        assert all(controller_records(n, 0) == [keys.controller_key(name) for name in names] for n in sharded.nodes)
+        assert member_group(sharded.nodes[2], CLUSTER, moved.name) == {0: moved.addr(1), 2: moved.addr(2)}
+        moved.heartbeat(controllers)  # broker 2 alive on the leader's table: the in-sync report needs it
+        assert moved.report_in_sync(follower, 1, 1, [1, 2], 1) == 2
+        code, header, remark = moved.elect(leader, 2, designate=True)
+        assert code == 0 and (header["masterBrokerId"], header["masterEpoch"]) == ("2", "2"), remark
+        for node in sharded.nodes:
+            code, header, in_sync = moved.replica_info(node.controller_addr)
+            assert (code, header["masterBrokerId"], header["masterEpoch"]) == (0, "2", "2")
+            assert in_sync == {"syncStateSet": [2], "syncStateSetEpoch": 3}
+    finally:
+        for cs in sets.values():
+            cs.stop()

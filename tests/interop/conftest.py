@@ -114,7 +114,7 @@ def start_ours(root: str, **settings) -> Cluster:
     os.makedirs(root, exist_ok=True)
     c = Cluster(root, 3, remoting=True, **settings)
     c.start()
-    c.wait_ready(timeout=60)
+    c.wait_ready(timeout=max(60.0, c.ready_timeout))  # a cluster with workers takes longer (Cluster.ready_timeout)
     return c
 
 

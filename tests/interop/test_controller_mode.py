@@ -5,7 +5,10 @@ in-sync replica has it); a real producer sends and a push consumer receives. The
 SIGKILL: we elect an in-sync slave within the heartbeat timeout plus a scan, the brokers take their new
 roles, the route names the new master, and every acknowledged message is consumed.
 
-The 5.x line only: controller mode does not exist in 4.9.x. All three tests run in `make interop` (a minute to
+The first test runs again against a sharded cluster ([sharding] groups = 2), the set's routes in group 1 and
+its controller record in group 0.
+
+The 5.x line only: controller mode does not exist in 4.9.x. All four tests run in `make interop` (a minute to
 three each); `make test` walks the same protocol with stand-in brokers (tests/integration/test_controller.py)."""
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
+from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2, shards_pb2_grpc, state_pb2
+from tests.cluster import retry
 from tests.controllerview import epoch_problems, masters_by_epoch, summary
+from tests.integration.groupcontroller import controller_records
+from tests.integration.groupcores import own_cluster_info
 from tests.linearizability.checker import INF, Op, check
 from tests.linearizability.porcupine import check_with_porcupine
 
@@ -47,14 +53,19 @@ def controller_settings_for(controller_addr: str) -> dict[str, str]:
             "syncControllerMetadataPeriod": "2000", "haSendHeartbeatInterval": "1000"}
 
 
-@pytest.fixture
-def ctl(tmp_path) -> Iterator[Deployment]:
+def controller_deployment(root: str, **settings) -> Iterator[Deployment]:
+    """Ours (controller ports on) and one broker set of three RocketMQ 5 brokers in controller mode, booted.
+    `settings`: more of tests/cluster.py's (a sharded cluster's), and `before_brokers`, called with the
+    deployment before any broker starts."""
+    before_brokers = settings.pop("before_brokers", None)
     try:
         jars.ensure(VERSION)
     except RuntimeError as exc:
         pytest.fail(f"cannot fetch RocketMQ {VERSION}: {exc}")
-    d = deploy(VERSION, str(tmp_path), brokers=False, controller=True)
+    d = deploy(VERSION, root, brokers=False, controller=True, **settings)
     try:
+        if before_brokers is not None:
+            before_brokers(d)
         extra = controller_settings(d)
         d.brokers = {f"c{i}": d.rmq.broker(SET, d.namesrv, -1, extra=extra, wait=False, instance=f"c{i}")
                      for i in range(3)}
@@ -63,6 +74,27 @@ def ctl(tmp_path) -> Iterator[Deployment]:
         yield d
     finally:
         d.stop()
+
+
+@pytest.fixture
+def ctl(tmp_path) -> Iterator[Deployment]:
+    yield from controller_deployment(str(tmp_path))
+
+
+SHARDED_GROUP = 1  # the set's routes are pinned there; its controller record is group 0's (docs/scaling.md)
+
+
+def _pin_set(d: Deployment) -> None:
+    assert d.ours is not None
+    node = d.ours.nodes[0]
+    retry(lambda: shards_pb2_grpc.ShardsStub(node._channel()).AssignShard(
+        shards_pb2.ShardPlacement(broker_name=SET, group=SHARDED_GROUP), timeout=10), timeout=60)
+
+
+@pytest.fixture
+def ctl_sharded(tmp_path) -> Iterator[Deployment]:
+    """As `ctl`, on a cluster of [sharding] groups = 2 (one worker a node), the set pinned to group 1."""
+    yield from controller_deployment(str(tmp_path), worker_processes=1, groups=2, before_brokers=_pin_set)
 
 
 def broker_set(d: Deployment) -> api_pb2.BrokerSetView | None:
@@ -110,7 +142,25 @@ def route_master(d: Deployment, topic: str) -> set[str]:
 
 @pytest.mark.interop  # about a minute of three broker JVMs; make test walks the protocol with stand-ins
 def test_a_broker_set_elects_on_our_controller_replicates_and_fails_over(ctl: Deployment) -> None:
-    d = ctl
+    elects_replicates_and_fails_over(ctl)
+
+
+@pytest.mark.interop  # as above, beside a sharded cluster's 9 processes
+def test_a_broker_set_in_group_1_of_a_sharded_cluster_elects_and_fails_over(ctl_sharded: Deployment) -> None:
+    """Controller mode with groups (docs/scaling.md, "Controller mode with groups"): the same brokers against
+    a cluster of 2 Raft groups a node, their set's routes in group 1 and its controller record in group 0."""
+    d = ctl_sharded
+    elects_replicates_and_fails_over(d)
+    assert d.ours is not None
+    for node in d.ours.nodes:
+        assert SET in own_cluster_info(node, SHARDED_GROUP).broker_addr_table
+        assert SET not in own_cluster_info(node, 0).broker_addr_table
+        assert controller_records(node, 0) == [f"ctrl/{SET}"] and controller_records(node, SHARDED_GROUP) == []
+
+
+def elects_replicates_and_fails_over(d: Deployment) -> None:
+    """Three brokers in sync under a master we elected; a producer and a consumer; the master SIGKILLed: an
+    in-sync slave elected within the heartbeat timeout and a scan, the route names it, no message lost."""
     view = wait_set(d, "master with all three brokers in sync",
                     lambda v: v.master_id and len(v.sync_state_set) == 3 and len(v.replicas) == 3, timeout=90)
     assert sorted(r.broker_id for r in view.replicas) == [1, 2, 3]  # ids we assigned, from 1

@@ -54,11 +54,19 @@ def test_group_out_of_range_is_refused(tmp_path) -> None:
     ("worker_processes = 1", "[sharding]\ngroups = 2\nraft_port_step = 60000", "sharding.raft_port_step"),
     ("worker_processes = 1", '[sharding]\ngroups = "2"', "sharding.groups"),
     ("worker_processes = 2", "[sharding]\ngroups = 16", "limits.max_followers"),
-    ("worker_processes = 1", '[sharding]\ngroups = 2\n[controller]\nlisten = "127.0.0.1:9878"', "controller"),
 ])
 def test_bad_sharding_is_refused_naming_the_field(tmp_path, node: str, sharding: str, field: str) -> None:
     with pytest.raises(config.ConfigError, match=field):
         _load(tmp_path, node=node, sharding=sharding)
+
+
+def test_controller_mode_with_groups_is_served_by_group_0_s_core_alone(tmp_path) -> None:
+    """[controller] listen with groups > 1 loads (every ctrl/ record is group 0's: docs/scaling.md,
+    "Controller mode with groups"); group k's core has no controller port."""
+    cfg = _load(tmp_path, sharding='[sharding]\ngroups = 2\n[controller]\nlisten = "127.0.0.1:9878"')
+    assert (cfg.groups, cfg.controller_addr) == (2, "127.0.0.1:9878")
+    assert config.group_config(cfg, 0).controller_addr == "127.0.0.1:9878"
+    assert config.group_config(cfg, 1).controller_addr == ""
 
 
 def test_long_data_dir_counts_the_group_directory(tmp_path) -> None:

@@ -96,10 +96,11 @@ def test_assign_set_writes_the_hash_group_once_and_keeps_sets_group0_already_hol
     assert g0.directory.group_of(legacy) == 0 and not g0.directory.assigned(legacy)
     register(g0, reg(legacy, "10.0.0.9:10911"))
     assert apply(g0, moves.assign_set(g0, legacy, "c1", 2)) and g0.directory.group_of(legacy) == 0
-    # controller mode's record alone makes a set group 0's too
+    # controller mode's record does not: every set's is group 0's (docs/scaling.md, "Controller mode with
+    # groups"), and a set whose brokers took their ids first goes where its hash says
     ctl_only = next(n for n in NAMES if default_group(n, 2) == 1 and n not in (name, legacy))
     assert apply(g0, ctl.apply_broker_id(g0, "c1", ctl_only, 1, "10.0.0.8:30911;1"))
-    assert apply(g0, moves.assign_set(g0, ctl_only, "c1", 2)) and g0.directory.group_of(ctl_only) == 0
+    assert apply(g0, moves.assign_set(g0, ctl_only, "c1", 2)) and g0.directory.group_of(ctl_only) == 1
 
 
 def test_assign_set_is_refused_at_apply_when_group0_registered_the_set_meanwhile() -> None:
@@ -143,14 +144,14 @@ SET = "broker-m"
 
 
 def _fleet() -> list[MetadataState]:
-    """Group 0 holds broker-z (and the directory); group 1 holds SET (a master, a slave, filter servers,
-    a controller record), both serving topic T1."""
+    """Group 0 holds broker-z (and the directory, and SET's controller record: every set's is group 0's);
+    group 1 holds SET (a master, a slave, filter servers), both serving topic T1."""
     g0, g1, g2 = MetadataState(), MetadataState(), MetadataState()
     assert apply(g0, moves.pin_set(g0, SET, 1, 3))
     register(g0, reg("broker-z", "10.0.0.26:10911", topics=("T1", "T3")))
     register(g1, reg(SET, "10.0.0.1:10911", filters=("f:1",)))
     register(g1, reg(SET, "10.0.0.2:10911", bid=1))
-    assert apply(g1, ctl.apply_broker_id(g1, "c1", SET, 1, "10.0.0.1:30911;1"))
+    assert apply(g0, ctl.apply_broker_id(g0, "c1", SET, 1, "10.0.0.1:30911;1"))
     return [g0, g1, g2]
 
 
@@ -164,7 +165,9 @@ def test_a_move_copies_every_record_and_no_read_loses_the_set_at_any_step() -> N
     before = merge_route(groups, "T1").route
     assert [bd.broker_name for bd in before.broker_datas] == ["broker-m", "broker-z"]
     held = _records(g1, SET)
-    assert len(held) == 7  # broker/, ctrl/, 2 topics, 2 live/, 1 filter/
+    assert len(held) == 6  # broker/, 2 topics, 2 live/, 1 filter/ (its ctrl/ record is group 0's)
+    ctrl = g0.kv.get(keys.controller_key(SET))
+    assert ctrl is not None
 
     def steps() -> list[tuple[MetadataState, Translation]]:
         return [(g0, moves.begin_move(g0, SET, 2, 3)), (g1, moves.fence_set(g1, SET, 1, 2)),
@@ -186,6 +189,7 @@ def test_a_move_copies_every_record_and_no_read_loses_the_set_at_any_step() -> N
     assert g1.directory.entry(SET) == state_pb2.ShardSet(group=2)
     assert moves.drop_set(g1, g0, 1, SET).empty
     assert merge_route(groups, "T1").route == before
+    assert g0.kv.get(keys.controller_key(SET)) == ctrl and keys.controller_key(SET) not in g2.kv  # never moved
 
 
 def test_a_read_waits_for_the_target_to_hold_the_copy_the_directory_names() -> None:

@@ -36,16 +36,28 @@ def test_writes_of_one_set_go_to_its_group_and_a_new_set_is_assigned_first(g0: M
     # a set no record names is group 0's: its unregistration finds it there (or nothing, as one group would)
     assert route(api_pb2.UnregisterBrokerRequest(broker_name="new"), d, GROUPS) == ToGroup(0)
     assert route(api_pb2.BrokerPermRequest(broker_name="b2"), d, GROUPS) == ToGroup(2)
-    # controller mode: the set's ctrl/ record lives with its other records; the first claim assigns it
-    assert route(api_pb2.ApplyBrokerIdRequest(cluster_name="c", broker_name="new"), d, GROUPS) == AssignFirst(
-        "new", "c")
-    assert route(api_pb2.ControllerRegisterRequest(broker_name="b1"), d, GROUPS) == ToGroup(1)
-    assert route(api_pb2.ElectMasterRequest(broker_name="b2"), d, GROUPS) == ToGroup(2)
-    assert route(api_pb2.AlterSyncStateSetRequest(broker_name="b1"), d, GROUPS) == ToGroup(1)
-    assert route(api_pb2.CleanBrokerDataRequest(broker_name="b1"), d, GROUPS) == ToGroup(1)
-    assert route(api_pb2.BrokerSetRequest(broker_name="b2"), d, GROUPS) == ToGroup(2)
-    assert route(api_pb2.ControllerHeartbeatRequest(broker_name="new"), d, GROUPS) == ToGroup(0)
     assert route(api_pb2.GetBrokerMemberGroupRequest(broker_name="b1"), d, GROUPS) == ToGroup(1)
+
+
+CONTROLLER_REQUESTS = (
+    api_pb2.ApplyBrokerIdRequest(cluster_name="c", broker_name="{}", broker_id=1),
+    api_pb2.ControllerRegisterRequest(broker_name="{}", broker_id=1, broker_address="a:1"),
+    api_pb2.ElectMasterRequest(broker_name="{}"), api_pb2.AlterSyncStateSetRequest(broker_name="{}"),
+    api_pb2.CleanBrokerDataRequest(broker_name="{}"), api_pb2.BrokerSetRequest(broker_name="{}"),
+    api_pb2.ControllerHeartbeatRequest(broker_name="{}", broker_id=1), api_pb2.ListBrokerSetsRequest())
+
+
+@pytest.mark.parametrize("name", ["b1", "b2", "mv", "new"])
+def test_every_controller_request_goes_to_group0_whichever_group_holds_the_set(g0: MetadataState, name: str) -> None:
+    """Controller records are group 0's (docs/scaling.md, "Controller mode with groups"): a set placed in
+    group 1 or 2, moving, or not assigned yet (no AssignFirst: a controller claim places no set)."""
+    for template in CONTROLLER_REQUESTS:
+        request = type(template)()
+        request.CopyFrom(template)
+        if hasattr(request, "broker_name"):
+            request.broker_name = name
+        assert route(request, g0.directory, GROUPS) == ToGroup(0), type(request).__name__
+    assert not g0.directory.assigned("new")
 
 
 def test_records_of_no_broker_set_stay_in_group0(g0: MetadataState) -> None:
@@ -61,7 +73,8 @@ def test_a_moving_set_refuses_writes_but_its_reads_and_heartbeats_go_to_the_sour
     moving = Moving("mv", 1, 2)
     assert route(api_pb2.RegisterBrokerRequest(broker_name="mv"), d, GROUPS) == moving
     assert route(api_pb2.UnregisterBrokerRequest(broker_name="mv"), d, GROUPS) == moving
-    assert route(api_pb2.ElectMasterRequest(broker_name="mv"), d, GROUPS) == moving
+    # its controller record is group 0's and never moves: an election goes on while the set moves
+    assert route(api_pb2.ElectMasterRequest(broker_name="mv"), d, GROUPS) == ToGroup(0)
     topic = api_pb2.RegisterTopicRequest(topic="T", queue_datas=[state_pb2.QueueData(broker_name="b1"),
                                                                  state_pb2.QueueData(broker_name="mv")])
     assert route(topic, d, GROUPS) == moving

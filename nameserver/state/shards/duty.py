@@ -99,9 +99,10 @@ def _leftovers(states: Sequence[MetadataState], broker_name: str, owner: int) ->
 
 
 def _held(state: MetadataState, group: int) -> set[str]:
-    """The sets a group holds records or a fence of, by their broker/ and ctrl/ records and (group k >= 1)
-    its shard/ records other than tombstones: what a resumed leader scans for a move's leftovers."""
-    names = set(state.broker_names()) | set(state.controller_set_names())
+    """The sets a group holds records or a fence of, by their broker/ records and (group k >= 1) its shard/
+    records other than tombstones: what a resumed leader scans for a move's leftovers. Not by ctrl/
+    records: every set's is group 0's (moves.py), never a leftover of a move."""
+    names = set(state.broker_names())
     return names | {name for name in state.directory.names() if _claimed(state, group, name)}
 
 
@@ -109,7 +110,8 @@ def pending_moves(states: Sequence[MetadataState]) -> list[MoveOrder]:
     """The moves a new leader of group 0 resumes, by set name: every set the directory says is moving,
     every set a group holds though the directory names another (its move finished, its drop did not run),
     and every set moved into a group k >= 1 that has not opened it. A leftover known only by
-    queue datas (no broker/, ctrl/ or fence record) is not found here; a move of that set drops it."""
+    queue datas (no broker/ or fence record) is not found here; a move of that set drops it. A set's
+    controller record in group 0 is no leftover (it is group 0's wherever the set is)."""
     directory = states[GROUP0].directory
     found: dict[str, int] = {}
     for name in directory.names():

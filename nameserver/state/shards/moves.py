@@ -26,6 +26,12 @@ itself (step 5) takes them again. It is never deleted, and each step that change
 which every write of the set is guarded by: a write translated before the set left, however late it
 reaches the log (after the drop, or after a move back), is a no-op there.
 
+A set's records here are its NameServer records (broker/, topic/, live/, filter/). Its controller record
+(ctrl/<name>, RIP-44) is never one of them: every controller record is group 0's, whichever group holds the
+set's routes, so no step reads, copies or drops it, a write of it is no set's write (no guard, no
+precondition on the set's shard/ record), and a group k >= 1 takes none (docs/scaling.md, "Controller mode
+with groups").
+
 Bad input raises ValidationError naming the field, and nothing is written.
 """
 
@@ -84,8 +90,9 @@ def check_group(group: int, groups: int) -> None:
 
 
 def _in_group0(state: MetadataState, broker_name: str) -> bool:
-    """The set has records in this (group 0's) state: a set registered before the cluster had groups."""
-    return state.broker_data(broker_name) is not None or state.controller_set(broker_name) is not None
+    """The set has NameServer records in this (group 0's) state: a set registered before the cluster had
+    groups. Its controller record does not count: every set's is group 0's, wherever its routes are."""
+    return state.broker_data(broker_name) is not None
 
 
 def _write(state: MetadataState, broker_name: str, value: state_pb2.ShardSet) -> Translation:
@@ -104,7 +111,6 @@ def assign_set(state: MetadataState, broker_name: str, cluster: str, groups: int
     b = RecordBuilder(state)
     # group 0 must still hold (or not hold) the set's records when this applies
     b.require(keys.broker_key(broker_name))
-    b.require(keys.controller_key(broker_name))
     group = GROUP0 if _in_group0(state, broker_name) else default_group(broker_name, groups)
     key = keys.shard_key(broker_name)
     b.require(key)
@@ -171,14 +177,15 @@ def fence_set(source: MetadataState, broker_name: str, source_group: int, target
 
 
 def sets_written(state: MetadataState, tr: Translation) -> set[str]:
-    """The broker sets whose records a translation writes: named by its broker/, topic/ and ctrl/ keys, and
-    by the set a live/ or filter/ address is registered under (before, and after for a live/ put)."""
+    """The broker sets whose records a translation writes: named by its broker/ and topic/ keys, and by the
+    set a live/ or filter/ address is registered under (before, and after for a live/ put). A ctrl/ key
+    names none: controller records are group 0's, not a set's group's, and stay there when it moves."""
     names: set[str] = set()
     for rec in tr.batch.records:
         key = rec.key
         name: str | None = None
-        if key.startswith((keys.BROKER_PREFIX, keys.CONTROLLER_PREFIX)):
-            name = keys.parse_broker_key(key) or keys.parse_controller_key(key)
+        if key.startswith(keys.BROKER_PREFIX):
+            name = keys.parse_broker_key(key)
         elif key.startswith(keys.TOPIC_PREFIX):
             parsed = keys.parse_topic_key(key)
             name = parsed[1] if parsed is not None else None
@@ -197,7 +204,13 @@ def guard_set_writes(state: MetadataState, tr: Translation, group: int) -> Trans
     """Any write in group `group` (whose state this is), with several groups: SetMoving when it writes
     records of a set fenced here, SetMoved of one moved out (refusal); else guarded by each written set's
     shard/ record keeping its version now (0: absent), so a fence or tombstone applied between translation
-    and apply turns the write into a no-op whose retry is refused."""
+    and apply turns the write into a no-op whose retry is refused. A controller record (ctrl/) is no set's
+    (group 0's alone): refused in a group k >= 1 (ValidationError), unguarded in group 0."""
+    if group != GROUP0:
+        for rec in tr.batch.records:
+            if rec.key.startswith(keys.CONTROLLER_PREFIX):
+                raise ValidationError("broker_name", f"controller record {rec.key[:80]!r} is group 0's, not group "
+                                                     f"{group}'s: controller calls are served by group 0's core")
     written = sets_written(state, tr)
     for name in sorted(written):
         refused = refusal(state, group, name)
@@ -210,9 +223,8 @@ def guard_set_writes(state: MetadataState, tr: Translation, group: int) -> Trans
 
 
 # The records a move's steps write: a set's (set_keys) and its shard/ record; nothing else (KV, settings,
-# bindings, sessions, members are group 0's and never move).
-STEP_PREFIXES = (keys.BROKER_PREFIX, keys.CONTROLLER_PREFIX, keys.TOPIC_PREFIX, keys.LIVE_PREFIX, keys.FILTER_PREFIX,
-                 keys.SHARD_PREFIX)
+# bindings, sessions, members and controller records are group 0's and never move).
+STEP_PREFIXES = (keys.BROKER_PREFIX, keys.TOPIC_PREFIX, keys.LIVE_PREFIX, keys.FILTER_PREFIX, keys.SHARD_PREFIX)
 
 
 def check_step(batch: entry_pb2.Batch) -> None:
@@ -232,9 +244,10 @@ def check_step(batch: entry_pb2.Batch) -> None:
 
 
 def set_keys(state: MetadataState, broker_name: str) -> list[str]:
-    """Every key of one set's records in a group's state: broker/ and ctrl/ by its name, its queue datas,
-    the live/ and filter/ records of the addresses registered under it. Sorted."""
-    found = [keys.broker_key(broker_name), keys.controller_key(broker_name)]
+    """Every key of one set's records in a group's state: broker/ by its name, its queue datas, the live/
+    and filter/ records of the addresses registered under it. Sorted. Not its ctrl/ record: group 0's
+    whichever group holds the set, it is never copied or dropped by a move."""
+    found = [keys.broker_key(broker_name)]
     found += [keys.topic_key(topic, broker_name) for topic in state.broker_topics(broker_name)]
     for addr, live, _version in state.live_addrs():
         if live.broker_name == broker_name:

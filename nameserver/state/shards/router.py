@@ -1,8 +1,10 @@
 """Which Raft group a request goes to, from the directory (docs/scaling.md, "Sharding").
 
-A request about one broker set (its registration, unregistration, heartbeat, write permission, controller
-records) goes to the set's group, so every precondition its translation writes is on that group's keys. A
-request about no broker set (KV, settings, queue bindings) goes to group 0. A request about several sets
+A request about one broker set's NameServer records (its registration, unregistration, heartbeat, write
+permission) goes to the set's group, so every precondition its translation writes is on that group's keys.
+A request about no broker set (KV, settings, queue bindings) goes to group 0, and so does every controller
+request (RIP-44): all controller records (`ctrl/<name>`) are group 0's, whichever group holds the set's
+routes (docs/scaling.md, "Controller mode with groups"). A request about several sets
 is split, one part per group (a heartbeat batch, a topic registered on several brokers), or sent to every
 group (a topic deleted: each group deletes its own brokers' queue datas). With one group everything is
 group 0's and the directory is never read.
@@ -87,14 +89,8 @@ def _register(req: Message, directory: Directory, groups: int) -> Placement:
     return _set_write(req.broker_name, req.cluster_name, directory, creates=True)
 
 
-def _creates_controller_set(req: Message, directory: Directory, groups: int) -> Placement:
-    assert isinstance(req, (api_pb2.ApplyBrokerIdRequest, api_pb2.ControllerRegisterRequest))
-    return _set_write(req.broker_name, req.cluster_name, directory, creates=True)
-
-
-_SET_CHANGES = (api_pb2.UnregisterBrokerRequest, api_pb2.BrokerPermRequest, api_pb2.ElectMasterRequest,
-                api_pb2.AlterSyncStateSetRequest, api_pb2.CleanBrokerDataRequest)
-_SET_READS = (api_pb2.GetBrokerMemberGroupRequest, api_pb2.BrokerSetRequest, api_pb2.ControllerHeartbeatRequest)
+_SET_CHANGES = (api_pb2.UnregisterBrokerRequest, api_pb2.BrokerPermRequest)
+_SET_READS = (api_pb2.GetBrokerMemberGroupRequest,)
 
 
 def _set_change(req: Message, directory: Directory, groups: int) -> Placement:
@@ -104,7 +100,7 @@ def _set_change(req: Message, directory: Directory, groups: int) -> Placement:
 
 
 def _set_read(req: Message, directory: Directory, groups: int) -> Placement:
-    """A read about one set (or liveness, which is its group leader's): the group holding its records."""
+    """A read about one set's NameServer records: the group holding them."""
     assert isinstance(req, _SET_READS)
     return ToGroup(directory.group_of(req.broker_name))
 
@@ -172,12 +168,14 @@ _RULES: dict[type[Message], _Rule] = {
     api_pb2.BindQueueRequest: _group0,
     api_pb2.ReleaseQueueRequest: _group0,
     api_pb2.GetBrokerMemberGroupRequest: _set_read,
-    # controller mode (RIP-44): a set's ctrl/ record lives with its other records
-    api_pb2.ApplyBrokerIdRequest: _creates_controller_set,
-    api_pb2.ControllerRegisterRequest: _creates_controller_set,
-    api_pb2.BrokerSetRequest: _set_read,  # GetNextBrokerId, GetReplicaInfo
-    api_pb2.ElectMasterRequest: _set_change,
-    api_pb2.AlterSyncStateSetRequest: _set_change,
-    api_pb2.CleanBrokerDataRequest: _set_change,
-    api_pb2.ControllerHeartbeatRequest: _set_read,  # liveness: the set's group leader's
+    # controller mode (RIP-44): every ctrl/ record is group 0's, never a set's group's (the controller port is
+    # group 0's core's; a set's move leaves its ctrl/ record where it is): docs/scaling.md
+    api_pb2.ApplyBrokerIdRequest: _group0,
+    api_pb2.ControllerRegisterRequest: _group0,
+    api_pb2.BrokerSetRequest: _group0,  # GetNextBrokerId, GetReplicaInfo
+    api_pb2.ElectMasterRequest: _group0,
+    api_pb2.AlterSyncStateSetRequest: _group0,
+    api_pb2.CleanBrokerDataRequest: _group0,
+    api_pb2.ControllerHeartbeatRequest: _group0,  # kept by the node that got it, read by group 0's leader's scan
+    api_pb2.ListBrokerSetsRequest: _group0,
 }
