@@ -9,6 +9,13 @@ Every call also carries its deadline by this node's wall clock (FORWARD_DEADLINE
 only the time left, which the leader counts from the call's arrival, so a call held in a TCP queue (a
 partition, then the heal) would arrive with fresh time; the leader proposes no write whose forwarder's
 deadline passed (nameserver/api/rpc.py, in_time). Nothing else in a node opens channels to its peers.
+
+A call goes out only on a connected channel: while the channel to the leader is not connected (the leader's
+port not open yet: its workers start after it is ready, or it restarted; gRPC then fails a call at once with
+the last "connection refused" until its next reconnect, up to a second later), the call waits for it within
+its own deadline, and goes to the next leader instead if one is heard of meanwhile. Nothing was sent, so
+this holds for writes too. The wait ends at the call's deadline, the call then failing as gRPC says (the
+leader's address refusing, etc.), as etcd holds a proposal until its request timeout rather than refusing it.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ Metadata = Iterable[tuple[str, str | bytes]]
 # (a write held through a failover otherwise saw its new leader up to POLL_S late).
 POLL_S = 0.05
 T = TypeVar("T")
+UNWATCHED_S = 0.5  # a closed forwarder's channels are closed this long after their state is no longer watched
 
 
 class NoLeader(Exception):
@@ -52,6 +60,8 @@ class LeaderForwarder:
         self._closed = threading.Event()
         self._changes = threading.Condition()
         self._changed = 0  # leader changes heard (leader_changed): a waiter sleeps only if none since it looked
+        self._states: dict[str, grpc.ChannelConnectivity] = {}  # each peer channel's, as gRPC last said
+        self._watches: list[tuple[grpc.Channel, Callable[[grpc.ChannelConnectivity], None]]] = []
 
     def leader_changed(self) -> None:
         """Wake the callers waiting for a leader (the node calls it on each change of leader or term)."""
@@ -91,8 +101,10 @@ class LeaderForwarder:
         The leader sees the caller's true deadline (FORWARD_DEADLINE) even where gRPC's own is raised
         to its 0.1 s floor.
 
-        An `idempotent` call that finds its leader unreachable (UNAVAILABLE: a leader that just died,
-        which this node still believes in until its election timeout) is sent again, to whichever
+        Nothing is sent before the channel to the leader is connected (`_connected`): a call waits for
+        it, or for the next leader, until `timeout` runs out, and only then goes out to fail as gRPC says.
+        An `idempotent` call that finds its leader unreachable once sent (UNAVAILABLE: a leader that just
+        died, which this node still believes in until its election timeout) is sent again, to whichever
         node leads next, until `timeout` runs out."""
         deadline = time.monotonic() + timeout
         wait_until = time.monotonic() + min(wait_s, timeout)
@@ -103,6 +115,10 @@ class LeaderForwarder:
                 raise NoLeader("this node leads now" if self._is_leader()
                                else "no leader elected (is a majority of nodes up?)")
             stub = self._stub(service, addr)
+            if (not self._connected(addr, seen, deadline) and not self._closed.is_set()
+                    and time.monotonic() < deadline and (self._changed != seen or self._leader_addr() != addr)):
+                wait_until = deadline  # nothing was sent: to whichever node leads now, within the time left
+                continue
             left = deadline - time.monotonic()
             marks = [(headers.FORWARDED, "1"), (headers.FORWARD_DEADLINE, str(int((time.time() + left) * 1000)))]
             if self.cfg.group:  # a group core's call: the workers there pass it to their core of this group
@@ -116,6 +132,42 @@ class LeaderForwarder:
                     raise
             self._pause(seen, POLL_S)  # a leader that just died: until the next one is heard of
             wait_until = deadline
+
+    def _connected(self, addr: str, seen: int, deadline: float) -> bool:
+        """Whether the channel to `addr` is connected, waiting while it is not (its first connection, or a
+        reconnect after a refusal) until it is, the leader moves (a change heard since `seen`, or another
+        leader found at the next poll), the forwarder closes, or `deadline`. An idle channel is asked to
+        connect."""
+        if self._state(addr) == grpc.ChannelConnectivity.READY:
+            return True
+        connecting = grpc.channel_ready_future(self.channel(addr))  # asks an idle channel to connect
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                with self._changes:
+                    if self._changes.wait_for(
+                            lambda: (self._states.get(addr) == grpc.ChannelConnectivity.READY
+                                     or self._changed != seen or self._closed.is_set()), max(0.0, min(POLL_S, left))):
+                        return self._states.get(addr) == grpc.ChannelConnectivity.READY
+                if left <= POLL_S or self._leader_addr() != addr:
+                    return False
+        finally:
+            connecting.cancel()
+
+    def _state(self, addr: str) -> grpc.ChannelConnectivity | None:
+        with self._changes:
+            return self._states.get(addr)
+
+    def _leader_addr(self) -> str | None:
+        leader = self._leader()
+        return self._grpc_of(leader) if leader and leader != self.cfg.raft_addr else None
+
+    def _watch(self, addr: str) -> Callable[[grpc.ChannelConnectivity], None]:
+        def changed(state: grpc.ChannelConnectivity) -> None:
+            with self._changes:
+                self._states[addr] = state
+                self._changes.notify_all()
+        return changed
 
     def serve_or_forward(self, here: Callable[[float], T], method: str, request: Any, timeout: float, *,
                          forwarded: bool, wait_s: float = 0.0,
@@ -159,17 +211,27 @@ class LeaderForwarder:
                         # gRPC's default exponential backoff (up to 120 s)
                         ("grpc.initial_reconnect_backoff_ms", 100),
                         ("grpc.max_reconnect_backoff_ms", 1000)]
-                self._channels[addr] = tlsconf.peer_channel(self.cfg, addr, opts)
+                channel = self._channels[addr] = tlsconf.peer_channel(self.cfg, addr, opts)
+                watch = self._watch(addr)
+                channel.subscribe(watch, try_to_connect=True)
+                self._watches.append((channel, watch))
             return self._channels[addr]
 
     def close(self) -> None:
         self._closed.set()
         self.leader_changed()  # wakes the waiting callers, which see the close
         with self._lock:
-            for channel in self._channels.values():
-                channel.close()
+            for channel, watch in self._watches:
+                channel.unsubscribe(watch)
+            self._watches.clear()
+            channels = list(self._channels.values())
             self._channels.clear()
             self._stubs.clear()
+        # gRPC's thread polling a channel's state ends within its 0.2 s poll once unsubscribed; a channel
+        # closed under it would end it with a traceback (ValueError: Channel closed)
+        closer = threading.Timer(UNWATCHED_S, lambda: [channel.close() for channel in channels])
+        closer.daemon = True
+        closer.start()
 
 
 __all__ = ["LeaderForwarder", "NoLeader"]

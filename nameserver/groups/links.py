@@ -57,7 +57,10 @@ class GroupLinks:
     def calls(self, core0: grpc.Channel, writes0: WriteChannel | None) -> GroupCalls:
         """The gRPC handler routing writes (placed before the worker's CoreForwarder)."""
         opts = [("grpc.max_receive_message_length", self.cfg.max_message_bytes),
-                ("grpc.max_send_message_length", self.cfg.max_message_bytes)]
+                ("grpc.max_send_message_length", self.cfg.max_message_bytes),
+                # a group core its node restarted is reached again within a second (Admin.Status lists it
+                # not ready meanwhile), not after gRPC's default backoff (growing to 120 s while it was down)
+                ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000)]
         forwarders = [CoreForwarder(core0, {}, self.replicas[0].wait_applied, writes0)]
         self.core_channels = [core0]
         for core, replica in zip(self.cores[1:], self.replicas[1:], strict=True):

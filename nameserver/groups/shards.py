@@ -9,7 +9,11 @@ every group (docs/scaling.md, "Sharding"; proto/nameserver/pb/shards.proto).
   this: UNIMPLEMENTED, which nsctl reads as "sharding is not enabled".
 - Admin.Status: group 0's core's status (what a one-group node answers) with `groups` holding every group
   core's own, each asked on its private socket as the node itself (the worker's auth already let the caller
-  call Admin.Status). A group core that does not answer is listed not ready, naming why.
+  call Admin.Status). A group core that does not answer is listed not ready, naming why. The node's own
+  `ready` is every group's: a write to a set of group k needs group k's core, so a node whose group k core
+  is loading, restarting or not answering this worker is not ready (its `groups` row says which).
+- grpc.health.v1 Health/Check: the same readiness, from each group core's own health (SERVING only when every
+  group core's is), so a load balancer's check agrees with Admin.Status (Watch still streams group 0's).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from nameserver import validation
 from nameserver.api.corelink import own_metadata
@@ -28,6 +33,7 @@ from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2, shards_pb2_grpc
 from nameserver.state import MetadataState
 
 ADMIN = api_pb2.DESCRIPTOR.services_by_name["Admin"]
+HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
 SHARDS = shards_pb2.DESCRIPTOR.services_by_name["Shards"]
 MOVE_CAP_S = 120.0  # the longest a MoveShard call runs (a move under load with a leader change: tens of seconds)
 STATUS_TIMEOUT_S = 2.0  # a group core's Status when the caller set no deadline: a stuck core must not hang nsctl
@@ -99,17 +105,23 @@ class ShardsService(shards_pb2_grpc.ShardsServicer):
             for m in SHARDS.methods}
 
 
+def _timeout(context: grpc.ServicerContext) -> float:
+    left = context.time_remaining()
+    return STATUS_TIMEOUT_S if left is None or left > 1e6 else max(0.1, left)
+
+
 class GroupStatus:
-    """Admin.Status of a sharded node: group 0's core's status with every group core's in `groups`."""
+    """Admin.Status and Health/Check of a sharded node: group 0's core's status with every group core's in
+    `groups`, ready when all are."""
 
     def __init__(self, cfg: NodeConfig, cores: Sequence[grpc.Channel]) -> None:
         self.cfg = cfg
         self.admins = [api_pb2_grpc.AdminStub(channel) for channel in cores]  # admins[k]: group k's core
+        self.healths = [health_pb2_grpc.HealthStub(channel) for channel in cores]
         self.metadata = own_metadata(cfg)
 
     def Status(self, request: api_pb2.StatusRequest, context: grpc.ServicerContext) -> api_pb2.NodeStatus:
-        left = context.time_remaining()
-        timeout = STATUS_TIMEOUT_S if left is None or left > 1e6 else max(0.1, left)
+        timeout = _timeout(context)
         futures = [admin.Status.future(api_pb2.StatusRequest(), timeout=timeout, metadata=self.metadata)
                    for admin in self.admins]
         try:
@@ -126,9 +138,30 @@ class GroupStatus:
                 reply.groups.add(node_id=group_config(self.cfg, group).raft_addr, ready=False,
                                  not_ready_reason=f"group {group}'s core did not answer: "
                                                   f"{err.code().name}: {err.details()}")
+        reply.ready = all(status.ready for status in reply.groups)
+        return reply
+
+    def Check(self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
+              ) -> health_pb2.HealthCheckResponse:
+        timeout = _timeout(context)
+        futures = [health.Check.future(request, timeout=timeout, metadata=self.metadata) for health in self.healths]
+        try:
+            reply: health_pb2.HealthCheckResponse = futures[0].result()
+        except grpc.RpcError as err:  # as a one-group node's worker passing the call on (NOT_FOUND: no service)
+            context.abort(err.code(), err.details() or "")
+        for future in futures[1:]:
+            try:
+                serving = future.result().status == health_pb2.HealthCheckResponse.SERVING
+            except grpc.RpcError:
+                serving = False
+            if not serving:
+                reply.status = health_pb2.HealthCheckResponse.NOT_SERVING
         return reply
 
     def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
         return {f"/{ADMIN.full_name}/Status": grpc.unary_unary_rpc_method_handler(
             self.Status, request_deserializer=api_pb2.StatusRequest.FromString,
-            response_serializer=api_pb2.NodeStatus.SerializeToString)}
+            response_serializer=api_pb2.NodeStatus.SerializeToString),
+            f"/{HEALTH.full_name}/Check": grpc.unary_unary_rpc_method_handler(
+            self.Check, request_deserializer=health_pb2.HealthCheckRequest.FromString,
+            response_serializer=health_pb2.HealthCheckResponse.SerializeToString)}

@@ -455,6 +455,10 @@ def test_a_killed_group_core_is_started_again_and_the_cluster_keeps_answering(sh
     sharded.wait_for("n1's group core", lambda: group_core_pids(node))
     [victim] = group_core_pids(node)
     os.kill(victim, signal.SIGKILL)
+    # n1 says it is not ready while its group 1 core is down (its group 1 writes need it), its group 0 core
+    # ready all along
+    sharded.wait_for("n1 not ready without its group 1 core", lambda: (st := node.status(timeout=5)) is not None
+                     and not st.ready and st.groups[0].ready, timeout=20)
     # while n1's group 1 core is down, the other nodes take a registration of a group-1 set (group 1 elects
     # a new leader if n1's led it) and answer its route
     name = next(f"kill-{i}" for i in range(40) if default_group(f"kill-{i}", GROUPS) == 1)
@@ -466,6 +470,7 @@ def test_a_killed_group_core_is_started_again_and_the_cluster_keeps_answering(sh
     assert victim not in restarted
     sharded.wait_for("n1's group 1 core ready again",
                      lambda: (st := group_status(node, 1)) is not None and st.ready, timeout=60)
+    sharded.wait_for("n1 ready again", lambda: (st := node.status(timeout=5)) is not None and st.ready, timeout=30)
     # n1 catches up in group 1: its workers answer the route with the set written while its core was down
     sharded.wait_for("n1's route of the set written meanwhile", lambda: _answers_route(node, "TopicK", name),
                      timeout=30)

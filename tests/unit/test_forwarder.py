@@ -161,18 +161,23 @@ def test_this_node_winning_the_election_ends_the_wait_at_once(leader_server) -> 
 DEAD = "127.0.0.1:4"
 
 
+def _dead_leader_forwarder(roles: _Roles, addr: str) -> LeaderForwarder:
+    """A forwarder whose leader DEAD's gRPC port refuses connections (nothing listens); LEADER's is `addr`."""
+    dead_grpc = f"127.0.0.1:{free_ports(1)[0]}"
+    cfg = NodeConfig(raft_addr=ME, grpc_addr="127.0.0.1:3", data_dir="/nonexistent",
+                     members=[Member(ME, "127.0.0.1:3")])
+    return LeaderForwarder(cfg, lambda: roles.leader, roles.is_leader,
+                           lambda raft: {LEADER: addr, DEAD: dead_grpc}.get(raft or ""))
+
+
 def test_an_idempotent_call_to_a_dead_leader_goes_to_the_next_one(leader_server) -> None:
     """The node still believes in a leader that died (connection refused) until the election ends."""
     servicer, addr = leader_server
-    dead_grpc = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
     roles = _Roles(DEAD)
-    cfg = NodeConfig(raft_addr=ME, grpc_addr="127.0.0.1:3", data_dir="/nonexistent",
-                     members=[Member(ME, "127.0.0.1:3")])
-    fwd = LeaderForwarder(cfg, lambda: roles.leader, roles.is_leader,
-                          lambda raft: {LEADER: addr, DEAD: dead_grpc}.get(raft or ""))
+    fwd = _dead_leader_forwarder(roles, addr)
     try:
-        with pytest.raises(grpc.RpcError) as err:  # not idempotent: the caller hears of the failure
-            fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 5.0)
+        with pytest.raises(grpc.RpcError) as err:  # no leader reachable in its time: the caller hears why
+            fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 1.0)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         threading.Timer(0.5, lambda: setattr(roles, "leader", LEADER)).start()
         fwd.call("Heartbeat", api_pb2.HeartbeatRequest(), 5.0, idempotent=True)
@@ -239,3 +244,54 @@ def test_serve_or_forward_after_losing_or_winning_the_lead(led_here) -> None:
     roles.leader = None
     with pytest.raises(NoLeader, match="no leader elected"):
         fwd.serve_or_forward(lambda left: "here", "Heartbeat", HB, 5.0, forwarded=False, wait_s=0.2)
+
+
+def _serve_leader(port: int) -> tuple[_Leader, grpc.Server]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = _Leader()
+    api_pb2_grpc.add_NameServerServicer_to_server(servicer, server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    return servicer, server
+
+
+def test_a_call_waits_for_a_leader_whose_port_opens_late() -> None:
+    """A follower learns of its leader before the leader's port is open (a node's workers open it once the
+    node is ready): its channel, refused meanwhile, reconnects up to a second after the port opens, and gRPC
+    failed a call at once until then (`Connection refused`: seen as a sharded cluster's first registration
+    answered SYSTEM_BUSY right after the cluster was ready). Nothing was sent, so the call, a write's too,
+    waits for the connection within its deadline."""
+    port = free_ports(1)[0]
+    fwd = _forwarder(_Roles(LEADER), f"127.0.0.1:{port}")
+    server = None
+    try:
+        with pytest.raises(grpc.RpcError) as err:  # nothing listens yet: refused at the call's deadline
+            fwd.call("Heartbeat", HB, 0.5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and str(port) in (err.value.details() or "")
+        time.sleep(2.0)  # refused again and again meanwhile: gRPC's reconnect backoff grows to its 1 s cap
+        servicer, server = _serve_leader(port)
+        reply = fwd.call("Heartbeat", HB, 10.0)  # right after the port opened, not waiting for the backoff
+        assert list(reply.unknown_addrs) == ["10.0.0.9:10911"] and len(servicer.seen) == 1
+    finally:
+        fwd.close()
+        if server is not None:
+            server.stop(None)
+
+
+def test_a_call_waiting_for_an_unreachable_leader_goes_to_the_next_one(leader_server) -> None:
+    """A write (not idempotent) to a leader that does not accept connections is not sent there: it waits,
+    and goes to the next leader once this node hears of it (a leader event, or at its next look)."""
+    servicer, addr = leader_server
+    roles = _Roles(DEAD)
+    fwd = _dead_leader_forwarder(roles, addr)
+    try:
+        threading.Timer(0.5, lambda: setattr(roles, "leader", LEADER)).start()  # no event: found at a look
+        reply = fwd.call("Heartbeat", HB, 10.0)
+        assert list(reply.unknown_addrs) == ["10.0.0.9:10911"] and len(servicer.seen) == 1
+        roles.leader = DEAD
+        fwd.leader_changed()
+        threading.Timer(0.5, lambda: (setattr(roles, "leader", LEADER), fwd.leader_changed())).start()
+        reply = fwd.serve_or_forward(lambda left: "here", "Heartbeat", HB, 10.0, forwarded=False)
+        assert list(reply.unknown_addrs) == ["10.0.0.9:10911"] and len(servicer.seen) == 2
+    finally:
+        fwd.close()
