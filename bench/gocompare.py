@@ -42,14 +42,22 @@ from statistics import median
 from typing import Any
 
 from bench import loadgen
-from bench.echo import DEFAULT_WORKERS, METHOD as ECHO_METHOD, EchoProcess
+from bench.echo import DEFAULT_WORKERS, EchoProcess
+from bench.echo import METHOD as ECHO_METHOD
 from bench.etcd import FSYNC_NOTE, EtcdCluster, etcd_version, prefix_end
 from bench.load import proc_cpu_s
+from bench.pb.etcd.etcdserverpb import rpc_pb2
 from bench.procnet import wait_listening
 from bench.procs import LocalCluster
-from bench.workloads import ROUTE_BROKERS, EtcdTarget, OursTarget, Target, _reg_names, _route_reply_size, \
-    registration_request
-from bench.pb.etcd.etcdserverpb import rpc_pb2
+from bench.workloads import (
+    ROUTE_BROKERS,
+    EtcdTarget,
+    OursTarget,
+    Target,
+    _reg_names,
+    _route_reply_size,
+    registration_request,
+)
 from nameserver.ops import gobuild
 from nameserver.pb import api_pb2
 
@@ -223,7 +231,7 @@ def run_system(exe: str, target: Target, loads: Callable[[Path, int], dict[str, 
     pids = target.pids()
     leader = target.leader_endpoint()
     nodes = list(target.endpoints())
-    out: dict[str, Any] = {w: {} for w in WORKLOADS}
+    out: dict[str, Any] = {w: {} for w in WORKLOADS} | {"processes": len(pids)}
     checks = []
     for c in concurrency:
         mark = target.registration_mark()
@@ -246,7 +254,8 @@ def run_system(exe: str, target: Target, loads: Callable[[Path, int], dict[str, 
             row = run_load(exe, nodes, spec.pop("method"), spec.pop("requests"), c, seconds, pids, **spec)
             out[w][str(c)] = row
             log(f"  {label} {w} c={c}: {row['per_s']:.0f}/s, p99 {row['p99_ms']} ms, server "
-                f"{row.get('server_us_per_op')} µs/op, loadgen {row['loadgen_us_per_op']} µs/op, errors {row['errors']}")
+                f"{row.get('server_us_per_op')} µs/op, loadgen {row['loadgen_us_per_op']} µs/op, "
+                f"errors {row['errors']}")
     return out
 
 
@@ -262,10 +271,8 @@ def run_ours(exe: str, root: Path, front: str, workers: int, sections: dict[str,
         for n in cluster.nodes:
             wait_listening(n.pid, n.grpc_addr, 1 if workers and front == "go" else max(1, workers))
         target = OursTarget(cluster, topics)
-        res = run_system(exe, target, lambda d, c: _ours_loads(target, d, c), root / "loads", seconds, concurrency,
-                         log, label)
-        res["processes"] = len(target.pids())
-        return res
+        return run_system(exe, target, lambda d, c: _ours_loads(target, d, c), root / "loads", seconds,
+                          concurrency, log, label)
     finally:
         cluster.stop()
 
@@ -278,10 +285,8 @@ def run_etcd(exe: str, root: Path, etcd_binary: str, topics: int, seconds: float
         etcd.start()
         etcd.wait_ready()
         target = EtcdTarget(etcd, topics)
-        res = run_system(exe, target, lambda d, c: _etcd_loads(target, d, c), root / "loads", seconds, concurrency,
-                         log, label)
-        res["processes"] = len(target.pids())
-        return res
+        return run_system(exe, target, lambda d, c: _etcd_loads(target, d, c), root / "loads", seconds,
+                          concurrency, log, label)
     finally:
         etcd.stop()
 
@@ -362,7 +367,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             for c, row in run_.get(w, {}).items():
                 out.setdefault(run_["system"], {}).setdefault(w, {}).setdefault(c, []).append(row)
     for system in out.values():
-        for w, per_c in system.items():
+        for per_c in system.values():
             for c, rows in per_c.items():
                 m: dict[str, Any] = {k: round(median(row[k] for row in rows), 3) for k in keys
                                      if all(row.get(k) is not None for row in rows)}
@@ -398,12 +403,15 @@ def ratios(summary: dict[str, Any], fronts: Sequence[str]) -> dict[str, Any]:
                 per.setdefault(w, {})[c] = row
         out[f] = per
     if "go" in fronts:
-        g, p = summary.get("ours-go", {}), summary.get("ours-grpcio", {})
-        out["go_over_grpcio"] = {
-            w: {c: {"throughput": _ratio(o.get("records_per_s" if w == "registration" else "per_s"),
-                                         p.get(w, {}).get(c, {}).get("records_per_s" if w == "registration" else "per_s")),
-                    "server_us_per_op": _ratio(o.get("server_us_per_op"), p.get(w, {}).get(c, {}).get("server_us_per_op"))}
-                for c, o in g.get(w, {}).items()} for w in WORKLOADS}
+        go, grpcio = summary.get("ours-go", {}), summary.get("ours-grpcio", {})
+        out["go_over_grpcio"] = {}
+        for w in WORKLOADS:
+            k = "records_per_s" if w == "registration" else "per_s"
+            out["go_over_grpcio"][w] = {
+                c: {"throughput": _ratio(o.get(k), grpcio.get(w, {}).get(c, {}).get(k)),
+                    "server_us_per_op": _ratio(o.get("server_us_per_op"),
+                                               grpcio.get(w, {}).get(c, {}).get("server_us_per_op"))}
+                for c, o in go.get(w, {}).items()}
     return out
 
 
@@ -416,7 +424,7 @@ def issue27(rat: dict[str, Any], front: str) -> list[dict[str, Any]]:
     linearizable reads/s >= etcd, route reads/s >= 1.5x etcd and above the one-process echo, each at every
     measured concurrency (a read target is met when it holds at all of them)."""
     per = rat.get(front, {})
-    rows = [{"target": f"registration records/s >= etcd, {c} client{'s' if c != '1' else ''}",
+    rows: list[dict[str, Any]] = [{"target": f"registration records/s >= etcd, {c} client{'s' if c != '1' else ''}",
              "ratios": {c: per.get("registration", {}).get(c, {}).get("throughput_ours_etcd")}, "threshold": 1.0}
             for c in ISSUE27_CLIENTS if c in per.get("registration", {})]
     rows.append({"target": "linearizable reads/s >= etcd", "threshold": 1.0,
@@ -426,10 +434,9 @@ def issue27(rat: dict[str, Any], front: str) -> list[dict[str, Any]]:
     rows.append({"target": "route reads/s above the one-process echo ceiling", "threshold": 1.0, "strict": True,
                  "ratios": {c: v.get("per_s_ours_echo") for c, v in per.get("route_reads", {}).items()}})
     for row in rows:
-        strict = row.pop("strict", False)
-        vals = list(row["ratios"].values())
-        row["met"] = bool(vals) and all(x is not None and (x > row["threshold"] if strict else x >= row["threshold"])
-                                        for x in vals)
+        strict, threshold = row.pop("strict", False), row["threshold"]
+        vals: list[float | None] = list(row["ratios"].values())
+        row["met"] = bool(vals) and all(x is not None and (x > threshold if strict else x >= threshold) for x in vals)
     return rows
 
 
@@ -492,19 +499,17 @@ def markdown(r: dict[str, Any]) -> str:
         for row in r["targets"]["issue27"][f]:
             vals = ", ".join(f"{c}: {_r(x)}" for c, x in row["ratios"].items())
             out.append(f"| {row['target']} | {vals} | {row['threshold']:g} | {'met' if row['met'] else 'NOT met'} |")
-    checks = []
-    for run_ in r["runs"]:
-        for ch in run_.get("registration_check", []):
-            checks.append(ch)
+    checks = [(run_["system"], run_["round"], ch) for run_ in r["runs"] for ch in run_.get("registration_check", [])]
     if checks:
-        bad = [ch for ch in checks if not ch["ok"]]
-        out += ["", f"Registration cross-check, per load (records the load generator counted, with each client's "
-                f"untimed first call, against the system's own count: {checks[0]['method']}): "
-                f"{len(checks) - len(bad)} of {len(checks)} loads equal"
-                + ("" if not bad else "; " + "; ".join(f"{ch['counted']} counted, {ch.get('in_cluster')} in the "
-                                                       "cluster" for ch in bad)) + "."]
-    for note in m.get("notes", []):
-        out.append(f"- {note}")
+        bad = [f"{sys_} round {rnd}: {ch['counted']} counted, {ch.get('in_cluster')} in the cluster"
+               for sys_, rnd, ch in checks if not ch["ok"]]
+        out += ["", "Registration cross-check, per load (the records the load generator counted, each client's "
+                "untimed first call included, against the system's own count: ours the watch events on a "
+                "follower, etcd the sum of the keys' versions): "
+                f"{len(checks) - len(bad)} of {len(checks)} loads equal" + ("; " + "; ".join(bad) if bad else "")
+                + "."]
+    if m.get("notes"):
+        out += ["", *(f"- {note}" for note in m["notes"])]
     return "\n".join(out)
 
 
