@@ -130,3 +130,28 @@ def test_compare_with_the_compiled_load_generator_measures_every_side() -> None:
     table = markdown(res)
     assert "| route reads | 4 | ours-go |" in table and "**The Go front end over grpcio" in table
     assert not _processes_mentioning(res["meta"]["run_dir"]), "processes left running after the run"
+
+
+# `make test-slow` (seconds once bench/gofront is built; a cold build takes a minute or more).
+@pytest.mark.slow
+def test_the_load_generator_checks_and_sums_reply_fields(tmp_path) -> None:
+    """Against an echo server (each reply is the request): a request without the required field is a
+    mismatch, not a call; the summed field adds up over the timed calls and, apart, the untimed ones."""
+    from bench import gocompare
+    from bench.echo import METHOD, EchoProcess
+    from nameserver.pb import api_pb2
+
+    with_records = api_pb2.RegisterBrokerReply(records=9).SerializeToString()
+    without = api_pb2.RegisterBrokerReply(offset=5).SerializeToString()  # records 0: the field is absent
+    requests = tmp_path / "r.reqs"
+    # client 0 cycles through group 0 (two replies with records), client 1 through group 1 (one without)
+    requests.write_bytes(gocompare.frame([with_records, with_records, without, with_records]))
+    with EchoProcess(log_path=str(tmp_path / "echo.log")) as echo:
+        row = gocompare.run_load(gocompare.binary(), [echo.addr], METHOD, str(requests), 2, 1.0,
+                                 [echo.proc.pid] if echo.proc else [], group=2, require_field=2, sum_field=2)
+    assert row["calls"] > 0 and row["records"] == 9 * row["calls"], row
+    # client 1 alternates: every other call of its is a mismatch (counted with the errors)
+    assert row["errors"] > 0 and "has no field 2" in row["first_error"], row
+    # the untimed first calls: client 0 starts at its group's first request, client 1 at its second (i mod 2)
+    assert row["records_written"] - row["records"] == 18, row
+    assert row["server_us_per_op"] > 0 and row["loadgen_us_per_op"] > 0
