@@ -2,7 +2,12 @@
 
     python -m bench.compare --root DIR [--seconds 10] [--concurrency 1,4,16,64] \\
         [--read-threads 12] [--topics 8] [--json OUT] [--raft-fsync true|false] [--worker-processes N] \\
-        [--grpc-front go]
+        [--grpc-front go] [--loadgen go|python] [--rounds 2]
+
+The load generator: `--loadgen go` (the default) is the compiled one of bench/gocompare.py (its docstring
+says what it runs: registrations, linearizable and route reads at every --concurrency, ours with grpcio and
+with the Go front end alternated over --rounds, beside etcd and one echo process); when it does not build,
+the run falls back to the Python client threads below, naming why. `--loadgen python`:
 
 One system at a time, each started fresh under DIR and stopped before the next starts (so only one
 is ever using the CPU): our 3-node cluster (bench/procs.py), a 3-member etcd cluster
@@ -27,6 +32,7 @@ from typing import Any
 
 import grpc
 
+from bench import gocompare
 from bench.echo import DEFAULT_WORKERS, EchoProcess
 from bench.etcd import FSYNC_NOTE, EtcdCluster, ensure_etcd, etcd_version
 from bench.load import run_load
@@ -39,6 +45,7 @@ DEFAULT_READ_THREADS = 12  # 4 per node
 ECHO_SERVERS = 3  # one per node: reads spread over 3 server processes on every side
 WATCH_P99_TARGET_MS = 50.0
 AT_CEILING = 0.9
+LOADGENS = ("go", "python")
 
 
 def _cpu_model() -> str:
@@ -54,8 +61,13 @@ def _cpu_model() -> str:
 
 def run_compare(root: str, seconds: float, concurrency: list[int], sections: dict | None = None, *,
                 topics: int = 8, read_threads: int = DEFAULT_READ_THREADS, worker_processes: int = 0,
-                grpc_front: str = "grpcio", log: Callable[[str], None] = print) -> dict[str, Any]:
+                grpc_front: str = "grpcio", loadgen: str = "go", rounds: int = gocompare.DEFAULT_ROUNDS,
+                log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every workload on ours, etcd and the echo ceiling, one system at a time; the result dict.
+
+    `loadgen` "go": the compiled load generator (bench/gocompare.py; `rounds`, both fronts when
+    worker_processes > 0; `read_threads` and `grpc_front` unused), or, when it does not build, the Python
+    one with meta["loadgen_fallback"] saying why; "python": the Python client threads.
 
     `sections` is extra TOML for our nodes (e.g. {"raft": {"fsync": False}}). `worker_processes` > 0: "ours"
     is our cluster with that many worker processes per node ([node] worker_processes), and "ours_no_workers"
@@ -63,10 +75,23 @@ def run_compare(root: str, seconds: float, concurrency: list[int], sections: dic
     grpc_front). Raises EtcdUnavailable (before starting anything) when etcd is
     missing and cannot be installed: no silent skip.
     """
+    if loadgen not in LOADGENS:
+        raise ValueError(f"loadgen: {loadgen!r} is not one of {', '.join(LOADGENS)}")
     sections = sections or {}
     binary = ensure_etcd()  # fail before spending minutes on our side
+    fallback = ""
+    if loadgen == "go":
+        try:
+            exe = gocompare.binary()
+        except gocompare.GoUnavailable as exc:
+            fallback = f"the compiled load generator did not build, so the Python one ran: {exc}"
+            log(fallback)
     os.makedirs(root, exist_ok=True)
     run_dir = tempfile.mkdtemp(prefix="compare-", dir=root)  # fresh data dirs: never recover an old run
+    if loadgen == "go" and not fallback:
+        return gocompare.run(root, run_dir, seconds, concurrency, sections, topics=topics,
+                             worker_processes=worker_processes, rounds=rounds, etcd_binary=binary, exe=exe,
+                             meta=gocompare.meta_base(run_dir, sections, binary), log=log)
     ours_fsync = sections.get("raft", {}).get("fsync", True)
     workers = sections.get("grpc", {}).get("workers", DEFAULT_WORKERS)
     result: dict[str, Any] = {"meta": {
@@ -79,6 +104,7 @@ def run_compare(root: str, seconds: float, concurrency: list[int], sections: dic
         "etcd_version": etcd_version(binary),
         "ours_sections": sections,
         "ours_worker_processes": worker_processes,
+        "loadgen": "python", **({"loadgen_fallback": fallback} if fallback else {}),
         "ours_grpc_front": grpc_front if worker_processes else "grpcio",
         "durability": {"ours": f"raft.fsync = {str(ours_fsync).lower()}", "etcd": FSYNC_NOTE},
         "server_workers": workers,
@@ -270,6 +296,8 @@ def _r(x: float | None) -> str:
 
 
 def markdown(r: dict[str, Any]) -> str:
+    if r["meta"].get("loadgen") == "go":
+        return gocompare.markdown(r)
     ours, etcd, ceil, rat = r["ours"], r["etcd"], r["ceiling"], r["ratios"]
     m = r["meta"]
     t = m["topics_per_broker"]
@@ -340,6 +368,8 @@ def markdown(r: dict[str, Any]) -> str:
     extra = ["", *workers_table(r)] if "ours_no_workers" in r else []
     if "issue27" in tg:
         extra += ["", *issue27_table(r)]
+    if m.get("loadgen_fallback"):
+        head.insert(1, f"Load generator: Python client threads ({m['loadgen_fallback']}).")
     return "\n".join(head + rows + cpu + verdict + ["Registration cross-check: " + "; ".join(checks) + "."] + extra)
 
 
@@ -364,8 +394,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="[node] worker_processes of ours (> 0: ours without them is measured too)")
     p.add_argument("--grpc-front", choices=("grpcio", "go"), default="grpcio",
                    help="[node] grpc_front of ours with workers (go: the Go front end)")
+    p.add_argument("--loadgen", choices=LOADGENS, default="go",
+                   help="go: the compiled load generator (falls back to python, saying why, when it does not "
+                        "build); python: the harness's client threads")
+    p.add_argument("--rounds", type=int, default=gocompare.DEFAULT_ROUNDS,
+                   help="--loadgen go: rounds of ours (grpcio, go), etcd and the echo, one after another")
     p.add_argument("--json", help="write the result here")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, not {args.rounds}")
     # SIGTERM unwinds like Ctrl-C, so every `finally` stops the processes it started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sections: dict[str, dict[str, Any]] = {}
@@ -374,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
     result = run_compare(args.root, args.seconds, concurrency, sections, topics=args.topics,
                          read_threads=args.read_threads, worker_processes=args.worker_processes,
-                         grpc_front=args.grpc_front, log=lambda s: print(s, file=sys.stderr, flush=True))
+                         grpc_front=args.grpc_front, loadgen=args.loadgen, rounds=args.rounds,
+                         log=lambda s: print(s, file=sys.stderr, flush=True))
     print(markdown(result))
     if args.json:
         with open(args.json, "w") as f:

@@ -205,11 +205,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--costs-file", default="", help="write the costs part's file here (docs/scaling.md)")
     p.add_argument("--grpc-front", choices=("grpcio", "go"), default="grpcio",
                    help="compare: [node] grpc_front of ours with workers (go: the Go front end)")
+    p.add_argument("--loadgen", choices=compare.LOADGENS, default="go",
+                   help="compare: the load generator (go: compiled, falling back to python, saying why, when it "
+                        "does not build)")
+    p.add_argument("--compare-rounds", type=int, default=compare.gocompare.DEFAULT_ROUNDS,
+                   help="compare with --loadgen go: rounds of ours (grpcio, go), etcd and the echo")
     p.add_argument("--json", default="", help="write every result here")
     p.add_argument("--report", default="", help="write the markdown report here (it is printed too)")
     if p.parse_known_args(argv)[0].quick:  # smaller defaults; what the command line says still wins
         p.set_defaults(seconds=2.0, records=100_000, failover_trials=5, stability_minutes=0.5,
-                       concurrency="1,16", topics="8", repetitions=1, idle_seconds=1.0)
+                       concurrency="1,16", topics="8", repetitions=1, idle_seconds=1.0,
+                       compare_rounds=1)
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: every cluster is stopped
     root = args.root or tempfile.mkdtemp(prefix="nsbench-")
@@ -235,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     steps: list[tuple[str, str, Any]] = [
         ("compare", "compare", lambda: {str(t): compare.run_compare(root, args.seconds, concurrency, topics=t,
                                                                     worker_processes=args.worker_processes,
-                                                                    grpc_front=args.grpc_front, log=log)
+                                                                    grpc_front=args.grpc_front,
+                                                                    loadgen=args.loadgen, rounds=args.compare_rounds,
+                                                                    log=log)
                                         for t in topics}),
         ("cores", "cores", lambda: cores.run_cores(root, args.seconds, cores_clients, args.worker_processes,
                                                    replica_rounds=args.replica_rounds, idle_s=args.idle_seconds,

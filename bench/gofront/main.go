@@ -6,7 +6,9 @@
 //	                                                    worker processes over Unix sockets (front.go)
 //	gofront echo -addr HOST:PORT -route FILE            the same route read answered in Go: the compiled
 //	                                                    ceiling (echo.go)
-//	gofront load -addr HOST:PORT -method M -request FILE  a closed-loop gRPC load generator (load.go)
+//	gofront load -addr HOST:PORT -method M -request FILE  a closed-loop gRPC load generator (load.go); with
+//	                                                    -addrs, -requests, -require-field and -sum-field
+//	                                                    the etcd comparison's (bench/gocompare.py)
 //
 // The servers print "listening on HOST:PORT" once they accept calls; the load generator prints one JSON
 // object. Neither server does any proto work of its own beyond echo's decode of the request.
