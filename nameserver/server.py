@@ -53,6 +53,12 @@ SERVICE_NAMES = (
 )
 
 
+def service_names(cfg: NodeConfig) -> tuple[str, ...]:
+    """What this process's health and reflection list: a group k core serves no Controller (group 0's
+    core alone does: every ctrl/ record is group 0's), so it lists none."""
+    return SERVICE_NAMES if cfg.group == GROUP0 else tuple(n for n in SERVICE_NAMES if n != auth.CONTROLLER_SERVICE)
+
+
 def _both(first: Callable[[int], None] | None, then: Callable[[int], None]) -> Callable[[int], None]:
     def call(pid: int) -> None:
         if first is not None:
@@ -112,7 +118,7 @@ class Server:
         # 0's (docs/scaling.md, "Controller mode with groups"), so a group k core has no Controller service
         # and no election scan.
         self.heartbeats = HeartbeatTable(default_timeout_s=cfg.controller_heartbeat_timeout_ms / 1000)
-        if self.metrics is not None:
+        if self.metrics is not None and cfg.group == GROUP0:
             self.metrics.broker_alive = self.heartbeats.alive
         self.notifier = RoleChangeNotifier()  # used while the replicated notifyBrokerRoleChanged is on
         self.controller = ControllerService(self.node, self.service, self.heartbeats, self.notifier)
@@ -120,7 +126,8 @@ class Server:
             api_pb2_grpc.add_ControllerServicer_to_server(self.controller, self.grpc)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
-        reflection.enable_server_reflection(SERVICE_NAMES + (health.SERVICE_NAME, reflection.SERVICE_NAME),
+        self.service_names = service_names(cfg)
+        reflection.enable_server_reflection(self.service_names + (health.SERVICE_NAME, reflection.SERVICE_NAME),
                                             self.grpc)
         if cfg.worker_processes:
             if self.grpc.add_insecure_port(corelink.prepare_socket(cfg)) == 0:
@@ -259,7 +266,7 @@ class Server:
 
     def _set_health(self, ready: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in ("",) + SERVICE_NAMES:
+        for name in ("",) + self.service_names:
             self.health.set(name, status)
 
     def _on_leader_view(self, view: LeaderView) -> None:

@@ -257,7 +257,7 @@ class CoreForwarder(grpc.GenericRpcHandler):
             call: Any = (self.channel.stream_stream if client_streaming else self.channel.unary_stream)(method)
 
             def streamed(request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
-                responses = call(request, timeout=_time_left(context), metadata=_outgoing(context))
+                responses = call(request, timeout=_time_left(context), metadata=forwarded_metadata(context))
                 _cancel_with(context, responses)
                 try:
                     yield from responses
@@ -271,7 +271,7 @@ class CoreForwarder(grpc.GenericRpcHandler):
         unary: Any = (self.channel.stream_unary if client_streaming else self.channel.unary_unary)(method)
 
         def answered(request: Any, context: grpc.ServicerContext) -> bytes:
-            future = unary.future(request, timeout=_time_left(context), metadata=_outgoing(context))
+            future = unary.future(request, timeout=_time_left(context), metadata=forwarded_metadata(context))
             _cancel_with(context, future)
             try:
                 reply = future.result()
@@ -291,8 +291,8 @@ class CoreForwarder(grpc.GenericRpcHandler):
         assert writes is not None, "a write method is routed to the write channel only when there is one"
 
         def written(request: bytes, context: grpc.ServicerContext) -> bytes:
-            code, details, reply, trailing = writes.call(method, request, _outgoing(context), _time_left(context),
-                                                              context.is_active, context.add_callback)
+            code, details, reply, trailing = writes.call(method, request, forwarded_metadata(context),
+                                                         _time_left(context), context.is_active, context.add_callback)
             if code != grpc.StatusCode.OK:
                 context.set_trailing_metadata(_strip(trailing))
                 context.abort(code, details)
@@ -339,8 +339,9 @@ def _time_left(context: grpc.ServicerContext) -> float | None:
     return left if left is not None and left < _NO_DEADLINE_S else None
 
 
-def _outgoing(context: grpc.ServicerContext) -> tuple[tuple[str, str | bytes], ...]:
-    """The caller's metadata, as the core is to see it."""
+def forwarded_metadata(context: grpc.ServicerContext) -> tuple[tuple[str, str | bytes], ...]:
+    """The caller's metadata, as the core is to see it (also a sharded node's Health/Watch to each group
+    core: nameserver/groups/shards.py)."""
     md = tuple((k, v) for k, v in context.invocation_metadata() if k not in _DROPPED and not k.startswith("grpc-"))
     return md + ((headers.WORKER_CALLER, _encode_caller(context)),)
 
@@ -362,5 +363,5 @@ def _fail(context: grpc.ServicerContext, call: Any) -> None:
     context.abort(call.code(), call.details() or "")
 
 
-__all__ = ["CoreForwarder", "ReadIndexes", "WorkerCallers", "core_read_index", "decode_caller", "local_handlers",
-           "own_channel", "prepare_socket", "socket_path", "target"]
+__all__ = ["CoreForwarder", "ReadIndexes", "WorkerCallers", "core_read_index", "decode_caller", "forwarded_metadata",
+           "local_handlers", "own_channel", "prepare_socket", "socket_path", "target"]

@@ -215,9 +215,13 @@ def _controller_gauges(sets: list[tuple[str, state_pb2.ControllerBrokerSet]],
                                 "election are listed first).", value=len(sets) - len(listed))
 
 
+CONTROLLER_QUOTA = "max_controller_sets"  # the controller's: a group k core (no controller) shows none
+
+
 def _quota_gauges(node: NameServerNode) -> Iterator[Metric]:
     """What the state holds of each quota, and the limit (nameserver/state/quotas.py, sessions.py), with the
-    registration topics the leader is writing (nameserver/core/budget.py)."""
+    registration topics the leader is writing (nameserver/core/budget.py). A group k core serves no controller
+    (every ctrl/ record is group 0's): its quotas leave out the controller's."""
     totals, live, kept = node.inspect(lambda s: (dict(s.usage.totals), s.session_book.live_total,
                                                 len(s.session_book.ids())))
     used = GaugeMetricFamily("nameserver_quota_used", "What this node's state holds of each quota ([limits] "
@@ -225,7 +229,9 @@ def _quota_gauges(node: NameServerNode) -> Iterator[Metric]:
                              "topics being written on the leader.", labels=["quota"])
     limit = GaugeMetricFamily("nameserver_quota_limit", "Each quota's limit (nameserver_quota_used reaches it: "
                               "writes that grow past it are refused).", labels=["quota"])
-    rows = [(name, totals[name], node.quota_limits[name]) for name in quotas.QUOTAS]
+    controller = node.cfg.group == GROUP0
+    rows = [(name, totals[name], node.quota_limits[name]) for name in quotas.QUOTAS
+            if controller or name != CONTROLLER_QUOTA]
     rows += [("max_sessions", live, node.session_quota.max_sessions),
              ("registration_topics_in_flight", node.registrations.held, node.registrations.capacity)]
     for name, value, bound in rows:
@@ -496,7 +502,8 @@ class _NodeCollector(Collector):
         yield gauge("nameserver_live_brokers", "Registered broker addresses (not yet expired or "
                     "unregistered).", live_brokers)
         yield gauge("nameserver_topics", "Topics with at least one queue.", topics)
-        yield from _controller_gauges(broker_sets, m.broker_alive, m.max_broker_sets)
+        if node.cfg.group == GROUP0:  # a group k core serves no controller: no controller gauges
+            yield from _controller_gauges(broker_sets, m.broker_alive, m.max_broker_sets)
         yield from _quota_gauges(node)
         if m.write_channel is not None:  # nameserver/api/writechannel.py: calls per frame is its batching
             yield counter("nameserver_write_channel_calls", "Writes the worker processes passed to this core "

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from nameserver import config
@@ -454,7 +455,12 @@ def test_a_killed_group_core_is_started_again_and_the_cluster_keeps_answering(sh
     node, others = sharded.nodes[0], sharded.nodes[1:]
     sharded.wait_for("n1's group core", lambda: group_core_pids(node))
     [victim] = group_core_pids(node)
+    # a load balancer watching n1's health (grpc.health.v1 Watch) is told as Admin.Status says: NOT_SERVING
+    # while its group 1 core is down, SERVING once it is back (group 0's health alone stayed SERVING)
+    watch = health_pb2_grpc.HealthStub(node._channel()).Watch(health_pb2.HealthCheckRequest(), timeout=150)
+    assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
     os.kill(victim, signal.SIGKILL)
+    assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
     # n1 says it is not ready while its group 1 core is down (its group 1 writes need it), its group 0 core
     # ready all along
     sharded.wait_for("n1 not ready without its group 1 core", lambda: (st := node.status(timeout=5)) is not None
@@ -471,6 +477,8 @@ def test_a_killed_group_core_is_started_again_and_the_cluster_keeps_answering(sh
     sharded.wait_for("n1's group 1 core ready again",
                      lambda: (st := group_status(node, 1)) is not None and st.ready, timeout=60)
     sharded.wait_for("n1 ready again", lambda: (st := node.status(timeout=5)) is not None and st.ready, timeout=30)
+    assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+    watch.cancel()
     # n1 catches up in group 1: its workers answer the route with the set written while its core was down
     sharded.wait_for("n1's route of the set written meanwhile", lambda: _answers_route(node, "TopicK", name),
                      timeout=30)

@@ -4,8 +4,10 @@ Registrations land in the group the directory names; every route and the cluster
 equal the one-group node's; `nsctl status` shows each node's group cores; a broker set moved from group 0 to
 group 1 while registrations of it go on loses none. Then the guards of moves (a step that is no move's
 refused by field; one move at a time; a target without room refused up front) and the offset vector (a
-write's, a read waiting for it, the client's token), and controller mode with groups (every ctrl/ record
-group 0's: calls for a set of either group, a set moved keeping its record). The long versions (kills,
+write's, a read waiting for it, the client's token), controller mode with groups (every ctrl/ record
+group 0's: calls for a set of either group, a set moved keeping its record), and what each process lists and
+exports of it (reflection, health, /metrics: the Controller service and its gauges group 0's core's alone;
+the node's health every group's, Check and Watch alike). The long versions (kills,
 metrics, a dead worker, moves with leaders killed, controller elections with the controller leader killed)
 are the slow modules test_groups.py, test_group_moves.py and test_groups_controller.py.
 """
@@ -17,12 +19,17 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
+from nameserver.api.auth import CONTROLLER_SERVICE
 from nameserver.cli import nsctl
 from nameserver.client import Client
 from nameserver.pb import api_pb2, api_pb2_grpc, shards_pb2, shards_pb2_grpc, state_pb2
@@ -67,7 +74,8 @@ QUEUE_DATAS = 60  # [limits] max_queue_datas, each group's: the module's other s
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, NodeProc]]:
     sharded = Cluster(str(tmp_path_factory.mktemp("groups-short")), size=3, worker_processes=1, groups=GROUPS,
-                      remoting=True, controller=True, security={"limits": {"max_queue_datas": QUEUE_DATAS}})
+                      remoting=True, controller=True, metrics=True,
+                      security={"limits": {"max_queue_datas": QUEUE_DATAS}})
     one = Cluster(str(tmp_path_factory.mktemp("groups-short-one")), size=1, remoting=True)
     one.start()  # started beside the sharded one (running() waits for each in turn)
     try:
@@ -521,3 +529,58 @@ def test_controller_mode_serves_sets_of_either_group_and_a_moved_set_keeps_its_r
     finally:
         for cs in sets.values():
             cs.stop()
+
+
+def _listed(channel: grpc.Channel) -> set[str]:
+    """The services a process's reflection lists."""
+    replies = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+    return {service.name for service in next(replies).list_services_response.service}
+
+
+def test_each_process_lists_what_it_serves_and_the_node_s_health_is_every_group_s(
+        clusters: tuple[Cluster, NodeProc]) -> None:
+    """A group k core serves no Controller (it answers UNIMPLEMENTED: the controller test above): its
+    reflection lists none and its health knows none (NOT_FOUND), group 0's core's lists it, and so does the
+    node (its workers pass controller calls to group 0's core). The node's health, Check and Watch alike, is
+    every group core's: SERVING for the node ("", NameServer), and the Controller service's is group 0's
+    core's (group 1's NOT_FOUND does not make it NOT_SERVING)."""
+    sharded, _ = clusters
+    node = sharded.nodes[0]
+    with group_core_channel(node, 0) as core0, group_core_channel(node, 1) as core1:
+        served0 = _listed(core0)
+        assert CONTROLLER_SERVICE in served0 and _listed(core1) == served0 - {CONTROLLER_SERVICE}
+        health1 = health_pb2_grpc.HealthStub(core1)
+        with pytest.raises(grpc.RpcError) as err:
+            health1.Check(health_pb2.HealthCheckRequest(service=CONTROLLER_SERVICE), timeout=5)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        serving = health1.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+        assert serving == health_pb2.HealthCheckResponse.SERVING
+    assert CONTROLLER_SERVICE in _listed(node._channel())
+    health = health_pb2_grpc.HealthStub(node._channel())
+    for service in ("", api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name, CONTROLLER_SERVICE):
+        ask = health_pb2.HealthCheckRequest(service=service)
+        assert health.Check(ask, timeout=5).status == health_pb2.HealthCheckResponse.SERVING, service
+        watch = health.Watch(ask, timeout=10)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING, service
+        watch.cancel()
+
+
+def test_only_group_0_s_core_exports_controller_gauges(clusters: tuple[Cluster, NodeProc]) -> None:
+    """The node's /metrics after the controller test above: the controller's series (its gauges per set, its
+    quota) are group 0's core's alone; group 1's core, read in the same scrape, exports none (it serves no
+    controller), its other quotas still shown."""
+    sharded, _ = clusters
+
+    def both_groups_read() -> list[tuple[str, dict[str, str]]] | None:
+        text = urllib.request.urlopen(f"http://{sharded.nodes[0].metrics_addr}/metrics", timeout=10).read().decode()
+        found = [s for family in text_string_to_metric_families(text) for s in family.samples]
+        read = {s.labels["group"] for s in found if s.name == "nameserver_group_metrics_read" and s.value == 1}
+        return [(s.name, s.labels) for s in found] if read == {"0", "1"} else None
+
+    samples = sharded.wait_for("group 1's core's metrics in the node's scrape", both_groups_read, timeout=20)
+    controller = [(name, labels) for name, labels in samples
+                  if name.startswith("nameserver_controller_") or labels.get("quota") == "max_controller_sets"]
+    assert any(name == "nameserver_controller_master_epoch" for name, _ in controller)  # the sets registered above
+    assert {labels["group"] for _, labels in controller} == {"0"}, controller
+    assert ("nameserver_quota_limit", {"group": "1", "quota": "max_brokers"}) in samples

@@ -11,6 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from nameserver.api.auth import CONTROLLER_SERVICE
 from nameserver.config import Member, NodeConfig
 from nameserver.groups.shards import GroupStatus
 from nameserver.localports import free_ports
@@ -105,7 +106,8 @@ def test_a_node_is_ready_only_when_every_group_core_is(node) -> None:
 
 
 def test_group_0_s_core_not_answering_is_the_node_s_answer(node) -> None:
-    """As a one-group node's worker passing the call on: the core's own error, for Status and Check alike."""
+    """As a one-group node's worker passing the call on: the core's own error, for Status, Check and Watch
+    alike."""
     ports, _ = node
     group1 = _Core(ports[1], "127.0.0.1:9301", ready=True)
     try:
@@ -116,5 +118,63 @@ def test_group_0_s_core_not_answering_is_the_node_s_answer(node) -> None:
             with pytest.raises(grpc.RpcError) as err:
                 health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            with pytest.raises(grpc.RpcError) as err:
+                next(health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=5))
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         group1.server.stop(None)
+
+
+def test_watch_streams_the_node_s_health_as_any_group_core_s_changes(node) -> None:
+    """Health/Watch agrees with Check: SERVING only while every group core's health is, and a change in any
+    group core's (its readiness, its core gone and back) is streamed; group 0's alone before."""
+    ports, _ = node
+    group0 = _Core(ports[0], "127.0.0.1:9201", ready=True)
+    group1 = _Core(ports[1], "127.0.0.1:9301", ready=False)  # answering, still loading
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{ports[2]}") as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=30)
+            assert next(watch).status == NOT_SERVING  # group 0's core alone is SERVING
+            group1.set_ready(True)
+            assert next(watch).status == SERVING
+            group0.set_ready(False)  # group 0's own readiness counts as ever
+            assert next(watch).status == NOT_SERVING
+            group0.set_ready(True)
+            assert next(watch).status == SERVING
+            group1.server.stop(None)  # group 1's core gone (restarting): its stream ends
+            assert next(watch).status == NOT_SERVING
+            group1 = _Core(ports[1], "127.0.0.1:9301", ready=True)  # back: its Watch answers again
+            assert next(watch).status == SERVING
+            watch.cancel()
+    finally:
+        group1.server.stop(None)
+        group0.server.stop(None)
+
+
+def test_the_controller_service_s_health_is_group_0_s_core_s(node) -> None:
+    """Only group 0's core serves the Controller service (every ctrl/ record is group 0's): a group k core lists
+    no Controller (its health answers NOT_FOUND), and the node's Check and Watch of it are group 0's core's."""
+    ports, _ = node
+    group0 = _Core(ports[0], "127.0.0.1:9201", ready=True)
+    group0.health.set(CONTROLLER_SERVICE, SERVING)
+    group1 = _Core(ports[1], "127.0.0.1:9301", ready=True)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{ports[2]}") as channel:
+            stub, ask = health_pb2_grpc.HealthStub(channel), health_pb2.HealthCheckRequest(service=CONTROLLER_SERVICE)
+            assert stub.Check(ask, timeout=5).status == SERVING
+            watch = stub.Watch(ask, timeout=30)
+            assert next(watch).status == SERVING
+            group0.health.set(CONTROLLER_SERVICE, NOT_SERVING)
+            assert next(watch).status == NOT_SERVING
+            assert stub.Check(ask, timeout=5).status == NOT_SERVING
+            watch.cancel()
+            # a service no core serves: as a one-group node answers it
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
+            assert err.value.code() == grpc.StatusCode.NOT_FOUND
+            unknown = stub.Watch(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=30)
+            assert next(unknown).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+            unknown.cancel()
+    finally:
+        group1.server.stop(None)
+        group0.server.stop(None)
