@@ -453,7 +453,7 @@ def test_the_client_s_read_your_writes_token_is_a_vector(clusters: tuple[Cluster
     sharded, _ = clusters
     name = _named("short-client", 1)
     with Client([n.grpc_addr for n in sharded.nodes], timeout=5) as client:
-        for i in range(60):  # each a changed registration (its queues): an entry in group 1's log
+        for i in range(300):  # each a changed registration (its queues): an entry in group 1's log
             request = register_request(CLUSTER, name, "10.6.5.1:10911", ["ShortClient"], counter=i + 1, queues=i + 1)
             reply = client.register_broker(request)
             assert len(reply.offsets) == GROUPS and reply.offsets[0] == 0
