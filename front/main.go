@@ -54,6 +54,7 @@ type settings struct {
 	maxMessage, maxConnections, maxStreams   int
 	maxHeaderBytes                           int
 	counters                                 string
+	cacheBytes, cacheEntries                 int
 	handshake, idle, minPing, stopGrace      time.Duration
 }
 
@@ -75,6 +76,8 @@ func parse(args []string) (settings, error) {
 	fs.StringVar(&s.ca, "tls-ca", "", "the CA client certificates chain to ([tls] ca_file)")
 	fs.StringVar(&s.clientAuth, "client-auth", "none", `"require": mutual TLS ([tls] client_auth)`)
 	fs.StringVar(&s.counters, "counters", "", "a file the call counts by status code are written to, each second")
+	fs.IntVar(&s.cacheBytes, "cache-bytes", 0, "the reply cache's bound, bytes, over all workers ([node] grpc_front_cache_mb); 0: no cache")
+	fs.IntVar(&s.cacheEntries, "cache-entries", 1<<16, "the reply cache's bound, entries, over all workers")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -179,9 +182,10 @@ func run(args []string) error {
 		return err
 	}
 	maxFrame := s.maxMessage + batchBytes + frameSlack
-	f := &front{workers: newWorkers(strings.Split(s.workers, ","), maxFrame)}
+	f := &front{workers: newWorkers(strings.Split(s.workers, ","), maxFrame, s.cacheBytes, s.cacheEntries),
+		cacheBytes: s.cacheBytes}
 	if s.counters != "" {
-		go f.counts.keep(s.counters)
+		go f.counts.keep(s.counters, func() string { return f.stats.text(f.workers) })
 	}
 	opts, err := serverOptions(s, f)
 	if err != nil {
