@@ -2,7 +2,8 @@
 // "Processes"): grpc-go owns the node's gRPC port (TLS, HTTP/2, message and stream limits, keepalive
 // enforcement) and hands each call, as bytes, to the node's worker processes over their Unix sockets
 // (round-robin over the live ones), where the node's own service code answers it
-// (nameserver/api/frontchannel.py). The core starts it (nameserver/ops/gofront.py) and it exits when its
+// (nameserver/api/frontchannel.py). Repeated eventual reads whose replies a worker marked reusable are
+// answered here from a reply cache while that worker's state has not moved (cache.go). The core starts it (nameserver/ops/gofront.py) and it exits when its
 // stdin ends (the core is gone). It prints "listening on HOST:PORT" once it serves: after a worker's
 // socket took its first link, so a starting node refuses connections rather than calls.
 package main
