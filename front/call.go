@@ -37,11 +37,10 @@ const window = 2
 type front struct {
 	workers *workers
 	counts  counters
-	// the reply cache (cache.go): on when cacheBytes > 0; the methods a worker ever marked a reply of
-	// reusable (only their calls are read ahead and looked up)
-	cacheBytes int
-	cacheable  sync.Map // method -> struct{}
-	stats      cacheStats
+	// the reply cache (cache.go; each link's, nil when off): the methods a worker ever marked a reply of
+	// reusable (only their calls are read ahead and looked up), and the counts
+	cacheable sync.Map // method -> struct{}
+	stats     cacheStats
 }
 
 // handle serves every method (the unknown-service handler), counted by its status.

@@ -183,8 +183,7 @@ func run(args []string) error {
 		return err
 	}
 	maxFrame := s.maxMessage + batchBytes + frameSlack
-	f := &front{workers: newWorkers(strings.Split(s.workers, ","), maxFrame, s.cacheBytes, s.cacheEntries),
-		cacheBytes: s.cacheBytes}
+	f := &front{workers: newWorkers(strings.Split(s.workers, ","), maxFrame, s.cacheBytes, s.cacheEntries)}
 	if s.counters != "" {
 		go f.counts.keep(s.counters, func() string { return f.stats.text(f.workers) })
 	}
