@@ -1,12 +1,15 @@
 """Server CPU per call, grpcio's port vs the Go front end ([node] grpc_front = "go"), on one node with its
 worker processes, side by side in one run.
 
-    python -m bench.frontcpu [--seconds 5] [--clients 16,64] [--rounds 3] [--worker-processes 2] [--json OUT]
+    python -m bench.frontcpu [--seconds 5] [--clients 16,64] [--rounds 3] [--worker-processes 2]
+                             [--fronts grpcio,go,go+cache] [--loads route,reregister] [--json OUT]
 
-Each round starts the node with grpc_front = "grpcio", loads it, stops it, then the same with "go" (one node
-runs at a time: nothing else shares the cores). The node holds a 16-group route (a master and a slave each)
-for its topic; the loads, from the compiled closed-loop generator (bench/gofront `load`: one connection per
-client, prebuilt request bytes, every reply checked against the expected bytes), are:
+Each round starts the node with grpc_front = "grpcio", loads it, stops it, then the same with "go" (its reply
+cache off: [node] grpc_front_cache_mb = 0) and "go+cache" (the cache on, the default 32 MiB: a repeated route
+read is answered by the Go process alone, front/cache.go), one node at a time: nothing else shares the cores.
+The node holds a 16-group route (a master and a slave each) for its topic; the loads, from the compiled
+closed-loop generator (bench/gofront `load`: one connection per client, prebuilt request bytes, every reply
+checked against the expected bytes), are:
 
 - `route`: GetRoute of that topic (a worker answers from its replica);
 - `reregister`: RegisterBroker of one of its brokers with its current DataVersion, the broker's periodic
@@ -15,7 +18,12 @@ client, prebuilt request bytes, every reply checked against the expected bytes),
 
 Per load: calls/s, p50/p99, the server's CPU per call (the node's core, its workers and, with "go", the
 front end: every process of the node, from /proc), the front end's share, the load generator's own CPU per
-call, and each go figure over grpcio's of the same round and load (`vs_grpcio`).
+call, each go figure over grpcio's of the same round and load (`vs_grpcio`), and with "go+cache" the share
+of calls answered from the cache (`hit_share`, from the front end's counters file).
+
+The node appends nothing while it is loaded (no idle no-op): every reply is checked against the bytes read
+at the start, apply offset included, so a cached reply is exactly the worker's. (A node that applies entries
+voids the cache at each apply: a route read then costs a worker once per worker and apply.)
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -34,14 +43,19 @@ from bench import loadgen
 from bench.load import proc_cpu_s
 from bench.procnet import children
 from bench.procs import LocalCluster
+from nameserver.ops import gofront
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 
 GOFRONT = Path(__file__).with_name("gofront")  # the spike's binary: its `load` role is the generator
 SERVICE = "/rip18.nameserver.v1.NameServer"
 TOPIC = "front-topic"
 GROUPS = 16
-FRONTS = ("grpcio", "go")
+FRONTS = ("grpcio", "go", "go+cache")
 LOADS = ("route", "reregister")
+# each front's [node] settings
+FRONT_SETTINGS: dict[str, dict[str, Any]] = {"grpcio": {"grpc_front": "grpcio"},
+                                             "go": {"grpc_front": "go", "grpc_front_cache_mb": 0},
+                                             "go+cache": {"grpc_front": "go", "grpc_front_cache_mb": 32}}
 
 
 def _registration(i: int) -> api_pb2.RegisterBrokerRequest:
@@ -89,25 +103,40 @@ def _load(addr: str, method: str, request: Path, expect: Path, clients: int, sec
     return out
 
 
-def measure_node(root: str, front: str, workers: int, clients: list[int], seconds: float) -> list[dict[str, Any]]:
+def _hits(data_dir: str) -> int:
+    """The calls the running Go front end answered from its cache (its counters file, written each second)."""
+    try:
+        with open(gofront.counters_path(data_dir)) as f:
+            return sum(int(row[2]) for row in (line.split() for line in f) if len(row) == 3 and row[0] == "hit")
+    except OSError:
+        return 0
+
+
+def measure_node(root: str, front: str, workers: int, clients: list[int], seconds: float,
+                 loads: tuple[str, ...] = LOADS) -> list[dict[str, Any]]:
     """One node with `front`: every load at every client count; a row each."""
-    cluster = LocalCluster(root, size=1, sections={"node": {"worker_processes": workers, "grpc_front": front}})
+    cluster = LocalCluster(root, size=1, sections={"node": {"worker_processes": workers, **FRONT_SETTINGS[front]}})
     rows = []
     try:
         cluster.start()
         node = cluster.wait_ready(timeout=120)
+        data_dir = node.data_dir
         stub = node.ns()
         files = _prepare(stub, Path(root))
-        for load in LOADS:
+        for load in loads:
             method, request, expect = files[load]
             for c in clients:
                 pids = [node.pid, *children(node.pid)]
-                go = _front_pid(node.pid) if front == "go" else None
+                go = _front_pid(node.pid) if front != "grpcio" else None
+                hits0 = _counted_hits(data_dir) if front == "go+cache" else 0
                 cpu0, go0 = proc_cpu_s(pids), proc_cpu_s([go] if go else [])
                 res = _load(node.grpc_addr, method, request, expect, c, seconds)
                 cpu, go_s = proc_cpu_s(pids) - cpu0, (proc_cpu_s([go]) - go0 if go else 0.0)
                 calls = max(res["calls"], 1)
-                rows.append({"front": front, "load": load, "clients": c, "calls_per_s": round(res["calls_per_s"]),
+                hit_share = {"hit_share": round((_counted_hits(data_dir) - hits0) / calls, 3)} \
+                    if front == "go+cache" else {}
+                rows.append({"front": front, "load": load, "clients": c, **hit_share,
+                             "calls_per_s": round(res["calls_per_s"]),
                              "p50_ms": round(res["p50_ms"], 3), "p99_ms": round(res["p99_ms"], 3),
                              "server_us_per_call": round(cpu / calls * 1e6, 1),
                              "front_us_per_call": round(go_s / calls * 1e6, 1),
@@ -118,6 +147,12 @@ def measure_node(root: str, front: str, workers: int, clients: list[int], second
     finally:
         cluster.stop()
     return rows
+
+
+def _counted_hits(data_dir: str) -> int:
+    """_hits once the front end has written what it counted so far (it writes each second)."""
+    time.sleep(1.2)
+    return _hits(data_dir)
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -131,7 +166,7 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: per load, clients and front, the median over rounds and [min-max]."""
     keys = ("calls_per_s", "p50_ms", "p99_ms", "server_us_per_call", "vs_grpcio", "front_us_per_call",
-            "server_cores", "load_us_per_call", "load_cores")
+            "server_cores", "load_us_per_call", "load_cores", "hit_share")
     lines = ["| load | clients | front | " + " | ".join(keys) + " | errors |", "|---" * (len(keys) + 4) + "|"]
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for r in rows:
@@ -147,12 +182,20 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent)
+    return done.stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--clients", default="16,64")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--worker-processes", type=int, default=2)
+    p.add_argument("--fronts", default=",".join(FRONTS), help="of " + ", ".join(FRONTS))
+    p.add_argument("--loads", default=",".join(LOADS), help="of " + ", ".join(LOADS))
     p.add_argument("--json", default="", help="write the rows and the run's facts here")
     p.add_argument("--table", default="", help="tabulate a --json file again")
     args = p.parse_args(argv)
@@ -160,15 +203,20 @@ def main(argv: list[str] | None = None) -> int:
         print(table(json.loads(Path(args.table).read_text())["rows"]))
         return 0
     clients = [int(c) for c in args.clients.split(",")]
+    fronts, loads = tuple(args.fronts.split(",")), tuple(args.loads.split(","))
+    for name, chosen, known in (("--fronts", fronts, FRONTS), ("--loads", loads, LOADS)):
+        if not set(chosen) <= set(known):
+            p.error(f"{name}: {', '.join(sorted(set(chosen) - set(known)))} is not one of {', '.join(known)}")
     meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "load_average_at_start": list(os.getloadavg()), "cores": len(os.sched_getaffinity(0)),
-            "worker_processes": args.worker_processes, "seconds": args.seconds, "clients": clients}
+            "worker_processes": args.worker_processes, "seconds": args.seconds, "clients": clients,
+            "commit": _commit()}
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="frontcpu-") as tmp:
         for r in range(args.rounds):
-            for front in FRONTS:
+            for front in fronts:
                 for row in measure_node(os.path.join(tmp, f"{front}-{r}"), front, args.worker_processes, clients,
-                                        args.seconds):
+                                        args.seconds, loads):
                     rows.append({"round": r + 1, **row})
                     print(json.dumps(rows[-1]), flush=True)
     meta["load_average_at_end"] = list(os.getloadavg())

@@ -37,6 +37,10 @@ const window = 2
 type front struct {
 	workers *workers
 	counts  counters
+	// the reply cache (cache.go; each link's, nil when off): the methods a worker ever marked a reply of
+	// reusable (only their calls are read ahead and looked up), and the counts
+	cacheable sync.Map // method -> struct{}
+	stats     cacheStats
 }
 
 // handle serves every method (the unknown-service handler), counted by its status.
@@ -46,35 +50,98 @@ func (f *front) handle(_ any, stream grpc.ServerStream) error {
 	return err
 }
 
-// pass hands a call to a worker: the call's records go to one worker, the worker's records back become the
-// replies, the status and the trailing metadata.
+// pass answers a call from the reply cache, or hands it to a worker.
+//
+// A call of a method the workers mark reusable is read ahead (its request and its end) before any worker
+// sees it: a unary call's request whose key has an entry of the picked worker's latest generation is
+// answered from it at once; any other goes to that worker, the request with the call.
 func (f *front) pass(stream grpc.ServerStream) error {
 	method, ok := grpc.MethodFromServerStream(stream)
 	if !ok {
 		return status.Error(codes.Internal, "no method")
 	}
 	l := f.workers.pick()
-	var c *call
-	if l != nil {
-		c = l.open()
+	if l == nil {
+		return status.Error(codes.Unavailable, "no worker process of this node is serving; try another node")
 	}
+	rec, identity, err := callRecord(nil, method, stream)
+	if err != nil {
+		return err
+	}
+	if _, known := f.cacheable.Load(method); !known || l.cache == nil {
+		return f.relay(l, method, stream, rec, "", nil, nil)
+	}
+	ctx := stream.Context()
+	pending := readAhead(stream)
+	var got ahead
+	select {
+	case got = <-pending:
+	default:
+		timer := time.NewTimer(requestWait)
+		select {
+		case got = <-pending:
+			timer.Stop()
+		case <-timer.C: // a client slow to send its request: the worker's, with its progress bound
+			return f.relay(l, method, stream, rec, "", nil, pending)
+		case <-ctx.Done():
+			timer.Stop()
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	key := ""
+	if got.err == nil && got.ended {
+		key = cacheKey(method, identity, rec, got.msg)
+		if hit := l.cache.get(key); hit != nil {
+			f.stats.hit(method)
+			if hit.trailer != nil {
+				stream.SetTrailer(hit.trailer)
+			}
+			reply := hit.reply
+			return stream.SendMsg(&reply)
+		}
+		f.stats.misses.Add(1)
+	}
+	return f.relay(l, method, stream, rec, key, &got, nil)
+}
+
+// relay hands a call to worker l: the call's records go to it, its records back become the replies, the
+// status and the trailing metadata. `got`: what was read ahead of it (sent with the call record); `pending`:
+// a read ahead still under way (its outcome sent when it comes); neither: the stream is read as it comes.
+// `key`: the reply's key in l's cache, when the worker marks it reusable ("": not kept).
+func (f *front) relay(l *link, method string, stream grpc.ServerStream, rec [][]byte, key string, got *ahead,
+	pending <-chan ahead) error {
+	c := l.open()
 	if c == nil {
 		return status.Error(codes.Unavailable, "no worker process of this node is serving; try another node")
 	}
 	defer l.forget(c)
 	ctx := stream.Context()
-	rec, err := callRecord(c.key, method, stream)
-	if err != nil {
-		return err
-	}
-	if !l.send(rec) {
-		return status.Error(codes.Unavailable, "the node's worker process went away")
-	}
+	rec[1] = c.key
 	taken := make(chan struct{}, window+inbox)
 	for range window {
 		taken <- struct{}{}
 	}
-	go pumpRequests(l, c, stream, taken)
+	switch {
+	case got != nil:
+		recs, next, err := aheadRecords(c, *got)
+		if err != nil {
+			return err
+		}
+		if !l.send(append([][][]byte{rec}, recs...)...) {
+			return status.Error(codes.Unavailable, "the node's worker process went away")
+		}
+		if next != nil {
+			<-taken // the window is full: nothing was sent before
+			go pumpRequests(l, c, stream, taken, next)
+		}
+	default:
+		if !l.send(rec) {
+			return status.Error(codes.Unavailable, "the node's worker process went away")
+		}
+		if pending == nil {
+			go pumpRequests(l, c, stream, taken, nil)
+		}
+	}
 	var replies *replySender
 	defer func() {
 		if replies != nil {
@@ -83,6 +150,18 @@ func (f *front) pass(stream grpc.ServerStream) error {
 	}()
 	for {
 		select {
+		case late := <-pending:
+			pending = nil
+			recs, next, err := aheadRecords(c, late)
+			if err != nil {
+				l.send([][]byte{{kindCancel}, c.key})
+				return err
+			}
+			l.send(recs...)
+			if next != nil {
+				<-taken
+				go pumpRequests(l, c, stream, taken, next)
+			}
 		case rec := <-c.in:
 			switch rec[0][0] {
 			case kindUnary:
@@ -91,6 +170,22 @@ func (f *front) pass(stream grpc.ServerStream) error {
 				}
 				stream.SetTrailer(trailer(rec[3:]))
 				reply := rec[2]
+				return stream.SendMsg(&reply)
+			case kindReusable:
+				if len(rec) < 4 {
+					return status.Error(codes.Internal, "a worker's answer of the wrong shape")
+				}
+				gen, err := strconv.ParseInt(string(rec[2]), 10, 64)
+				if err != nil {
+					return status.Error(codes.Internal, "a worker's answer of the wrong shape")
+				}
+				f.cacheable.LoadOrStore(method, struct{}{})
+				md := trailer(rec[4:])
+				if key != "" {
+					l.cache.put(key, gen, rec[3], md)
+				}
+				stream.SetTrailer(md)
+				reply := rec[3]
 				return stream.SendMsg(&reply)
 			case kindMessage:
 				if len(rec) < 3 {
@@ -130,15 +225,34 @@ func (f *front) pass(stream grpc.ServerStream) error {
 	}
 }
 
+// aheadRecords are the records for the worker of what was read ahead of a call (after its call record),
+// and the message the pump holds back when the client sent a second one (the pump goes on from it, as it
+// would have); an error when reading failed (grpc-go answered the client).
+func aheadRecords(c *call, got ahead) (recs [][][]byte, next [][]byte, err error) {
+	switch {
+	case got.err == io.EOF:
+		return [][][]byte{{{kindHalfClose}, c.key}}, nil, nil
+	case got.err != nil:
+		return nil, nil, got.err
+	case got.ended:
+		return [][][]byte{{{kindMessage}, c.key, got.msg}, {{kindHalfClose}, c.key}}, nil, nil
+	default:
+		return [][][]byte{{{kindMessage}, c.key, got.msg}}, [][]byte{{kindMessage}, c.key, got.second}, nil
+	}
+}
+
 // callRecord is the call's first record: its deadline, method, caller and metadata. A text header whose value
 // is not UTF-8 (grpc-go passes such bytes through; a worker reads text values as UTF-8) refuses the call.
-func callRecord(key []byte, method string, stream grpc.ServerStream) ([][]byte, error) {
+//
+// Also the caller's identity (callerOf), for the reply cache's key.
+func callRecord(key []byte, method string, stream grpc.ServerStream) ([][]byte, []byte, error) {
 	ctx := stream.Context()
 	deadline := "-1"
 	if d, ok := ctx.Deadline(); ok {
 		deadline = strconv.FormatInt(monotonicNs()+int64(time.Until(d)), 10)
 	}
-	rec := [][]byte{{kindCall}, key, []byte(deadline), []byte(method), callerOf(ctx)}
+	said, identity := callerOf(ctx)
+	rec := [][]byte{{kindCall}, key, []byte(deadline), []byte(method), said}
 	md, _ := metadata.FromIncomingContext(ctx)
 	keys := make([]string, 0, len(md))
 	for k := range md {
@@ -152,12 +266,12 @@ func callRecord(key []byte, method string, stream grpc.ServerStream) ([][]byte, 
 	for _, k := range keys {
 		for _, v := range md[k] {
 			if !strings.HasSuffix(k, "-bin") && !utf8.ValidString(v) {
-				return nil, status.Errorf(codes.InvalidArgument, "metadata: %s's value is not UTF-8", k)
+				return nil, nil, status.Errorf(codes.InvalidArgument, "metadata: %s's value is not UTF-8", k)
 			}
 			rec = append(rec, []byte(k), []byte(v))
 		}
 	}
-	return rec, nil
+	return rec, identity, nil
 }
 
 // pumpRequests passes the client's messages on, at most `window` ahead of the worker's handler, then the
@@ -165,11 +279,11 @@ func callRecord(key []byte, method string, stream grpc.ServerStream) ([][]byte, 
 //
 // A message waits here until the next RecvMsg says whether the stream ended, so that a unary call's request
 // and its end go to the worker as one item. The first message takes no credit (the worker acknowledges the
-// later ones only): a unary call costs the worker no acknowledgement.
-func pumpRequests(l *link, c *call, stream grpc.ServerStream, taken chan struct{}) {
+// later ones only): a unary call costs the worker no acknowledgement. `waiting`: a message read ahead and
+// held back (past the first, its credit taken), else nil.
+func pumpRequests(l *link, c *call, stream grpc.ServerStream, taken chan struct{}, waiting [][]byte) {
 	ctx := stream.Context()
-	var waiting [][]byte // a message received, not yet passed on
-	for first := true; ; first = false {
+	for first := waiting == nil; ; first = false {
 		var msg []byte
 		err := stream.RecvMsg(&msg)
 		if err == io.EOF {
@@ -251,8 +365,10 @@ func monotonicNs() int64 {
 
 // callerOf is who the client is, as nameserver/api/corelink.py's CALLER says it: the address as grpcio
 // writes a peer ("ipv4:HOST:PORT", "ipv6:[HOST]:PORT") and, over TLS, the names of its verified
-// certificate as grpcio's auth context has them (hex-encoded values).
-func callerOf(ctx context.Context) []byte {
+// certificate as grpcio's auth context has them (hex-encoded values). Also its identity for the reply cache:
+// the same without the port (one host's connections are one caller, as the call guard's per-caller bounds
+// count them; nothing a reusable reply's call runs reads the port).
+func callerOf(ctx context.Context) (said, identity []byte) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return describeCaller(nil)
@@ -264,47 +380,52 @@ func callerOf(ctx context.Context) []byte {
 		leaf := sha256.Sum256(info.State.PeerCertificates[0].Raw)
 		key += " " + string(leaf[:])
 	}
-	if said, ok := callers.Load(key); ok {
-		return said.([]byte)
+	if found, ok := callers.Load(key); ok {
+		both := found.(*[2][]byte)
+		return both[0], both[1]
 	}
-	said := describeCaller(p)
+	said, identity = describeCaller(p)
 	if callersKept.Add(1) > maxCallersKept { // a bound, not an eviction order: start again
 		callers.Clear()
 		callersKept.Store(0)
 	}
-	callers.Store(key, said)
-	return said
+	callers.Store(key, &[2][]byte{said, identity})
+	return said, identity
 }
 
 var (
-	callers     sync.Map // address and leaf certificate's hash -> caller JSON
+	callers     sync.Map // address and leaf certificate's hash -> caller JSON and identity
 	callersKept atomic.Int64
 )
 
 const maxCallersKept = 1 << 16
 
-func describeCaller(p *peer.Peer) []byte {
-	said := struct {
+func describeCaller(p *peer.Peer) (said, identity []byte) {
+	caller := struct {
 		Peer string              `json:"peer"`
 		Auth map[string][]string `json:"auth"`
 	}{Peer: "unknown", Auth: map[string][]string{}}
+	host := caller.Peer
 	if p != nil {
 		if tcp, isTCP := p.Addr.(*net.TCPAddr); isTCP {
 			if ip4 := tcp.IP.To4(); ip4 != nil {
-				said.Peer = "ipv4:" + ip4.String() + ":" + strconv.Itoa(tcp.Port)
+				host = "ipv4:" + ip4.String()
 			} else {
-				said.Peer = "ipv6:[" + tcp.IP.String() + "]:" + strconv.Itoa(tcp.Port)
+				host = "ipv6:[" + tcp.IP.String() + "]"
 			}
+			caller.Peer = host + ":" + strconv.Itoa(tcp.Port)
 		}
 		if info, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS {
-			said.Auth["transport_security_type"] = []string{hex.EncodeToString([]byte("ssl"))}
+			caller.Auth["transport_security_type"] = []string{hex.EncodeToString([]byte("ssl"))}
 			if len(info.State.PeerCertificates) > 0 {
-				addNames(said.Auth, info.State.PeerCertificates[0])
+				addNames(caller.Auth, info.State.PeerCertificates[0])
 			}
 		}
 	}
-	out, _ := json.Marshal(said)
-	return out
+	said, _ = json.Marshal(caller)
+	caller.Peer = host
+	identity, _ = json.Marshal(caller)
+	return said, identity
 }
 
 func addNames(auth map[string][]string, cert *x509.Certificate) {

@@ -37,11 +37,12 @@ func (c *counters) text() string {
 	return b.String()
 }
 
-// keep writes the counts to path every countEvery (a new file renamed over the last: a reader sees whole ones).
-func (c *counters) keep(path string) {
+// keep writes the counts to path every countEvery (a new file renamed over the last: a reader sees whole
+// ones), and after them what `more` says (the reply cache's lines).
+func (c *counters) keep(path string, more func() string) {
 	last := ""
 	for range time.Tick(countEvery) {
-		if now := c.text(); now != last {
+		if now := c.text() + more(); now != last {
 			tmp := path + ".tmp"
 			if os.WriteFile(tmp, []byte(now), 0o600) == nil && os.Rename(tmp, path) == nil {
 				last = now

@@ -20,18 +20,25 @@ import (
 //	                 x cancel:   x, id (the client went away, or its deadline passed)
 //	                 a sent:     a, id (a streamed reply was handed to the client: the worker may send one more)
 //	worker -> front  u unary:    u, id, reply bytes, trailing key, value, ... (status OK)
+//	                 r reusable: r, id, generation, reply bytes, trailing key, value, ... (status OK; the
+//	                             reply may answer the same call again while the worker's state generation
+//	                             is this one: cache.go)
 //	                 m message:  m, id, reply bytes (a server stream's)
 //	                 s status:   s, id, code, details, trailing key, value, ...
+//	                 g generation: g, 8 zero bytes, generation (decimal): the worker's state moved on; the
+//	                             first record of every link, then one after each change (cache.go)
 
 const (
-	kindCall      = 'c'
-	kindMessage   = 'm'
-	kindHalfClose = 'h'
-	kindCancel    = 'x'
-	kindSent      = 'a'
-	kindUnary     = 'u'
-	kindStatus    = 's'
-	frameSlack    = 64 << 10 // a frame's bound past its largest message: headers and metadata
+	kindCall       = 'c'
+	kindMessage    = 'm'
+	kindHalfClose  = 'h'
+	kindCancel     = 'x'
+	kindSent       = 'a'
+	kindUnary      = 'u'
+	kindStatus     = 's'
+	kindReusable   = 'r'
+	kindGeneration = 'g'
+	frameSlack     = 64 << 10 // a frame's bound past its largest message: headers and metadata
 )
 
 // frameWriter gathers records into one frame; flush writes it.

@@ -30,7 +30,8 @@ type link struct {
 	calls  map[uint64]*call
 	broken bool
 	nextID atomic.Uint64
-	max    int // the largest frame the worker may send
+	max    int         // the largest frame the worker may send
+	cache  *replyCache // the replies of this worker kept (cache.go); nil: no cache
 }
 
 // call is one gRPC call's end on a link: the worker's records for it arrive on `in`.
@@ -40,13 +41,13 @@ type call struct {
 	in  chan [][]byte
 }
 
-func dial(path string, maxFrame int) (*link, error) {
+func dial(path string, maxFrame int, cache *replyCache) (*link, error) {
 	conn, err := net.Dial("unix", path)
 	if err != nil {
 		return nil, err
 	}
 	l := &link{conn: conn, out: make(chan [][][]byte, 4096), done: make(chan struct{}), calls: map[uint64]*call{},
-		max: maxFrame}
+		max: maxFrame, cache: cache}
 	go l.write()
 	go l.read()
 	return l, nil
@@ -97,10 +98,17 @@ func (l *link) read() {
 				l.fail("the worker sent a record of the wrong shape")
 				return
 			}
+			if rec[0][0] == kindGeneration { // the worker's state moved: its kept replies are void
+				if !l.moved(rec) {
+					l.fail("the worker sent a generation of the wrong shape")
+					return
+				}
+				continue
+			}
 			id := binary.BigEndian.Uint64(rec[1])
 			l.mu.Lock()
 			c := l.calls[id]
-			if c != nil && (rec[0][0] == kindUnary || rec[0][0] == kindStatus) {
+			if c != nil && (rec[0][0] == kindUnary || rec[0][0] == kindReusable || rec[0][0] == kindStatus) {
 				delete(l.calls, id)
 			}
 			l.mu.Unlock()
@@ -109,6 +117,21 @@ func (l *link) read() {
 			}
 		}
 	}
+}
+
+// moved takes a generation record: the worker's state moved on (cache.go); false when it is malformed.
+func (l *link) moved(rec [][]byte) bool {
+	if len(rec) != 3 {
+		return false
+	}
+	gen, err := strconv.ParseInt(string(rec[2]), 10, 64)
+	if err != nil {
+		return false
+	}
+	if l.cache != nil {
+		l.cache.moved(gen)
+	}
+	return true
 }
 
 // fail ends the link: every call on it is answered UNAVAILABLE, and it takes no more.
@@ -167,14 +190,17 @@ func (l *link) send(recs ...[][]byte) bool {
 
 // workers are the node's worker processes, one socket each: dialled again whenever a worker restarts.
 type workers struct {
-	links   []atomic.Pointer[link]
-	next    atomic.Uint64
-	ready   chan struct{} // closed once the first link is up
-	readyMu sync.Once
+	// each link's reply cache bounds (cache.go): the front end's divided among the workers; 0 bytes: none
+	cacheBytes, cacheEntries int
+	links                    []atomic.Pointer[link]
+	next                     atomic.Uint64
+	ready                    chan struct{} // closed once the first link is up
+	readyMu                  sync.Once
 }
 
-func newWorkers(paths []string, maxFrame int) *workers {
-	w := &workers{links: make([]atomic.Pointer[link], len(paths)), ready: make(chan struct{})}
+func newWorkers(paths []string, maxFrame, cacheBytes, cacheEntries int) *workers {
+	w := &workers{links: make([]atomic.Pointer[link], len(paths)), ready: make(chan struct{}),
+		cacheBytes: cacheBytes / len(paths), cacheEntries: cacheEntries / len(paths)}
 	for i, path := range paths {
 		go w.keep(i, path, maxFrame)
 	}
@@ -184,7 +210,11 @@ func newWorkers(paths []string, maxFrame int) *workers {
 // keep holds a link to worker i's socket: dialled, and dialled again once it breaks.
 func (w *workers) keep(i int, path string, maxFrame int) {
 	for {
-		l, err := dial(path, maxFrame)
+		var cache *replyCache // a new link, a new cache: a restarted worker numbers its generations anew
+		if w.cacheBytes > 0 {
+			cache = newReplyCache(w.cacheBytes, w.cacheEntries)
+		}
+		l, err := dial(path, maxFrame, cache)
 		if err != nil {
 			time.Sleep(redialEvery)
 			continue

@@ -2,7 +2,8 @@
 // "Processes"): grpc-go owns the node's gRPC port (TLS, HTTP/2, message and stream limits, keepalive
 // enforcement) and hands each call, as bytes, to the node's worker processes over their Unix sockets
 // (round-robin over the live ones), where the node's own service code answers it
-// (nameserver/api/frontchannel.py). The core starts it (nameserver/ops/gofront.py) and it exits when its
+// (nameserver/api/frontchannel.py). Repeated eventual reads whose replies a worker marked reusable are
+// answered here from a reply cache while that worker's state has not moved (cache.go). The core starts it (nameserver/ops/gofront.py) and it exits when its
 // stdin ends (the core is gone). It prints "listening on HOST:PORT" once it serves: after a worker's
 // socket took its first link, so a starting node refuses connections rather than calls.
 package main
@@ -54,6 +55,7 @@ type settings struct {
 	maxMessage, maxConnections, maxStreams   int
 	maxHeaderBytes                           int
 	counters                                 string
+	cacheBytes, cacheEntries                 int
 	handshake, idle, minPing, stopGrace      time.Duration
 }
 
@@ -75,6 +77,8 @@ func parse(args []string) (settings, error) {
 	fs.StringVar(&s.ca, "tls-ca", "", "the CA client certificates chain to ([tls] ca_file)")
 	fs.StringVar(&s.clientAuth, "client-auth", "none", `"require": mutual TLS ([tls] client_auth)`)
 	fs.StringVar(&s.counters, "counters", "", "a file the call counts by status code are written to, each second")
+	fs.IntVar(&s.cacheBytes, "cache-bytes", 0, "the reply cache's bound, bytes, over all workers ([node] grpc_front_cache_mb); 0: no cache")
+	fs.IntVar(&s.cacheEntries, "cache-entries", 1<<16, "the reply cache's bound, entries, over all workers")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -179,9 +183,9 @@ func run(args []string) error {
 		return err
 	}
 	maxFrame := s.maxMessage + batchBytes + frameSlack
-	f := &front{workers: newWorkers(strings.Split(s.workers, ","), maxFrame)}
+	f := &front{workers: newWorkers(strings.Split(s.workers, ","), maxFrame, s.cacheBytes, s.cacheEntries)}
 	if s.counters != "" {
-		go f.counts.keep(s.counters)
+		go f.counts.keep(s.counters, func() string { return f.stats.text(f.workers) })
 	}
 	opts, err := serverOptions(s, f)
 	if err != nil {

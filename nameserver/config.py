@@ -7,6 +7,7 @@
     worker_processes = "auto"         # gRPC and remoting front-end processes (default "auto": one per CPU)
     grpc_front = "grpcio"             # who owns the gRPC port: each worker's grpcio, or "go": one compiled
                                       # front end passing calls to the workers (docs/operations.md)
+    grpc_front_cache_mb = 32          # with "go": its cache of repeated route reads' replies, MiB (0: none)
 
     [[cluster.members]]               # every member, this node included
     raft_addr = "127.0.0.1:9201"
@@ -127,6 +128,9 @@ class NodeConfig:
     # process owns the port and hands each call to the workers, about 0.4x grpcio's CPU a call in issue 27's
     # spike). "grpcio" stays the default until "go" has run in the fault and soak suites.
     grpc_front: str = "grpcio"
+    # With grpc_front = "go": the front end's reply cache of repeated eventual reads (front/cache.go), MiB over
+    # all workers; 0: none. Only for the Go front end (grpcio's port has no such cache).
+    grpc_front_cache_mb: int = 32
     session_ttl_ms: int = 3_600_000  # exactly-once client sessions idle longer than this expire
     max_sessions: int = 100_000    # live sessions of all owners; past it a new one is refused (never evicts)
     # One owner's (caller's) live sessions: its next one evicts its own oldest, never another owner's
@@ -321,7 +325,7 @@ def cgroup_cpu_quota(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup
 CHANNEL_SOCKET_LONGEST = os.path.join("channel", "remoting.sock")
 UNIX_PATH_MAX = 107
 _SECTIONS: dict[str, tuple[str, ...]] = {
-    "node": ("worker_processes", "grpc_front"),
+    "node": ("worker_processes", "grpc_front", "grpc_front_cache_mb"),
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
              "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us", "fsync",
              "read_lease", "wire_compress_level"),
@@ -463,11 +467,17 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
 
 
 GRPC_FRONTS = ("grpcio", "go")
+MAX_FRONT_CACHE_MB = 1 << 20  # a TiB: more is a typo (and past the front end's int flag on no machine)
 
 
 def _check_front(cfg: NodeConfig) -> None:
     if cfg.grpc_front not in GRPC_FRONTS:
         raise ConfigError(f'node.grpc_front must be "grpcio" or "go", not {cfg.grpc_front!r}')
+    if cfg.grpc_front_cache_mb < 0:
+        raise ConfigError(f"node.grpc_front_cache_mb must be 0 (no cache) or more, not {cfg.grpc_front_cache_mb}")
+    if cfg.grpc_front_cache_mb > MAX_FRONT_CACHE_MB:
+        raise ConfigError(f"node.grpc_front_cache_mb must be at most {MAX_FRONT_CACHE_MB} (MiB), not "
+                          f"{cfg.grpc_front_cache_mb}")
     if cfg.grpc_front == "go" and cfg.replica_follow:
         raise ConfigError('node.grpc_front = "go" is a node\'s (its core starts the front end); a read replica '
                           'serves gRPC with grpcio: remove it or set "grpcio"')

@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 from nameserver import headers, tlsconf, validation
 from nameserver.api import auth, corelink, frontchannel, grpcserver, writechannel
 from nameserver.api.coreindex import CoreReadIndex
-from nameserver.api.frontchannel import FrontServer, Inline
+from nameserver.api.frontchannel import FrontServer, Generations, Inline, Reusable
 from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
@@ -141,7 +141,8 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     metrics = requests.interceptor() if requests is not None else None
     grpc_server: grpc.Server | FrontServer = (
         grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port, metrics=metrics) if front_socket is None
-        else FrontServer(cfg, front_socket, grpcserver.interceptors(cfg, metrics), _inline_reads(replica, groups)))
+        else FrontServer(cfg, front_socket, grpcserver.interceptors(cfg, metrics), _inline_reads(replica, groups),
+                         _reusable_reads(replica, groups)))
     if groups is not None and calls is not None:  # asked first: a write goes to its group's core
         grpc_server.add_generic_rpc_handlers((calls,))
         local = (local or {}) | groups.local_handlers()
@@ -177,6 +178,23 @@ def _inline_reads(replica: ReadReplica, groups: GroupLinks | None) -> Inline:
         wanted = wanted_offset(method, request)
         return wanted is not None and (wanted == 0 or (groups is None and wanted <= replica.offset))
     return Inline(frozenset(_EVENTUAL), here)
+
+
+# The reads whose replies the Go front end may keep (nameserver/api/frontchannel.py, Reusable): a function of
+# the request, the caller's credential and the replica's state alone.
+_REUSABLE = frozenset(f"/{corelink.NAMESERVER.full_name}/{name}" for name in ("GetRoute", "GetClusterInfo",
+                                                                              "GetTopicList"))
+
+
+def _reusable_reads(replica: ReadReplica, groups: GroupLinks | None) -> Reusable | None:
+    """Which inline reads' replies the Go front end may answer again, while `replica`'s state has not moved;
+    none with several groups (a reply there is read over every group's replica: one generation does not
+    cover it)."""
+    if groups is not None:
+        return None
+    generations = Generations()
+    generations.follow(replica.publish_listeners, lambda: replica.ready)
+    return Reusable(_REUSABLE, generations)
 
 
 def wanted_offset(method: str, request: bytes) -> int | None:

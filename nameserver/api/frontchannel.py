@@ -16,14 +16,37 @@ byte and its call by an 8-byte id:
                      m  a request message     h  the client's stream ended     x  cancel (the client left)
                      a  a streamed reply was handed to the client
     worker -> front  u  the reply and trailing metadata (status OK)   m  a streamed reply
+                     r  the same as u, and reusable: the state generation it was read at, the reply, trailing
+                        metadata (the front end may answer the same call with it again: below)
                      a  a request message was taken by the handler
                      s  status: code, details, trailing metadata
+                     g  the worker's state generation moved: 8 zero bytes (no call), the generation
 
 Each direction keeps at most WINDOW messages of a call unacknowledged (requests: past the first), so a
 client that sends faster than its handler reads, or does not read what a stream sends, holds no more than
 that in either process; the call guard's progress bound then sees the stall as it would under grpcio.
 Calls run on a pool of [grpc] workers threads, at most limits.grpc_max_concurrent_rpcs at once (as grpcio's
 server), but for the eventual reads that will not wait (Inline), answered on the link's own thread.
+
+The front end's reply cache (front/cache.go; [node] grpc_front_cache_mb) answers repeated calls without the
+worker, and the worker alone decides what it may keep (Reusable): a reply goes as r, not u, only when
+- its method is one of Reusable.methods (GetRoute, GetClusterInfo, GetTopicList: unary eventual reads whose
+  answer is a function of the request, the caller's credential and the replica's state alone), and its call
+  ran inline (Inline.here: no offset it names past the replica's, one Raft group, nothing waited: a read that
+  had to wait, or would have, goes to the pool and its reply is never reusable);
+- it is an answer (u), not a status: an error is never kept (a refusal of auth, a limit's, NOT_FOUND), nor a
+  call cancelled with a status (the call guard's).
+Every interceptor gives a repeat of such a call what it gave the first: the call guard's per-caller and
+per-node bounds count streams only (a unary read takes no slot), its progress bound watches a request the
+front end already holds whole; auth decides from the metadata (a token) and the certificate's names, both in
+the front end's key (with the method, the request bytes and every metadata pair the worker gets; the caller's
+identity is its address without the port and its certificate's names: nothing these reads run reads the
+port); no quota or rate limit applies to a read; the metrics count only what reaches a worker (the front end
+counts its hits: nameserver_grpc_front_cache_hits_total).
+Each reply is stamped with the worker's state generation read before the call ran (Generations); the worker
+says every new generation to each link (g: after each batch its replica applies, a snapshot it installs, and
+when its replica turns unready, so that reads it would refuse are not answered from the cache), and the front
+end serves an entry only while its generation is the link's latest.
 """
 
 from __future__ import annotations
@@ -63,7 +86,9 @@ log = logging.getLogger("nameserver.api.frontchannel")
 WINDOW = 2  # messages of a call unacknowledged each way (front/call.go's window)
 MAX_HANDLERS_KEPT = 4096  # intercepted handlers kept, per distinct method and metadata (_handler)
 CALL, MESSAGE, HALF_CLOSE, CANCEL, TAKEN = b"c", b"m", b"h", b"x", b"a"
-UNARY, STATUS = b"u", b"s"
+UNARY, STATUS, REUSABLE, GENERATION = b"u", b"s", b"r", b"g"
+NO_CALL = bytes(8)  # a generation record's call id
+READINESS_CHECK_S = 0.25  # how soon a replica turning unready moves the generation (Generations.follow)
 _ID = struct.Struct(">Q")
 _END = object()
 Metadata = tuple[tuple[str, str | bytes], ...]
@@ -165,10 +190,12 @@ class FrontServer(framing.LinkServer):
     """A worker's calls from the Go front end: grpc.Server's part the worker uses, over its front socket."""
 
     def __init__(self, cfg: NodeConfig, path: str, interceptors: Sequence[grpc.ServerInterceptor],
-                 inline: Inline | None = None) -> None:
-        """`inline`: which calls may run on the link's own thread (see Inline)."""
+                 inline: Inline | None = None, reusable: Reusable | None = None) -> None:
+        """`inline`: which calls may run on the link's own thread (see Inline); `reusable`: which of those
+        the front end may answer again from its cache (see Reusable; None: none)."""
         super().__init__(path, "front-channel")
         self.inline = inline
+        self.reusable = reusable
         self.interceptors = tuple(interceptors)
         self.generic: list[grpc.GenericRpcHandler] = []
         self.max_message = cfg.max_message_bytes
@@ -184,6 +211,8 @@ class FrontServer(framing.LinkServer):
 
     def stop(self, grace: float | None = None) -> threading.Event:  # type: ignore[override]  # grpc.Server's
         super().stop()
+        if self.reusable is not None:
+            self.reusable.generations.stopped.set()
         self.pool.shutdown(wait=False, cancel_futures=True)
         done = threading.Event()
         done.set()
@@ -193,6 +222,8 @@ class FrontServer(framing.LinkServer):
 
     def serve(self, link: socket.socket) -> None:
         sender = _Sender(link, "front-channel-answers", lambda exc: framing.close(link))
+        if self.reusable is not None:  # the link's first record: the generation its replies are read at
+            self.reusable.generations.attach(sender)
         calls: dict[bytes, _Call] = {}
         held: dict[bytes, _Call] = {}  # inline candidates whose request has not ended yet
         waiting = readable(link)
@@ -216,6 +247,8 @@ class FrontServer(framing.LinkServer):
             for call in held.values():  # never run: each gives its concurrency slot back
                 self._finish(call, calls, STATUS, [str(grpc.StatusCode.CANCELLED.value[0]).encode(),
                                                    b"the front end's link ended"])
+            if self.reusable is not None:
+                self.reusable.generations.detach(sender)
             sender.close()
             with self._lock:
                 left = list(calls.values())
@@ -294,6 +327,10 @@ class FrontServer(framing.LinkServer):
         context = call.context
         assert context is not None
         kind, fields = STATUS, [b"13", b"the worker did not answer"]
+        # the generation before the read: a reply kept under it holds at least that state (Reusable)
+        generation = None
+        if inline is not None and self.reusable is not None and call.method in self.reusable.methods:
+            generation = self.reusable.generations.value
         try:
             if inline is None:
                 kind, fields = self._outcome(call, context)
@@ -309,6 +346,8 @@ class FrontServer(framing.LinkServer):
         finally:
             if context.ended_with is not None:  # cancelled with a status: the client gets that one
                 kind, fields = STATUS, [str(context.ended_with[0].value[0]).encode(), context.ended_with[1].encode()]
+        if kind == UNARY and generation is not None:
+            kind, fields = REUSABLE, [str(generation).encode(), *fields]
         fields += _metadata_fields(context.trailing())
         self._finish(call, calls, kind, fields)
         context.end()
@@ -405,6 +444,61 @@ class Inline:
         self.here = here
 
 
+class Generations:
+    """A worker's state generation, as the front end's reply cache sees it (Reusable): a number that moves
+    whenever a reusable reply could change, said to every link from the front end at once (a g record, in
+    order with the replies on that link: a reply stamped with an older generation that comes after it is
+    never served)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._senders: set[_Sender] = set()
+
+    def moved(self, *_: Any) -> None:
+        """The state changed (a replica's publish listener: the offset it published)."""
+        with self._lock:  # said in order on every link
+            self.value += 1
+            record = [GENERATION, NO_CALL, str(self.value).encode()]
+            for sender in self._senders:
+                sender.put(record)
+
+    def attach(self, sender: _Sender) -> None:
+        with self._lock:
+            self._senders.add(sender)
+            sender.put([GENERATION, NO_CALL, str(self.value).encode()])
+
+    def detach(self, sender: _Sender) -> None:
+        with self._lock:
+            self._senders.discard(sender)
+
+    def follow(self, publish_listeners: list[Callable[[int], None]], ready: Callable[[], bool]) -> None:
+        """Move with every offset a replica publishes, and when it turns unready (checked every
+        READINESS_CHECK_S on a thread of its own, until stop()): its reads are refused from then on, and
+        none is answered from the cache."""
+        publish_listeners.append(self.moved)
+
+        def watch() -> None:
+            was = True
+            while not self.stopped.wait(READINESS_CHECK_S):
+                now = ready()
+                if was and not now:
+                    self.moved()
+                was = now
+
+        threading.Thread(target=watch, name="front-generations", daemon=True).start()
+
+
+class Reusable:
+    """Which replies the front end may keep and answer again: `methods`' replies to calls that ran inline
+    (see the module's docstring), each stamped with `generations`' value."""
+
+    def __init__(self, methods: frozenset[str], generations: Generations) -> None:
+        self.methods = methods
+        self.generations = generations
+
+
 @functools.lru_cache(maxsize=1024)
 def _caller(value: bytes) -> tuple[str, dict[str, list[bytes]]] | None:
     """decode_caller, once per distinct caller (a connection's calls all name the same one)."""
@@ -429,4 +523,4 @@ def _close(responses: Iterator[Any]) -> None:
         close()
 
 
-__all__ = ["FrontContext", "FrontServer", "Inline", "socket_path"]
+__all__ = ["FrontContext", "FrontServer", "Generations", "Inline", "Reusable", "socket_path"]

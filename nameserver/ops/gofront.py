@@ -16,7 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import IO
+from typing import IO, NamedTuple
 
 from nameserver.api import frontchannel
 from nameserver.config import NodeConfig
@@ -33,7 +33,8 @@ MAX_HEADER_BYTES = 8 << 10
 
 
 def counters_path(data_dir: str) -> str:
-    """Where the front end writes its call counts by status code, each second (for the core's /metrics)."""
+    """Where the front end writes its call counts by status code and its reply cache's counts, each second
+    (for the core's /metrics)."""
     return os.path.join(data_dir, "channel", "front-calls")
 
 
@@ -43,12 +44,22 @@ def command(cfg: NodeConfig, binary: str, max_connections: int) -> list[str]:
     cmd = [binary, "-addr", cfg.grpc_addr, "-workers", ",".join(socks), "-counters", counters_path(cfg.data_dir),
            "-max-message", str(cfg.max_message_bytes), "-max-connections", str(max_connections),
            "-max-streams", str(cfg.grpc_max_streams_per_connection), "-max-header-bytes", str(MAX_HEADER_BYTES),
-           "-handshake-timeout", f"{cfg.grpc_handshake_timeout_ms}ms", "-idle-timeout", f"{cfg.grpc_idle_timeout_ms}ms"]
+           "-handshake-timeout", f"{cfg.grpc_handshake_timeout_ms}ms", "-idle-timeout", f"{cfg.grpc_idle_timeout_ms}ms",
+           "-cache-bytes", str(cfg.grpc_front_cache_mb << 20)]
     if cfg.tls_enabled:
         cmd += ["-tls-cert", cfg.tls_cert_file, "-tls-key", cfg.tls_key_file, "-client-auth", cfg.tls_client_auth]
         if cfg.tls_ca_file:
             cmd += ["-tls-ca", cfg.tls_ca_file]
     return cmd
+
+
+class CacheCounts(NamedTuple):
+    """The Go front end's reply cache (front/cache.go), as its counters file says it."""
+
+    hits: dict[str, int]  # full method name -> calls answered from the cache
+    misses: int  # calls of a reusable method looked up and not found
+    entries: int
+    bytes: int
 
 
 class FrontProcess:
@@ -76,12 +87,23 @@ class FrontProcess:
     def calls(self) -> dict[int, int]:
         """The calls the running front end answered, by status code number (written each second; a new
         process starts from none)."""
+        return {int(row[0]): int(row[1]) for row in self._rows() if len(row) == 2 and row[0].isdigit()}
+
+    def cache(self) -> CacheCounts:
+        """The running front end's reply cache: its hits by method, its misses, what it holds now."""
+        rows = self._rows()
+        single = {row[0]: int(row[1]) for row in rows if len(row) == 2 and not row[0].isdigit()}
+        return CacheCounts({row[1]: int(row[2]) for row in rows if len(row) == 3 and row[0] == "hit"},
+                           single.get("miss", 0), single.get("entries", 0), single.get("bytes", 0))
+
+    def _rows(self) -> list[list[str]]:
+        """The counters file's lines (front/counters.go, front/cache.go): "CODE N" a status code answered,
+        "hit METHOD N", "miss N", "entries N", "bytes N"."""
         try:
             with open(counters_path(self.cfg.data_dir)) as f:
-                rows = [line.split() for line in f]
+                return [line.split() for line in f]
         except OSError:
-            return {}
-        return {int(code): int(n) for code, n in rows}
+            return []
 
     def start(self) -> None:
         try:

@@ -68,6 +68,7 @@ from raftlog.roles import Role
 from snapshot.store import parse_snapshot_name
 
 if TYPE_CHECKING:
+    from nameserver.ops.gofront import CacheCounts
     from raftlog.log import LeaderView, ReplicatedLog, Subscription
 
 log = logging.getLogger("nameserver.ops.metrics")
@@ -168,6 +169,8 @@ class FrontCount(Protocol):
     def pid(self) -> int | None: ...
 
     def calls(self) -> dict[int, int]: ...
+
+    def cache(self) -> CacheCounts: ...
 
 
 def _listed_first(item: tuple[str, state_pb2.ControllerBrokerSet]) -> tuple[bool, str]:
@@ -408,6 +411,20 @@ class _WorkersCollector(Collector):
             for code, n in sorted(front.calls().items()):
                 calls.add_metric([framing.status_code(code).name], n)
             yield calls
+            cache = front.cache()
+            hits = CounterMetricFamily("nameserver_grpc_front_cache_hits", "Calls the running Go gRPC front end "
+                                       "answered from its reply cache, by method: they never reached a worker, so "
+                                       "nameserver_grpc_handled does not count them ([node] grpc_front_cache_mb).",
+                                       labels=["service", "method"])
+            for full, n in sorted(cache.hits.items()):
+                hits.add_metric(list(_split_method(full)), n)
+            yield hits
+            yield CounterMetricFamily("nameserver_grpc_front_cache_misses", "Calls of a reusable read the Go front "
+                                      "end looked up in its reply cache and did not find.", value=cache.misses)
+            yield GaugeMetricFamily("nameserver_grpc_front_cache_entries", "Replies the Go front end's cache "
+                                    "holds now.", value=cache.entries)
+            yield GaugeMetricFamily("nameserver_grpc_front_cache_bytes", "Bytes the Go front end's cache holds "
+                                    "now (replies, trailers and keys).", value=cache.bytes)
 
 
 class _NodeCollector(Collector):

@@ -103,6 +103,9 @@ class ReadReplica:
         self.history = EntryHistory(HISTORY_ENTRIES, HISTORY_BYTES)
         self.entry_listeners: list[Callable[[AppliedEntry], None]] = []
         self.reset_listeners: list[Callable[[int], None]] = []
+        # Each offset readers may see from now on (after an apply batch, a snapshot installed), on the
+        # follower thread once readers see it: a worker's reply cache generation (nameserver/api/frontchannel.py).
+        self.publish_listeners: list[Callable[[int], None]] = []
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -425,9 +428,12 @@ class ReadReplica:
 
     def _publish(self, offset: int, force: bool = False) -> None:
         with self._offset_cv:
-            if force or offset > self._published:
+            moved = force or offset > self._published
+            if moved:
                 self._published = offset
             self._offset_cv.notify_all()
+        if moved:
+            _notify(self.publish_listeners, offset)
 
     def _watch_silence(self) -> None:
         """Cut a stream that stopped talking (a half-open connection, a core frozen): the follower

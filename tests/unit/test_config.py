@@ -222,6 +222,42 @@ def test_grpc_front_is_grpcio_by_default_and_go_needs_workers_and_a_node(tmp_pat
         config.load(str(replica))
 
 
+def test_the_go_front_ends_cache_is_32_mib_by_default_and_bounded(tmp_path) -> None:
+    from nameserver.ops import gofront
+
+    p = tmp_path / "n1.toml"
+    go = 'data_dir = "data/n1"\nworker_processes = 2\ngrpc_front = "go"'
+    p.write_text(GOOD.replace('data_dir = "data/n1"', go))
+    cfg = config.load(str(p))
+    assert cfg.grpc_front_cache_mb == 32
+    cmd = gofront.command(cfg, "front", 10)
+    assert cmd[cmd.index("-cache-bytes") + 1] == str(32 << 20)
+    p.write_text(GOOD.replace('data_dir = "data/n1"', go + "\ngrpc_front_cache_mb = 0"))
+    cmd = gofront.command(config.load(str(p)), "front", 10)
+    assert cmd[cmd.index("-cache-bytes") + 1] == "0"  # no cache
+    for value, says in (("-1", "node.grpc_front_cache_mb must be 0 \\(no cache\\) or more, not -1"),
+                        ("2000000", "node.grpc_front_cache_mb must be at most 1048576"),
+                        ('"big"', "node.grpc_front_cache_mb must be int")):
+        p.write_text(GOOD.replace('data_dir = "data/n1"', f"{go}\ngrpc_front_cache_mb = {value}"))
+        with pytest.raises(config.ConfigError, match=says):
+            config.load(str(p))
+
+
+def test_the_go_front_ends_counts_are_read_from_its_file(tmp_path) -> None:
+    from nameserver.ops import gofront
+
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "{tmp_path}/d"\nworker_processes = 2\n'
+                              'grpc_front = "go"'))
+    front = gofront.FrontProcess(config.load(str(p)), 10)
+    assert front.calls() == {} and front.cache() == gofront.CacheCounts({}, 0, 0, 0)  # not written yet
+    os.makedirs(tmp_path / "d" / "channel")
+    with open(gofront.counters_path(str(tmp_path / "d")), "w") as f:  # as front/counters.go and cache.go write it
+        f.write("0 12\n16 1\nhit /rip18.nameserver.v1.NameServer/GetRoute 9\nmiss 3\nentries 2\nbytes 3000\n")
+    assert front.calls() == {0: 12, 16: 1}
+    assert front.cache() == gofront.CacheCounts({"/rip18.nameserver.v1.NameServer/GetRoute": 9}, 3, 2, 3000)
+
+
 def test_a_read_replica_config_names_its_voters_and_bounds(tmp_path) -> None:
     p = tmp_path / "replica.toml"
     p.write_text(REPLICA + 'follow = ["10.0.0.1:9101", "10.0.0.2:9101", "10.0.0.1:9101"]\nmax_silence_ms = 2000\n')

@@ -1,7 +1,10 @@
 """A worker's end of the Go front end's socket (nameserver/api/frontchannel.py), spoken to directly over a real
 Unix socket in this process: an eventual read whose request comes in the frame after its call record (as a
 lone caller's mostly does) is still answered on the link's own thread when that frame is already waiting,
-not handed to the pool (a thread wake and a GIL hand-over a call)."""
+not handed to the pool (a thread wake and a GIL hand-over a call). And what the worker lets the front end's
+reply cache keep: only an inline call's OK answer of a reusable method, stamped with the generation read
+before it ran; each move of the generation said on the link (docs/architecture.md, "The Go front end's reply
+cache")."""
 
 from __future__ import annotations
 
@@ -17,13 +20,27 @@ import grpc
 import pytest
 
 from nameserver import framing
-from nameserver.api.frontchannel import CALL, HALF_CLOSE, MESSAGE, UNARY, FrontServer, Inline, socket_path
+from nameserver.api.frontchannel import (
+    CALL,
+    GENERATION,
+    HALF_CLOSE,
+    MESSAGE,
+    NO_CALL,
+    REUSABLE,
+    STATUS,
+    UNARY,
+    FrontServer,
+    Generations,
+    Inline,
+    Reusable,
+    socket_path,
+)
 from nameserver.config import NodeConfig
 from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.pb import api_pb2
 from nameserver.worker import wanted_offset
 
-READ, BUSY = "/t.T/Read", "/t.T/Busy"
+READ, BUSY, FAILS = "/t.T/Read", "/t.T/Busy", "/t.T/Fails"
 CALLER = json.dumps({"peer": "ipv4:127.0.0.1:1", "auth": {}}).encode()
 
 
@@ -31,6 +48,8 @@ class Reads(grpc.GenericRpcHandler):
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         if handler_call_details.method == BUSY:
             return grpc.unary_unary_rpc_method_handler(busy)
+        if handler_call_details.method == FAILS:
+            return grpc.unary_unary_rpc_method_handler(fails)
         if handler_call_details.method != READ:
             return None
         return grpc.unary_unary_rpc_method_handler(lambda request, context: threading.current_thread().name.encode())
@@ -41,6 +60,11 @@ def busy(request: bytes, context: grpc.ServicerContext) -> bytes:
     if not waiting_allowed():
         raise WouldBlock("the offset is not applied yet")
     return threading.current_thread().name.encode() + b" " + request
+
+
+def fails(request: bytes, context: grpc.ServicerContext) -> bytes:
+    context.abort(grpc.StatusCode.NOT_FOUND, "no such topic")
+    raise AssertionError("abort raises")
 
 
 @pytest.fixture
@@ -149,3 +173,57 @@ def test_a_call_held_when_its_link_ends_gives_its_concurrency_slot_back(tmp_path
             assert answer[0] == UNARY, answer
     finally:
         server.stop()
+
+
+def test_only_an_inline_ok_answer_of_a_reusable_method_is_marked_reusable(tmp_path: Any) -> None:
+    data_dir = str(tmp_path)
+    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
+                  worker_processes=1, workers=4)
+    generations = Generations()
+    inline_here = {READ: True, BUSY: True, FAILS: True}
+    server = FrontServer(cfg, socket_path(data_dir, 0), [],
+                         Inline(frozenset({READ, BUSY, FAILS}), lambda method, request: inline_here[method]),
+                         Reusable(frozenset({READ, BUSY, FAILS}), generations))
+    server.add_generic_rpc_handlers((Reads(),))
+    server.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as link:
+            link.settimeout(5)
+            link.connect(socket_path(data_dir, 0))
+            assert _answer(link) == [GENERATION, NO_CALL, b"0"]  # the link's first record
+
+            def call(i: int, method: str) -> list[bytes]:
+                key = i.to_bytes(8, "big")
+                link.sendall(framing.pack([[CALL, key, b"-1", method.encode(), CALLER], [MESSAGE, key, b"x"],
+                                           [HALF_CLOSE, key]]))
+                answer = _answer(link)
+                assert answer[1] == key
+                return answer
+
+            kind, _, generation, reply = call(1, READ)[:4]
+            assert (kind, generation) == (REUSABLE, b"0") and reply.startswith(b"front-channel")
+            generations.moved(17)  # the replica published an offset: said at once
+            assert _answer(link) == [GENERATION, NO_CALL, b"1"]
+            assert call(2, READ)[:3] == [REUSABLE, (2).to_bytes(8, "big"), b"1"]
+            assert call(3, BUSY)[0] == UNARY  # it would have waited: answered by the pool, never kept
+            assert call(4, FAILS)[0] == STATUS  # an error: never kept
+            inline_here[READ] = False  # an offset past the replica's: the pool's
+            assert call(5, READ)[0] == UNARY
+    finally:
+        server.stop()
+
+
+def test_the_generation_moves_with_each_publish_and_when_the_replica_turns_unready() -> None:
+    generations, listeners, ready = Generations(), [], [True]
+    generations.follow(listeners, lambda: ready[0])
+    try:
+        for listener in listeners:  # a replica's publish listeners: an offset published
+            listener(5)
+        assert generations.value == 1
+        ready[0] = False  # its reads are refused from now on: nothing kept may answer for it
+        deadline = time.monotonic() + 5
+        while generations.value == 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert generations.value == 2
+    finally:
+        generations.stopped.set()
