@@ -181,19 +181,23 @@ def _inline_reads(replica: ReadReplica, groups: GroupLinks | None) -> Inline:
 
 
 # The reads whose replies the Go front end may keep (nameserver/api/frontchannel.py, Reusable): a function of
-# the request, the caller's credential and the replica's state alone.
+# the request, the caller's credential and the replica's state alone, and of that only of record kinds that
+# move its route_generation (frontchannel.py's docstring checks each).
 _REUSABLE = frozenset(f"/{corelink.NAMESERVER.full_name}/{name}" for name in ("GetRoute", "GetClusterInfo",
                                                                               "GetTopicList"))
 
 
 def _reusable_reads(replica: ReadReplica, groups: GroupLinks | None) -> Reusable | None:
-    """Which inline reads' replies the Go front end may answer again, while `replica`'s state has not moved;
-    none with several groups (a reply there is read over every group's replica: one generation does not
-    cover it)."""
+    """Which inline reads' replies the Go front end may answer again, while what they read of `replica`'s
+    state has not moved; none with several groups (a reply there is read over every group's replica: one
+    generation does not cover it)."""
     if groups is not None:
         return None
     generations = Generations()
-    generations.follow(replica.publish_listeners, lambda: replica.ready)
+    # what the kept replies read (see frontchannel.py's docstring): moved by a snapshot swapped in, or by a
+    # record of a kind that feeds routes (records.RecordKind.routes) changing, never by an idle no-op
+    generations.follow(replica.publish_listeners, lambda: replica.ready,
+                       lambda: (replica.bootstraps, replica.state.route_generation))
     return Reusable(_REUSABLE, generations)
 
 

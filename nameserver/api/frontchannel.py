@@ -44,9 +44,20 @@ identity is its address without the port and its certificate's names: nothing th
 port); no quota or rate limit applies to a read; the metrics count only what reaches a worker (the front end
 counts its hits: nameserver_grpc_front_cache_hits_total).
 Each reply is stamped with the worker's state generation read before the call ran (Generations); the worker
-says every new generation to each link (g: after each batch its replica applies, a snapshot it installs, and
-when its replica turns unready, so that reads it would refuse are not answered from the cache), and the front
-end serves an entry only while its generation is the link's latest.
+says every new generation to each link (g), and the front end serves an entry only while its generation is the
+link's latest. The generation moves only when something these replies read may have changed: after a batch its
+replica publishes that moved the state's route_generation (nameserver/state/metadata.py: a changed record of a
+kind with RecordKind.routes in nameserver/logformat/records.py: topic, broker, filter, KV, setting, shard; or
+a restore), after a snapshot it installs, and when its replica turns unready (so that reads it would refuse
+are not answered from the cache). GetRoute reads topic, broker and filter records, the order-topic KV config
+and two settings; GetClusterInfo broker records; GetTopicList topic and broker records and its settings: each
+of them moves route_generation, so all three are kept. What none of them reads does not move it: an idle
+no-op, a liveness (live/), session, binding, member or controller record, a KV namespace's kvns/ record.
+A kept reply therefore carries the apply_offset it was read at, which may be below the node's offset by then:
+the answer is the same at every offset from that one to the node's (docs/api.md, "Offsets"). A request naming
+a min_offset (or min_offsets) W is its own entry (the key holds the request's bytes), and it was kept only
+when it ran inline, which it did only with its replica at W or past it: an entry never answers a read below
+the offset it names.
 """
 
 from __future__ import annotations
@@ -58,7 +69,7 @@ import queue
 import socket
 import struct
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
@@ -455,6 +466,7 @@ class Generations:
         self.stopped = threading.Event()
         self._lock = threading.Lock()
         self._senders: set[_Sender] = set()
+        self._seen: Hashable = None  # the state token at the last publish (follow)
 
     def moved(self, *_: Any) -> None:
         """The state changed (a replica's publish listener: the offset it published)."""
@@ -473,11 +485,23 @@ class Generations:
         with self._lock:
             self._senders.discard(sender)
 
-    def follow(self, publish_listeners: list[Callable[[int], None]], ready: Callable[[], bool]) -> None:
-        """Move with every offset a replica publishes, and when it turns unready (checked every
-        READINESS_CHECK_S on a thread of its own, until stop()): its reads are refused from then on, and
-        none is answered from the cache."""
-        publish_listeners.append(self.moved)
+    def follow(self, publish_listeners: list[Callable[[int], None]], ready: Callable[[], bool],
+               token: Callable[[], Hashable]) -> None:
+        """Move when a replica publishes an offset at which `token()` (what the kept replies read of its
+        state: its snapshot count and route_generation) differs from the last publish's, and when it turns
+        unready (checked every READINESS_CHECK_S on a thread of its own, until stop()): its reads are
+        refused from then on, and none is answered from the cache. The publish listener runs on the
+        replica's follower thread, after readers may see the batch: a reply read meanwhile is stamped with
+        the generation before it, and voided by this move."""
+        self._seen = token()
+
+        def published(_offset: int) -> None:
+            now = token()
+            if now != self._seen:
+                self._seen = now
+                self.moved()
+
+        publish_listeners.append(published)
 
         def watch() -> None:
             was = True

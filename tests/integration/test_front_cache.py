@@ -3,7 +3,8 @@ on a real node: [node] grpc_front = "go", 2 worker processes, mutual TLS with ro
 and tokens on top.
 
 A repeated route read is answered from the cache (the node's /metrics counts the hits), yet a changed
-registration is read at once: the worker's state generation voids what was kept. Callers of different
+registration is read at once: the worker's state generation voids what was kept. An idle no-op does not: a
+kept route outlives it, stating the offset it was read at. Callers of different
 identities never share an entry: a certificate without a role, a broker's certificate, a token of another
 role or none known are refused as ever after a client's identical read was kept. A read naming an offset the
 node has not reached is never answered from the cache.
@@ -130,6 +131,33 @@ def test_a_changed_registration_is_read_at_once(env: Env) -> None:
     env.cluster.wait_for("the new route answered from the cache", lambda: env.hits()[method] > hits, timeout=10)
 
 
+def test_a_kept_route_outlives_idle_no_ops_and_states_the_offset_it_was_read_at(env: Env) -> None:
+    client = env.stub("client")
+    request = api_pb2.GetRouteRequest(topic=TOPIC)
+    env.cluster.wait_for("route reads answered from the cache", lambda: _reads_hit(
+        env, "GetRoute", lambda: client.GetRoute(request, timeout=5)), timeout=20)
+
+    def node_offset() -> int:  # a read no worker marks reusable: the worker's offset now
+        return client.GetBrokerMemberGroup(api_pb2.GetBrokerMemberGroupRequest(
+            cluster_name="CacheCluster", broker_name="cb1"), timeout=5).apply_offset
+
+    before = env.hits()["GetRoute"]
+    kept = []
+    for _ in range(5):  # each read after the idle no-op (every 0.5 s here) was applied: nothing it shows moved
+        time.sleep(1.0)
+        kept.append(client.GetRoute(request, timeout=5))
+    env.cluster.wait_for("spaced route reads answered from the cache",
+                         lambda: env.hits()["GetRoute"] >= before + 3, timeout=5, every=0.2)
+    now = node_offset()
+    # a kept reply states the offset it was read at: below the node's by the no-ops applied since
+    assert min(r.apply_offset for r in kept) < now
+    assert all(r.route == kept[0].route for r in kept)
+    # a read naming the node's offset is an entry of its own, never one read below it
+    for _ in range(10):
+        assert client.GetRoute(api_pb2.GetRouteRequest(topic=TOPIC, min_offset=now), timeout=5).apply_offset >= now
+        assert client.GetClusterInfo(api_pb2.GetClusterInfoRequest(min_offsets=[now]), timeout=5).apply_offset >= now
+
+
 def _reads_hit(env: Env, method: str, read: Callable[[], object]) -> bool:
     """20 reads (both workers' replies kept, and answered again), then whether the front end counted hits
     of `method` since (it writes its counts each second)."""
@@ -165,7 +193,7 @@ def test_callers_of_other_identities_share_no_entry(env: Env) -> None:
     ]
     for _ in range(10):
         for call, code in refusals:
-            # the client's reply kept by both workers just now (the node's idle no-op voids it every 0.5 s)
+            # the client's reply kept by both workers just now
             client.GetClusterInfo(info, timeout=5)
             client.GetClusterInfo(info, timeout=5)
             client.GetRoute(route, timeout=5)
@@ -196,7 +224,7 @@ def test_a_read_past_the_nodes_offset_is_not_answered_from_the_cache(env: Env) -
                                         grpc.StatusCode.CANCELLED), err.value
     assert env.metric("nameserver_grpc_front_cache_misses_total") > 0
 
-    def held() -> bool:  # the node's idle no-op (every 0.5 s here) voids the entries: read, then look
+    def held() -> bool:  # read, then look
         for _ in range(20):
             client.GetRoute(api_pb2.GetRouteRequest(topic=TOPIC), timeout=5)
         return env.metric("nameserver_grpc_front_cache_entries") > 0 and \

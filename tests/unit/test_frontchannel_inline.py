@@ -38,7 +38,12 @@ from nameserver.api.frontchannel import (
 from nameserver.config import NodeConfig
 from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.pb import api_pb2
-from nameserver.worker import wanted_offset
+from nameserver.replica import ReadReplica
+from nameserver.state import MetadataState, translate
+from nameserver.worker import _reusable_reads, wanted_offset
+from raftlog.codec import encode_entry
+from raftlog.pb import entry_pb2
+from tests.cluster import register_request
 
 READ, BUSY, FAILS = "/t.T/Read", "/t.T/Busy", "/t.T/Fails"
 CALLER = json.dumps({"peer": "ipv4:127.0.0.1:1", "auth": {}}).encode()
@@ -213,12 +218,16 @@ def test_only_an_inline_ok_answer_of_a_reusable_method_is_marked_reusable(tmp_pa
         server.stop()
 
 
-def test_the_generation_moves_with_each_publish_and_when_the_replica_turns_unready() -> None:
-    generations, listeners, ready = Generations(), [], [True]
-    generations.follow(listeners, lambda: ready[0])
+def test_the_generation_moves_with_a_publish_that_moved_the_token_and_when_the_replica_turns_unready() -> None:
+    generations, listeners, ready, token = Generations(), [], [True], [(0, 1)]
+    generations.follow(listeners, lambda: ready[0], lambda: token[0])
     try:
-        for listener in listeners:  # a replica's publish listeners: an offset published
+        for listener in listeners:  # a replica's publish listeners: an offset published, nothing read changed
             listener(5)
+        assert generations.value == 0
+        token[0] = (0, 2)
+        for listener in listeners:
+            listener(6)
         assert generations.value == 1
         ready[0] = False  # its reads are refused from now on: nothing kept may answer for it
         deadline = time.monotonic() + 5
@@ -227,3 +236,64 @@ def test_the_generation_moves_with_each_publish_and_when_the_replica_turns_unrea
         assert generations.value == 2
     finally:
         generations.stopped.set()
+
+
+def test_a_workers_generation_moves_with_what_its_kept_replies_read_not_with_every_apply() -> None:
+    """The worker's own wiring (worker._reusable_reads) over a real replica: a no-op, a member record and a
+    queue binding (none read by GetRoute, GetClusterInfo or GetTopicList) keep the generation; a topic's
+    registration, a KV put (the order-topic config's kind) and a snapshot installed move it."""
+    core = StandInCore()
+    core.put("ns", "k", "v1")
+    replica = ReadReplica("core", grpc.insecure_channel)
+    reusable = _reusable_reads(replica, None)
+    assert reusable is not None
+    generations = reusable.generations
+    try:
+        replica._install([_snapshot_of(core.state)])
+        assert generations.value == 1  # a snapshot: a state of its own
+
+        def apply(*translations: Any) -> int:
+            before = generations.value
+            entries = [api_pb2.LogEntry(offset=core.write(t), term=1, entry=core.entries[-1]) for t in translations]
+            replica._apply(api_pb2.FollowMessage(entries=entries, through_offset=core.offset + 1))
+            core.offset += 1  # the no-op the message's through_offset says
+            assert replica.offset == core.offset
+            return generations.value - before
+
+        assert apply() == 0  # an idle no-op
+        assert apply(translate.put_member(core.state, "127.0.0.1:9", "127.0.0.1:10")) == 0
+        assert apply(translate.bind_queue(core.state, "T", 0, "owner", 0)) == 0
+        registration = register_request("C", "b1", "10.0.0.1:1", ["T"])
+        assert apply(translate.register_broker(core.state, registration, 30000)) == 1
+        assert apply() == 0
+        assert apply(translate.put_kv(core.state, "other", "k", "v")) == 1  # KV: the order-topic config's kind
+        replica._install([_snapshot_of(core.state)])  # the same state again: a snapshot still moves it
+        assert generations.value == 4
+    finally:
+        generations.stopped.set()
+
+
+class StandInCore:
+    """A core's state, written through the same MetadataState code; each entry's bytes kept for the feed."""
+
+    def __init__(self) -> None:
+        self.state = MetadataState()
+        self.offset = 0
+        self.entries: list[bytes] = []
+
+    def write(self, translation: translate.Translation) -> int:
+        self.offset += 1
+        entry = entry_pb2.Entry(term=1, batches=[translation.batch])
+        self.state.apply_entry(self.offset, entry)
+        self.entries.append(encode_entry(entry))
+        return self.offset
+
+    def put(self, namespace: str, key: str, value: str) -> int:
+        return self.write(translate.put_kv(self.state, namespace, key, value))
+
+
+def _snapshot_of(state: MetadataState) -> api_pb2.StateChunk:
+    chunk = api_pb2.StateChunk(apply_offset=state.kv.offset, digest=state.digest_hex)
+    for key, value, version, rtype in state.kv.items():
+        chunk.items.add(key=key, value=value, version=version, type=rtype)
+    return chunk
