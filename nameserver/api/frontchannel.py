@@ -47,12 +47,13 @@ Each reply is stamped with the worker's state generation read before the call ra
 says every new generation to each link (g), and the front end serves an entry only while its generation is the
 link's latest. The generation moves only when something these replies read may have changed: after a batch its
 replica publishes that moved the state's route_generation (nameserver/state/metadata.py: a changed record of a
-kind with RecordKind.routes in nameserver/logformat/records.py: topic, broker, filter, KV, setting, shard; or
-a restore), after a snapshot it installs, and when its replica turns unready (so that reads it would refuse
+kind with RecordKind.routes in nameserver/logformat/records.py: topic, broker, filter, setting, shard, and of
+the KV records those of the order-topic config's namespace; or a restore), after a snapshot it installs, and when its replica turns unready (so that reads it would refuse
 are not answered from the cache). GetRoute reads topic, broker and filter records, the order-topic KV config
 and two settings; GetClusterInfo broker records; GetTopicList topic and broker records and its settings: each
 of them moves route_generation, so all three are kept. What none of them reads does not move it: an idle
-no-op, a liveness (live/), session, binding, member or controller record, a KV namespace's kvns/ record.
+no-op, a liveness (live/), session, binding, member or controller record, a KV namespace's kvns/ record,
+any other KV namespace's keys.
 A kept reply therefore carries the apply_offset it was read at, which may be below the node's offset by then:
 the answer is the same at every offset from that one to the node's (docs/api.md, "Offsets"). A request naming
 a min_offset (or min_offsets) W is its own entry (the key holds the request's bytes), and it was kept only

@@ -28,6 +28,8 @@ from raftlog.kvstate import Change, KVState
 from raftlog.pb import entry_pb2
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # KV namespace of order-topic configuration (RocketMQ)
+# The one KV namespace a route reads (a topic's order config): another namespace's change moves no route.
+_ORDER_KV_PREFIX = keys.kv_prefix(ORDER_TOPIC_CONFIG)
 MASTER_ID = 0
 PERM_READ = 4
 PERM_WRITE = 2
@@ -352,7 +354,7 @@ class MetadataState:
         if found is None:
             return
         routes, on_change = found
-        if routes:
+        if routes and (not key.startswith(keys.KV_PREFIX) or key.startswith(_ORDER_KV_PREFIX)):
             self.route_generation += 1
         if on_change is not None:
             on_change(self, key, new)

@@ -40,6 +40,7 @@ from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.pb import api_pb2
 from nameserver.replica import ReadReplica
 from nameserver.state import MetadataState, translate
+from nameserver.state.metadata import ORDER_TOPIC_CONFIG
 from nameserver.worker import _reusable_reads, wanted_offset
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2
@@ -240,8 +241,9 @@ def test_the_generation_moves_with_a_publish_that_moved_the_token_and_when_the_r
 
 def test_a_workers_generation_moves_with_what_its_kept_replies_read_not_with_every_apply() -> None:
     """The worker's own wiring (worker._reusable_reads) over a real replica: a no-op, a member record and a
-    queue binding (none read by GetRoute, GetClusterInfo or GetTopicList) keep the generation; a topic's
-    registration, a KV put (the order-topic config's kind) and a snapshot installed move it."""
+    queue binding and a KV put in another namespace (none read by GetRoute, GetClusterInfo or GetTopicList)
+    keep the generation; a topic's registration, a KV put of the order-topic config and a snapshot installed
+    move it."""
     core = StandInCore()
     core.put("ns", "k", "v1")
     replica = ReadReplica("core", grpc.insecure_channel)
@@ -266,7 +268,8 @@ def test_a_workers_generation_moves_with_what_its_kept_replies_read_not_with_eve
         registration = register_request("C", "b1", "10.0.0.1:1", ["T"])
         assert apply(translate.register_broker(core.state, registration, 30000)) == 1
         assert apply() == 0
-        assert apply(translate.put_kv(core.state, "other", "k", "v")) == 1  # KV: the order-topic config's kind
+        assert apply(translate.put_kv(core.state, "other", "k", "v")) == 0  # a namespace no route reads
+        assert apply(translate.put_kv(core.state, ORDER_TOPIC_CONFIG, "T", "b1:4")) == 1  # a route reads it
         replica._install([_snapshot_of(core.state)])  # the same state again: a snapshot still moves it
         assert generations.value == 4
     finally:

@@ -309,6 +309,12 @@ def test_route_generation_moves_with_every_record_a_route_reads_and_only_those()
     before = state.route_generation
     apply(state, batch(live("10.0.0.7:10911", "c1", "broker-a", 2)))  # liveness feeds no route
     assert state.route_generation == before
+    # a route reads one KV namespace (the order-topic config): another's keys move no route (nor the Go
+    # front end's kept replies, nameserver/api/frontchannel.py)
+    route_before = state.route("T1", order_message_enable=True)
+    apply(state, batch(kv("someNamespace", "T1", "broker-a:8")))
+    assert state.route_generation == before
+    assert state.route("T1", order_message_enable=True) == route_before
     restored = MetadataState()
     restored.restore(state.offset, [(k, v, ver, t) for k, v, ver, t in state.kv.items()])
     assert restored.route_generation > 0
@@ -324,7 +330,9 @@ def test_every_record_kind_has_at_most_one_handler_and_moves_routes_as_the_regis
     state = MetadataState()
     for kind in records.KINDS:
         before = state.route_generation
-        apply(state, batch(put(f"{kind.prefix}x", kind.value())))
+        # a KV record feeds routes in the order-topic config's namespace only (the test above)
+        key = f"{kind.prefix}{ORDER_TOPIC_CONFIG}/x" if kind is records.KV else f"{kind.prefix}x"
+        apply(state, batch(put(key, kind.value())))
         assert state.route_generation == before + kind.routes, kind
 
 
