@@ -44,7 +44,8 @@
                 scan_interval_ms (1000), heartbeat_timeout_ms (10000, for heartbeats that name none),
                 elect_unclean_master (false), notify_broker_role_changed (true); docs/controller.md.
                 A member's controller address for others' answers: [[cluster.members]] controller_addr
-    [sharding]  groups (1: one Raft group; > 1 needs worker_processes), raft_port_step (100): docs/scaling.md
+    [sharding]  groups (1: one Raft group; > 1 needs worker_processes), raft_port_step (100),
+                leader_balance_s (30; 0: off): docs/scaling.md
     [replica]   follow = ["voter:9101", ...]: a read replica's config (`nameserver replica`), not a node's;
                 max_lag_entries (1000), max_silence_ms (5000)
     [security]  mode = "dev" | "secure"      (secure: Raft password, TLS and [auth] are mandatory)
@@ -229,6 +230,9 @@ class NodeConfig:
     # group k's Raft address of a member is its raft_addr's port + k x step, so [[cluster.members]] stays one
     # list; 100, as 1 would collide with the local cluster's consecutive Raft ports (9201-9203).
     raft_port_step: int = 100
+    # group k's leader hands its leadership to group k's preferred member once it has led this long and that
+    # member is caught up (nameserver/groups/leaderbalance.py; Kafka's auto leader rebalance); 0: off.
+    leader_balance_s: float = 30.0
     group: int = 0                 # which group this process's core runs (group_config), not a setting
 
     @property
@@ -333,7 +337,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "routes": ("order_message_enable",),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
     "sessions": ("session_ttl_ms", "max_sessions", "max_sessions_per_owner"),
-    "sharding": ("groups", "raft_port_step"),
+    "sharding": ("groups", "raft_port_step", "leader_balance_s"),
     "limits": ("max_wait_ms", "max_waiting_reads", "remoting_max_connections", "remoting_idle_timeout_ms",
                "remoting_frame_timeout_ms", "remoting_reply_timeout_ms", "remoting_max_header_bytes",
                "remoting_max_ext_fields", "remoting_max_unsent_bytes_per_connection", "remoting_max_unsent_bytes",
@@ -488,6 +492,7 @@ def _check_front(cfg: NodeConfig) -> None:
 
 
 MAX_GROUPS = 64  # each group is a core process per node: more is a typo
+MAX_LEADER_BALANCE_S = 86_400.0  # a day: a longer settle period is a typo (0 turns the duty off)
 
 
 def _check_sharding(cfg: NodeConfig) -> None:
@@ -495,6 +500,9 @@ def _check_sharding(cfg: NodeConfig) -> None:
         raise ConfigError(f"sharding.groups must be 1..{MAX_GROUPS}, not {cfg.groups}")
     if cfg.raft_port_step < 1:
         raise ConfigError(f"sharding.raft_port_step must be positive, not {cfg.raft_port_step}")
+    if not 0 <= cfg.leader_balance_s <= MAX_LEADER_BALANCE_S:
+        raise ConfigError(f"sharding.leader_balance_s must be 0 (off) .. {MAX_LEADER_BALANCE_S:g} seconds, "
+                          f"not {cfg.leader_balance_s:g}")
     if cfg.groups == 1:
         return
     if cfg.worker_processes < 1:

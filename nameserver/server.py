@@ -21,6 +21,7 @@ from nameserver.config import REMOTING_CONNECTIONS_FLOOR, NodeConfig
 from nameserver.controller import ControllerService, ElectionScan, HeartbeatTable, RoleChangeNotifier
 from nameserver.core.idlenoop import IdleNoop
 from nameserver.core.node import NameServerNode
+from nameserver.groups.leaderbalance import LeaderBalance
 from nameserver.groups.moveduty import MoveDuty
 from nameserver.localfeed import FeedServer
 from nameserver.ops import fdlimits, workermetrics
@@ -150,6 +151,10 @@ class Server:
             noop = IdleNoop(self.node.log, interval_s=cfg.idle_noop_ms / 1000,
                             on_noop=self.metrics.count_idle_noop if self.metrics else None)
             self.node.duties.add("idle-noop", noop.check_every_s, noop.tick)
+        if cfg.groups > 1 and cfg.leader_balance_s > 0:  # each group's leadership to its preferred member
+            balance = LeaderBalance(self.node.log, cfg.raft_addr, cfg.group, cfg.leader_balance_s,
+                                    on_transfer=self.metrics.count_leader_balance if self.metrics else None)
+            self.node.duties.add("leader-balance", balance.check_every_s, balance.tick)
         self.workers: WorkerSupervisor | None = None
         self.front: FrontProcess | None = None  # [node] grpc_front = "go": the Go front end
         self.group_cores: WorkerSupervisor | None = None

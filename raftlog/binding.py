@@ -19,6 +19,7 @@ as the journal hook.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import threading
@@ -108,6 +109,7 @@ class PeerLink:
 
     connected: bool   # its Raft link is up
     match_index: int  # the last index known replicated to it (meaningful on the leader only)
+    heard_s: float = math.inf  # seconds since it last answered this leader's appends (inf: never, or a follower)
 
 
 class SnapshotProgress:
@@ -326,7 +328,10 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
     def peer_links(self) -> dict[str, PeerLink]:
         """Each other member's link and, as the leader knows it, how far its log matches ours."""
         match = self._SyncObj__raftMatchIndex
-        return {node.id: PeerLink(connected=bool(self.isNodeConnected(node)), match_index=int(match.get(node, 0)))
+        heard = self._SyncObj__lastResponseTime  # the leader's, per member, on pysyncobj's monotonic clock
+        now = pysyncobj.syncobj.monotonicTime()
+        return {node.id: PeerLink(connected=bool(self.isNodeConnected(node)), match_index=int(match.get(node, 0)),
+                                  heard_s=now - heard[node] if node in heard else math.inf)
                 for node in list(self._SyncObj__otherNodes)}
 
     def last_log_index(self) -> int | None:

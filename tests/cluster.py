@@ -112,7 +112,9 @@ class Cluster:
         lines += [f"worker_processes = {self.worker_processes}"]  # explicit: the default is "auto"
         lines += [f'grpc_front = "{self.grpc_front}"', ""] if self.grpc_front else [""]
         if self.groups > 1:
-            lines += ["[sharding]", f"groups = {self.groups}", f"raft_port_step = {self.raft_port_step}", ""]
+            # the leader-balancing duty off unless a test sets it: it would move leaders under other tests
+            lines += ["[sharding]", f"groups = {self.groups}", f"raft_port_step = {self.raft_port_step}",
+                      f"leader_balance_s = {s.get('leader_balance_s', 0)}", ""]
         for m in members or self.nodes:
             lines += ["[[cluster.members]]", f'raft_addr = "{m.raft_addr}"', f'grpc_addr = "{m.grpc_addr}"']
             lines += [f'controller_addr = "{m.controller_addr}"', ""] if m.controller_addr else [""]

@@ -329,6 +329,7 @@ class NodeMetrics:
         self.last_leader_time_ms = 0
         self.leader_changes_seen = 0
         self.idle_noops = 0
+        self.leader_balance_transfers = 0  # nameserver/groups/leaderbalance.py, with groups > 1
         self.broker_alive: BrokerAlive | None = None  # the controller's heartbeat table, when the server has one
         self.workers: WorkerCount | None = None  # the remoting worker processes' supervisor, when there are any
         self.front: FrontCount | None = None  # the Go gRPC front end's process ([node] grpc_front = "go")
@@ -341,6 +342,10 @@ class NodeMetrics:
     def count_idle_noop(self) -> None:
         """The idle no-op's observer (nameserver/core/idlenoop.py)."""
         self.idle_noops += 1
+
+    def count_leader_balance(self) -> None:
+        """The leader-balancing duty's observer: it handed this group's leadership to its preferred member."""
+        self.leader_balance_transfers += 1
 
     # Apply thread: O(changes) dictionary counting, nothing that blocks.
     def on_entry(self, entry: AppliedEntry) -> None:
@@ -514,6 +519,10 @@ class _NodeCollector(Collector):
                       "made under the state lock (apply and reads waited for them).", guard.locked_fallbacks)
         yield counter("nameserver_idle_noops", "Empty entries this node appended as an idle leader so apply "
                       "lag stays measurable.", m.idle_noops)
+        if node.cfg.groups > 1:  # the leader-balancing duty runs only with several groups
+            yield counter("nameserver_leader_balance_transfers", "Times this node's leader of the group handed "
+                          "the leadership to the group's preferred member ([sharding] leader_balance_s).",
+                          m.leader_balance_transfers)
         yield counter("nameserver_brokers_expired", "Broker addresses this node expired as leader (silent "
                       "past their timeout).", node.expired_total)
         yield gauge("nameserver_live_brokers", "Registered broker addresses (not yet expired or "

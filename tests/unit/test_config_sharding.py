@@ -22,7 +22,7 @@ def _load(tmp_path, node: str = "worker_processes = 1", sharding: str = "") -> c
 
 def test_one_group_by_default_and_its_config_is_the_node_s(tmp_path) -> None:
     cfg = _load(tmp_path, node="")
-    assert (cfg.groups, cfg.raft_port_step, cfg.group) == (1, 100, 0)
+    assert (cfg.groups, cfg.raft_port_step, cfg.group, cfg.leader_balance_s) == (1, 100, 0, 30.0)
     assert config.group_config(cfg, 0) is cfg
 
 
@@ -41,6 +41,11 @@ def test_group_k_shifts_every_member_s_raft_port_and_keeps_grpc(tmp_path) -> Non
     assert config.group_config(cfg, 0).data_dir == cfg.data_dir
 
 
+def test_leader_balance_s_takes_seconds_and_0_turns_it_off(tmp_path) -> None:
+    assert _load(tmp_path, sharding="[sharding]\ngroups = 2\nleader_balance_s = 1.5").leader_balance_s == 1.5
+    assert _load(tmp_path, sharding="[sharding]\ngroups = 2\nleader_balance_s = 0").leader_balance_s == 0.0
+
+
 def test_group_out_of_range_is_refused(tmp_path) -> None:
     cfg = _load(tmp_path, sharding="[sharding]\ngroups = 2")
     with pytest.raises(config.ConfigError, match="group 2 is not a group"):
@@ -54,6 +59,10 @@ def test_group_out_of_range_is_refused(tmp_path) -> None:
     ("worker_processes = 1", "[sharding]\ngroups = 2\nraft_port_step = 60000", "sharding.raft_port_step"),
     ("worker_processes = 1", '[sharding]\ngroups = "2"', "sharding.groups"),
     ("worker_processes = 2", "[sharding]\ngroups = 16", "limits.max_followers"),
+    ("worker_processes = 1", "[sharding]\ngroups = 2\nleader_balance_s = -1", "sharding.leader_balance_s"),
+    ("worker_processes = 1", "[sharding]\ngroups = 2\nleader_balance_s = nan", "sharding.leader_balance_s"),
+    ("worker_processes = 1", "[sharding]\ngroups = 2\nleader_balance_s = inf", "sharding.leader_balance_s"),
+    ("worker_processes = 1", '[sharding]\ngroups = 2\nleader_balance_s = "30s"', "sharding.leader_balance_s"),
 ])
 def test_bad_sharding_is_refused_naming_the_field(tmp_path, node: str, sharding: str, field: str) -> None:
     with pytest.raises(config.ConfigError, match=field):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import threading
 import time
 
@@ -188,6 +189,8 @@ def test_the_typed_raft_view_reads_pysyncobj_s_own_state(trio) -> None:
     assert raft.noop_index() is not None and raft.noop_index() <= top and not raft.transfer_in_progress()
     wait_for(lambda: all(link.connected and link.match_index >= top for link in leader.log.peer_links().values()))
     assert set(leader.log.peer_links()) == set(leader.partners)
+    # when each follower last answered (pysyncobj's last response time: the leader-balancing duty reads it)
+    assert all(0 <= link.heard_s < math.inf for link in leader.log.peer_links().values())
     for f in followers:
         wait_for(lambda f=f: f.log.raft.leader_peer() is not None)
         assert f.log.raft.role() == Role.FOLLOWER and f.log.raft.leader_peer().id == leader.addr
