@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -142,7 +142,7 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     grpc_server: grpc.Server | FrontServer = (
         grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port, metrics=metrics) if front_socket is None
         else FrontServer(cfg, front_socket, grpcserver.interceptors(cfg, metrics), _inline_reads(replica, groups),
-                         _reusable_reads(replica, groups)))
+                         _reusable_reads(groups.replicas if groups is not None else [replica])))
     if groups is not None and calls is not None:  # asked first: a write goes to its group's core
         grpc_server.add_generic_rpc_handlers((calls,))
         local = (local or {}) | groups.local_handlers()
@@ -173,31 +173,50 @@ _EVENTUAL = {f"/{corelink.NAMESERVER.full_name}/{name}":
 
 def _inline_reads(replica: ReadReplica, groups: GroupLinks | None) -> Inline:
     """A worker's calls from the Go front end that run on the link's thread: eventual reads that will not
-    wait (no offset the request names past what the replica has applied; with several groups, none at all)."""
+    wait (no offset the request names past what the replica has applied; with several groups, no entry of
+    its offset vector past its group's replica: min_offset and min_offsets[0] are group 0's)."""
     def here(method: str, request: bytes) -> bool:
         wanted = wanted_offset(method, request)
-        return wanted is not None and (wanted == 0 or (groups is None and wanted <= replica.offset))
+        if wanted is None:
+            return False
+        if wanted == 0:
+            return True
+        if groups is None:
+            return wanted <= replica.offset
+        return _reached(groups.replicas, _EVENTUAL[method].FromString(request))
     return Inline(frozenset(_EVENTUAL), here)
 
 
+def _reached(replicas: Sequence[ReadReplica], request: Any) -> bool:
+    """Whether every group's replica has applied what `request` asks of it (min_offset: group 0's;
+    min_offsets[k]: group k's). A vector longer than the groups is the pool's (it answers the error)."""
+    vector = list(getattr(request, "min_offsets", ()))
+    if len(vector) > len(replicas):
+        return False
+    need = vector + [0] * (len(replicas) - len(vector))
+    need[0] = max(need[0], getattr(request, "min_offset", 0))
+    return all(replica.offset >= offset for replica, offset in zip(replicas, need, strict=True))
+
+
 # The reads whose replies the Go front end may keep (nameserver/api/frontchannel.py, Reusable): a function of
-# the request, the caller's credential and the replica's state alone, and of that only of record kinds that
-# move its route_generation (frontchannel.py's docstring checks each).
+# the request, the caller's credential and the replicas' states alone, and of those only of record kinds that
+# move their route_generation (frontchannel.py's docstring checks each, merged over several groups too).
 _REUSABLE = frozenset(f"/{corelink.NAMESERVER.full_name}/{name}" for name in ("GetRoute", "GetClusterInfo",
                                                                               "GetTopicList"))
 
 
-def _reusable_reads(replica: ReadReplica, groups: GroupLinks | None) -> Reusable | None:
-    """Which inline reads' replies the Go front end may answer again, while what they read of `replica`'s
-    state has not moved; none with several groups (a reply there is read over every group's replica: one
-    generation does not cover it)."""
-    if groups is not None:
-        return None
+def _reusable_reads(replicas: Sequence[ReadReplica]) -> Reusable:
+    """Which inline reads' replies the Go front end may answer again, while what they read of the replicas'
+    states has not moved: `replicas` is the worker's replica, or with several groups every group's (a merged
+    reply reads them all), in group order."""
     generations = Generations()
     # what the kept replies read (see frontchannel.py's docstring): moved by a snapshot swapped in, or by a
-    # record of a kind that feeds routes (records.RecordKind.routes) changing, never by an idle no-op
-    generations.follow(replica.publish_listeners, lambda: replica.ready,
-                       lambda: (replica.bootstraps, replica.state.route_generation))
+    # record of a kind that feeds routes (records.RecordKind.routes) changing, in any group (group 0's
+    # directory records, shard/, among them), never by an idle no-op; and when any group's replica turns
+    # unready
+    generations.follow([replica.publish_listeners for replica in replicas],
+                       lambda: all(replica.ready for replica in replicas),
+                       lambda: tuple((replica.bootstraps, replica.state.route_generation) for replica in replicas))
     return Reusable(_REUSABLE, generations)
 
 

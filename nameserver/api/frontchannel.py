@@ -32,8 +32,9 @@ The front end's reply cache (front/cache.go; [node] grpc_front_cache_mb) answers
 worker, and the worker alone decides what it may keep (Reusable): a reply goes as r, not u, only when
 - its method is one of Reusable.methods (GetRoute, GetClusterInfo, GetTopicList: unary eventual reads whose
   answer is a function of the request, the caller's credential and the replica's state alone), and its call
-  ran inline (Inline.here: no offset it names past the replica's, one Raft group, nothing waited: a read that
-  had to wait, or would have, goes to the pool and its reply is never reusable);
+  ran inline (Inline.here: no offset it names past the replica's, with several groups no entry of its offset
+  vector past its group's replica; nothing waited: a read that had to wait, or would have, goes to the pool
+  and its reply is never reusable);
 - it is an answer (u), not a status: an error is never kept (a refusal of auth, a limit's, NOT_FOUND), nor a
   call cancelled with a status (the call guard's).
 Every interceptor gives a repeat of such a call what it gave the first: the call guard's per-caller and
@@ -48,17 +49,28 @@ says every new generation to each link (g), and the front end serves an entry on
 link's latest. The generation moves only when something these replies read may have changed: after a batch its
 replica publishes that moved the state's route_generation (nameserver/state/metadata.py: a changed record of a
 kind with RecordKind.routes in nameserver/logformat/records.py: topic, broker, filter, setting, shard, and of
-the KV records those of the order-topic config's namespace; or a restore), after a snapshot it installs, and when its replica turns unready (so that reads it would refuse
-are not answered from the cache). GetRoute reads topic, broker and filter records, the order-topic KV config
-and two settings; GetClusterInfo broker records; GetTopicList topic and broker records and its settings: each
-of them moves route_generation, so all three are kept. What none of them reads does not move it: an idle
-no-op, a liveness (live/), session, binding, member or controller record, a KV namespace's kvns/ record,
-any other KV namespace's keys.
+the KV records those of the order-topic config's namespace; or a restore), after a snapshot it installs, and
+when its replica turns unready (so that reads it would refuse are not answered from the cache). GetRoute reads
+topic, broker and filter records, the order-topic KV config and two settings; GetClusterInfo broker records;
+GetTopicList topic and broker records and its settings: each of them moves route_generation, so all three are
+kept. What none of them reads does not move it: an idle no-op, a liveness (live/), session, binding, member or
+controller record, a KV namespace's kvns/ record, any other KV namespace's keys.
 A kept reply therefore carries the apply_offset it was read at, which may be below the node's offset by then:
 the answer is the same at every offset from that one to the node's (docs/api.md, "Offsets"). A request naming
 a min_offset (or min_offsets) W is its own entry (the key holds the request's bytes), and it was kept only
 when it ran inline, which it did only with its replica at W or past it: an entry never answers a read below
 the offset it names.
+A sharded node's worker (several Raft groups: a replica of each, nameserver/groups/links.py) answers the three
+merged over every group's replica (nameserver/groups/reads.py), and its generation covers them all: it moves
+when any group's replica publishes a batch that moved that group's route_generation, installs a snapshot, or
+turns unready (worker._reusable_reads: the token is every group's snapshot count and route_generation). A
+merged reply reads each group's topic, broker and filter records, group 0's settings and order-topic KV, and
+group 0's directory (shard/ records, RecordKind.routes: an assignment, a move begun or finished moves group 0's
+route_generation; a move's copy and drop move the target's and the source's). It was computed only with every
+group at or past the directory's floor (else ReplicaBehind: a wait, so the pool's, never kept); the floor moves
+only with a directory record, and offsets only grow, so it holds while the generation does. A min_offsets
+vector is in the key, and its call ran inline only with every group's replica at or past its entry
+(min_offset: group 0's); a kept reply's offsets vector is the one it was read at.
 """
 
 from __future__ import annotations
@@ -486,23 +498,29 @@ class Generations:
         with self._lock:
             self._senders.discard(sender)
 
-    def follow(self, publish_listeners: list[Callable[[int], None]], ready: Callable[[], bool],
+    def follow(self, publish_listeners: Sequence[list[Callable[[int], None]]], ready: Callable[[], bool],
                token: Callable[[], Hashable]) -> None:
-        """Move when a replica publishes an offset at which `token()` (what the kept replies read of its
-        state: its snapshot count and route_generation) differs from the last publish's, and when it turns
-        unready (checked every READINESS_CHECK_S on a thread of its own, until stop()): its reads are
-        refused from then on, and none is answered from the cache. The publish listener runs on the
-        replica's follower thread, after readers may see the batch: a reply read meanwhile is stamped with
-        the generation before it, and voided by this move."""
+        """Move when a replica (one of several: each of `publish_listeners` is one replica's, a group's on a
+        sharded node) publishes an offset at which `token()` (what the kept replies read of every replica's
+        state: each one's snapshot count and route_generation) differs from the last publish's, and when
+        `ready()` (every replica ready) turns false (checked every READINESS_CHECK_S on a thread of its own,
+        until stop()): reads are refused from then on, and none is answered from the cache. A publish
+        listener runs on its replica's follower thread, after readers may see the batch: a reply read
+        meanwhile is stamped with the generation before it, and voided by this move. Several replicas'
+        threads compare and move under one lock: a change one of them published is never taken for seen
+        by another's older token."""
         self._seen = token()
+        seen_lock = threading.Lock()
 
         def published(_offset: int) -> None:
-            now = token()
-            if now != self._seen:
-                self._seen = now
-                self.moved()
+            with seen_lock:
+                now = token()
+                if now != self._seen:
+                    self._seen = now
+                    self.moved()
 
-        publish_listeners.append(published)
+        for listeners in publish_listeners:
+            listeners.append(published)
 
         def watch() -> None:
             was = True

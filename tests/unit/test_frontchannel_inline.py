@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -41,7 +42,8 @@ from nameserver.pb import api_pb2
 from nameserver.replica import ReadReplica
 from nameserver.state import MetadataState, translate
 from nameserver.state.metadata import ORDER_TOPIC_CONFIG
-from nameserver.worker import _reusable_reads, wanted_offset
+from nameserver.state.shards import moves
+from nameserver.worker import _inline_reads, _reusable_reads, wanted_offset
 from raftlog.codec import encode_entry
 from raftlog.pb import entry_pb2
 from tests.cluster import register_request
@@ -221,7 +223,7 @@ def test_only_an_inline_ok_answer_of_a_reusable_method_is_marked_reusable(tmp_pa
 
 def test_the_generation_moves_with_a_publish_that_moved_the_token_and_when_the_replica_turns_unready() -> None:
     generations, listeners, ready, token = Generations(), [], [True], [(0, 1)]
-    generations.follow(listeners, lambda: ready[0], lambda: token[0])
+    generations.follow([listeners], lambda: ready[0], lambda: token[0])
     try:
         for listener in listeners:  # a replica's publish listeners: an offset published, nothing read changed
             listener(5)
@@ -246,21 +248,16 @@ def test_a_workers_generation_moves_with_what_its_kept_replies_read_not_with_eve
     move it."""
     core = StandInCore()
     core.put("ns", "k", "v1")
-    replica = ReadReplica("core", grpc.insecure_channel)
-    reusable = _reusable_reads(replica, None)
-    assert reusable is not None
+    replica = _stand_in_replica("core")
+    reusable = _reusable_reads([replica])
     generations = reusable.generations
     try:
         replica._install([_snapshot_of(core.state)])
+        replica._heard = time.monotonic()  # ready: else its readiness watch would move the generation too
         assert generations.value == 1  # a snapshot: a state of its own
 
         def apply(*translations: Any) -> int:
-            before = generations.value
-            entries = [api_pb2.LogEntry(offset=core.write(t), term=1, entry=core.entries[-1]) for t in translations]
-            replica._apply(api_pb2.FollowMessage(entries=entries, through_offset=core.offset + 1))
-            core.offset += 1  # the no-op the message's through_offset says
-            assert replica.offset == core.offset
-            return generations.value - before
+            return _moves(generations, core, replica, *translations)
 
         assert apply() == 0  # an idle no-op
         assert apply(translate.put_member(core.state, "127.0.0.1:9", "127.0.0.1:10")) == 0
@@ -274,6 +271,87 @@ def test_a_workers_generation_moves_with_what_its_kept_replies_read_not_with_eve
         assert generations.value == 4
     finally:
         generations.stopped.set()
+
+
+def test_a_sharded_workers_generation_covers_every_groups_replica() -> None:
+    """With two groups (a merged GetRoute, GetClusterInfo or GetTopicList reads both replicas) the worker's
+    generation moves with what any group's kept replies read: group 0's directory record (shard/), a
+    registration of a group-1 set and a changed one, group 1's snapshot, group 1's replica turning unready;
+    an idle no-op in either group, a liveness-only re-registration in group 1, a member record in group 0
+    keep it."""
+    cores = [StandInCore(), StandInCore()]
+    replicas = [_stand_in_replica(f"core-g{group}") for group in range(2)]
+    generations = _reusable_reads(replicas).generations
+    try:
+        for core, replica in zip(cores, replicas, strict=True):
+            replica._install([_snapshot_of(core.state)])
+            replica._heard = time.monotonic()  # as a stream's message does: ready (no stream here)
+        assert all(replica.ready for replica in replicas)
+        assert generations.value == 2  # a snapshot in each: a state of its own
+
+        def apply(group: int, *translations: Any) -> int:
+            return _moves(generations, cores[group], replicas[group], *translations)
+
+        assert apply(0) == 0 and apply(1) == 0  # idle no-ops
+        assert apply(0, moves.pin_set(cores[0].state, "b1", 1, 2)) == 1  # the directory: b1 is group 1's
+        registration = register_request("C", "b1", "10.0.0.1:1", ["T"])
+        assert apply(1, translate.register_broker(cores[1].state, registration, 30000)) == 1
+        assert apply(1) == 0 and apply(0) == 0
+        assert apply(1, translate.register_broker(cores[1].state, registration, 30000)) == 0  # its liveness only
+        assert apply(0, translate.put_member(cores[0].state, "127.0.0.1:9", "127.0.0.1:10")) == 0
+        changed = register_request("C", "b1", "10.0.0.1:1", ["T", "U"])
+        assert apply(1, translate.register_broker(cores[1].state, changed, 30000)) == 1
+        before = generations.value
+        replicas[1]._install([_snapshot_of(cores[1].state)])  # the same state again: a snapshot still moves it
+        assert generations.value == before + 1
+        replicas[1].failed = "stand-in failure"  # group 1's reads are refused from now on: so is every merged one
+        deadline = time.monotonic() + 5
+        while generations.value == before + 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert generations.value == before + 2
+    finally:
+        generations.stopped.set()
+
+
+def test_a_sharded_workers_read_runs_inline_only_with_every_group_at_its_offset() -> None:
+    """A request's offset vector (min_offset: group 0's; min_offsets[k]: group k's) runs on the link's thread,
+    where its reply may be kept, only when each group's replica has applied its entry."""
+    cores = [StandInCore(), StandInCore()]
+    replicas = [_stand_in_replica(f"core-g{group}") for group in range(2)]
+    for core, replica in zip(cores, replicas, strict=True):
+        core.put("ns", "k", "v")
+        core.put("ns", "k", "w")
+        replica._install([_snapshot_of(core.state)])
+    replicas[1]._apply(api_pb2.FollowMessage(through_offset=5))
+    assert (replicas[0].offset, replicas[1].offset) == (2, 5)
+    here = _inline_reads(replicas[0], SimpleNamespace(replicas=replicas)).here  # type: ignore[arg-type]
+    route = f"/{api_pb2.DESCRIPTOR.services_by_name['NameServer'].full_name}/GetRoute"
+
+    def inline(**offsets: Any) -> bool:
+        return here(route, api_pb2.GetRouteRequest(topic="T", **offsets).SerializeToString())
+
+    assert inline()
+    assert inline(min_offset=2) and inline(min_offsets=[2, 5]) and inline(min_offset=1, min_offsets=[0, 5])
+    assert not inline(min_offset=3)  # group 0 is at 2
+    assert not inline(min_offsets=[0, 6])  # group 1 is at 5
+    assert not inline(min_offsets=[5])  # group 0's entry: group 0 is at 2
+    assert not inline(min_offsets=[0, 0, 1])  # more entries than groups: the pool answers the error
+
+
+def _moves(generations: Generations, core: StandInCore, replica: ReadReplica, *translations: Any) -> int:
+    """How often the generation moved while `replica` applied `translations` (written by `core`) and an idle
+    no-op after them, in one message."""
+    before = generations.value
+    entries = [api_pb2.LogEntry(offset=core.write(t), term=1, entry=core.entries[-1]) for t in translations]
+    replica._apply(api_pb2.FollowMessage(entries=entries, through_offset=core.offset + 1))
+    core.offset += 1  # the no-op the message's through_offset says
+    assert replica.offset == core.offset
+    return generations.value - before
+
+
+def _stand_in_replica(name: str) -> ReadReplica:
+    """A replica fed by hand (no stream): it counts as heard from for as long as a test runs."""
+    return ReadReplica(name, grpc.insecure_channel, max_silence_s=3600)
 
 
 class StandInCore:
