@@ -152,7 +152,7 @@ class Server:
                             on_noop=self.metrics.count_idle_noop if self.metrics else None)
             self.node.duties.add("idle-noop", noop.check_every_s, noop.tick)
         if cfg.groups > 1 and cfg.leader_balance_s > 0:  # each group's leadership to its preferred member
-            balance = LeaderBalance(self.node.log, cfg.raft_addr, cfg.group, cfg.leader_balance_s,
+            balance = LeaderBalance(self.node.log, cfg.raft_addr, cfg.group, cfg.leader_balance_s, self._status_of,
                                     on_transfer=self.metrics.count_leader_balance if self.metrics else None)
             self.node.duties.add("leader-balance", balance.check_every_s, balance.tick)
         self.workers: WorkerSupervisor | None = None
@@ -205,6 +205,17 @@ class Server:
         self._ready_seen: bool | None = None
         self._health_feed: Subscription | None = None
         self._change_feed: Subscription | None = None
+
+    def _status_of(self, raft_addr: str, timeout: float) -> api_pb2.NodeStatus:
+        """The Admin.Status of the node whose member (of this core's group) is `raft_addr`, asked through its
+        public gRPC address as a write forwarded there would reach it (the leader-balancing duty's readiness
+        check: nameserver/groups/leaderbalance.py)."""
+        addr = self.node.grpc_of(raft_addr)
+        if not addr:
+            raise LookupError(f"no gRPC address known for member {raft_addr}")
+        reply: api_pb2.NodeStatus = self.node.forwarder.ask(addr, "Status", api_pb2.StatusRequest(), timeout,
+                                                            service=api_pb2_grpc.AdminStub)
+        return reply
 
     def _holds_broker(self, broker_addr: str) -> bool:
         return any(h.holds(broker_addr) for h in self.broker_channels)

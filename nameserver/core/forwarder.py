@@ -16,6 +16,10 @@ the last "connection refused" until its next reconnect, up to a second later), t
 its own deadline, and goes to the next leader instead if one is heard of meanwhile. Nothing was sent, so
 this holds for writes too. The wait ends at the call's deadline, the call then failing as gRPC says (the
 leader's address refusing, etc.), as etcd holds a proposal until its request timeout rather than refusing it.
+
+`ask` is the other way out, over the same channels: a call to one given peer (not necessarily the leader),
+not marked forwarded, so the node there answers it as it would a client (the leader-balancing duty asks its
+preferred leader's node for its Admin.Status this way: nameserver/groups/leaderbalance.py).
 """
 
 from __future__ import annotations
@@ -132,6 +136,16 @@ class LeaderForwarder:
                     raise
             self._pause(seen, POLL_S)  # a leader that just died: until the next one is heard of
             wait_until = deadline
+
+    def ask(self, addr: str, method: str, request: Any, timeout: float, *,
+            service: Callable[[grpc.Channel], Any] = api_pb2_grpc.AdminStub) -> Any:
+        """`method` of the peer at gRPC address `addr` with `request`, over this forwarder's channel to it; not
+        marked forwarded (nor with this core's group), so that node's workers answer it themselves (Admin.Status:
+        the whole node's). No wait for a connection: a port not open yet fails the call at once (UNAVAILABLE).
+        Raises the call's grpc.RpcError."""
+        if self._closed.is_set():
+            raise NoLeader("the forwarder is closed")
+        return getattr(self._stub(service, addr), method)(request, timeout=timeout)
 
     def _connected(self, addr: str, seen: int, deadline: float) -> bool:
         """Whether the channel to `addr` is connected, waiting while it is not (its first connection, or a

@@ -295,3 +295,22 @@ def test_a_call_waiting_for_an_unreachable_leader_goes_to_the_next_one(leader_se
         assert list(reply.unknown_addrs) == ["10.0.0.9:10911"] and len(servicer.seen) == 2
     finally:
         fwd.close()
+
+
+def test_ask_reaches_the_given_peer_unmarked_and_fails_at_once_on_a_closed_port(leader_server) -> None:
+    """`ask` (the leader-balancing duty's readiness check) calls the peer it names, not the leader, not marked
+    forwarded (the workers there answer it as a client's), and does not wait for a port that is not open."""
+    servicer, addr = leader_server
+    roles = _Roles(None)  # no leader known: ask does not need one
+    fwd = _forwarder(roles, addr)
+    try:
+        request = api_pb2.HeartbeatRequest(heartbeats=[api_pb2.BrokerHeartbeat(broker_addr="b:1")])
+        reply = fwd.ask(addr, "Heartbeat", request, 5.0, service=api_pb2_grpc.NameServerStub)
+        assert list(reply.unknown_addrs) == ["b:1"]
+        assert headers.FORWARDED not in servicer.seen[-1] and headers.GROUP not in servicer.seen[-1]
+        closed = f"127.0.0.1:{free_ports(1)[0]}"
+        with pytest.raises(grpc.RpcError) as failed:
+            fwd.ask(closed, "Heartbeat", request, 30.0, service=api_pb2_grpc.NameServerStub)
+        assert failed.value.code() == grpc.StatusCode.UNAVAILABLE  # at once, not at the 30 s deadline
+    finally:
+        fwd.close()

@@ -3,9 +3,13 @@ leader, and when its leader hands the leadership over."""
 
 from __future__ import annotations
 
+import logging
+
+import grpc
 import pytest
 
-from nameserver.groups.leaderbalance import LeaderBalance, decide, preferred_member
+from nameserver.groups.leaderbalance import APPLY_WITHIN, LeaderBalance, decide, not_ready, preferred_member
+from nameserver.pb import api_pb2
 from raftlog.binding import PeerLink
 from raftlog.proposer import ProposalError
 
@@ -51,12 +55,42 @@ def test_the_leader_keeps_the_leadership(kwargs: dict, why: str) -> None:
     assert _decide(**kwargs) is None, why
 
 
+def _node_status(ready: bool = True, applied: tuple[int, ...] = (50, 50), reason: str = "") -> api_pb2.NodeStatus:
+    """A sharded node's Admin.Status: ready when all its group cores are; groups[k]: group k's core's."""
+    groups = [api_pb2.NodeStatus(ready=ready, apply_offset=offset) for offset in applied]
+    return api_pb2.NodeStatus(ready=ready, not_ready_reason=reason, apply_offset=applied[0], groups=groups)
+
+
+class Unreachable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "failed to connect to all addresses"
+
+
+class FakeStatus:
+    """The preferred member's node as the duty asks it (Server._status_of): its status, or a failing call."""
+
+    def __init__(self, status: api_pb2.NodeStatus | None = None) -> None:
+        self.status = status if status is not None else _node_status()
+        self.failing = False
+        self.asked: list[tuple[str, float]] = []
+
+    def of(self, member: str, timeout: float) -> api_pb2.NodeStatus:
+        self.asked.append((member, timeout))
+        if self.failing:
+            raise Unreachable()
+        return self.status
+
+
 class FakeLog:
     def __init__(self) -> None:
         self.leading = True
         self.current_term = 3
         self.links = {A: CAUGHT_UP}
         self.end_offset = 50
+        self.commit_offset = 50
         self.transfers: list[str | None] = []
         self.refuse = False
 
@@ -82,8 +116,8 @@ def test_the_duty_waits_out_each_term_s_settle_period_and_counts_its_transfers()
     now = [100.0]
     counted: list[int] = []
     rlog = FakeLog()
-    duty = LeaderBalance(rlog, B, 0, settle_s=5.0, on_transfer=lambda: counted.append(1),  # type: ignore[arg-type]
-                         clock=lambda: now[0])
+    duty = LeaderBalance(rlog, B, 0, settle_s=5.0, status_of=FakeStatus().of,  # type: ignore[arg-type]
+                         on_transfer=lambda: counted.append(1), clock=lambda: now[0])
     assert duty.check_every_s == 2.0
     assert duty.tick().target is None  # term 3 first led now
     now[0] += 5.0
@@ -98,3 +132,61 @@ def test_the_duty_waits_out_each_term_s_settle_period_and_counts_its_transfers()
     now[0] += 5.0
     assert duty.tick().target == A
     assert counted == [1, 1]
+
+
+def test_a_node_is_ready_to_lead_its_group_when_ready_and_applied_near_the_leader_s_commit() -> None:
+    assert not_ready(_node_status(applied=(50, 50)), 1, 50) is None
+    assert not_ready(_node_status(applied=(0, 50 - APPLY_WITHIN)), 1, 50) is None  # group 1's offset counts
+    assert not_ready(_node_status(ready=False, reason="group 1: loading"), 1, 50) == (
+        "not ready", "its node is not ready (group 1: loading)")
+    assert not_ready(_node_status(applied=(50, 49 - APPLY_WITHIN)), 1, 50)[0] == "apply behind"  # type: ignore[index]
+    assert not_ready(_node_status(applied=(50,)), 1, 50)[0] == "no group status"  # type: ignore[index]
+
+
+def _settled(status: FakeStatus) -> tuple[FakeLog, LeaderBalance, list[float]]:
+    """A leader of group 0 (B) past its settle period, its preferred member A caught up in Raft."""
+    now = [100.0]
+    rlog = FakeLog()
+    duty = LeaderBalance(rlog, B, 0, settle_s=5.0, status_of=status.of, clock=lambda: now[0])  # type: ignore[arg-type]
+    duty.tick()
+    now[0] += 5.0
+    return rlog, duty, now
+
+
+def test_the_leadership_goes_only_to_a_node_that_answers_ready(caplog: pytest.LogCaptureFixture) -> None:
+    status = FakeStatus(_node_status(ready=False, reason="group 0: node is loading its snapshot"))
+    rlog, duty, _ = _settled(status)
+    caplog.set_level(logging.INFO, "nameserver.groups.leaderbalance")
+    for _ in range(3):  # caught up in Raft, but its workers have not opened its port / loaded the state
+        decision = duty.tick()
+        assert decision.target is None and "not ready" in decision.reason
+    assert rlog.transfers == [] and status.asked == [(A, 1.0)] * 3
+    waits = [r for r in caplog.records if "not handed" in r.getMessage()]
+    assert len(waits) == 1, "one line per reason, not one per check"
+    status.status = _node_status(applied=(50 - APPLY_WITHIN - 1, 50))  # ready, but group 0 applied too little
+    assert duty.tick().target is None and rlog.transfers == []
+    status.status = _node_status()
+    assert duty.tick().target == A
+    assert rlog.transfers == [A] and duty.transfers == 1
+    assert len([r for r in caplog.records if "not handed" in r.getMessage()]) == 2
+
+
+def test_no_transfer_while_the_node_s_status_call_fails(caplog: pytest.LogCaptureFixture) -> None:
+    status = FakeStatus()
+    status.failing = True  # its port not open yet: the call fails at once
+    rlog, duty, _ = _settled(status)
+    caplog.set_level(logging.INFO, "nameserver.groups.leaderbalance")
+    for _ in range(3):
+        decision = duty.tick()
+        assert decision.target is None and "UNAVAILABLE" in decision.reason
+    assert rlog.transfers == [] and len(status.asked) == 3
+    assert len([r for r in caplog.records if "not handed" in r.getMessage()]) == 1
+    status.failing = False  # asked again at the next check: now it answers ready
+    assert duty.tick().target == A and rlog.transfers == [A]
+
+
+def test_the_node_is_asked_only_once_the_raft_checks_pass() -> None:
+    status = FakeStatus()
+    rlog, duty, _ = _settled(status)
+    rlog.links = {A: PeerLink(connected=True, match_index=49, heard_s=0.1)}  # behind in Raft: not asked
+    assert duty.tick().target is None and status.asked == []
