@@ -129,7 +129,7 @@ def test_unfinished_streams_without_a_credential_hold_nothing(sec: Secure) -> No
     node = _node(sec)
     conn = RawConnection(node.grpc_addr, sec.ca_file)
     try:
-        opened = [conn.open_stream(f"{NAMESERVER}/PutKv") for _ in range(120)]  # HEADERS only, no credential
+        opened = conn.open_streams(f"{NAMESERVER}/PutKv", 120)  # HEADERS only, no credential
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(s not in conn.ended for s in opened):
             time.sleep(0.1)

@@ -126,13 +126,19 @@ class RawConnection:
 
     def open_stream(self, path: str, metadata: tuple[tuple[str, str], ...] = ()) -> int:
         """A gRPC call's HEADERS, and nothing after them: no message, no END_STREAM."""
-        stream = self._next_id
-        self._next_id += 2
+        (stream,) = self.open_streams(path, 1, metadata)
+        return stream
+
+    def open_streams(self, path: str, count: int, metadata: tuple[tuple[str, str], ...] = ()) -> list[int]:
+        """`count` such calls, their HEADERS in one write (they arrive together, as a flood's do)."""
+        streams = list(range(self._next_id, self._next_id + 2 * count, 2))
+        self._next_id += 2 * count
         fields = [(":method", "POST"), (":scheme", self.scheme), (":path", path),
                   (":authority", self.authority), ("content-type", "application/grpc"), ("te", "trailers"),
                   *metadata]
-        self._send(frame(HEADERS, END_HEADERS, stream, header_block(fields)))
-        return stream
+        block = header_block(fields)
+        self._send(b"".join(frame(HEADERS, END_HEADERS, stream, block) for stream in streams))
+        return streams
 
     def _read(self) -> None:
         buf, pos = bytearray(), 0
