@@ -4,6 +4,11 @@ never finished, as many as the attacker likes on one connection, whatever the se
 Only what such an attacker needs: the preface, HEADERS with literal (never indexed, never Huffman)
 HPACK fields, and a reader that acknowledges the server's SETTINGS and PINGs and notes which streams
 the server ended (trailers with END_STREAM, or RST_STREAM) and whether it sent GOAWAY.
+
+TLS is done in memory (ssl.SSLObject over the plain socket), one record operation at a time: the reader
+and the writers take turns on it. An ssl.SSLSocket read by one thread while another writes it uses one
+OpenSSL connection from two threads at once, which OpenSSL does not allow: under load, a record went out
+corrupt and the server closed the connection ("tls: bad record MAC"), mid-flood.
 """
 
 from __future__ import annotations
@@ -39,15 +44,19 @@ class RawConnection:
     def __init__(self, addr: str, ca_file: str | None = None, timeout: float = 10.0) -> None:
         host, port = addr.rsplit(":", 1)
         sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = sock
+        self._tls: ssl.SSLObject | None = None
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         if ca_file is not None:
             ctx = ssl.create_default_context(cafile=ca_file)
             ctx.set_alpn_protocols(["h2"])
-            sock = ctx.wrap_socket(sock, server_hostname=host)
+            self._tls = ctx.wrap_bio(self._incoming, self._outgoing, server_hostname=host)
+            self._handshake()
         sock.settimeout(None)
-        self.sock = sock
         self.scheme = "https" if ca_file is not None else "http"
         self.authority = addr
-        self._send_lock = threading.Lock()
+        self._tls_lock = threading.Lock()  # a record written, or records read: one at a time
+        self._send_lock = threading.Lock()  # the socket's writes, in the order their records were made
         self._next_id = 1
         self.ended: set[int] = set()   # streams the server finished (trailers) or reset
         self.reset: set[int] = set()   # of those, reset (RST_STREAM)
@@ -58,19 +67,78 @@ class RawConnection:
         self._reader = threading.Thread(target=self._read, daemon=True, name="raw-h2")
         self._reader.start()
 
+    def _handshake(self) -> None:
+        assert self._tls is not None
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self._outgoing.read())
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionError("the server closed the connection in the TLS handshake") from None
+                self._incoming.write(data)
+        self.sock.sendall(self._outgoing.read())
+
     def _send(self, data: bytes) -> None:
-        with self._send_lock:
+        if self._tls is None:
+            with self._send_lock:
+                self.sock.sendall(data)
+            return
+        with self._tls_lock:
+            self._tls.write(data)
+            data = self._outgoing.read()
+            self._send_lock.acquire()  # before the next record is made (a reader's decrypting goes on)
+        try:
             self.sock.sendall(data)
+        finally:
+            self._send_lock.release()
+
+    def _received(self, data: bytes) -> tuple[bytes, bool]:
+        """What the server's bytes say, decrypted (b"" when they end no record), and whether they end the
+        connection (its TLS close_notify)."""
+        if self._tls is None:
+            return data, False
+        out, ended = bytearray(), False
+        with self._tls_lock:
+            self._incoming.write(data)
+            while True:
+                try:
+                    plain = self._tls.read(1 << 16)
+                except ssl.SSLWantReadError:
+                    break
+                except ssl.SSLZeroReturnError:
+                    plain = b""
+                if not plain:  # the server's close_notify
+                    ended = True
+                    break
+                out += plain
+            reply = self._outgoing.read()  # what TLS itself answers (e.g. a key update's)
+            if reply:
+                self._send_lock.acquire()
+        if reply:
+            try:
+                self.sock.sendall(reply)
+            finally:
+                self._send_lock.release()
+        return bytes(out), ended
 
     def open_stream(self, path: str, metadata: tuple[tuple[str, str], ...] = ()) -> int:
         """A gRPC call's HEADERS, and nothing after them: no message, no END_STREAM."""
-        stream = self._next_id
-        self._next_id += 2
+        (stream,) = self.open_streams(path, 1, metadata)
+        return stream
+
+    def open_streams(self, path: str, count: int, metadata: tuple[tuple[str, str], ...] = ()) -> list[int]:
+        """`count` such calls, their HEADERS in one write (they arrive together, as a flood's do)."""
+        streams = list(range(self._next_id, self._next_id + 2 * count, 2))
+        self._next_id += 2 * count
         fields = [(":method", "POST"), (":scheme", self.scheme), (":path", path),
                   (":authority", self.authority), ("content-type", "application/grpc"), ("te", "trailers"),
                   *metadata]
-        self._send(frame(HEADERS, END_HEADERS, stream, header_block(fields)))
-        return stream
+        block = header_block(fields)
+        self._send(b"".join(frame(HEADERS, END_HEADERS, stream, block) for stream in streams))
+        return streams
 
     def _read(self) -> None:
         buf, pos = bytearray(), 0
@@ -79,7 +147,8 @@ class RawConnection:
                 data = self.sock.recv(1 << 16)
                 if not data:
                     return
-                buf += data
+                plain, ended = self._received(data)
+                buf += plain
                 while len(buf) - pos >= 9:
                     length = int.from_bytes(buf[pos:pos + 3], "big")
                     if len(buf) - pos < 9 + length:
@@ -90,7 +159,9 @@ class RawConnection:
                     pos += 9 + length
                 del buf[:pos]
                 pos = 0
-        except OSError:
+                if ended:
+                    return
+        except OSError:  # ssl.SSLError among them
             return
         finally:
             self.closed.set()
