@@ -125,28 +125,31 @@ def test_1_unfinished_streams_without_a_credential_hold_nothing(sec: Secure) -> 
             Writer(sec.stub(follower, "admin"), tag="h2-f-", cluster=sec.cluster) as via_follower:
         # one connection, 1,100 streams, HEADERS only (SECURITY_LONG: as many as 10 s allows, as the probe)
         conns = [RawConnection(leader.grpc_addr, sec.ca_file)]
-        cut_off: set[RawConnection] = set()  # closed by the node mid-flood (grpc's flood guard): holds nothing
         flood_until = time.monotonic() + (10 if LONG else 0)
         while True:
             for conn in conns:
                 for _ in range(1100):
                     try:
                         opened.append((conn, conn.open_stream(f"{NAMESERVER}/PutKv")))
-                    except OSError:  # the node closed the connection (EOF or reset in the TLS layer)
-                        cut_off.add(conn)
-                        break
+                    except OSError as e:  # EOF or a reset in the TLS layer
+                        # grpcio refuses a flood's streams and keeps the connection (421,300 streams on one in
+                        # 10 s, SECURITY_LONG). The closes once seen mid-flood came with a RawConnection whose TLS
+                        # two threads used at once (a corrupt record, which the server answers by closing)
+                        pytest.fail(f"the node closed the connection after {len(opened)} streams "
+                                    f"(GOAWAY: {conn.goaway}): {e!r}")
                 readings.sample()
-            if time.monotonic() >= flood_until or cut_off:
+            if time.monotonic() >= flood_until:
                 break
         _hold(3.0, readings)
-        # every stream was answered: refused by the auth verdict (trailers), or reset by the transport,
-        # or its whole connection closed by the node
-        unanswered = sum(1 for conn, stream in opened if stream not in conn.ended and conn not in cut_off)
+        for conn in conns:
+            assert not conn.closed.is_set() and not conn.goaway, "the node closed a flooding connection"
+        # every stream was answered: refused by the auth verdict (trailers), or reset by the transport
+        unanswered = sum(1 for conn, stream in opened if stream not in conn.ended)
         assert unanswered == 0, f"{unanswered} of {len(opened)} unfinished streams still held by the node"
-        kept = [(conn, stream) for conn, stream in opened if conn not in cut_off]
-        refused_by_transport = sum(len(c.reset) for c in conns if c not in cut_off)
-        assert refused_by_transport >= len(kept) - len(conns) * per_connection * 2, (
-            f"only {refused_by_transport} of {len(kept)} streams past {per_connection} a connection were reset")
+        assert all(conn.answered for conn in conns), "no stream was refused by the auth verdict"
+        refused_by_transport = sum(len(c.reset) for c in conns)
+        assert refused_by_transport >= len(opened) - len(conns) * per_connection * 2, (
+            f"only {refused_by_transport} of {len(opened)} streams past {per_connection} a connection were reset")
         # a caller without a credential is told so before it sends anything
         stall = threading.Event()
 
