@@ -111,26 +111,34 @@ func next(t *testing.T, records <-chan [][]byte, kind byte) [][]byte {
 	}
 }
 
+// callWithin starts a unary call of `timeout` on f (its worker never answers): its context, what the call
+// ends with, and how long before the call's deadline the worker was told its own.
+func callWithin(t *testing.T, f *front, records <-chan [][]byte, timeout time.Duration) (
+	context.Context, <-chan error, time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(callContext(context.Background()), deadline)
+	t.Cleanup(cancel)
+	deadlineNs := monotonicNs() + int64(time.Until(deadline))
+	done := make(chan error, 1)
+	go func() { done <- f.handle(nil, &unaryStream{ctx: ctx}) }()
+	told, err := strconv.ParseInt(string(next(t, records, kindCall)[2]), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, done, time.Duration(deadlineNs - told)
+}
+
 // A call with a deadline whose worker never answers is ended by the front end itself, with
 // DEADLINE_EXCEEDED, before the deadline (grpc-go's transport resets the stream at the deadline: CANCELLED
 // to the client); the worker is told the earlier deadline, and told to cancel.
 func TestACallEndsAheadOfItsDeadline(t *testing.T) {
 	f, records := frontWithSilentWorker(t)
-	deadline := time.Now().Add(time.Second)
-	ctx, cancel := context.WithDeadline(callContext(context.Background()), deadline)
-	defer cancel()
-	deadlineNs := monotonicNs() + int64(time.Until(deadline))
-	done := make(chan error, 1)
-	go func() { done <- f.handle(nil, &unaryStream{ctx: ctx}) }()
-
-	told, err := strconv.ParseInt(string(next(t, records, kindCall)[2]), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if early := time.Duration(deadlineNs - told); early < deadlineLead-slack || early > deadlineLead+slack {
+	ctx, done, early := callWithin(t, f, records, time.Second)
+	if early < deadlineLead-slack || early > deadlineLead+slack {
 		t.Fatalf("the worker was told a deadline %v before the call's, not %v", early, deadlineLead)
 	}
-	err = <-done
+	err := <-done
 	if ctx.Err() != nil {
 		t.Fatal("the call ran to its deadline: grpc-go's transport resets such a stream (CANCELLED)")
 	}
@@ -146,19 +154,8 @@ func TestACallEndsAheadOfItsDeadline(t *testing.T) {
 // The front end ends a call early by at most a tenth of the time it had left.
 func TestAShortCallEndsATenthEarly(t *testing.T) {
 	f, records := frontWithSilentWorker(t)
-	deadline := time.Now().Add(100 * time.Millisecond)
-	ctx, cancel := context.WithDeadline(callContext(context.Background()), deadline)
-	defer cancel()
-	deadlineNs := monotonicNs() + int64(time.Until(deadline))
-	done := make(chan error, 1)
-	go func() { done <- f.handle(nil, &unaryStream{ctx: ctx}) }()
-
-	told, err := strconv.ParseInt(string(next(t, records, kindCall)[2]), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if early := time.Duration(deadlineNs - told); early < 10*time.Millisecond-slack ||
-		early > 10*time.Millisecond+slack {
+	_, done, early := callWithin(t, f, records, 100*time.Millisecond)
+	if early < 10*time.Millisecond-slack || early > 10*time.Millisecond+slack {
 		t.Fatalf("the worker was told a deadline %v before the call's (at most a tenth of 100ms)", early)
 	}
 	if err := <-done; status.Code(err) != codes.DeadlineExceeded {
