@@ -11,7 +11,8 @@ Pure: no I/O, no clock; the same fleet and costs give the same plan. Its assumpt
   cost per forwarded heartbeat has no per-topic part (the costs file's is noise; docs/scaling.md,
   "Validation against the simulator");
 - a fleet's heartbeats and remoting reads arrive one at a time on connections of their own: each costs
-  `remoting_request_alone_cpu_us` beyond the per-operation costs, which come from pipelined loads; every
+  `remoting_heartbeat_alone_cpu_us` / `remoting_read_alone_cpu_us` (or one `remoting_request_alone_cpu_us`
+  for both) beyond the per-operation costs, which come from pipelined loads; every
   node's core also spends its idle CPU (both optional in a costs file: a plan without them says so);
 - a changed registration (a broker restart, a topic change) rewrites all of its broker's topics: a topic
   change is costed as a whole registration, which overstates it;
@@ -119,6 +120,10 @@ COST_KEYS = (
 
 
 ALONE_KEY = "remoting_request_alone_cpu_us"
+# The same, derived for each kind of request on its own (a heartbeat carries its broker's whole topic table, a
+# route read a topic name): each from a simulator run of that load alone. Each, where given, wins over ALONE_KEY.
+HEARTBEAT_ALONE_KEY = "remoting_heartbeat_alone_cpu_us"
+READ_ALONE_KEY = "remoting_read_alone_cpu_us"
 IDLE_KEY = "node_idle_cpu_us"  # from the costs file's idle_cpu_cores_per_node (mean over its nodes)
 
 
@@ -137,10 +142,11 @@ def read_costs(doc: dict[str, Any]) -> dict[str, float]:
     # Optional (a costs file may predate them; the plan then says what it leaves out): the CPU a remoting request
     # costs when it arrives alone on its connection, as a fleet's do, beyond the pipelined loads' per-operation
     # costs above; and each node's idle CPU (Raft heartbeats, timers).
-    alone = table.get(ALONE_KEY)
-    alone_value = alone.get("value") if isinstance(alone, dict) else None
-    if isinstance(alone_value, int | float) and not isinstance(alone_value, bool) and math.isfinite(alone_value):
-        out[ALONE_KEY] = float(alone_value)
+    for key in (ALONE_KEY, HEARTBEAT_ALONE_KEY, READ_ALONE_KEY):
+        alone = table.get(key)
+        alone_value = alone.get("value") if isinstance(alone, dict) else None
+        if isinstance(alone_value, int | float) and not isinstance(alone_value, bool) and math.isfinite(alone_value):
+            out[key] = float(alone_value)
     idle = doc.get("idle_cpu_cores_per_node")
     if isinstance(idle, dict) and idle and all(isinstance(v, int | float) and not isinstance(v, bool)
                                                for v in idle.values()):
@@ -228,15 +234,16 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
     # ---- the leader's core: every write of the group ---------------------------------------------------
     reg_l, reg_l_f = line("changed_registration_leader_cpu_us")
     alone, idle = c.get(ALONE_KEY, 0.0), c.get(IDLE_KEY, 0.0)
-    if ALONE_KEY not in c:
+    alone_hb, alone_read = c.get(HEARTBEAT_ALONE_KEY, alone), c.get(READ_ALONE_KEY, alone)
+    if not {ALONE_KEY, HEARTBEAT_ALONE_KEY, READ_ALONE_KEY} & set(c):
         p.notes.append(f"The costs file has no {ALONE_KEY}: each heartbeat and remoting read is costed as in a "
                        "pipelined load, which understates a fleet's (docs/scaling.md, \"Validation against the "
                        "simulator\").")
     if IDLE_KEY not in c:
         p.notes.append("The costs file has no idle_cpu_cores_per_node: a node's idle CPU is left out.")
     hb_r, hb_r_f = line("heartbeat_receive_cpu_us")
-    hb_r, hb_r_f = hb_r + alone, f"{hb_r_f[:-1]} + {_n(alone)} alone)"
-    remoting_read = c["route_read_remoting_cpu_us"] + alone
+    hb_r, hb_r_f = hb_r + alone_hb, f"{hb_r_f[:-1]} + {_n(alone_hb)} alone)"
+    remoting_read = c["route_read_remoting_cpu_us"] + alone_read
     hb_f = c["heartbeat_forwarded_leader_cpu_us_base"]  # liveness only: no topic table reaches the leader
     hb_f_f = _n(hb_f)
     followers = f.voters - 1
@@ -253,7 +260,8 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
 
     # ---- read-serving processes ------------------------------------------------------------------------
     read_cost = p.add("CPU per route read", f"remoting_share {_n(f.remoting_share)} x "
-                      f"({_n(c['route_read_remoting_cpu_us'])} + {_n(alone)} alone) us + {_n(1 - f.remoting_share)} x "
+                      f"({_n(c['route_read_remoting_cpu_us'])} + {_n(alone_read)} alone) us + "
+                      f"{_n(1 - f.remoting_share)} x "
                       f"{_n(c['route_read_grpc_cpu_us'])} us (gRPC)",
                       f.remoting_share * remoting_read
                       + (1 - f.remoting_share) * c["route_read_grpc_cpu_us"], "us")
@@ -416,4 +424,5 @@ def render(p: Plan, fleet: Fleet, costs_source: str) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["ALONE_KEY", "COST_KEYS", "Fleet", "IDLE_KEY", "Plan", "PlanError", "Step", "plan", "read_costs", "render"]
+__all__ = ["ALONE_KEY", "COST_KEYS", "Fleet", "HEARTBEAT_ALONE_KEY", "IDLE_KEY", "READ_ALONE_KEY", "Plan", "PlanError",
+           "Step", "plan", "read_costs", "render"]

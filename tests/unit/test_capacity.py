@@ -175,3 +175,17 @@ def test_a_request_alone_and_the_idle_node_are_costed_when_the_costs_file_gives_
     bare = plan(Fleet.from_dict(FLEET), read_costs(costs_file()))
     assert any("remoting_request_alone_cpu_us" in n for n in bare.notes)
     assert any("idle_cpu_cores_per_node" in n for n in bare.notes)
+
+
+def test_a_heartbeat_and_a_read_alone_are_costed_each_by_its_own_figure_when_given() -> None:
+    # remoting_heartbeat_alone_cpu_us / remoting_read_alone_cpu_us (each derived from a run of that load
+    # alone) win over the one remoting_request_alone_cpu_us
+    doc = costs_file({**COSTS, "remoting_request_alone_cpu_us": 100, "remoting_heartbeat_alone_cpu_us": 300,
+                      "remoting_read_alone_cpu_us": 50})
+    doc["idle_cpu_cores_per_node"] = {"n1": 0.01, "n2": 0.01, "n3": 0.01}
+    p = plan(Fleet.from_dict(FLEET), read_costs(doc))
+    steps = {s.name: s.value for s in p.steps}
+    received = 100 * (400 + 10 * 20 + 300)  # heartbeats per node x (receive cost + the heartbeat's alone)
+    assert steps["leader core CPU for writes"] == pytest.approx(2600 + received + 10_000 + 2000 + 10_000)
+    assert steps["CPU per route read"] == pytest.approx(250)  # the read's alone, not the request's 100
+    assert not p.notes
