@@ -35,7 +35,7 @@ import grpc
 from bench import gocompare
 from bench.echo import DEFAULT_WORKERS, EchoProcess
 from bench.etcd import FSYNC_NOTE, EtcdCluster, ensure_etcd, etcd_version
-from bench.load import run_load
+from bench.load import cpu_model, run_load
 from bench.procnet import wait_listening
 from bench.procs import LocalCluster
 from bench.workloads import CLIENT_MODEL, ROUTE_BROKERS, EchoTarget, EtcdTarget, OursTarget, run_target, with_channel
@@ -46,17 +46,6 @@ ECHO_SERVERS = 3  # one per node: reads spread over 3 server processes on every 
 WATCH_P99_TARGET_MS = 50.0
 AT_CEILING = 0.9
 LOADGENS = ("go", "python")
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def run_compare(root: str, seconds: float, concurrency: list[int], sections: dict | None = None, *,
@@ -99,7 +88,7 @@ def run_compare(root: str, seconds: float, concurrency: list[int], sections: dic
         "run_dir": run_dir, "seconds_per_workload": seconds, "concurrency": concurrency,
         "read_threads": read_threads, "topics_per_broker": topics, "route_brokers": ROUTE_BROKERS,
         "records_per_registration": topics + 1,
-        "machine": {"cores": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version(),
+        "machine": {"cores": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
                     "grpcio": grpc.__version__, "load_average_at_start": list(os.getloadavg())},
         "etcd_version": etcd_version(binary),
         "ours_sections": sections,

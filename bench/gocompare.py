@@ -45,7 +45,7 @@ from bench import loadgen
 from bench.echo import DEFAULT_WORKERS, EchoProcess
 from bench.echo import METHOD as ECHO_METHOD
 from bench.etcd import FSYNC_NOTE, EtcdCluster, etcd_version, prefix_end
-from bench.load import proc_cpu_s
+from bench.load import cpu_model, proc_cpu_s
 from bench.pb.etcd.etcdserverpb import rpc_pb2
 from bench.procnet import wait_listening
 from bench.procs import LocalCluster
@@ -514,10 +514,9 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def meta_base(run_dir: str, sections: dict[str, Any], etcd_binary: str) -> dict[str, Any]:
-    from bench.compare import _cpu_model  # the compare's own helper; it imports this module lazily
     ours_fsync = sections.get("raft", {}).get("fsync", True)
     return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "run_dir": run_dir,
-            "machine": {"cores": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version(),
+            "machine": {"cores": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
                         "load_average_at_start": list(os.getloadavg())},
             "etcd_version": etcd_version(etcd_binary), "ours_sections": sections,
             "durability": {"ours": f"raft.fsync = {str(ours_fsync).lower()}", "etcd": FSYNC_NOTE}}

@@ -6,6 +6,7 @@ bench/suite.py, bench/stability.py). It knows no target: a worker is handed its 
 from __future__ import annotations
 
 import os
+import platform
 import resource
 import threading
 import time
@@ -23,6 +24,18 @@ def new_channel(addr: str) -> grpc.Channel:
     return grpc.insecure_channel(addr, options=[
         ("grpc.use_local_subchannel_pool", 1),  # its own connection: independent clients, not one multiplexed
         ("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)])
+
+
+def cpu_model() -> str:
+    """This machine's CPU model name, for a report's header."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def proc_cpu_s(pids: list[int]) -> float:

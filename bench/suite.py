@@ -40,7 +40,7 @@ from typing import Any
 import grpc
 
 from bench import compare, cores, costs, durability, stability
-from bench.load import new_channel, run_load
+from bench.load import cpu_model, new_channel, run_load
 from bench.procs import LocalCluster
 from bench.workloads import OursTarget
 
@@ -111,7 +111,7 @@ def _side_by_side_rows(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def _machine() -> dict[str, Any]:
-    return {"cores": os.cpu_count(), "cpu": compare._cpu_model(), "python": platform.python_version(),
+    return {"cores": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
