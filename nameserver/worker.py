@@ -35,8 +35,10 @@ from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
 from nameserver.core import watch
+from nameserver.errors import ValidationError
 from nameserver.groups.follow import follow_core
 from nameserver.groups.links import GroupLinks
+from nameserver.groups.reads import needed as merged_needed
 from nameserver.ops import fdlimits, logfmt, stopsignal, workermetrics
 from nameserver.ops.childproc import started, stop_with_core, tell_core
 from nameserver.ops.metrics import RequestMetrics
@@ -176,26 +178,29 @@ def _inline_reads(replica: ReadReplica, groups: GroupLinks | None) -> Inline:
     wait (no offset the request names past what the replica has applied; with several groups, no entry of
     its offset vector past its group's replica: min_offset and min_offsets[0] are group 0's)."""
     def here(method: str, request: bytes) -> bool:
-        wanted = wanted_offset(method, request)
-        if wanted is None:
+        decoded = _decoded(method, request)
+        if decoded is None:
             return False
+        wanted = validation.highest_min_offset(decoded)
         if wanted == 0:
             return True
         if groups is None:
             return wanted <= replica.offset
-        return _reached(groups.replicas, _EVENTUAL[method].FromString(request))
+        try:  # each group's need, as the merged read computes it; a vector too long is the pool's (its error)
+            need = merged_needed(getattr(decoded, "min_offset", 0), getattr(decoded, "min_offsets", ()),
+                                 len(groups.replicas))
+        except ValidationError:
+            return False
+        return all(groups.replicas[group].offset >= offset for group, offset in need.items())
     return Inline(frozenset(_EVENTUAL), here)
 
 
-def _reached(replicas: Sequence[ReadReplica], request: Any) -> bool:
-    """Whether every group's replica has applied what `request` asks of it (min_offset: group 0's;
-    min_offsets[k]: group k's). A vector longer than the groups is the pool's (it answers the error)."""
-    vector = list(getattr(request, "min_offsets", ()))
-    if len(vector) > len(replicas):
-        return False
-    need = vector + [0] * (len(replicas) - len(vector))
-    need[0] = max(need[0], getattr(request, "min_offset", 0))
-    return all(replica.offset >= offset for replica, offset in zip(replicas, need, strict=True))
+def _decoded(method: str, request: bytes) -> Any:
+    """An eventual read's request decoded, or None when its bytes are none (the pool answers the error)."""
+    try:
+        return _EVENTUAL[method].FromString(request)
+    except Exception:
+        return None
 
 
 # The reads whose replies the Go front end may keep (nameserver/api/frontchannel.py, Reusable): a function of
@@ -224,11 +229,8 @@ def wanted_offset(method: str, request: bytes) -> int | None:
     """The highest offset an eventual read's request makes it wait for (min_offset, and every entry of
     min_offsets: GetRoute and GetClusterInfo wait for their largest); None for a request that does not
     decode (the pool's call answers INVALID_ARGUMENT, as ever)."""
-    try:
-        decoded = _EVENTUAL[method].FromString(request)
-    except Exception:
-        return None
-    return validation.highest_min_offset(decoded)
+    decoded = _decoded(method, request)
+    return None if decoded is None else validation.highest_min_offset(decoded)
 
 
 def unchanged_counts(channels: list[CoreChannel]) -> tuple[int, int]:

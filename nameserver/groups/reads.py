@@ -35,6 +35,17 @@ T = TypeVar("T")
 MAX_CATCH_UPS = 3  # ReplicaBehind rounds one read waits through (each a directory change meanwhile)
 
 
+def needed(min_offset: int, min_offsets: Sequence[int], groups: int) -> dict[int, int]:
+    """group -> the offset a read must wait for: `min_offsets[k]` (a write reply's `offsets`), group 0's
+    at least `min_offset`. ValidationError naming min_offsets for more entries than groups."""
+    need = {0: min_offset}
+    if min_offsets:
+        validation.check_min_offsets("min_offsets", min_offsets, groups)
+        for group, offset in enumerate(min_offsets):
+            need[group] = max(need.get(group, 0), offset)
+    return need
+
+
 class MergedReads:
     """Reads over `replicas` (replicas[k] is group k's, on this worker)."""
 
@@ -43,14 +54,7 @@ class MergedReads:
         self.routes = RouteCache()
 
     def needed(self, min_offset: int, min_offsets: Sequence[int] = ()) -> dict[int, int]:
-        """group -> the offset a read must wait for: `min_offsets[k]` (a write reply's `offsets`), group 0's
-        at least `min_offset`. ValidationError naming min_offsets for more entries than groups."""
-        need = {0: min_offset}
-        if min_offsets:
-            validation.check_min_offsets("min_offsets", min_offsets, len(self.replicas))
-            for group, offset in enumerate(min_offsets):
-                need[group] = max(need.get(group, 0), offset)
-        return need
+        return needed(min_offset, min_offsets, len(self.replicas))
 
     def read(self, fn: Callable[[list[MetadataState]], T], min_offset: int, timeout: float,
              alive: Callable[[], bool] | None = None, min_offsets: Sequence[int] = ()) -> T:
