@@ -174,8 +174,8 @@ def test_no_campaign_while_a_lease_promise_holds_but_a_transfer_campaigns() -> N
 
 
 def test_the_leaders_link_going_down_brings_the_timer_forward_once_and_only_ever_earlier() -> None:
-    """A dead leader's links close at once: campaign a minimum timeout after its last append, plus one
-    heartbeat (another follower may have heard it that much later) and a little jitter."""
+    """A dead leader's links close at once: campaign a minimum timeout after its last append, plus a
+    margin and a little jitter (another follower that heard it a little later grants it: its link is down too)."""
     raft, clock = FakeRaft(), Clock()
     pv = PreVote(raft, 0.4, 1.4, clock=clock, heartbeat_s=0.1)
     clock.now = 10.0
@@ -185,7 +185,7 @@ def test_the_leaders_link_going_down_brings_the_timer_forward_once_and_only_ever
     pv.on_link_lost("B")  # a link to a follower: nothing to do with the leader
     assert raft.real_election_deadline == 11.3
     pv.on_link_lost("L")
-    assert 10.52 <= raft.real_election_deadline <= 10.62 and pv.leader_links_lost == 1
+    assert 10.42 <= raft.real_election_deadline <= 10.47 and pv.leader_links_lost == 1
     first = raft.real_election_deadline
     pv.on_link_lost("L")  # the reconnect attempts fail too: the same loss, drawn once
     assert raft.real_election_deadline == first and pv.leader_links_lost == 1
@@ -262,3 +262,46 @@ def test_an_empty_node_joining_a_cluster_with_data_never_campaigns_before_it_hea
     transport.sent.clear()
     pv.on_tick()
     assert len(transport.sent) == 2 and transport.sent[0][1]["type"] == REQUEST
+
+
+def test_a_deadline_brought_forward_is_woken_for_not_left_to_the_50_ms_poll() -> None:
+    """A dead leader sends nothing, so pysyncobj's tick thread would notice the earlier timer only at its
+    next 50 ms poll: the pre-vote asks for a wake at the deadline itself, and again for a refused round's retry."""
+    raft, clock = FakeRaft(), Clock()
+    asked: list[float] = []
+    pv = PreVote(raft, 0.4, 1.4, clock=clock, heartbeat_s=0.1,
+                 wake_after=lambda delay, fn: (asked.append(delay), fn()))
+    clock.now = 10.0
+    pv.on_message("L", {"type": "append_entries", "term": 5})
+    clock.now = 10.05
+    pv.on_link_lost("L")
+    assert len(asked) == 1 and abs(clock.now + asked[0] - raft.real_election_deadline) < 1e-9
+    assert raft.wakes == 1
+    clock.now = raft.real_election_deadline
+    pv.on_tick()  # the round goes out while the link is still down: its retry is woken for too
+    assert len(asked) == 2 and 0.1 <= asked[1] <= 0.2 and raft.wakes == 2
+
+
+def test_the_default_wake_runs_on_a_timer_thread() -> None:
+    import threading
+
+    from raftlog import prevote
+    done = threading.Event()
+    prevote._timer(0.01, done.set)
+    assert done.wait(5.0)
+
+
+def test_a_follower_whose_own_link_to_the_leader_is_down_grants_inside_the_minimum() -> None:
+    """Both followers of a dead leader lost their links to it; the one that heard its last heartbeat a little
+    later still grants the other's pre-vote. A follower still hearing the leader refuses, as before."""
+    raft, pv, clock = make()
+    clock.now = 10.0
+    pv.on_message("L", {"type": "append_entries", "term": 5})
+    clock.now = 10.3  # inside the minimum (0.4) since the leader's last append
+    assert not ask(pv)  # the link is up: a live leader
+    pv.on_link_lost("L")
+    assert ask(pv)
+    # the leader was alive after all: its next append is a fresh contact, and the refusal is back
+    clock.now = 10.35
+    pv.on_message("L", {"type": "append_entries", "term": 5})
+    assert not ask(pv)
