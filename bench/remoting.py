@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
 
 from bench import loadgen
@@ -39,6 +40,7 @@ ROUTE_TOPICS = [f"BenchRoute{i}" for i in range(32)]
 KINDS = {"reads": "reads", "registrations": "register", "unchanged": "unchanged"}  # ours -> loadgen's names
 SETUPS = ("core", "node", "machine")
 SEED_TIMEOUT_S = 30.0
+HEARTBEAT_S = 30.0  # a RocketMQ broker's registration period (brokerHeartbeatInterval's default)
 
 
 def cpus_of(spec: str) -> set[int]:
@@ -80,6 +82,8 @@ def seeded(addr: str, name: str, settle: float = 1.0) -> Iterator[None]:
     """ROUTE_TOPICS registered at `addr` by one broker whose connection stays open while inside (a nameserver
     unregisters a broker whose connection closes); `settle`: time for the seed to reach every node."""
     seed = BrokerConnections(name, "BenchCluster", "127.0.0.1:1")
+    stop = threading.Event()
+    beats = threading.Thread(target=_heartbeats, args=(seed, addr, stop), name="seed-heartbeats", daemon=True)
     try:
         deadline = time.monotonic() + SEED_TIMEOUT_S
         # A follower forwards the registration to the leader: on a loaded machine an election may be under way.
@@ -87,10 +91,23 @@ def seeded(addr: str, name: str, settle: float = 1.0) -> Iterator[None]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"seeding the route topics at {addr}: code {resp.code}, {resp.remark}")
             time.sleep(0.5)
+        beats.start()
         time.sleep(settle)
         yield
     finally:
+        stop.set()
+        if beats.is_alive():
+            beats.join(timeout=SEED_TIMEOUT_S)
         seed.close_channels()
+
+
+def _heartbeats(seed: BrokerConnections, addr: str, stop: threading.Event) -> None:
+    """The seed's unchanged registration every HEARTBEAT_S, as a live broker sends it: a nameserver, ours or
+    the stock one, expires a broker silent for 120 s, and a run longer than that lost every route topic
+    (the replicas part's last phase read nothing but "No topic route info", session 24)."""
+    while not stop.wait(HEARTBEAT_S):
+        with suppress(OSError):  # a node restarting under a fault: the next beat reconnects
+            seed.register(addr, ROUTE_TOPICS, counter=1, compressed=False, timeout=10.0)
 
 
 def _check_pinned(pids: list[int], cpus: set[int] | None) -> None:

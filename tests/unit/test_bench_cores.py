@@ -76,3 +76,30 @@ def test_report_has_a_row_per_load_and_labels_the_projection() -> None:
             "| NOT met |") in text
     assert "writes 0.85x (the replicas yielding the CPU: 0.95x)" in text
     assert "Errors: 0." in text
+
+
+def test_the_route_seed_heartbeats_like_a_live_broker_until_it_leaves(monkeypatch) -> None:
+    """A run past 120 s lost every route topic (the seed registered once and was expired as silent): the
+    seed's unchanged registration repeats every HEARTBEAT_S while inside, and stops when it leaves."""
+    import threading
+    import time
+
+    from bench import remoting
+
+    calls: list[tuple[str, list[str], int]] = []
+
+    class Seed:
+        def register(self, addr: str, topics: list[str], counter: int = 1, **_: object) -> None:
+            calls.append((addr, topics, counter))
+
+    monkeypatch.setattr(remoting, "HEARTBEAT_S", 0.02)
+    stop = threading.Event()
+    beats = threading.Thread(target=remoting._heartbeats, args=(Seed(), "127.0.0.1:9876", stop), daemon=True)
+    beats.start()
+    deadline = time.monotonic() + 10
+    while len(calls) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    beats.join(5)
+    assert not beats.is_alive()
+    assert len(calls) >= 3 and all(c == ("127.0.0.1:9876", remoting.ROUTE_TOPICS, 1) for c in calls)
