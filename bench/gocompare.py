@@ -45,7 +45,7 @@ from bench import loadgen
 from bench.echo import DEFAULT_WORKERS, EchoProcess
 from bench.echo import METHOD as ECHO_METHOD
 from bench.etcd import FSYNC_NOTE, EtcdCluster, etcd_version, prefix_end
-from bench.load import cpu_model, proc_cpu_s
+from bench.load import cpu_model, machine_busy_s, proc_cpu_s
 from bench.pb.etcd.etcdserverpb import rpc_pb2
 from bench.procnet import wait_listening
 from bench.procs import LocalCluster
@@ -118,10 +118,13 @@ def load_command(exe: str, addrs: Sequence[str], method: str, requests: str, cli
     return cmd
 
 
-def parse_result(line: str, server_cpu_s: float | None, records_per_call: int = 0) -> dict[str, Any]:
+def parse_result(line: str, server_cpu_s: float | None, records_per_call: int = 0,
+                 machine_cpu_s: float | None = None) -> dict[str, Any]:
     """One row from the generator's JSON line and the servers' CPU seconds over its window.
 
-    records: the reply field it summed (ours' registrations) or `records_per_call` per answered call (etcd's)."""
+    records: the reply field it summed (ours' registrations) or `records_per_call` per answered call (etcd's).
+    machine_cpu_s: the whole machine's busy CPU seconds over the window: what was neither the servers' nor the
+    generator's is the row's other_cores (another process on the machine took them from the load)."""
     try:
         g = json.loads(line)
     except ValueError as exc:
@@ -146,23 +149,26 @@ def parse_result(line: str, server_cpu_s: float | None, records_per_call: int = 
     if server_cpu_s is not None:
         row["server_us_per_op"] = round(server_cpu_s / calls * 1e6, 1) if calls else None
         row["server_cores"] = round(server_cpu_s / secs, 2)
+        if machine_cpu_s is not None:
+            row["other_cores"] = round(max(0.0, machine_cpu_s - server_cpu_s - g["cpu_s"]) / secs, 2)
     return row
 
 
 def run_load(exe: str, addrs: Sequence[str], method: str, requests: str, clients: int, seconds: float,
              server_pids: list[int], *, records_per_call: int = 0, **flags: Any) -> dict[str, Any]:
-    """One Go load; the servers' CPU from its clock's start (its announcement) to its report."""
+    """One Go load; the servers' CPU from its clock's start (its announcement) to its report, and the rest
+    of the machine's over the same window (other_cores: a compare's figures hold for a quiet machine only)."""
     cmd = load_command(exe, addrs, method, requests, clients, seconds, **flags)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = proc.stdout.readline() if proc.stdout else ""
-        cpu0 = proc_cpu_s(server_pids)
+        cpu0, machine0 = proc_cpu_s(server_pids), machine_busy_s()
         if '"phase"' not in first:
             proc.wait(timeout=60)
             err = proc.stderr.read() if proc.stderr else ""
             raise RuntimeError(f"gofront load failed ({proc.returncode}): {(err or first).strip()[-500:]}")
         report = proc.stdout.readline() if proc.stdout else ""
-        cpu = proc_cpu_s(server_pids) - cpu0
+        cpu, machine = proc_cpu_s(server_pids) - cpu0, machine_busy_s() - machine0
         proc.wait(timeout=60)
         if proc.returncode != 0:
             err = proc.stderr.read() if proc.stderr else ""
@@ -171,7 +177,7 @@ def run_load(exe: str, addrs: Sequence[str], method: str, requests: str, clients
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return parse_result(report, cpu, records_per_call)
+    return parse_result(report, cpu, records_per_call, machine)
 
 
 # ---- the systems ---------------------------------------------------------------------------------
@@ -244,7 +250,7 @@ def run_system(exe: str, target: Target, loads: Callable[[Path, int], dict[str, 
         out["registration"][str(c)] = row
         log(f"  {label} registration c={c}: {row['records_per_s']:.0f} records/s ({row['per_s']:.0f}/s), "
             f"p99 {row['p99_ms']} ms, server {row.get('server_us_per_op')} µs/op, loadgen "
-            f"{row['loadgen_us_per_op']} µs/op, errors {row['errors']}")
+            f"{row['loadgen_us_per_op']} µs/op, others {row.get('other_cores')} cores, errors {row['errors']}")
     if checks:
         out["registration_check"] = checks
     target.setup_reads()
@@ -255,7 +261,7 @@ def run_system(exe: str, target: Target, loads: Callable[[Path, int], dict[str, 
             out[w][str(c)] = row
             log(f"  {label} {w} c={c}: {row['per_s']:.0f}/s, p99 {row['p99_ms']} ms, server "
                 f"{row.get('server_us_per_op')} µs/op, loadgen {row['loadgen_us_per_op']} µs/op, "
-                f"errors {row['errors']}")
+                f"others {row.get('other_cores')} cores, errors {row['errors']}")
     return out
 
 
@@ -307,7 +313,8 @@ def run_echo(exe: str, root: Path, topics: int, seconds: float, concurrency: lis
         for c in concurrency:
             row = run_load(exe, [echo.addr], ECHO_METHOD, requests, c, seconds, pids, expect=str(expect))
             out["route_reads"][str(c)] = row
-            log(f"  {label} route-reply echo c={c}: {row['per_s']:.0f}/s, server {row.get('server_us_per_op')} µs/op")
+            log(f"  {label} route-reply echo c={c}: {row['per_s']:.0f}/s, server {row.get('server_us_per_op')} µs/op, "
+                f"others {row.get('other_cores')} cores")
     finally:
         echo.stop()
     return out
@@ -360,7 +367,7 @@ def run(root: str, run_dir: str, seconds: float, concurrency: list[int], section
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """system -> workload -> clients -> the median over rounds of each figure, and its [min, max] of per_s."""
     keys = ("per_s", "records_per_s", "p50_ms", "p99_ms", "server_us_per_op", "server_cores", "loadgen_us_per_op",
-            "loadgen_cores")
+            "loadgen_cores", "other_cores")
     out: dict[str, Any] = {}
     for run_ in runs:
         for w in WORKLOADS:
@@ -452,6 +459,18 @@ def _r(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}"
 
 
+def _others(summary: dict[str, Any]) -> str:
+    """The header's word on the rest of the machine: the most cores other processes took over one load (the
+    median over the rounds), and where; "" when no row measured it."""
+    worst = max(((d["other_cores"], f"{w.replace('_', ' ')} at {c} on {sys_}")
+                 for sys_, per_w in summary.items() for w, per_c in per_w.items() for c, d in per_c.items()
+                 if d.get("other_cores") is not None), default=None)
+    if worst is None:
+        return ""
+    return (f" Other processes on the machine took at most {worst[0]:.2f} cores during a load ({worst[1]}): "
+            "every figure here is for a machine that busy.")
+
+
 def markdown(r: dict[str, Any]) -> str:
     m, s, rat = r["meta"], r["summary"], r["ratios"]
     fronts = m["fronts"]
@@ -463,7 +482,8 @@ def markdown(r: dict[str, Any]) -> str:
             f"({m['records_per_registration']} records); durability: ours {m['durability']['ours']}, etcd WAL "
             f"fsync on. Load average {', '.join(f'{x:.2f}' for x in m['machine']['load_average_at_start'])} at the "
             f"start, {', '.join(f'{x:.2f}' for x in m.get('load_average_at_end', []))} at the end. Medians over "
-            "the rounds; throughput [min-max]; server and load generator CPU in µs per op (cores busy).", ""]
+            "the rounds; throughput [min-max]; server and load generator CPU in µs per op (cores busy)."
+            + _others(s), ""]
     rows = ["| workload | clients | system | throughput | p50 / p99 ms | server µs/op (cores) | "
             "load generator µs/op (cores) | ours / etcd: throughput, server µs/op | errors |",
             "|---|---|---|---|---|---|---|---|---|"]

@@ -38,6 +38,17 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine spent busy so far, whoever's (Linux /proc/stat: user, nice,
+    system and steal time, as a process's utime and stime count it; not the kernel's interrupt time)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    if not fields or fields[0] != "cpu":
+        raise RuntimeError(f"/proc/stat does not start with the machine's cpu line: {' '.join(fields[:3])!r}")
+    user, nice, system, _idle, _iowait, _irq, _softirq, steal = (int(x) for x in (fields[1:9] + ["0"] * 8)[:8])
+    return (user + nice + system + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def proc_cpu_s(pids: list[int]) -> float:
     """User + system CPU seconds of the given processes so far (Linux /proc)."""
     total = 0

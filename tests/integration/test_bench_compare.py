@@ -120,6 +120,7 @@ def test_compare_with_the_compiled_load_generator_measures_every_side() -> None:
                 assert row["errors"] == 0, f"{what}: {row['first_error']}"
                 for k in ("calls", "per_s", "p50_ms", "p99_ms", "server_us_per_op", "loadgen_us_per_op"):
                     assert row[k] > 0, f"{what}: {k} = {row[k]}"
+                assert row["other_cores"] >= 0, what  # the rest of the machine, measured over every load
                 if w == "registration":  # every timed registration wrote the broker's record and one per topic
                     assert row["records"] == row["calls"] * 9, what
                 if w != "registration" and run["system"] != "echo" and c == "4":  # spread over the 3 nodes

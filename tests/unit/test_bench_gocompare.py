@@ -5,10 +5,12 @@ compare's --loadgen and --rounds, and its fallback to the Python load generator 
 from __future__ import annotations
 
 import json
+import resource
+import time
 
 import pytest
 
-from bench import compare, gocompare
+from bench import compare, gocompare, load
 
 
 def _unframe(data: bytes) -> list[bytes]:
@@ -63,6 +65,24 @@ def test_parse_result_records_cpu_and_errors() -> None:
     assert (etcd["records"], etcd["records_written"]) == (9000, 9036) and "server_us_per_op" not in etcd
     none = gocompare.parse_result(_report(calls=0, calls_per_s=0.0), server_cpu_s=1.0)
     assert none["server_us_per_op"] is None and none["loadgen_us_per_op"] is None
+
+
+def test_parse_result_says_what_the_rest_of_the_machine_took() -> None:
+    # 2 s window: the servers 3.0 s of CPU, the generator 0.2 s, the whole machine 4.0 s: others took 0.4 cores
+    row = gocompare.parse_result(_report(), server_cpu_s=3.0, machine_cpu_s=4.0)
+    assert row["other_cores"] == 0.4
+    assert gocompare.parse_result(_report(), server_cpu_s=3.0, machine_cpu_s=3.1)["other_cores"] == 0.0  # ticks
+    assert "other_cores" not in gocompare.parse_result(_report(), server_cpu_s=3.0)
+
+
+def test_machine_busy_counts_this_process_too() -> None:
+    mine0, machine0 = resource.getrusage(resource.RUSAGE_SELF), load.machine_busy_s()
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    mine1, machine1 = resource.getrusage(resource.RUSAGE_SELF), load.machine_busy_s()
+    mine = (mine1.ru_utime + mine1.ru_stime) - (mine0.ru_utime + mine0.ru_stime)
+    assert machine1 - machine0 >= mine - 0.05  # the clock ticks /proc/stat counts in (and others' on top)
 
 
 def test_parse_result_names_what_is_wrong() -> None:
@@ -138,6 +158,19 @@ def test_markdown_through_the_compare() -> None:
     assert "| route reads | 1 | 3.00 | 0.50 |" in table  # go over grpcio
     assert "| route reads/s >= 1.5x etcd | 1: 0.67, 16: 0.67, 64: 0.67 | 1.5 | NOT met |" in table
     assert "6 of 6 loads equal" in table and "- n" in table
+    assert "Other processes" not in table  # rows without the rest of the machine's CPU (an older run's)
+
+
+def test_markdown_says_how_busy_the_machine_was() -> None:
+    r = _result()
+    for run in r["runs"]:
+        for w in gocompare.WORKLOADS:
+            for c, row in run.get(w, {}).items():
+                row["other_cores"] = 0.5 if (run["system"], w, c) == ("ours-go", "route_reads", "64") else 0.1
+    r["summary"] = gocompare.summarize(r["runs"])
+    assert r["summary"]["ours-go"]["route_reads"]["64"]["other_cores"] == 0.5
+    assert ("Other processes on the machine took at most 0.50 cores during a load (route reads at 64 on ours-go)"
+            in gocompare.markdown(r))
 
 
 def test_loadgen_and_rounds_arguments(monkeypatch, tmp_path, capsys) -> None:
