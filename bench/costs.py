@@ -231,11 +231,12 @@ def grpc_load(addr: str, op_for: Callable[[grpc.Channel, int], Callable[[], int]
 
 
 def remoting_load(workload: str, addr: str, seconds: float, broker_topics: int, topics: list[str],
-                  prefix: str, reports: list[dict[str, Any]]) -> Callable[[], int]:
+                  prefix: str, reports: list[dict[str, Any]], connections: int = 4,
+                  inflight: int = 4) -> Callable[[], int]:
     """A bench/loadgen run; its report (own CPU per op, bytes sent and received) goes to `reports`."""
     def load() -> int:
         cmd_topics = topics if workload == "reads" else []
-        out = loadgen.run(workload, [addr], 4, seconds, inflight=4, topics=cmd_topics, prefix=prefix,
+        out = loadgen.run(workload, [addr], connections, seconds, inflight=inflight, topics=cmd_topics, prefix=prefix,
                           broker_topics=broker_topics)
         if out["errors"] or not out["ops"]:
             raise RuntimeError(f"loadgen {workload}: {out['errors']} errors: {out['first_error']}")
@@ -340,6 +341,83 @@ def measure_heartbeats(c: LocalCluster, meter: Meter, reps: int, seconds: float)
                                            "us CPU of the load generator per heartbeat",
                                            "bench/loadgen's own report (getrusage), beside the server's")
     return out
+
+
+def measure_noted_heartbeats(c: LocalCluster, meter: Meter, reps: int, seconds: float,
+                             workers: int) -> dict[str, Any]:
+    """Unchanged registrations sent to a follower whose `workers` worker processes hold its remoting port
+    (nameserver/worker.py): a worker decodes each, finds it unchanged in its replica and answers it; its core
+    hears a liveness note (NOTE_ALIVE, nameserver/remoting/corechannel.py), buffers it and forwards it to the
+    leader every forward_interval_ms. Two loads at each size:
+    - pipelined, bench/loadgen 4 connections x 4 in flight, as measure_heartbeats: the workers' CPU per
+      heartbeat (the counterpart of heartbeat_receive_cpu_us);
+    - one at a time, 1 connection x 1 in flight: each note alone in its frame to the core, as a fleet's are
+      (a broker's heartbeat reaches a node every 30 s: at 10,000 brokers 333 a second, far apart beside a
+      note's round trip): the core's CPU per heartbeat, the model's heartbeat_noted_core_cpu_us; the leader's
+      beside it.
+    The core's note carries no topic table, so its figure is the median over both sizes' runs."""
+    leader, followers = _leader_and_followers(c)
+    node = followers[0]
+    runs: dict[tuple[int, str], list[float]] = {}
+    lg: list[dict[str, Any]] = []
+    add = runs.setdefault
+    for size in SIZES:
+        for r in range(reps):
+            use, ops = meter.run(remoting_load("unchanged", node.remoting_addr, seconds, size, [],
+                                               f"costs-nhb{size}-{r}", lg))
+            add((size, "worker"), []).append(_per_op(use[node.name], ops, "other"))
+            add((size, "core_pipelined"), []).append(_per_op(use[node.name], ops, "core"))
+            use, ops = meter.run(remoting_load("unchanged", node.remoting_addr, seconds, size, [],
+                                               f"costs-nhb1-{size}-{r}", lg, connections=1, inflight=1))
+            add((size, "core"), []).append(_per_op(use[node.name], ops, "core"))
+            add((size, "worker_alone"), []).append(_per_op(use[node.name], ops, "other"))
+            add((size, "leader"), []).append(_per_op(use[leader.name], ops, "cpu"))
+    where = (f"unchanged REGISTER_BROKER (same DataVersion) to one follower's remoting port, held by its {workers} "
+             f"worker process{'es' if workers != 1 else ''}, brokers of {SIZES[0]} and {SIZES[1]} topics, {reps} x "
+             f"{seconds:g} s each; idle rate subtracted")
+    piped, alone = "bench/loadgen 4 connections x 4 in flight", "bench/loadgen 1 connection x 1 in flight"
+    out: dict[str, Any] = {}
+    base, per = fit(runs[(SIZES[0], "worker")], runs[(SIZES[1], "worker")], SIZES)
+    label = (f"the follower's worker processes (their CPU summed); {where}, {piped}; a straight line through the two "
+             "sizes")
+    out["heartbeat_worker_receive_cpu_us_base"] = stat(base, "us CPU per heartbeat", f"{label}: fixed part")
+    out["heartbeat_worker_receive_cpu_us_per_topic"] = stat(per, "us CPU per heartbeat per topic of the broker",
+                                                           f"{label}: per-topic part", 2)
+    both = runs[(SIZES[0], "core")] + runs[(SIZES[1], "core")]
+    by_size = ", ".join(f"{statistics.median(runs[(n, 'core')]):.1f} us at {n} topics" for n in SIZES)
+    out["heartbeat_noted_core_cpu_us"] = stat(
+        both, "us CPU of the receiving node's core per heartbeat its worker answered",
+        f"the follower's core process alone (its liveness note, buffered and forwarded to the leader); {where}, "
+        f"{alone} (each note alone in its frame); the median of both sizes' runs ({by_size})")
+    out["heartbeat_noted_core_cpu_us_pipelined"] = stat(
+        runs[(SIZES[0], "core_pipelined")] + runs[(SIZES[1], "core_pipelined")],
+        "us CPU of the receiving node's core per heartbeat its worker answered",
+        f"as heartbeat_noted_core_cpu_us but {piped} (notes that wait go together in one frame): not the model's")
+    out["heartbeat_worker_one_at_a_time_cpu_us"] = stat(
+        runs[(SIZES[0], "worker_alone")] + runs[(SIZES[1], "worker_alone")],
+        "us CPU of the worker processes per heartbeat", f"{where}, {alone}; the median of both sizes' runs: "
+        "for reference, not the model's")
+    out["heartbeat_noted_leader_cpu_us"] = stat(
+        runs[(SIZES[0], "leader")] + runs[(SIZES[1], "leader")], "us CPU of the leader per heartbeat noted",
+        f"the leader's processes (the forwarded liveness); {where}, {alone}; the median of both sizes' runs: "
+        "for reference (the model's is heartbeat_forwarded_leader_cpu_us_base)")
+    return out
+
+
+def run_noted_costs(root: str, seconds: float, reps: int, workers: int = 1,
+                    log: Callable[[str], None] = print) -> dict[str, Any]:
+    """measure_noted_heartbeats alone, on a fresh cluster of `workers` worker processes per node (`python -m
+    bench.costs noted`): a costs document holding those keys only."""
+    costs: dict[str, Any] = {}
+    doc: dict[str, Any] = {"schema": SCHEMA, **_commit(),
+                           "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                           "machine": _machine(), "seconds_per_load": seconds, "repetitions": reps, "costs": costs}
+    with _cluster(tempfile.mkdtemp(prefix="costs-n-", dir=root), workers) as c:
+        _ready(c)
+        time.sleep(2.0)
+        log(f"costs: noted heartbeats ({workers} worker process(es) per node)")
+        costs.update(measure_noted_heartbeats(c, Meter(c), reps, seconds, workers))
+    return doc
 
 
 class _Registrations:
@@ -700,7 +778,44 @@ def run_costs(root: str, seconds: float, reps: int, quick: bool, workers: int = 
         except Exception as exc:
             log(f"costs: worker replicas failed: {exc!r}")
             doc.setdefault("failed", {})["worker replicas"] = repr(exc)
+        log(f"costs: noted heartbeats ({workers} per node)")
+        try:
+            costs.update(measure_noted_heartbeats(c, meter, reps, seconds, workers))
+        except Exception as exc:
+            log(f"costs: noted heartbeats failed: {exc!r}")
+            doc.setdefault("failed", {})["noted heartbeats"] = repr(exc)
     return doc
 
 
-__all__ = ["SCHEMA", "run_costs", "stat", "fit"]
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.costs noted [--workers 1] [--seconds 5] [--repetitions 3] [--out FILE]`: the costs of
+    heartbeats a node's worker processes answer (measure_noted_heartbeats) on their own, as a costs document."""
+    import argparse
+    import json
+    import sys
+    p = argparse.ArgumentParser(prog="python -m bench.costs", description=main.__doc__)
+    p.add_argument("part", choices=["noted"])
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--repetitions", type=int, default=3)
+    p.add_argument("--root", default=None, help="where the cluster's directory goes (default: the system's temp)")
+    p.add_argument("--out", default="", help="write the document here (default: stdout)")
+    args = p.parse_args(argv)
+    if args.workers < 1:
+        p.error("--workers must be at least 1 (the measurement is of a node's worker processes)")
+    doc = run_noted_costs(args.root or tempfile.gettempdir(), args.seconds, args.repetitions, args.workers,
+                          log=lambda m: print(m, file=sys.stderr, flush=True))
+    text = json.dumps(doc, indent=1) + "\n"
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+__all__ = ["SCHEMA", "main", "measure_noted_heartbeats", "run_costs", "run_noted_costs", "stat", "fit"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

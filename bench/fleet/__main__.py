@@ -1,6 +1,7 @@
 """`python -m bench.fleet [--preset NAME] [--json FILE] [--html FILE]`: one simulator run (docs/scaling.md,
 "Simulator runs"). Presets: `short` (make test's size, seconds), `s1000` and `s3000` (make simulate's two
-fleet sizes); the flags after a preset change its fields."""
+fleet sizes); the flags after a preset change its fields (`--worker-processes 1`: every node with one worker
+process, which holds its client ports)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(PRESETS["short"].fleet, f.name)))
     for name in ("time_scale", "seconds", "window_s", "mass_expiry_at_s", "mass_expiry_fraction"):
         p.add_argument(f"--{name.replace('_', '-')}", type=float)
-    for name in ("nodes", "client_connections", "expiry_probe_brokers", "seed"):
+    for name in ("nodes", "client_connections", "expiry_probe_brokers", "seed", "worker_processes"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int)
     p.add_argument("--root", help="the cluster's directory (default: a temporary one)")
     p.add_argument("--json", help="write the report here (default: stdout)")

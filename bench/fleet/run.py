@@ -42,6 +42,7 @@ class Simulation:
     client_connections: int = 64        # clients' polls share this many connections (spread over the nodes)
     expiry_probe_brokers: int = 32      # silenced brokers whose routes the probe watches on every node
     seed: int = 1
+    worker_processes: int = 0           # [node] worker_processes of every node (they hold its client ports)
 
 
 def _git_commit() -> str:
@@ -55,19 +56,22 @@ def _git_commit() -> str:
 @dataclass
 class NodeSample:
     at: float  # unix seconds
-    cpu_s: dict[str, float]
+    cpu_s: dict[str, float]       # the node's processes: its core and its worker processes
     rss_bytes: dict[str, int]
+    core_cpu_s: dict[str, float]  # its core process alone
     raft_lag: dict[str, int]  # per follower: entries its log is behind the leader's end
     leader: str
 
 
 def sample(cluster: LocalCluster) -> NodeSample:
-    """Each node's CPU seconds and RSS (with its worker processes), and the leader's view of its followers."""
+    """Each node's CPU seconds and RSS (with its worker processes; its core's CPU alone beside them), and the
+    leader's view of its followers."""
     at = time.time()
-    cpu, rss = {}, {}
+    cpu, rss, core = {}, {}, {}
     for n in cluster.nodes:
         pids = with_descendants([n.pid]) if n.pid else []
         cpu[n.name] = proc_cpu_s(pids)
+        core[n.name] = proc_cpu_s([n.pid]) if n.pid else 0.0
         rss[n.name] = sum(_rss(p) for p in pids)
     lag: dict[str, int] = {}
     leader = cluster.leader()
@@ -79,7 +83,7 @@ def sample(cluster: LocalCluster) -> NodeSample:
             lag = {names.get(m.node_id, m.node_id): max(0, end - m.match_offset) for m in members if not m.is_self}
         except (grpc.RpcError, RuntimeError):
             pass
-    return NodeSample(at, cpu, rss, lag, leader.name if leader else "")
+    return NodeSample(at, cpu, rss, core, lag, leader.name if leader else "")
 
 
 def _rss(pid: int) -> int:
@@ -97,13 +101,15 @@ def _merge(sim: Simulation, run: Fleet, scan_s: float, gen: dict[str, Any], read
     for w, win in enumerate(windows):
         if w + 1 < len(samples):
             a, b = samples[w], samples[w + 1]
-            win["nodes"] = {n: {"cpu_s": round(b.cpu_s[n] - a.cpu_s.get(n, 0.0), 3), "rss_bytes": b.rss_bytes[n]}
-                            for n in b.cpu_s}
+            win["nodes"] = {n: {"cpu_s": round(b.cpu_s[n] - a.cpu_s.get(n, 0.0), 3),
+                                "core_cpu_s": round(b.core_cpu_s[n] - a.core_cpu_s.get(n, 0.0), 3),
+                                "rss_bytes": b.rss_bytes[n]} for n in b.cpu_s}
             win["raft_lag"], win["leader"] = b.raft_lag, b.leader
     first, last = samples[0], samples[-1]
     elapsed = max(1e-9, last.at - first.at)
     nodes = {n: {"cpu_s": round(last.cpu_s[n] - first.cpu_s[n], 3),
                  "cpu_per_s": round((last.cpu_s[n] - first.cpu_s[n]) / elapsed, 4),
+                 "core_cpu_per_s": round((last.core_cpu_s[n] - first.core_cpu_s[n]) / elapsed, 4),
                  "rss_max_bytes": max(s.rss_bytes.get(n, 0) for s in samples), "rss_end_bytes": last.rss_bytes[n]}
              for n in first.cpu_s}
     lag_max: dict[str, int] = {}
@@ -127,7 +133,8 @@ def _merge(sim: Simulation, run: Fleet, scan_s: float, gen: dict[str, Any], read
         "commit": _git_commit(), "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "time_scale": sim.time_scale, "fleet": run.as_dict(), "represents": sim.fleet.as_dict(),
-        "cluster": {"nodes": sim.nodes, "scan_interval_s": scan_s, "fsync": True},
+        "cluster": {"nodes": sim.nodes, "scan_interval_s": scan_s, "fsync": True,
+                    "worker_processes": sim.worker_processes},
         "simulation": {"seconds": sim.seconds, "window_s": sim.window_s, "mass_expiry_at_s": sim.mass_expiry_at_s,
                        "mass_expiry_fraction": sim.mass_expiry_fraction, "client_connections": sim.client_connections,
                        "expiry_probe_brokers": sim.expiry_probe_brokers, "registers_with": "every node"},
@@ -147,7 +154,8 @@ def simulate(sim: Simulation, root: str, log: Callable[[str], None] = print) -> 
     scan_s = scan_interval_s(sim.time_scale)
     binary = loadgen.build()
     cluster = LocalCluster(root, sim.nodes, remoting=True,
-                           sections={"liveness": {"scan_interval_ms": int(scan_s * 1000)}})
+                           sections={"liveness": {"scan_interval_ms": int(scan_s * 1000)},
+                                     "node": {"worker_processes": sim.worker_processes}})
     config = {k: v for k, v in asdict(run).items()} | {
         "addrs": [n.remoting_addr for n in cluster.nodes], "prefix": "fleet",
         "seconds": sim.seconds, "window_s": sim.window_s, "mass_expiry_at_s": sim.mass_expiry_at_s,

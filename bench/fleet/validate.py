@@ -12,7 +12,10 @@ when it is outside +-20 %. Honest by construction:
   clients scaled to the heartbeats and reads served, churn from the changed registrations counted), so they
   test the model's costs, not the machine's share of them;
 - memory compares the model's per-node RSS on the fleet's state with the largest RSS a node had in those
-  windows; the simulator does not count network bytes, so network is not compared.
+  windows; the simulator does not count network bytes, so network is not compared;
+- a cluster run with worker processes (`[node] worker_processes`, the report's cluster.worker_processes) is
+  costed with that many (capacity.plan's `workers`), and each node's core and its workers are compared apart:
+  the core's CPU (the report's core_cpu_s) and the rest of its processes'.
 """
 
 from __future__ import annotations
@@ -71,7 +74,8 @@ def model_fleet(report: dict[str, Any]) -> Fleet:
     """The simulator's fleet as run, in the model's shape: each topic on one broker (bench/loadgen/fleet.go
     deals topics out round-robin), every broker registering with every node, every read over remoting, and
     headroom 1: the question is what the load costs, not what a plan should leave spare (a plan's margin
-    would hand the load worker processes the simulator's cluster does not run)."""
+    would hand the load worker processes the simulator's cluster does not run; one run with them is costed
+    with its own number: compare)."""
     f = report["fleet"]
     return Fleet(brokers=f["brokers"], topics=f["topics"], queues_per_topic=f["queues_per_topic"], brokers_per_topic=1,
                  clients=f["clients"], topics_per_client=f["topics_per_client"], route_poll_s=f["route_poll_period_s"],
@@ -108,7 +112,8 @@ def compare(report: dict[str, Any], costs_doc: dict[str, Any]) -> tuple[list[Row
         return sum(w["ops"].get(op, {}).get("count", 0) for w in windows) / seconds
 
     hb, route, changed, unreg = served("heartbeat"), served("route"), served("register_changed"), served("unregister")
-    as_run = plan(fleet, costs)
+    workers = int(report["cluster"].get("worker_processes", 0))
+    as_run = plan(fleet, costs, workers=workers if workers else None)
     live = sum(_live_share(report, w) for w in windows) / len(windows)
     rows = [
         Row("heartbeats served, all nodes", _step(as_run, "heartbeats per node") * nodes * live, hb, "/s",
@@ -123,10 +128,14 @@ def compare(report: dict[str, Any], costs_doc: dict[str, Any]) -> tuple[list[Row
                         topics_per_client=route * fleet.route_poll_s / fleet.clients,
                         broker_restarts_per_hour=unreg / nodes * 3600,
                         topic_changes_per_hour=max(0.0, changed - unreg) / nodes * 3600)
-    p = plan(at_served, costs)
-    if p.workers_per_node:
+    p = plan(at_served, costs, workers=workers if workers else None)
+    if p.workers_per_node and not workers:
         raise ValueError("the model gives this load worker processes (past one core a node): the simulator's "
                          "cluster has none, so the CPU rows would not compare like with like")
+    if workers:
+        return rows + _worker_rows(report, windows, p, as_run, workers), {
+            "windows": [w["t_s"] for w in windows], "seconds": seconds, "fleet_as_run": fleet,
+            "fleet_at_served_load": at_served}
     leader_pred = _step(p, "the leader's core in one group, all it does") / 1e6
     reads_share = _step(p, "read-serving CPU, whole fleet") / nodes
     follower_pred = (_step(p, "a follower core's CPU (no worker)") + reads_share) / 1e6
@@ -154,6 +163,52 @@ def compare(report: dict[str, Any], costs_doc: dict[str, Any]) -> tuple[list[Row
     info = {"windows": [w["t_s"] for w in windows], "seconds": seconds, "fleet_as_run": fleet,
             "fleet_at_served_load": at_served}
     return rows, info
+
+
+def _worker_rows(report: dict[str, Any], windows: list[dict[str, Any]], p: Plan, as_run: Plan,
+                 workers: int) -> list[Row]:
+    """A cluster with worker processes: each node's core and its workers apart (the model at the load served,
+    costed with the cluster's `workers` a node), then the nodes whole, then memory."""
+    nodes = report["cluster"]["nodes"]
+    seconds = len(windows) * report["simulation"]["window_s"]
+    if any("core_cpu_s" not in n for w in windows for n in w["nodes"].values()):
+        raise ValueError("the report has no core_cpu_s per node (a simulator run before cores and workers were "
+                         "sampled apart): its CPU cannot be split")
+    leader_core = _step(p, "the leader's core in one group, all it does") / 1e6
+    follower_core = _step(p, "a follower core's CPU (with workers)") / 1e6
+    node_workers = workers * _step(p, "a voter's worker's CPU") / 1e6  # the same on every voter
+    m = {"leader core": 0.0, "leader workers": 0.0, "follower core": 0.0, "follower workers": 0.0}
+    rss_max = 0
+    for w in windows:
+        for name, n in w["nodes"].items():
+            role, share = ("leader", 1.0) if name == w["leader"] else ("follower", 1 / (nodes - 1))
+            m[f"{role} core"] += n["core_cpu_s"] * share
+            m[f"{role} workers"] += (n["cpu_s"] - n["core_cpu_s"]) * share
+            rss_max = max(rss_max, n["rss_bytes"])
+    m = {k: v / seconds for k, v in m.items()}
+    wk = (f"model: its {workers} worker(s): heartbeats received (decoded, compared, answered; each one's cost "
+          "alone) + a third of the route reads (each one's cost alone) + following the writes; no idle figure; "
+          "simulator: the node's processes but its core, user + system")
+    return [
+        Row("leader core CPU", leader_core, m["leader core"], "cores",
+            "model: changed registrations + each heartbeat's liveness note (heartbeat_noted_core_cpu_us) + forwarded "
+            "liveness + expiries + feeding its workers + idle; no client read; simulator: the leader's core process"),
+        Row("leader's workers CPU", node_workers, m["leader workers"], "cores", wk),
+        Row("follower core CPU (mean)", follower_core, m["follower core"], "cores",
+            "model: changed registrations applied + each heartbeat's liveness note + feeding its workers + idle; "
+            "simulator: each follower's core process, mean of the followers"),
+        Row("followers' workers CPU (mean)", node_workers, m["follower workers"], "cores", wk),
+        Row("leader node CPU", leader_core + node_workers, m["leader core"] + m["leader workers"], "cores",
+            "the leader's core and workers"),
+        Row("follower node CPU (mean)", follower_core + node_workers, m["follower core"] + m["follower workers"],
+            "cores", "a follower's core and workers, mean of the followers"),
+        Row("all nodes CPU", leader_core + (nodes - 1) * follower_core + nodes * node_workers,
+            m["leader core"] + m["leader workers"] + (nodes - 1) * (m["follower core"] + m["follower workers"]),
+            "cores", "every node's processes"),
+        Row("memory per node (RSS)", as_run.memory_per_node_bytes / 2**20, rss_max / 2**20, "MiB",
+            f"model: idle core + {workers} idle worker(s), each with the brokers, queue datas, queues (fleet as run); "
+            "simulator: the largest node RSS (core and workers) sampled at a steady window's end"),
+    ]
 
 
 def table(rows: list[Row]) -> str:

@@ -6,19 +6,28 @@ arithmetic that made it so an operator can check it by hand.
 Pure: no I/O, no clock; the same fleet and costs give the same plan. Its assumptions (docs/scaling.md,
 "The model") in one place:
 - every broker sends its heartbeat (an unchanged registration) to every node, as RocketMQ brokers register
-  with every nameserver they are given; a node's core handles them (parsing the whole topic table), a
-  follower's core forwards their liveness, which carries the broker's names and address only: the leader's
-  cost per forwarded heartbeat has no per-topic part (the costs file's is noise; docs/scaling.md,
-  "Validation against the simulator");
+  with every nameserver they are given. A node with no worker process: its core handles them (parsing the whole
+  topic table), a follower's core forwards their liveness, which carries the broker's names and address only:
+  the leader's cost per forwarded heartbeat has no per-topic part (the costs file's is noise; docs/scaling.md,
+  "Validation against the simulator"). A node with worker processes: the workers alone hold its gRPC and
+  remoting ports (nameserver/worker.py), decode and compare each heartbeat over their replica and answer it;
+  the core hears a liveness note (NOTE_ALIVE: names, address, DataVersion; nameserver/remoting/corechannel.py),
+  which a follower's core buffers and forwards to the leader every forward_interval_ms. So the heartbeat's
+  receive cost (`heartbeat_worker_receive_cpu_us`, and its cost alone) is the workers', and a core pays
+  `heartbeat_noted_core_cpu_us` per heartbeat (both optional in a costs file: without them the core's receive
+  cost and the leader's cost of a forwarded liveness stand in, and the plan says so). Changed registrations go
+  to the core as ever;
 - a fleet's heartbeats and remoting reads arrive one at a time on connections of their own: each costs
   `remoting_heartbeat_alone_cpu_us` / `remoting_read_alone_cpu_us` (or one `remoting_request_alone_cpu_us`
-  for both) beyond the per-operation costs, which come from pipelined loads; every
+  for both) beyond the per-operation costs, which come from pipelined loads, in the process that holds the
+  connection (the core with no worker, else a worker); every
   node's core also spends its idle CPU (both optional in a costs file: a plan without them says so);
 - a changed registration (a broker restart, a topic change) rewrites all of its broker's topics: a topic
   change is costed as a whole registration, which overstates it;
 - route reads, watch events and linearizable reads are spread evenly over every read-serving process
-  (the cores when there is no worker, else the worker processes); each such process is one Python
-  interpreter and uses at most one core;
+  (the cores when there is no worker, else the worker processes: with workers the core serves no client
+  read); a voter's heartbeats over its workers; each such process is one Python interpreter and uses at most
+  one core;
 - each watcher receives every changed record (the worst case: a watcher of everything);
 - the bytes of a route grow with its brokers (the measured route had `route_brokers`); its CPU does not;
 - every load grows linearly with the fleet, so "saturates at x N" is the fleet multiple at which a
@@ -125,6 +134,10 @@ ALONE_KEY = "remoting_request_alone_cpu_us"
 HEARTBEAT_ALONE_KEY = "remoting_heartbeat_alone_cpu_us"
 READ_ALONE_KEY = "remoting_read_alone_cpu_us"
 IDLE_KEY = "node_idle_cpu_us"  # from the costs file's idle_cpu_cores_per_node (mean over its nodes)
+# With worker processes (bench/costs.py, measure_noted_heartbeats): what a node's core pays per heartbeat a worker
+# answered (the liveness note, and a follower's forwarding of it), and what the worker pays to receive it.
+NOTED_KEY = "heartbeat_noted_core_cpu_us"
+WORKER_RECEIVE_KEY = "heartbeat_worker_receive_cpu_us"  # _base and _per_topic, as heartbeat_receive_cpu_us
 
 
 def read_costs(doc: dict[str, Any]) -> dict[str, float]:
@@ -142,7 +155,8 @@ def read_costs(doc: dict[str, Any]) -> dict[str, float]:
     # Optional (a costs file may predate them; the plan then says what it leaves out): the CPU a remoting request
     # costs when it arrives alone on its connection, as a fleet's do, beyond the pipelined loads' per-operation
     # costs above; and each node's idle CPU (Raft heartbeats, timers).
-    for key in (ALONE_KEY, HEARTBEAT_ALONE_KEY, READ_ALONE_KEY):
+    for key in (ALONE_KEY, HEARTBEAT_ALONE_KEY, READ_ALONE_KEY, NOTED_KEY, f"{WORKER_RECEIVE_KEY}_base",
+                f"{WORKER_RECEIVE_KEY}_per_topic"):
         alone = table.get(key)
         alone_value = alone.get("value") if isinstance(alone, dict) else None
         if isinstance(alone_value, int | float) and not isinstance(alone_value, bool) and math.isfinite(alone_value):
@@ -204,8 +218,10 @@ def _n(x: float) -> str:
     return f"{x:,.3g}" if abs(x) < 1 else f"{x:,.1f}"
 
 
-def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
-    """The plan for `fleet` from the costs `c` (read_costs). Every figure is one Step of the arithmetic."""
+def plan(fleet: Fleet, c: dict[str, float], workers: int | None = None) -> Plan:
+    """The plan for `fleet` from the costs `c` (read_costs). Every figure is one Step of the arithmetic.
+    `workers`: the worker processes per node to cost (a cluster as run: bench/fleet/validate.py) instead of
+    the number the plan would choose; no read replica then."""
     p = Plan(voters=fleet.voters)
     f = fleet
     budget = f.headroom * US_PER_S
@@ -246,15 +262,26 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
     remoting_read = c["route_read_remoting_cpu_us"] + alone_read
     hb_f = c["heartbeat_forwarded_leader_cpu_us_base"]  # liveness only: no topic table reaches the leader
     hb_f_f = _n(hb_f)
+    # with workers: what the core pays per heartbeat (the note), what a worker pays (its receive and alone)
+    hb_core = c.get(NOTED_KEY, hb_f)
+    if f"{WORKER_RECEIVE_KEY}_base" in c and f"{WORKER_RECEIVE_KEY}_per_topic" in c:
+        hb_w, hb_w_f = line(WORKER_RECEIVE_KEY)
+    else:
+        hb_w, hb_w_f = line("heartbeat_receive_cpu_us")
+    hb_w, hb_w_f = hb_w + alone_hb, f"{hb_w_f[:-1]} + {_n(alone_hb)} alone)"
     followers = f.voters - 1
-    leader_writes = p.add(
-        "leader core CPU for writes",
-        f"changed registrations {_n(regs)}/s x {reg_l_f} us + heartbeats {_n(hbs)}/s x {hb_r_f} us + "
-        f"forwarded heartbeats {_n(hbs)}/s x {followers} followers x {hb_f_f} us + expiries {_n(expiries)}/s x "
-        f"{_n(c['expiry_leader_cpu_us'])} us + linearizable reads {_n(f.linearizable_reads_per_s)}/s x "
-        f"{_n(c['linearizable_read_leader_cpu_us'])} us + idle {_n(idle)}",
-        regs * reg_l + hbs * hb_r + hbs * followers * hb_f + expiries * c["expiry_leader_cpu_us"]
-        + f.linearizable_reads_per_s * c["linearizable_read_leader_cpu_us"] + idle, "us CPU/s")
+
+    def leader_core_writes(name: str, heartbeat: float, heartbeat_f: str) -> float:
+        """The leader's core for its group's writes, each heartbeat it hears costing `heartbeat`."""
+        return p.add(
+            name, f"changed registrations {_n(regs)}/s x {reg_l_f} us + {heartbeat_f} + "
+            f"forwarded heartbeats {_n(hbs)}/s x {followers} followers x {hb_f_f} us + expiries {_n(expiries)}/s x "
+            f"{_n(c['expiry_leader_cpu_us'])} us + linearizable reads {_n(f.linearizable_reads_per_s)}/s x "
+            f"{_n(c['linearizable_read_leader_cpu_us'])} us + idle {_n(idle)}",
+            regs * reg_l + hbs * heartbeat + hbs * followers * hb_f + expiries * c["expiry_leader_cpu_us"]
+            + f.linearizable_reads_per_s * c["linearizable_read_leader_cpu_us"] + idle, "us CPU/s")
+
+    leader_writes = leader_core_writes("leader core CPU for writes", hb_r, f"heartbeats {_n(hbs)}/s x {hb_r_f} us")
     p.add("one group's changed registrations at budget (no heartbeat load)", f"budget {_n(budget)} / {reg_l_f} us",
           budget / reg_l, "/s")
 
@@ -283,7 +310,8 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
                           f"changed registrations {_n(regs)}/s x {reg_f_f} us + heartbeats {_n(hbs)}/s x {hb_r_f} us "
                           f"+ idle {_n(idle)}", regs * reg_f + hbs * hb_r + idle, "us CPU/s")
     busiest_core = max(leader_writes, follower_core)
-    if busiest_core + serve / f.voters <= budget:
+    hb_workers = 0.0
+    if workers is None and busiest_core + serve / f.voters <= budget or workers == 0:
         workers = 0
         p.add("worker processes per node", f"0: the busiest core {_n(busiest_core)} + its share of reads "
               f"{_n(serve)} / {f.voters} fits the budget {_n(budget)}", 0)
@@ -292,31 +320,60 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
     else:
         if per_worker <= 0:
             raise PlanError("a worker replica cannot even follow the writes within its budget: shard first")
-        total = math.ceil(serve / per_worker)
-        p.add("read-serving processes needed", f"ceil({_n(serve)} / {_n(per_worker)})", total)
+        if f"{WORKER_RECEIVE_KEY}_base" not in c or f"{WORKER_RECEIVE_KEY}_per_topic" not in c:
+            p.notes.append(f"The costs file has no {WORKER_RECEIVE_KEY}_base/_per_topic: a worker's CPU per "
+                           "heartbeat is costed as the core's (heartbeat_receive_cpu_us: the same code).")
+        if NOTED_KEY not in c:
+            p.notes.append(f"The costs file has no {NOTED_KEY}: a core's CPU per heartbeat its workers answered "
+                           "(the liveness note) is costed as the leader's per forwarded heartbeat "
+                           "(heartbeat_forwarded_leader_cpu_us_base).")
+        # The workers alone hold the node's ports (nameserver/worker.py): they receive its heartbeats.
+        hb_workers = p.add("heartbeats a node's workers receive (CPU)", f"heartbeats {_n(hbs)}/s x {hb_w_f} us",
+                           hbs * hb_w, "us CPU/s")
+        total = math.ceil((serve + f.voters * hb_workers) / per_worker)
+        p.add("read-serving processes needed", f"ceil(({_n(serve)} + voters {f.voters} x {_n(hb_workers)}) / "
+              f"{_n(per_worker)})", total)
         max_per_node = min(f.cores_per_node - 1, 64)
-        workers = min(max_per_node, math.ceil(total / f.voters))
-        p.add("worker processes per node", f"min(cores_per_node {f.cores_per_node} - 1, ceil({total} / voters "
-              f"{f.voters}))", workers)
-        replicas = max(0, total - workers * f.voters)
-        p.add("read replicas beyond the voters' workers", f"max(0, {total} - {workers} x {f.voters})", replicas)
-        # The core listens on the shared remoting port too: the kernel (SO_REUSEPORT) gives it its share.
-        core_reads = p.add("the core's share of remoting reads",
-                           f"route reads {_n(reads)}/s x remoting_share {_n(f.remoting_share)} x "
-                           f"{_n(remoting_read)} us / voters {f.voters} / (workers {workers} + 1)",
-                           reads * f.remoting_share * remoting_read / f.voters / (workers + 1),
-                           "us CPU/s")
+        if workers is None:
+            workers = min(max_per_node, max(1, math.ceil(total / f.voters)))
+            p.add("worker processes per node", f"min(cores_per_node {f.cores_per_node} - 1, ceil({total} / voters "
+                  f"{f.voters}))", workers)
+            replicas = max(0, total - workers * f.voters)
+            p.add("read replicas beyond the voters' workers", f"max(0, {total} - {workers} x {f.voters})", replicas)
+        else:
+            p.add("worker processes per node", f"{workers}: as given", workers)
+            replicas = 0
+        if hb_workers > workers * per_worker:
+            p.notes.append(f"A node's heartbeats alone ({_n(round(hb_workers))} us CPU/s) exceed what its {workers} "
+                           "workers can receive: read replicas do not take them (brokers register with the voters). "
+                           "Brokers must spread their heartbeats or send them less often.")
+        core_reads = p.add("the core's share of client reads", "0: with workers the core holds neither the gRPC "
+                           "nor the remoting port (nameserver/worker.py)", 0.0, "us CPU/s")
         core_reads += p.add("core CPU to feed its workers",
                             f"changed registrations {_n(regs)}/s x {_n(feed)} us x {workers}",
                             regs * feed * workers, "us CPU/s")
+        # What reaches the core of a heartbeat now: the worker's liveness note (a follower's core buffers and
+        # forwards it); the receive cost above is the workers'.
+        leader_writes = leader_core_writes("leader core CPU for writes, with workers", hb_core,
+                                           f"heartbeats noted {_n(hbs)}/s x {_n(hb_core)} us")
+        p.add("a follower core's CPU (with workers)",
+              f"changed registrations {_n(regs)}/s x {reg_f_f} us + heartbeats noted {_n(hbs)}/s x {_n(hb_core)} us "
+              f"+ idle {_n(idle)} + feeding {_n(core_reads)}", regs * reg_f + hbs * hb_core + idle + core_reads,
+              "us CPU/s")
+        p.add("a voter's worker's CPU", f"read-serving CPU {_n(serve)} / ({f.voters} voters x {workers} workers + "
+              f"{replicas} replicas) + heartbeats {_n(hb_workers)} / {workers} workers + following the writes "
+              f"{_n(replica_apply)}", serve / (f.voters * workers + replicas) + hb_workers / workers + replica_apply,
+              "us CPU/s")
     p.workers_per_node, p.read_replicas = workers, replicas
     leader_core = p.add("the leader's core in one group, all it does", f"writes {_n(leader_writes)} + reads and "
                         f"feeding {_n(core_reads)}", leader_writes + core_reads, "us CPU/s")
 
     # ---- groups: what sharding would move ------------------------------------------------------------
+    hb_fixed, hb_fixed_f = (hb_core, f"heartbeats noted {_n(hbs)}/s x {_n(hb_core)} us") if workers else \
+        (hb_r, f"heartbeats it receives {_n(hbs)}/s x {hb_r_f} us")
     fixed = p.add("of the leader's core, what every node's core pays whatever the groups",
-                  f"heartbeats it receives {_n(hbs)}/s x {hb_r_f} us + idle {_n(idle)} + reads and feeding "
-                  f"{_n(core_reads)}", hbs * hb_r + idle + core_reads, "us CPU/s")
+                  f"{hb_fixed_f} + idle {_n(idle)} + reads and feeding {_n(core_reads)}",
+                  hbs * hb_fixed + idle + core_reads, "us CPU/s")
     movable = p.add("of the leader's core, what a group's leader alone pays (sharding splits it)",
                     f"{_n(leader_core)} - {_n(fixed)}", leader_core - fixed, "us CPU/s")
     if leader_core <= budget:
@@ -326,10 +383,11 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
         groups = 0
         p.add("Raft groups needed", f"none suffices: what every core pays {_n(fixed)} alone exceeds the budget "
               f"{_n(budget)}", 0)
-        p.notes.append("Every node's core receives every broker's heartbeat and its share of the remoting reads: that "
-                       "alone exceeds one core's budget, and no number of groups moves it. Brokers must spread their "
-                       "heartbeats (each given some nodes' addresses, not all) or send them less often, and route "
-                       "reads must reach the workers only.")
+        p.notes.append(("Every node's core hears of every broker's heartbeat (the liveness note its workers send "
+                        "it) and feeds its workers: " if workers else
+                        "Every node's core receives every broker's heartbeat and its share of the reads: ")
+                       + "that alone exceeds one core's budget, and no number of groups moves it. Brokers must spread "
+                       "their heartbeats (each given some nodes' addresses, not all) or send them less often.")
     else:
         groups = math.ceil(movable / (budget - fixed))
         p.add("Raft groups needed", f"ceil({_n(movable)} / (budget {_n(budget)} - {_n(fixed)}))", groups)
@@ -378,15 +436,17 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
 
     # ---- what runs out first -----------------------------------------------------------------------------
     read_capacity = f.voters * min(f.cores_per_node - 1, 64) * per_worker
+    read_load = serve + f.voters * hb_workers  # with workers, theirs: the heartbeats too
     sat = {
         "leader core CPU (writes)": budget / leader_core if leader_core else math.inf,
-        "read-serving CPU (voters' cores)": read_capacity / serve if serve else math.inf,
+        "read-serving CPU (voters' cores)": read_capacity / read_load if read_load else math.inf,
         "memory per node": f.headroom * f.memory_per_node_bytes / memory,
         "network per node": f.headroom * f.network_per_node_bytes_per_s / network if network else math.inf,
     }
     for name, multiple in sat.items():
         p.add(f"saturates at (fleet multiple): {name}", _saturation_formula(name, f, budget, leader_core,
-                                                                             read_capacity, serve, memory, network),
+                                                                             read_capacity, serve, hb_workers, memory,
+                                                                             network),
               multiple, "x")
     p.saturation = sat
     p.saturates_first = min(sat, key=lambda k: sat[k])
@@ -394,12 +454,13 @@ def plan(fleet: Fleet, c: dict[str, float]) -> Plan:
 
 
 def _saturation_formula(name: str, f: Fleet, budget: float, leader: float, capacity: float, serve: float,
-                        memory: float, network: float) -> str:
+                        hb_workers: float, memory: float, network: float) -> str:
     if name.startswith("leader"):
         return f"budget {_n(budget)} / the leader's core in one group {_n(leader)}"
     if name.startswith("read"):
         return (f"voters {f.voters} x min(cores_per_node - 1, 64) x a worker's CPU for reads = {_n(capacity)} / "
-                f"read-serving CPU {_n(serve)}")
+                f"(read-serving CPU {_n(serve)}"
+                + (f" + voters {f.voters} x heartbeats their workers receive {_n(hb_workers)})" if hb_workers else ")"))
     if name.startswith("memory"):
         return f"headroom {_n(f.headroom)} x {_n(f.memory_per_node_bytes)} B / {_n(memory)} B"
     return f"headroom {_n(f.headroom)} x {_n(f.network_per_node_bytes_per_s)} B/s / {_n(network)} B/s"
@@ -424,5 +485,5 @@ def render(p: Plan, fleet: Fleet, costs_source: str) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["ALONE_KEY", "COST_KEYS", "Fleet", "HEARTBEAT_ALONE_KEY", "IDLE_KEY", "READ_ALONE_KEY", "Plan", "PlanError",
-           "Step", "plan", "read_costs", "render"]
+__all__ = ["ALONE_KEY", "COST_KEYS", "Fleet", "HEARTBEAT_ALONE_KEY", "IDLE_KEY", "NOTED_KEY", "READ_ALONE_KEY",
+           "WORKER_RECEIVE_KEY", "Plan", "PlanError", "Step", "plan", "read_costs", "render"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nameserver.cli import nsctl
-from nameserver.ops.capacity import COST_KEYS, IDLE_KEY, read_costs
+from nameserver.ops.capacity import COST_KEYS, IDLE_KEY, NOTED_KEY, WORKER_RECEIVE_KEY, read_costs
 from tests.cluster import ROOT
 from tests.integration.test_bench_suite import recipe
 
@@ -32,9 +32,11 @@ def test_make_costs_writes_every_cost_the_model_reads(tmp_path: Path, capsys: py
     assert doc["schema"] == "rip18-costs/1" and len(doc["commit"]) == 40 and doc["machine"]["cores"] >= 1, doc
     assert doc["machine"]["model"] and "failed" not in doc, doc
     values = read_costs(doc)
-    # every cost the model needs, and the idle CPU it reads beside them (the request-alone cost is not measured
-    # by make costs yet: docs/scaling.md, "Validation against the simulator")
-    assert set(values) == set(COST_KEYS) | {IDLE_KEY}
+    # every cost the model needs, and the idle CPU and the worker-mode heartbeat costs it reads beside them (the
+    # request-alone cost is not measured by make costs yet: docs/scaling.md, "Validation against the simulator")
+    assert set(values) == set(COST_KEYS) | {IDLE_KEY, NOTED_KEY, f"{WORKER_RECEIVE_KEY}_base",
+                                            f"{WORKER_RECEIVE_KEY}_per_topic"}
+    assert values[NOTED_KEY] > 0
     for key, cost in doc["costs"].items():
         assert {"value", "unit", "method", "repetitions", "runs", "min", "max", "spread_pct"} <= set(cost), key
         assert len(cost["runs"]) == cost["repetitions"] >= 1, key

@@ -7,6 +7,7 @@ be seen on every node, neither before the brokers' timeout nor long after it. Co
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from bench.fleet.__main__ import PRESETS
 from bench.fleet.chart import page, svg
 from bench.fleet.run import simulate
 from bench.fleet.summary import COLUMNS, row
+from bench.fleet.validate import compare
+from tests.unit.test_capacity import costs_file
 
 pytestmark = pytest.mark.cluster
 
@@ -106,3 +109,21 @@ def test_scaling_divides_periods_and_multiplies_rates() -> None:
     assert real.scaled(1000).heartbeat_timeout_s == 1.0  # the node's floor
     with pytest.raises(ValueError, match="time_scale"):
         real.scaled(0)
+
+
+@pytest.mark.slow
+def test_a_cluster_with_worker_processes_reports_its_cores_apart(tmp_path: Any) -> None:
+    # [node] worker_processes = 1: the workers hold the ports, so the heartbeats and routes are theirs to answer;
+    # each node's CPU is its core and its worker, the core's sampled apart, and the model compares both
+    sim = replace(PRESETS["short"], worker_processes=1, mass_expiry_at_s=-1.0)
+    r = simulate(sim, str(tmp_path), log=lambda _: None)
+    assert r["cluster"]["worker_processes"] == 1
+    ops = r["totals"]["ops"]
+    assert ops["heartbeat"]["count"] > 0 and ops["route"]["count"] > 0
+    assert all(op["errors"] == 0 for op in ops.values()), (ops, r["first_errors"])
+    for name, n in r["totals"]["nodes"].items():
+        assert 0 < n["core_cpu_per_s"] < n["cpu_per_s"], (name, n)  # the worker used CPU of its own
+    rows, _ = compare(r, costs_file())
+    quantities = {row.quantity for row in rows}
+    assert {"leader core CPU", "leader's workers CPU", "follower core CPU (mean)",
+            "followers' workers CPU (mean)"} <= quantities

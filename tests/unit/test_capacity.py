@@ -78,16 +78,59 @@ def test_the_leader_pays_a_forwarded_heartbeat_whatever_its_topics() -> None:
 
 def test_a_read_heavy_fleet_gets_workers_then_read_replicas() -> None:
     p = plan(Fleet.from_dict({**FLEET, "clients": 3_000_000}), read_costs(costs_file()))
-    # 100,000 reads/s x 200 us = 20e6 us/s; a worker has 700,000 - 1 x (100 + 10 x 20) us/s for reads
-    assert {s.name: s.value for s in p.steps}["read-serving processes needed"] == math.ceil(20e6 / 699_700)
+    steps = {s.name: s.value for s in p.steps}
+    # 100,000 reads/s x 200 us = 20e6 us/s, and each voter's 100 heartbeats/s x (400 + 10 x 20) us go to its
+    # workers; a worker has 700,000 - 1 x (100 + 10 x 20) us/s
+    assert steps["heartbeats a node's workers receive (CPU)"] == pytest.approx(60_000)
+    assert steps["read-serving processes needed"] == math.ceil((20e6 + 3 * 60_000) / 699_700) == 29
     assert p.workers_per_node == 7  # cores_per_node 8 - 1
     assert p.read_replicas == 29 - 21
     assert p.saturates_first == "read-serving CPU (voters' cores)"
-    # the core's SO_REUSEPORT share of the remoting reads: 20e6 / 3 nodes / (7 workers + 1); feeding its 7
-    # workers: 1 x ((300 + 20 x 20) - (200 + 20 x 20)) / 2 us each
-    assert {s.name: s.value for s in p.steps}["the leader's core in one group, all it does"] == \
-        pytest.approx(74_600 + 20e6 / 3 / 8 + 7 * 50)
+    assert p.saturation["read-serving CPU (voters' cores)"] == pytest.approx(3 * 7 * 699_700 / (20e6 + 3 * 60_000))
     assert p.memory_per_node_bytes == pytest.approx(60e6 + 20.8e6 + 7 * (60e6 + 20.8e6))
+
+
+def test_with_workers_the_core_serves_no_read_and_pays_only_the_heartbeats_liveness() -> None:
+    # The workers hold the node's ports (nameserver/worker.py): no client read reaches the core, and of each
+    # heartbeat only its liveness note (no costs key here: the leader's 50 us per forwarded liveness stands in).
+    p = plan(Fleet.from_dict({**FLEET, "clients": 3_000_000}), read_costs(costs_file()))
+    steps = {s.name: s.value for s in p.steps}
+    assert steps["the core's share of client reads"] == 0
+    # 1 x (2000 + 30 x 20) + 100 x 50 noted + 100 x 2 x 50 forwarded + 1 x 2000; feeding 7 workers 1 x 50 us each
+    assert steps["leader core CPU for writes, with workers"] == pytest.approx(2600 + 5000 + 10_000 + 2000)
+    assert steps["the leader's core in one group, all it does"] == pytest.approx(19_600 + 7 * 50)
+    assert steps["a follower core's CPU (with workers)"] == pytest.approx(1 * (200 + 20 * 20) + 5000 + 7 * 50)
+    assert p.saturation["leader core CPU (writes)"] == pytest.approx(700_000 / 19_950)
+    assert any("heartbeat_noted_core_cpu_us" in n for n in p.notes)
+    assert any("heartbeat_worker_receive_cpu_us" in n for n in p.notes)
+    # with no worker (the light fleet) those figures are not used, and the plan does not speak of them
+    assert not any("heartbeat_noted_core_cpu_us" in n or "heartbeat_worker_receive_cpu_us" in n
+                   for n in plan(Fleet.from_dict(FLEET), read_costs(costs_file())).notes)
+
+
+def test_with_workers_the_measured_note_and_worker_receive_costs_are_used_when_given() -> None:
+    doc = costs_file({**COSTS, "heartbeat_noted_core_cpu_us": 30, "heartbeat_worker_receive_cpu_us_base": 500,
+                      "heartbeat_worker_receive_cpu_us_per_topic": 5, "remoting_heartbeat_alone_cpu_us": 300,
+                      "remoting_read_alone_cpu_us": 0})
+    doc["idle_cpu_cores_per_node"] = {"n1": 0.01, "n2": 0.01, "n3": 0.01}
+    p = plan(Fleet.from_dict({**FLEET, "clients": 3_000_000}), read_costs(doc))
+    steps = {s.name: s.value for s in p.steps}
+    # the heartbeat's receive and its cost alone are the workers': 100 x (500 + 5 x 20 + 300)
+    assert steps["heartbeats a node's workers receive (CPU)"] == pytest.approx(90_000)
+    assert steps["leader core CPU for writes, with workers"] == pytest.approx(2600 + 100 * 30 + 10_000 + 2000 + 10_000)
+    assert not p.notes
+
+
+def test_a_plan_costs_the_workers_it_is_given() -> None:
+    # bench/fleet/validate.py costs a cluster as run: one worker a node on a fleet that would need none
+    p = plan(Fleet.from_dict(FLEET), read_costs(costs_file()), workers=1)
+    steps = {s.name: s.value for s in p.steps}
+    assert (p.workers_per_node, p.read_replicas) == (1, 0)
+    assert steps["the core's share of client reads"] == 0
+    # a voter's worker: its third of 200,000 us of reads + its node's 60,000 of heartbeats + 1 x 300 following
+    assert steps["a voter's worker's CPU"] == pytest.approx(200_000 / 3 + 60_000 + 300)
+    assert plan(Fleet.from_dict(FLEET), read_costs(costs_file()), workers=0).to_dict() == \
+        plan(Fleet.from_dict(FLEET), read_costs(costs_file())).to_dict()
 
 
 def test_writes_past_one_leader_core_need_groups_and_say_the_product_does_not_shard() -> None:
@@ -95,14 +138,19 @@ def test_writes_past_one_leader_core_need_groups_and_say_the_product_does_not_sh
     p = plan(Fleet.from_dict({**FLEET, "broker_restarts_per_hour": 400 * 3600}), read_costs(costs_file()))
     steps = {s.name: s.value for s in p.steps}
     assert steps["leader core CPU for writes"] == pytest.approx(1_910_000)
-    # one worker a node; the core keeps half its node's remoting reads (1000 x 200 / 3 / 2) and feeds it
-    # (400 x 50): every core pays that and the 60,000 of heartbeats whatever the groups
-    fixed = 60_000 + 1000 * 200 / 3 / 2 + 400 * 50
+    # one worker a node: it receives the heartbeats and serves the reads; the core pays each heartbeat's liveness
+    # note (100 x 50) and feeds its worker (400 x 50) whatever the groups
+    fixed = 100 * 50 + 400 * 50
     assert p.workers_per_node == 1
     assert steps["of the leader's core, what every node's core pays whatever the groups"] == pytest.approx(fixed)
-    assert p.groups == math.ceil((1_910_000 + 1000 * 200 / 3 / 2 + 400 * 50 - fixed) / (700_000 - fixed)) == 4
-    assert any("does not shard yet" in n and "more nodes are needed" in n for n in p.notes)
+    # with workers: 400 x 2600 + 100 x 50 + 100 x 2 x 50 + 400 x 2000 = 1,855,000, and the feeding
+    assert steps["leader core CPU for writes, with workers"] == pytest.approx(1_855_000)
+    assert p.groups == math.ceil((1_855_000 + 400 * 50 - fixed) / (700_000 - fixed)) == 3
+    assert any("does not shard yet" in n for n in p.notes)
     assert p.saturation["leader core CPU (writes)"] < 1
+    # 4 groups over 3 voters: more than one leader on a node's core
+    q = plan(Fleet.from_dict({**FLEET, "broker_restarts_per_hour": 600 * 3600}), read_costs(costs_file()))
+    assert q.groups > 3 and any("more nodes are needed" in n for n in q.notes)
 
 
 def test_a_small_machine_runs_out_of_memory_first() -> None:
@@ -150,12 +198,16 @@ def test_nsctl_plan_prints_the_plan_and_its_arithmetic(tmp_path: Path, capsys: p
 
 
 def test_heartbeats_every_node_receives_are_not_moved_by_groups_and_the_plan_says_so() -> None:
-    # 10,000 heartbeats/s per node x (400 + 10 x 2 topics) us = 4,200,000 us/s on every core: past the budget
-    p = plan(Fleet.from_dict({**FLEET, "brokers": 10_000, "heartbeat_s": 1}), read_costs(costs_file()))
+    # 20,000 heartbeats/s per node: their receive is the workers' (7 a node), but each one's liveness note
+    # (50 us) reaches the core: 1,000,000 us/s and the feeding of 7 workers (1 x 50 each), past the budget
+    p = plan(Fleet.from_dict({**FLEET, "brokers": 10_000, "heartbeat_s": 0.5}), read_costs(costs_file()))
+    assert p.workers_per_node == 7
     assert {s.name: s.value for s in p.steps}["of the leader's core, what every node's core pays whatever the groups"] \
-        == pytest.approx(4_200_000 + 200_000 / 3 / 2 + 50)
+        == pytest.approx(20_000 * 50 + 7 * 50)
     assert p.groups == 0
     assert any("no number of groups moves it" in n for n in p.notes)
+    # and 20,000 x (400 + 10 x 2) us is more than a node's 7 workers can receive: the plan says so
+    assert any("heartbeats alone" in n for n in p.notes)
     assert not any("no number of groups" in n for n in plan(Fleet.from_dict(FLEET), read_costs(costs_file())).notes)
 
 

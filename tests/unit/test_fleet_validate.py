@@ -88,3 +88,47 @@ def test_the_command_prints_a_table_per_report(tmp_path: Any, capsys: pytest.Cap
     assert main([str(tmp_path / "r.json"), "--costs", str(tmp_path / "c.json")]) == 0
     out = capsys.readouterr().out
     assert "Steady windows starting at 0, 10 s (20 s)" in out and "| memory per node (RSS) |" in out
+
+
+def worker_report() -> dict[str, Any]:
+    """report() as run with one worker process a node, each node's core CPU sampled apart. The model at the load
+    served, with test_capacity's costs (no note figure: the leader's 50 us per forwarded liveness stands in):
+    - the leader's core: 0.1 x (2000 + 30 x 10) + 3 x 50 noted + 3 x 2 followers x 50 + feeding 0.1 x 50 = 685 us/s
+      (no route read: the workers hold the ports);
+    - a follower's core: 0.1 x (200 + 20 x 10) + 3 x 50 + 5 = 195 us/s;
+    - a node's worker: reads 6 x 200 / 3 + heartbeats 3 x (400 + 10 x 10) + following 0.1 x (100 + 10 x 10)
+      = 1920 us/s."""
+    r = report()
+    r["cluster"]["worker_processes"] = 1
+    for w in r["windows"]:
+        for n in w["nodes"].values():
+            n["core_cpu_s"] = n["cpu_s"] / 2
+    for t in (0, 1):
+        r["windows"][t]["nodes"] = {
+            "n1": {"cpu_s": 0.00685 + 0.0192, "core_cpu_s": 0.00685, "rss_bytes": 120_744_000},
+            "n2": {"cpu_s": 0.00195 + 0.0192, "core_cpu_s": 0.00195, "rss_bytes": 60_000_000},
+            "n3": {"cpu_s": 0.0039 + 0.0192, "core_cpu_s": 0.0039, "rss_bytes": 60_000_000}}  # mean x1.5
+    return r
+
+
+def test_a_cluster_with_workers_is_costed_with_them_core_and_workers_apart() -> None:
+    rows, _ = compare(worker_report(), costs_file())
+    by = {r.quantity: r for r in rows}
+    assert by["leader core CPU"].predicted == pytest.approx(0.000685)
+    assert by["leader core CPU"].ratio == pytest.approx(1.0)
+    assert by["leader's workers CPU"].predicted == pytest.approx(0.00192)
+    assert by["leader's workers CPU"].ratio == pytest.approx(1.0)
+    assert by["follower core CPU (mean)"].predicted == pytest.approx(0.000195)
+    assert by["follower core CPU (mean)"].ratio == pytest.approx(1.5) and not by["follower core CPU (mean)"].within
+    assert by["followers' workers CPU (mean)"].ratio == pytest.approx(1.0)
+    assert by["all nodes CPU"].predicted == pytest.approx(0.000685 + 2 * 0.000195 + 3 * 0.00192)
+    # the model's memory: a core and one worker, each holding the state
+    assert by["memory per node (RSS)"].predicted == pytest.approx(2 * 60_372_000 / 2**20)
+    assert by["memory per node (RSS)"].ratio == pytest.approx(1.0)
+
+
+def test_a_worker_report_without_the_cores_cpu_apart_is_refused() -> None:
+    r = worker_report()
+    del r["windows"][0]["nodes"]["n2"]["core_cpu_s"]
+    with pytest.raises(ValueError, match="core_cpu_s"):
+        compare(r, costs_file())
