@@ -52,11 +52,12 @@ SERVICE_NAMES = (
     api_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
     auth.CONTROLLER_SERVICE,
 )
+LOG_SERVICE = api_pb2.DESCRIPTOR.services_by_name["Log"].full_name
 
 
 def service_names(cfg: NodeConfig) -> tuple[str, ...]:
-    """What this process's health and reflection list: a group k core serves no Controller (group 0's
-    core alone does: every ctrl/ record is group 0's), so it lists none."""
+    """What this process's health knows and its reflection lists (with Log, Health and reflection): a group k
+    core serves no Controller (group 0's core alone does: every ctrl/ record is group 0's), so it lists none."""
     return SERVICE_NAMES if cfg.group == GROUP0 else tuple(n for n in SERVICE_NAMES if n != auth.CONTROLLER_SERVICE)
 
 
@@ -128,8 +129,9 @@ class Server:
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         self.service_names = service_names(cfg)
-        reflection.enable_server_reflection(self.service_names + (health.SERVICE_NAME, reflection.SERVICE_NAME),
-                                            self.grpc)
+        # reflection lists every service this listener answers: Log too (Follow, ReadLog, DumpState, DigestAt)
+        reflection.enable_server_reflection(self.service_names + (LOG_SERVICE, health.SERVICE_NAME,
+                                                                  reflection.SERVICE_NAME), self.grpc)
         if cfg.worker_processes:
             if self.grpc.add_insecure_port(corelink.prepare_socket(cfg)) == 0:
                 raise OSError(f"cannot listen on {corelink.socket_path(cfg)}")

@@ -1,16 +1,19 @@
 """A worker process: `python -m nameserver.worker --index I --core-pid P`, started by its node's core
 (nameserver/ops/workers.py), which writes the node's configuration to its stdin.
 
-It follows the core's state in a read replica (nameserver/replica; first loaded from the core's newest
-snapshot file while the core loads it: nameserver/replica/seed.py), and once the replica is ready it binds the
-node's [grpc] and [remoting] addresses with the other workers (SO_REUSEPORT: the kernel spreads new
-connections over the workers; the core holds neither port). The core serves its Log.Follow only once it is
-ready, so a starting node's ports refuse connections until then; a core whose apply stopped never is, and its
-workers then open the ports anyway (Admin.Status, passed to the core, says why; reads are refused). The
-eventual reads (gRPC: corelink.REPLICA_METHODS and Watch; remoting: the codes REQUESTS marks `replica`) are
-answered here by the same service and handler code the core runs, over the replica; every other call or frame
-goes to the core over its private sockets (nameserver/api/corelink.py, nameserver/remoting/corechannel.py). It
-stops at SIGTERM, at the end of its stdin (the core is gone), and the kernel kills it when the core dies.
+It follows the core's state in a read replica (nameserver/replica; first loaded from the core's newest snapshot
+file while the core loads it: nameserver/replica/seed.py), and once the replica is ready it binds the node's
+[grpc] and [remoting] addresses with the other workers (SO_REUSEPORT: the kernel spreads new connections over the
+workers; the core holds neither port). The core serves its Log.Follow only once it is ready, so a starting node's
+ports refuse connections until then; a core whose apply stopped never is, and its workers then open the ports
+anyway (Admin.Status, the core's, says why; reads are refused). Admin.Status and gRPC health are the core's (every
+group core's on a sharded node) as the worker asks them, but for a core that stopped answering it, frozen or
+stalled with its sockets open: not ready and NOT_SERVING once its feed has been silent past the replica's bound
+(nameserver/api/corehealth.py). The eventual reads (gRPC: corelink.REPLICA_METHODS and Watch; remoting: the codes
+REQUESTS marks `replica`) are answered here by the same service and handler code the core runs, over the replica;
+every other call or frame goes to the core over its private sockets (nameserver/api/corelink.py,
+nameserver/remoting/corechannel.py). It stops at SIGTERM, at the end of its stdin (the core is gone), and the
+kernel kills it when the core dies.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from nameserver import headers, tlsconf, validation
 from nameserver.api import auth, corelink, frontchannel, grpcserver, writechannel
+from nameserver.api.corehealth import CoreStatus
 from nameserver.api.coreindex import CoreReadIndex
 from nameserver.api.frontchannel import FrontServer, Generations, Inline, Reusable
 from nameserver.api.service import NameServerService
@@ -96,10 +100,14 @@ def main(argv: list[str] | None = None) -> int:
         channel = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
         writes = WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes)
         read_indexes = corelink.core_read_index(writes, cfg)
+        core = grpc.insecure_channel(corelink.target(cfg), options=opts)
+        # the node's Status and health: the core's, unless it stopped answering (nameserver/api/corehealth.py;
+        # with several groups every group core's, from GroupLinks)
+        status = CoreStatus(cfg, [core], [replica.unanswered]).handlers() if groups is None else None
         remoting, grpc_server, node = serve_reads(
             share, budget.grpc, budget.remoting, replica, read_indexes.read_index,
-            grpc.insecure_channel(corelink.target(cfg), options=opts), channel if cfg.remoting_addr else None,
-            requests, spec.reply_sizes, reuse_port=True, writes=writes, groups=groups,
+            core, channel if cfg.remoting_addr else None,
+            requests, spec.reply_sizes, reuse_port=True, local=status, writes=writes, groups=groups,
             front_socket=frontchannel.socket_path(cfg.data_dir, index) if cfg.grpc_front == "go" else None)
         if counted:
             held = remoting

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
-from grpc_reflection.v1alpha import reflection_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from nameserver import headers, tlsconf
 from nameserver.api import auth
@@ -54,6 +54,7 @@ WATCH = f"/{NAMESERVER.full_name}/Watch"
 FORWARDED_SERVICES = (NAMESERVER, *(api_pb2.DESCRIPTOR.services_by_name[s] for s in ("Admin", "Controller", "Log")),
                       health_pb2.DESCRIPTOR.services_by_name["Health"],
                       reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"])
+REFLECTION_INFO = f"/{reflection.SERVICE_NAME}/ServerReflectionInfo"
 _DROPPED = frozenset({"user-agent", headers.WORKER_CALLER})  # set by the channel, or by us
 # What of a TLS caller's auth context the core uses (auth.py, callguard.py): its certificate's names. Not
 # the whole context: the PEM certificate alone would pass gRPC's 8 KiB metadata bound once hex-encoded.
@@ -230,7 +231,9 @@ class CoreForwarder(grpc.GenericRpcHandler):
     write channel (`writes`, batched: nameserver/api/writechannel.py; without one, as every other call), the
     rest of FORWARDED_SERVICES over `channel` (the core's private socket; a read replica's followed voter);
     the request and reply bytes untouched either way. A local server stream named in `here` is answered here
-    only when `here[name](request)` says so, else passed on."""
+    only when `here[name](request)` says so, else passed on. Server reflection is answered here, listing the
+    services of these methods (`services`): exactly what this listener answers, which the core's own list is
+    not (a worker's Shards, the core's private ones)."""
 
     def __init__(self, channel: grpc.Channel, local: dict[str, grpc.RpcMethodHandler], settle: Settle,
                  writes: WriteChannel | None = None, here: Mapping[str, Callable[[Any], bool]] | None = None) -> None:
@@ -248,6 +251,9 @@ class CoreForwarder(grpc.GenericRpcHandler):
                 if name in here and name in local:
                     self.handlers[name] = _either(local[name], forwarding, here[name])
                 self.handlers.setdefault(name, forwarding)
+        # reflection answered here, listing what this listener answers (the followed core's lists its own)
+        self.services = tuple(sorted({name.split("/")[1] for name in self.handlers}))
+        self.handlers[REFLECTION_INFO] = reflection_handler(self.services)
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self.handlers.get(handler_call_details.method)
@@ -312,6 +318,14 @@ class CoreForwarder(grpc.GenericRpcHandler):
         context.set_trailing_metadata(_strip(trailing))
 
 
+def reflection_handler(services: Sequence[str]) -> grpc.RpcMethodHandler:
+    """ServerReflectionInfo listing `services` (full names), their descriptors from this process's pool."""
+    servicer = reflection.ReflectionServicer(services)
+    return grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo, request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString)
+
+
 def _either(local: grpc.RpcMethodHandler, forwarding: grpc.RpcMethodHandler, here: Callable[[Any], bool]
             ) -> grpc.RpcMethodHandler:
     """A server stream answered by `local` when `here(request)`, else passed on by `forwarding` (the
@@ -364,4 +378,4 @@ def _fail(context: grpc.ServicerContext, call: Any) -> None:
 
 
 __all__ = ["CoreForwarder", "ReadIndexes", "WorkerCallers", "core_read_index", "decode_caller", "forwarded_metadata",
-           "local_handlers", "own_channel", "prepare_socket", "socket_path", "target"]
+           "local_handlers", "own_channel", "prepare_socket", "reflection_handler", "socket_path", "target"]

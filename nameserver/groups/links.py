@@ -11,13 +11,14 @@ from collections.abc import Callable
 import grpc
 
 from nameserver.api import corelink, writechannel
+from nameserver.api.corehealth import CoreStatus
 from nameserver.api.corelink import CoreForwarder
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig, group_config
 from nameserver.groups.follow import follow_core
 from nameserver.groups.reads import MergedReads
 from nameserver.groups.registrations import GroupRegistrations
-from nameserver.groups.shards import GroupStatus, ShardsService
+from nameserver.groups.shards import ShardsService
 from nameserver.groups.writes import GroupCalls, Placer, RoutedFront, RoutedService
 from nameserver.remoting.corechannel import CoreChannel, UnchangedRegistrations, socket_path
 from nameserver.replica import ReadReplica, ReplicaNode
@@ -74,10 +75,12 @@ class GroupLinks:
 
     def local_handlers(self) -> dict[str, grpc.RpcMethodHandler]:
         """What a worker answers itself with several groups (after calls()): the Shards service over the
-        replicas, and Admin.Status with every group core's status (groups/shards.py)."""
+        replicas (groups/shards.py), and Admin.Status and health with every group core's (api/corehealth.py:
+        a group core is heard from on its replica's feed)."""
         assert self.core_channels, "calls() opens the group cores' channels"
         shards = ShardsService(self.cfg, self.reads, self.core_channels[0])
-        return shards.handlers() | GroupStatus(self.cfg, self.core_channels).handlers()
+        status = CoreStatus(self.cfg, self.core_channels, [replica.unanswered for replica in self.replicas])
+        return shards.handlers() | status.handlers()
 
     def front(self, channel0: CoreChannel, core0: grpc.Channel) -> RoutedFront:
         """The remoting FrontEnd routing frames to each group's core (`channel0`: group 0's). When group 0's

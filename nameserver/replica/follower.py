@@ -81,6 +81,7 @@ class ReadReplica:
         self._published = 0  # the offset waiters see: everything up to it is in `state`
         self._core_offset = 0
         self._heard = 0.0  # monotonic time of the last message handled
+        self._answered = 0.0  # the same, or of a refusal in the followed node's own words (unanswered())
         self._quiet_since = 0.0  # the same, or the current call's start: what the watchdog measures
         self.failed = ""  # apply stopped for good (an entry of a newer format)
         self.last_error = ""
@@ -176,6 +177,15 @@ class ReadReplica:
                     f"{self._core_offset}; ready within {self.max_lag})")
         return ""
 
+    def unanswered(self) -> float:
+        """How long the followed node has not answered this replica, once that is past `max_silence_s` (its
+        feed's keepalives come every second), else 0: no message, and no refusal in its own words (one still
+        loading, one whose apply stopped, answer). A worker's read of its core's liveness: a core that is
+        frozen (SIGSTOP) or stalled keeps its sockets open, so calls to it wait rather than fail
+        (nameserver/api/corehealth.py turns the node's health NOT_SERVING)."""
+        silent = time.monotonic() - self._answered
+        return silent if silent > self.max_silence_s else 0.0
+
     @property
     def apply_error(self) -> str:
         return self.failed
@@ -212,6 +222,8 @@ class ReadReplica:
                 if not self._cut:  # cut by the watchdog: its reason ("no message from ...") says more
                     self.last_error = f"{exc.code().name}: {exc.details()}"
                 self.core_stopped = _apply_stopped(exc)
+                if _answered(exc):
+                    self._answered = time.monotonic()
                 # a loading core answers soon: ask again at once; one whose apply stopped does not recover
                 # without a restart: the growing backoff, as for any other failure
                 loading = _still_loading(exc) and not self.core_stopped
@@ -340,7 +352,7 @@ class ReadReplica:
     def _heard_from(self, msg: api_pb2.FollowMessage) -> None:
         self.core_stopped = ""
         self._core_offset = msg.core_offset
-        self._heard = self._quiet_since = time.monotonic()
+        self._heard = self._answered = self._quiet_since = time.monotonic()
 
     def _snapshot_chunks(self, first: api_pb2.FollowMessage, messages: Iterator[api_pb2.FollowMessage]
                          ) -> Iterator[api_pb2.StateChunk]:
@@ -452,6 +464,16 @@ def _still_loading(exc: grpc.RpcError) -> bool:
     refuses until then). Its workers, started with it, retry at the shortest backoff: a doubling one reached
     2 s while a core loaded a million records, and the node served that much later."""
     return exc.code() == grpc.StatusCode.UNAVAILABLE and (exc.details() or "").startswith("not ready")
+
+
+def _answered(exc: grpc.RpcError) -> bool:
+    """Whether a failed follow is the followed node's own answer (a refusal: not ready, the followers' bound, a
+    bad request), not a link that broke, could not connect, or was cut here (UNAVAILABLE without the node's
+    "not ready", CANCELLED, DEADLINE_EXCEEDED)."""
+    code = exc.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return (exc.details() or "").startswith("not ready")
+    return code not in (grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def _apply_stopped(exc: grpc.RpcError) -> str:

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nameserver.pb import api_pb2, state_pb2
 from nameserver.validation import MAX_NAME_BYTES
 from tests.cluster import Cluster, NodeProc, register_request, retry, running
+from tests.integration.reflected import CORE_SERVICES, listed_and_answering
 
 pytestmark = pytest.mark.cluster
 
@@ -426,6 +427,8 @@ def test_server_reflection_lets_generic_tools_discover_and_call_the_api(single) 
                               response_deserializer=resp_cls.FromString)
         status = call(req_cls(), timeout=5)
         assert status.ready and status.node_id == c.nodes[0].raft_addr
+        # exactly the services the node answers (Log too), each answering a call made from reflection alone
+        assert listed_and_answering(ch) == CORE_SERVICES
 
 
 def test_nsctl_shard_on_a_node_with_one_group_says_sharding_is_not_enabled(single, capsys) -> None:

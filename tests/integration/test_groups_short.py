@@ -26,7 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from nameserver.api.auth import CONTROLLER_SERVICE
@@ -55,6 +54,7 @@ from tests.integration.groupcores import (
     own_cluster_info,
     route_of,
 )
+from tests.integration.reflected import CORE_SERVICES, SHARDED_WORKER_SERVICES, listed_and_answering
 
 GROUPS = 2
 CLUSTER = "ShortCluster"
@@ -531,32 +531,27 @@ def test_controller_mode_serves_sets_of_either_group_and_a_moved_set_keeps_its_r
             cs.stop()
 
 
-def _listed(channel: grpc.Channel) -> set[str]:
-    """The services a process's reflection lists."""
-    replies = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
-        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
-    return {service.name for service in next(replies).list_services_response.service}
-
-
 def test_each_process_lists_what_it_serves_and_the_node_s_health_is_every_group_s(
         clusters: tuple[Cluster, NodeProc]) -> None:
-    """A group k core serves no Controller (it answers UNIMPLEMENTED: the controller test above): its
-    reflection lists none and its health knows none (NOT_FOUND), group 0's core's lists it, and so does the
-    node (its workers pass controller calls to group 0's core). The node's health, Check and Watch alike, is
-    every group core's: SERVING for the node ("", NameServer), and the Controller service's is group 0's
-    core's (group 1's NOT_FOUND does not make it NOT_SERVING)."""
+    """Each process's reflection lists exactly the services it answers, each answering a call made from
+    reflection alone: the cores' Log too, the workers' Shards too. A group k core serves no Controller (it
+    answers UNIMPLEMENTED: the controller test above): its reflection lists none and its health knows none
+    (NOT_FOUND), group 0's core's lists it, and so does the node (its workers pass controller calls to group
+    0's core). The node's health, Check and Watch alike, is every group core's: SERVING for the node ("",
+    NameServer), and the Controller service's is group 0's core's (group 1's NOT_FOUND does not make it
+    NOT_SERVING)."""
     sharded, _ = clusters
     node = sharded.nodes[0]
     with group_core_channel(node, 0) as core0, group_core_channel(node, 1) as core1:
-        served0 = _listed(core0)
-        assert CONTROLLER_SERVICE in served0 and _listed(core1) == served0 - {CONTROLLER_SERVICE}
+        assert listed_and_answering(core0) == CORE_SERVICES  # each listed service answers a call
+        assert listed_and_answering(core1) == CORE_SERVICES - {CONTROLLER_SERVICE}
         health1 = health_pb2_grpc.HealthStub(core1)
         with pytest.raises(grpc.RpcError) as err:
             health1.Check(health_pb2.HealthCheckRequest(service=CONTROLLER_SERVICE), timeout=5)
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
         serving = health1.Check(health_pb2.HealthCheckRequest(), timeout=5).status
         assert serving == health_pb2.HealthCheckResponse.SERVING
-    assert CONTROLLER_SERVICE in _listed(node._channel())
+    assert listed_and_answering(node._channel()) == SHARDED_WORKER_SERVICES  # Shards too, answered by the workers
     health = health_pb2_grpc.HealthStub(node._channel())
     for service in ("", api_pb2.DESCRIPTOR.services_by_name["NameServer"].full_name, CONTROLLER_SERVICE):
         ask = health_pb2.HealthCheckRequest(service=service)

@@ -37,7 +37,8 @@ from prometheus_client.samples import Sample
 
 from bench.load import proc_cpu_s
 from bench.procnet import children, listener_pids, listening, socket_inodes, tcp_sockets
-from nameserver import headers, tlsconf
+from nameserver import config, headers, tlsconf
+from nameserver.api import corelink
 from nameserver.api.auth import hash_token
 from nameserver.chunking import register_chunks
 from nameserver.ops.workers import loading_at_once
@@ -48,6 +49,7 @@ from nameserver.remoting.corechannel import APPLIED_FIELD, CONN_FIELD, CONNECTIO
 from nameserver.remoting.handlers import REPLICA_CODES, REQUESTS
 from tests.certs import CertFiles, TestCA, write_private
 from tests.cluster import Cluster, NodeProc, register_request
+from tests.integration.reflected import CORE_SERVICES, WORKER_SERVICES, listed_and_answering
 
 pytestmark = pytest.mark.cluster
 
@@ -807,7 +809,8 @@ def test_worker_gauges_are_shown_per_worker(cluster: Cluster) -> None:
 
 
 def test_health_through_a_worker_is_the_cores(env: Env) -> None:
-    """Health checks are passed to the core (corelink.FORWARDED_SERVICES): its readiness, not the worker's."""
+    """Health checks are the core's, as the worker asks them (nameserver/api/corehealth.py): its readiness, not
+    the worker's; a service the core does not know is NOT_FOUND, as the core answers it."""
     node = env.cluster.nodes[0]
     stub = health_pb2_grpc.HealthStub(env.channel(node, "client", fresh=True))
     assert stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status == \
@@ -815,6 +818,15 @@ def test_health_through_a_worker_is_the_cores(env: Env) -> None:
     assert refused(lambda: stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10))[0] == \
         grpc.StatusCode.NOT_FOUND
 
+
+
+def test_a_worker_s_reflection_lists_what_it_answers(env: Env) -> None:
+    """A worker answers reflection itself, listing every service it answers (Log, passed to the core, too),
+    each answering a call made from reflection alone; the core's private socket lists its own."""
+    node = env.cluster.nodes[0]
+    assert listed_and_answering(env.channel(node, "client", fresh=True)) == WORKER_SERVICES
+    with corelink.own_channel(config.load(node.config_path)) as core:
+        assert listed_and_answering(core) == CORE_SERVICES
 
 # ---- Watch, served by the workers -------------------------------------------------------------------
 

@@ -572,6 +572,47 @@ def test_a_core_whose_apply_stopped_is_named_by_the_replica_until_it_feeds_it(fo
     assert not r.core_stopped
 
 
+def test_a_core_that_stops_sending_is_unanswered_past_the_bound_and_a_refusal_is_an_answer(
+        serve_log, tmp_path) -> None:
+    """A worker's read of its core's liveness (ReadReplica.unanswered, nameserver/api/corehealth.py): its feed
+    stalled, as a frozen core's is (the link open, nothing sent), is unanswered once past max_silence_s and
+    answered again when it sends; a core refusing in its own words (still loading) answers, though the
+    replica is not ready."""
+    core = StandInCore()
+    core.put("k", "v")
+    frozen = threading.Event()
+    feed_of = FollowFeed(core)  # type: ignore[arg-type]
+
+    def messages(from_offset: int, is_active: Callable[[], bool]) -> Iterator[api_pb2.FollowMessage]:
+        for msg in feed_of.messages(from_offset, is_active):
+            while frozen.is_set() and is_active():
+                time.sleep(0.01)
+            yield msg
+
+    feed = FeedServer(str(tmp_path / "feed.sock"), messages, 10.0)  # type: ignore[arg-type]
+    feed.start()
+    r = ReadReplica(serve_log(core), grpc.insecure_channel, name="liveness", max_silence_s=1.5,
+                    feed=LocalFeed(feed.path, core.cfg.max_message_bytes))
+    r.start()
+    try:
+        wait_until(at(r, core))
+        assert r.unanswered() == 0.0
+        frozen.set()
+        time.sleep(2.0)  # no keepalive (one a second) for longer than the bound
+        assert r.unanswered() > 1.5 and not r.ready
+        frozen.clear()
+        wait_until(lambda: r.unanswered() == 0.0 and r.ready)
+        core.log.ready = False  # refuses a follow: "not ready: ..."
+        call = r._call
+        assert call is not None
+        call.cancel()  # the stream cut (as the watchdog cuts one): the next ones are refused
+        wait_until(lambda: not r.ready)  # no message for longer than the bound
+        assert r.unanswered() == 0.0 and "not ready" in r.last_error  # but each refusal answered
+    finally:
+        r.stop()
+        feed.stop()
+
+
 def test_between_follow_calls_there_is_no_stream_to_move_or_cut(serve_log) -> None:
     """The running Follow call is forgotten when it ends: while the replica waits to reconnect, move_to has no
     stream to leave (it said it had, and left a move pending for a later stream), and the silence watchdog
