@@ -23,7 +23,8 @@
                 that durability for speed: docs/benchmarks.md measures the difference), read_lease
                 (true: the leader answers linearizable reads under a lease that rests on the election
                 timeout and on clocks that run at about the same rate; false: a heartbeat round each),
-                wire_compress_level (zlib level of Raft frames, 0 = none)
+                wire_compress_level (zlib level of Raft frames, 0 = none), group_commit_in_flight (entries
+                appended and not yet committed before proposals wait to share the next one)
     [liveness]  default_timeout_ms (RocketMQ: 120000), scan_interval_ms (5000), forward_interval_ms
     [routes]    order_message_enable
     [grpc]      max_message_bytes, workers, write_timeout_ms
@@ -106,6 +107,9 @@ class NodeConfig:
     # (docs/benchmarks.md). A slow link between members may want 1 (5x smaller frames for registrations).
     wire_compress_level: int = 0
     group_commit_linger_us: int = 2000  # how long the leader waits for more proposals to share an entry
+    # entries the leader has appended and not yet committed before new proposals wait for the next entry (and
+    # share it): fewer make each entry carry more writes under load (raftlog/proposer.py, docs/benchmarks.md)
+    group_commit_in_flight: int = 2
     idle_noop_ms: int = 0          # leader appends a no-op when idle this long (KRaft: 500); 0: off
     password: str | None = field(default=None, repr=False)
     default_timeout_ms: int = 120_000
@@ -332,7 +336,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "node": ("worker_processes", "grpc_front", "grpc_front_cache_mb"),
     "raft": ("election_min_ms", "election_max_ms", "snapshot_every_entries", "snapshot_every_seconds",
              "snapshots_kept", "batch_append", "idle_noop_ms", "group_commit_linger_us", "fsync",
-             "read_lease", "wire_compress_level"),
+             "read_lease", "wire_compress_level", "group_commit_in_flight"),
     "liveness": ("default_timeout_ms", "scan_interval_ms", "forward_interval_ms"),
     "routes": ("order_message_enable",),
     "grpc": ("max_message_bytes", "workers", "write_timeout_ms", "max_watchers"),
@@ -433,6 +437,8 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     cfg = NodeConfig(members=members, **kwargs)
     if not 0 < cfg.election_min_ms < cfg.election_max_ms:
         raise ConfigError("raft.election_min_ms must be positive and below raft.election_max_ms")
+    if cfg.group_commit_in_flight < 1:
+        raise ConfigError(f"raft.group_commit_in_flight must be >= 1, not {cfg.group_commit_in_flight}")
     if not 0 <= cfg.wire_compress_level <= 9:
         raise ConfigError("raft.wire_compress_level must be a zlib level, 0..9")
     if cfg.scan_interval_ms < 100:

@@ -105,6 +105,7 @@ class LogConfig:
     connection_retry_s: float = 0.1
     batch_append: bool = False                 # measured: sending per entry commits ~100x sooner
     group_linger_s: float = 0.002
+    group_in_flight: int = 2                   # entries appended and not yet committed (raftlog/proposer.py)
     password: str | None = None
     fsync: bool = True                         # sync the journal before acknowledging (raftlog/journal.py)
     read_lease: bool = True                    # the leader's read index under a lease (raftlog/leadership.py)
@@ -186,7 +187,7 @@ class ReplicatedLog:
         # before `self.raft` is set (an election while a long journal replays): the committer exists
         # first, and a role change seen then is passed on once the constructor returned (_role_lock).
         self.committer = GroupCommitter(self.applier, self._append, self.is_leader, self.term,
-                                        linger_s=cfg.group_linger_s)
+                                        linger_s=cfg.group_linger_s, max_in_flight=cfg.group_in_flight)
         self._role_lock = threading.Lock()
         self._role_before_raft: bool | None = None
         self.raft = RaftNode(cfg.self_addr, cfg.partners, conf, self.applier,

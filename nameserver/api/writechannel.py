@@ -61,6 +61,7 @@ BATCH_BYTES = 1 << 20     # a frame gathers calls up to about this many bytes (o
 _ID = struct.Struct(">Q")
 _NO_TIME = -1             # a call whose caller set no deadline
 MAX_WAITING_FRAMES = 64   # frames the core reads together before starting their calls (cancels first)
+MAX_HANDLERS_KEPT = 4096  # intercepted handlers kept, per distinct method and metadata (WriteCalls.handler)
 READ_INDEX = "/rip18.CoreLink/ReadIndex"  # the core's linearizable read index, for its workers only
 _READ_INDEX = READ_INDEX.encode()
 
@@ -239,6 +240,7 @@ class WriteCalls:
 
     def __init__(self, servicer: Any, interceptors: Sequence[grpc.ServerInterceptor]) -> None:
         self.interceptors = tuple(interceptors)
+        self._intercepted: dict[tuple[str, Metadata], Any] = {}  # (method, metadata): its handler (handler)
         self.handlers: dict[str, grpc.RpcMethodHandler] = {}
         for name in WRITE_METHODS:
             m = NAMESERVER.methods_by_name[name]
@@ -252,17 +254,34 @@ class WriteCalls:
         finally:
             context.end()
 
-    def _answer(self, method: str, request: bytes, context: ChannelContext) -> Answer:
-        metadata = context.invocation_metadata()
-        base = self.handlers.get(method)
-        if base is None:
-            return grpc.StatusCode.UNIMPLEMENTED, f"{method} is not a write of the channel", b"", ()
+    def handler(self, method: str, metadata: Metadata) -> Any:
+        """The method's handler wrapped by the interceptors, as grpcio's server would build it; None when an
+        interceptor serves no handler. Built once per distinct method and metadata (a worker's calls for a
+        client mostly repeat both: its CALLER header names the client's connection): what an interceptor's
+        intercept_service returns depends on those alone, and the per-call checks run in the handler it
+        returns (grpcserver.interceptors; the Go front end's worker keeps its handlers the same way,
+        frontchannel.FrontServer._handler). A method not in `handlers` is never kept."""
+        key = (method, metadata)
+        handler = self._intercepted.get(key, _NOT_KEPT)
+        if handler is not _NOT_KEPT:
+            return handler
         details = _Details(method, metadata)
-        handler: Any = base
+        handler = self.handlers[method]
         for interceptor in reversed(self.interceptors):
             handler = interceptor.intercept_service(_returning(handler), details)
             if handler is None:
-                return grpc.StatusCode.UNIMPLEMENTED, "", b"", ()
+                break
+        if len(self._intercepted) >= MAX_HANDLERS_KEPT:  # a bound, not an eviction order: start again
+            self._intercepted.clear()
+        self._intercepted[key] = handler
+        return handler
+
+    def _answer(self, method: str, request: bytes, context: ChannelContext) -> Answer:
+        if method not in self.handlers:
+            return grpc.StatusCode.UNIMPLEMENTED, f"{method} is not a write of the channel", b"", ()
+        handler = self.handler(method, context.invocation_metadata())
+        if handler is None:
+            return grpc.StatusCode.UNIMPLEMENTED, "", b"", ()
         try:
             parsed = handler.request_deserializer(request) if handler.request_deserializer else request
             if handler.unary_unary:
@@ -278,6 +297,9 @@ class WriteCalls:
         except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
             log.exception("write channel call %s failed", method)
             return grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}", b"", context.trailing()
+
+
+_NOT_KEPT = object()
 
 
 def _returning(handler: Any) -> Callable[[Any], Any]:

@@ -144,6 +144,7 @@ class NameServerNode(LocalReads):
                 election_max_s=cfg.election_max_ms / 1000,
                 batch_append=cfg.batch_append,
                 group_linger_s=cfg.group_commit_linger_us / 1e6,
+                group_in_flight=cfg.group_commit_in_flight,
                 password=cfg.password,
                 fsync=cfg.fsync,
                 read_lease=cfg.read_lease,

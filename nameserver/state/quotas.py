@@ -82,10 +82,16 @@ class Usage:
 def check(usage: Usage, kv: KVState, batch: entry_pb2.Batch, limits: Mapping[str, int]) -> None:
     """Refuse (TooLargeError naming the quota) a batch that would take a total past its limit."""
     growth: dict[str, int] = {}
-    for rec in batch.records:
-        name = _quota_of(rec.key)
+    for rec in batch.records[:]:  # sliced: raftlog/kvstate.py KVState.apply_entry says why
+        key = rec.key
+        if not key.startswith(_PREFIXES):
+            continue
+        deleted = rec.op == entry_pb2.OP_DELETE
+        if not deleted and key in kv and not key.startswith(_SIZED):
+            continue  # a rewrite: counts do not move (every record of a changed registration; Usage.on_change)
+        name = _quota_of(key)
         if name is not None:
-            _delta(growth, name, rec.key, kv.get(rec.key), None if rec.op == entry_pb2.OP_DELETE else rec.value)
+            _delta(growth, name, key, kv.get(key), None if deleted else rec.value)
     for name, grows in growth.items():
         held = usage.totals[name]
         if grows > 0 and held + grows > limits[name]:
