@@ -10,6 +10,11 @@ those waiting. (A round on a thread of its own cost each read two thread wakes m
 the most of what a worker added to a read: docs/benchmarks.md, "Issue 27: writes and linearizable reads
 through a worker (session 21)".) Each read waits at most its own timeout; an ask the core leaves unanswered
 past its own time is given up by the next read that finds every ask out, so it never holds a place for good.
+
+read_index_later is the same read with no thread waiting (a LINEARIZABLE read behind the Go front end:
+frontchannel.IndexFirst): its callback runs where the answer comes. Such a read has no wait of its own to time
+out, so while any waits one thread checks them every LATER_CHECK_S (hands back those past their time, gives up
+asks past theirs) and ends once none is left.
 """
 
 from __future__ import annotations
