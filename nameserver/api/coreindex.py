@@ -40,7 +40,7 @@ class _Read:
     __slots__ = ("done", "error", "event", "index", "until")
 
     def __init__(self, done: Later | None = None, until: float = 0.0) -> None:
-        self.event = threading.Event()
+        self.event = threading.Event() if done is None else _UNWATCHED
         self.index = 0
         self.error: Exception | None = None
         self.done = done  # read_index_later's callback (None: a thread waits on the event); None once called
@@ -48,6 +48,7 @@ class _Read:
 
 
 Later = Callable[[int | None], None]  # read_index_later's callback: the index, or None (ask read_index)
+_UNWATCHED = threading.Event()  # a later read's event: no thread waits on it
 LATER_CHECK_S = 0.25  # how often reads asked for later are checked for their time (while any waits)
 
 
