@@ -128,7 +128,7 @@ def test_linearizable_binding_reads_see_what_was_bound_before_and_meet_the_same_
         anonymous.GetBinding(api_pb2.GetBindingRequest(topic="GoLin", queue_id=0), timeout=10)
     assert none.value.code() == grpc.StatusCode.UNAUTHENTICATED
     with pytest.raises(grpc.RpcError) as bad:
-        client.GetBinding(api_pb2.GetBindingRequest(topic="bad topic!", queue_id=0), timeout=10)
+        client.GetBinding(api_pb2.GetBindingRequest(topic="", queue_id=0), timeout=10)
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and (bad.value.details() or "").startswith("topic")
 
 
