@@ -34,7 +34,8 @@ from nameserver import headers, tlsconf, validation
 from nameserver.api import auth, corelink, frontchannel, grpcserver, writechannel
 from nameserver.api.corehealth import CoreStatus
 from nameserver.api.coreindex import CoreReadIndex
-from nameserver.api.frontchannel import FrontServer, Generations, Inline, Reusable
+from nameserver.api.frontchannel import FrontServer, Generations, IndexFirst, Inline, Reusable
+from nameserver.api.rpc import call_timeout
 from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
 from nameserver.config import NodeConfig
@@ -108,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             share, budget.grpc, budget.remoting, replica, read_indexes.read_index,
             core, channel if cfg.remoting_addr else None,
             requests, spec.reply_sizes, reuse_port=True, local=status, writes=writes, groups=groups,
-            front_socket=frontchannel.socket_path(cfg.data_dir, index) if cfg.grpc_front == "go" else None)
+            front_socket=frontchannel.socket_path(cfg.data_dir, index) if cfg.grpc_front == "go" else None,
+            read_index_later=read_indexes.read_index_later)
         if counted:
             held = remoting
             workermetrics.WorkerGauges(index, registry).keep_set(stopped, lambda: (
@@ -132,7 +134,7 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
                 requests: RequestMetrics | None = None, reply_sizes: dict[int, int] | None = None, *,
                 reuse_port: bool, local: dict[str, grpc.RpcMethodHandler] | None = None,
                 writes: WriteChannel | None = None, groups: GroupLinks | None = None,
-                front_socket: str | None = None
+                front_socket: str | None = None, read_index_later: ReadIndexLater | None = None
                 ) -> tuple[RemotingServer | None, grpc.Server | FrontServer, ReplicaNode]:
     """The ports of a process serving reads from `replica` (a worker; a read replica on another machine),
     started: gRPC answers corelink.REPLICA_METHODS (and `local`) here and passes every other call to
@@ -142,8 +144,10 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     and cluster info are merged over every group and writes routed to their group's core
     (nameserver/groups). With `front_socket` (a worker of a node whose grpc_front is "go") its gRPC calls come
     from the Go front end on that socket (nameserver/api/frontchannel.py), through the same handlers and
-    interceptors, instead of a grpcio server on the public port. Returns the servers and the read API over
-    the replica."""
+    interceptors, instead of a grpcio server on the public port; there, with `read_index_later` (`read_index`
+    without a waiting thread: nameserver/api/coreindex.py) and one Raft group, a LINEARIZABLE read asks its
+    read index as it arrives and runs when the index comes (frontchannel.IndexFirst). Returns the servers and
+    the read API over the replica."""
     # ReplicaNode has the node's read API, which is all the replica methods and codes use
     node = ReplicaNode(replica, cfg, read_index=read_index)
     calls = groups.calls(onward, writes) if groups is not None else None  # before the service: it routes too
@@ -152,7 +156,9 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
     grpc_server: grpc.Server | FrontServer = (
         grpcserver.new_server(cfg, grpc_connections, reuse_port=reuse_port, metrics=metrics) if front_socket is None
         else FrontServer(cfg, front_socket, grpcserver.interceptors(cfg, metrics), _inline_reads(replica, groups),
-                         _reusable_reads(groups.replicas if groups is not None else [replica])))
+                         _reusable_reads(groups.replicas if groups is not None else [replica]),
+                         _index_first_reads(read_index_later, cfg)
+                         if read_index_later is not None and groups is None else None))
     if groups is not None and calls is not None:  # asked first: a write goes to its group's core
         grpc_server.add_generic_rpc_handlers((calls,))
         local = (local or {}) | groups.local_handlers()
@@ -201,6 +207,31 @@ def _inline_reads(replica: ReadReplica, groups: GroupLinks | None) -> Inline:
             return False
         return all(groups.replicas[group].offset >= offset for group, offset in need.items())
     return Inline(frozenset(_EVENTUAL), here)
+
+
+# The linearizable reads a worker answers (a read index from its core, then its replica), by full name.
+_INDEXED = {f"/{corelink.NAMESERVER.full_name}/{name}": getattr(api_pb2, corelink.NAMESERVER.methods_by_name[name]
+                                                                  .input_type.name)
+            for name in ("GetBinding", "ListBindings")}
+ReadIndexLater = Callable[[float, Callable[[int | None], None]], None]  # CoreReadIndex.read_index_later
+
+
+def _index_first_reads(later: ReadIndexLater, cfg: NodeConfig) -> IndexFirst:
+    """A worker's LINEARIZABLE reads from the Go front end: their read index asked as they arrive (IndexFirst),
+    for the time the handler's own ask would have (service.consistent_read). A request that does not decode,
+    is not LINEARIZABLE or names a negative min_offset is the pool's, as ever (its error, or no read index)."""
+    default, cap = cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000
+
+    def start(method: str, request: bytes, context: Any, done: Callable[[int | None], None]) -> bool:
+        try:
+            decoded = _INDEXED[method].FromString(request)
+        except Exception:
+            return False
+        if decoded.consistency != api_pb2.LINEARIZABLE or decoded.min_offset < 0:
+            return False
+        later(call_timeout(context, default, cap), done)
+        return True
+    return IndexFirst(frozenset(_INDEXED), start)
 
 
 def _decoded(method: str, request: bytes) -> Any:

@@ -100,6 +100,9 @@ class _Round:
     promised: dict[Any, float] = field(default_factory=dict)  # a yes's promise (s): 0 from a node without one
 
 
+_UNWATCHED = threading.Event()  # the event of a request answered by its reply alone: no thread waits on it
+
+
 def _drain(q: queue.SimpleQueue[_Request]) -> list[_Request]:
     out: list[_Request] = []
     while True:
@@ -180,6 +183,19 @@ class LeadershipConfirmer:
         NotConfirmed (no leader known, the leader refused, or no answer in time: a leader that runs
         code without ASK never answers; callers fall back to another way)."""
         return self._await(self._ask_queue, timeout, "the leader did not answer in time")
+
+    def read_index_later(self, done: Callable[[int, str], None]) -> None:
+        """read_index without a waiting thread: done(index, "") on the tick thread once the round that
+        starts after this call confirms it, or done(0, why) when it cannot (as NotConfirmed's reasons)."""
+        self._queue.put(_Request(event=_UNWATCHED, reply=done))
+        self.raft.wake()
+
+    def read_index_from_leader_later(self, done: Callable[[int, str], None]) -> None:
+        """read_index_from_leader without a waiting thread: done(index, "") on the tick thread from the
+        ask sent after this call, or done(0, why) (no leader known, refused, or unanswered for
+        ASK_SILENCE_S)."""
+        self._ask_queue.put(_Request(event=_UNWATCHED, reply=done))
+        self.raft.wake()
 
     def _await(self, queued: queue.SimpleQueue[_Request], timeout: float, late: str) -> int:
         """Queue a request for the tick thread, wake it out of its poll, and wait for the answer."""

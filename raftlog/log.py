@@ -390,6 +390,19 @@ class ReplicatedLog:
         except NotConfirmed:
             return None
 
+    def read_index_later(self, done: Callable[[int | None], None]) -> None:
+        """read_index without a waiting thread (leader only): done(index) on the Raft tick thread once a
+        heartbeat round started after this call confirms it; done(None) when that round cannot (not the
+        leader, no entry of this term committed yet, leadership lost): then ask read_index, which waits
+        and falls back to a barrier."""
+        self.raft.leadership.read_index_later(lambda index, error: done(None if error else index))
+
+    def read_index_from_leader_later(self, done: Callable[[int | None], None]) -> None:
+        """read_index_from_leader without a waiting thread: done(index) on the Raft tick thread, from an
+        ask of the leader sent after this call; done(None) when that way has none (as
+        read_index_from_leader's None)."""
+        self.raft.leadership.read_index_from_leader_later(lambda index, error: done(None if error else index))
+
     def read_index(self, timeout: float) -> int:
         """An index covering every write acknowledged before this call (leader only).
 

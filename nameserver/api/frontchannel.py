@@ -104,6 +104,7 @@ from nameserver.api.writechannel import (
 )
 from nameserver.config import NodeConfig
 from nameserver.core.nowait import WouldBlock, no_wait
+from nameserver.core.readindex import GIVEN_INDEX
 
 log = logging.getLogger("nameserver.api.frontchannel")
 
@@ -192,6 +193,7 @@ class _Call:
         # is_active(), so a cancel either finds it to release or is seen by that check
         self.credits: threading.Semaphore | None = None
         self.context: FrontContext | None = None
+        self.index: int | None = None  # its read index, asked for as it came (IndexFirst)
 
     def wake(self) -> None:
         """The call was cancelled: its waits on the client end."""
@@ -214,11 +216,14 @@ class FrontServer(framing.LinkServer):
     """A worker's calls from the Go front end: grpc.Server's part the worker uses, over its front socket."""
 
     def __init__(self, cfg: NodeConfig, path: str, interceptors: Sequence[grpc.ServerInterceptor],
-                 inline: Inline | None = None, reusable: Reusable | None = None) -> None:
+                 inline: Inline | None = None, reusable: Reusable | None = None,
+                 index_first: IndexFirst | None = None) -> None:
         """`inline`: which calls may run on the link's own thread (see Inline); `reusable`: which of those
-        the front end may answer again from its cache (see Reusable; None: none)."""
+        the front end may answer again from its cache (see Reusable; None: none); `index_first`: which calls
+        ask their read index as they arrive and run when it comes (see IndexFirst)."""
         super().__init__(path, "front-channel")
         self.inline = inline
+        self.index_first = index_first
         self.reusable = reusable
         self.interceptors = tuple(interceptors)
         self.generic: list[grpc.GenericRpcHandler] = []
@@ -307,7 +312,8 @@ class FrontServer(framing.LinkServer):
                 self._finish(call, calls, STATUS, [str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]).encode(),
                                                    b"Concurrent RPC limit exceeded!"], counted=False)
                 return
-            if self.inline is not None and call.method in self.inline.methods:
+            if (self.inline is not None and call.method in self.inline.methods) or \
+                    (self.index_first is not None and call.method in self.index_first.methods):
                 held[call_id] = call  # its request is likely in this frame: see at its end (HALF_CLOSE)
                 return
             self.pool.submit(self._run, call, calls)
@@ -327,14 +333,37 @@ class FrontServer(framing.LinkServer):
             found.requests.put(_END)
             if held.pop(call_id, None) is not None:
                 request, found.held = found.held, None
-                if request is not None and self.inline is not None and self.inline.here(found.method, request):
+                if request is not None and self.inline is not None and found.method in self.inline.methods \
+                        and self.inline.here(found.method, request):
                     self._run(found, calls, inline=request)
-                else:
+                elif request is None or not self._index_first(found, calls, request):
                     self.pool.submit(self._run, found, calls)
         elif kind == CANCEL and found.context is not None:
             found.context.cancel()
         elif kind == TAKEN and found.credits is not None:
             found.credits.release()
+
+    def _index_first(self, call: _Call, calls: dict[bytes, _Call], request: bytes) -> bool:
+        """Ask `call`'s read index now and run it when it comes (IndexFirst); False: not such a call."""
+        first, context = self.index_first, call.context
+        if first is None or context is None or call.method not in first.methods:
+            return False
+
+        def indexed(index: int | None) -> None:
+            if index is None:  # the pool's call asks again, and waits
+                self._to_pool(call, calls)
+                return
+            call.index = index
+            self._run(call, calls, inline=request)
+
+        return first.start(call.method, request, context, indexed)
+
+    def _to_pool(self, call: _Call, calls: dict[bytes, _Call]) -> None:
+        try:
+            self.pool.submit(self._run, call, calls)
+        except RuntimeError:  # the pool is shut down: the worker stops, and so does the link
+            self._finish(call, calls, STATUS, [str(grpc.StatusCode.UNAVAILABLE.value[0]).encode(),
+                                               b"the worker is stopping"])
 
     def _finish(self, call: _Call, calls: dict[bytes, _Call], kind: bytes, fields: list[bytes],
                 counted: bool = True) -> None:
@@ -355,6 +384,7 @@ class FrontServer(framing.LinkServer):
         generation = None
         if inline is not None and self.reusable is not None and call.method in self.reusable.methods:
             generation = self.reusable.generations.value
+        given = GIVEN_INDEX.set(call.index) if call.index is not None else None
         try:
             if inline is None:
                 kind, fields = self._outcome(call, context)
@@ -365,9 +395,11 @@ class FrontServer(framing.LinkServer):
             call.requests = queue.SimpleQueue()
             call.requests.put(inline)
             call.requests.put(_END)
-            self.pool.submit(self._run, call, calls)
+            self._to_pool(call, calls)
             return
         finally:
+            if given is not None:
+                GIVEN_INDEX.reset(given)
             if context.ended_with is not None:  # cancelled with a status: the client gets that one
                 kind, fields = STATUS, [str(context.ended_with[0].value[0]).encode(), context.ended_with[1].encode()]
         if kind == UNARY and generation is not None:
@@ -466,6 +498,26 @@ class Inline:
     def __init__(self, methods: frozenset[str], here: Callable[[str, bytes], bool]) -> None:
         self.methods = methods
         self.here = here
+
+
+# IndexFirst's start: (method, request bytes, context, done(index | None)) -> whether it asked
+StartIndex = Callable[[str, bytes, "FrontContext", Callable[[int | None], None]], bool]
+
+
+class IndexFirst:
+    """Calls that need a read index (a worker's LINEARIZABLE reads) whose index is asked for as the call arrives
+    whole, with no thread waiting for it: `start(method, request bytes, context, done)` asks (False: not this
+    call, which goes to the pool as any) and calls `done(index)` when the answer comes, on the write channel's
+    reader thread, where the call then runs as an inline one would (a step that would wait hands it to the
+    pool, its index kept: GIVEN_INDEX); `done(None)`: no index that way, the pool's call asks as ever. The
+    index comes from an ask sent after the call arrived, as the handler's own would (nameserver/api/coreindex.py),
+    so the read covers every write acknowledged before it; the call meets its interceptors and the service's
+    checks when it runs, as any. What this saves is a pool thread's two wakes per read (docs/benchmarks.md,
+    "Issue 27: the linearizable read's CPU (session 24)")."""
+
+    def __init__(self, methods: frozenset[str], start: StartIndex) -> None:
+        self.methods = methods
+        self.start = start
 
 
 class Generations:

@@ -32,6 +32,7 @@ whatever becomes of the link (Raft decides whether it was written, never the lin
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -62,12 +63,15 @@ _ID = struct.Struct(">Q")
 _NO_TIME = -1             # a call whose caller set no deadline
 MAX_WAITING_FRAMES = 64   # frames the core reads together before starting their calls (cancels first)
 MAX_HANDLERS_KEPT = 4096  # intercepted handlers kept, per distinct method and metadata (WriteCalls.handler)
+MAX_ADMITTED = 64         # READ_INDEX metadata kept as admitted by the interceptors (a worker's is one)
 READ_INDEX = "/rip18.CoreLink/ReadIndex"  # the core's linearizable read index, for its workers only
 _READ_INDEX = READ_INDEX.encode()
 
 Metadata = tuple[tuple[str, str | bytes], ...]
 Answer = tuple[grpc.StatusCode, str, bytes, Metadata]  # code, details, reply bytes, trailing metadata
 Cancel = Callable[..., None]  # a started call's cancel: (why: (code, details) | None = None, tell: bool = True)
+# the core's read index without a waiting thread: the index now, or None and done(index | None) later
+StartReadIndex = Callable[[Callable[[int | None], None]], "int | None"]
 
 
 def socket_path(data_dir: str) -> str:
@@ -318,9 +322,16 @@ def readable(link: socket.socket) -> Any:
 class WriteChannelServer(framing.LinkServer):
     """The core's end: the socket, a reader per worker link, the calls on a pool, answers batched back."""
 
-    def __init__(self, path: str, calls: WriteCalls, threads: int, max_request_bytes: int) -> None:
+    def __init__(self, path: str, calls: WriteCalls, threads: int, max_request_bytes: int,
+                 read_index: StartReadIndex | None = None) -> None:
+        """`read_index`: the core's read index without a waiting thread (NameServerNode.start_linearizable_index):
+        a READ_INDEX ask is then answered from the link's reader thread or the Raft tick thread, no pool
+        thread and no interceptors per ask, once the interceptors admitted an ask with the same metadata
+        (see _read_index_here); without it every ask runs as a write does."""
         super().__init__(path, "write-channel")
         self.writes = calls
+        self.read_index = read_index
+        self._admitted: set[tuple[bytes, ...]] = set()  # READ_INDEX asks' metadata the interceptors let through
         self.max_frame = BATCH_BYTES + max_request_bytes + framing.FRAME_SLACK
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="write-channel")
         self._lock = threading.Lock()
@@ -360,7 +371,11 @@ class WriteChannelServer(framing.LinkServer):
                 for context in cancelled:
                     context.cancel()
                 for fields, context in calls:
-                    self.pool.submit(self._run, sender, fields, context, running)
+                    if fields[2] == _READ_INDEX and self.read_index is not None and not fields[3] \
+                            and tuple(fields[4:]) in self._admitted:
+                        self._read_index_here(sender, fields, context, running)
+                    else:
+                        self.pool.submit(self._run, sender, fields, context, running)
         except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
             if self.listening:
                 log.warning("write channel: a worker's link ended: %s", exc)
@@ -387,7 +402,39 @@ class WriteChannelServer(framing.LinkServer):
             with self._lock:
                 if running.get(call_id) is context:
                     del running[call_id]
+        if code == grpc.StatusCode.OK and fields[2] == _READ_INDEX and not request:
+            with self._lock:
+                if len(self._admitted) >= MAX_ADMITTED:  # a bound, not an eviction order: start again
+                    self._admitted.clear()
+                self._admitted.add(tuple(fields[4:]))
         sender.put([call_id, str(code.value[0]).encode(), details.encode(), body, *_metadata_fields(trailing)])
+
+    def _read_index_here(self, sender: _Sender, fields: list[bytes], context: ChannelContext,
+                         running: dict[bytes, ChannelContext]) -> None:
+        """A READ_INDEX ask answered without a pool thread: at once when the core leads under its lease, else
+        from the Raft tick thread when the round or the leader's answer comes (an ask that way has no index:
+        the pool's, as any ask). Only for metadata the interceptors admitted before (`_admitted`, added by
+        _run): what they decide for READ_INDEX is a function of the method and the metadata alone (the
+        worker's CALLER and token: grpcserver.interceptors), so they decide an ask like one they let
+        through alike; an ask with any other metadata still meets them first."""
+        call_id = fields[0]
+
+        def answered(index: int | None) -> None:
+            if index is None:  # the waiting way, with its fallbacks
+                # RuntimeError: the pool is shut down (the core is stopping); the worker's ask times out
+                with contextlib.suppress(RuntimeError):
+                    self.pool.submit(self._run, sender, fields, context, running)
+                return
+            with self._lock:
+                if running.get(call_id) is context:
+                    del running[call_id]
+            context.end()
+            sender.put([call_id, b"0", b"", api_pb2.ReadIndexReply(read_index=index).SerializeToString()])
+
+        assert self.read_index is not None
+        index = self.read_index(answered)
+        if index is not None:
+            answered(index)
 
 
 # ---- a worker's side --------------------------------------------------------------------------------

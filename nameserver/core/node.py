@@ -382,6 +382,23 @@ class NameServerNode(LocalReads):
                     raise NotLeader("no leader to confirm a read index") from None
         return self.leader_read_index(timeout)
 
+    def start_linearizable_index(self, done: Callable[[int | None], None]) -> int | None:
+        """linearizable_index without a waiting thread, for the worker's asks on the write channel: the index
+        at once when this node leads under its lease; else None, and `done(index)` is called on the Raft tick
+        thread with the index of a heartbeat round (this node leads) or of an ask of the leader (it follows)
+        that starts after this call, as linearizable_index's first way; `done(None)` when that way has none
+        (no leader known, leadership lost, no answer in time): then call linearizable_index, which waits and
+        has the other ways (a barrier, the ReadIndex call). Reads waiting at once share the round or the ask:
+        the tick thread sends one for everything queued since its last."""
+        if self.log.is_leader():
+            leased = self.log.leased_read_index()
+            if leased is not None:
+                return leased
+            self.log.read_index_later(done)
+        else:
+            self.log.read_index_from_leader_later(done)
+        return None
+
     def leader_read_index(self, timeout: float) -> int:
         """This leader's read index: at once under its lease, else in the next round of the batcher."""
         leased = self.log.leased_read_index()

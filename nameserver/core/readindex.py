@@ -15,9 +15,15 @@ read times out).
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+# A read index taken for the call running in this context before its handler ran (a worker's linearizable read
+# behind the Go front end asks for it as the call arrives: nameserver/api/frontchannel.py, Later), from an ask
+# sent after the call arrived: the node's linearizable_index answers it instead of asking again.
+GIVEN_INDEX: contextvars.ContextVar[int | None] = contextvars.ContextVar("rip18_given_read_index", default=None)
 
 
 @dataclass

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 from nameserver.config import NodeConfig
 from nameserver.core.node import WriteResult, unchanged_in
+from nameserver.core.nowait import WouldBlock, waiting_allowed
+from nameserver.core.readindex import GIVEN_INDEX
 from nameserver.core.reads import LocalReads
 from nameserver.core.routecache import RouteCache
 from nameserver.core.watch import WatchHub
@@ -61,4 +63,9 @@ class ReplicaNode(LocalReads):
         this message (as a write to a node without a leader is), never answered stale."""
         if self.read_index is None:
             raise NotLeader("this read replica serves SERIALIZABLE reads only: read LINEARIZABLE from a node")
+        given = GIVEN_INDEX.get()
+        if given is not None:  # asked for this call already, after it arrived
+            return given
+        if not waiting_allowed():
+            raise WouldBlock("a linearizable read waits for its read index")
         return self.read_index(timeout)

@@ -129,3 +129,51 @@ def test_reads_waiting_when_the_worker_stops_are_refused_not_asked() -> None:
     waiting.join(5)
     assert got["a"] == 3 and isinstance(got["b"], TimeoutError) and "stopping" in str(got["b"])
     assert len(channel.asks) == 1
+
+
+def test_a_read_asked_for_later_shares_the_asks_and_is_answered_on_the_answering_thread() -> None:
+    """read_index_later: no thread waits; the callback gets the index of an ask sent after the call, on the
+    thread the answer comes on, alongside reads that wait (the same sharing rule)."""
+    channel = HandAnswered()
+    reads = CoreReadIndex(channel, (), 5.0, max_asks=1)  # type: ignore[arg-type]
+    got: dict[str, Any] = {}
+    first = _reading(reads, got, "a")
+    assert channel.sent.acquire(timeout=5)
+    later: list[tuple[int | None, str]] = []
+    reads.read_index_later(5, lambda index: later.append((index, threading.current_thread().name)))
+    waiting = _reading(reads, got, "b")
+    deadline = time.monotonic() + 5
+    while reads.reads < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    channel.answer(0, 10)  # sent before the later read came: not its
+    first.join(5)
+    assert later == [] and channel.sent.acquire(timeout=5)
+    answering = threading.Thread(target=channel.answer, args=(1, 11), name="channel-reader")
+    answering.start()
+    answering.join(5)
+    waiting.join(5)
+    assert later == [(11, "channel-reader")] and got == {"a": 10, "b": 11} and reads.asks == 2
+
+
+def test_a_read_asked_for_later_is_handed_back_without_an_index_when_its_ask_fails_its_time_passes_or_on_stop(
+        ) -> None:
+    channel = HandAnswered()
+    reads = CoreReadIndex(channel, (), 5.0, max_asks=1)  # type: ignore[arg-type]
+    later: list[int | None] = []
+    reads.read_index_later(5, later.append)
+    assert channel.sent.acquire(timeout=5)
+    channel.asks[0].set_result((grpc.StatusCode.UNAVAILABLE, "no leader", b"", ()))
+    assert later == [None]
+    reads.read_index_later(0.05, later.append)  # ask 1 is never answered: its time passes first
+    deadline = time.monotonic() + 5
+    while len(later) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert later == [None, None]
+    channel.answer(1, 12)  # too late for it: not called again
+    assert later == [None, None]
+    while [t for t in threading.enumerate() if t.name == "read-index-later"] and time.monotonic() < deadline:
+        time.sleep(0.01)  # with none waiting, the check's thread ends
+    assert not [t for t in threading.enumerate() if t.name == "read-index-later"]
+    reads.stop()
+    reads.read_index_later(5, later.append)
+    assert later == [None, None, None]

@@ -324,3 +324,36 @@ def test_a_leader_that_never_answers_an_ask_is_not_asked_again_in_its_term() -> 
     c.on_message("L", {"type": TELL, "id": sent[-1][1]["id"], "index": 51, "error": ""})
     t.join(5)
     assert out == {"index": 51}
+
+
+def test_a_read_index_asked_for_later_is_answered_on_the_tick_thread_by_the_next_round_or_ask() -> None:
+    """read_index_later and read_index_from_leader_later (the core's answers to its workers' asks, with no
+    thread waiting): the callback gets what read_index and read_index_from_leader would return, from a round
+    or an ask sent after the call, or the reason there is none."""
+    raft = FakeRaft()
+    c = LeadershipConfirmer(raft)
+    got: list[tuple[int, str]] = []
+    c.read_index_later(lambda index, error: got.append((index, error)))
+    assert got == [] and raft.transport.sent == []  # nothing before the tick's round
+    c.on_tick()
+    ping = raft.transport.sent[-1][1]
+    raft.raftCommitIndex = 50  # a commit after the ping: not this round's index
+    c.on_message("B", {"type": ANSWER, "id": ping["id"], "term": 7, "yes": True})
+    assert got == [(42, "")]
+    raft.state = FOLLOWER
+    c.read_index_later(lambda index, error: got.append((index, error)))
+    c.on_tick()
+    assert got[-1] == (0, "not the leader")
+
+    f_raft, follower, _ = leased(state=FOLLOWER)
+    asked: list[tuple[int, str]] = []
+    follower.read_index_from_leader_later(lambda index, error: asked.append((index, error)))
+    follower.on_tick()
+    (to, ask), = [(n, m) for n, m in f_raft.transport.sent if m["type"] == ASK]
+    assert to == "L" and asked == []
+    follower.on_message("L", {"type": TELL, "id": ask["id"], "index": 61, "error": ""})
+    assert asked == [(61, "")]
+    f_raft.leader = None
+    follower.read_index_from_leader_later(lambda index, error: asked.append((index, error)))
+    follower.on_tick()
+    assert asked[-1] == (0, "no leader known")
