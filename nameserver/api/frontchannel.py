@@ -82,6 +82,7 @@ import queue
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
@@ -90,6 +91,7 @@ import grpc
 
 from nameserver import framing
 from nameserver.api.corelink import decode_caller
+from nameserver.api.grpcwrap import CALL_RECEIVED
 from nameserver.api.inprocess import LocalRpcError
 from nameserver.api.writechannel import (
     _NO_TIME,
@@ -194,6 +196,7 @@ class _Call:
         self.credits: threading.Semaphore | None = None
         self.context: FrontContext | None = None
         self.index: int | None = None  # its read index, asked for as it came (IndexFirst)
+        self.arrived: float | None = None  # when it came, for a call run only once its index did (IndexFirst)
 
     def wake(self) -> None:
         """The call was cancelled: its waits on the client end."""
@@ -356,6 +359,7 @@ class FrontServer(framing.LinkServer):
             call.index = index
             self._run(call, calls, inline=request)
 
+        call.arrived = time.perf_counter()
         return first.start(call.method, request, context, indexed)
 
     def _to_pool(self, call: _Call, calls: dict[bytes, _Call]) -> None:
@@ -385,6 +389,7 @@ class FrontServer(framing.LinkServer):
         if inline is not None and self.reusable is not None and call.method in self.reusable.methods:
             generation = self.reusable.generations.value
         given = GIVEN_INDEX.set(call.index) if call.index is not None else None
+        received = CALL_RECEIVED.set(call.arrived) if call.arrived is not None else None
         try:
             if inline is None:
                 kind, fields = self._outcome(call, context)
@@ -400,6 +405,8 @@ class FrontServer(framing.LinkServer):
         finally:
             if given is not None:
                 GIVEN_INDEX.reset(given)
+            if received is not None:
+                CALL_RECEIVED.reset(received)
             if context.ended_with is not None:  # cancelled with a status: the client gets that one
                 kind, fields = STATUS, [str(context.ended_with[0].value[0]).encode(), context.ended_with[1].encode()]
         if kind == UNARY and generation is not None:

@@ -6,9 +6,15 @@ code around the call must rebuild a handler of the same kind around its wrapped 
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 
 import grpc
+
+# When a call arrived, for a call whose handler runs only later (a LINEARIZABLE read behind the Go front end
+# runs once its read index comes: nameserver/api/frontchannel.py, IndexFirst): the metrics interceptor times
+# the call from then, as its client waited, not from its handler's start.
+CALL_RECEIVED: contextvars.ContextVar[float | None] = contextvars.ContextVar("rip18_call_received", default=None)
 
 # (handler attribute, kind label, factory); kinds whose response is a stream are in STREAMING_RESPONSE.
 _KINDS = (

@@ -54,7 +54,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from nameserver import framing, headers
-from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
+from nameserver.api.grpcwrap import CALL_RECEIVED, STREAMING_RESPONSE, wrap_handler
 from nameserver.config import NodeConfig
 from nameserver.core.node import NameServerNode
 from nameserver.ops.groupmetrics import GroupFamilies, group_sockets
@@ -609,7 +609,7 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
             if forwarded:
                 self.m.forwarded.labels(method).inc()
-            t0 = time.perf_counter()
+            t0 = CALL_RECEIVED.get() or time.perf_counter()
             failed = True
             try:
                 response = behavior(request, context)

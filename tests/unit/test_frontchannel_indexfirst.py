@@ -171,3 +171,52 @@ def test_a_replica_nodes_linearizable_index_is_the_one_given_and_never_waits_on_
     from nameserver.core.nowait import no_wait
     with no_wait(), pytest.raises(WouldBlock):
         node.linearizable_index(1)
+
+
+def test_a_read_run_when_its_index_comes_is_timed_from_its_arrival(tmp_path: Any) -> None:
+    """nameserver_grpc_handling_seconds times a call as its client waited: a read that ran only once its
+    index came is timed from its arrival (CALL_RECEIVED), not from its handler's start."""
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from nameserver.api.grpcwrap import CALL_RECEIVED
+    from nameserver.ops.metrics import RequestMetrics
+
+    seen: list[float | None] = []
+
+    def timed(request: bytes, context: grpc.ServicerContext) -> bytes:
+        seen.append(CALL_RECEIVED.get())
+        return b"ok"
+
+    class Timed(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+            return grpc.unary_unary_rpc_method_handler(timed) if details.method == READ else None
+
+    asked: list[Callable[[int | None], None]] = []
+    data_dir = str(tmp_path)
+    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
+                  worker_processes=1, workers=4)
+    metrics = RequestMetrics(CollectorRegistry())
+    server = FrontServer(cfg, socket_path(data_dir, 0), [metrics.interceptor()],
+                         index_first=IndexFirst(frozenset({READ}), lambda m, r, c, done: asked.append(done) or True))
+    server.add_generic_rpc_handlers((Timed(),))
+    server.start()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(socket_path(data_dir, 0))
+    sock.settimeout(10)
+    try:
+        t0 = time.perf_counter()
+        _call(sock, 1, READ, b"linearizable")
+        _wait_asked(asked, 1)
+        time.sleep(0.3)  # the index is late
+        _index_comes(asked[0], 17)
+        assert _answer(sock)[0] == UNARY
+        assert seen and seen[0] is not None and t0 <= seen[0] < t0 + 0.3
+        assert CALL_RECEIVED.get() is None
+        total = metrics.registry.get_sample_value("nameserver_grpc_handling_seconds_sum",
+                                                  {"service": "t.T", "method": "Read", "type": "unary"})
+        assert total is not None and total >= 0.3
+    finally:
+        sock.close()
+        server.stop()
