@@ -17,7 +17,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.cluster import Cluster
+from tests.cluster import Cluster, running
 from tests.integration.groupcores import group_core_pids, group_status
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # a sharded node of 5 processes and a group core's restart
@@ -29,12 +29,8 @@ SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.Health
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = Cluster(str(tmp_path_factory.mktemp("front-groups")), size=1, worker_processes=2, groups=2,
                 grpc_front="go")
-    c.start()
-    try:
-        c.wait_ready(timeout=120)
-        yield c
-    finally:
-        c.stop()
+    with running(c, timeout=c.ready_timeout) as started:
+        yield started
 
 
 def test_a_watch_through_the_go_front_end_follows_a_killed_group_core(cluster: Cluster) -> None:
