@@ -5,6 +5,7 @@ index that way, the pool's call asks as ever. Spoken to directly over a real Uni
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -54,17 +55,25 @@ def front(tmp_path: Any) -> Iterator[tuple[socket.socket, list[tuple[str, bytes,
         asked.append((method, request, done))
         return True
 
+    with serving(tmp_path, [], IndexFirst(frozenset({READ, BUSY}), start), Reads()) as sock:
+        yield sock, asked
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Any, interceptors: list[Any], first: IndexFirst, handlers: grpc.GenericRpcHandler
+            ) -> Iterator[socket.socket]:
+    """A worker's front-channel server with `first` and `handlers`, and a front end's link to it."""
     data_dir = str(tmp_path)
     cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
                   worker_processes=1, workers=4)
-    server = FrontServer(cfg, socket_path(data_dir, 0), [], index_first=IndexFirst(frozenset({READ, BUSY}), start))
-    server.add_generic_rpc_handlers((Reads(),))
+    server = FrontServer(cfg, socket_path(data_dir, 0), interceptors, index_first=first)
+    server.add_generic_rpc_handlers((handlers,))
     server.start()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(socket_path(data_dir, 0))
     sock.settimeout(10)
     try:
-        yield sock, asked
+        yield sock
     finally:
         sock.close()
         server.stop()
@@ -194,18 +203,9 @@ def test_a_read_run_when_its_index_comes_is_timed_from_its_arrival(tmp_path: Any
             return grpc.unary_unary_rpc_method_handler(timed) if details.method == READ else None
 
     asked: list[Callable[[int | None], None]] = []
-    data_dir = str(tmp_path)
-    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
-                  worker_processes=1, workers=4)
     metrics = RequestMetrics(CollectorRegistry())
-    server = FrontServer(cfg, socket_path(data_dir, 0), [metrics.interceptor()],
-                         index_first=IndexFirst(frozenset({READ}), lambda m, r, c, done: asked.append(done) or True))
-    server.add_generic_rpc_handlers((Timed(),))
-    server.start()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(socket_path(data_dir, 0))
-    sock.settimeout(10)
-    try:
+    first = IndexFirst(frozenset({READ}), lambda m, r, c, done: asked.append(done) or True)
+    with serving(tmp_path, [metrics.interceptor()], first, Timed()) as sock:
         t0 = time.perf_counter()
         _call(sock, 1, READ, b"linearizable")
         _wait_asked(asked, 1)
@@ -217,6 +217,3 @@ def test_a_read_run_when_its_index_comes_is_timed_from_its_arrival(tmp_path: Any
         total = metrics.registry.get_sample_value("nameserver_grpc_handling_seconds_sum",
                                                   {"service": "t.T", "method": "Read", "type": "unary"})
         assert total is not None and total >= 0.3
-    finally:
-        sock.close()
-        server.stop()
