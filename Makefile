@@ -8,11 +8,12 @@ STAMP := $(VENV)/.installed
 .PHONY: run run5 test test-slow lint proto setup front clean-data faults faults-consistency faults-workers faults-consistency-workers soak demo bench bench-quick security simulate costs
 
 # The Go gRPC front end ([node] grpc_front = "go": front/) is built here, into a cache keyed by its sources
-# (nameserver/ops/gobuild.py): a clean clone has it before a node or a test needs it. It is opt-in (the
-# default is "grpcio"), so a failed Go build warns rather than failing setup; what needs it then fails
+# (nameserver/ops/gobuild.py): a clean clone has it before a node or a test needs it. The default
+# grpc_front = "auto" uses it when it is built and grpcio when not (saying so in the node's log), so a failed
+# Go build warns rather than failing setup; a node set to "go", and the Go front end's tests, then fail
 # naming the build's error.
 setup: $(STAMP)
-	@$(MAKE) --no-print-directory front || echo 'make setup: WARNING: the Go gRPC front end was not built (the error is above). Nodes with the default [node] grpc_front = "grpcio" do not need it; one with "go", and the tests of the Go front end, fail until `make front` succeeds.' >&2
+	@$(MAKE) --no-print-directory front || echo 'make setup: WARNING: the Go gRPC front end was not built (the error is above). Nodes with the default [node] grpc_front = "auto" serve with grpcio instead (their log says so); one with "go", and the tests of the Go front end, fail until `make front` succeeds.' >&2
 
 front: $(STAMP)
 	scripts/ensure-debian-package.sh golang-go go

@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 
 from bench.load import proc_cpu_s
-from bench.procnet import wait_listening
+from bench.procnet import wait_grpc_serving
 from bench.procs import BenchNode, LocalCluster, rss_bytes, with_descendants
 from nameserver import headers
 from nameserver.api import corelink
@@ -117,7 +117,7 @@ def failover(root: str, trials: int, sections: dict | None = None) -> dict[str, 
             leader = c.wait_ready()
             c.wait_converged()
             for n in c.nodes if workers else ():
-                wait_listening(n.pid, n.grpc_addr, workers)
+                wait_grpc_serving(n.pid, n.grpc_addr, workers)  # either front end ([node] grpc_front)
             term = leader.require_status().term
             survivors = [n for n in c.nodes if n is not leader]
             c.kill(leader)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 
 LISTEN = 0x0A  # /proc/net/tcp's state of a listening socket
 UNIX_ACCEPTING = 0x10000  # /proc/net/unix's flag of a listening socket (__SO_ACCEPTCON)
@@ -81,11 +82,50 @@ def listener_pids(pid: int, port: int) -> list[int]:
     return [p for p in [pid, *children(pid)] if socket_inodes(p) & inodes]
 
 
+FRONT_SOCKET = re.compile(r"/channel/front-\d+\.sock$")  # a worker's, behind the Go front end (frontchannel.py)
+
+
+def is_worker(pid: int) -> bool:
+    """Whether process `pid` is a node's worker process (nameserver.worker)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"nameserver.worker" in f.read()
+    except OSError:  # exited meanwhile
+        return False
+
+
+def grpc_serving(core: int, port: int) -> list[int]:
+    """Of node `core`'s worker processes, those serving its gRPC port: listening on it (grpcio's port, each
+    worker's server, SO_REUSEPORT), or, when another of its children listens there (the Go front end, [node]
+    grpc_front = "go"), listening on their front socket (channel/front-I.sock)."""
+    listeners = [pid for pid in listener_pids(core, port) if pid != core]
+    if all(is_worker(pid) for pid in listeners):  # no front end: the workers own the port
+        return listeners
+    fronts = unix_listening(FRONT_SOCKET, core)
+    return [pid for pid in children(core) if is_worker(pid) and socket_inodes(pid) & fronts]
+
+
+def wait_grpc_serving(core: int, addr: str, workers: int, timeout: float = 60.0) -> None:
+    """Until `workers` worker processes of node `core` serve its gRPC port (grpc_serving), whichever front end
+    holds it; with none, until the core listens there itself."""
+    if not workers:
+        wait_listening(core, addr, 1, timeout)
+        return
+    port = int(addr.rsplit(":", 1)[1])
+    _wait_count(lambda: len(grpc_serving(core, port)), workers, timeout,
+                f"{workers} worker(s) of process {core} not serving {addr}")
+
+
 def wait_listening(pid: int, addr: str, listeners: int, timeout: float = 60.0) -> None:
     """Until `listeners` of the process `pid` and its children listen on `addr`'s port."""
     port = int(addr.rsplit(":", 1)[1])
+    _wait_count(lambda: len(listener_pids(pid, port)), listeners, timeout,
+                f"{listeners} listener(s) of process {pid} on {addr} not up")
+
+
+def _wait_count(count: Callable[[], int], want: int, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
-    while len(listener_pids(pid, port)) != listeners:
+    while count() != want:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{listeners} listener(s) of process {pid} on {addr} not up within {timeout} s")
+            raise TimeoutError(f"{what} within {timeout} s")
         time.sleep(0.1)

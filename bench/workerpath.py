@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.load import proc_cpu_s
-from bench.procnet import wait_listening
+from bench.procnet import wait_grpc_serving
 from bench.procs import LocalCluster, with_descendants
 from bench.workloads import registration_request
 from nameserver.pb import api_pb2, api_pb2_grpc
@@ -51,7 +51,7 @@ def measure(root: str, workers: int, seconds: float, topics: int) -> dict[str, A
         cluster.start()
         leader = cluster.wait_ready()
         for n in cluster.nodes:
-            wait_listening(n.pid, n.grpc_addr, max(1, workers))
+            wait_grpc_serving(n.pid, n.grpc_addr, workers)  # either front end ([node] grpc_front)
         stub = api_pb2_grpc.NameServerStub(leader._channel())
         pids = with_descendants([leader.pid])
         counter = iter(range(1, 1 << 62))

@@ -5,8 +5,9 @@
     grpc_addr = "127.0.0.1:9101"
     data_dir = "data/local/n1"
     worker_processes = "auto"         # gRPC and remoting front-end processes (default "auto": one per CPU)
-    grpc_front = "grpcio"             # who owns the gRPC port: each worker's grpcio, or "go": one compiled
-                                      # front end passing calls to the workers (docs/operations.md)
+    grpc_front = "auto"               # who owns the gRPC port: "go", one compiled front end passing calls to
+                                      # the workers, or "grpcio", each worker's own; "auto" (default): "go"
+                                      # when the node has workers and `make setup` built it (docs/operations.md)
     grpc_front_cache_mb = 32          # with "go": its cache of repeated route reads' replies, MiB (0: none)
 
     [[cluster.members]]               # every member, this node included
@@ -129,10 +130,13 @@ class NodeConfig:
     # sharing one machine (deploy/local-3) set it, as "auto" gives each a worker per CPU of the machine.
     worker_processes: int = 0
     workers_off_reason: str = ""   # why the default "auto" ran no workers (load); said at start
-    # Who terminates gRPC: "grpcio" (each worker's own server on the shared port) or "go" (front/: one compiled
-    # process owns the port and hands each call to the workers, about 0.4x grpcio's CPU a call in issue 27's
-    # spike). "grpcio" stays the default until "go" has run in the fault and soak suites.
-    grpc_front: str = "grpcio"
+    # Who terminates gRPC: "go" (front/: one compiled process owns the port and hands each call to the workers,
+    # 0.45-0.57x grpcio's server CPU a route read on one node; docs/operations.md) or "grpcio" (each worker's own
+    # server on the shared port). "auto", the default, is settled at the node's start (nameserver/ops/gofront.py
+    # settle): "go" when the node runs workers and the front end is built (make setup), else "grpcio", said in
+    # its log when it has workers. An explicit "go" builds the front end if it must, and refuses to start
+    # when it cannot.
+    grpc_front: str = "auto"
     # With grpc_front = "go": the front end's reply cache of repeated eventual reads (front/cache.go), MiB over
     # all workers; 0: none. Only for the Go front end (grpcio's port has no such cache).
     grpc_front_cache_mb: int = 32
@@ -476,13 +480,13 @@ def load(path: str | None, overrides: dict[str, Any] | None = None) -> NodeConfi
     return cfg
 
 
-GRPC_FRONTS = ("grpcio", "go")
+GRPC_FRONTS = (AUTO, "grpcio", "go")
 MAX_FRONT_CACHE_MB = 1 << 20  # a TiB: more is a typo (and past the front end's int flag on no machine)
 
 
 def _check_front(cfg: NodeConfig) -> None:
     if cfg.grpc_front not in GRPC_FRONTS:
-        raise ConfigError(f'node.grpc_front must be "grpcio" or "go", not {cfg.grpc_front!r}')
+        raise ConfigError(f'node.grpc_front must be "{AUTO}", "grpcio" or "go", not {cfg.grpc_front!r}')
     if cfg.grpc_front_cache_mb < 0:
         raise ConfigError(f"node.grpc_front_cache_mb must be 0 (no cache) or more, not {cfg.grpc_front_cache_mb}")
     if cfg.grpc_front_cache_mb > MAX_FRONT_CACHE_MB:

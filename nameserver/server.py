@@ -24,7 +24,7 @@ from nameserver.core.node import NameServerNode
 from nameserver.groups.leaderbalance import LeaderBalance
 from nameserver.groups.moveduty import MoveDuty
 from nameserver.localfeed import FeedServer
-from nameserver.ops import fdlimits, workermetrics
+from nameserver.ops import fdlimits, gofront, workermetrics
 from nameserver.ops.gofront import FrontProcess
 from nameserver.ops.metrics import LeaderWatch, MetricsEndpoint, NodeMetrics
 from nameserver.ops.workers import WorkerSpec, WorkerSupervisor, group_cores_of
@@ -75,6 +75,10 @@ class Server:
                  metrics: bool = False) -> None:
         """`log_format`, `log_level`: the node's, for its worker processes; `metrics`: keep metrics without a
         metrics port (a group core's, read by its node's core: nameserver/ops/groupmetrics.py)."""
+        # [node] grpc_front settled first ("auto": "go" when built), so the workers and the group cores are
+        # given what this core runs; an explicit "go" that cannot be built stops the start here (OSError)
+        front = gofront.settle(cfg) if cfg.group == GROUP0 else gofront.Settled(cfg, "", "")
+        cfg, self.front_binary, self.front_note = front
         self.cfg = cfg
         # Descriptors first: connection limits that fit the open-file limit, and a reserve that no
         # connection can take, so a flood is refused at the door and never stops the journal.
@@ -252,7 +256,7 @@ class Server:
         self.workers = WorkerSupervisor(spec, on_exit=on_exit, reply_sizes=reply_sizes, metrics_dir=metrics_dir)
         self.extras.append(self.workers)
         if cfg.grpc_front == "go":  # after the workers: it dials their front sockets (nameserver/ops/gofront.py)
-            self.front = FrontProcess(cfg, self.budget.grpc)
+            self.front = FrontProcess(cfg, self.budget.grpc, self.front_binary)
             self.extras.append(self.front)
         if self.metrics is not None:
             self.metrics.workers = self.workers
@@ -274,6 +278,9 @@ class Server:
                  if self.cfg.worker_processes else self.cfg.grpc_addr)
         if self.cfg.group != GROUP0:
             where = f"{where} (group {self.cfg.group}: private sockets only)"
+        if self.front_note:
+            log.warning("node %s serves gRPC with grpcio ([node] grpc_front = \"auto\", the default): %s",
+                        self.cfg.raft_addr, self.front_note)
         if self.cfg.workers_off_reason:
             log.warning("node %s runs no worker processes: %s; set [node] worker_processes (0 to silence this, or "
                         "a shorter data_dir for workers)", self.cfg.raft_addr, self.cfg.workers_off_reason)

@@ -80,7 +80,7 @@ class Cluster:
         the node giving them; `connect(addr, options)`: the channel tests use to reach a node;
         `worker_processes`: [node] worker_processes (remoting worker processes beside each node);
         `groups`: [sharding] groups (Raft groups: group k's Raft ports are free at raft_port_step strides);
-        `grpc_front`: [node] grpc_front ("": the node's default)."""
+        `grpc_front`: [node] grpc_front ("": the node's default, "auto": "go" with workers once built)."""
         self.root = root
         self.worker_processes = worker_processes
         self.grpc_front = grpc_front

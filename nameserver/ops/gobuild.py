@@ -96,16 +96,32 @@ def _make_executable(root: Path) -> None:
             program.chmod(mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def build(source: Path = FRONT_SOURCE) -> str:
-    """The binary of the Go module at `source`, built once per version of its sources, named after its
-    directory."""
-    name = source.name
+def binary_path(source: Path = FRONT_SOURCE) -> Path:
+    """Where the binary of the Go module at `source` is, once built: the cache, under its directory's name
+    and its sources' hash."""
     digest = hashlib.sha256()
     for path in sorted(source.glob("*")):
         if path.suffix in (".go", ".mod", ".sum"):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / CACHE_NAME
-    binary = cache / f"{name}-{digest.hexdigest()[:16]}"
+    return cache / f"{source.name}-{digest.hexdigest()[:16]}"
+
+
+def built(source: Path = FRONT_SOURCE) -> str | None:
+    """The binary of the Go module at `source` if this version of its sources was built (make setup), else
+    None (nothing is built: no Go toolchain, no network, no compile)."""
+    if not (source / "go.mod").is_file():  # an installed package without the checkout's front/
+        return None
+    binary = binary_path(source)
+    return str(binary) if os.access(binary, os.X_OK) else None
+
+
+def build(source: Path = FRONT_SOURCE) -> str:
+    """The binary of the Go module at `source`, built once per version of its sources, named after its
+    directory."""
+    name = source.name
+    binary = binary_path(source)
+    cache = binary.parent
     if not binary.exists():
         cache.mkdir(parents=True, exist_ok=True)
         tmp = cache / f".{name}-{os.getpid()}.tmp"

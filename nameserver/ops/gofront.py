@@ -5,6 +5,9 @@ and TLS and hands each call to the worker processes over their front sockets (na
 round-robin over the live ones: a worker that restarts is dialled again, one that is gone gets no calls,
 and with none the front end answers UNAVAILABLE. Its stdin is a pipe the core holds, so it exits with the
 core; if it exits while the core runs it is started again after a backoff (0.5 s, doubling to 10 s).
+
+Which front end a node runs is settled at its start (`settle`): "auto", the default, is the Go front end when
+the node runs workers and the front end is built (`make setup`), else grpcio, said in the node's log.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import IO, NamedTuple
 
 from nameserver.api import frontchannel
-from nameserver.config import NodeConfig
+from nameserver.config import AUTO, NodeConfig
 from nameserver.ops import gobuild
 from nameserver.pb import api_pb2
 
@@ -30,6 +34,39 @@ STABLE_S = 30.0
 STOP_GRACE_S = 5.0
 # grpcio's bound on a call's headers (its default max metadata size): the same on both front ends
 MAX_HEADER_BYTES = 8 << 10
+
+
+class Settled(NamedTuple):
+    """[node] grpc_front as a node's core runs it (`settle`)."""
+
+    cfg: NodeConfig  # grpc_front "go" or "grpcio", never "auto"
+    binary: str  # with "go": the front end's program; else ""
+    note: str  # with "auto" settled to "grpcio" on a node with workers: why, for the node's log; else ""
+
+
+def settle(cfg: NodeConfig) -> Settled:
+    """The front end a node's core starts. "go": the built front end, built now if it is not yet (as `make
+    setup` would); a node whose front end cannot be built does not start (OSError naming the setting and
+    `make setup`). "auto" (the default): "go" when the node runs workers and the front end is built, else
+    "grpcio", with a note saying why when it has workers; it never builds at start, so a node's start does
+    not wait on a compile or need a Go toolchain, and an install without front/ (deploy/k8s's image) serves
+    as it did before "go" was the default."""
+    if cfg.grpc_front == "go":
+        try:
+            return Settled(cfg, gobuild.build(gobuild.FRONT_SOURCE), "")
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:  # an OSError's text is one line
+            raise OSError(f'[node] grpc_front = "go": the Go front end ({gobuild.FRONT_SOURCE}) is not built and '
+                          f"could not be built now: {exc}. Run `make setup` (it builds the front end with Go), "
+                          'or set [node] grpc_front = "grpcio"') from exc
+    if cfg.grpc_front != AUTO:
+        return Settled(cfg, "", "")
+    binary = gobuild.built(gobuild.FRONT_SOURCE) if cfg.worker_processes and not cfg.replica_follow else None
+    if binary is not None:
+        return Settled(replace(cfg, grpc_front="go"), binary, "")
+    note = (f"the Go front end ({gobuild.FRONT_SOURCE}) is not built for this checkout: run `make setup` (or "
+            '`make front`) to serve through it; [node] grpc_front = "grpcio" says grpcio is meant, and silences this'
+            if cfg.worker_processes and not cfg.replica_follow else "")
+    return Settled(replace(cfg, grpc_front="grpcio"), "", note)
 
 
 def counters_path(data_dir: str) -> str:
@@ -65,9 +102,11 @@ class CacheCounts(NamedTuple):
 class FrontProcess:
     """The front end's process: start(), restarted when it exits, stop()."""
 
-    def __init__(self, cfg: NodeConfig, max_connections: int) -> None:
+    def __init__(self, cfg: NodeConfig, max_connections: int, binary: str = "") -> None:
+        """`binary`: the front end's program (settle's); "": built at start."""
         self.cfg = cfg
         self.max_connections = max_connections
+        self.binary = binary
         self.restarts_total = 0
         self._proc: subprocess.Popen | None = None
         self._stop = threading.Event()
@@ -106,10 +145,7 @@ class FrontProcess:
             return []
 
     def start(self) -> None:
-        try:
-            binary = gobuild.build()  # built by make setup, else now
-        except (RuntimeError, subprocess.SubprocessError) as exc:  # the command prints an OSError as one line
-            raise OSError(f'[node] grpc_front = "go": the Go front end (front/) could not be built: {exc}') from exc
+        binary = self.binary or settle(replace(self.cfg, grpc_front="go")).binary
         self._cmd = command(self.cfg, binary, self.max_connections)
         self._spawn()
         self._thread = threading.Thread(target=self._watch, name="front", daemon=True)

@@ -6,31 +6,22 @@ A node's workers are its core's children; a killed one is started again by the c
 (tests/faults/scenario.py) waits for every node to have all its workers listening again.
 
 FAULTS_GRPC_FRONT=go runs the nodes' workers behind the Go gRPC front end ([node] grpc_front; "" or unset:
-the node's default): the front end owns the gRPC port and a worker serves through its front socket.
+the node's default, "auto": the Go front end when `make setup` built it): the front end owns the gRPC port
+and a worker serves through its front socket. FAULTS_GRPC_FRONT=grpcio: each worker's grpcio on the port.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import time
 
-from bench.procnet import children, listener_pids, socket_inodes, unix_listening
+from bench.procnet import children, grpc_serving, is_worker
 from tests.cluster import Cluster, NodeProc
 
 WORKERS = int(os.environ.get("FAULTS_WORKERS", "0"))
 GRPC_FRONT = os.environ.get("FAULTS_GRPC_FRONT", "")
-FRONT_SOCKET = re.compile(r"/channel/front-\d+\.sock$")  # a worker's, nameserver/api/frontchannel.py
-
-
-def _is_worker(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"nameserver.worker" in f.read()
-    except OSError:  # exited meanwhile
-        return False
 
 
 def workers_of(node: NodeProc) -> list[int]:
@@ -38,7 +29,7 @@ def workers_of(node: NodeProc) -> list[int]:
     if not node.alive:
         return []
     assert node.proc is not None
-    return [pid for pid in children(node.proc.pid) if _is_worker(pid)]
+    return [pid for pid in children(node.proc.pid) if is_worker(pid)]
 
 
 def serving(node: NodeProc) -> list[int]:
@@ -47,12 +38,7 @@ def serving(node: NodeProc) -> list[int]:
     if not node.alive:
         return []
     assert node.proc is not None
-    core = node.proc.pid
-    listeners = [pid for pid in listener_pids(core, int(node.grpc_addr.rsplit(":", 1)[1])) if pid != core]
-    if not any(not _is_worker(pid) for pid in listeners):  # no front end: the workers own the port
-        return listeners
-    fronts = unix_listening(FRONT_SOCKET, core)
-    return [pid for pid in workers_of(node) if socket_inodes(pid) & fronts]
+    return grpc_serving(node.proc.pid, int(node.grpc_addr.rsplit(":", 1)[1]))
 
 
 def kill_one(node: NodeProc, rng: random.Random) -> int | None:

@@ -36,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from bench.load import proc_cpu_s
-from bench.procnet import children, listener_pids, listening, socket_inodes, tcp_sockets
+from bench.procnet import children, is_worker, listener_pids, listening, socket_inodes, tcp_sockets
 from nameserver import config, headers, tlsconf
 from nameserver.api import corelink
 from nameserver.api.auth import hash_token
@@ -243,7 +243,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 "auth": {"cert_roles": {"broker": "broker", "client": "client", "admin": "admin", "node": "peer"},
                          "tokens_file": tokens},
                 "remoting": {"role": "peer"}}
-    c = Cluster(root, remoting=True, metrics=True, worker_processes=WORKERS, security=security,
+    # grpcio's port (each worker's server, SO_REUSEPORT): which process holds a gRPC connection is the kernel's
+    # here; the Go front end's (the default once built) is tests/integration/test_grpc_front_go.py's
+    c = Cluster(root, remoting=True, metrics=True, worker_processes=WORKERS, security=security, grpc_front="grpcio",
                 connect=lambda addr, opts=(): tlsconf.open_channel(
                     addr, tls=True, ca_file=ca.ca_file, cert_file=certs["admin"].cert, key_file=certs["admin"].key,
                     options=opts))
@@ -1144,7 +1146,8 @@ def test_a_starting_node_with_workers_refuses_remoting_until_its_core_is_ready(
         c.start(first)  # alone: no quorum, so its core is not ready
         assert first.proc is not None
         core = first.proc.pid
-        c.wait_for("its worker started", lambda: len(children(core)) == 1, timeout=60)
+        # its worker (beside it, the Go gRPC front end when that is the node's: the default once built)
+        c.wait_for("its worker started", lambda: len([p for p in children(core) if is_worker(p)]) == 1, timeout=60)
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", port_of(first)), timeout=5).close()
         for n in c.nodes[1:]:

@@ -65,7 +65,10 @@ def fresh_stub(node: NodeProc) -> tuple[grpc.Channel, api_pb2_grpc.NameServerStu
 
 @pytest.fixture
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(str(tmp_path_factory.mktemp("ryw")), 3, worker_processes=WORKERS, snapshot_every_entries=100)
+    # grpcio's port: a new connection is another worker as the kernel spreads them (the Go front end, the
+    # default once built, spreads calls itself)
+    c = Cluster(str(tmp_path_factory.mktemp("ryw")), 3, worker_processes=WORKERS, snapshot_every_entries=100,
+                grpc_front="grpcio")
     with running(c, timeout=c.ready_timeout) as started:  # its stop() resumes a paused core first
         yield started
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import new_channel, proc_cpu_s, run_load
-from bench.procnet import children, wait_listening
+from bench.procnet import children, wait_grpc_serving
 from bench.remoting import ROUTE_TOPICS
 from bench.workloads import registration_request
 from nameserver.pb import api_pb2, api_pb2_grpc
@@ -55,7 +55,7 @@ def cluster_with_workers(root: str, nodes: int, workers: int, at: str = "followe
         leader = c.wait_ready(timeout=60)
         for n in c.nodes:
             assert n.proc is not None
-            wait_listening(n.proc.pid, n.grpc_addr, max(1, workers))
+            wait_grpc_serving(n.proc.pid, n.grpc_addr, workers)  # either front end ([node] grpc_front)
         yield c, leader if at == "leader" else next((n for n in c.nodes if n is not leader), leader)
     finally:
         c.stop()

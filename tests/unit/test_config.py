@@ -203,15 +203,20 @@ grpc_addr = "127.0.0.1:9111"
 """
 
 
-def test_grpc_front_is_grpcio_by_default_and_go_needs_workers_and_a_node(tmp_path) -> None:
+def test_grpc_front_is_auto_by_default_and_go_needs_workers_and_a_node(tmp_path) -> None:
     p = tmp_path / "n1.toml"
     p.write_text(GOOD)
-    assert config.load(str(p)).grpc_front == "grpcio"
-    p.write_text(GOOD.replace('data_dir = "data/n1"', 'data_dir = "data/n1"\nworker_processes = 2\ngrpc_front = "go"'))
-    assert config.load(str(p)).grpc_front == "go"
+    assert config.load(str(p)).grpc_front == "auto"  # settled at the node's start (the next tests)
+    for front in ("go", "grpcio", "auto"):
+        p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "data/n1"\nworker_processes = 2\n'
+                                  f'grpc_front = "{front}"'))
+        assert config.load(str(p)).grpc_front == front
+    p.write_text(GOOD.replace('data_dir = "data/n1"',
+                              'data_dir = "data/n1"\nworker_processes = 0\ngrpc_front = "auto"'))
+    assert config.load(str(p)).grpc_front == "auto"  # grpcio then, without workers: no refusal
     for node, says in (('worker_processes = 0\ngrpc_front = "go"',
                         'node.grpc_front = "go" needs node.worker_processes >= 1'),
-                       ('grpc_front = "rust"', 'node.grpc_front must be "grpcio" or "go", not \'rust\''),
+                       ('grpc_front = "rust"', 'node.grpc_front must be "auto", "grpcio" or "go", not \'rust\''),
                        ("grpc_front = 1", "node.grpc_front must be str")):
         p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "data/n1"\n{node}'))
         with pytest.raises(config.ConfigError, match=says):
@@ -220,6 +225,53 @@ def test_grpc_front_is_grpcio_by_default_and_go_needs_workers_and_a_node(tmp_pat
     replica.write_text(REPLICA.replace("[replica]", 'grpc_front = "go"\n[replica]') + 'follow = ["a:1"]\n')
     with pytest.raises(config.ConfigError, match='node.grpc_front = "go" is a node\'s'):
         config.load(str(replica))
+    replica.write_text(REPLICA + 'follow = ["a:1"]\n')
+    assert config.load(str(replica)).grpc_front == "auto"  # a replica serves with grpcio: the default is no error
+
+
+def _node_with(tmp_path, front: str, workers: int = 2) -> config.NodeConfig:
+    p = tmp_path / "n1.toml"
+    p.write_text(GOOD.replace('data_dir = "data/n1"', f'data_dir = "data/n1"\nworker_processes = {workers}\n'
+                              f'grpc_front = "{front}"'))
+    return config.load(str(p))
+
+
+def test_auto_is_the_go_front_end_when_it_is_built_and_grpcio_saying_why_when_not(tmp_path, monkeypatch) -> None:
+    from nameserver.ops import gobuild, gofront
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # where `make setup` puts it: empty here
+    settled = gofront.settle(_node_with(tmp_path, "auto"))
+    assert (settled.cfg.grpc_front, settled.binary) == ("grpcio", "")
+    assert "not built" in settled.note and "`make setup`" in settled.note and 'grpc_front = "grpcio"' in settled.note
+    for front, workers in (("auto", 0), ("grpcio", 2)):  # nothing to say: grpcio is what the node would run
+        assert gofront.settle(_node_with(tmp_path, front, workers)) == (_node_with(tmp_path, "grpcio", workers),
+                                                                        "", "")
+    binary = gobuild.binary_path(gobuild.FRONT_SOURCE)  # as `make setup` builds it for this checkout's front/
+    binary.parent.mkdir(parents=True)
+    binary.write_bytes(b"")
+    binary.chmod(0o755)
+    for front in ("auto", "go"):
+        assert gofront.settle(_node_with(tmp_path, front)) == (_node_with(tmp_path, "go"), str(binary), "")
+    for front, workers in (("auto", 0), ("grpcio", 2)):  # built, but not chosen
+        assert gofront.settle(_node_with(tmp_path, front, workers)).cfg.grpc_front == "grpcio"
+
+
+def test_an_explicit_go_whose_front_end_cannot_be_built_stops_the_start_naming_the_setting(
+        tmp_path, monkeypatch) -> None:
+    from nameserver.ops import gobuild, gofront
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    broken = tmp_path / "front"  # a front end that does not compile, not built yet
+    broken.mkdir()
+    (broken / "go.mod").write_text("module example.com/front\n\ngo 1.21\n")
+    (broken / "main.go").write_text("package main\n\nfunc main() { undefined() }\n")
+    monkeypatch.setattr(gobuild, "FRONT_SOURCE", broken)
+    with pytest.raises(OSError, match=r'\[node\] grpc_front = "go": the Go front end .* is not built and could not '
+                                      r'be built now: .*Run `make setup`'):
+        gofront.settle(_node_with(tmp_path, "go"))
+    settled = gofront.settle(_node_with(tmp_path, "auto"))  # the default never builds: grpcio, saying so
+    assert settled.cfg.grpc_front == "grpcio" and "`make setup`" in settled.note
+    assert not gobuild.binary_path(broken).exists()
 
 
 def test_the_go_front_ends_cache_is_32_mib_by_default_and_bounded(tmp_path) -> None:
