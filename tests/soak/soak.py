@@ -45,6 +45,7 @@ from typing import Any
 
 import grpc
 
+from bench.procs import with_descendants
 from nameserver.pb import api_pb2
 from tests.cluster import Cluster, NodeProc, register_request
 from tests.faults.harness import Nemesis
@@ -59,15 +60,22 @@ _versions = itertools.count(1)
 
 
 def proc_rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    """The resident memory of `pid` and every process below it (a node's workers and Go front end count as
+    the node's; without workers it is the node's process alone)."""
+    total = 0
+    for p in with_descendants([pid]):
+        with contextlib.suppress(OSError), open(f"/proc/{p}/status") as f:
+            total += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+    return total / 1024
 
 
 def proc_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    """Open descriptors of `pid` and every process below it."""
+    total = 0
+    for p in with_descendants([pid]):
+        with contextlib.suppress(OSError):
+            total += len(os.listdir(f"/proc/{p}/fd"))
+    return total
 
 
 class Pacer:
@@ -279,12 +287,14 @@ def plot(samples: list[dict[str, Any]], faults: list[tuple[float, str]], path: s
 
 
 def soak(root: str, minutes: float, fault_every_s: float = 120, sample_every_s: float = 60,
-         calibrate_s: float = 20, out: str | None = None) -> dict[str, Any]:
-    """Run the soak in `root`; return the report (raises AssertionError if an after-check fails)."""
+         calibrate_s: float = 20, out: str | None = None, workers: int = 0,
+         grpc_front: str = "") -> dict[str, Any]:
+    """Run the soak in `root`; return the report (raises AssertionError if an after-check fails).
+    `workers`, `grpc_front`: each node's [node] worker_processes and grpc_front ("": the node's default)."""
     out = out or root
     os.makedirs(out, exist_ok=True)
     os.makedirs(root, exist_ok=True)
-    cluster = Cluster(root, 3, snapshot_every_entries=5000)
+    cluster = Cluster(root, 3, snapshot_every_entries=5000, worker_processes=workers, grpc_front=grpc_front)
     cluster.start()
     try:
         cluster.wait_ready()
@@ -324,7 +334,8 @@ def soak(root: str, minutes: float, fault_every_s: float = 120, sample_every_s: 
         faults = [(start - t0, f"{fault} ({name})") for start, _, fault, name in nemesis.events]
         plot(samples, faults, os.path.join(out, "soak.png"),
              f"soak: {minutes:g} min, {len(faults)} faults, load at {LOAD_FACTOR:.0%} of the measured maximum")
-        report = {"minutes": minutes, "maxima": maxima, "paced": rates | {"kv_write": run.ledger.rate},
+        report = {"minutes": minutes, "workers": workers, "grpc_front": grpc_front,
+                  "maxima": maxima, "paced": rates | {"kv_write": run.ledger.rate},
                   "faults": faults, "samples": samples, "checks": checks, "errors": dict(load.errors),
                   "watch_problems": load.problems[:20], "plateau_failures": verdicts(samples),
                   "memory_peaks_mib": plateau(samples, "rss_mib"), "fd_peaks": plateau(samples, "fds")}
@@ -347,9 +358,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-every", type=float, default=60, help="seconds between samples")
     p.add_argument("--calibrate", type=float, default=20, help="seconds of closed-loop load to find the maximum")
     p.add_argument("--out", default="data/soak", help="where soak.json and soak.png go")
+    p.add_argument("--workers", type=int, default=0,
+                   help="[node] worker_processes of each node (default 0; memory and descriptors then count the "
+                        "node's core, workers and Go front end together)")
+    p.add_argument("--grpc-front", default="", choices=["", "grpcio", "go"],
+                   help='[node] grpc_front with --workers ("": the node\'s default)')
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="soak-") as root:
-        report = soak(root, args.minutes, args.fault_every, args.sample_every, args.calibrate, args.out)
+        report = soak(root, args.minutes, args.fault_every, args.sample_every, args.calibrate, args.out,
+                      workers=args.workers, grpc_front=args.grpc_front)
     if report["plateau_failures"]:
         print("soak: did not plateau: " + "; ".join(report["plateau_failures"]), file=sys.stderr)
         return 1
