@@ -166,6 +166,7 @@ def _zone_filter(route: api_pb2.TopicRoute, zone_name: str) -> None:
 _OnChange = Callable[["MetadataState", str, "bytes | None"], None]
 _HANDLERS: dict[int, _OnChange] = {}
 _TOPIC_PREFIX = records.TOPIC.prefix
+_TOPIC_CUT = len(_TOPIC_PREFIX)
 
 
 def _handles(kind: records.RecordKind) -> Callable[[_OnChange], _OnChange]:
@@ -348,6 +349,16 @@ class MetadataState:
         # (records.kind_of and the kind's handler, looked up at once: this runs for every changed record).
         if key.startswith(_TOPIC_PREFIX):  # most changed records (a registration's queue datas): no lookup
             self.route_generation += 1
+            # A one-broker topic's queue data rewritten with the same topicSysFlag (nearly every changed record
+            # of every replica): its pair replaced here, the key parsed inline (keys.parse_topic_key's rules:
+            # a broker part without '/' or an escape is the broker name); anything else by _on_topic.
+            if new is not None and self._pending is None:
+                topic, sep, part = key[_TOPIC_CUT:].partition("/")
+                entry = self._topic_queues.get(topic)
+                if (isinstance(entry, tuple) and entry[0] == part and sep and "/" not in part and "~" not in part
+                        and _queue_sys_flag(new) == _queue_sys_flag(entry[1])):
+                    self._topic_queues[topic] = (entry[0], new)  # the held name: interned once
+                    return
             self._on_topic(key, new)
             return
         found = _DISPATCH.get(key[:key.find("/") + 1])
