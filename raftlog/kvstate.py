@@ -185,7 +185,8 @@ class KVState:
 
     def apply_batch(self, offset: int, batch: entry_pb2.Batch, changes: list[Change] | None = None
                     ) -> entry_pb2.BatchResult:
-        for pre in batch.preconditions[:] if batch.preconditions else ():
+        preconditions = batch.preconditions  # read once: each read makes a new container object
+        for pre in preconditions[:] if preconditions else ():
             current = self.version(pre.key)
             if current != pre.version:
                 return entry_pb2.BatchResult(applied=False, failed_key=pre.key, failed_key_version=current)

@@ -417,3 +417,29 @@ def test_a_restore_from_a_snapshot_files_entries_equals_the_state_written(tmp_pa
     same = [held[keys.topic_key(f"Same{i}", "broker-a")] for i in (1, 2)]
     assert same[0] is same[1]  # equal stored entries: one item
     assert held[keys.topic_key("Same0", "broker-a")][0] is same[0][0]  # equal values: one bytes object
+
+
+def test_a_rewrite_of_an_escaped_broker_name_or_of_a_pending_topic_reads_as_rebuilt() -> None:
+    """The rewrite short path (MetadataState._on_change: a one-broker topic's queue data, same sys flag) takes
+    only a plain broker part of a built topic: a broker name escaped in its key ('/', '~'), a topic a restore
+    left pending, another broker of the same topic, each read as a state rebuilt from the same pairs."""
+    state = sample_state()
+    steps = [[queue("Esc", "b/x"), queue("Tilde", "b~y"), queue("Two", "broker-a")],
+             [queue("Esc", "b/x", nums=2), queue("Tilde", "b~y", nums=3)],   # rewrites, escaped names
+             [queue("Two", "broker-ab", nums=5)],                              # another broker: one -> two
+             [queue("Two", "broker-a", nums=6)]]                               # a rewrite of a two-broker topic
+    for records in steps:
+        apply(state, batch(*records))
+        rebuilt = MetadataState()
+        rebuilt.restore(state.offset, state.kv.items())
+        assert reads(state) == reads(rebuilt)
+    assert state.queue_data("Esc", "b/x").write_queue_nums == 2
+    assert state.queue_data("Tilde", "b~y").write_queue_nums == 3
+    pending = MetadataState()
+    pending.restore(state.offset, state.kv.items(), defer_routes=True)  # every topic left pending
+    apply(pending, batch(queue("TopicA", "broker-a", nums=9), queue("Tilde", "b~y", nums=1)))
+    apply(state, batch(queue("TopicA", "broker-a", nums=9), queue("Tilde", "b~y", nums=1)))
+    assert reads(pending) == reads(state)
+    while pending.build_routes():
+        pass
+    assert reads(pending) == reads(state)
