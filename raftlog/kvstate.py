@@ -192,7 +192,7 @@ class KVState:
                 return entry_pb2.BatchResult(applied=False, failed_key=pre.key, failed_key_version=current)
         # One loop over the records, each record's work inline (a method call per record was ~2% of a
         # replica's apply), each field read once: reading a protobuf field makes a new object every time.
-        values, item_of, listeners = self._values, self._values_pool.item, self.listeners
+        values, pool, listeners = self._values, self._values_pool._pool, self.listeners
         keeps_digest, delete, hashes = self._keeps_digest, entry_pb2.OP_DELETE, self._pair_hashes
         for rec in batch.records[:]:
             key, rtype = rec.key, rec.type
@@ -207,8 +207,20 @@ class KVState:
                     self._digest ^= held[1] if held is not None and held[0] == old else pair_hash(key, old)
                 new = None
             else:
-                item = values[key] = item_of(rec.value, offset, rtype)
-                new = item[0]
+                # ValuePool.item inlined (a call a record): the item made last with an equal value, or a new
+                # one holding that value's shared bytes
+                new = rec.value
+                item = pool.get(new)
+                if item is None:
+                    if len(pool) >= SHARED_VALUES:
+                        pool.clear()
+                    item = pool[new] = (new, offset, rtype)
+                elif item[1] != offset or item[2] != rtype:
+                    new = item[0]
+                    item = pool[new] = (new, offset, rtype)
+                else:
+                    new = item[0]
+                values[key] = item
                 if old_item is None:
                     old = None
                 else:
