@@ -224,7 +224,7 @@ class Applier:
             except Exception:
                 log.exception("entry listener failed at %d", index)
         self._publish(index)
-        for batch, result in zip(entry.batches, results, strict=True):
+        for batch, result in zip(entry.batches[:], results, strict=True):  # sliced: kvstate.py apply_entry says why
             if batch.request_id:
                 with self._waiters_lock:
                     w = self._waiters.pop(batch.request_id, None)

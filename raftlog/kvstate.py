@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from raftlog.digest import digest_hex, digest_of, pair_hash
+from raftlog.digest import digest_hex, digest_of, key_prefix, pair_hash, prefixed_hash
 from raftlog.pb import entry_pb2
 
 # A listener sees (record type, key, old value or None, new value or None) for every change.
@@ -87,6 +87,13 @@ class ValuePool:
 
 
 DIGEST_HISTORY = 50_000  # entries whose digest a node can still give (an audit's cut must be newer)
+# The pair hashes kept of the pairs last written, key -> (value, pair_hash(key, value), key_prefix(key)): a key
+# changed again XORs its old pair out with the hash made when that pair went in, instead of hashing it again,
+# and hashes its new pair without encoding the key again (one blake2b a changed record instead of two: a
+# registration rewrites the same keys each time). Bounded: emptied when it holds this many (a hash not kept is
+# made again, the same value: the digest does not depend on what is kept). ~200 bytes a key kept.
+PAIR_HASHES_KEPT = 8192
+_Kept = tuple[bytes, int, bytes]
 
 
 class KVState:
@@ -104,6 +111,7 @@ class KVState:
         self.offset = 0  # the last offset applied (the apply offset)
         self.listeners: list[ChangeListener] = []
         self._values_pool = ValuePool()
+        self._pair_hashes: dict[str, _Kept] = {}  # see PAIR_HASHES_KEPT
         # (offset, digest) after each recent entry: the digest at a past offset, for auditing a live
         # node at the offset an exported log ends (a consistent cut). Not part of the state.
         self._digests: deque[tuple[int, int]] = deque([(0, 0)], maxlen=DIGEST_HISTORY)
@@ -177,14 +185,15 @@ class KVState:
 
     def apply_batch(self, offset: int, batch: entry_pb2.Batch, changes: list[Change] | None = None
                     ) -> entry_pb2.BatchResult:
-        for pre in batch.preconditions[:] if batch.preconditions else ():
+        preconditions = batch.preconditions  # read once: each read makes a new container object
+        for pre in preconditions[:] if preconditions else ():
             current = self.version(pre.key)
             if current != pre.version:
                 return entry_pb2.BatchResult(applied=False, failed_key=pre.key, failed_key_version=current)
         # One loop over the records, each record's work inline (a method call per record was ~2% of a
         # replica's apply), each field read once: reading a protobuf field makes a new object every time.
-        values, item_of, listeners = self._values, self._values_pool.item, self.listeners
-        keeps_digest, delete = self._keeps_digest, entry_pb2.OP_DELETE
+        values, pool, listeners = self._values, self._values_pool._pool, self.listeners
+        keeps_digest, delete, hashes = self._keeps_digest, entry_pb2.OP_DELETE, self._pair_hashes
         for rec in batch.records[:]:
             key, rtype = rec.key, rec.type
             old_item = values.get(key)
@@ -194,11 +203,24 @@ class KVState:
                 del values[key]
                 old = old_item[0]
                 if keeps_digest:
-                    self._digest ^= pair_hash(key, old)
+                    held = hashes.pop(key, None)
+                    self._digest ^= held[1] if held is not None and held[0] == old else pair_hash(key, old)
                 new = None
             else:
-                item = values[key] = item_of(rec.value, offset, rtype)
-                new = item[0]
+                # ValuePool.item inlined (a call a record): the item made last with an equal value, or a new
+                # one holding that value's shared bytes
+                new = rec.value
+                item = pool.get(new)
+                if item is None:
+                    if len(pool) >= SHARED_VALUES:
+                        pool.clear()
+                    item = pool[new] = (new, offset, rtype)
+                elif item[1] != offset or item[2] != rtype:
+                    new = item[0]
+                    item = pool[new] = (new, offset, rtype)
+                else:
+                    new = item[0]
+                values[key] = item
                 if old_item is None:
                     old = None
                 else:
@@ -206,9 +228,20 @@ class KVState:
                     if old == new:
                         continue  # version moves (it was written), the digest and indexes do not
                 if keeps_digest:
-                    if old is not None:
-                        self._digest ^= pair_hash(key, old)
-                    self._digest ^= pair_hash(key, new)
+                    held = hashes.get(key)
+                    if held is None:
+                        prefix = key_prefix(key)
+                        if old is not None:
+                            self._digest ^= prefixed_hash(prefix, old)
+                    else:  # the old pair's hash as kept when it went in (an equal value: the same hash)
+                        prefix = held[2]
+                        if old is not None:
+                            self._digest ^= held[1] if held[0] == old else prefixed_hash(prefix, old)
+                    made = prefixed_hash(prefix, new)
+                    self._digest ^= made
+                    if len(hashes) >= PAIR_HASHES_KEPT:
+                        hashes.clear()
+                    hashes[key] = (new, made, prefix)
             for listener in listeners:
                 listener(rtype, key, old, new)
             if changes is not None:
@@ -227,6 +260,7 @@ class KVState:
         values = self._values_pool.shared_items(items) if into_map is None else into_map(self._values_pool.item)
         self._digest = digest_of((k, v[0]) for k, v in values.items()) if digest is None else digest
         self._values = values
+        self._pair_hashes.clear()  # right still (a hash is of its pair), but the replaced values go
         self.offset = self._digest_offset = offset
         self._digests.clear()
         self._digests.append((offset, self._digest))

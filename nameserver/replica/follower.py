@@ -75,7 +75,9 @@ class ReadReplica:
         # Held by the follower thread while it applies one entry or swaps in a restored state, and by a
         # reader for one read: readers never see half an entry.
         self.lock = threading.Lock()
-        self.state = MetadataState(accounting)
+        # Its route index follows the topic records when read (MetadataState lazy_routes): every reader of a
+        # replica's state holds `lock`. A replica that keeps accounts (a remote one, a move's) indexes eagerly.
+        self.state = MetadataState(accounting, lazy_routes=not accounting)
         self._bootstrapped = False
         self._offset_cv = threading.Condition()
         self._published = 0  # the offset waiters see: everything up to it is in `state`
@@ -399,7 +401,7 @@ class ReadReplica:
         self._swap_in(fresh, offset, digest, self.target)
 
     def _fresh_state(self) -> MetadataState:
-        fresh = MetadataState(self.accounting)
+        fresh = MetadataState(self.accounting, lazy_routes=not self.accounting)
         # Above every generation of the old state: a route cached against it never matches the new one.
         fresh.route_generation = self.state.route_generation + 1
         return fresh

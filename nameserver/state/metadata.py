@@ -37,6 +37,9 @@ SYS_FLAG_UNIT = 1
 SYS_FLAG_UNIT_SUB = 2
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"  # never acting-master rewritten
 
+# A lazy_routes state's changed topic keys noted before its apply indexes them itself (a load that never reads
+# routes, writing keys enough to note this many distinct ones: the noting stays bounded).
+STALE_ROUTE_KEYS = 4096
 _TOPIC_KEYS_END = keys.TOPIC_PREFIX[:-1] + "0"  # "0" follows "/": the first key past every topic/ key
 _UNIT_KINDS = (api_pb2.TOPIC_LIST_UNIT, api_pb2.TOPIC_LIST_HAS_UNIT_SUB,
                api_pb2.TOPIC_LIST_HAS_UNIT_SUB_NOT_UNIT)
@@ -166,6 +169,7 @@ def _zone_filter(route: api_pb2.TopicRoute, zone_name: str) -> None:
 _OnChange = Callable[["MetadataState", str, "bytes | None"], None]
 _HANDLERS: dict[int, _OnChange] = {}
 _TOPIC_PREFIX = records.TOPIC.prefix
+_TOPIC_CUT = len(_TOPIC_PREFIX)
 
 
 def _handles(kind: records.RecordKind) -> Callable[[_OnChange], _OnChange]:
@@ -181,11 +185,20 @@ def _handles(kind: records.RecordKind) -> Callable[[_OnChange], _OnChange]:
 class MetadataState:
     """RouteInfoManager + KVConfigManager as a deterministic state machine over a KVState."""
 
-    def __init__(self, accounting: bool = True) -> None:
+    def __init__(self, accounting: bool = True, lazy_routes: bool = False) -> None:
         """`accounting`: keep the digest and the quota totals entry by entry. A state that only serves
         reads (a node's worker processes' replicas: the core admits the writes and reports the digest)
-        passes False; they were a quarter of its apply time per entry. Its `usage` then stays empty."""
+        passes False; they were a quarter of its apply time per entry. Its `usage` then stays empty.
+
+        `lazy_routes`: the route index (topic -> queue datas, broker -> topics, the unit topic lists) follows
+        the topic/ records when read, not as each is applied: a changed record notes its key, and the first
+        read of the index after it indexes each noted key's value then (settle_routes; a key rewritten by
+        every registration is indexed once per read, not once per write: a write-only load never). For a
+        state whose every reader holds its owner's lock (a worker's replica: nameserver/replica/follower.py),
+        since such a read changes the index; never a core's, whose translations read it without the lock
+        (nameserver/core/stateguard.py optimistic)."""
         self.kv = KVState(digests=accounting)
+        self.lazy_routes = lazy_routes
         self.kv.listeners.append(self._on_change)
         self.accounting = accounting
         # Moves whenever a record that feeds some topic's route changes (topic, broker, filter, setting,
@@ -213,6 +226,8 @@ class MetadataState:
         self._unit_topics: dict[int, dict[str, int]] = {kind: {} for kind in _UNIT_KINDS}
         # A restore's topic keys not in the three route indexes above yet (restore, defer_routes)
         self._pending: PendingRoutes | None = None
+        # A lazy_routes state's topic keys changed since the route index last took them (settle_routes)
+        self._stale: dict[str, None] = {}
         self._kv: dict[str, dict[str, str]] = {}
         self._kv_namespaces: set[str] = set()  # kvns/ records: namespaces ever written
         self._settings: dict[str, str] = {}  # setting/ records: name -> "true"/"false"
@@ -323,8 +338,20 @@ class MetadataState:
             self._index_topic_keys(pending.keys[lo:hi], None)
             pending.taken.add(topic)
 
+    def settle_routes(self) -> None:
+        """Index the topic/ keys a lazy_routes state noted since (each one's value now: the index is a
+        function of the records' values, whatever their order); the route index's readers call it first."""
+        stale = self._stale
+        if stale:
+            self._stale = {}
+            get = self.kv.get
+            for key in stale:
+                self._on_topic(key, get(key))
+
     def _entry(self, topic: str) -> topicqueues.Queues | None:
         """`topic`'s route index entry, built or still pending."""
+        if self._stale:
+            self.settle_routes()
         entry = self._topic_queues.get(topic)
         pending = self._pending
         if entry is None and pending is not None:
@@ -333,6 +360,8 @@ class MetadataState:
 
     def _pending_parts(self) -> Iterator[pendingroutes.Part]:
         """What the keys a restore left pending give the route index (none when it is built)."""
+        if self._stale:
+            self.settle_routes()
         pending = self._pending
         return iter(()) if pending is None else pending.rest(self.kv.get, _queue_sys_flag)
 
@@ -348,6 +377,22 @@ class MetadataState:
         # (records.kind_of and the kind's handler, looked up at once: this runs for every changed record).
         if key.startswith(_TOPIC_PREFIX):  # most changed records (a registration's queue datas): no lookup
             self.route_generation += 1
+            if self.lazy_routes:
+                stale = self._stale
+                stale[key] = None
+                if len(stale) >= STALE_ROUTE_KEYS:
+                    self.settle_routes()
+                return
+            # A one-broker topic's queue data rewritten with the same topicSysFlag (nearly every changed record
+            # of every replica): its pair replaced here, the key parsed inline (keys.parse_topic_key's rules:
+            # a broker part without '/' or an escape is the broker name); anything else by _on_topic.
+            if new is not None and self._pending is None:
+                topic, sep, part = key[_TOPIC_CUT:].partition("/")
+                entry = self._topic_queues.get(topic)
+                if (isinstance(entry, tuple) and entry[0] == part and sep and "/" not in part and "~" not in part
+                        and _queue_sys_flag(new) == _queue_sys_flag(entry[1])):
+                    self._topic_queues[topic] = (entry[0], new)  # the held name: interned once
+                    return
             self._on_topic(key, new)
             return
         found = _DISPATCH.get(key[:key.find("/") + 1])
@@ -546,6 +591,8 @@ class MetadataState:
 
     def topic_list(self, kind: int, cluster_name: str = "") -> list[str]:
         """Sorted topic names of one TopicListKind (SYSTEM: cluster and broker names, as RocketMQ)."""
+        if self._stale:
+            self.settle_routes()
         if kind == api_pb2.TOPIC_LIST_ALL:
             return sorted(self._all_topics())
         if kind == api_pb2.TOPIC_LIST_BY_CLUSTER:
@@ -639,12 +686,16 @@ class MetadataState:
         return len(self._all_topics())
 
     def _all_topics(self) -> Collection[str]:
+        if self._stale:
+            self.settle_routes()
         if self._pending is None:
             return self._topic_queues.keys()
         return {topic for topic, _, _, _ in self._pending_parts()}.union(self._topic_queues)
 
     def some_topic(self) -> str | None:
         """A topic the state has (any one: a warm-up read's), None when it has none."""
+        if self._stale:
+            self.settle_routes()
         for topic in self._topic_queues:
             return topic
         for topic, _, _, _ in self._pending_parts():
@@ -665,10 +716,14 @@ class MetadataState:
 
     def broker_topics(self, broker_name: str) -> list[str]:
         """Topics with queue data on this broker name, sorted."""
+        if self._stale:
+            self.settle_routes()
         pending = {topic for topic, broker, _, _ in self._pending_parts() if broker == broker_name}
         return sorted(pending.union(self._broker_topics.get(broker_name, ())))
 
     def broker_has_topic(self, broker_name: str, topic: str) -> bool:
+        if self._stale:
+            self.settle_routes()
         if self._pending is not None:
             return topicqueues.get(self._entry(topic), broker_name) is not None
         return topic in self._broker_topics.get(broker_name, ())

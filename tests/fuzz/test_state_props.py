@@ -200,13 +200,16 @@ BATCHES = st.builds(
 @given(st.lists(st.lists(BATCHES, min_size=1, max_size=3), max_size=20))
 def test_arbitrary_entries_apply_and_restore(entries: list[list[entry_pb2.Batch]]) -> None:
     state = MetadataState()
+    lazy = MetadataState(lazy_routes=True)  # a worker replica's route index, indexed when read
     log = []
     for i, batches in enumerate(entries, start=1):
         entry = entry_pb2.Entry(batches=batches)
         state.apply_entry(i, entry)  # must not raise, whatever the records say
+        lazy.apply_entry(i, entry)
         log.append((i, entry.SerializeToString()))
     expected = statecheck.reads(state)
     assert statecheck.digest_matches_items(state)
+    assert statecheck.reads(lazy) == expected
     assert statecheck.reads(replay(log)) == expected
     assert statecheck.reads(statecheck.restored_in_memory(state)) == expected
     assert statecheck.reads(statecheck.restored_from_lmdb(state)) == expected

@@ -79,3 +79,59 @@ def test_records_applied_by_one_entry_with_equal_values_share_one_item() -> None
     assert frozen["topic/C/b"] is not frozen["topic/A/b"] and frozen["topic/D/b"] is not frozen["topic/A/b"]
     assert sorted(kv.items()) == [("topic/A/b", b"qd", 3, 3), ("topic/B/b", b"qd", 3, 3), ("topic/C/b", b"qd", 3, 4),
                                   ("topic/D/b", b"qd", 4, 3)]
+
+
+def test_a_changed_key_hashes_its_new_pair_only_and_the_digest_is_the_pairs_digest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old pair of a key changed again is XORed out with the hash kept when it went in (one blake2b a
+    changed record, not two); a delete likewise. The digest stays the XOR of every live pair's hash."""
+    import raftlog.kvstate as kvstate
+    from raftlog.digest import key_prefix
+    hashed: list[tuple[str, bytes]] = []
+    keys = {key_prefix(k): k for k in ("topic/T/b", "live/a")}
+    real_pair, real_prefixed = kvstate.pair_hash, kvstate.prefixed_hash
+
+    def pair(key: str, value: bytes) -> int:
+        hashed.append((key, value))
+        return real_pair(key, value)
+
+    def prefixed(prefix: bytes, value: bytes) -> int:
+        hashed.append((keys[prefix], value))
+        return real_prefixed(prefix, value)
+
+    monkeypatch.setattr(kvstate, "pair_hash", pair)
+    monkeypatch.setattr(kvstate, "prefixed_hash", prefixed)
+    kv = KVState()
+    kv.apply_entry(1, entry((3, PUT, "topic/T/b", b"q1"), (2, PUT, "live/a", b"l1")))
+    assert hashed == [("topic/T/b", b"q1"), ("live/a", b"l1")]
+    hashed.clear()
+    kv.apply_entry(2, entry((3, PUT, "topic/T/b", b"q2"), (2, DELETE, "live/a", b"")))
+    assert hashed == [("topic/T/b", b"q2")]  # q1's and l1's hashes were kept
+    assert kv.digest_hex == digest_hex(digest_of([("topic/T/b", b"q2")]))
+
+
+def test_the_digest_does_not_depend_on_which_pair_hashes_were_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the kept hashes hold (emptied when full, replaced by a restore, a key rewritten with an equal
+    value in another object), every entry's digest is the digest of the live pairs, as a state keeping none."""
+    import random
+
+    import raftlog.kvstate as kvstate
+    monkeypatch.setattr(kvstate, "PAIR_HASHES_KEPT", 3)
+    rng = random.Random(7)
+    kv, plain = KVState(), {}
+    for offset in range(1, 400):
+        records = []
+        for _ in range(rng.randint(1, 4)):
+            key = f"topic/T{rng.randint(0, 6)}/b"
+            if rng.random() < 0.25:
+                records.append((3, DELETE, key, b""))
+                plain.pop(key, None)
+            else:
+                value = bytes(bytearray(b"q%d" % rng.randint(0, 3)))  # equal values in other objects too
+                records.append((3, PUT, key, value))
+                plain[key] = value
+        kv.apply_entry(offset, entry(*records))
+        assert kv.digest == digest_of(plain.items()), offset
+        if offset % 97 == 0:  # a restore of the same pairs, its digest recomputed
+            kv.restore(offset, [(k, v, offset, 3) for k, v in plain.items()])
+            assert kv.digest == digest_of(plain.items())

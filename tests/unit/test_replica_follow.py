@@ -154,9 +154,11 @@ def test_a_replica_that_serves_reads_only_keeps_no_digest_or_quota_totals_per_en
     wait_until(at(r, core))
     assert r.bootstraps == 1 and r.digest_hex == core.state.digest_hex  # checked on load, and right there
     hashed: list[str] = []  # the threads that hashed a pair
-    real = kvstate.pair_hash
+    real, real_prefixed = kvstate.pair_hash, kvstate.prefixed_hash  # a key's first pair, and its later ones
     monkeypatch.setattr(kvstate, "pair_hash",
                         lambda key, value: hashed.append(threading.current_thread().name) or real(key, value))
+    monkeypatch.setattr(kvstate, "prefixed_hash", lambda prefix, value: hashed.append(
+        threading.current_thread().name) or real_prefixed(prefix, value))
     for i in range(10):
         core.put(f"k{i % 3}", f"w{i}")
     core.write(translate.register_broker(core.state, register_request("C", "b", "10.0.0.1:10911", ["T"]), 30000))

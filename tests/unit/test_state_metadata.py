@@ -417,3 +417,79 @@ def test_a_restore_from_a_snapshot_files_entries_equals_the_state_written(tmp_pa
     same = [held[keys.topic_key(f"Same{i}", "broker-a")] for i in (1, 2)]
     assert same[0] is same[1]  # equal stored entries: one item
     assert held[keys.topic_key("Same0", "broker-a")][0] is same[0][0]  # equal values: one bytes object
+
+
+def test_a_rewrite_of_an_escaped_broker_name_or_of_a_pending_topic_reads_as_rebuilt() -> None:
+    """The rewrite short path (MetadataState._on_change: a one-broker topic's queue data, same sys flag) takes
+    only a plain broker part of a built topic: a broker name escaped in its key ('/', '~'), a topic a restore
+    left pending, another broker of the same topic, each read as a state rebuilt from the same pairs."""
+    state = sample_state()
+    steps = [[queue("Esc", "b/x"), queue("Tilde", "b~y"), queue("Two", "broker-a")],
+             [queue("Esc", "b/x", nums=2), queue("Tilde", "b~y", nums=3)],   # rewrites, escaped names
+             [queue("Two", "broker-ab", nums=5)],                              # another broker: one -> two
+             [queue("Two", "broker-a", nums=6)]]                               # a rewrite of a two-broker topic
+    for records in steps:
+        apply(state, batch(*records))
+        rebuilt = MetadataState()
+        rebuilt.restore(state.offset, state.kv.items())
+        assert reads(state) == reads(rebuilt)
+    assert state.queue_data("Esc", "b/x").write_queue_nums == 2
+    assert state.queue_data("Tilde", "b~y").write_queue_nums == 3
+    pending = MetadataState()
+    pending.restore(state.offset, state.kv.items(), defer_routes=True)  # every topic left pending
+    apply(pending, batch(queue("TopicA", "broker-a", nums=9), queue("Tilde", "b~y", nums=1)))
+    apply(state, batch(queue("TopicA", "broker-a", nums=9), queue("Tilde", "b~y", nums=1)))
+    assert reads(pending) == reads(state)
+    while pending.build_routes():
+        pass
+    assert reads(pending) == reads(state)
+
+
+def test_a_lazy_routes_state_indexes_topic_records_when_read_and_reads_as_an_eager_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's replica (lazy_routes) notes each changed topic/ key and indexes it at the first read of the route
+    index after: a write-only stream of registrations rewriting the same keys never indexes them; every read
+    answers as an eager state applying the same entries."""
+    eager, lazy = MetadataState(), MetadataState(lazy_routes=True)
+    for state in (eager, lazy):
+        for records in ([*sample_records()], [queue("TopicA", "broker-a", nums=8), queue("Esc", "b/x")],
+                        [queue("UnitT", "broker-a", flag=2), delete(keys.topic_key("TopicB", "broker-c"))]):
+            apply(state, batch(*records))
+    indexed: list[str] = []
+    real = MetadataState._on_topic
+
+    def on_topic(self: MetadataState, key: str, new: bytes | None) -> None:
+        if self is lazy:
+            indexed.append(key)
+        real(self, key, new)
+
+    monkeypatch.setattr(MetadataState, "_on_topic", on_topic)
+    generation = lazy.route_generation
+    for nums in range(1, 20):  # a write-only load: the same broker's queue datas, rewritten
+        apply(lazy, batch(queue("TopicA", "broker-a", nums=nums), queue("Esc", "b/x", nums=nums)))
+        apply(eager, batch(queue("TopicA", "broker-a", nums=nums), queue("Esc", "b/x", nums=nums)))
+    assert indexed == []
+    assert lazy.route_generation == generation + 38  # a route kept before any of them is not reused
+    assert lazy.queue_data("TopicA", "broker-a").write_queue_nums == 19  # read: indexed now, once each
+    assert sorted(indexed) == sorted(set(indexed)) and len(indexed) >= 2
+    assert reads(lazy) == reads(eager)
+    for read in (lambda s: s.topic_list(api_pb2.TOPIC_LIST_UNIT), lambda s: s.broker_topics("broker-a"),
+                 lambda s: s.broker_has_topic("broker-c", "TopicB"), lambda s: s.some_topic() is not None,
+                 lambda s: s.topic_count(), lambda s: s.has_topic("Esc")):
+        apply(lazy, batch(queue("UnitT", "broker-a", flag=1), delete(keys.topic_key("TopicA", "broker-a"))))
+        apply(eager, batch(queue("UnitT", "broker-a", flag=1), delete(keys.topic_key("TopicA", "broker-a"))))
+        assert read(lazy) == read(eager)
+        apply(lazy, batch(queue("TopicA", "broker-a"), queue("UnitT", "broker-a", flag=2)))
+        apply(eager, batch(queue("TopicA", "broker-a"), queue("UnitT", "broker-a", flag=2)))
+        assert read(lazy) == read(eager)
+
+
+def test_a_lazy_routes_state_indexes_its_noted_keys_itself_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keys a lazy state notes are bounded (STALE_ROUTE_KEYS): past it, its apply indexes them."""
+    from nameserver.state import metadata
+    monkeypatch.setattr(metadata, "STALE_ROUTE_KEYS", 3)
+    lazy = MetadataState(accounting=False, lazy_routes=True)
+    apply(lazy, batch(queue("T1", "b"), queue("T2", "b")))
+    assert len(lazy._stale) == 2 and not lazy._topic_queues
+    apply(lazy, batch(queue("T3", "b")))
+    assert not lazy._stale and sorted(lazy._topic_queues) == ["T1", "T2", "T3"]
