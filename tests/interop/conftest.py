@@ -6,7 +6,8 @@ These tests are collected only when RMQ_INTEROP is set (they start JVMs and fetc
     RMQ_INTEROP=1 .venv/bin/python -m pytest -q tests/interop -m 'not interop'   # the short version
 
 Every test is parametrized over both RocketMQ lines (tests/interop/jars.py LINES: 4.9.x and 5.x); RMQ_LINES
-narrows that (make test: RMQ_LINES=5.x, the short version on one line).
+narrows that (make test: RMQ_LINES=5.x, the short version on one line). RMQ_WORKERS=N runs our nodes with N
+worker processes each (start_ours), behind the default gRPC front end.
 """
 
 from __future__ import annotations
@@ -110,8 +111,11 @@ class Deployment:
 
 
 def start_ours(root: str, **settings) -> Cluster:
-    """Our 3-node cluster with the remoting listener on (tests/cluster.py), ready."""
+    """Our 3-node cluster with the remoting listener on (tests/cluster.py), ready. RMQ_WORKERS=N gives each node
+    N worker processes (and with them the default gRPC front end, the Go one when built) where a test sets none."""
     os.makedirs(root, exist_ok=True)
+    if "worker_processes" not in settings and os.environ.get("RMQ_WORKERS"):
+        settings["worker_processes"] = int(os.environ["RMQ_WORKERS"])
     c = Cluster(root, 3, remoting=True, **settings)
     c.start()
     c.wait_ready(timeout=max(60.0, c.ready_timeout))  # a cluster with workers takes longer (Cluster.ready_timeout)
