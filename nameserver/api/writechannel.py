@@ -33,6 +33,7 @@ whatever becomes of the link (Raft decides whether it was written, never the lin
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 import logging
 import os
@@ -72,6 +73,9 @@ Answer = tuple[grpc.StatusCode, str, bytes, Metadata]  # code, details, reply by
 Cancel = Callable[..., None]  # a started call's cancel: (why: (code, details) | None = None, tell: bool = True)
 # the core's read index without a waiting thread: the index now, or None and done(index | None) later
 StartReadIndex = Callable[[Callable[[int | None], None]], "int | None"]
+# A worker's write whose answer came before its call ran (frontchannel.WriteFirst): the handler answers with it
+# instead of sending the write (corelink.CoreForwarder); set only around that one call's run.
+GIVEN_WRITE: contextvars.ContextVar[Answer | None] = contextvars.ContextVar("rip18_given_write", default=None)
 
 
 def socket_path(data_dir: str) -> str:
@@ -579,5 +583,5 @@ def _waits(time_left: float | None) -> Iterator[None]:
         yield None
 
 
-__all__ = ["WRITE_METHODS", "ChannelContext", "WriteCalls", "WriteChannel", "WriteChannelServer", "method_path",
-           "socket_path"]
+__all__ = ["GIVEN_WRITE", "WRITE_METHODS", "ChannelContext", "WriteCalls", "WriteChannel", "WriteChannelServer",
+           "method_path", "socket_path"]
