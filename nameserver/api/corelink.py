@@ -38,6 +38,7 @@ from nameserver.api import auth
 from nameserver.api.coreindex import CoreReadIndex
 from nameserver.api.deadlines import DeadlineWatch
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
+from nameserver.api.later import Later
 from nameserver.api.rpc import call_timeout, rpc
 from nameserver.api.writechannel import GIVEN_WRITE, WRITE_METHODS, Answer, WriteChannel, method_path
 from nameserver.config import NodeConfig
@@ -177,10 +178,15 @@ class WorkerCallers(grpc.ServerInterceptor):
 
             def unary(request: Any, context: grpc.ServicerContext) -> Any:
                 ctx = CallerContext(context, peer, auth_context, self.apply_offset)
+                reply = None
                 try:
-                    return behavior(request, ctx)
+                    reply = behavior(request, ctx)
+                    return reply
                 finally:
-                    ctx.stamp()
+                    if isinstance(reply, Later):  # a write answered from the apply: the offset then
+                        reply.then(lambda _: ctx.stamp())
+                    else:
+                        ctx.stamp()
             return unary
 
         return wrap_handler(handler, wrap)

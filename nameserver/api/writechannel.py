@@ -50,6 +50,7 @@ import grpc
 
 from nameserver import framing
 from nameserver.api.inprocess import LocalContext, LocalRpcError
+from nameserver.api.later import Later
 from nameserver.pb import api_pb2
 
 log = logging.getLogger("nameserver.api.writechannel")
@@ -203,6 +204,8 @@ class ChannelContext(LocalContext):
     caller's, on time.monotonic(). Cancelled when its worker says so (the worker's call ended), and ended
     when answered: either way, as gRPC's, it is no longer active and its callbacks are called, once."""
 
+    answers_later = False  # the service may answer with a Later (WriteChannelServer's writes: NameServerService.write)
+
     def __init__(self, deadline: float | None, metadata: Metadata) -> None:
         super().__init__(None, metadata)  # type: ignore[arg-type]  # binary values pass through
         self._deadline = deadline
@@ -257,10 +260,35 @@ class WriteCalls:
                 response_serializer=getattr(api_pb2, m.output_type.name).SerializeToString)
 
     def call(self, method: str, request: bytes, context: ChannelContext) -> Answer:
+        """The call's answer, waited for (start's, on this thread)."""
+        answered: list[Answer] = []
+        done = threading.Event()
+
+        def answer(outcome: Answer) -> None:
+            answered.append(outcome)
+            done.set()
+
+        self.start(method, request, context, answer)
+        done.wait()
+        return answered[0]
+
+    def start(self, method: str, request: bytes, context: ChannelContext, answer: Callable[[Answer], None]) -> None:
+        """Run the call; `answer(its answer)` when it is there: at once, or, for a reply that comes later (a
+        write answered from the core's apply: Later), on the thread that makes it. The context ends first."""
         try:
-            return self._answer(method, request, context)
-        finally:
+            outcome = self._answer(method, request, context)
+        except BaseException:
             context.end()
+            raise
+        if isinstance(outcome, Later):
+            outcome.then(lambda got: self._answered(got.result(), context, answer))
+        else:
+            self._answered(outcome, context, answer)
+
+    @staticmethod
+    def _answered(outcome: Answer, context: ChannelContext, answer: Callable[[Answer], None]) -> None:
+        context.end()
+        answer(outcome)
 
     def handler(self, method: str, metadata: Metadata) -> Any:
         """The method's handler wrapped by the interceptors, as grpcio's server would build it; None when an
@@ -284,27 +312,44 @@ class WriteCalls:
         self._intercepted[key] = handler
         return handler
 
-    def _answer(self, method: str, request: bytes, context: ChannelContext) -> Answer:
+    def _answer(self, method: str, request: bytes, context: ChannelContext) -> Answer | Later:
+        """The call's answer, or a Later of it (a reply that comes later)."""
         if method not in self.handlers:
             return grpc.StatusCode.UNIMPLEMENTED, f"{method} is not a write of the channel", b"", ()
         handler = self.handler(method, context.invocation_metadata())
         if handler is None:
             return grpc.StatusCode.UNIMPLEMENTED, "", b"", ()
-        try:
+
+        def reply() -> Any:
             parsed = handler.request_deserializer(request) if handler.request_deserializer else request
             if handler.unary_unary:
-                reply = handler.unary_unary(parsed, context)
-            elif handler.stream_unary:  # the call guard serves unary methods as request-streaming ones
-                reply = handler.stream_unary(iter((parsed,)), context)
-            else:
-                return grpc.StatusCode.UNIMPLEMENTED, "", b"", ()
-            body = handler.response_serializer(reply) if handler.response_serializer else reply
-            return grpc.StatusCode.OK, "", body, context.trailing()
-        except LocalRpcError as exc:
-            return exc.code(), exc.details(), b"", context.trailing()
-        except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
-            log.exception("write channel call %s failed", method)
-            return grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}", b"", context.trailing()
+                return handler.unary_unary(parsed, context)
+            if handler.stream_unary:  # the call guard serves unary methods as request-streaming ones
+                return handler.stream_unary(iter((parsed,)), context)
+            raise LocalRpcError(grpc.StatusCode.UNIMPLEMENTED, "", ())
+
+        first = _encoded(handler, method, context, reply)
+        if not isinstance(first, Later):
+            return first
+        out = Later()
+        first.then(lambda got: out.resolve(_encoded(handler, method, context, got.result)))
+        return out
+
+
+def _encoded(handler: Any, method: str, context: ChannelContext, reply: Callable[[], Any]) -> Answer | Later:
+    """The answer of `reply()` (a Later as it is: encoded when it comes, by calling this again with its result):
+    the reply's bytes, or the status of what it raised."""
+    try:
+        got = reply()
+        if isinstance(got, Later):
+            return got
+        body = handler.response_serializer(got) if handler.response_serializer else got
+        return grpc.StatusCode.OK, "", body, context.trailing()
+    except LocalRpcError as exc:
+        return exc.code(), exc.details(), b"", context.trailing()
+    except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
+        log.exception("write channel call %s failed", method)
+        return grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}", b"", context.trailing()
 
 
 _NOT_KEPT = object()
@@ -399,19 +444,31 @@ class WriteChannelServer(framing.LinkServer):
 
     def _run(self, sender: _Sender, fields: list[bytes], context: ChannelContext,
              running: dict[bytes, ChannelContext]) -> None:
+        """Run a call and answer it: a write's answer may come later, from the core's apply, when no thread
+        waits for it (NameServerService.write)."""
         call_id, method, request = fields[0], fields[2].decode(), fields[3]
-        try:
-            code, details, body, trailing = self.writes.call(method, request, context)
-        finally:
+
+        def answer(outcome: Answer) -> None:
+            code, details, body, trailing = outcome
             with self._lock:
                 if running.get(call_id) is context:
                     del running[call_id]
-        if code == grpc.StatusCode.OK and fields[2] == _READ_INDEX and not request:
+            if code == grpc.StatusCode.OK and fields[2] == _READ_INDEX and not request:
+                with self._lock:
+                    if len(self._admitted) >= MAX_ADMITTED:  # a bound, not an eviction order: start again
+                        self._admitted.clear()
+                    self._admitted.add(tuple(fields[4:]))
+            sender.put([call_id, str(code.value[0]).encode(), details.encode(), body, *_metadata_fields(trailing)])
+
+        if fields[2] != _READ_INDEX:
+            context.answers_later = True
+        try:
+            self.writes.start(method, request, context, answer)
+        except BaseException:
             with self._lock:
-                if len(self._admitted) >= MAX_ADMITTED:  # a bound, not an eviction order: start again
-                    self._admitted.clear()
-                self._admitted.add(tuple(fields[4:]))
-        sender.put([call_id, str(code.value[0]).encode(), details.encode(), body, *_metadata_fields(trailing)])
+                if running.get(call_id) is context:
+                    del running[call_id]
+            raise
 
     def _read_index_here(self, sender: _Sender, fields: list[bytes], context: ChannelContext,
                          running: dict[bytes, ChannelContext]) -> None:
