@@ -27,6 +27,7 @@ from nameserver.core.node import (
     NotReady,
     WriteResult,
 )
+from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.core.watch import Watcher, to_events
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.state import MetadataState, Translation, keys, settings, translate
@@ -73,6 +74,8 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
             reply = self._write_later(translate_fn, reply_of, client, timeout, topics, wanted)
             if reply is not None:
                 return reply
+        if not waiting_allowed():  # run where nothing may wait (the write channel's reader): nothing done yet
+            raise WouldBlock("this write waits before its proposal (write()'s way)")
         md = [(k, v) for k, v in context.invocation_metadata() if k in (headers.CLIENT_ID, headers.CLIENT_SEQ)]
         if client is not None and client.owner:
             md.append((headers.SESSION_OWNER, client.owner))

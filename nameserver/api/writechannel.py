@@ -51,6 +51,7 @@ import grpc
 from nameserver import framing
 from nameserver.api.inprocess import LocalContext, LocalRpcError
 from nameserver.api.later import Later
+from nameserver.core.nowait import WouldBlock, no_wait, waiting_allowed
 from nameserver.pb import api_pb2
 
 log = logging.getLogger("nameserver.api.writechannel")
@@ -60,6 +61,10 @@ NAMESERVER = api_pb2.DESCRIPTOR.services_by_name["NameServer"]
 # The NameServer's unary writes (a chunked registration, a client stream, goes by corelink's forwarder).
 WRITE_METHODS = ("RegisterBroker", "UnregisterBroker", "Heartbeat", "PutKv", "DeleteKv", "UpdateSettings",
                  "WipeWritePerm", "AddWritePerm", "RegisterTopic", "DeleteTopic", "BindQueue", "ReleaseQueue")
+# The writes the core runs on the channel's reader thread (WriteChannelServer's `inline`), whose servicer answers
+# from the apply (NameServerService.write): not Heartbeat (it reads the state under its lock, and writes
+# nothing), not UnregisterBroker (its broker is forgotten once the write committed: a thread waits for it).
+INLINE_WRITES = tuple(name for name in WRITE_METHODS if name not in ("Heartbeat", "UnregisterBroker"))
 BATCH_BYTES = 1 << 20     # a frame gathers calls up to about this many bytes (one call may be larger)
 _ID = struct.Struct(">Q")
 _NO_TIME = -1             # a call whose caller set no deadline
@@ -277,6 +282,8 @@ class WriteCalls:
         write answered from the core's apply: Later), on the thread that makes it. The context ends first."""
         try:
             outcome = self._answer(method, request, context)
+        except WouldBlock:
+            raise  # nothing was done: the call runs again where it may wait, on the same context
         except BaseException:
             context.end()
             raise
@@ -347,6 +354,11 @@ def _encoded(handler: Any, method: str, context: ChannelContext, reply: Callable
         return grpc.StatusCode.OK, "", body, context.trailing()
     except LocalRpcError as exc:
         return exc.code(), exc.details(), b"", context.trailing()
+    except WouldBlock:
+        if not waiting_allowed():
+            raise  # run where nothing may wait: the caller runs it again where it may (WriteChannelServer)
+        log.exception("write channel call %s failed", method)
+        return grpc.StatusCode.UNKNOWN, "Exception calling application: WouldBlock", b"", context.trailing()
     except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
         log.exception("write channel call %s failed", method)
         return grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}", b"", context.trailing()
@@ -372,7 +384,7 @@ class WriteChannelServer(framing.LinkServer):
     """The core's end: the socket, a reader per worker link, the calls on a pool, answers batched back."""
 
     def __init__(self, path: str, calls: WriteCalls, threads: int, max_request_bytes: int,
-                 read_index: StartReadIndex | None = None) -> None:
+                 read_index: StartReadIndex | None = None, inline: frozenset[str] = frozenset()) -> None:
         """`read_index`: the core's read index without a waiting thread (NameServerNode.start_linearizable_index):
         a READ_INDEX ask is then answered from the link's reader thread or the Raft tick thread, no pool
         thread and no interceptors per ask, once the interceptors admitted an ask with the same metadata
@@ -380,6 +392,8 @@ class WriteChannelServer(framing.LinkServer):
         super().__init__(path, "write-channel")
         self.writes = calls
         self.read_index = read_index
+        # the writes run on the link's reader thread, the pool's only when they would wait (_run_here)
+        self.inline = frozenset(method_path(name).encode() for name in inline)
         self._admitted: set[tuple[bytes, ...]] = set()  # READ_INDEX asks' metadata the interceptors let through
         self.max_frame = BATCH_BYTES + max_request_bytes + framing.FRAME_SLACK
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="write-channel")
@@ -423,6 +437,8 @@ class WriteChannelServer(framing.LinkServer):
                     if fields[2] == _READ_INDEX and self.read_index is not None and not fields[3] \
                             and tuple(fields[4:]) in self._admitted:
                         self._read_index_here(sender, fields, context, running)
+                    elif fields[2] in self.inline and context.is_active():
+                        self._run_here(sender, fields, context, running)
                     else:
                         self.pool.submit(self._run, sender, fields, context, running)
         except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
@@ -464,11 +480,26 @@ class WriteChannelServer(framing.LinkServer):
             context.answers_later = True
         try:
             self.writes.start(method, request, context, answer)
+        except WouldBlock:
+            raise  # _run_here's: the pool runs it again
         except BaseException:
             with self._lock:
                 if running.get(call_id) is context:
                     del running[call_id]
             raise
+
+    def _run_here(self, sender: _Sender, fields: list[bytes], context: ChannelContext,
+                  running: dict[bytes, ChannelContext]) -> None:
+        """A write run on the link's reader thread, with no hand-off to the pool: its interceptors and its
+        servicer run to the proposal, and its answer comes from the apply (NameServerService.write). A step
+        that would wait (no leader here, the budget full, a refusal to confirm through the log, a registration
+        in parts) raises WouldBlock before anything was done (nameserver/core/nowait.py): then the pool runs
+        the call from its start, as ever."""
+        try:
+            with no_wait():
+                self._run(sender, fields, context, running)
+        except WouldBlock:
+            self.pool.submit(self._run, sender, fields, context, running)
 
     def _read_index_here(self, sender: _Sender, fields: list[bytes], context: ChannelContext,
                          running: dict[bytes, ChannelContext]) -> None:
@@ -640,5 +671,5 @@ def _waits(time_left: float | None) -> Iterator[None]:
         yield None
 
 
-__all__ = ["GIVEN_WRITE", "WRITE_METHODS", "ChannelContext", "WriteCalls", "WriteChannel", "WriteChannelServer",
-           "method_path", "socket_path"]
+__all__ = ["GIVEN_WRITE", "INLINE_WRITES", "WRITE_METHODS", "ChannelContext", "WriteCalls", "WriteChannel",
+           "WriteChannelServer", "method_path", "socket_path"]

@@ -20,6 +20,7 @@ import pytest
 
 from nameserver import headers
 from nameserver.api import corelink, grpcserver, writechannel
+from nameserver.api.grpcwrap import wrap_handler
 from nameserver.api.later import Later
 from nameserver.api.rpc import DeadlinePassed, rpc
 from nameserver.api.service import NameServerService, register_reply
@@ -35,13 +36,29 @@ REGISTER = writechannel.method_path("RegisterBroker")
 CALLER = ((headers.WORKER_CALLER, json.dumps({"peer": "ipv4:127.0.0.1:1", "auth": {}})),)
 
 
+class Where(grpc.ServerInterceptor):
+    """Outermost: the thread each call's interceptors and servicer ran on."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        def wrap(behavior: Any, kind: str) -> Any:
+            def noted(request: Any, context: Any) -> Any:
+                self.threads.append(threading.current_thread().name)
+                return behavior(request, context)
+            return noted
+        return wrap_handler(continuation(details), wrap)
+
+
 @contextlib.contextmanager
-def channel(node: NameServerNode, tmp_path: Any) -> Iterator[writechannel.WriteChannel]:
-    """The core's write channel as server.py makes it (the node's interceptors, WorkerCallers outermost), and a
-    worker's end of it."""
+def channel(node: NameServerNode, tmp_path: Any, where: Where | None = None) -> Iterator[writechannel.WriteChannel]:
+    """The core's write channel as server.py makes it (the node's interceptors, WorkerCallers outermost; the
+    writes that run on the reader thread), and a worker's end of it."""
     chain = grpcserver.interceptors(node.cfg, outermost=corelink.WorkerCallers(lambda: node.log.apply_offset))
-    server = writechannel.WriteChannelServer(f"{tmp_path}/channel/writes.sock",
-                                             writechannel.WriteCalls(NameServerService(node), chain), 4, 1 << 20)
+    server = writechannel.WriteChannelServer(f"{tmp_path}/channel/writes.sock", writechannel.WriteCalls(
+        NameServerService(node), ([where] if where else []) + chain), 4, 1 << 20,
+        inline=frozenset(writechannel.INLINE_WRITES))
     server.start()
     writes = writechannel.WriteChannel(server.path, 1 << 20)
     try:
@@ -71,13 +88,38 @@ def test_a_write_is_answered_from_the_apply_thread_with_the_offset_as_of_its_app
         put(self, record)
 
     monkeypatch.setattr(writechannel._Sender, "put", noted)
-    with channel(node, tmp_path) as writes:
+    where = Where()
+    with channel(node, tmp_path, where) as writes:
         code, details, body, trailing = _register(writes, register_request("c", "b", "10.0.0.1:10911", ["T1", "T2"]))
         assert (code, details) == (grpc.StatusCode.OK, "")
         reply = api_pb2.RegisterBrokerReply.FromString(body)
         assert reply.offset > 0 and reply.records > 0
         assert _core_offset(trailing) >= reply.offset  # the worker's replica waits for the write itself
         assert sent_from == ["apply"]  # no pool thread of the write channel waited for the commit
+        assert where.threads == ["write-channel-link"]  # nor ran the call: the link's reader did, to its proposal
+
+
+def test_a_write_that_would_wait_before_its_proposal_is_the_pools_from_its_start(
+        node: NameServerNode, tmp_path: Any) -> None:
+    """The budget has no room now: on the reader thread the call would wait, so it stops before it did anything
+    (WouldBlock) and the pool runs it from its start, where it waits for room."""
+    where = Where()
+    with channel(node, tmp_path, where) as writes:
+        budget = node.registrations
+        budget.held = budget.capacity
+
+        def room() -> None:
+            with budget._cond:
+                budget.held = 0
+                budget._cond.notify_all()
+
+        threading.Timer(0.3, room).start()
+        before = node.log.apply_offset
+        code, details, body, _ = _register(writes, register_request("c", "b", "10.0.0.1:10911", ["T1"]))
+        assert (code, details) == (grpc.StatusCode.OK, "")
+        assert api_pb2.RegisterBrokerReply.FromString(body).offset > before
+        assert where.threads[0] == "write-channel-link" and where.threads[1].startswith("write-channel_")
+        assert len(where.threads) == 2
 
 
 def test_bad_input_is_refused_naming_the_field_and_nothing_enters_the_log(node: NameServerNode, tmp_path: Any) -> None:
