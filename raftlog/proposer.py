@@ -121,13 +121,16 @@ class GroupCommitter:
             if not ended.acquire(blocking=False):
                 return  # ended already
             self._applier.unregister(request_id)
-            if timed_out:
-                done(None, ProposalError("timed out waiting for the write to commit", unknown_outcome=True))
-            elif waiter.applied is None:
-                # pysyncobj reported a failure; LEADER_CHANGED/DISCARDED may still have applied.
-                done(None, ProposalError(pending.failed or "proposal failed", unknown_outcome=pending.appended))
-            else:
-                done(waiter.applied, None)
+            try:  # on the apply or tick thread: a caller's bug must never stop them
+                if timed_out:
+                    done(None, ProposalError("timed out waiting for the write to commit", unknown_outcome=True))
+                elif waiter.applied is None:
+                    # pysyncobj reported a failure; LEADER_CHANGED/DISCARDED may still have applied.
+                    done(None, ProposalError(pending.failed or "proposal failed", unknown_outcome=pending.appended))
+                else:
+                    done(waiter.applied, None)
+            except Exception:
+                log.exception("a proposal's callback failed")
 
         # What wakes a waiting proposer (the applier's waiter event, a failure's) calls `end` instead.
         waiter.event = pending.event = _Ending(end)  # type: ignore[assignment]

@@ -5,9 +5,12 @@ NameServerService.write). The interceptors pass it up as they pass any reply; wh
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger("nameserver.api.later")
 
 
 class Later:
@@ -48,7 +51,10 @@ class Later:
                 return  # set already
             self._value, self._error = value, error
         for fn in callbacks:
-            fn(self)
+            try:  # often the apply thread: one callback's bug must neither stop it nor the others
+                fn(self)
+            except Exception:
+                log.exception("a reply's callback failed")
 
 
 __all__ = ["Later"]
