@@ -15,20 +15,23 @@ log = logging.getLogger("nameserver.api.later")
 
 class Later:
     """A reply, or the exception that stands for its status, set once (`resolve`, `fail`); `then(fn)` calls
-    fn(self) when it is set (at once when it is), in the order given, on the thread that sets it."""
+    fn(self) once it is set, in the order given, whichever thread gives one: those given before or while it is
+    set run on the thread that sets it, those given after on the thread that gives them."""
 
-    __slots__ = ("_callbacks", "_error", "_lock", "_value")
+    __slots__ = ("_callbacks", "_done", "_error", "_lock", "_set_once", "_value")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._callbacks: list[Callable[[Later], None]] | None = []  # None once set
+        self._callbacks: list[Callable[[Later], None]] = []
+        self._set_once = False  # a value or an error was set
+        self._done = False  # and every callback given so far ran
         self._value: Any = None
         self._error: BaseException | None = None
 
     def then(self, fn: Callable[[Later], None]) -> None:
         with self._lock:
-            if self._callbacks is not None:
-                self._callbacks.append(fn)
+            if not self._done:
+                self._callbacks.append(fn)  # the setter's thread runs it, after those before it
                 return
         fn(self)
 
@@ -46,11 +49,16 @@ class Later:
 
     def _set(self, value: Any, error: BaseException | None) -> None:
         with self._lock:
-            callbacks, self._callbacks = self._callbacks, None
-            if callbacks is None:
+            if self._set_once:
                 return  # set already
+            self._set_once = True
             self._value, self._error = value, error
-        for fn in callbacks:
+        while True:
+            with self._lock:
+                if not self._callbacks:
+                    self._done = True
+                    return
+                fn = self._callbacks.pop(0)
             try:  # often the apply thread: one callback's bug must neither stop it nor the others
                 fn(self)
             except Exception:

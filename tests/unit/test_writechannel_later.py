@@ -231,3 +231,26 @@ def test_a_later_failure_gets_the_status_a_raise_gets(error: Exception) -> None:
         raise AssertionError("no status")
 
     assert status("Later") == status("Raise")
+
+
+def test_a_later_runs_its_callbacks_in_the_order_given_even_while_it_is_being_set() -> None:
+    """WorkerCallers stamps the core's offset in one callback and the channel encodes the answer in the next: a
+    callback given while the apply thread runs the first must not run before it, on the giver's thread."""
+    later, ran, inside, go_on = Later(), [], threading.Event(), threading.Event()
+
+    def first(_: Later) -> None:
+        inside.set()
+        go_on.wait(10)
+        ran.append(("first", threading.current_thread().name))
+
+    later.then(first)
+    setter = threading.Thread(target=later.resolve, args=(1,), name="apply")
+    setter.start()
+    assert inside.wait(10)
+    later.then(lambda got: ran.append(("second", threading.current_thread().name)))
+    assert ran == []  # not run here, ahead of the first
+    go_on.set()
+    setter.join(10)
+    assert ran == [("first", "apply"), ("second", "apply")]
+    later.then(lambda got: ran.append(("third", threading.current_thread().name)))
+    assert ran[-1] == ("third", "MainThread") and later.result() == 1
