@@ -108,7 +108,8 @@ class Server:
             calls.handlers[writechannel.READ_INDEX] = corelink.ReadIndexes(self.node.linearizable_index,
                                                                        cfg).method_handler()
             self.writes = WriteChannelServer(writechannel.socket_path(cfg.data_dir), calls, cfg.workers,
-                                             cfg.max_message_bytes, read_index=self.node.start_linearizable_index)
+                                             cfg.max_message_bytes, read_index=self.node.start_linearizable_index,
+                                             inline=frozenset(writechannel.INLINE_WRITES))
         api_pb2_grpc.add_NameServerServicer_to_server(self.service, self.grpc)
         replicas = ReadReplicas()  # the read replicas following this node (Log.Follow), listed by Status
         admin = AdminService(self.node, replicas)

@@ -34,7 +34,8 @@ from nameserver import headers, tlsconf, validation
 from nameserver.api import auth, corelink, frontchannel, grpcserver, writechannel
 from nameserver.api.corehealth import CoreStatus
 from nameserver.api.coreindex import CoreReadIndex
-from nameserver.api.frontchannel import FrontServer, Generations, IndexFirst, Inline, Reusable
+from nameserver.api.deadlines import DeadlineWatch
+from nameserver.api.frontchannel import FrontServer, Generations, IndexFirst, Inline, Reusable, WriteFirst
 from nameserver.api.rpc import call_timeout
 from nameserver.api.service import NameServerService
 from nameserver.api.writechannel import WriteChannel
@@ -158,7 +159,8 @@ def serve_reads(cfg: NodeConfig, grpc_connections: int, remoting_connections: in
         else FrontServer(cfg, front_socket, grpcserver.interceptors(cfg, metrics), _inline_reads(replica, groups),
                          _reusable_reads(groups.replicas if groups is not None else [replica]),
                          _index_first_reads(read_index_later, cfg)
-                         if read_index_later is not None and groups is None else None))
+                         if read_index_later is not None and groups is None else None,
+                         _write_first(writes, replica) if writes is not None and groups is None else None))
     if groups is not None and calls is not None:  # asked first: a write goes to its group's core
         grpc_server.add_generic_rpc_handlers((calls,))
         local = (local or {}) | groups.local_handlers()
@@ -232,6 +234,16 @@ def _index_first_reads(later: ReadIndexLater, cfg: NodeConfig) -> IndexFirst:
         later(call_timeout(context, default, cap), done)
         return True
     return IndexFirst(frozenset(_INDEXED), start)
+
+
+def _write_first(writes: WriteChannel, replica: ReadReplica) -> WriteFirst:
+    """A worker's unary writes from the Go front end: sent to the core as they arrive, answered once the core
+    answered and this worker's replica has the answer's offset, with no thread waiting (frontchannel.WriteFirst;
+    one Raft group: with several, a write is routed to its group's core by nameserver/groups, the pool's)."""
+    bounds = DeadlineWatch("write-bounds")  # a core's answer in time, a replica's offset within SETTLE_S
+    offsets = corelink.ReplicaOffsets(lambda: replica.offset, replica.publish_listeners, bounds)
+    start = corelink.write_first(writes, offsets, bounds)
+    return WriteFirst(frozenset(writechannel.method_path(name) for name in writechannel.WRITE_METHODS), start)
 
 
 def _decoded(method: str, request: bytes) -> Any:

@@ -44,7 +44,7 @@ class _Pending:
     size: int
     failed: str | None = None
     appended: bool = True  # False once pysyncobj says the entry never entered the log
-    event: threading.Event | None = None
+    event: threading.Event | _Ending | None = None
 
 
 class GroupCommitter:
@@ -101,6 +101,41 @@ class GroupCommitter:
             return waiter.applied
         finally:
             self._applier.unregister(batch.request_id)
+
+    def propose_later(self, batch: entry_pb2.Batch,
+                      done: Callable[[Applied | None, ProposalError | None], None]) -> Callable[[], None]:
+        """`propose` with no thread waiting: `done(applied, None)` once the batch applied here (on the apply
+        thread), or `done(None, error)` as `propose` would raise it (on the thread that learns it), once.
+        Returns `give_up`, the caller's timeout: it ends the wait (done with "timed out", outcome unknown) when
+        nothing ended it before. Raises NotLeader at once."""
+        if not self._is_leader():
+            raise NotLeader("this node is not the leader")
+        if not batch.request_id:
+            batch.request_id = f"{self._id_prefix}{next(self._ids)}"
+        request_id = batch.request_id
+        waiter = self._applier.register(request_id)
+        pending = _Pending(batch, batch.ByteSize())
+        ended = threading.Lock()
+
+        def end(timed_out: bool = False) -> None:
+            if not ended.acquire(blocking=False):
+                return  # ended already
+            self._applier.unregister(request_id)
+            try:  # on the apply or tick thread: a caller's bug must never stop them
+                if timed_out:
+                    done(None, ProposalError("timed out waiting for the write to commit", unknown_outcome=True))
+                elif waiter.applied is None:
+                    # pysyncobj reported a failure; LEADER_CHANGED/DISCARDED may still have applied.
+                    done(None, ProposalError(pending.failed or "proposal failed", unknown_outcome=pending.appended))
+                else:
+                    done(waiter.applied, None)
+            except Exception:
+                log.exception("a proposal's callback failed")
+
+        # What wakes a waiting proposer (the applier's waiter event, a failure's) calls `end` instead.
+        waiter.event = pending.event = _Ending(end)  # type: ignore[assignment]
+        self._queue.put(pending)
+        return lambda: end(timed_out=True)
 
     def abandon_in_flight(self, reason: str) -> None:
         """Wake every proposer whose entry was appended but not yet committed (outcome unknown).
@@ -190,6 +225,15 @@ class GroupCommitter:
                 p.appended = False
                 if p.event is not None:
                     p.event.set()
+
+
+class _Ending:
+    """Stands in for a proposer's event where no thread waits (propose_later): set() ends the wait."""
+
+    __slots__ = ("set",)
+
+    def __init__(self, end: Callable[[], None]) -> None:
+        self.set = end
 
 
 _FAIL_NAMES = {

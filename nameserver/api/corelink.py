@@ -20,8 +20,12 @@ which the worker's replica reaches before the answer leaves (bounded): a client 
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
+import logging
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -32,12 +36,16 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from nameserver import headers, tlsconf
 from nameserver.api import auth
 from nameserver.api.coreindex import CoreReadIndex
+from nameserver.api.deadlines import DeadlineWatch
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
+from nameserver.api.later import Later
 from nameserver.api.rpc import call_timeout, rpc
-from nameserver.api.writechannel import WRITE_METHODS, WriteChannel, method_path
+from nameserver.api.writechannel import GIVEN_WRITE, WRITE_METHODS, Answer, WriteChannel, method_path
 from nameserver.config import NodeConfig
+from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.pb import api_pb2
 
+log = logging.getLogger("nameserver.api.corelink")
 SOCKET_NAME = os.path.join("channel", "grpc.sock")
 SETTLE_S = 2.0  # how long an answer waits for the worker's replica to reach the core's offset
 # Eventual reads a replica answers (the gRPC twins of the remoting codes REQUESTS marks replica=True,
@@ -170,10 +178,15 @@ class WorkerCallers(grpc.ServerInterceptor):
 
             def unary(request: Any, context: grpc.ServicerContext) -> Any:
                 ctx = CallerContext(context, peer, auth_context, self.apply_offset)
+                reply = None
                 try:
-                    return behavior(request, ctx)
+                    reply = behavior(request, ctx)
+                    return reply
                 finally:
-                    ctx.stamp()
+                    if isinstance(reply, Later):  # a write answered from the apply: the offset then
+                        reply.then(lambda _: ctx.stamp())
+                    else:
+                        ctx.stamp()
             return unary
 
         return wrap_handler(handler, wrap)
@@ -297,8 +310,10 @@ class CoreForwarder(grpc.GenericRpcHandler):
         assert writes is not None, "a write method is routed to the write channel only when there is one"
 
         def written(request: bytes, context: grpc.ServicerContext) -> bytes:
-            code, details, reply, trailing = writes.call(method, request, forwarded_metadata(context),
-                                                         _time_left(context), context.is_active, context.add_callback)
+            given = GIVEN_WRITE.get()  # sent as it came, answered before this call ran (frontchannel.WriteFirst)
+            code, details, reply, trailing = given if given is not None else writes.call(
+                method, request, forwarded_metadata(context), _time_left(context), context.is_active,
+                context.add_callback)
             if code != grpc.StatusCode.OK:
                 context.set_trailing_metadata(_strip(trailing))
                 context.abort(code, details)
@@ -311,11 +326,112 @@ class CoreForwarder(grpc.GenericRpcHandler):
         answered (bounded): read-your-writes. Not for a call another node's core forwarded (a follower's
         write to its leader): its client reads on that node, whose own worker waits for its replica; this
         replica's wait only delayed the answer."""
-        offset = next((v for k, v in trailing if k == headers.CORE_OFFSET), "")
-        if isinstance(offset, str) and offset.isdigit() and not _forwarded(context):
+        offset = _core_offset(trailing)
+        if offset and not _forwarded(context):
+            if not waiting_allowed() and not self.settle(offset, 0.0, context.is_active):
+                raise WouldBlock("the replica has not applied the write yet")  # the pool's call waits
             left = context.time_remaining()
-            self.settle(int(offset), min(SETTLE_S, left if left is not None else SETTLE_S), context.is_active)
+            self.settle(offset, min(SETTLE_S, left if left is not None else SETTLE_S), context.is_active)
         context.set_trailing_metadata(_strip(trailing))
+
+
+def _core_offset(trailing: Any) -> int:
+    """The core's apply offset an answer carries (CORE_OFFSET); 0: none."""
+    offset = next((v for k, v in trailing if k == headers.CORE_OFFSET), "")
+    return int(offset) if isinstance(offset, str) and offset.isdigit() else 0
+
+
+class ReplicaOffsets:
+    """Callbacks run once a worker's replica has applied an offset, with no thread waiting for it: `when`
+    runs one at once when the replica has, else on the replica's thread as it publishes that offset (its
+    publish listener: readers see the offset by then), or past its bound on the deadline thread, whichever
+    comes first, once."""
+
+    def __init__(self, offset: Callable[[], int], publish_listeners: list[Callable[[int], None]],
+                 bounds: DeadlineWatch) -> None:
+        self.offset = offset
+        self._lock = threading.Lock()
+        self._heap: list[tuple[int, int]] = []  # (offset, key); a key no longer in _waiting was run
+        self._waiting: dict[int, tuple[Callable[[], None], Any]] = {}  # key: (callback, its bound)
+        self._keys = itertools.count()
+        self._bounds = bounds
+        publish_listeners.append(self._published)
+
+    def when(self, offset: int, bound_s: float, callback: Callable[[], None]) -> None:
+        if bound_s <= 0 or self.offset() >= offset:
+            callback()
+            return
+        key = next(self._keys)
+        with self._lock:
+            self._waiting[key] = (callback, None)
+            heapq.heappush(self._heap, (offset, key))
+        bound = self._bounds.after(bound_s, lambda: self._run(self._take([key])))
+        with self._lock:
+            if key in self._waiting:
+                self._waiting[key] = (callback, bound)
+            else:  # run already
+                bound.cancel()
+        self._published(self.offset())  # the offset may have come between the first look and the push
+
+    def _published(self, offset: int) -> None:
+        if not self._heap:
+            return
+        with self._lock:
+            keys = []
+            while self._heap and self._heap[0][0] <= offset:
+                keys.append(heapq.heappop(self._heap)[1])
+        self._run(self._take(keys))
+
+    def _take(self, keys: list[int]) -> list[tuple[Callable[[], None], Any]]:
+        with self._lock:
+            return [found for key in keys if (found := self._waiting.pop(key, None)) is not None]
+
+    @staticmethod
+    def _run(due: list[tuple[Callable[[], None], Any]]) -> None:
+        for callback, bound in due:
+            if bound is not None:
+                bound.cancel()
+            try:
+                callback()
+            except Exception:  # a call's failure must not stop the replica's thread or the others
+                log.exception("a write's answer after its replica's offset failed")
+
+
+def write_first(writes: WriteChannel, settled: ReplicaOffsets, deadlines: DeadlineWatch
+                ) -> Callable[[str, bytes, Any, Callable[[Answer], None]], bool]:
+    """frontchannel.WriteFirst's start for a worker's unary writes: the write sent on `writes` as the
+    handler (CoreForwarder._writing) would send it, with the caller's metadata, time left and cancel; `done`
+    called with the core's answer once `settled` says the replica has the answer's CORE_OFFSET (bounded by
+    SETTLE_S and the call's time, as _settled's wait), or at once for an answer without one (a refusal) or
+    a call another node's core forwarded. Without an answer by the call's deadline and a second's grace (a
+    core that stopped answering), the call is answered UNAVAILABLE-in-time as WriteChannel.call's is."""
+    methods = frozenset(method_path(name) for name in WRITE_METHODS)
+
+    def start(method: str, request: bytes, context: Any, done: Callable[[Answer], None]) -> bool:
+        if method not in methods:
+            return False
+        left = _time_left(context)
+        answer, cancel = writes.start(method, request, forwarded_metadata(context), left)
+        if not context.add_callback(cancel):
+            cancel()  # the caller's call had ended already
+        bound = None if left is None else deadlines.after(left + 1.0, lambda: cancel(
+            (grpc.StatusCode.DEADLINE_EXCEEDED, "the node's core did not answer in time")))
+
+        def answered(future: Any) -> None:
+            if bound is not None:
+                bound.cancel()
+            got = future.result()
+            offset = _core_offset(got[3]) if got[0] == grpc.StatusCode.OK else 0
+            if not offset or _forwarded(context):
+                done(got)
+                return
+            spare = context.time_remaining()
+            settled.when(offset, min(SETTLE_S, spare if spare is not None else SETTLE_S), lambda: done(got))
+
+        answer.add_done_callback(answered)
+        return True
+
+    return start
 
 
 def reflection_handler(services: Sequence[str]) -> grpc.RpcMethodHandler:
@@ -377,5 +493,6 @@ def _fail(context: grpc.ServicerContext, call: Any) -> None:
     context.abort(call.code(), call.details() or "")
 
 
-__all__ = ["CoreForwarder", "ReadIndexes", "WorkerCallers", "core_read_index", "decode_caller", "forwarded_metadata",
-           "local_handlers", "own_channel", "prepare_socket", "reflection_handler", "socket_path", "target"]
+__all__ = ["CoreForwarder", "ReadIndexes", "ReplicaOffsets", "WorkerCallers", "core_read_index", "decode_caller",
+           "forwarded_metadata", "local_handlers", "own_channel", "prepare_socket", "reflection_handler", "socket_path",
+           "target", "write_first"]

@@ -96,6 +96,8 @@ from nameserver.api.inprocess import LocalRpcError
 from nameserver.api.writechannel import (
     _NO_TIME,
     BATCH_BYTES,
+    GIVEN_WRITE,
+    Answer,
     ChannelContext,
     _Details,
     _metadata_fields,
@@ -196,6 +198,7 @@ class _Call:
         self.credits: threading.Semaphore | None = None
         self.context: FrontContext | None = None
         self.index: int | None = None  # its read index, asked for as it came (IndexFirst)
+        self.answer: Answer | None = None  # its write's answer from the core, sent as it came (WriteFirst)
         self.arrived: float | None = None  # when it came, for a call run only once its index did (IndexFirst)
 
     def wake(self) -> None:
@@ -220,13 +223,15 @@ class FrontServer(framing.LinkServer):
 
     def __init__(self, cfg: NodeConfig, path: str, interceptors: Sequence[grpc.ServerInterceptor],
                  inline: Inline | None = None, reusable: Reusable | None = None,
-                 index_first: IndexFirst | None = None) -> None:
+                 index_first: IndexFirst | None = None, write_first: WriteFirst | None = None) -> None:
         """`inline`: which calls may run on the link's own thread (see Inline); `reusable`: which of those
         the front end may answer again from its cache (see Reusable; None: none); `index_first`: which calls
-        ask their read index as they arrive and run when it comes (see IndexFirst)."""
+        ask their read index as they arrive and run when it comes (see IndexFirst); `write_first`: which
+        writes go to the core as they arrive and run when the answer is there (see WriteFirst)."""
         super().__init__(path, "front-channel")
         self.inline = inline
         self.index_first = index_first
+        self.write_first = write_first
         self.reusable = reusable
         self.interceptors = tuple(interceptors)
         self.generic: list[grpc.GenericRpcHandler] = []
@@ -316,7 +321,8 @@ class FrontServer(framing.LinkServer):
                                                    b"Concurrent RPC limit exceeded!"], counted=False)
                 return
             if (self.inline is not None and call.method in self.inline.methods) or \
-                    (self.index_first is not None and call.method in self.index_first.methods):
+                    (self.index_first is not None and call.method in self.index_first.methods) or \
+                    (self.write_first is not None and call.method in self.write_first.methods):
                 held[call_id] = call  # its request is likely in this frame: see at its end (HALF_CLOSE)
                 return
             self.pool.submit(self._run, call, calls)
@@ -339,7 +345,8 @@ class FrontServer(framing.LinkServer):
                 if request is not None and self.inline is not None and found.method in self.inline.methods \
                         and self.inline.here(found.method, request):
                     self._run(found, calls, inline=request)
-                elif request is None or not self._index_first(found, calls, request):
+                elif request is None or not (self._index_first(found, calls, request)
+                                             or self._write_first(found, calls, request)):
                     self.pool.submit(self._run, found, calls)
         elif kind == CANCEL and found.context is not None:
             found.context.cancel()
@@ -361,6 +368,20 @@ class FrontServer(framing.LinkServer):
 
         call.arrived = time.perf_counter()
         return first.start(call.method, request, context, indexed)
+
+    def _write_first(self, call: _Call, calls: dict[bytes, _Call], request: bytes) -> bool:
+        """Send `call`'s write to the core now and run the call when its answer is there (WriteFirst); False:
+        not such a call. A call whose caller the front end did not name is never sent (the pool's refuses it)."""
+        first, context = self.write_first, call.context
+        if first is None or context is None or call.method not in first.methods or not call.known_caller:
+            return False
+
+        def answered(answer: Answer) -> None:
+            call.answer = answer
+            self._run(call, calls, inline=request)
+
+        call.arrived = time.perf_counter()
+        return first.start(call.method, request, context, answered)
 
     def _to_pool(self, call: _Call, calls: dict[bytes, _Call]) -> None:
         try:
@@ -389,6 +410,7 @@ class FrontServer(framing.LinkServer):
         if inline is not None and self.reusable is not None and call.method in self.reusable.methods:
             generation = self.reusable.generations.value
         given = GIVEN_INDEX.set(call.index) if call.index is not None else None
+        written = GIVEN_WRITE.set(call.answer) if call.answer is not None else None
         received = CALL_RECEIVED.set(call.arrived) if call.arrived is not None else None
         try:
             if inline is None:
@@ -405,6 +427,8 @@ class FrontServer(framing.LinkServer):
         finally:
             if given is not None:
                 GIVEN_INDEX.reset(given)
+            if written is not None:
+                GIVEN_WRITE.reset(written)
             if received is not None:
                 CALL_RECEIVED.reset(received)
             if context.ended_with is not None:  # cancelled with a status: the client gets that one
@@ -527,6 +551,30 @@ class IndexFirst:
         self.start = start
 
 
+# WriteFirst's start: (method, request bytes, context, done(the core's answer)) -> whether it sent the write
+StartWrite = Callable[[str, bytes, "FrontContext", Callable[[Answer], None]], bool]
+
+
+class WriteFirst:
+    """Unary writes sent to the core as they arrive whole, with no thread waiting for the answer:
+    `start(method, request bytes, context, done)` sends (False: not this call, which goes to the pool as any)
+    and calls `done(answer)` once the core answered and the worker's replica has the core's offset of that
+    answer (read-your-writes: on the replica's thread when it applies it, else on the write channel's reader
+    thread; past the settle bound, with the replica behind, the call's wait is the pool's), where the call
+    then runs as an inline one would, its handler answering with the core's answer (GIVEN_WRITE) instead of
+    sending the write again; a step that would wait hands it to the pool with that answer kept. The call meets
+    the worker's interceptors when it runs: every check they make of a write (the call guard's refusal, auth)
+    the core makes first, in the same words, from the same metadata and caller (corelink.WorkerCallers), so a
+    write they would refuse never enters the log; and a call the front end did not name a caller of is never
+    sent. What this saves is a pool thread's two wakes per write (the front channel's hand-off, the write
+    channel's answer): docs/benchmarks.md, "Issue 27: the write's call path without a blocked thread
+    (session 25)"."""
+
+    def __init__(self, methods: frozenset[str], start: StartWrite) -> None:
+        self.methods = methods
+        self.start = start
+
+
 class Generations:
     """A worker's state generation, as the front end's reply cache sees it (Reusable): a number that moves
     whenever a reusable reply could change, said to every link from the front end at once (a g record, in
@@ -625,4 +673,4 @@ def _close(responses: Iterator[Any]) -> None:
         close()
 
 
-__all__ = ["FrontContext", "FrontServer", "Generations", "Inline", "Reusable", "socket_path"]
+__all__ = ["FrontContext", "FrontServer", "Generations", "Inline", "Reusable", "WriteFirst", "socket_path"]

@@ -15,6 +15,7 @@ import grpc
 from nameserver import headers
 from nameserver.api import auth
 from nameserver.api.grpcwrap import wrap_handler
+from nameserver.api.later import Later
 from nameserver.core.forwarder import NoLeader
 from nameserver.core.node import (
     ClientRef,
@@ -26,7 +27,7 @@ from nameserver.core.node import (
 from nameserver.errors import TooLargeError, ValidationError
 from nameserver.state.shards.moves import SetMoving
 from nameserver.state.translate import CasFailed
-from raftlog.proposer import NotLeader, ProposalError
+from raftlog.proposer import ProposalError
 
 
 def forwarded(context: grpc.ServicerContext) -> bool:
@@ -104,47 +105,74 @@ def call_timeout(context: grpc.ServicerContext, default: float, cap: float) -> f
 
 
 def rpc(fn: Callable) -> Callable:
-    """Map our exceptions to gRPC statuses, one place for every method."""
+    """Map our exceptions to gRPC statuses, one place for every method; a reply that comes later (Later: a
+    write the core answers from its apply) is mapped the same way when it comes."""
 
     @functools.wraps(fn)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            return fn(self, request, context)
-        except TooLargeError as exc:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.field}: {exc.message}")
-        except ValidationError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.field}: {exc.message}")
-        except NotReady as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"not ready: {exc}")
-        except OffsetNotReached as exc:
-            context.set_trailing_metadata(((headers.APPLY_OFFSET, str(exc.apply_offset)),))
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        except ProposalError as exc:
-            what = "outcome unknown" if exc.unknown_outcome else "not applied"
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"write {what}: {exc}")
-        except CasFailed as exc:
-            context.set_trailing_metadata(((headers.CURRENT_VERSION, str(exc.current)),))
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except SessionSuperseded as exc:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except DeadlinePassed as exc:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
-        except CallCancelled as exc:
-            context.abort(grpc.StatusCode.CANCELLED, str(exc))
-        except SetMoving as exc:  # retriable: the set's writes go to its new group once the move is done
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        except (NotLeader, NoLeader) as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        except TimeoutError as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"linearizable read: {exc}")
-        except MembershipError as exc:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except grpc.RpcError as exc:  # a forwarded call's status passes through unchanged
-            if hasattr(exc, "code") and callable(exc.code):
-                context.abort(exc.code(), exc.details() or "forwarded call failed")
+            reply = fn(self, request, context)
+        except Exception as exc:
+            abort_for(exc, context)
             raise
+        return _mapped_later(reply, context) if isinstance(reply, Later) else reply
 
     return wrapper
+
+
+def _mapped_later(reply: Later, context: grpc.ServicerContext) -> Later:
+    """`reply`, its exception mapped to the status `rpc` gives it (context.abort's), when it comes."""
+    out = Later()
+
+    def mapped(got: Later) -> None:
+        try:
+            out.resolve(got.result())
+        except Exception as exc:
+            try:
+                abort_for(exc, context)
+            except Exception as aborted:  # context.abort raised the status
+                out.fail(aborted)
+                return
+            out.fail(exc)  # not one of ours: as it came (the caller answers UNKNOWN)
+
+    reply.then(mapped)
+    return out
+
+
+def abort_for(exc: Exception, context: grpc.ServicerContext) -> None:
+    """context.abort with the status `exc` maps to (which raises); returns for an exception of no status here."""
+    if isinstance(exc, TooLargeError):
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.field}: {exc.message}")
+    elif isinstance(exc, ValidationError):
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.field}: {exc.message}")
+    elif isinstance(exc, NotReady):
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"not ready: {exc}")
+    elif isinstance(exc, OffsetNotReached):
+        context.set_trailing_metadata(((headers.APPLY_OFFSET, str(exc.apply_offset)),))
+        context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+    elif isinstance(exc, ProposalError):  # NotLeader too (a ProposalError): "write not applied: ..."
+        what = "outcome unknown" if exc.unknown_outcome else "not applied"
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"write {what}: {exc}")
+    elif isinstance(exc, CasFailed):
+        context.set_trailing_metadata(((headers.CURRENT_VERSION, str(exc.current)),))
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+    elif isinstance(exc, SessionSuperseded):
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+    elif isinstance(exc, DeadlinePassed):
+        context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
+    elif isinstance(exc, CallCancelled):
+        context.abort(grpc.StatusCode.CANCELLED, str(exc))
+    elif isinstance(exc, SetMoving | NoLeader):
+        # SetMoving is retriable: the set's writes go to its new group once the move is done. (NotLeader is a
+        # ProposalError, answered above, as the rpc wrapper's clauses in that order always did.)
+        context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+    elif isinstance(exc, TimeoutError):
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"linearizable read: {exc}")
+    elif isinstance(exc, MembershipError):
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+    elif isinstance(exc, grpc.RpcError) and hasattr(exc, "code") and callable(exc.code):
+        # a forwarded call's status passes through unchanged
+        context.abort(exc.code(), exc.details() or "forwarded call failed")
 
 
 class _Undecodable:
@@ -197,5 +225,5 @@ class DecodeGuard(grpc.ServerInterceptor):
         return wrap_handler(handler, checked, request_deserializer=_lenient(handler.request_deserializer))
 
 
-__all__ = ["CallCancelled", "DeadlinePassed", "DecodeGuard", "call_timeout", "client_ref", "forwarded", "in_time",
-           "rpc"]
+__all__ = ["CallCancelled", "DeadlinePassed", "DecodeGuard", "abort_for", "call_timeout", "client_ref", "forwarded",
+           "in_time", "rpc"]

@@ -18,6 +18,7 @@ import grpc
 from nameserver import headers, validation
 from nameserver.api.callguard import Stall
 from nameserver.api.deadlines import DeadlineWatch
+from nameserver.api.later import Later
 from nameserver.api.rpc import call_timeout, client_ref, forwarded, in_time, rpc
 from nameserver.chunking import assemble_chunks, register_chunks, should_stream
 from nameserver.core.node import (
@@ -26,12 +27,14 @@ from nameserver.core.node import (
     NotReady,
     WriteResult,
 )
+from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.core.watch import Watcher, to_events
 from nameserver.pb import api_pb2, api_pb2_grpc, state_pb2
 from nameserver.state import MetadataState, Translation, keys, settings, translate
 from nameserver.validation import ValidationError
 from raftlog.history import Compacted
 from raftlog.pb import entry_pb2
+from raftlog.proposer import NotLeader
 
 log = logging.getLogger("nameserver.api.service")
 
@@ -46,21 +49,33 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
         self.max_wait = node.cfg.max_wait_ms / 1000
         self.forward_skew_ms = node.cfg.forward_clock_skew_ms
         self.stream_deadlines = DeadlineWatch("stream-deadlines")
+        self.write_deadlines = DeadlineWatch("write-deadlines")  # a write answered later: its call's time
 
     # ---- write plumbing ------------------------------------------------------------------------
 
     def write(self, context: grpc.ServicerContext, method: str, request: Any, translate_fn: Callable,
               reply_of: Callable[[WriteResult], Any],
-              service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub, topics: int = 0) -> Any:
+              service: Callable[[grpc.Channel], Any] = api_pb2_grpc.NameServerStub, topics: int = 0,
+              later: bool = True) -> Any:
         """Apply a write here when leading, else pass `request` on to `method` of the leader's `service`
         (nameserver/core/forwarder.py); returns the method's reply. `topics`: a registration's, for the
         leader's budget (nameserver/core/budget.py). A call that is over (its deadline passed, or the
-        forwarder's; its caller cancelled) is neither passed on nor proposed (rpc.in_time)."""
+        forwarder's; its caller cancelled) is neither passed on nor proposed (rpc.in_time).
+        A call whose context answers later (`answers_later`: a worker's write on the core's write channel) gets
+        a Later when `later` (the caller does nothing after the write that must wait for its commit) and the
+        write is proposed with nothing to wait for before (NameServerNode.write_later): no thread waits for its
+        commit; the reply is made on the apply thread."""
         client = client_ref(context)
         wanted = in_time(context, self.forward_skew_ms)
         wanted()
         timeout = call_timeout(context, self.default_timeout, self.max_wait)
         deadline = time.monotonic() + timeout
+        if later and getattr(context, "answers_later", False):
+            reply = self._write_later(translate_fn, reply_of, client, timeout, topics, wanted)
+            if reply is not None:
+                return reply
+        if not waiting_allowed():  # run where nothing may wait (the write channel's reader): nothing done yet
+            raise WouldBlock("this write waits before its proposal (write()'s way)")
         md = [(k, v) for k, v in context.invocation_metadata() if k in (headers.CLIENT_ID, headers.CLIENT_SEQ)]
         if client is not None and client.owner:
             md.append((headers.SESSION_OWNER, client.owner))
@@ -77,9 +92,38 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
                                context.is_active)
         return reply
 
+    def _write_later(self, translate_fn: Callable, reply_of: Callable[[WriteResult], Any], client: ClientRef | None,
+                     timeout: float, topics: int, wanted: Callable[[], None]) -> Any:
+        """The write proposed with no thread waiting for its commit: a Later of its reply (or the reply, when
+        there is nothing to wait for); None when it would wait before its proposal (write()'s way then)."""
+        reply = Later()
+
+        def done(res: WriteResult | None, error: BaseException | None) -> None:
+            if error is not None or res is None:
+                reply.fail(error or RuntimeError("a write ended with neither a result nor an error"))
+                return
+            try:
+                reply.resolve(self._reply(reply_of, res))
+            except Exception as exc:  # a reply_of bug: answered as the servicer's would be (UNKNOWN)
+                reply.fail(exc)
+
+        try:
+            started = self.node.write_later(translate_fn, timeout, client, reply_of, topics, wanted, done)
+        except NotLeader:  # lost the lead before proposing: write()'s way passes it on to the new leader
+            return None
+        if started is None or isinstance(started, WriteResult):
+            return started if started is None else self._reply(reply_of, started)
+        bound = self.write_deadlines.after(timeout, started)  # the call's time: then its outcome is unknown
+        reply.then(lambda _: bound.cancel())
+        return reply
+
     def _apply_write(self, translate_fn: Callable, reply_of: Callable[[WriteResult], Any],
                      client: ClientRef | None, timeout: float, topics: int, wanted: Callable[[], None]) -> Any:
-        res = self.node.write(translate_fn, timeout, client, reply_of, topics, wanted=wanted)
+        return self._reply(reply_of, self.node.write(translate_fn, timeout, client, reply_of, topics, wanted=wanted))
+
+    @staticmethod
+    def _reply(reply_of: Callable[[WriteResult], Any], res: WriteResult) -> Any:
+        """A write's reply: made from its result, or, for an exactly-once retry, the first attempt's."""
         if res.replayed is not None:
             reply = reply_of(WriteResult(0, 0, None))  # an empty reply of the right type
             reply.ParseFromString(res.replayed)
@@ -168,8 +212,10 @@ class NameServerService(api_pb2_grpc.NameServerServicer):
     def UnregisterBroker(self, request: api_pb2.UnregisterBrokerRequest, context: grpc.ServicerContext
                          ) -> api_pb2.WriteReply:
         validation.validate_unregister_broker(request)
-        reply = self._write_reply(context, "UnregisterBroker", request, lambda s: translate.unregister_broker(
-            s, request.cluster_name, request.broker_name, request.broker_addr, request.broker_id))
+        reply = self.write(context, "UnregisterBroker", request, lambda s: translate.unregister_broker(
+            s, request.cluster_name, request.broker_name, request.broker_addr, request.broker_id),
+            lambda res: api_pb2.WriteReply(offset=res.offset, records=res.records),
+            later=False)  # forgotten once the unregistration is written
         self.node.forget_broker(request.broker_addr)
         return reply
 

@@ -33,6 +33,7 @@ whatever becomes of the link (Raft decides whether it was written, never the lin
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 import logging
 import os
@@ -49,6 +50,8 @@ import grpc
 
 from nameserver import framing
 from nameserver.api.inprocess import LocalContext, LocalRpcError
+from nameserver.api.later import Later
+from nameserver.core.nowait import WouldBlock, no_wait, waiting_allowed
 from nameserver.pb import api_pb2
 
 log = logging.getLogger("nameserver.api.writechannel")
@@ -58,6 +61,10 @@ NAMESERVER = api_pb2.DESCRIPTOR.services_by_name["NameServer"]
 # The NameServer's unary writes (a chunked registration, a client stream, goes by corelink's forwarder).
 WRITE_METHODS = ("RegisterBroker", "UnregisterBroker", "Heartbeat", "PutKv", "DeleteKv", "UpdateSettings",
                  "WipeWritePerm", "AddWritePerm", "RegisterTopic", "DeleteTopic", "BindQueue", "ReleaseQueue")
+# The writes the core runs on the channel's reader thread (WriteChannelServer's `inline`), whose servicer answers
+# from the apply (NameServerService.write): not Heartbeat (it reads the state under its lock, and writes
+# nothing), not UnregisterBroker (its broker is forgotten once the write committed: a thread waits for it).
+INLINE_WRITES = tuple(name for name in WRITE_METHODS if name not in ("Heartbeat", "UnregisterBroker"))
 BATCH_BYTES = 1 << 20     # a frame gathers calls up to about this many bytes (one call may be larger)
 _ID = struct.Struct(">Q")
 _NO_TIME = -1             # a call whose caller set no deadline
@@ -72,6 +79,9 @@ Answer = tuple[grpc.StatusCode, str, bytes, Metadata]  # code, details, reply by
 Cancel = Callable[..., None]  # a started call's cancel: (why: (code, details) | None = None, tell: bool = True)
 # the core's read index without a waiting thread: the index now, or None and done(index | None) later
 StartReadIndex = Callable[[Callable[[int | None], None]], "int | None"]
+# A worker's write whose answer came before its call ran (frontchannel.WriteFirst): the handler answers with it
+# instead of sending the write (corelink.CoreForwarder); set only around that one call's run.
+GIVEN_WRITE: contextvars.ContextVar[Answer | None] = contextvars.ContextVar("rip18_given_write", default=None)
 
 
 def socket_path(data_dir: str) -> str:
@@ -199,6 +209,8 @@ class ChannelContext(LocalContext):
     caller's, on time.monotonic(). Cancelled when its worker says so (the worker's call ended), and ended
     when answered: either way, as gRPC's, it is no longer active and its callbacks are called, once."""
 
+    answers_later = False  # the service may answer with a Later (WriteChannelServer's writes: NameServerService.write)
+
     def __init__(self, deadline: float | None, metadata: Metadata) -> None:
         super().__init__(None, metadata)  # type: ignore[arg-type]  # binary values pass through
         self._deadline = deadline
@@ -253,10 +265,37 @@ class WriteCalls:
                 response_serializer=getattr(api_pb2, m.output_type.name).SerializeToString)
 
     def call(self, method: str, request: bytes, context: ChannelContext) -> Answer:
+        """The call's answer, waited for (start's, on this thread)."""
+        answered: list[Answer] = []
+        done = threading.Event()
+
+        def answer(outcome: Answer) -> None:
+            answered.append(outcome)
+            done.set()
+
+        self.start(method, request, context, answer)
+        done.wait()
+        return answered[0]
+
+    def start(self, method: str, request: bytes, context: ChannelContext, answer: Callable[[Answer], None]) -> None:
+        """Run the call; `answer(its answer)` when it is there: at once, or, for a reply that comes later (a
+        write answered from the core's apply: Later), on the thread that makes it. The context ends first."""
         try:
-            return self._answer(method, request, context)
-        finally:
+            outcome = self._answer(method, request, context)
+        except WouldBlock:
+            raise  # nothing was done: the call runs again where it may wait, on the same context
+        except BaseException:
             context.end()
+            raise
+        if isinstance(outcome, Later):
+            outcome.then(lambda got: self._answered(got.result(), context, answer))
+        else:
+            self._answered(outcome, context, answer)
+
+    @staticmethod
+    def _answered(outcome: Answer, context: ChannelContext, answer: Callable[[Answer], None]) -> None:
+        context.end()
+        answer(outcome)
 
     def handler(self, method: str, metadata: Metadata) -> Any:
         """The method's handler wrapped by the interceptors, as grpcio's server would build it; None when an
@@ -280,27 +319,49 @@ class WriteCalls:
         self._intercepted[key] = handler
         return handler
 
-    def _answer(self, method: str, request: bytes, context: ChannelContext) -> Answer:
+    def _answer(self, method: str, request: bytes, context: ChannelContext) -> Answer | Later:
+        """The call's answer, or a Later of it (a reply that comes later)."""
         if method not in self.handlers:
             return grpc.StatusCode.UNIMPLEMENTED, f"{method} is not a write of the channel", b"", ()
         handler = self.handler(method, context.invocation_metadata())
         if handler is None:
             return grpc.StatusCode.UNIMPLEMENTED, "", b"", ()
-        try:
+
+        def reply() -> Any:
             parsed = handler.request_deserializer(request) if handler.request_deserializer else request
             if handler.unary_unary:
-                reply = handler.unary_unary(parsed, context)
-            elif handler.stream_unary:  # the call guard serves unary methods as request-streaming ones
-                reply = handler.stream_unary(iter((parsed,)), context)
-            else:
-                return grpc.StatusCode.UNIMPLEMENTED, "", b"", ()
-            body = handler.response_serializer(reply) if handler.response_serializer else reply
-            return grpc.StatusCode.OK, "", body, context.trailing()
-        except LocalRpcError as exc:
-            return exc.code(), exc.details(), b"", context.trailing()
-        except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
-            log.exception("write channel call %s failed", method)
-            return grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}", b"", context.trailing()
+                return handler.unary_unary(parsed, context)
+            if handler.stream_unary:  # the call guard serves unary methods as request-streaming ones
+                return handler.stream_unary(iter((parsed,)), context)
+            raise LocalRpcError(grpc.StatusCode.UNIMPLEMENTED, "", ())
+
+        first = _encoded(handler, method, context, reply)
+        if not isinstance(first, Later):
+            return first
+        out = Later()
+        first.then(lambda got: out.resolve(_encoded(handler, method, context, got.result)))
+        return out
+
+
+def _encoded(handler: Any, method: str, context: ChannelContext, reply: Callable[[], Any]) -> Answer | Later:
+    """The answer of `reply()` (a Later as it is: encoded when it comes, by calling this again with its result):
+    the reply's bytes, or the status of what it raised."""
+    try:
+        got = reply()
+        if isinstance(got, Later):
+            return got
+        body = handler.response_serializer(got) if handler.response_serializer else got
+        return grpc.StatusCode.OK, "", body, context.trailing()
+    except LocalRpcError as exc:
+        return exc.code(), exc.details(), b"", context.trailing()
+    except WouldBlock:
+        if not waiting_allowed():
+            raise  # run where nothing may wait: the caller runs it again where it may (WriteChannelServer)
+        log.exception("write channel call %s failed", method)
+        return grpc.StatusCode.UNKNOWN, "Exception calling application: WouldBlock", b"", context.trailing()
+    except Exception as exc:  # a servicer bug: what gRPC answers for one, and a log line
+        log.exception("write channel call %s failed", method)
+        return grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}", b"", context.trailing()
 
 
 _NOT_KEPT = object()
@@ -323,7 +384,7 @@ class WriteChannelServer(framing.LinkServer):
     """The core's end: the socket, a reader per worker link, the calls on a pool, answers batched back."""
 
     def __init__(self, path: str, calls: WriteCalls, threads: int, max_request_bytes: int,
-                 read_index: StartReadIndex | None = None) -> None:
+                 read_index: StartReadIndex | None = None, inline: frozenset[str] = frozenset()) -> None:
         """`read_index`: the core's read index without a waiting thread (NameServerNode.start_linearizable_index):
         a READ_INDEX ask is then answered from the link's reader thread or the Raft tick thread, no pool
         thread and no interceptors per ask, once the interceptors admitted an ask with the same metadata
@@ -331,6 +392,8 @@ class WriteChannelServer(framing.LinkServer):
         super().__init__(path, "write-channel")
         self.writes = calls
         self.read_index = read_index
+        # the writes run on the link's reader thread, the pool's only when they would wait (_run_here)
+        self.inline = frozenset(method_path(name).encode() for name in inline)
         self._admitted: set[tuple[bytes, ...]] = set()  # READ_INDEX asks' metadata the interceptors let through
         self.max_frame = BATCH_BYTES + max_request_bytes + framing.FRAME_SLACK
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="write-channel")
@@ -374,6 +437,8 @@ class WriteChannelServer(framing.LinkServer):
                     if fields[2] == _READ_INDEX and self.read_index is not None and not fields[3] \
                             and tuple(fields[4:]) in self._admitted:
                         self._read_index_here(sender, fields, context, running)
+                    elif fields[2] in self.inline and context.is_active():
+                        self._run_here(sender, fields, context, running)
                     else:
                         self.pool.submit(self._run, sender, fields, context, running)
         except (OSError, ValueError, EOFError, RuntimeError) as exc:  # RuntimeError: the pool is shut down
@@ -395,19 +460,46 @@ class WriteChannelServer(framing.LinkServer):
 
     def _run(self, sender: _Sender, fields: list[bytes], context: ChannelContext,
              running: dict[bytes, ChannelContext]) -> None:
+        """Run a call and answer it: a write's answer may come later, from the core's apply, when no thread
+        waits for it (NameServerService.write)."""
         call_id, method, request = fields[0], fields[2].decode(), fields[3]
-        try:
-            code, details, body, trailing = self.writes.call(method, request, context)
-        finally:
+
+        def answer(outcome: Answer) -> None:
+            code, details, body, trailing = outcome
             with self._lock:
                 if running.get(call_id) is context:
                     del running[call_id]
-        if code == grpc.StatusCode.OK and fields[2] == _READ_INDEX and not request:
+            if code == grpc.StatusCode.OK and fields[2] == _READ_INDEX and not request:
+                with self._lock:
+                    if len(self._admitted) >= MAX_ADMITTED:  # a bound, not an eviction order: start again
+                        self._admitted.clear()
+                    self._admitted.add(tuple(fields[4:]))
+            sender.put([call_id, str(code.value[0]).encode(), details.encode(), body, *_metadata_fields(trailing)])
+
+        if fields[2] != _READ_INDEX:
+            context.answers_later = True
+        try:
+            self.writes.start(method, request, context, answer)
+        except WouldBlock:
+            raise  # _run_here's: the pool runs it again
+        except BaseException:
             with self._lock:
-                if len(self._admitted) >= MAX_ADMITTED:  # a bound, not an eviction order: start again
-                    self._admitted.clear()
-                self._admitted.add(tuple(fields[4:]))
-        sender.put([call_id, str(code.value[0]).encode(), details.encode(), body, *_metadata_fields(trailing)])
+                if running.get(call_id) is context:
+                    del running[call_id]
+            raise
+
+    def _run_here(self, sender: _Sender, fields: list[bytes], context: ChannelContext,
+                  running: dict[bytes, ChannelContext]) -> None:
+        """A write run on the link's reader thread, with no hand-off to the pool: its interceptors and its
+        servicer run to the proposal, and its answer comes from the apply (NameServerService.write). A step
+        that would wait (no leader here, the budget full, a refusal to confirm through the log, a registration
+        in parts) raises WouldBlock before anything was done (nameserver/core/nowait.py): then the pool runs
+        the call from its start, as ever."""
+        try:
+            with no_wait():
+                self._run(sender, fields, context, running)
+        except WouldBlock:
+            self.pool.submit(self._run, sender, fields, context, running)
 
     def _read_index_here(self, sender: _Sender, fields: list[bytes], context: ChannelContext,
                          running: dict[bytes, ChannelContext]) -> None:
@@ -579,5 +671,5 @@ def _waits(time_left: float | None) -> Iterator[None]:
         yield None
 
 
-__all__ = ["WRITE_METHODS", "ChannelContext", "WriteCalls", "WriteChannel", "WriteChannelServer", "method_path",
-           "socket_path"]
+__all__ = ["GIVEN_WRITE", "INLINE_WRITES", "WRITE_METHODS", "ChannelContext", "WriteCalls", "WriteChannel",
+           "WriteChannelServer", "method_path", "socket_path"]

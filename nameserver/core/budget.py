@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from nameserver.errors import TooLargeError
 from nameserver.state import keys
@@ -74,13 +74,32 @@ class TopicBudget:
             yield
             ok = True
         finally:
-            with self._cond:
-                self.held -= want
-                if ok:  # a failed write's time says nothing of what a topic costs
-                    cost = (time.monotonic() - granted) / topics
-                    self.seconds_per_topic = cost if self.seconds_per_topic == 0 else \
-                        (1 - COST_WEIGHT) * self.seconds_per_topic + COST_WEIGHT * cost
-                self._cond.notify_all()
+            self._release(want, topics, granted, ok)
+
+    def _release(self, want: int, topics: int, granted: float, ok: bool) -> None:
+        with self._cond:
+            self.held -= want
+            if ok:  # a failed write's time says nothing of what a topic costs
+                cost = (time.monotonic() - granted) / topics
+                self.seconds_per_topic = cost if self.seconds_per_topic == 0 else \
+                    (1 - COST_WEIGHT) * self.seconds_per_topic + COST_WEIGHT * cost
+            self._cond.notify_all()
+
+
+    def take_now(self, topics: int) -> Callable[[bool], None] | None:
+        """`hold` without waiting and without a block, for a write that waits for its commit with no thread
+        (NameServerNode.write_later): `topics` of the budget now, or None when there is no room now (then
+        `hold`, which waits). Returns `release(ok)`, to call once at the write's end (`ok`: it committed,
+        and its time teaches the cost per topic, as `hold`'s block does)."""
+        want = min(topics, self.capacity)
+        if want <= 0:
+            return lambda ok: None
+        with self._cond:
+            if self.held + want > self.capacity:
+                return None
+            self.held += want
+        granted = time.monotonic()
+        return lambda ok: self._release(want, topics, granted, ok)
 
 
 def leading_parts(batch: entry_pb2.Batch, per_part: int = PART_RECORDS

@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +127,8 @@ class NameServerNode(LocalReads):
         self.quota_limits = {name: getattr(cfg, name) for name in quotas.QUOTAS}
         self.session_quota = SessionQuota(cfg.max_sessions_per_owner, cfg.max_sessions)
         self.registrations = TopicBudget(cfg.registration_topics_in_flight)
+        self._retry_pool: ThreadPoolExecutor | None = None  # write_later's writes that raced (made when needed)
+        self._retries_lock = threading.Lock()
         # [sharding] groups > 1: every write is guarded by the fences of the sets it writes (a set moving
         # out of this group: docs/scaling.md, "a move"); a group core reads group 0's state through `group0`
         # (set by nameserver/groupcore.py: fn(group 0's state) under its replica's lock) for what a
@@ -183,6 +186,8 @@ class NameServerNode(LocalReads):
         self.leader_read_indexes.stop()
         self.log.close()
         self.forwarder.close()
+        if self._retry_pool is not None:
+            self._retry_pool.shutdown(wait=False)
 
     # ---- reads (read, read_route, inspect, catch_up: nameserver/core/reads.py) ---------------------
 
@@ -239,6 +244,81 @@ class NameServerNode(LocalReads):
         with self.registrations.hold(topics, timeout / 2, call_left=timeout):
             return self._write(translate_fn, deadline, client, reply_of, in_parts=topics > 0,
                                finish_by=deadline + timeout, wanted=wanted)
+
+    def write_later(self, translate_fn: Callable[[MetadataState], Translation], timeout: float,
+                    client: ClientRef | None, reply_of: Callable[[WriteResult], Message] | None, topics: int,
+                    wanted: Callable[[], None] | None,
+                    done: Callable[[WriteResult | None, BaseException | None], None]
+                    ) -> WriteResult | Callable[[], None] | None:
+        """`write` with no thread waiting for the commit (the core's answer to a worker's write from the apply:
+        nameserver/api/writechannel.py). Translated and proposed here, as `write`'s first attempt; then
+        `done(result, None)` once it applied (on the apply thread), or `done(None, error)` with what `write`
+        raises for it (ProposalError; after a race with another write, `write`'s own outcome: translated
+        again and waited for on a thread of the node's, as `write`'s next attempt), once. Returns a
+        WriteResult when it is over at once (an exactly-once retry's reply, a write that changes nothing),
+        `give_up` once proposed (call it at the caller's timeout: done(None, ProposalError(outcome
+        unknown)) unless done came first), or None when it would wait before proposing (this node does not
+        lead, the budget has no room now, a refusal to confirm through the log, a registration in parts): then
+        call `write`. Raises what `write` raises before proposing (wanted's, a quota, the translator's)."""
+        if not self.log.is_leader():
+            return None
+        release = self.registrations.take_now(topics)
+        if release is None:
+            return None
+        deadline = time.monotonic() + timeout
+        proposed = False
+        try:
+            try:
+                translated = self.guard.optimistic(functools.partial(self._translate, translate_fn, client, reply_of))
+            except (CasFailed, SessionSuperseded):
+                return None  # a refusal is confirmed through the log before it is answered: write()'s way
+            if isinstance(translated, WriteResult):
+                return translated  # an exactly-once retry: the first attempt's reply
+            translation, offset_now, records = translated
+            if not records:
+                return WriteResult(offset_now, 0, translation)
+            if topics and leading_parts(translation.batch)[0]:
+                return None  # a big registration, proposed in parts
+            if wanted is not None:
+                wanted()
+
+            def committed(applied: Any, error: BaseException | None) -> None:
+                release(error is None and applied.result.applied)
+                if error is not None:
+                    done(None, error)
+                elif applied.result.applied:
+                    done(WriteResult(applied.offset, records, translation), None)
+                else:  # raced: translated again, as write() does, where a refusal's confirmation may wait
+                    log.info("write raced on %s (version %d); translating again", shown(applied.result.failed_key),
+                             applied.result.failed_key_version)
+                    self._retries().submit(self._write_again, translate_fn, deadline, client, reply_of, topics,
+                                           wanted, done)
+
+            give_up = self.log.committer.propose_later(translation.batch, committed)
+            proposed = True
+            return give_up
+        finally:
+            if not proposed:
+                release(False)
+
+    def _retries(self) -> ThreadPoolExecutor:
+        with self._retries_lock:
+            if self._retry_pool is None:
+                self._retry_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="write-again")
+            return self._retry_pool
+
+    def _write_again(self, translate_fn: Callable[[MetadataState], Translation], deadline: float,
+                     client: ClientRef | None, reply_of: Callable[[WriteResult], Message] | None, topics: int,
+                     wanted: Callable[[], None] | None,
+                     done: Callable[[WriteResult | None, BaseException | None], None]) -> None:
+        """write_later's write after a race: `write`'s next attempts, waited for here."""
+        try:
+            result = self.write(translate_fn, max(0.0, deadline - time.monotonic()), client, reply_of, topics,
+                                wanted=wanted)
+        except BaseException as exc:  # handed to the caller's answer, mapped there as write()'s raise is
+            done(None, exc)
+            return
+        done(result, None)
 
     def _write(self, translate_fn: Callable[[MetadataState], Translation], deadline: float,
                client: ClientRef | None, reply_of: Callable[[WriteResult], Message] | None,
