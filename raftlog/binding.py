@@ -38,7 +38,7 @@ from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.node import TCPNode
 
 from raftlog.appendfilter import skip_known_entries
-from raftlog.appendflow import ProbeGate
+from raftlog.appendflow import ProbeGate, RepeatedAnswers
 from raftlog.applier import Applier
 from raftlog.chunkedappend import whole_transmission
 from raftlog.codec import RaftEntry, encode_raft_meta
@@ -198,6 +198,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         send = transport.send
 
         self.probe_gate = gate = ProbeGate(conf.appendEntriesPeriod)
+        self.repeated_answers = answers = RepeatedAnswers(conf.appendEntriesPeriod)
 
         def send_after_sync(node: object, message: object) -> object:
             kind = message.get("type") if isinstance(message, dict) else None
@@ -210,6 +211,8 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
                                      failed=self._install_failed)
             if kind in _PROMISES_ON_DISK:
                 journal.sync()
+                if kind == REPLY and isinstance(message, dict) and not answers.may_send(node, message):
+                    return True  # it repeats the last answer to that leader (raftlog/appendflow.py)
             elif kind == "append_entries" and not gate.may_send(node, message):
                 return True  # held back while the follower is probed (raftlog/appendflow.py)
             return send(node, message)
@@ -266,6 +269,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
 
         def on_link_down(node: object) -> None:
             prevote.on_link_lost(node)  # our leader's link closed: its process may be gone
+            answers.forget(node)  # what went out on that link may never have arrived
             if link_down is not None:
                 link_down(node)
 
@@ -411,12 +415,30 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         return allowed
 
     def _on_durable(self) -> None:
-        """The journal's syncer moved the durable index: let the tick count the leader again."""
+        """The journal's syncer moved the durable index: let the tick count the leader again, when that can
+        commit anything."""
         try:
-            if self._isLeader():
+            if self._isLeader() and self._durable_may_commit():
                 self.wake()
         except Exception:  # never raise on the syncer thread
             log.exception("could not wake the tick loop")
+
+    def _durable_may_commit(self) -> bool:
+        """Syncer thread, after it moved the durable index: whether the leader's own copy can now complete a
+        majority, i.e. enough followers already hold an entry past the commit index. Usually the leader's
+        fsync finishes before any follower's answer arrives, and a wake then found nothing to commit: a
+        pass of the tick thread per entry for nothing (session 25). No commit is missed: the tick computes
+        the commit index at the start of every pass, and a pass follows every answer it reads; an answer
+        read before this check is counted here, one read after it meets the durable index already moved.
+        Reading pysyncobj's dicts off the tick thread may race a membership change: then wake anyway."""
+        try:
+            others = list(self._SyncObj__otherNodes)
+            match = self._SyncObj__raftMatchIndex
+            commit = self._commit_index
+            ahead = sum(1 for node in others if match.get(node, 0) > commit)
+            return ahead >= (len(others) + 1) // 2  # with the leader, (len(others) + 1) // 2 + 1: a majority
+        except Exception:
+            return True
 
     def _on_tick(self) -> None:
         self.tick_watch.beat()

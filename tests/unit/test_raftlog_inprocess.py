@@ -260,6 +260,59 @@ def test_a_lone_leader_s_tick_is_woken_once_per_entry(tmp_path) -> None:
         node.close()
 
 
+def _leader_after_a_sync(others: list[str], match: dict[str, int], commit: int = 10) -> tuple[object, list[int]]:
+    """A stand-in for a leader's RaftNode as its journal's syncer sees it, counting the wakes."""
+    from types import SimpleNamespace
+
+    from raftlog.binding import RaftNode
+
+    wakes: list[int] = []
+    node = SimpleNamespace(_SyncObj__otherNodes=set(others), _SyncObj__raftMatchIndex=dict(match),
+                           _commit_index=commit, _isLeader=lambda: True, wake=lambda: wakes.append(1))
+    node._durable_may_commit = lambda: RaftNode._durable_may_commit(node)
+    return node, wakes
+
+
+@pytest.mark.parametrize(("others", "match", "woken"), [
+    (["f1", "f2"], {"f1": 10, "f2": 10}, False),  # the leader's fsync came first: nothing to commit yet
+    (["f1", "f2"], {"f1": 11, "f2": 10}, True),   # a follower holds the next entry: the leader's copy commits it
+    ([], {}, True),                               # one member: the syncer's wake is the one that commits
+    (["f1", "f2", "f3", "f4"], {"f1": 11, "f2": 9, "f3": 10}, False),  # 2 of 5 with the leader: no majority
+    (["f1", "f2", "f3", "f4"], {"f1": 11, "f2": 12, "f3": 10}, True),
+])
+def test_the_syncer_wakes_the_leader_s_tick_only_when_its_copy_can_commit(others, match, woken) -> None:
+    """With followers, the leader's own fsync usually finishes before any follower answers, and its wake found
+    nothing to commit: one pass of the tick thread per entry for nothing."""
+    from raftlog.binding import RaftNode
+
+    node, wakes = _leader_after_a_sync(others, match)
+    RaftNode._on_durable(node)
+    assert wakes == ([1] if woken else [])
+
+
+def test_the_syncer_wakes_the_tick_when_it_cannot_read_the_followers() -> None:
+    from raftlog.binding import RaftNode
+
+    node, wakes = _leader_after_a_sync(["f1"], {})
+    node._SyncObj__raftMatchIndex = None  # as a membership change racing the read could leave it
+    RaftNode._on_durable(node)
+    assert wakes == [1]
+
+
+def test_followers_hold_back_the_answer_repeating_the_last(trio) -> None:
+    """Each entry's answer goes out; the answer to the leader's next append, which passes on the commit index
+    and says nothing new, stays home. The leader still commits every entry and hears from every follower."""
+    leader = leader_of(trio)
+    top = 0
+    for i in range(30):
+        top = leader.log.propose(put(f"k{i}", "v"), timeout=10).offset
+    wait_for(lambda: all(n.log.apply_offset >= top for n in trio))
+    followers = [n for n in trio if n is not leader]
+    assert all(n.log.raft.repeated_answers.held > 0 for n in followers)
+    links = leader.log.peer_links().values()
+    assert all(link.match_index >= top and link.heard_s < 1.0 for link in links)
+
+
 def test_a_role_change_inside_raftnodes_constructor_is_passed_on_after_it(tmp_path, monkeypatch) -> None:
     """pysyncobj's tick thread starts inside RaftNode's constructor and can elect this node before
     `self.raft` is set (a long journal replaying): seen as an AttributeError on `raft` that left a node
