@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import pickle
 import queue
 import threading
 from collections.abc import Callable, Collection
@@ -57,6 +58,7 @@ from raftlog.tickwatch import TickWatch
 # The pysyncobj whose private internals this module steers (pyproject.toml pins the same version):
 # another version may rename or change them silently, so install() refuses it, loudly.
 PYSYNCOBJ_VERSION = "0.3.17"
+COMMAND_PICKLE_PROTOCOL = 4  # RaftNode.append_entry's
 
 log = logging.getLogger("raftlog.binding")
 
@@ -364,6 +366,16 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         thread: threading.Thread | None = self._SyncObj__thread
         return thread
 
+    def append_entry(self, data: bytes, callback: Callable[[Any, int], None]) -> None:
+        """Propose `data` (an encoded Entry) for apply_entry, as `apply_entry(data, callback=callback)` does, with
+        the command pickled at protocol 4 instead of pysyncobj's 2: protocol 2 stores bytes as latin-1 text
+        (up to twice as long in the journal and on the wire) that every node's apply turns back with a call:
+        ~16 us an entry between the leader's pickle and each node's unpickle (session 25). pysyncobj's apply
+        (pickle.loads) reads both, so logs and journals written before read as ever."""
+        func_id = self._methodToID[self._getFuncName("apply_entry")]
+        self._applyCommand(pickle.dumps((func_id, (data,)), COMMAND_PICKLE_PROTOCOL), callback,
+                           pysyncobj.syncobj._COMMAND_TYPE.REGULAR)
+
     @replicated
     def apply_entry(self, data: bytes) -> None:
         # The only replicated method, ever: the Entry inside carries its own format version, so
@@ -442,9 +454,10 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
 
     def _on_tick(self) -> None:
         self.tick_watch.beat()
-        while True:
+        calls = self._on_tick_calls
+        while not calls.empty():  # this thread alone takes from it: not empty, a get finds one
             try:
-                call = self._on_tick_calls.get_nowait()
+                call = calls.get_nowait()
             except queue.Empty:
                 break
             try:

@@ -351,8 +351,10 @@ class GuardedTcpConnection(TcpConnection):
         if preauth:
             return end < 4 or end < 4 + _unpack_from(buf, 0)[0]  # stop once the first frame is in
         # Complete frames waiting to be parsed: stop reading, the poller is level-triggered. This
-        # bounds the buffer to about one MAX_FRAME however fast the other side writes.
-        return end <= MAX_FRAME
+        # bounds the buffer to about one MAX_FRAME however fast the other side writes. A recv that
+        # returned less than it asked for emptied the socket: stop too (pysyncobj read again until
+        # EAGAIN, a syscall and an exception per readable event for nothing; more data polls again).
+        return end <= MAX_FRAME and len(incoming) == want
 
     def _TcpConnection__processParseMessage(self) -> object:  # noqa: N802
         buf = cast(bytearray, self._TcpConnection__readBuffer)  # __processRead made it one

@@ -313,6 +313,23 @@ def test_followers_hold_back_the_answer_repeating_the_last(trio) -> None:
     assert all(link.match_index >= top and link.heard_s < 1.0 for link in links)
 
 
+def test_an_entry_s_command_is_pickled_at_protocol_4_and_applies_everywhere(trio) -> None:
+    """pysyncobj's @replicated pickles the command at protocol 2 (bytes as latin-1 text, rebuilt by a call on
+    every node's apply); append_entry pickles it at protocol 4, which pysyncobj's apply reads as it is."""
+    leader = leader_of(trio)
+    value = bytes(range(256)) * 4
+    top = leader.log.propose(entry_pb2.Batch(records=[entry_pb2.Record(type=1, key="bin", value=value)]),
+                             timeout=10).offset
+    wait_for(lambda: all(n.log.apply_offset >= top for n in trio))
+    for n in trio:
+        entries = n.log.raft._SyncObj__raftLog
+        command = next(e[0] for e in entries if e[1] == top)
+        assert command[1:3] == b"\x80\x04"
+        assert len(command) < len(value) + 200  # the 1 KiB value as it is: at protocol 2 it took ~1.5 KiB
+        assert n.kv.get("bin") is not None
+    assert len({n.kv.digest_at(top) for n in trio}) == 1
+
+
 def test_a_role_change_inside_raftnodes_constructor_is_passed_on_after_it(tmp_path, monkeypatch) -> None:
     """pysyncobj's tick thread starts inside RaftNode's constructor and can elect this node before
     `self.raft` is set (a long journal replaying): seen as an AttributeError on `raft` that left a node
