@@ -91,10 +91,11 @@ class RepeatedAnswers:
     index, success, term). That answer tells the leader nothing: pysyncobj's leader only ever raises a match
     index on a success, and the one before it already did. It cost each follower an encoded message and the
     leader a wake of its tick thread and a pass per follower per entry (session 25). Only a success repeating
-    the last answer on the wire to that node is held back, and never two heartbeat periods running: the leader
-    still hears from each follower at least every `interval_s` (pysyncobj's step-down timer, the Members
-    status's "heard"). A lost link forgets its answers (`forget`): what was sent on it may never have arrived.
-    The follower's journal is synced before the check, as for an answer that goes out (raftlog/binding.py).
+    the last answer on the wire to that node is held back, and only within `interval_s` of it: the leader
+    still hears from each follower at least every `interval_s` while it sends (pysyncobj's step-down timer,
+    the Members status's "heard"). A lost link forgets its answers (`forget`): what was sent on it may never
+    have arrived. The follower's journal is synced before the check, as for an answer that goes out
+    (raftlog/binding.py).
     """
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:

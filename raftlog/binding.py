@@ -101,6 +101,8 @@ def install() -> None:
 _transport_class = GuardedTransport if PEERGUARD_ENABLED else MembershipTransport
 
 
+_ROLES = tuple(sorted(Role))  # by pysyncobj's state value
+
 # Messages that state what is on this node's disk: the journal is synced before they leave.
 _PROMISES_ON_DISK = frozenset({REPLY, "response_vote", "request_vote"})
 
@@ -297,7 +299,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
     # The accessors of raftlog.raftview.RaftView (what prevote.py and leadership.py read), then the log's.
 
     def role(self) -> Role:
-        return Role(self._SyncObj__raftState)
+        return _ROLES[self._SyncObj__raftState]  # Role(state) costs an enum lookup: ~0.6 us, twice a tick
 
     def current_term(self) -> int:
         return int(self._SyncObj__raftCurrentTerm)
