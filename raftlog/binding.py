@@ -199,6 +199,19 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         transport = self._SyncObj__transport
         if isinstance(transport, GuardedTransport):
             transport.compress_level = wire_compress_level
+            # A tick pass's frames to one peer go out in one send() (raftlog/peerguard.py): flushed after
+            # the pass's appends (_checkCommandsToApply below), before the poll and after what it handled
+            transport.coalesce = True
+            poll = self._poller.poll
+
+            def poll_flushed(timeout: float) -> None:
+                transport.flush()
+                try:
+                    poll(timeout)
+                finally:
+                    transport.flush()
+
+            self._poller.poll = poll_flushed
         send = transport.send
 
         self.probe_gate = gate = ProbeGate(conf.appendEntriesPeriod)
@@ -367,6 +380,16 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         """pysyncobj's auto-tick thread (None before it started); close() joins it after destroy()."""
         thread: threading.Thread | None = self._SyncObj__thread
         return thread
+
+    def _checkCommandsToApply(self) -> None:  # noqa: N802 (pysyncobj's name)
+        # pysyncobj appends the queued commands and sends each to the followers here: the commit index's
+        # append and the new entries' of this pass leave now, together, not after the rest of the pass
+        try:
+            super()._checkCommandsToApply()
+        finally:
+            transport = self._SyncObj__transport
+            if isinstance(transport, GuardedTransport):
+                transport.flush()
 
     def append_entry(self, data: bytes, callback: Callable[[Any, int], None]) -> None:
         """Propose `data` (an encoded Entry) for apply_entry, as `apply_entry(data, callback=callback)` does, with

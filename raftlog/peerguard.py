@@ -108,6 +108,9 @@ WARN_EVERY_S = 10.0
 # an election timeout, below the seconds a backed-off retransmission timer would keep a healed link silent.
 RAFT_TCP_USER_TIMEOUT_MS = 3000
 
+# A coalescing transport writes a connection's frames at once when they reach this (a snapshot transfer, a big
+# append): what waits for the pass's flush stays small.
+COALESCE_MAX_BYTES = 256 << 10
 # pysyncobj's own zlib level; a GuardedTransport sends at its `compress_level` (raft.wire_compress_level).
 PYSYNCOBJ_COMPRESS_LEVEL = 3
 # pysyncobj pickles its messages with protocol 2, which stores bytes (our entries) as latin-1 text rebuilt
@@ -266,6 +269,13 @@ class GuardedTcpConnection(TcpConnection):
         buf = self._TcpConnection__writeBuffer
         buf += _pack_length(len(data))
         buf += data
+        if owner is not None and owner.coalesce and len(buf) < COALESCE_MAX_BYTES:
+            owner._unsent[self] = None  # written with the others of this pass (GuardedTransport.flush)
+            return
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what the buffer holds, as much as the socket takes now; ask for write readiness for the rest."""
         self._TcpConnection__trySendBuffer()
         # pysyncobj asks the poller for write readiness only from a write event, so what one send()
         # left in the buffer went out only with the next message (a heartbeat every 100 ms: a
@@ -419,7 +429,19 @@ class GuardedTransport(MembershipTransport):
         self._pg_next_sweep = 0.0
         self.warner = _Warner()
         self.compress_level = PYSYNCOBJ_COMPRESS_LEVEL  # the binding sets raft.wire_compress_level
+        # The binding turns this on: a frame is written at the next flush() (the tick calls it after its
+        # appends, before it polls and after it handled what the poll brought), so the frames of one pass to
+        # one peer leave in one send() and reach it as one wake (COALESCE_MAX_BYTES bounds what waits).
+        self.coalesce = False
+        self._unsent: dict[GuardedTcpConnection, None] = {}
         super().__init__(*args, **kwargs)
+
+    def flush(self) -> None:
+        """Write the frames held back since the last flush (coalesce), connection by connection."""
+        while self._unsent:
+            unsent, self._unsent = self._unsent, {}
+            for conn in unsent:
+                conn.flush()
 
     @property
     def preauth_connections(self) -> int:

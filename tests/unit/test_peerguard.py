@@ -385,3 +385,44 @@ def test_a_frame_carries_pickle_protocol_4_at_the_connection_s_level() -> None:
     finally:
         ours.close()
         theirs.close()
+
+
+def test_a_coalescing_transport_writes_a_pass_s_frames_together_at_its_flush() -> None:
+    """The binding's transport holds a connection's frames until the tick's flush: the commit index's append and
+    the next entry's (or a follower's answers to both) leave in one send() and wake the peer once. A big frame
+    goes at once, with whatever waited before it."""
+    from types import SimpleNamespace
+
+    ours, theirs = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        theirs.setblocking(False)
+        conn = GuardedTcpConnection(poller=pysyncobj.poller.createPoller("auto"), socket=ours, timeout=10.0)
+        owner = SimpleNamespace(coalesce=True, _unsent={}, compress_level=0)
+        conn._pg_owner = owner  # type: ignore[assignment]
+        conn.send({"type": "append_entries", "n": 1})
+        conn.send({"type": "append_entries", "n": 2})
+        with pytest.raises(BlockingIOError):
+            theirs.recv(1 << 20)
+        GuardedTransport.flush(owner)  # type: ignore[arg-type]
+        assert owner._unsent == {}
+        data = theirs.recv(1 << 20)
+        frames = []
+        while data:
+            (length,) = struct.unpack_from("i", data)
+            frames.append(pysyncobj_pickle.loads(zlib.decompress(data[4:4 + length])))
+            data = data[4 + length:]
+        assert [f["n"] for f in frames] == [1, 2]
+        conn.send({"type": "append_entries", "n": 3})
+        conn.send({"type": "append_entries", "n": 4, "data": b"x" * peerguard.COALESCE_MAX_BYTES})
+        got = b""
+        deadline = time.monotonic() + 5
+        while len(got) < peerguard.COALESCE_MAX_BYTES and time.monotonic() < deadline:
+            try:
+                got += theirs.recv(1 << 20)
+            except BlockingIOError:
+                conn.flush()
+        assert len(got) > peerguard.COALESCE_MAX_BYTES  # both went without a flush of the transport's
+    finally:
+        ours.close()
+        theirs.close()
