@@ -349,8 +349,8 @@ def test_frames_go_out_at_the_transports_compress_level(make_nodes, monkeypatch)
 
 @pytest.mark.parametrize("size", [0, 1, 85, 0xFFFF, 0x10000, 0x1FFFE, 0x1FFFF, 300_000])
 def test_a_level_0_stream_is_built_without_deflate_and_any_zlib_reads_it(size: int, monkeypatch) -> None:
-    """zlib.compress set up a ~256 KiB deflate state for every frame, whose pages went back to the kernel
-    each time: ~60 us of page faults per message even at level 0. The stream is stored blocks built here."""
+    """zlib.compress sets up a ~256 KiB deflate state for every frame, even at level 0 (and where malloc hands
+    those pages back at every free, ~60 us of page faults a message). The stream is stored blocks built here."""
     data = os.urandom(size)
 
     def no_deflate(*_args: object) -> bytes:

@@ -218,24 +218,46 @@ def test_a_leadership_transfer_sends_from_the_tick_thread_only(trio) -> None:
     wait_for(lambda: any(n.log.is_leader() for n in trio if n is not leader))
 
 
+@contextlib.contextmanager
+def closing_all(nodes):
+    try:
+        yield nodes
+    finally:
+        for n in nodes:
+            with contextlib.suppress(Exception):
+                n.close()
+
+
+def twenty_writes_apply_alike(nodes) -> None:
+    """20 writes through the leader: every node applies them to the same digest."""
+    leader = leader_of(nodes)
+    top = 0
+    for i in range(20):
+        top = leader.log.propose(put(f"k{i}", "v" * 500), timeout=10).offset
+    wait_for(lambda: all(n.log.apply_offset >= top for n in nodes))
+    assert len({n.kv.digest_at(top) for n in nodes}) == 1 and all(len(n.kv) == 20 for n in nodes)
+
+
 def test_members_replicate_at_the_zlib_level_of_each(tmp_path) -> None:
     """raft.wire_compress_level reaches each node's transport, and members at different levels (0 stored,
     pysyncobj's 3) read each other's frames: every node applies the same entries to the same digest."""
     addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
     nodes = [Node(a, [b for b in addrs if b != a], tmp_path / f"n{i}", wire_compress_level=level)
              for i, (a, level) in enumerate(zip(addrs, (0, 0, 3), strict=True))]
-    try:
+    with closing_all(nodes):
         assert [n.log.raft._SyncObj__transport.compress_level for n in nodes] == [0, 0, 3]
-        leader = leader_of(nodes)
-        top = 0
-        for i in range(20):
-            top = leader.log.propose(put(f"k{i}", "v" * 500), timeout=10).offset
-        wait_for(lambda: all(n.log.apply_offset >= top for n in nodes))
-        assert len({n.kv.digest_at(top) for n in nodes}) == 1 and all(len(n.kv) == 20 for n in nodes)
-    finally:
-        for n in nodes:
-            with contextlib.suppress(Exception):
-                n.close()
+        twenty_writes_apply_alike(nodes)
+
+
+def test_members_with_a_raft_password_replicate_through_the_coalescing_transport(tmp_path) -> None:
+    """Encrypted frames (the Raft password: a session key exchanged first, each frame sealed on its own) held
+    for the pass's flush and written together: the handshake completes and every node applies the same."""
+    addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    nodes = [Node(a, [b for b in addrs if b != a], tmp_path / f"n{i}", password="coalesce-test")
+             for i, a in enumerate(addrs)]
+    with closing_all(nodes):
+        assert all(n.log.raft._SyncObj__transport.coalesce for n in nodes)
+        twenty_writes_apply_alike(nodes)
 
 
 def test_a_lone_leader_s_tick_is_woken_once_per_entry(tmp_path) -> None:
