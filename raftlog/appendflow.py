@@ -82,4 +82,40 @@ class ProbeGate:
         self._transferring.discard(node)
 
 
-__all__ = ["ProbeGate"]
+class RepeatedAnswers:
+    """Decides, on a follower, which append answers go on the wire: one identical to the last answer sent to
+    the same leader less than `interval_s` ago stays home.
+
+    pysyncobj's leader sends a second append for every entry, without entries, to pass on the commit index
+    once the entry committed; the follower answers it with exactly what it answered the entry (the same next
+    index, success, term). That answer tells the leader nothing: pysyncobj's leader only ever raises a match
+    index on a success, and the one before it already did. It cost each follower an encoded message and the
+    leader a wake of its tick thread and a pass per follower per entry (session 25). Only a success repeating
+    the last answer on the wire to that node is held back, and only within `interval_s` of it: the leader
+    still hears from each follower at least every `interval_s` while it sends (pysyncobj's step-down timer,
+    the Members status's "heard"). A lost link forgets its answers (`forget`): what was sent on it may never
+    have arrived. The follower's journal is synced before the check, as for an answer that goes out
+    (raftlog/binding.py).
+    """
+
+    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self.clock = clock
+        self._last: dict[Hashable, tuple[dict[str, Any], float]] = {}  # node -> the last answer sent, when
+        self.held = 0  # answers held back, ever (tests and status read it)
+
+    def may_send(self, node: Hashable, message: dict[str, Any]) -> bool:
+        """Whether this append answer (type next_node_idx, as it would go on the wire) to `node` goes out."""
+        now = self.clock()
+        last = self._last.get(node)
+        if last is not None and message.get("success") and now - last[1] < self.interval_s and last[0] == message:
+            self.held += 1
+            return False
+        self._last[node] = (message, now)
+        return True
+
+    def forget(self, node: Hashable) -> None:
+        self._last.pop(node, None)
+
+
+__all__ = ["ProbeGate", "RepeatedAnswers"]

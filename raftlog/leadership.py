@@ -104,6 +104,8 @@ _UNWATCHED = threading.Event()  # the event of a request answered by its reply a
 
 
 def _drain(q: queue.SimpleQueue[_Request]) -> list[_Request]:
+    if q.empty():  # every tick, twice: no exception raised and caught when there is nothing
+        return []
     out: list[_Request] = []
     while True:
         try:

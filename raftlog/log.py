@@ -460,7 +460,7 @@ class ReplicatedLog:
         self.raft.forceLogCompaction()
 
     def _append(self, data: bytes, callback: Callable) -> None:
-        self.raft.apply_entry(data, callback=callback)
+        self.raft.append_entry(data, callback)
 
     # ---- pysyncobj callbacks (tick thread) -------------------------------------------------------
 

@@ -1,8 +1,9 @@
-"""The probe gate: after a refusal the leader sends a follower one append per interval until one is accepted."""
+"""The probe gate: after a refusal the leader sends a follower one append per interval until one is accepted.
+The follower's repeated answers: an answer identical to the last one sent within a heartbeat period stays home."""
 
 from __future__ import annotations
 
-from raftlog.appendflow import ProbeGate
+from raftlog.appendflow import ProbeGate, RepeatedAnswers
 
 
 class Clock:
@@ -123,3 +124,54 @@ def test_other_messages_are_never_gated() -> None:
     assert gate.may_send("f", {"type": "request_vote", "term": 5})
     assert gate.may_send("f", {"type": "ns_read_index_ping", "id": 1})
     assert gate.may_send("g", append(2))  # another follower
+
+
+def answer(nxt: int, term: int = 4, success: bool = True, reset: bool = False) -> dict:
+    return {"type": "next_node_idx", "next_node_idx": nxt, "reset": reset, "success": success, "term": term}
+
+
+def test_an_answer_repeating_the_last_one_within_the_interval_stays_home() -> None:
+    """The answer to the commit index's append repeats the entry's answer: it is not sent again."""
+    clock = Clock()
+    answers = RepeatedAnswers(0.1, clock)
+    assert answers.may_send("leader", answer(8))
+    clock.now += 0.002
+    assert not answers.may_send("leader", answer(8))
+    assert answers.may_send("leader", answer(9))  # the next entry's answer says more
+    clock.now += 0.001
+    assert not answers.may_send("leader", answer(9))
+    assert answers.held == 2
+
+
+def test_the_leader_still_hears_from_a_follower_every_interval() -> None:
+    """Held-back answers do not move the clock: one goes out at least every interval (heartbeats every 0.1 s
+    answered for seconds send ~10 a second, not none)."""
+    clock = Clock()
+    answers = RepeatedAnswers(0.1, clock)
+    sent = 0
+    for _ in range(200):  # 2 s of answers every 10 ms, all the same
+        sent += answers.may_send("leader", answer(8))
+        clock.now += 0.01
+    assert 18 <= sent <= 21
+
+
+def test_refusals_other_terms_and_other_leaders_always_go_out() -> None:
+    clock = Clock()
+    answers = RepeatedAnswers(0.1, clock)
+    refusal8 = answer(8, success=False, reset=True)
+    assert answers.may_send("a", refusal8)
+    assert answers.may_send("a", refusal8)  # a refusal is never held back
+    assert answers.may_send("a", answer(8))  # the last answer on the wire was a refusal
+    assert answers.may_send("a", answer(8, term=5))
+    assert answers.may_send("b", answer(8, term=5))
+    assert answers.held == 0
+
+
+def test_a_lost_link_forgets_what_went_out_on_it() -> None:
+    """An answer sent on a link that then went down may never have arrived: after the reconnection the same
+    answer goes out again at once."""
+    clock = Clock()
+    answers = RepeatedAnswers(0.1, clock)
+    assert answers.may_send("leader", answer(8))
+    answers.forget("leader")
+    assert answers.may_send("leader", answer(8))

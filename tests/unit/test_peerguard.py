@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Callable, Iterator
 
 import pysyncobj.pickle as pysyncobj_pickle
+import pysyncobj.poller
 import pysyncobj.tcp_server
 import pysyncobj.transport
 import pytest
@@ -344,3 +345,84 @@ def test_frames_go_out_at_the_transports_compress_level(make_nodes, monkeypatch)
     put_together(leader, [b"y", b"b" * (2 << 20)])
     wait_until(lambda: transport(follower).warner.counts.get("frame-size", 0) >= 1, 10, "the stored frame refused")
     assert follower.sizes.count(2 << 20) == 1
+
+
+@pytest.mark.parametrize("size", [0, 1, 85, 0xFFFF, 0x10000, 0x1FFFE, 0x1FFFF, 300_000])
+def test_a_level_0_stream_is_built_without_deflate_and_any_zlib_reads_it(size: int, monkeypatch) -> None:
+    """zlib.compress sets up a ~256 KiB deflate state for every frame, even at level 0 (and where malloc hands
+    those pages back at every free, ~60 us of page faults a message). The stream is stored blocks built here."""
+    data = os.urandom(size)
+
+    def no_deflate(*_args: object) -> bytes:
+        raise AssertionError("zlib.compress called at level 0")
+
+    monkeypatch.setattr(peerguard.zlib, "compress", no_deflate)
+    stream = peerguard.zlib_stream(data, 0)
+    monkeypatch.undo()
+    assert zlib.decompress(stream) == data
+    assert zlib.decompressobj().decompress(stream) == data
+    assert peerguard.zlib_stream(data, 3) == zlib.compress(data, 3)
+
+
+def test_a_frame_carries_pickle_protocol_4_at_the_connection_s_level() -> None:
+    """What one send() puts on the wire: the length, then a zlib stream of the message pickled with protocol 4
+    (protocol 2, pysyncobj's, stored bytes as latin-1 text rebuilt by a call on load); pysyncobj's reader
+    takes it."""
+    ours, theirs = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        conn = GuardedTcpConnection(poller=pysyncobj.poller.createPoller("auto"), socket=ours, timeout=10.0)
+        message = {"type": "append_entries", "entries": [(b"\x00\xff" * 700, 12, 3)], "term": 3}
+        conn.send(message)
+        theirs.settimeout(5)
+        head = theirs.recv(4, socket.MSG_WAITALL)
+        (length,) = struct.unpack("i", head)
+        body = theirs.recv(length, socket.MSG_WAITALL)
+        raw = zlib.decompress(body)
+        assert raw[:2] == b"\x80\x04"
+        assert pysyncobj_pickle.loads(raw) == message
+        assert len(body) < 1600  # the entry's 1400 bytes as they are, not 2100 as latin-1 text
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_coalescing_transport_writes_a_pass_s_frames_together_at_its_flush() -> None:
+    """The binding's transport holds a connection's frames until the tick's flush: the commit index's append and
+    the next entry's (or a follower's answers to both) leave in one send() and wake the peer once. A big frame
+    goes at once, with whatever waited before it."""
+    from types import SimpleNamespace
+
+    ours, theirs = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        theirs.setblocking(False)
+        conn = GuardedTcpConnection(poller=pysyncobj.poller.createPoller("auto"), socket=ours, timeout=10.0)
+        owner = SimpleNamespace(coalesce=True, _unsent={}, compress_level=0)
+        conn._pg_owner = owner  # type: ignore[assignment]
+        conn.send({"type": "append_entries", "n": 1})
+        conn.send({"type": "append_entries", "n": 2})
+        with pytest.raises(BlockingIOError):
+            theirs.recv(1 << 20)
+        GuardedTransport.flush(owner)  # type: ignore[arg-type]
+        assert owner._unsent == {}
+        data = theirs.recv(1 << 20)
+        frames = []
+        while data:
+            (length,) = struct.unpack_from("i", data)
+            frames.append(pysyncobj_pickle.loads(zlib.decompress(data[4:4 + length])))
+            data = data[4 + length:]
+        assert [f["n"] for f in frames] == [1, 2]
+        conn.send({"type": "append_entries", "n": 3})
+        conn.send({"type": "append_entries", "n": 4, "data": b"x" * peerguard.COALESCE_MAX_BYTES})
+        got = b""
+        deadline = time.monotonic() + 5
+        while len(got) < peerguard.COALESCE_MAX_BYTES and time.monotonic() < deadline:
+            try:
+                got += theirs.recv(1 << 20)
+            except BlockingIOError:
+                conn.flush()
+        assert len(got) > peerguard.COALESCE_MAX_BYTES  # both went without a flush of the transport's
+    finally:
+        ours.close()
+        theirs.close()

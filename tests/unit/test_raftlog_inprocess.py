@@ -218,24 +218,46 @@ def test_a_leadership_transfer_sends_from_the_tick_thread_only(trio) -> None:
     wait_for(lambda: any(n.log.is_leader() for n in trio if n is not leader))
 
 
+@contextlib.contextmanager
+def closing_all(nodes):
+    try:
+        yield nodes
+    finally:
+        for n in nodes:
+            with contextlib.suppress(Exception):
+                n.close()
+
+
+def twenty_writes_apply_alike(nodes) -> None:
+    """20 writes through the leader: every node applies them to the same digest."""
+    leader = leader_of(nodes)
+    top = 0
+    for i in range(20):
+        top = leader.log.propose(put(f"k{i}", "v" * 500), timeout=10).offset
+    wait_for(lambda: all(n.log.apply_offset >= top for n in nodes))
+    assert len({n.kv.digest_at(top) for n in nodes}) == 1 and all(len(n.kv) == 20 for n in nodes)
+
+
 def test_members_replicate_at_the_zlib_level_of_each(tmp_path) -> None:
     """raft.wire_compress_level reaches each node's transport, and members at different levels (0 stored,
     pysyncobj's 3) read each other's frames: every node applies the same entries to the same digest."""
     addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
     nodes = [Node(a, [b for b in addrs if b != a], tmp_path / f"n{i}", wire_compress_level=level)
              for i, (a, level) in enumerate(zip(addrs, (0, 0, 3), strict=True))]
-    try:
+    with closing_all(nodes):
         assert [n.log.raft._SyncObj__transport.compress_level for n in nodes] == [0, 0, 3]
-        leader = leader_of(nodes)
-        top = 0
-        for i in range(20):
-            top = leader.log.propose(put(f"k{i}", "v" * 500), timeout=10).offset
-        wait_for(lambda: all(n.log.apply_offset >= top for n in nodes))
-        assert len({n.kv.digest_at(top) for n in nodes}) == 1 and all(len(n.kv) == 20 for n in nodes)
-    finally:
-        for n in nodes:
-            with contextlib.suppress(Exception):
-                n.close()
+        twenty_writes_apply_alike(nodes)
+
+
+def test_members_with_a_raft_password_replicate_through_the_coalescing_transport(tmp_path) -> None:
+    """Encrypted frames (the Raft password: a session key exchanged first, each frame sealed on its own) held
+    for the pass's flush and written together: the handshake completes and every node applies the same."""
+    addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    nodes = [Node(a, [b for b in addrs if b != a], tmp_path / f"n{i}", password="coalesce-test")
+             for i, a in enumerate(addrs)]
+    with closing_all(nodes):
+        assert all(n.log.raft._SyncObj__transport.coalesce for n in nodes)
+        twenty_writes_apply_alike(nodes)
 
 
 def test_a_lone_leader_s_tick_is_woken_once_per_entry(tmp_path) -> None:
@@ -258,6 +280,76 @@ def test_a_lone_leader_s_tick_is_woken_once_per_entry(tmp_path) -> None:
         assert len(wakes) <= 44, len(wakes)  # one per sync; was two per entry
     finally:
         node.close()
+
+
+def _leader_after_a_sync(others: list[str], match: dict[str, int], commit: int = 10) -> tuple[object, list[int]]:
+    """A stand-in for a leader's RaftNode as its journal's syncer sees it, counting the wakes."""
+    from types import SimpleNamespace
+
+    from raftlog.binding import RaftNode
+
+    wakes: list[int] = []
+    node = SimpleNamespace(_SyncObj__otherNodes=set(others), _SyncObj__raftMatchIndex=dict(match),
+                           _commit_index=commit, _isLeader=lambda: True, wake=lambda: wakes.append(1))
+    node._durable_may_commit = lambda: RaftNode._durable_may_commit(node)
+    return node, wakes
+
+
+@pytest.mark.parametrize(("others", "match", "woken"), [
+    (["f1", "f2"], {"f1": 10, "f2": 10}, False),  # the leader's fsync came first: nothing to commit yet
+    (["f1", "f2"], {"f1": 11, "f2": 10}, True),   # a follower holds the next entry: the leader's copy commits it
+    ([], {}, True),                               # one member: the syncer's wake is the one that commits
+    (["f1", "f2", "f3", "f4"], {"f1": 11, "f2": 9, "f3": 10}, False),  # 2 of 5 with the leader: no majority
+    (["f1", "f2", "f3", "f4"], {"f1": 11, "f2": 12, "f3": 10}, True),
+])
+def test_the_syncer_wakes_the_leader_s_tick_only_when_its_copy_can_commit(others, match, woken) -> None:
+    """With followers, the leader's own fsync usually finishes before any follower answers, and its wake found
+    nothing to commit: one pass of the tick thread per entry for nothing."""
+    from raftlog.binding import RaftNode
+
+    node, wakes = _leader_after_a_sync(others, match)
+    RaftNode._on_durable(node)
+    assert wakes == ([1] if woken else [])
+
+
+def test_the_syncer_wakes_the_tick_when_it_cannot_read_the_followers() -> None:
+    from raftlog.binding import RaftNode
+
+    node, wakes = _leader_after_a_sync(["f1"], {})
+    node._SyncObj__raftMatchIndex = None  # as a membership change racing the read could leave it
+    RaftNode._on_durable(node)
+    assert wakes == [1]
+
+
+def test_followers_hold_back_the_answer_repeating_the_last(trio) -> None:
+    """Each entry's answer goes out; the answer to the leader's next append, which passes on the commit index
+    and says nothing new, stays home. The leader still commits every entry and hears from every follower."""
+    leader = leader_of(trio)
+    top = 0
+    for i in range(30):
+        top = leader.log.propose(put(f"k{i}", "v"), timeout=10).offset
+    wait_for(lambda: all(n.log.apply_offset >= top for n in trio))
+    followers = [n for n in trio if n is not leader]
+    assert all(n.log.raft.repeated_answers.held > 0 for n in followers)
+    # a follower applies once it heard of the commit, maybe before the leader read its own answer: wait for it
+    wait_for(lambda: all(link.match_index >= top and link.heard_s < 1.0 for link in leader.log.peer_links().values()))
+
+
+def test_an_entry_s_command_is_pickled_at_protocol_4_and_applies_everywhere(trio) -> None:
+    """pysyncobj's @replicated pickles the command at protocol 2 (bytes as latin-1 text, rebuilt by a call on
+    every node's apply); append_entry pickles it at protocol 4, which pysyncobj's apply reads as it is."""
+    leader = leader_of(trio)
+    value = bytes(range(256)) * 4
+    top = leader.log.propose(entry_pb2.Batch(records=[entry_pb2.Record(type=1, key="bin", value=value)]),
+                             timeout=10).offset
+    wait_for(lambda: all(n.log.apply_offset >= top for n in trio))
+    for n in trio:
+        entries = n.log.raft._SyncObj__raftLog
+        command = next(e[0] for e in entries if e[1] == top)
+        assert command[1:3] == b"\x80\x04"
+        assert len(command) < len(value) + 200  # the 1 KiB value as it is: at protocol 2 it took ~1.5 KiB
+        assert n.kv.get("bin") is not None
+    assert len({n.kv.digest_at(top) for n in trio}) == 1
 
 
 def test_a_role_change_inside_raftnodes_constructor_is_passed_on_after_it(tmp_path, monkeypatch) -> None:
