@@ -44,8 +44,8 @@ def counters_path(data_dir: str) -> str:
 # use (config.usable_cpus); Go's own default is every CPU. A call's Go work is at most about a worker's
 # (docs/benchmarks.md, "The Go front end, cheaper per call"), so more Ps than workers add no throughput,
 # only idle Ps whose threads spin and wake for each call: at 1 worker on 2 CPUs, 1 P instead of 2 cut the
-# front end's system calls per call by 18-46 %, its thread wakes (futex) by 30-83 % and its CPU per route
-# read by ~30 % (docs/benchmarks.md, "Issue 27: the Go front end's runtime (session 25)").
+# front end's system calls per call by 18-46 %, its thread wakes (futex) by 32-83 % and the cluster's CPU per
+# route read by 30-40 % (docs/benchmarks.md, "Issue 27: the Go front end's runtime (session 25)").
 RUNTIME_VARS = ("GOMAXPROCS",)
 
 
