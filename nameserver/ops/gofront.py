@@ -4,7 +4,8 @@ One process (front/, built by nameserver/ops/gobuild.py) owns the node's gRPC po
 and TLS and hands each call to the worker processes over their front sockets (nameserver/api/frontchannel.py),
 round-robin over the live ones: a worker that restarts is dialled again, one that is gone gets no calls,
 and with none the front end answers UNAVAILABLE. Its stdin is a pipe the core holds, so it exits with the
-core; if it exits while the core runs it is started again after a backoff (0.5 s, doubling to 10 s).
+core; if it exits while the core runs it is started again after a backoff (0.5 s, doubling to 10 s). Its Go
+runtime's GOMAXPROCS is set from the node's worker processes and CPUs (runtime_env).
 
 Which front end a node runs is settled at its start (`settle`): "auto", the default, is the Go front end when
 the node runs workers and the front end is built (`make setup`), else grpcio, said in the node's log.
@@ -18,12 +19,12 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import IO, NamedTuple
 
 from nameserver.api import frontchannel
-from nameserver.config import AUTO, NodeConfig
+from nameserver.config import AUTO, NodeConfig, usable_cpus
 from nameserver.ops import gobuild
 from nameserver.pb import api_pb2
 
@@ -73,6 +74,25 @@ def counters_path(data_dir: str) -> str:
     """Where the front end writes its call counts by status code and its reply cache's counts, each second
     (for the core's /metrics)."""
     return os.path.join(data_dir, "channel", "front-calls")
+
+
+# The Go runtime settings the node gives the front end's process when its own environment names none (an
+# operator's export wins, as with etcd's). GOMAXPROCS: one per worker process, at most the CPUs the node may
+# use (config.usable_cpus); Go's own default is every CPU. A call's Go work is at most about a worker's
+# (docs/benchmarks.md, "The Go front end, cheaper per call"), so more Ps than workers add no throughput,
+# only idle Ps whose threads spin and wake for each call: at 1 worker on 2 CPUs, 1 P instead of 2 cut the
+# front end's system calls per call by 18-46 %, its thread wakes (futex) by 32-83 % and the cluster's CPU per
+# route read by 30-40 % (docs/benchmarks.md, "Issue 27: the Go front end's runtime (session 25)").
+RUNTIME_VARS = ("GOMAXPROCS",)
+
+
+def runtime_env(cfg: NodeConfig, environ: Mapping[str, str] | None = None, cpus: int | None = None) -> dict[str, str]:
+    """What the node adds to the front end's environment: GOMAXPROCS = its worker processes, at most its
+    usable CPUs (at least 1), unless `environ` (the node's own) sets it already."""
+    environ = os.environ if environ is None else environ
+    cpus = usable_cpus() if cpus is None else cpus
+    out = {"GOMAXPROCS": str(max(1, min(cpus, cfg.worker_processes)))}
+    return {k: v for k, v in out.items() if k not in environ}
 
 
 def command(cfg: NodeConfig, binary: str, max_connections: int) -> list[str]:
@@ -154,12 +174,15 @@ class FrontProcess:
     def _spawn(self) -> None:
         with contextlib.suppress(OSError):  # the last process's counts: this one starts from none
             os.unlink(counters_path(self.cfg.data_dir))
-        proc = subprocess.Popen(self._cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        runtime = runtime_env(self.cfg)
+        proc = subprocess.Popen(self._cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, **runtime})
         for stream, say in ((proc.stdout, log.info), (proc.stderr, log.warning)):
             assert stream is not None
             threading.Thread(target=_relay, args=(stream, say, proc.pid), name="front-output", daemon=True).start()
         self._proc, self._spawned_at = proc, time.monotonic()
-        log.info("Go gRPC front end started: pid %d, for %d worker processes", proc.pid, self.cfg.worker_processes)
+        log.info("Go gRPC front end started: pid %d, for %d worker processes (%s)", proc.pid,
+                 self.cfg.worker_processes, " ".join(f"{k}={os.environ.get(k, runtime.get(k))}" for k in RUNTIME_VARS))
 
     def _watch(self) -> None:
         backoff = BACKOFF_MIN_S

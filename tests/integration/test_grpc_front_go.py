@@ -29,6 +29,7 @@ import pytest
 from bench.procnet import children
 from nameserver import tlsconf
 from nameserver.cli import nsctl
+from nameserver.config import usable_cpus
 from nameserver.pb import api_pb2, api_pb2_grpc
 from tests.cluster import NodeProc, register_request
 from tests.faults.workers import serving, workers_of
@@ -336,6 +337,14 @@ def _front_pid(node: NodeProc) -> int:
     assert node.proc is not None
     (pid,) = set(children(node.proc.pid)) - set(workers_of(node))
     return pid
+
+
+def test_the_front_ends_go_runtime_is_set_by_the_node(sec: Secure) -> None:
+    """The front end's process runs with GOMAXPROCS one per worker process (2 here), at most the node's CPUs,
+    not Go's default of every CPU; a GOMAXPROCS the node's own environment has is passed on as it is."""
+    with open(f"/proc/{_front_pid(_node(sec))}/environ") as f:
+        env = dict(item.split("=", 1) for item in f.read().split("\0") if "=" in item)
+    assert env.get("GOMAXPROCS") == os.environ.get("GOMAXPROCS", str(max(1, min(usable_cpus(), 2))))
 
 
 def test_a_killed_worker_leaves_the_other_serving(sec: Secure) -> None:
