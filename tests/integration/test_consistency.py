@@ -94,7 +94,11 @@ def test_linearizable_reads_under_the_lease_and_asked_of_the_leader_over_the_raf
 
     assert grew(b, "nameserver_read_index_asks_total") >= 20  # each read of b, one ask (nothing shared it)
     if lease:
-        assert grew(leader, "nameserver_read_index_lease_total") >= 40  # b's asks and the leader's reads
+        # b's asks and the leader's reads: under the lease, or after a round where a loaded machine let the
+        # lease lapse (1-2 of 40 at load 20-40 on 2 cores, before and after session 25's tick changes)
+        assert grew(leader, "nameserver_read_index_lease_total") >= 30
+        assert (grew(leader, "nameserver_read_index_lease_total")
+                + grew(leader, "nameserver_read_index_rounds_total")) >= 40
     else:
         assert grew(leader, "nameserver_read_index_lease_total") == 0
         assert grew(leader, "nameserver_read_index_rounds_total") >= 20
