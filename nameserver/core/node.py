@@ -47,7 +47,10 @@ FOLLOWER_READ_ROUNDS = 2  # ReadIndex calls in flight at once (the fallback when
 RAFT_ASK_TIMEOUT_S = 1.0  # a read index asked over the Raft link; then the gRPC way
 log = logging.getLogger("nameserver.core.node")
 
-MAX_TRANSLATE_ATTEMPTS = 5
+# A write that lost a race at apply is translated again; each round of racers has one winner, so N writes of
+# one key at once need up to N attempts (8 registrations of one broker at once: 8). The call's deadline bounds
+# the time; this bounds the work of one write under a storm (5 left the 8th of 8 racers UNAVAILABLE).
+MAX_TRANSLATE_ATTEMPTS = 32
 BROKER_EXPIRY, SESSION_EXPIRY = "broker-expiry", "session-expiry"  # the node's own leader duties
 
 
