@@ -85,7 +85,6 @@ class TopicBudget:
                     (1 - COST_WEIGHT) * self.seconds_per_topic + COST_WEIGHT * cost
             self._cond.notify_all()
 
-
     def take_now(self, topics: int) -> Callable[[bool], None] | None:
         """`hold` without waiting and without a block, for a write that waits for its commit with no thread
         (NameServerNode.write_later): `topics` of the budget now, or None when there is no room now (then
