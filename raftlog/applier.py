@@ -224,13 +224,18 @@ class Applier:
             except Exception:
                 log.exception("entry listener failed at %d", index)
         self._publish(index)
-        for batch, result in zip(entry.batches[:], results, strict=True):  # sliced: kvstate.py apply_entry says why
-            if batch.request_id:
-                with self._waiters_lock:
-                    w = self._waiters.pop(batch.request_id, None)
-                if w is not None:
-                    w.applied = Applied(index, result, entry.term)
-                    w.event.set()
+        waiters = self._waiters
+        if not waiters:
+            return  # nobody proposed here (a follower's every entry): no batch read again, no lock taken
+        # every request id read first, then one lock for them all (not one a batch)
+        ids = [batch.request_id for batch in entry.batches[:]]  # sliced: kvstate.py apply_entry says why
+        with self._waiters_lock:
+            found = [waiters.pop(request_id, None) if request_id else None for request_id in ids]
+        term = entry.term
+        for w, result in zip(found, results, strict=True):
+            if w is not None:
+                w.applied = Applied(index, result, term)
+                w.event.set()
 
     def _advance(self, index: int) -> None:
         if index > self.apply_offset:

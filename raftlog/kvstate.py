@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from raftlog.digest import digest_hex, digest_of, key_prefix, pair_hash, prefixed_hash
+from raftlog.digest import digest_hex, digest_of, key_prefix, new_pair_hasher, pair_hash, prefixed_hash
 from raftlog.pb import entry_pb2
 
 # A listener sees (record type, key, old value or None, new value or None) for every change.
@@ -48,40 +48,47 @@ Item = tuple[bytes, int, int]  # a key's (value, version, type)
 
 
 class ValuePool:
-    """Hands out one object per distinct value among those seen recently, and the last item made with each."""
+    """Hands out one object per distinct value among those seen recently, and the last item made with each.
+
+    The rule is `item`'s; the loops that make items by the thousand (apply_batch, shared_items) run it as two
+    steps: `get(value)`, the last item made with an equal value, taken as it is when its version and type are
+    the asked ones (most of a registration's records: a broker's topics carry equal queue datas), else
+    `make(value, version, type, got)`. A call a record was ~2 % of a replica's apply, and a restart's
+    million calls a tenth of it."""
 
     def __init__(self) -> None:
         self._pool: dict[bytes, Item] = {}  # a value -> the last item made with it (which holds the shared value)
+        self.get = self._pool.get  # the dict is only ever cleared, never replaced: its get stays bound
 
     def item(self, value: bytes, version: int, rtype: int) -> Item:
         """The item (value, version, type), the one made last with this value if it is equal."""
+        got = self._pool.get(value)
+        if got is not None and got[1] == version and got[2] == rtype:
+            return got
+        return self.make(value, version, rtype, got)
+
+    def make(self, value: bytes, version: int, rtype: int, got: Item | None) -> Item:
+        """A new item (value, version, type), given `got`, what get(value) gave (not an equal item): it holds the
+        pool's equal value when there is one, and is the one given for the value from now on. The pool is
+        emptied when it holds SHARED_VALUES."""
         pool = self._pool
-        found = pool.get(value)
-        if found is None:
+        if got is None:
             if len(pool) >= SHARED_VALUES:
                 pool.clear()
-        elif found[1] == version and found[2] == rtype:
-            return found
         else:
-            value = found[0]
-        pool[value] = found = (value, version, rtype)
-        return found
+            value = got[0]
+        pool[value] = item = (value, version, rtype)
+        return item
 
     def shared_items(self, items: Iterable[tuple[str, bytes, int, int]]) -> dict[str, Item]:
-        """A restore's map, key -> item, made as item() makes each (inlined: a million calls were a tenth of
-        a restart; sharing the items cut 61 MiB of a copy and a few % of the time, docs/benchmarks.md)."""
-        pool = self._pool
-        get = pool.get
+        """A restore's map, key -> item, each made as item() makes it (sharing the items cut 61 MiB of a copy
+        and a few % of the time, docs/benchmarks.md)."""
+        get, make = self.get, self.make
         values: dict[str, Item] = {}
         for key, value, version, rtype in items:
             item = get(value)
             if item is None or item[1] != version or item[2] != rtype:
-                if item is None:
-                    if len(pool) >= SHARED_VALUES:
-                        pool.clear()
-                else:
-                    value = item[0]
-                pool[value] = item = (value, version, rtype)
+                item = make(value, version, rtype, item)
             values[key] = item
         return values
 
@@ -191,61 +198,65 @@ class KVState:
             if current != pre.version:
                 return entry_pb2.BatchResult(applied=False, failed_key=pre.key, failed_key_version=current)
         # One loop over the records, each record's work inline (a method call per record was ~2% of a
-        # replica's apply), each field read once: reading a protobuf field makes a new object every time.
-        values, pool, listeners = self._values, self._values_pool._pool, self.listeners
-        keeps_digest, delete, hashes = self._keeps_digest, entry_pb2.OP_DELETE, self._pair_hashes
-        for rec in batch.records[:]:
-            key, rtype = rec.key, rec.type
-            old_item = values.get(key)
-            if rec.op == delete:
-                if old_item is None:
-                    continue
-                del values[key]
-                old = old_item[0]
-                if keeps_digest:
-                    held = hashes.pop(key, None)
-                    self._digest ^= held[1] if held is not None and held[0] == old else pair_hash(key, old)
-                new = None
-            else:
-                # ValuePool.item inlined (a call a record): the item made last with an equal value, or a new
-                # one holding that value's shared bytes
-                new = rec.value
-                item = pool.get(new)
-                if item is None:
-                    if len(pool) >= SHARED_VALUES:
-                        pool.clear()
-                    item = pool[new] = (new, offset, rtype)
-                elif item[1] != offset or item[2] != rtype:
-                    new = item[0]
-                    item = pool[new] = (new, offset, rtype)
-                else:
-                    new = item[0]
-                values[key] = item
-                if old_item is None:
-                    old = None
-                else:
+        # replica's apply), each field read once: reading a protobuf field makes a new object every time. The
+        # digest is summed in a local and stored once the records are in (finally: as far as they went).
+        values, listeners, hashes = self._values, self.listeners, self._pair_hashes
+        pooled, make = self._values_pool.get, self._values_pool.make
+        keeps_digest, delete = self._keeps_digest, entry_pb2.OP_DELETE
+        append = None if changes is None else changes.append
+        new_hasher, from_bytes = new_pair_hasher, int.from_bytes
+        digest = self._digest
+        try:
+            for rec in batch.records[:]:
+                key, rtype = rec.key, rec.type
+                old_item = values.get(key)
+                if rec.op == delete:
+                    if old_item is None:
+                        continue
+                    del values[key]
                     old = old_item[0]
-                    if old == new:
-                        continue  # version moves (it was written), the digest and indexes do not
-                if keeps_digest:
-                    held = hashes.get(key)
-                    if held is None:
-                        prefix = key_prefix(key)
-                        if old is not None:
-                            self._digest ^= prefixed_hash(prefix, old)
-                    else:  # the old pair's hash as kept when it went in (an equal value: the same hash)
-                        prefix = held[2]
-                        if old is not None:
-                            self._digest ^= held[1] if held[0] == old else prefixed_hash(prefix, old)
-                    made = prefixed_hash(prefix, new)
-                    self._digest ^= made
-                    if len(hashes) >= PAIR_HASHES_KEPT:
-                        hashes.clear()
-                    hashes[key] = (new, made, prefix)
-            for listener in listeners:
-                listener(rtype, key, old, new)
-            if changes is not None:
-                changes.append(_new_change(Change, (offset, rtype, key, old, new)))
+                    if keeps_digest:
+                        held = hashes.pop(key, None)
+                        digest ^= held[1] if held is not None and held[0] == old else pair_hash(key, old)
+                    new = None
+                else:
+                    # the pool's item (ValuePool.item in its two steps): the one made last with an equal value
+                    # when its version and type are these, else a new one holding the shared value
+                    new = rec.value
+                    item = pooled(new)
+                    if item is None or item[1] != offset or item[2] != rtype:
+                        item = make(new, offset, rtype, item)
+                    new = item[0]
+                    values[key] = item
+                    if old_item is None:
+                        old = None
+                    else:
+                        old = old_item[0]
+                        if old == new:
+                            continue  # version moves (it was written), the digest and indexes do not
+                    if keeps_digest:
+                        held = hashes.get(key)
+                        if held is None:
+                            prefix = key_prefix(key)
+                            if old is not None:
+                                digest ^= prefixed_hash(prefix, old)
+                        else:  # the old pair's hash as kept when it went in (an equal value: the same hash)
+                            prefix = held[2]
+                            if old is not None:
+                                digest ^= held[1] if held[0] == old else prefixed_hash(prefix, old)
+                        hasher = new_hasher()  # prefixed_hash(prefix, new), its call inlined
+                        hasher.update(prefix + new)
+                        hashed = from_bytes(hasher.digest())
+                        digest ^= hashed
+                        if len(hashes) >= PAIR_HASHES_KEPT:
+                            hashes.clear()
+                        hashes[key] = (new, hashed, prefix)
+                for listener in listeners:
+                    listener(rtype, key, old, new)
+                if append is not None:
+                    append(_new_change(Change, (offset, rtype, key, old, new)))
+        finally:
+            self._digest = digest
         return entry_pb2.BatchResult(applied=True)
 
     def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest: int | None = None

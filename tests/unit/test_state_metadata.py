@@ -493,3 +493,23 @@ def test_a_lazy_routes_state_indexes_its_noted_keys_itself_past_its_bound(monkey
     assert len(lazy._stale) == 2 and not lazy._topic_queues
     apply(lazy, batch(queue("T3", "b")))
     assert not lazy._stale and sorted(lazy._topic_queues) == ["T1", "T2", "T3"]
+
+
+def test_the_kept_topic_sys_flags_answer_as_decoding_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue data's topicSysFlag, kept by its bytes: what decoding gives, None for bytes that do not parse (kept
+    too), and no more than SYS_FLAGS_KEPT of them; the unit topic lists and routes follow it either way."""
+    from nameserver.state import metadata
+    monkeypatch.setattr(metadata, "SYS_FLAGS_KEPT", 4)
+    flags = metadata._SysFlags()
+    raws = [state_pb2.QueueData(broker_name=f"b{i}", topic_sys_flag=i % 4).SerializeToString() for i in range(10)]
+    for _ in range(2):
+        for i, raw in enumerate(raws):
+            assert flags[raw] == metadata._queue_sys_flag(raw) == i % 4
+            assert len(flags) <= 4
+    assert flags[b"\xff\xff"] is None and flags[b"\xff\xff"] is None  # not a QueueData
+    state = MetadataState()
+    apply(state, batch(broker("C", "b", {0: "10.0.0.1:10911"}), queue("U", "b", flag=1), queue("V", "b")))
+    for flag in (0, 1, 1, 0):  # rewritten with another flag, and with the same
+        apply(state, batch(queue("U", "b", flag=flag, nums=8 - flag)))
+        assert state.topic_list(api_pb2.TOPIC_LIST_UNIT) == (["U"] if flag else [])
+        assert state.queue_data("U", "b").topic_sys_flag == flag
