@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import struct
 from collections.abc import Callable, Generator
 
 import grpc
@@ -34,6 +35,7 @@ log = logging.getLogger("nameserver.localfeed")
 
 SOCKET_NAME = os.path.join("channel", "feed.sock")
 REQUEST_BYTES = 64  # the worker's one frame: an offset
+_LEN = struct.Struct(">I")  # a frame's length (nameserver/framing.py)
 
 Messages = Callable[[int, Callable[[], bool]], Generator[api_pb2.FollowMessage, None, None]]
 
@@ -118,6 +120,51 @@ class LocalFeed:
         return FeedStream(self.path, from_offset, self.max_frame)
 
 
+READ_BYTES = 64 << 10  # what one read of the feed asks for: a message's frame whole, or several that came together
+
+
+class FrameReader:
+    """The frames of a socket (framing.read_frame's), read with one recv for as much as has come: a frame's
+    length and body together, and the frames the core sent meanwhile (read_frame's two recvs a frame were
+    each a system call, and a hand-off of the GIL, on a worker's replica thread for every message)."""
+
+    def __init__(self, sock: socket.socket, max_frame: int) -> None:
+        self.sock = sock
+        self.max_frame = max_frame
+        self._buf = b""  # read and not yet a frame's
+
+    def frame(self) -> bytes | None:
+        """The next frame's body; None at the end of the socket between frames. ValueError for a frame longer
+        than `max_frame`, EOFError for a socket that ends inside one."""
+        buf = self._buf
+        while True:
+            size = len(buf)
+            if size >= 4:
+                (n,) = _LEN.unpack_from(buf)
+                if n > self.max_frame:
+                    raise ValueError(f"a {n}-byte frame is past its {self.max_frame}-byte bound")
+                end = n + 4
+                if size >= end:
+                    self._buf = bytes(buf[end:])
+                    return bytes(buf[4:end])
+                need = end - size
+            else:
+                need = 4 - size
+            chunk = self.sock.recv(min(max(need, READ_BYTES), 1 << 20))
+            if not chunk:
+                self._buf = b""
+                if size:
+                    raise EOFError("closed inside a frame")
+                return None
+            if isinstance(buf, bytearray):
+                buf += chunk
+            elif size and len(chunk) < need:  # a frame in many parts (a snapshot's chunk): gathered in place
+                buf = bytearray(buf)
+                buf += chunk
+            else:
+                buf = buf + chunk if size else chunk
+
+
 class FeedStream:
     """One follow over the feed, used as a Follow call is: iterated for its FollowMessages, cancel()led;
     a refusal or a broken link raises FollowRefused."""
@@ -134,6 +181,7 @@ class FeedStream:
         except OSError as exc:
             self._sock.close()
             raise FollowRefused(grpc.StatusCode.UNAVAILABLE, f"cannot reach the core's feed {path}: {exc}") from exc
+        self._frames = FrameReader(self._sock, max_frame)
 
     def __iter__(self) -> FeedStream:
         return self
@@ -141,7 +189,7 @@ class FeedStream:
     def __next__(self) -> api_pb2.FollowMessage:
         while not self._pending:
             try:
-                body = framing.read_frame(self._sock, self.max_frame)
+                body = self._frames.frame()
                 field = None if body is None else framing.one_field(body)
                 if field is None:
                     self._pending = [] if body is None else framing.unpack(body)
@@ -183,4 +231,5 @@ class FeedStream:
         return FollowRefused(grpc.StatusCode.UNAVAILABLE, f"the core's feed broke: {why}")
 
 
-__all__ = ["FeedServer", "FeedStream", "FollowRefused", "LocalFeed", "StatusError", "max_frame_bytes", "socket_path"]
+__all__ = ["FeedServer", "FeedStream", "FollowRefused", "FrameReader", "LocalFeed", "StatusError", "max_frame_bytes",
+           "socket_path"]
