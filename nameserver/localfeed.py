@@ -136,7 +136,7 @@ class FrameReader:
     def frame(self) -> bytes | None:
         """The next frame's body; None at the end of the socket between frames. ValueError for a frame longer
         than `max_frame`, EOFError for a socket that ends inside one."""
-        buf = self._buf
+        buf: bytes | bytearray = self._buf
         while True:
             size = len(buf)
             if size >= 4:
