@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from raftlog.codec import decode_for_apply
 from raftlog.digest import digest_hex, digest_of
 from raftlog.history import AppliedEntry, EntryHistory
-from raftlog.kvstate import Change
+from raftlog.kvstate import ChangeTuple
 from raftlog.pb import entry_pb2
 
 log = logging.getLogger("raftlog.apply")
@@ -34,7 +34,7 @@ DIGEST_CHECK_CHUNK = 20_000  # pairs hashed between two pauses of that check
 class StateMachine(Protocol):
     """hashicorp/raft's FSM, our flavour: apply, freeze (for snapshot), restore."""
 
-    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change]
+    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[ChangeTuple]
                     ) -> list[entry_pb2.BatchResult]: ...
 
     def freeze(self) -> Any: ...  # a point-in-time copy, iterated by `snapshot_items`
@@ -213,7 +213,7 @@ class Applier:
         if index <= self.apply_offset:
             return  # already covered by a restored snapshot
         entry = decode_for_apply(index, data)
-        changes: list[Change] = []
+        changes: list[ChangeTuple] = []
         with self.lock:
             results = self.fsm.apply_entry(index, entry, changes)
         applied = AppliedEntry(index, entry.term, data, tuple(changes))

@@ -34,12 +34,12 @@ class SessionClock:
     def on_entry(self, entry: AppliedEntry) -> None:
         """Apply-thread listener: note the sessions this entry wrote or deleted."""
         now = None
-        for change in entry.changes:
-            sid = keys.parse_session_key(change.key) if change.key.startswith(keys.SESSION_PREFIX) else None
+        for _offset, _type, key, _old, new in entry.changes:  # by position: raftlog/kvstate.py Change
+            sid = keys.parse_session_key(key) if key.startswith(keys.SESSION_PREFIX) else None
             if sid is not None:
                 now = now if now is not None else self._clock()
                 with self._lock:
-                    if change.new is None:
+                    if new is None:
                         self._seen.pop(sid, None)
                     else:
                         self._seen[sid] = now

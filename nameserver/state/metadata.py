@@ -23,7 +23,7 @@ from nameserver.state.pendingroutes import CHUNK_KEYS, PendingRoutes
 from nameserver.state.quotas import Usage
 from nameserver.state.sessions import SessionBook
 from nameserver.state.shards.directory import Directory
-from raftlog.kvstate import Change, KVState
+from raftlog.kvstate import ChangeTuple, KVState
 from raftlog.pb import entry_pb2
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # KV namespace of order-topic configuration (RocketMQ)
@@ -260,7 +260,7 @@ class MetadataState:
     def digest_hex(self) -> str:
         return self.kv.digest_hex
 
-    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change] | None = None
+    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[ChangeTuple] | None = None
                     ) -> list[entry_pb2.BatchResult]:
         return self.kv.apply_entry(offset, entry, changes)
 

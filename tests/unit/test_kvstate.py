@@ -31,7 +31,7 @@ def test_each_record_leaves_its_value_version_and_type_and_reports_its_change(di
     kv.apply_entry(1, entry((3, PUT, "topic/T/b", b"q1"), (2, PUT, "live/a", b"l1")), changes)
     assert sorted(kv.items()) == [("live/a", b"l1", 1, 2), ("topic/T/b", b"q1", 1, 3)]
     assert changes == [Change(1, 3, "topic/T/b", None, b"q1"), Change(1, 2, "live/a", None, b"l1")]
-    assert changes[0].type == 3 and changes[0].key == "topic/T/b"
+    assert Change(*changes[0]).type == 3 and Change(*changes[0]).key == "topic/T/b"  # Change's layout
 
     changes = []
     # the same value again: the version moves, nothing changes; a new value; a delete; a delete of nothing

@@ -6,7 +6,6 @@ from nameserver.core.sessionclock import SessionClock
 from nameserver.pb import state_pb2
 from nameserver.state import MetadataState, expire_sessions, keys
 from raftlog.history import AppliedEntry
-from raftlog.kvstate import Change
 
 
 class FakeClock:
@@ -18,7 +17,7 @@ class FakeClock:
 
 
 def _entry(key: str, new: bytes | None) -> AppliedEntry:
-    return AppliedEntry(offset=1, term=1, data=b"", changes=(Change(1, keys.SESSION_TYPE, key, None, new),))
+    return AppliedEntry(offset=1, term=1, data=b"", changes=((1, keys.SESSION_TYPE, key, None, new),))  # as applied
 
 
 def test_idle_counts_from_the_last_applied_write_or_the_last_leadership_whichever_is_later() -> None:
