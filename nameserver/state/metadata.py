@@ -214,8 +214,10 @@ class MetadataState:
         self.kv = KVState(digests=accounting)
         self.lazy_routes = lazy_routes
         # The one listener: the indexes, and the quota totals of an accounting state (a second listener cost
-        # a call for each changed record; the totals move only for a record added or dropped, or a KV's).
-        self.kv.listeners.append(self._on_change)
+        # a call for each changed record; the totals move only for a record added or dropped, or a KV's). A
+        # lazy_routes state has none: its entry's changes are indexed once the entry is in (apply_entry).
+        if not lazy_routes:
+            self.kv.listeners.append(self._on_change)
         self.accounting = accounting
         # Moves whenever a record that feeds some topic's route changes (topic, broker, filter, setting,
         # KV: the order-topic config), before the entry's offset does: a route computed at one value stays
@@ -262,7 +264,28 @@ class MetadataState:
 
     def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[ChangeTuple] | None = None
                     ) -> list[entry_pb2.BatchResult]:
-        return self.kv.apply_entry(offset, entry, changes)
+        if not self.lazy_routes:
+            return self.kv.apply_entry(offset, entry, changes)
+        # A lazy_routes state (its every reader holds the owner's lock, which the whole entry is applied under):
+        # the entry's changes indexed once it is in, in their order, a topic/ key's noted here with no call
+        # (a listener's call for each changed record was a tenth of a worker's replica's apply). Its indexes
+        # are functions of the records' values, which no handler reads: the same as indexed record by record.
+        if changes is None:
+            changes = []
+        start = len(changes)
+        results = self.kv.apply_entry(offset, entry, changes)
+        stale, on_change, counted = self._stale, self._on_change, self.accounting
+        for change in changes[start:] if start else changes:
+            _, rtype, key, old, new = change
+            if key.startswith(_TOPIC_PREFIX) and not (counted and (old is None or new is None)):
+                self.route_generation += 1  # what _on_change does for it, inline
+                stale[key] = None
+                if len(stale) >= STALE_ROUTE_KEYS:
+                    self.settle_routes()
+                    stale = self._stale
+            else:
+                on_change(rtype, key, old, new)
+        return results
 
     def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str | None = None,
                 defer_routes: bool = False) -> None:
