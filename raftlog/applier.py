@@ -159,6 +159,8 @@ class Applier:
         return w
 
     def unregister(self, request_id: str) -> None:
+        if request_id not in self._waiters:
+            return  # taken by the apply already (a proposal that applied, on the apply thread itself): no lock
         with self._waiters_lock:
             self._waiters.pop(request_id, None)
 

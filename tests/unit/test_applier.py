@@ -149,3 +149,20 @@ def test_each_waiting_proposer_gets_its_own_batch_s_result_and_others_are_left_a
         assert [kv.get(f"kv/ns/{k}") for k in "abce"] == [b"1", b"1", None, b"1"]
     finally:
         applier.stop()
+
+
+def test_a_proposer_that_stopped_waiting_is_not_woken_and_unregistering_twice_is_harmless() -> None:
+    applier = Applier(KVStateMachine(KVState()), threading.RLock())
+    applier.start()
+    try:
+        gone, kept = applier.register("gone"), applier.register("kept")
+        applier.unregister("gone")  # its caller timed out before the entry applied
+        applier.enqueue_entry(1, encode_entry(entry_pb2.Entry(term=2, batches=[
+            entry_pb2.Batch(request_id="gone"), entry_pb2.Batch(request_id="kept")])))
+        assert kept.event.wait(5) and kept.applied is not None and kept.applied.offset == 1
+        assert applier.wait_applied(1, 5) and not gone.event.is_set() and gone.applied is None
+        applier.unregister("kept")  # after the apply took it (the proposer's own cleanup)
+        applier.unregister("never")
+        assert not applier._waiters
+    finally:
+        applier.stop()
