@@ -185,13 +185,24 @@ class KVState:
                     ) -> list[entry_pb2.BatchResult]:
         """Apply one log entry at `offset`; never raises on well-formed protobuf input. `changes`: each change
         is added to it, (offset, type, key, old, new) (Change's layout)."""
+        results = self.apply_records(offset, entry, changes)
+        self.entry_applied(offset)
+        return results
+
+    def apply_records(self, offset: int, entry: entry_pb2.Entry, changes: list[ChangeTuple] | None = None
+                      ) -> list[entry_pb2.BatchResult]:
+        """apply_entry's records, the offset left where it was: entry_applied(offset) moves it (an owner that
+        updates what it derives from the changes in between: readers that read the offset first, then what is
+        derived, without the lock, find the derived state as new as the offset; nameserver/core/routecache.py)."""
         # Repeated fields are sliced, not iterated: a upb container's iteration ends in an IndexError made
         # with a formatted message (~700 instructions a loop, four loops an entry on every replica).
-        results = [self.apply_batch(offset, batch, changes) for batch in entry.batches[:]]
+        return [self.apply_batch(offset, batch, changes) for batch in entry.batches[:]]
+
+    def entry_applied(self, offset: int) -> None:
+        """The entry at `offset` is in (apply_records): the offset moves to it, and its digest is kept."""
         self.offset = offset
         if self._keeps_digest:
             self._digests.append((offset, self._digest))
-        return results
 
     def apply_batch(self, offset: int, batch: entry_pb2.Batch, changes: list[ChangeTuple] | None = None
                     ) -> entry_pb2.BatchResult:

@@ -267,13 +267,15 @@ class MetadataState:
         if not self.lazy_routes:
             return self.kv.apply_entry(offset, entry, changes)
         # A lazy_routes state (its every reader holds the owner's lock, which the whole entry is applied under):
-        # the entry's changes indexed once it is in, in their order, a topic/ key's noted here with no call
-        # (a listener's call for each changed record was a tenth of a worker's replica's apply). Its indexes
+        # the entry's changes indexed once its records are in, in their order, a topic/ key's noted here with no
+        # call (a listener's call for each changed record was a tenth of a worker's replica's apply). Its indexes
         # are functions of the records' values, which no handler reads: the same as indexed record by record.
+        # The offset moves after (kv.entry_applied): the route generation first, as a lock-free route cache hit
+        # needs (nameserver/core/routecache.py: it reads the offset, then the generation).
         if changes is None:
             changes = []
         start = len(changes)
-        results = self.kv.apply_entry(offset, entry, changes)
+        results = self.kv.apply_records(offset, entry, changes)
         stale, on_change, counted = self._stale, self._on_change, self.accounting
         for change in changes[start:] if start else changes:
             _, rtype, key, old, new = change
@@ -285,6 +287,7 @@ class MetadataState:
                     stale = self._stale
             else:
                 on_change(rtype, key, old, new)
+        self.kv.entry_applied(offset)
         return results
 
     def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str | None = None,

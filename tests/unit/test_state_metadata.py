@@ -559,3 +559,34 @@ def test_a_lazy_state_indexing_each_entry_once_it_is_in_reads_as_an_eager_one(
     assert reads(lazy) | {"digest": None} == reads(eager) | {"digest": None}
     assert reads(counted) == reads(eager) and counted.usage.totals == eager.usage.totals
     assert lazy.route_generation == eager.route_generation == counted.route_generation
+
+
+@pytest.mark.parametrize("lazy_routes", [False, True])
+def test_the_route_generation_moves_before_the_offset_does(lazy_routes: bool) -> None:
+    """A route cache hit reads the offset, then the generation, without the lock (nameserver/core/routecache.py):
+    when an entry's offset becomes visible, every route change in it has moved the generation already, for a
+    worker's lazy state (which indexes an entry's changes after its records) as for an eager one."""
+    from raftlog.kvstate import KVState
+    state = MetadataState(accounting=not lazy_routes, lazy_routes=lazy_routes)
+    seen: list[tuple[int, int]] = []  # (offset, the generation) each time the offset is set
+
+    class Watched(KVState):
+        @property  # type: ignore[override]
+        def offset(self) -> int:
+            return self._watched_offset
+
+        @offset.setter
+        def offset(self, value: int) -> None:
+            seen.append((value, state.route_generation))
+            self._watched_offset = value
+
+    state.kv._watched_offset = state.kv.__dict__.pop("offset")  # type: ignore[attr-defined]
+    state.kv.__class__ = Watched
+    apply(state, batch(broker("c1", "b", {0: "10.0.0.1:10911"}), queue("T", "b")))
+    apply(state, batch(live("10.0.0.1:10911", "c1", "b", 0)))  # no route change
+    apply(state, batch(queue("T", "b", nums=8), queue("U", "b")))
+    generations = [gen for _, gen in seen]
+    assert [offset for offset, _ in seen] == [1, 2, 3]
+    assert generations[0] > 0 and generations[1] == generations[0] and generations[2] == state.route_generation
+    assert generations[2] > generations[1]
+    assert state.queue_data("T", "b").write_queue_nums == 8
