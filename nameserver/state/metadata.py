@@ -210,7 +210,8 @@ class MetadataState:
         every registration is indexed once per read, not once per write: a write-only load never). For a
         state whose every reader holds its owner's lock (a worker's replica: nameserver/replica/follower.py),
         since such a read changes the index; never a core's, whose translations read it without the lock
-        (nameserver/core/stateguard.py optimistic)."""
+        (nameserver/core/stateguard.py optimistic). Such a state indexes an entry's changes in apply_entry (its
+        KVState has no listener): it is applied through apply_entry, never through its KVState's own."""
         self.kv = KVState(digests=accounting)
         self.lazy_routes = lazy_routes
         # The one listener: the indexes, and the quota totals of an accounting state (a second listener cost
