@@ -131,38 +131,43 @@ class FrameReader:
     def __init__(self, sock: socket.socket, max_frame: int) -> None:
         self.sock = sock
         self.max_frame = max_frame
-        self._buf = b""  # read and not yet a frame's
+        self._buf: bytes | bytearray = b""  # what was read; from `_at` on, not yet a frame's
+        self._at = 0
 
     def frame(self) -> bytes | None:
         """The next frame's body; None at the end of the socket between frames. ValueError for a frame longer
         than `max_frame`, EOFError for a socket that ends inside one."""
-        buf: bytes | bytearray = self._buf
+        buf, at = self._buf, self._at
         while True:
-            size = len(buf)
-            if size >= 4:
-                (n,) = _LEN.unpack_from(buf)
+            have = len(buf) - at
+            if have >= 4:
+                (n,) = _LEN.unpack_from(buf, at)
                 if n > self.max_frame:
                     raise ValueError(f"a {n}-byte frame is past its {self.max_frame}-byte bound")
-                end = n + 4
-                if size >= end:
-                    self._buf = bytes(buf[end:])
-                    return bytes(buf[4:end])
-                need = end - size
+                end = at + 4 + n
+                if len(buf) >= end:
+                    self._buf, self._at = buf, end  # the frames after it stay, read from there
+                    return bytes(buf[at + 4:end])
+                need = end - len(buf)
             else:
-                need = 4 - size
+                need = 4 - have
             chunk = self.sock.recv(min(max(need, READ_BYTES), 1 << 20))
             if not chunk:
-                self._buf = b""
-                if size:
+                self._buf, self._at = b"", 0
+                if have:
                     raise EOFError("closed inside a frame")
                 return None
-            if isinstance(buf, bytearray):
+            if not have:
+                buf = chunk  # the usual: nothing left over, the chunk read as it came
+            elif isinstance(buf, bytearray):  # a big frame's parts, gathered in place
+                del buf[:at]
                 buf += chunk
-            elif size and len(chunk) < need:  # a frame in many parts (a snapshot's chunk): gathered in place
-                buf = bytearray(buf)
+            elif len(chunk) < need:  # a frame in many parts (a snapshot's chunk): gathered in place from now on
+                buf = bytearray(memoryview(buf)[at:])
                 buf += chunk
             else:
-                buf = buf + chunk if size else chunk
+                buf = buf[at:] + chunk
+            at = 0
 
 
 class FeedStream:

@@ -23,16 +23,16 @@ class Counted:
         return self.sock.recv(n)
 
 
-def test_frames_sent_together_are_read_with_one_recv_then_the_end_between_frames() -> None:
+def test_frames_sent_together_are_read_together_then_the_end_between_frames() -> None:
     left, right = socket.socketpair()
-    frames = [framing.pack_one(b"m%d" % i * (i * 50)) for i in range(5)] + [framing.pack([[b"14", b"no"]])]
+    frames = [framing.pack_one(b"m%d" % i * (i % 7 * 50)) for i in range(200)] + [framing.pack([[b"14", b"no"]])]
     bodies = [frame[4:] for frame in frames]
     left.sendall(b"".join(frames))
     left.close()
     counted = Counted(right)
     reader = FrameReader(counted, 1 << 20)  # type: ignore[arg-type]  # the recv it uses
     assert [reader.frame() for _ in bodies] == bodies
-    assert counted.recvs == 1  # read_frame's: two a frame
+    assert counted.recvs <= len(b"".join(frames)) // READ_BYTES + 2  # up to READ_BYTES a read (read_frame: 2 a frame)
     assert reader.frame() is None and reader.frame() is None
     right.close()
 
