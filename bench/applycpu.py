@@ -72,7 +72,7 @@ class _EntryCount:
         registry = CollectorRegistry()
         self.entry_batches = Histogram("batches", "", registry=registry)
         self.entry_bytes = Histogram("bytes", "", registry=registry)
-        self._records_by_type: dict[tuple[int, bool], int] = {}
+        self._records_by_type: dict[int, int] = {}
         self.entries_applied = 0
         self.last_leader_time_ms = 0
 

@@ -54,7 +54,7 @@ from nameserver.replica import ReadReplica
 from nameserver.state import MetadataState, translate
 from raftlog.codec import encode_entry
 from raftlog.history import AppliedEntry, EntryHistory
-from raftlog.kvstate import Change
+from raftlog.kvstate import ChangeTuple
 from raftlog.pb import entry_pb2
 
 
@@ -96,7 +96,7 @@ class _Core:
         entry = entry_pb2.Entry(term=1, leader_time_ms=int(time.time() * 1000))
         entry.batches.extend(batches)
         data = encode_entry(entry)
-        changes: list[Change] = []
+        changes: list[ChangeTuple] = []
         self.state.apply_entry(offset, entry, changes)
         self.log.history.append(AppliedEntry(offset, 1, data, tuple(changes)))
         self.log.publish(offset)

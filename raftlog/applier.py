@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from raftlog.codec import decode_for_apply
 from raftlog.digest import digest_hex, digest_of
 from raftlog.history import AppliedEntry, EntryHistory
-from raftlog.kvstate import Change
+from raftlog.kvstate import ChangeTuple
 from raftlog.pb import entry_pb2
 
 log = logging.getLogger("raftlog.apply")
@@ -34,7 +34,7 @@ DIGEST_CHECK_CHUNK = 20_000  # pairs hashed between two pauses of that check
 class StateMachine(Protocol):
     """hashicorp/raft's FSM, our flavour: apply, freeze (for snapshot), restore."""
 
-    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change]
+    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[ChangeTuple]
                     ) -> list[entry_pb2.BatchResult]: ...
 
     def freeze(self) -> Any: ...  # a point-in-time copy, iterated by `snapshot_items`
@@ -159,6 +159,8 @@ class Applier:
         return w
 
     def unregister(self, request_id: str) -> None:
+        if request_id not in self._waiters:
+            return  # taken by the apply already (a proposal that applied, on the apply thread itself): no lock
         with self._waiters_lock:
             self._waiters.pop(request_id, None)
 
@@ -213,7 +215,7 @@ class Applier:
         if index <= self.apply_offset:
             return  # already covered by a restored snapshot
         entry = decode_for_apply(index, data)
-        changes: list[Change] = []
+        changes: list[ChangeTuple] = []
         with self.lock:
             results = self.fsm.apply_entry(index, entry, changes)
         applied = AppliedEntry(index, entry.term, data, tuple(changes))
@@ -224,13 +226,18 @@ class Applier:
             except Exception:
                 log.exception("entry listener failed at %d", index)
         self._publish(index)
-        for batch, result in zip(entry.batches[:], results, strict=True):  # sliced: kvstate.py apply_entry says why
-            if batch.request_id:
-                with self._waiters_lock:
-                    w = self._waiters.pop(batch.request_id, None)
-                if w is not None:
-                    w.applied = Applied(index, result, entry.term)
-                    w.event.set()
+        waiters = self._waiters
+        if not waiters:
+            return  # nobody proposed here (a follower's every entry): no batch read again, no lock taken
+        # every request id read first, then one lock for them all (not one a batch)
+        ids = [batch.request_id for batch in entry.batches[:]]  # sliced: kvstate.py apply_entry says why
+        with self._waiters_lock:
+            found = [waiters.pop(request_id, None) if request_id else None for request_id in ids]
+        term = entry.term
+        for w, result in zip(found, results, strict=True):
+            if w is not None:
+                w.applied = Applied(index, result, term)
+                w.event.set()
 
     def _advance(self, index: int) -> None:
         if index > self.apply_offset:

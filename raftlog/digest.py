@@ -15,13 +15,20 @@ DIGEST_BYTES = 16
 
 
 _pack_length = struct.Struct(">I").pack
+# Every pair's hash starts as a copy of this empty blake2b-128: copying it cost a quarter of making one
+# (blake2b()'s dozen keyword parameters are parsed at each call), and a hash a third less, measured (0.38
+# against 0.59 us a pair, Python 3.11). Never updated itself: a copy of it is the state blake2b(digest_size=16)
+# starts from, so every hash is what it was. int.from_bytes reads big-endian by default (3.11).
+_EMPTY = hashlib.blake2b(digest_size=DIGEST_BYTES)
 
 
-def pair_hash(key: str, value: bytes, _blake2b=hashlib.blake2b, _from_bytes=int.from_bytes) -> int:
+def pair_hash(key: str, value: bytes, _new=_EMPTY.copy, _from_bytes=int.from_bytes) -> int:
     """The 128-bit hash of one live (key, value) pair, as an int. Once per changed record on every
     node's apply thread: the pack and the lookups are bound once (half its cost, measured)."""
     k = key.encode()
-    return _from_bytes(_blake2b(_pack_length(len(k)) + k + value, digest_size=DIGEST_BYTES).digest(), "big")
+    h = _new()
+    h.update(_pack_length(len(k)) + k + value)
+    return _from_bytes(h.digest())
 
 
 def key_prefix(key: str) -> bytes:
@@ -30,9 +37,16 @@ def key_prefix(key: str) -> bytes:
     return _pack_length(len(k)) + k
 
 
-def prefixed_hash(prefix: bytes, value: bytes, _blake2b=hashlib.blake2b, _from_bytes=int.from_bytes) -> int:
+def prefixed_hash(prefix: bytes, value: bytes, _new=_EMPTY.copy, _from_bytes=int.from_bytes) -> int:
     """pair_hash(key, value) given key_prefix(key): the key's encoding and length not made again."""
-    return _from_bytes(_blake2b(prefix + value, digest_size=DIGEST_BYTES).digest(), "big")
+    h = _new()
+    h.update(prefix + value)
+    return _from_bytes(h.digest())
+
+
+# An empty blake2b-128, as pair_hash starts each hash: updated with key_prefix(key) + value, int.from_bytes of its
+# digest() is pair_hash(key, value) (the apply loop's own hashing, with no Python call a record).
+new_pair_hasher = _EMPTY.copy
 
 
 def digest_hex(value: int) -> str:

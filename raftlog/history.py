@@ -11,7 +11,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from raftlog.kvstate import Change
+from raftlog.kvstate import ChangeTuple
 
 
 class Compacted(Exception):
@@ -26,7 +26,7 @@ class AppliedEntry:
     offset: int
     term: int
     data: bytes                 # the Entry bytes as replicated
-    changes: tuple[Change, ...]  # what applying it changed (failed batches change nothing)
+    changes: tuple[ChangeTuple, ...]  # what applying it changed, (offset, type, key, old, new) each (kvstate.Change)
 
 
 # What one Change costs in memory beyond the entry's bytes: ~90 bytes of object (tracemalloc) plus

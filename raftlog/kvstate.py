@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from raftlog.digest import digest_hex, digest_of, key_prefix, pair_hash, prefixed_hash
+from raftlog.digest import digest_hex, digest_of, key_prefix, new_pair_hasher, pair_hash, prefixed_hash
 from raftlog.pb import entry_pb2
 
 # A listener sees (record type, key, old value or None, new value or None) for every change.
@@ -23,8 +23,12 @@ ChangeListener = Callable[[int, str, bytes | None, bytes | None], None]
 
 
 class Change(NamedTuple):
-    """One applied key change, as the change feed reports it (a tuple: made for every changed record
-    on the apply thread, where a frozen dataclass's __init__ cost twice as much)."""
+    """One applied key change: the layout of the change feed's tuples, (offset, type, key, old, new).
+
+    The feed (apply_entry's `changes`, AppliedEntry.changes) carries plain tuples of this layout, read by
+    position: one is made for every changed record on every replica's apply thread, and a Change cost three
+    times a plain tuple to make (0.19 against 0.05 us: tuple.__new__'s call and a second object; a frozen
+    dataclass's __init__ cost twice that again). Change(*change) names the fields where that reads better."""
 
     offset: int
     type: int
@@ -33,9 +37,7 @@ class Change(NamedTuple):
     new: bytes | None
 
 
-# Change._make without its call: a namedtuple's __new__ is a Python function; tuple's is not (measured 0.5 against
-# 0.2 us, for each changed record on every replica).
-_new_change = tuple.__new__
+ChangeTuple = tuple[int, int, str, bytes | None, bytes | None]  # a change as the feed carries it (Change's layout)
 
 # Equal values share one bytes object: a broker's thousands of topics mostly carry byte-identical queue
 # datas (~60 bytes each, a million times over: ~60 MiB of each copy of the state, and a node with two
@@ -48,40 +50,47 @@ Item = tuple[bytes, int, int]  # a key's (value, version, type)
 
 
 class ValuePool:
-    """Hands out one object per distinct value among those seen recently, and the last item made with each."""
+    """Hands out one object per distinct value among those seen recently, and the last item made with each.
+
+    The rule is `item`'s; the loops that make items by the thousand (apply_batch, shared_items) run it as two
+    steps: `get(value)`, the last item made with an equal value, taken as it is when its version and type are
+    the asked ones (most of a registration's records: a broker's topics carry equal queue datas), else
+    `make(value, version, type, got)`. A call a record was ~2 % of a replica's apply, and a restart's
+    million calls a tenth of it."""
 
     def __init__(self) -> None:
         self._pool: dict[bytes, Item] = {}  # a value -> the last item made with it (which holds the shared value)
+        self.get = self._pool.get  # the dict is only ever cleared, never replaced: its get stays bound
 
     def item(self, value: bytes, version: int, rtype: int) -> Item:
         """The item (value, version, type), the one made last with this value if it is equal."""
+        got = self._pool.get(value)
+        if got is not None and got[1] == version and got[2] == rtype:
+            return got
+        return self.make(value, version, rtype, got)
+
+    def make(self, value: bytes, version: int, rtype: int, got: Item | None) -> Item:
+        """A new item (value, version, type), given `got`, what get(value) gave (not an equal item): it holds the
+        pool's equal value when there is one, and is the one given for the value from now on. The pool is
+        emptied when it holds SHARED_VALUES."""
         pool = self._pool
-        found = pool.get(value)
-        if found is None:
+        if got is None:
             if len(pool) >= SHARED_VALUES:
                 pool.clear()
-        elif found[1] == version and found[2] == rtype:
-            return found
         else:
-            value = found[0]
-        pool[value] = found = (value, version, rtype)
-        return found
+            value = got[0]
+        pool[value] = item = (value, version, rtype)
+        return item
 
     def shared_items(self, items: Iterable[tuple[str, bytes, int, int]]) -> dict[str, Item]:
-        """A restore's map, key -> item, made as item() makes each (inlined: a million calls were a tenth of
-        a restart; sharing the items cut 61 MiB of a copy and a few % of the time, docs/benchmarks.md)."""
-        pool = self._pool
-        get = pool.get
+        """A restore's map, key -> item, each made as item() makes it (sharing the items cut 61 MiB of a copy
+        and a few % of the time, docs/benchmarks.md)."""
+        get, make = self.get, self.make
         values: dict[str, Item] = {}
         for key, value, version, rtype in items:
             item = get(value)
             if item is None or item[1] != version or item[2] != rtype:
-                if item is None:
-                    if len(pool) >= SHARED_VALUES:
-                        pool.clear()
-                else:
-                    value = item[0]
-                pool[value] = item = (value, version, rtype)
+                item = make(value, version, rtype, item)
             values[key] = item
         return values
 
@@ -172,80 +181,100 @@ class KVState:
 
     # ---- writes ------------------------------------------------------------------------------
 
-    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change] | None = None
+    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[ChangeTuple] | None = None
                     ) -> list[entry_pb2.BatchResult]:
-        """Apply one log entry at `offset`; never raises on well-formed protobuf input."""
+        """Apply one log entry at `offset`; never raises on well-formed protobuf input. `changes`: each change
+        is added to it, (offset, type, key, old, new) (Change's layout)."""
+        results = self.apply_records(offset, entry, changes)
+        self.entry_applied(offset)
+        return results
+
+    def apply_records(self, offset: int, entry: entry_pb2.Entry, changes: list[ChangeTuple] | None = None
+                      ) -> list[entry_pb2.BatchResult]:
+        """apply_entry's records, the offset left where it was: entry_applied(offset) moves it (an owner that
+        updates what it derives from the changes in between: readers that read the offset first, then what is
+        derived, without the lock, find the derived state as new as the offset; nameserver/core/routecache.py)."""
         # Repeated fields are sliced, not iterated: a upb container's iteration ends in an IndexError made
         # with a formatted message (~700 instructions a loop, four loops an entry on every replica).
-        results = [self.apply_batch(offset, batch, changes) for batch in entry.batches[:]]
+        return [self.apply_batch(offset, batch, changes) for batch in entry.batches[:]]
+
+    def entry_applied(self, offset: int) -> None:
+        """The entry at `offset` is in (apply_records): the offset moves to it, and its digest is kept."""
         self.offset = offset
         if self._keeps_digest:
             self._digests.append((offset, self._digest))
-        return results
 
-    def apply_batch(self, offset: int, batch: entry_pb2.Batch, changes: list[Change] | None = None
+    def apply_batch(self, offset: int, batch: entry_pb2.Batch, changes: list[ChangeTuple] | None = None
                     ) -> entry_pb2.BatchResult:
+        values = self._values
         preconditions = batch.preconditions  # read once: each read makes a new container object
         for pre in preconditions[:] if preconditions else ():
-            current = self.version(pre.key)
+            key = pre.key
+            item = values.get(key)  # version(key), its call inlined (two a registration)
+            current = item[1] if item else 0
             if current != pre.version:
-                return entry_pb2.BatchResult(applied=False, failed_key=pre.key, failed_key_version=current)
+                return entry_pb2.BatchResult(applied=False, failed_key=key, failed_key_version=current)
         # One loop over the records, each record's work inline (a method call per record was ~2% of a
-        # replica's apply), each field read once: reading a protobuf field makes a new object every time.
-        values, pool, listeners = self._values, self._values_pool._pool, self.listeners
-        keeps_digest, delete, hashes = self._keeps_digest, entry_pb2.OP_DELETE, self._pair_hashes
-        for rec in batch.records[:]:
-            key, rtype = rec.key, rec.type
-            old_item = values.get(key)
-            if rec.op == delete:
-                if old_item is None:
-                    continue
-                del values[key]
-                old = old_item[0]
-                if keeps_digest:
-                    held = hashes.pop(key, None)
-                    self._digest ^= held[1] if held is not None and held[0] == old else pair_hash(key, old)
-                new = None
-            else:
-                # ValuePool.item inlined (a call a record): the item made last with an equal value, or a new
-                # one holding that value's shared bytes
-                new = rec.value
-                item = pool.get(new)
-                if item is None:
-                    if len(pool) >= SHARED_VALUES:
-                        pool.clear()
-                    item = pool[new] = (new, offset, rtype)
-                elif item[1] != offset or item[2] != rtype:
-                    new = item[0]
-                    item = pool[new] = (new, offset, rtype)
-                else:
-                    new = item[0]
-                values[key] = item
-                if old_item is None:
-                    old = None
-                else:
+        # replica's apply), each field read once: reading a protobuf field makes a new object every time. The
+        # digest is summed in a local and stored once the records are in (finally: as far as they went).
+        listeners, hashes = self.listeners, self._pair_hashes
+        pooled, make = self._values_pool.get, self._values_pool.make
+        keeps_digest, delete = self._keeps_digest, entry_pb2.OP_DELETE
+        append = None if changes is None else changes.append
+        new_hasher, from_bytes = new_pair_hasher, int.from_bytes
+        digest = self._digest
+        try:
+            for rec in batch.records[:]:
+                key = rec.key
+                old_item = values.get(key)
+                if rec.op == delete:
+                    if old_item is None:
+                        continue  # its type not even read (a registration's delete of filter servers it never had)
+                    rtype = rec.type
+                    del values[key]
                     old = old_item[0]
-                    if old == new:
-                        continue  # version moves (it was written), the digest and indexes do not
-                if keeps_digest:
-                    held = hashes.get(key)
-                    if held is None:
-                        prefix = key_prefix(key)
-                        if old is not None:
-                            self._digest ^= prefixed_hash(prefix, old)
-                    else:  # the old pair's hash as kept when it went in (an equal value: the same hash)
-                        prefix = held[2]
-                        if old is not None:
-                            self._digest ^= held[1] if held[0] == old else prefixed_hash(prefix, old)
-                    made = prefixed_hash(prefix, new)
-                    self._digest ^= made
-                    if len(hashes) >= PAIR_HASHES_KEPT:
-                        hashes.clear()
-                    hashes[key] = (new, made, prefix)
-            for listener in listeners:
-                listener(rtype, key, old, new)
-            if changes is not None:
-                changes.append(_new_change(Change, (offset, rtype, key, old, new)))
+                    if keeps_digest:
+                        held = hashes.pop(key, None)
+                        digest ^= held[1] if held is not None and held[0] == old else pair_hash(key, old)
+                    new = None
+                else:
+                    # the pool's item (ValuePool.item in its two steps): the one made last with an equal value
+                    # when its version and type are these, else a new one holding the shared value
+                    new, rtype = rec.value, rec.type
+                    item = pooled(new)
+                    if item is None or item[1] != offset or item[2] != rtype:
+                        item = make(new, offset, rtype, item)
+                    new = item[0]
+                    values[key] = item
+                    if old_item is None:
+                        old = None
+                    else:
+                        old = old_item[0]
+                        if old == new:
+                            continue  # version moves (it was written), the digest and indexes do not
+                    if keeps_digest:
+                        held = hashes.get(key)
+                        if held is None:
+                            prefix = key_prefix(key)
+                            if old is not None:
+                                digest ^= prefixed_hash(prefix, old)
+                        else:  # the old pair's hash as kept when it went in (an equal value: the same hash)
+                            prefix = held[2]
+                            if old is not None:
+                                digest ^= held[1] if held[0] == old else prefixed_hash(prefix, old)
+                        hasher = new_hasher()  # prefixed_hash(prefix, new), its call inlined
+                        hasher.update(prefix + new)
+                        hashed = from_bytes(hasher.digest())
+                        digest ^= hashed
+                        if len(hashes) >= PAIR_HASHES_KEPT:
+                            hashes.clear()
+                        hashes[key] = (new, hashed, prefix)
+                for listener in listeners:
+                    listener(rtype, key, old, new)
+                if append is not None:
+                    append((offset, rtype, key, old, new))
+        finally:
+            self._digest = digest
         return entry_pb2.BatchResult(applied=True)
 
     def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest: int | None = None
@@ -275,7 +304,7 @@ class KVStateMachine:
     def __init__(self, kv: KVState) -> None:
         self.kv = kv
 
-    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change]
+    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[ChangeTuple]
                     ) -> list[entry_pb2.BatchResult]:
         return self.kv.apply_entry(offset, entry, changes)
 

@@ -48,21 +48,29 @@ class Later:
         return self._value
 
     def _set(self, value: Any, error: BaseException | None) -> None:
+        # The callbacks given so far taken at once, then those given while they ran (after them, in order): the
+        # lock taken once more when they are done, not twice a callback (on a leader's apply thread, for every
+        # write of a worker's).
         with self._lock:
             if self._set_once:
                 return  # set already
             self._set_once = True
             self._value, self._error = value, error
+            given, self._callbacks = self._callbacks, []
+            if not given:
+                self._done = True
+                return
         while True:
+            for fn in given:
+                try:  # often the apply thread: one callback's bug must neither stop it nor the others
+                    fn(self)
+                except Exception:
+                    log.exception("a reply's callback failed")
             with self._lock:
-                if not self._callbacks:
+                given, self._callbacks = self._callbacks, []
+                if not given:
                     self._done = True
                     return
-                fn = self._callbacks.pop(0)
-            try:  # often the apply thread: one callback's bug must neither stop it nor the others
-                fn(self)
-            except Exception:
-                log.exception("a reply's callback failed")
 
 
 __all__ = ["Later"]

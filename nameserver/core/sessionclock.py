@@ -18,6 +18,10 @@ from collections.abc import Callable
 from nameserver.state import keys
 from raftlog.history import AppliedEntry
 
+# A session key's prefix as an encoded entry holds it (a protobuf string: its UTF-8 bytes, verbatim): an entry whose
+# bytes lack it changed no session (a search of its bytes, where a look at each change's key was ~0.1 us a change).
+_SESSION_BYTES = keys.SESSION_PREFIX.encode()
+
 
 class SessionClock:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -33,13 +37,15 @@ class SessionClock:
 
     def on_entry(self, entry: AppliedEntry) -> None:
         """Apply-thread listener: note the sessions this entry wrote or deleted."""
+        if _SESSION_BYTES not in entry.data:
+            return  # no key of the entry is a session's (its bytes hold every key as written: most entries)
         now = None
-        for change in entry.changes:
-            sid = keys.parse_session_key(change.key) if change.key.startswith(keys.SESSION_PREFIX) else None
+        for _offset, _type, key, _old, new in entry.changes:  # by position: raftlog/kvstate.py Change
+            sid = keys.parse_session_key(key) if key.startswith(keys.SESSION_PREFIX) else None
             if sid is not None:
                 now = now if now is not None else self._clock()
                 with self._lock:
-                    if change.new is None:
+                    if new is None:
                         self._seen.pop(sid, None)
                     else:
                         self._seen[sid] = now

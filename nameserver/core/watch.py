@@ -15,13 +15,13 @@ from collections.abc import Iterable
 
 from nameserver.pb import api_pb2
 from raftlog.history import AppliedEntry, EntryHistory
-from raftlog.kvstate import Change
+from raftlog.kvstate import ChangeTuple
 
 
-def to_events(changes: Iterable[Change], prefixes: tuple[str, ...]) -> list[api_pb2.WatchEvent]:
-    return [api_pb2.WatchEvent(type=c.type, deleted=c.new is None, key=c.key, value=c.new or b"",
-                               version=c.offset)
-            for c in changes if c.key.startswith(prefixes)]
+def to_events(changes: Iterable[ChangeTuple], prefixes: tuple[str, ...]) -> list[api_pb2.WatchEvent]:
+    """The changes under `prefixes` as watch events (a change read by position: raftlog/kvstate.py Change)."""
+    return [api_pb2.WatchEvent(type=rtype, deleted=new is None, key=key, value=new or b"", version=offset)
+            for offset, rtype, key, _old, new in changes if key.startswith(prefixes)]
 
 
 def resumable(history: EntryHistory, start_offset: int, margin: int = 0) -> bool:

@@ -333,7 +333,8 @@ class NodeMetrics:
             "nameserver_applied_entry_bytes", "Size of each applied log entry.", buckets=BYTES_BUCKETS,
             registry=own)
         # Plain ints written by one thread each and read at scrape time: no lock on the apply path.
-        self._records_by_type: dict[tuple[int, bool], int] = {}  # (record type, deleted) -> records applied
+        # record type -> records applied that upserted it; ~type (negative) -> those that deleted one
+        self._records_by_type: dict[int, int] = {}
         self.entries_applied = 0
         self.last_leader_time_ms = 0
         self.leader_changes_seen = 0
@@ -368,19 +369,21 @@ class NodeMetrics:
             self.last_leader_time_ms = leader_time_ms
         self.entry_batches.observe(batches)
         self.entry_bytes.observe(len(data))
-        # Counted by (type, deleted) in one plain loop; named at scrape time (records_applied). A Counter over
-        # a generator and a name per type, each entry, was a sixth of this listener's cost on every node.
+        # Counted by type and deleted in one plain loop, an int key each (a Change unpacked, no tuple made for a
+        # key: a third of this loop); named at scrape time (records_applied). A Counter over a generator and a
+        # name per type, each entry, was a sixth of this listener's cost on every node.
         counts = self._records_by_type
-        for change in entry.changes:
-            key = (change.type, change.new is None)
-            counts[key] = counts.get(key, 0) + 1
+        get = counts.get
+        for _, rtype, _, _, new in entry.changes:
+            key = rtype if new is not None else ~rtype
+            counts[key] = get(key, 0) + 1
 
     @property
     def records_applied(self) -> dict[tuple[str, str], int]:
         """Records applied since the start by (record type name, "upsert" or "delete")."""
         named: dict[tuple[str, str], int] = {}
-        for (rtype, deleted), n in dict(self._records_by_type).items():
-            key = (record_type_name(rtype), "delete" if deleted else "upsert")
+        for counted, n in dict(self._records_by_type).items():
+            key = (record_type_name(~counted), "delete") if counted < 0 else (record_type_name(counted), "upsert")
             named[key] = named.get(key, 0) + n
         return named
 

@@ -72,20 +72,9 @@ def _broker_data(raw: bytes | None) -> state_pb2.BrokerData | None:
     return None if raw is None else state_pb2.BrokerData.FromString(raw)
 
 
-class KeyChange(Protocol):
-    """One applied key change, as the log's change feed reports it (raftlog.kvstate.Change)."""
-
-    @property
-    def type(self) -> int: ...
-
-    @property
-    def key(self) -> str: ...
-
-    @property
-    def old(self) -> bytes | None: ...
-
-    @property
-    def new(self) -> bytes | None: ...
+# One applied key change as the log's change feed carries it, (offset, type, key, old, new): raftlog.kvstate.Change's
+# layout (this adapter reaches the node only through what it is given: no raftlog import).
+KeyChange = tuple[int, int, str, bytes | None, bytes | None]
 
 
 class Registry(Protocol):
@@ -109,13 +98,14 @@ class MinBrokerIdNotifier:
 
     def on_changes(self, changes: Iterable[KeyChange], state: Registry) -> None:
         """On the apply thread, after the entry (`state` is read here without its lock: this thread is its
-        only writer): decode only broker-set changes; send off this thread."""
-        for change in changes:
-            if change.type != keys.BROKER_TYPE:
+        only writer): decode only broker-set changes; send off this thread. A change is read by position, as
+        the log's change feed carries it (raftlog/kvstate.py Change)."""
+        for _offset, rtype, key, old, new in changes:
+            if rtype != keys.BROKER_TYPE:
                 continue
             if not state.setting_on(settings.NOTIFY_MIN_BROKER_ID_CHANGED, False):
                 return
-            found = min_id_change(_broker_data(change.old), _broker_data(change.new))
+            found = min_id_change(_broker_data(old), _broker_data(new))
             if found is None:
                 continue
             recipients = [addr for addr in found.recipients if self._holds(addr)]
@@ -123,7 +113,7 @@ class MinBrokerIdNotifier:
                 continue
             live = None if found.offline_addr else state.broker_live(found.min_addr)
             cmd = notice(found, live.ha_server_addr if live is not None else "")
-            what = (f"broker set {shown(change.key[len(keys.BROKER_PREFIX):])}'s lowest broker id {found.min_id} "
+            what = (f"broker set {shown(key[len(keys.BROKER_PREFIX):])}'s lowest broker id {found.min_id} "
                     f"({shown(found.min_addr)})" + (f", {shown(found.offline_addr)} left" if found.offline_addr
                                                     else ""))
             for addr in recipients:

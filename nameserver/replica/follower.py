@@ -29,7 +29,7 @@ from nameserver.state import MetadataState
 from raftlog.applier import frozen_load
 from raftlog.codec import UnknownEntryFormat, decode_for_apply
 from raftlog.history import AppliedEntry, EntryHistory
-from raftlog.kvstate import Change
+from raftlog.kvstate import ChangeTuple
 
 log = logging.getLogger("nameserver.replica")
 
@@ -429,7 +429,7 @@ class ReadReplica:
                 continue  # already held (a resumed stream repeats nothing, but be safe)
             data = e.entry
             entry = decode_for_apply(offset, data)
-            changes: list[Change] = []
+            changes: list[ChangeTuple] = []
             with self.lock:
                 state.apply_entry(offset, entry, changes)
             applied = AppliedEntry(offset, e.term, data, tuple(changes))

@@ -8,7 +8,6 @@ Pure and deterministic: no clocks, threads or I/O. Not thread-safe (the owner ho
 
 from __future__ import annotations
 
-import functools
 import sys
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -24,7 +23,7 @@ from nameserver.state.pendingroutes import CHUNK_KEYS, PendingRoutes
 from nameserver.state.quotas import Usage
 from nameserver.state.sessions import SessionBook
 from nameserver.state.shards.directory import Directory
-from raftlog.kvstate import Change, KVState
+from raftlog.kvstate import ChangeTuple, KVState
 from raftlog.pb import entry_pb2
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # KV namespace of order-topic configuration (RocketMQ)
@@ -60,12 +59,26 @@ def _decode(cls: type[M], data: bytes | None) -> M | None:
     return msg
 
 
-@functools.lru_cache(maxsize=4096)
-def _queue_sys_flag(raw: bytes) -> int | None:
-    """A queue data's topicSysFlag, or None when it does not parse. Cached: a broker's queue datas
-    are mostly byte-identical, and this is on every applied route record of every node."""
-    qd = _decode(state_pb2.QueueData, raw)
-    return None if qd is None else qd.topic_sys_flag
+SYS_FLAGS_KEPT = 4096  # distinct queue datas whose topicSysFlag is kept (emptied when full)
+
+
+class _SysFlags(dict[bytes, int | None]):
+    """Encoded queue data -> its topicSysFlag, or None when it does not parse; `flags[raw]` decodes one not held.
+    Kept because a broker's queue datas are mostly byte-identical, and this is on every applied route record of
+    every node: a subscript, where the lru_cache it replaces cost a call (0.04 against 0.12 us, twice for each
+    queue data rewritten on a core). Threads share it: a miss meanwhile only decodes again."""
+
+    def __missing__(self, raw: bytes) -> int | None:
+        qd = _decode(state_pb2.QueueData, raw)
+        flag = None if qd is None else qd.topic_sys_flag
+        if len(self) >= SYS_FLAGS_KEPT:
+            self.clear()
+        self[raw] = flag
+        return flag
+
+
+_SYS_FLAGS = _SysFlags()
+_queue_sys_flag: Callable[[bytes], int | None] = _SYS_FLAGS.__getitem__  # a function of the same answers
 
 
 def _unit_kinds(sys_flag: int) -> list[int]:
@@ -170,6 +183,7 @@ _OnChange = Callable[["MetadataState", str, "bytes | None"], None]
 _HANDLERS: dict[int, _OnChange] = {}
 _TOPIC_PREFIX = records.TOPIC.prefix
 _TOPIC_CUT = len(_TOPIC_PREFIX)
+_LIVE_CUT = len(records.LIVE.prefix)
 
 
 def _handles(kind: records.RecordKind) -> Callable[[_OnChange], _OnChange]:
@@ -196,20 +210,23 @@ class MetadataState:
         every registration is indexed once per read, not once per write: a write-only load never). For a
         state whose every reader holds its owner's lock (a worker's replica: nameserver/replica/follower.py),
         since such a read changes the index; never a core's, whose translations read it without the lock
-        (nameserver/core/stateguard.py optimistic)."""
+        (nameserver/core/stateguard.py optimistic). Such a state indexes an entry's changes in apply_entry (its
+        KVState has no listener): it is applied through apply_entry, never through its KVState's own."""
         self.kv = KVState(digests=accounting)
         self.lazy_routes = lazy_routes
-        self.kv.listeners.append(self._on_change)
+        # The one listener: the indexes, and the quota totals of an accounting state (a second listener cost
+        # a call for each changed record; the totals move only for a record added or dropped, or a KV's). A
+        # lazy_routes state has none: its entry's changes are indexed once the entry is in (apply_entry).
+        if not lazy_routes:
+            self.kv.listeners.append(self._on_change)
         self.accounting = accounting
         # Moves whenever a record that feeds some topic's route changes (topic, broker, filter, setting,
         # KV: the order-topic config), before the entry's offset does: a route computed at one value stays
         # right while it has that value (nameserver/core/routecache.py).
         self.route_generation = 0
         self._reset_indexes()
-        # Quota totals (nameserver/state/quotas.py): counted from every change, rebuilt on a restore.
+        # Quota totals (nameserver/state/quotas.py): counted from every change (_on_change), rebuilt on a restore.
         self.usage = Usage()
-        if accounting:
-            self.kv.listeners.append(self.usage.on_change)
 
     def _reset_indexes(self) -> None:
         # Decoded values are cached (never handed out: reads return copies).
@@ -246,9 +263,33 @@ class MetadataState:
     def digest_hex(self) -> str:
         return self.kv.digest_hex
 
-    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[Change] | None = None
+    def apply_entry(self, offset: int, entry: entry_pb2.Entry, changes: list[ChangeTuple] | None = None
                     ) -> list[entry_pb2.BatchResult]:
-        return self.kv.apply_entry(offset, entry, changes)
+        if not self.lazy_routes:
+            return self.kv.apply_entry(offset, entry, changes)
+        # A lazy_routes state (its every reader holds the owner's lock, which the whole entry is applied under):
+        # the entry's changes indexed once its records are in, in their order, a topic/ key's noted here with no
+        # call (a listener's call for each changed record was a tenth of a worker's replica's apply). Its indexes
+        # are functions of the records' values, which no handler reads: the same as indexed record by record.
+        # The offset moves after (kv.entry_applied): the route generation first, as a lock-free route cache hit
+        # needs (nameserver/core/routecache.py: it reads the offset, then the generation).
+        if changes is None:
+            changes = []
+        start = len(changes)
+        results = self.kv.apply_records(offset, entry, changes)
+        stale, on_change, counted = self._stale, self._on_change, self.accounting
+        for change in changes[start:] if start else changes:
+            _, rtype, key, old, new = change
+            if key.startswith(_TOPIC_PREFIX) and not (counted and (old is None or new is None)):
+                self.route_generation += 1  # what _on_change does for it, inline
+                stale[key] = None
+                if len(stale) >= STALE_ROUTE_KEYS:
+                    self.settle_routes()
+                    stale = self._stale
+            else:
+                on_change(rtype, key, old, new)
+        self.kv.entry_applied(offset)
+        return results
 
     def restore(self, offset: int, items: Iterable[tuple[str, bytes, int, int]], digest_hex: str | None = None,
                 defer_routes: bool = False) -> None:
@@ -269,9 +310,9 @@ class MetadataState:
         # every topic/ key counts (a malformed one too, as on_change counts it); the rest by Usage.
         others = []
         for key in ordered[:lo] + ordered[hi:]:
-            value, _version, rtype = values[key]
+            value = values[key][0]
             others.append((key, value))
-            self._on_change(rtype, key, None, value)
+            self._on_other(key, value)
         self._pending = PendingRoutes(ordered[lo:hi])
         del ordered
         self.session_book.reorder(lambda sid: self.kv.version(keys.session_key(sid)))
@@ -373,10 +414,13 @@ class MetadataState:
         self._pending = None
 
     def _on_change(self, rtype: int, key: str, old: bytes | None, new: bytes | None) -> None:
-        # Dispatch on the key's prefix: the layout, not the record's type field, defines meaning
-        # (records.kind_of and the kind's handler, looked up at once: this runs for every changed record).
+        """The KVState's listener, for every changed record: the indexes, and an accounting state's quota totals
+        (Usage.on_change's, called here only when they may move: a rewritten queue data, most changed records,
+        moves none)."""
         if key.startswith(_TOPIC_PREFIX):  # most changed records (a registration's queue datas): no lookup
             self.route_generation += 1
+            if (old is None or new is None) and self.accounting:
+                self.usage.on_change(rtype, key, old, new)  # a queue data added or dropped
             if self.lazy_routes:
                 stale = self._stale
                 stale[key] = None
@@ -390,11 +434,18 @@ class MetadataState:
                 topic, sep, part = key[_TOPIC_CUT:].partition("/")
                 entry = self._topic_queues.get(topic)
                 if (isinstance(entry, tuple) and entry[0] == part and sep and "/" not in part and "~" not in part
-                        and _queue_sys_flag(new) == _queue_sys_flag(entry[1])):
+                        and _SYS_FLAGS[new] == _SYS_FLAGS[entry[1]]):
                     self._topic_queues[topic] = (entry[0], new)  # the held name: interned once
                     return
             self._on_topic(key, new)
             return
+        if self.accounting:
+            self.usage.on_change(rtype, key, old, new)
+        self._on_other(key, new)
+
+    def _on_other(self, key: str, new: bytes | None) -> None:
+        """A record's change outside topic/: its kind's handler, by the key's prefix (the layout, not the record's
+        type field, defines meaning: records.kind_of and the kind's handler, looked up at once)."""
         found = _DISPATCH.get(key[:key.find("/") + 1])
         if found is None:
             return
@@ -438,9 +489,15 @@ class MetadataState:
 
     @_handles(records.LIVE)
     def _on_live(self, key: str, new: bytes | None) -> None:
-        addr = keys.parse_live_key(key)
-        if addr is not None:
-            _put_or_pop(self._lives, addr, _decode(state_pb2.BrokerLive, new))
+        # keys.parse_live_key and _put_or_pop inlined (every registration's live record, on every replica); the
+        # dispatch matched the prefix
+        addr = key[_LIVE_CUT:]
+        if addr:
+            live = None if new is None else _decode(state_pb2.BrokerLive, new)
+            if live is None:
+                self._lives.pop(addr, None)
+            else:
+                self._lives[addr] = live
 
     @_handles(records.FILTER)
     def _on_filter(self, key: str, new: bytes | None) -> None:

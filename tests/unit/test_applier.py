@@ -122,3 +122,47 @@ def test_a_restored_state_is_left_out_of_the_collectors_walks_and_collection_res
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+def test_each_waiting_proposer_gets_its_own_batch_s_result_and_others_are_left_alone() -> None:
+    """An entry of several batches: a proposer waiting for one gets that batch's result at the entry's offset and
+    term (applied, or its failed precondition), whatever the others are (waited for, not, without an id)."""
+    kv = KVState()
+    applier = Applier(KVStateMachine(kv), threading.RLock())
+    applier.start()
+    try:
+        first, third, late = applier.register("a"), applier.register("c"), applier.register("d")
+        batches = [entry_pb2.Batch(request_id="a", records=[entry_pb2.Record(type=5, key="kv/ns/a", value=b"1")]),
+                   entry_pb2.Batch(request_id="b", records=[entry_pb2.Record(type=5, key="kv/ns/b", value=b"1")]),
+                   entry_pb2.Batch(request_id="c", preconditions=[entry_pb2.Precondition(key="kv/ns/a", version=9)],
+                                   records=[entry_pb2.Record(type=5, key="kv/ns/c", value=b"1")]),
+                   entry_pb2.Batch(records=[entry_pb2.Record(type=5, key="kv/ns/e", value=b"1")])]
+        applier.enqueue_entry(4, encode_entry(entry_pb2.Entry(term=7, batches=batches)))
+        assert first.event.wait(5) and third.event.wait(5) and applier.wait_applied(4, 5)
+        assert first.applied is not None and third.applied is not None
+        assert (first.applied.offset, first.applied.term, first.applied.result.applied) == (4, 7, True)
+        assert (third.applied.offset, third.applied.term, third.applied.result.applied) == (4, 7, False)
+        assert third.applied.result.failed_key == "kv/ns/a" and third.applied.result.failed_key_version == 4
+        assert not late.event.is_set() and late.applied is None  # its batch is still to come
+        applier.enqueue_entry(5, encode_entry(entry_pb2.Entry(term=7, batches=[entry_pb2.Batch(request_id="d")])))
+        assert late.event.wait(5) and late.applied is not None and late.applied.offset == 5
+        assert [kv.get(f"kv/ns/{k}") for k in "abce"] == [b"1", b"1", None, b"1"]
+    finally:
+        applier.stop()
+
+
+def test_a_proposer_that_stopped_waiting_is_not_woken_and_unregistering_twice_is_harmless() -> None:
+    applier = Applier(KVStateMachine(KVState()), threading.RLock())
+    applier.start()
+    try:
+        gone, kept = applier.register("gone"), applier.register("kept")
+        applier.unregister("gone")  # its caller timed out before the entry applied
+        applier.enqueue_entry(1, encode_entry(entry_pb2.Entry(term=2, batches=[
+            entry_pb2.Batch(request_id="gone"), entry_pb2.Batch(request_id="kept")])))
+        assert kept.event.wait(5) and kept.applied is not None and kept.applied.offset == 1
+        assert applier.wait_applied(1, 5) and not gone.event.is_set() and gone.applied is None
+        applier.unregister("kept")  # after the apply took it (the proposer's own cleanup)
+        applier.unregister("never")
+        assert not applier._waiters
+    finally:
+        applier.stop()

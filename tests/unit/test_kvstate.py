@@ -31,7 +31,7 @@ def test_each_record_leaves_its_value_version_and_type_and_reports_its_change(di
     kv.apply_entry(1, entry((3, PUT, "topic/T/b", b"q1"), (2, PUT, "live/a", b"l1")), changes)
     assert sorted(kv.items()) == [("live/a", b"l1", 1, 2), ("topic/T/b", b"q1", 1, 3)]
     assert changes == [Change(1, 3, "topic/T/b", None, b"q1"), Change(1, 2, "live/a", None, b"l1")]
-    assert changes[0].type == 3 and changes[0].key == "topic/T/b"
+    assert Change(*changes[0]).type == 3 and Change(*changes[0]).key == "topic/T/b"  # Change's layout
 
     changes = []
     # the same value again: the version moves, nothing changes; a new value; a delete; a delete of nothing
@@ -89,7 +89,7 @@ def test_a_changed_key_hashes_its_new_pair_only_and_the_digest_is_the_pairs_dige
     from raftlog.digest import key_prefix
     hashed: list[tuple[str, bytes]] = []
     keys = {key_prefix(k): k for k in ("topic/T/b", "live/a")}
-    real_pair, real_prefixed = kvstate.pair_hash, kvstate.prefixed_hash
+    real_pair, real_prefixed, real_hasher = kvstate.pair_hash, kvstate.prefixed_hash, kvstate.new_pair_hasher
 
     def pair(key: str, value: bytes) -> int:
         hashed.append((key, value))
@@ -99,8 +99,21 @@ def test_a_changed_key_hashes_its_new_pair_only_and_the_digest_is_the_pairs_dige
         hashed.append((keys[prefix], value))
         return real_prefixed(prefix, value)
 
+    class Hasher:  # the apply loop's inlined prefixed_hash: a hasher given prefix + value at once
+        def __init__(self) -> None:
+            self.h = real_hasher()
+
+        def update(self, data: bytes) -> None:
+            prefix = next(p for p in keys if data.startswith(p))
+            hashed.append((keys[prefix], data[len(prefix):]))
+            self.h.update(data)
+
+        def digest(self) -> bytes:
+            return self.h.digest()
+
     monkeypatch.setattr(kvstate, "pair_hash", pair)
     monkeypatch.setattr(kvstate, "prefixed_hash", prefixed)
+    monkeypatch.setattr(kvstate, "new_pair_hasher", Hasher)
     kv = KVState()
     kv.apply_entry(1, entry((3, PUT, "topic/T/b", b"q1"), (2, PUT, "live/a", b"l1")))
     assert hashed == [("topic/T/b", b"q1"), ("live/a", b"l1")]
@@ -135,3 +148,64 @@ def test_the_digest_does_not_depend_on_which_pair_hashes_were_kept(monkeypatch: 
         if offset % 97 == 0:  # a restore of the same pairs, its digest recomputed
             kv.restore(offset, [(k, v, offset, 3) for k, v in plain.items()])
             assert kv.digest == digest_of(plain.items())
+
+
+def test_a_pair_hash_is_blake2b_128_of_the_key_length_key_and_value() -> None:
+    """The digest's definition (module docstring, and the Spark audit's): however the hash is made (one hasher
+    copied for each, the apply loop's own hashing), it is blake2b-128 of len(key) || key || value, big-endian."""
+    import hashlib
+
+    from raftlog.digest import key_prefix, new_pair_hasher, pair_hash, prefixed_hash
+
+    def defined(key: str, value: bytes) -> int:
+        k = key.encode()
+        return int.from_bytes(hashlib.blake2b(len(k).to_bytes(4, "big") + k + value, digest_size=16).digest(), "big")
+
+    pairs = [("topic/T/b", b"q1"), ("live/10.0.0.1:10911", b"\x00" * 300), ("kv/ns/\u00e9", b""), ("k", b"v")]
+    for _ in range(2):  # the hasher each starts from is never changed by one
+        for key, value in pairs:
+            hasher = new_pair_hasher()
+            hasher.update(key_prefix(key) + value)
+            assert pair_hash(key, value) == prefixed_hash(key_prefix(key), value) == defined(key, value) \
+                == int.from_bytes(hasher.digest())
+    want = 0
+    for key, value in pairs:
+        want ^= defined(key, value)
+    assert digest_of(pairs) == want
+    kv = KVState()
+    kv.apply_entry(1, entry(*((3, PUT, key, value) for key, value in pairs)))
+    kv.apply_entry(2, entry((3, PUT, "k", b"w"), (3, DELETE, "topic/T/b", b"")))
+    assert kv.digest == want ^ defined("k", b"v") ^ defined("k", b"w") ^ defined("topic/T/b", b"q1")
+
+
+def test_the_value_pool_makes_the_same_items_one_at_a_time_and_by_the_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ValuePool's rule is one: item() per value (a snapshot file's map), shared_items (a restore's stream) and
+    the apply's two steps (get, then make) share the same values and items, and the pool is emptied when full."""
+    import raftlog.kvstate as kvstate
+    from raftlog.kvstate import ValuePool
+    monkeypatch.setattr(kvstate, "SHARED_VALUES", 3)
+    # two values written in turn at each of five versions (items and values shared), then five values in turn
+    # (the pool emptied before a value comes back: from the fourth on, nothing shared)
+    stream = [(f"k{i}", bytes(bytearray(b"v%d" % (i % 2 if i < 20 else i % 5))), 1 + i // 4, 3) for i in range(40)]
+
+    def shape(items: list[tuple[bytes, int, int]]) -> list[tuple[int, int, bytes, int, int]]:
+        """Each item as (index of the first item it is, of the first value object it holds, its fields)."""
+        firsts = [next(j for j, other in enumerate(items) if other is item) for item in items]
+        values = [next(j for j, other in enumerate(items) if other[0] is item[0]) for item in items]
+        return [(f, v, *item) for f, v, item in zip(firsts, values, items, strict=True)]
+
+    one = ValuePool()
+    by_item = [one.item(value, version, rtype) for _, value, version, rtype in stream]
+    by_map = list(ValuePool().shared_items(stream).values())
+    two = ValuePool()
+    by_steps = []
+    for _, value, version, rtype in stream:
+        got = two.get(value)
+        equal = got is not None and got[1:] == (version, rtype)
+        by_steps.append(got if equal else two.make(value, version, rtype, got))
+    assert shape(by_item) == shape(by_map) == shape(by_steps)
+    assert [item[1:] for item in by_item] == [(version, rtype) for _, _, version, rtype in stream]
+    made = shape(by_item)
+    assert made[2][:2] == (0, 0) and made[4][:2] == (4, 0)  # an equal item; an equal value at another version
+    assert all(made[i][:2] == (i, i) for i in range(23, 40))  # gone from the pool before they came back
+    assert len(one._pool) <= 3

@@ -48,3 +48,34 @@ def test_the_header_is_stocks() -> None:
     assert cmd.ext_fields == {"minBrokerId": "1", "minBrokerAddr": "s1", "offlineBrokerAddr": "m"}
     assert notice(MinIdChange(0, "m", "", ("s1",)), "h:10912").ext_fields == \
         {"minBrokerId": "0", "minBrokerAddr": "m", "haBrokerAddr": "h:10912"}
+
+
+def test_the_notifier_reads_each_applied_change_as_the_apply_makes_it() -> None:
+    """MinBrokerIdNotifier.on_changes, fed an entry's changes as the apply makes them ((offset, type, key, old, new)
+    tuples): a broker set's change tells the addresses this node holds; other records and a setting off, none."""
+    from nameserver.remoting.minbroker import MinBrokerIdNotifier
+    from nameserver.state import keys
+    sent: list[tuple[str, dict[str, str], str]] = []
+    notifier = MinBrokerIdNotifier(lambda addr: addr != "s2")
+    notifier._sender.stop()
+    notifier._sender = type("Sender", (), {"send": lambda self, addr, cmd, what: sent.append((addr, cmd.ext_fields,
+                                                                                             what))})()
+
+    class State:
+        on = True
+
+        def setting_on(self, name: str, default: bool) -> bool:
+            return self.on
+
+        def broker_live(self, addr: str) -> None:
+            return None
+
+    before, after = broker_set({1: "s1", 2: "s2"}).SerializeToString(), broker_set({0: "m", 1: "s1", 2: "s2"})
+    changes = [(7, keys.TOPIC_TYPE, keys.topic_key("T", "b"), None, b"q"),
+               (7, keys.BROKER_TYPE, keys.broker_key("b"), before, after.SerializeToString())]
+    state = State()
+    notifier.on_changes(changes, state)
+    assert sent == [("s1", {"minBrokerId": "0", "minBrokerAddr": "m"}, "broker set b's lowest broker id 0 (m)")]
+    state.on = False
+    notifier.on_changes(changes, state)
+    assert len(sent) == 1

@@ -159,6 +159,9 @@ def test_a_replica_that_serves_reads_only_keeps_no_digest_or_quota_totals_per_en
                         lambda key, value: hashed.append(threading.current_thread().name) or real(key, value))
     monkeypatch.setattr(kvstate, "prefixed_hash", lambda prefix, value: hashed.append(
         threading.current_thread().name) or real_prefixed(prefix, value))
+    real_hasher = kvstate.new_pair_hasher  # a new pair's hash, made in the apply loop itself
+    monkeypatch.setattr(kvstate, "new_pair_hasher",
+                        lambda: hashed.append(threading.current_thread().name) or real_hasher())
     for i in range(10):
         core.put(f"k{i % 3}", f"w{i}")
     core.write(translate.register_broker(core.state, register_request("C", "b", "10.0.0.1:10911", ["T"]), 30000))

@@ -357,3 +357,38 @@ def test_a_restore_counts_every_quota_as_the_changes_one_by_one_do() -> None:
     assert rebuilt.totals == one_by_one.totals
     assert rebuilt.totals[quotas.QUEUE_DATAS] == 8 and rebuilt.totals[quotas.BROKERS] == 3
     assert rebuilt.totals[quotas.KV_KEYS] == 5 and rebuilt.totals[quotas.CONTROLLER_SETS] == 1
+
+
+@pytest.mark.parametrize("lazy_routes", [False, True])
+def test_the_totals_follow_records_added_rewritten_and_dropped_as_a_recount_gives(lazy_routes: bool) -> None:
+    """The state's listener counts the totals only where they may move (a queue data rewritten moves none): after
+    any mix of puts, rewrites and deletes of every counted kind, they are what counting the pairs held gives; a
+    state that keeps no accounts (a worker's replica) counts nothing."""
+    import random
+    rng = random.Random(5)
+    kinds = [(keys.TOPIC_TYPE, lambda i: keys.topic_key(f"T{i}", f"b{i % 2}")),
+             (keys.LIVE_TYPE, lambda i: keys.live_key(f"10.0.0.{i}:10911")),
+             (keys.KV_TYPE, lambda i: f"{keys.KV_PREFIX}ns/k{i}"),
+             (keys.KV_NAMESPACE_TYPE, lambda i: f"{keys.KV_NAMESPACE_PREFIX}n{i}"),
+             (keys.CONTROLLER_TYPE, lambda i: keys.controller_key(f"b{i}")),
+             (keys.SHARD_TYPE, lambda i: keys.shard_key(f"b{i}"))]
+    state = MetadataState(lazy_routes=lazy_routes)
+    replica = MetadataState(accounting=False, lazy_routes=lazy_routes)
+    for offset in range(1, 120):
+        batch = entry_pb2.Batch()
+        for _ in range(rng.randint(1, 6)):
+            rtype, key_of = rng.choice(kinds)
+            key = key_of(rng.randint(0, 4))
+            if rng.random() < 0.3:
+                batch.records.add(type=rtype, op=entry_pb2.OP_DELETE, key=key)
+            else:
+                value = state_pb2.QueueData(broker_name="b", read_queue_nums=rng.randint(1, 3)).SerializeToString() \
+                    if rtype == keys.TOPIC_TYPE else b"v" * rng.randint(0, 3)
+                batch.records.add(type=rtype, op=entry_pb2.OP_PUT, key=key, value=value)
+        for s in (state, replica):
+            s.apply_entry(offset, entry_pb2.Entry(batches=[batch]))
+    recount = quotas.Usage()
+    for key, value, _, rtype in state.kv.items():
+        recount.on_change(rtype, key, None, value)
+    assert state.usage.totals == recount.totals and recount.totals[quotas.QUEUE_DATAS] > 0
+    assert replica.usage.totals == dict.fromkeys(quotas.QUOTAS, 0)

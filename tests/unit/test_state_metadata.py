@@ -82,12 +82,12 @@ def sample_state() -> MetadataState:
 
 
 def reads(state: MetadataState) -> dict[str, object]:
-    """A broad fingerprint of every read, to compare two states."""
+    """A broad fingerprint of every read, to compare two states (the digest: None for one that keeps none)."""
     out: dict[str, object] = {
         "cluster": state.cluster_info().SerializeToString(deterministic=True),
         "kv": {ns: state.kv_list(ns) for ns in state.kv_namespaces()},
         "lives": [(a, lv.SerializeToString(), v) for a, lv, v in state.live_addrs()],
-        "digest": state.digest_hex,
+        "digest": state.digest_hex if state.accounting else None,
     }
     for kind in api_pb2.TopicListKind.values():
         out[f"list{kind}"] = state.topic_list(kind, "c1")
@@ -493,3 +493,100 @@ def test_a_lazy_routes_state_indexes_its_noted_keys_itself_past_its_bound(monkey
     assert len(lazy._stale) == 2 and not lazy._topic_queues
     apply(lazy, batch(queue("T3", "b")))
     assert not lazy._stale and sorted(lazy._topic_queues) == ["T1", "T2", "T3"]
+
+
+def test_the_kept_topic_sys_flags_answer_as_decoding_and_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue data's topicSysFlag, kept by its bytes: what decoding gives, None for bytes that do not parse (kept
+    too), and no more than SYS_FLAGS_KEPT of them; the unit topic lists and routes follow it either way."""
+    from nameserver.state import metadata
+    monkeypatch.setattr(metadata, "SYS_FLAGS_KEPT", 4)
+    flags = metadata._SysFlags()
+    raws = [state_pb2.QueueData(broker_name=f"b{i}", topic_sys_flag=i % 4).SerializeToString() for i in range(10)]
+    for _ in range(2):
+        for i, raw in enumerate(raws):
+            assert flags[raw] == metadata._queue_sys_flag(raw) == i % 4
+            assert len(flags) <= 4
+    assert flags[b"\xff\xff"] is None and flags[b"\xff\xff"] is None  # not a QueueData
+    state = MetadataState()
+    apply(state, batch(broker("C", "b", {0: "10.0.0.1:10911"}), queue("U", "b", flag=1), queue("V", "b")))
+    for flag in (0, 1, 1, 0):  # rewritten with another flag, and with the same
+        apply(state, batch(queue("U", "b", flag=flag, nums=8 - flag)))
+        assert state.topic_list(api_pb2.TOPIC_LIST_UNIT) == (["U"] if flag else [])
+        assert state.queue_data("U", "b").topic_sys_flag == flag
+
+
+@pytest.mark.parametrize("kept", [3, 4096])
+def test_a_lazy_state_indexing_each_entry_once_it_is_in_reads_as_an_eager_one(
+        monkeypatch: pytest.MonkeyPatch, kept: int) -> None:
+    """A lazy_routes state indexes an entry's changes after the entry is in (no listener call per record): whatever
+    the entries (every kind, a key written twice in one, deletes, topics on one and on several brokers, failed
+    batches), it reads as an eager state that indexed them record by record, entry after entry, also when its
+    noted keys pass their bound (`kept`) inside an entry."""
+    import random
+
+    from nameserver.state import metadata
+    monkeypatch.setattr(metadata, "STALE_ROUTE_KEYS", kept)
+    rng = random.Random(11)
+    eager, lazy, counted = MetadataState(), MetadataState(accounting=False, lazy_routes=True), \
+        MetadataState(lazy_routes=True)
+    names = ["broker-a", "broker-b", "b/x"]
+
+    def record() -> entry_pb2.Record:
+        name, topic, n = rng.choice(names), f"T{rng.randint(0, 5)}", rng.randint(0, 2)
+        made = rng.choice([
+            lambda: queue(topic, name, flag=rng.randint(0, 3), nums=rng.randint(1, 4)),
+            lambda: delete(keys.topic_key(topic, name)),
+            lambda: broker("c1" if n else "c2", name, {i: f"10.0.{i}.{n}:10911" for i in range(n + 1)}),
+            lambda: delete(keys.broker_key(name)),
+            lambda: live(f"10.0.0.{n}:10911", "c1", name, n),
+            lambda: delete(keys.live_key(f"10.0.0.{n}:10911")),
+            lambda: kv(rng.choice(["ns", ORDER_TOPIC_CONFIG]), topic, f"v{n}"),
+            lambda: put(keys.filter_key(f"10.0.0.{n}:10911"), state_pb2.FilterServers(addrs=[f"f{n}"])),
+        ])
+        return made()
+
+    for _ in range(150):
+        batches = []
+        for _ in range(rng.randint(1, 3)):
+            b = batch(*[record() for _ in range(rng.randint(1, 6))])
+            if rng.random() < 0.1:  # a precondition that fails: the batch changes nothing
+                b.preconditions.add(key=keys.broker_key("broker-a"), version=10**9)
+            batches.append(b)
+        for state in (eager, lazy, counted):
+            apply(state, *batches)
+        if rng.random() < 0.3:
+            assert reads(lazy) | {"digest": None} == reads(eager) | {"digest": None}
+    assert reads(lazy) | {"digest": None} == reads(eager) | {"digest": None}
+    assert reads(counted) == reads(eager) and counted.usage.totals == eager.usage.totals
+    assert lazy.route_generation == eager.route_generation == counted.route_generation
+
+
+@pytest.mark.parametrize("lazy_routes", [False, True])
+def test_the_route_generation_moves_before_the_offset_does(lazy_routes: bool) -> None:
+    """A route cache hit reads the offset, then the generation, without the lock (nameserver/core/routecache.py):
+    when an entry's offset becomes visible, every route change in it has moved the generation already, for a
+    worker's lazy state (which indexes an entry's changes after its records) as for an eager one."""
+    from raftlog.kvstate import KVState
+    state = MetadataState(accounting=not lazy_routes, lazy_routes=lazy_routes)
+    seen: list[tuple[int, int]] = []  # (offset, the generation) each time the offset is set
+
+    class Watched(KVState):
+        @property  # type: ignore[override]
+        def offset(self) -> int:
+            return self._watched_offset
+
+        @offset.setter
+        def offset(self, value: int) -> None:
+            seen.append((value, state.route_generation))
+            self._watched_offset = value
+
+    state.kv._watched_offset = state.kv.__dict__.pop("offset")  # type: ignore[attr-defined]
+    state.kv.__class__ = Watched
+    apply(state, batch(broker("c1", "b", {0: "10.0.0.1:10911"}), queue("T", "b")))
+    apply(state, batch(live("10.0.0.1:10911", "c1", "b", 0)))  # no route change
+    apply(state, batch(queue("T", "b", nums=8), queue("U", "b")))
+    generations = [gen for _, gen in seen]
+    assert [offset for offset, _ in seen] == [1, 2, 3]
+    assert generations[0] > 0 and generations[1] == generations[0] and generations[2] == state.route_generation
+    assert generations[2] > generations[1]
+    assert state.queue_data("T", "b").write_queue_nums == 8

@@ -2,11 +2,10 @@
 
 from nameserver.core.watch import WatchHub, resumable
 from raftlog.history import AppliedEntry, EntryHistory
-from raftlog.kvstate import Change
 
 
 def applied(offset: int, key: str) -> AppliedEntry:
-    return AppliedEntry(offset, 1, b"", (Change(offset=offset, type=5, key=key, old=None, new=b"v"),))
+    return AppliedEntry(offset, 1, b"", ((offset, 5, key, None, b"v"),))  # a change as the apply makes it
 
 
 def test_a_snapshot_load_cuts_every_watcher_off_after_what_it_was_owed() -> None:
@@ -34,3 +33,20 @@ def test_a_watch_is_resumable_from_a_history_while_it_holds_the_start() -> None:
         history.append(applied(offset, "kv/a/x"))
     assert resumable(history, 12) and not resumable(history, 11)
     assert not resumable(history, 12, margin=2) and resumable(history, 14, margin=2)
+
+
+def test_a_watcher_gets_the_changes_under_its_prefixes_as_events() -> None:
+    """An entry's changes as the apply makes them, (offset, type, key, old, new): each one under a prefix becomes
+    an event of its type, key, new value (deleted when none) and version (its offset)."""
+    from nameserver.core.watch import to_events
+    changes = ((7, 5, "kv/a/x", None, b"v1"), (7, 5, "kv/b/y", b"v", b"w"), (7, 3, "topic/T/b", b"q", None),
+               (7, 5, "kv/a/z", b"old", None))
+    events = to_events(changes, ("kv/a/", "topic/"))
+    assert [(e.type, e.deleted, e.key, e.value, e.version) for e in events] == [
+        (5, False, "kv/a/x", b"v1", 7), (3, True, "topic/T/b", b"", 7), (5, True, "kv/a/z", b"", 7)]
+    hub = WatchHub()
+    w = hub.subscribe(("kv/b/",))
+    assert w is not None
+    hub.on_entry(AppliedEntry(7, 1, b"", changes))
+    got = w.pending.get_nowait()
+    assert got.offset == 7 and [(e.key, e.value) for e in got.events] == [("kv/b/y", b"w")]
