@@ -46,6 +46,7 @@ func dial(path string, maxFrame int, cache *replyCache) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
+	conn = quiet(conn)
 	l := &link{conn: conn, out: make(chan [][][]byte, 4096), done: make(chan struct{}), calls: map[uint64]*call{},
 		max: maxFrame, cache: cache}
 	go l.write()
