@@ -73,7 +73,7 @@ func (l *link) write() {
 				break more
 			}
 		}
-		if _, err := w.Write(frame.bytes()); err != nil {
+		if err := frame.writeTo(w); err != nil {
 			l.fail("writing to the worker: " + err.Error())
 			return
 		}
