@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,10 @@ func (l *link) write() {
 		case <-l.done:
 			return
 		}
+		// the calls already runnable (the rest of a pass over the connections the poller woke, each readied
+		// after this goroutine) queue their records before this frame goes: one frame, one system call here
+		// and one wake of the worker for all of them, not one each
+		runtime.Gosched()
 	more:
 		for frame.size < batchBytes {
 			select {
