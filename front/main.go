@@ -118,23 +118,6 @@ func transport(s settings) (credentials.TransportCredentials, error) {
 // streamWorkers is how many goroutines serve calls (grpc.NumStreamWorkers).
 const streamWorkers = 64
 
-// The HTTP/2 flow-control windows this end grants its clients, fixed. grpc-go's default estimates the
-// bandwidth-delay product instead, with a PING after a DATA frame whenever none is out: each call of a
-// client that waits for its reply before the next sends one, and the WINDOW_UPDATE before it, and its ack
-// wakes this process once more (a system call and a sysmon round each; docs/benchmarks.md, "Issue 27: the
-// Go front end per call (session 26)"). Fixed, neither grows:
-//   - a stream's window stays grpc-go's initial one. A request larger than it still flows whole, as before:
-//     reading a message asks the client for all of it at once (grpc-go's inFlow.maybeAdjust), and a client
-//     stream's messages wait on this end's own window of 2 (call.go), so a larger stream window would only
-//     let a client park more unread bytes here;
-//   - the connection's is the estimator's ceiling from the start (it only ever grew towards it). grpc-go
-//     returns connection credit as data arrives, not as it is read, so it bounds no memory here (a stream's
-//     window does); it lets a large request over a long link flow without waiting on the estimate.
-const (
-	streamWindow = 64 << 10
-	connWindow   = 16 << 20
-)
-
 func serverOptions(s settings, f *front) ([]grpc.ServerOption, error) {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodec(rawCodec{}),
@@ -143,8 +126,6 @@ func serverOptions(s settings, f *front) ([]grpc.ServerOption, error) {
 		// stack (copies it) each time, about a tenth of this process's CPU (perf, docs/benchmarks.md); past
 		// these, a call gets a goroutine of its own, as without them
 		grpc.NumStreamWorkers(streamWorkers),
-		grpc.StaticStreamWindowSize(streamWindow),
-		grpc.StaticConnWindowSize(connWindow),
 		grpc.MaxRecvMsgSize(s.maxMessage),
 		grpc.MaxSendMsgSize(s.maxMessage),
 		grpc.MaxConcurrentStreams(uint32(s.maxStreams)),
