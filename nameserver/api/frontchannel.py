@@ -47,7 +47,8 @@ counts its hits: nameserver_grpc_front_cache_hits_total).
 Each reply is stamped with the worker's state generation read before the call ran (Generations); the worker
 says each new generation on each link (g) before anything it voids could be kept there (at once on a link that
 was sent a reusable reply of the last one, else just before that link's next reusable reply), and the front end
-serves an entry only while its generation is the link's latest. The generation moves only when something these replies read may have changed: after a batch its
+serves an entry only while its generation is the link's latest. The generation moves only when something these
+replies read may have changed: after a batch its
 replica publishes that moved the state's route_generation (nameserver/state/metadata.py: a changed record of a
 kind with RecordKind.routes in nameserver/logformat/records.py: topic, broker, filter, setting, shard, and of
 the KV records those of the order-topic config's namespace; or a restore), after a snapshot it installs, and
