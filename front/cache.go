@@ -27,9 +27,10 @@ import (
 // Invalidation: every entry belongs to the worker (the link) whose reply it is, and carries that worker's
 // state generation, read before the call ran. The worker says each new generation in a record of its own
 // (g: after each apply batch of its replica, a snapshot installed, its replica turning unready, and on a new
-// link before anything else); an entry is served only while its generation is the link's latest. The entries
-// of older generations are dropped at once, and a link that ends takes its cache with it (a restarted worker
-// numbers its generations anew).
+// link before anything else; a move that voids nothing this link may hold is said just before its next
+// reusable reply instead: frontchannel.py's Generations); an entry is served only while its generation is the
+// link's latest. The entries of older generations are dropped at once, and a link that ends takes its cache
+// with it (a restarted worker numbers its generations anew).
 //
 // Memory: each link holds at most maxBytes (reply, trailer and key bytes) and maxEntries entries, the
 // node's [node] grpc_front_cache_mb divided among the workers; past either the oldest entries go first.

@@ -16,7 +16,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -378,12 +377,6 @@ func trailer(fields [][]byte) metadata.MD {
 		md.Append(string(fields[i]), string(fields[i+1]))
 	}
 	return md
-}
-
-func monotonicNs() int64 {
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // the clock of Python's time.monotonic() on Linux
-	return ts.Nano()
 }
 
 // callerOf is who the client is, as nameserver/api/corelink.py's CALLER says it: the address as grpcio

@@ -41,7 +41,7 @@ const (
 	frameSlack     = 64 << 10 // a frame's bound past its largest message: headers and metadata
 )
 
-// frameWriter gathers records into one frame; flush writes it.
+// frameWriter gathers records into one frame; writeTo writes it.
 type frameWriter struct {
 	records [][][]byte
 	size    int
@@ -57,19 +57,25 @@ func (f *frameWriter) add(records ...[][]byte) {
 	}
 }
 
-func (f *frameWriter) bytes() []byte {
-	out := make([]byte, 8, 8+f.size)
-	binary.BigEndian.PutUint32(out[0:4], uint32(4+f.size))
-	binary.BigEndian.PutUint32(out[4:8], uint32(len(f.records)))
+// writeTo writes the records gathered to w as one frame (w's buffer: no copy of the frame of its own),
+// and starts the next; the error is w's (sticky: a later write fails as well).
+func (f *frameWriter) writeTo(w *bufio.Writer) error {
+	number := func(v int) {
+		w.Write(binary.BigEndian.AppendUint32(w.AvailableBuffer(), uint32(v)))
+	}
+	number(4 + f.size)
+	number(len(f.records))
 	for _, record := range f.records {
-		out = binary.BigEndian.AppendUint32(out, uint32(len(record)))
+		number(len(record))
 		for _, field := range record {
-			out = binary.BigEndian.AppendUint32(out, uint32(len(field)))
-			out = append(out, field...)
+			number(len(field))
+			w.Write(field)
 		}
 	}
+	clear(f.records) // what was written is not held until its slot is taken again
 	f.records, f.size = f.records[:0], 0
-	return out
+	_, err := w.Write(nil)
+	return err
 }
 
 var errShape = errors.New("a frame of the wrong shape")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,7 @@ func dial(path string, maxFrame int, cache *replyCache) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
+	conn = quiet(conn)
 	l := &link{conn: conn, out: make(chan [][][]byte, 4096), done: make(chan struct{}), calls: map[uint64]*call{},
 		max: maxFrame, cache: cache}
 	go l.write()
@@ -63,6 +65,10 @@ func (l *link) write() {
 		case <-l.done:
 			return
 		}
+		// the calls already runnable (the rest of a pass over the connections the poller woke, each readied
+		// after this goroutine) queue their records before this frame goes: one frame, one system call here
+		// and one wake of the worker for all of them, not one each
+		runtime.Gosched()
 	more:
 		for frame.size < batchBytes {
 			select {
@@ -72,7 +78,7 @@ func (l *link) write() {
 				break more
 			}
 		}
-		if _, err := w.Write(frame.bytes()); err != nil {
+		if err := frame.writeTo(w); err != nil {
 			l.fail("writing to the worker: " + err.Error())
 			return
 		}

@@ -170,7 +170,7 @@ func (l *capped) Accept() (net.Conn, error) {
 		}
 		select {
 		case l.slots <- struct{}{}:
-			return &cappedConn{Conn: conn, slots: l.slots}, nil
+			return &cappedConn{Conn: quiet(conn), slots: l.slots}, nil
 		default:
 			conn.Close()
 		}

@@ -45,8 +45,10 @@ identity is its address without the port and its certificate's names: nothing th
 port); no quota or rate limit applies to a read; the metrics count only what reaches a worker (the front end
 counts its hits: nameserver_grpc_front_cache_hits_total).
 Each reply is stamped with the worker's state generation read before the call ran (Generations); the worker
-says every new generation to each link (g), and the front end serves an entry only while its generation is the
-link's latest. The generation moves only when something these replies read may have changed: after a batch its
+says each new generation on each link (g) before anything it voids could be kept there (at once on a link that
+was sent a reusable reply of the last one, else just before that link's next reusable reply), and the front end
+serves an entry only while its generation is the link's latest. The generation moves only when something these
+replies read may have changed: after a batch its
 replica publishes that moved the state's route_generation (nameserver/state/metadata.py: a changed record of a
 kind with RecordKind.routes in nameserver/logformat/records.py: topic, broker, filter, setting, shard, and of
 the KV records those of the order-topic config's namespace; or a restore), after a snapshot it installs, and
@@ -395,7 +397,10 @@ class FrontServer(framing.LinkServer):
         with self._lock:
             calls.pop(call.id, None)
             self._running -= 1 if counted else 0
-        call.sender.put([kind, call.id, *fields])
+        if kind == REUSABLE and self.reusable is not None:  # after the generation it may be kept at
+            self.reusable.generations.reply(call.sender, int(fields[0]), [kind, call.id, *fields])
+        else:
+            call.sender.put([kind, call.id, *fields])
 
     # ---- a call ----------------------------------------------------------------------------------------
 
@@ -577,15 +582,22 @@ class WriteFirst:
 
 class Generations:
     """A worker's state generation, as the front end's reply cache sees it (Reusable): a number that moves
-    whenever a reusable reply could change, said to every link from the front end at once (a g record, in
-    order with the replies on that link: a reply stamped with an older generation that comes after it is
-    never served)."""
+    whenever a reusable reply could change, said on each link from the front end (a g record, in order with
+    the replies on that link: a reply stamped with an older generation that comes after it is never served).
+
+    A move is said on a link at once only when that link was sent a reusable reply of the generation it was
+    told last (only then may the front end hold an entry the move voids); otherwise it is said just before the
+    link's next reusable reply (`reply`). A front end with nothing kept thus hears of no move: a write's apply
+    costs its process no wake, nor the worker a send (docs/benchmarks.md, "Issue 27: the Go front end per call
+    (session 26)")."""
 
     def __init__(self) -> None:
         self.value = 0
         self.stopped = threading.Event()
         self._lock = threading.Lock()
-        self._senders: set[_Sender] = set()
+        # each link's sender: the generation it was told last, and whether a reusable reply of that one went
+        # to it since (the front end may keep it: the next move is said at once)
+        self._senders: dict[_Sender, list[int]] = {}
         self._seen: Hashable = None  # the state token at the last publish (follow)
 
     def moved(self, *_: Any) -> None:
@@ -593,17 +605,32 @@ class Generations:
         with self._lock:  # said in order on every link
             self.value += 1
             record = [GENERATION, NO_CALL, str(self.value).encode()]
-            for sender in self._senders:
-                sender.put(record)
+            for sender, told in self._senders.items():
+                if told[1]:
+                    told[:] = [self.value, 0]
+                    sender.put(record)
+
+    def reply(self, sender: _Sender, generation: int, record: list[bytes]) -> None:
+        """Send a reusable reply read at `generation` on `sender`'s link, after the current generation when
+        the link was not told it yet (the front end keeps a reply of its latest generation only)."""
+        with self._lock:
+            told = self._senders.get(sender)
+            if told is not None:
+                if told[0] != self.value:
+                    told[:] = [self.value, 0]
+                    sender.put([GENERATION, NO_CALL, str(self.value).encode()])
+                if generation == told[0]:
+                    told[1] = 1
+            sender.put(record)
 
     def attach(self, sender: _Sender) -> None:
         with self._lock:
-            self._senders.add(sender)
+            self._senders[sender] = [self.value, 0]
             sender.put([GENERATION, NO_CALL, str(self.value).encode()])
 
     def detach(self, sender: _Sender) -> None:
         with self._lock:
-            self._senders.discard(sender)
+            self._senders.pop(sender, None)
 
     def follow(self, publish_listeners: Sequence[list[Callable[[int], None]]], ready: Callable[[], bool],
                token: Callable[[], Hashable]) -> None:

@@ -3,8 +3,8 @@ Unix socket in this process: an eventual read whose request comes in the frame a
 lone caller's mostly does) is still answered on the link's own thread when that frame is already waiting,
 not handed to the pool (a thread wake and a GIL hand-over a call). And what the worker lets the front end's
 reply cache keep: only an inline call's OK answer of a reusable method, stamped with the generation read
-before it ran; each move of the generation said on the link (docs/architecture.md, "The Go front end's reply
-cache")."""
+before it ran; each move of the generation said on the link before anything it voids could be kept
+(docs/architecture.md, "The Go front end's reply cache")."""
 
 from __future__ import annotations
 
@@ -217,6 +217,56 @@ def test_only_an_inline_ok_answer_of_a_reusable_method_is_marked_reusable(tmp_pa
             assert call(4, FAILS)[0] == STATUS  # an error: never kept
             inline_here[READ] = False  # an offset past the replica's: the pool's
             assert call(5, READ)[0] == UNARY
+    finally:
+        server.stop()
+
+
+def _records(sock: socket.socket, n: int) -> list[list[bytes]]:
+    """The next `n` records from the worker, however many frames they came in."""
+    out: list[list[bytes]] = []
+    while len(out) < n:
+        body = framing.read_frame(sock, 1 << 20)
+        assert body is not None
+        out += framing.unpack(body)
+    assert len(out) == n, out
+    return out
+
+
+def test_a_move_is_said_at_once_only_on_a_link_that_may_keep_a_reply_of_the_generation_before(tmp_path: Any) -> None:
+    """A front end that was sent no reusable reply of the generation it was told last keeps nothing a move
+    voids: the move is said before that link's next reusable reply instead (no wake of the front end per
+    write); once it was sent one, the next move is said at once."""
+    data_dir = str(tmp_path)
+    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
+                  worker_processes=1, workers=4)
+    generations = Generations()
+    server = FrontServer(cfg, socket_path(data_dir, 0), [], Inline(frozenset({READ}), lambda method, request: True),
+                         Reusable(frozenset({READ}), generations))
+    server.add_generic_rpc_handlers((Reads(),))
+    server.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as link:
+            link.settimeout(5)
+            link.connect(socket_path(data_dir, 0))
+            assert _answer(link) == [GENERATION, NO_CALL, b"0"]
+            generations.moved()
+            generations.moved()  # nothing reusable went on the link: neither is said now
+            link.settimeout(0.3)
+            with pytest.raises(TimeoutError):
+                link.recv(1)
+            link.settimeout(5)
+            key = (1).to_bytes(8, "big")
+            link.sendall(framing.pack([[CALL, key, b"-1", READ.encode(), CALLER], [MESSAGE, key, b"x"],
+                                       [HALF_CLOSE, key]]))
+            told, reply = _records(link, 2)  # the generation first, then the reply read at it
+            assert told == [GENERATION, NO_CALL, b"2"]
+            assert reply[:3] == [REUSABLE, key, b"2"]
+            generations.moved()  # the front end may keep that reply: said at once
+            assert _answer(link) == [GENERATION, NO_CALL, b"3"]
+            generations.moved()  # nothing kept of 3
+            link.sendall(framing.pack([[CALL, key, b"-1", READ.encode(), CALLER], [MESSAGE, key, b"x"],
+                                       [HALF_CLOSE, key]]))
+            assert [r[:3] for r in _records(link, 2)] == [[GENERATION, NO_CALL, b"4"], [REUSABLE, key, b"4"]]
     finally:
         server.stop()
 
