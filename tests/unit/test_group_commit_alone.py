@@ -7,8 +7,9 @@ until the test gives it."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from raftlog.applier import Applied
@@ -44,11 +45,26 @@ def _batch(key: str) -> entry_pb2.Batch:
     return batch
 
 
-def _committer(log: StandInLog, applier: StandInApplier, in_flight: int = 2) -> GroupCommitter:
-    committer = GroupCommitter(applier, log.append, lambda: True, lambda: 1, linger_s=0.0,  # type: ignore[arg-type]
-                               max_in_flight=in_flight)
+@contextlib.contextmanager
+def started(in_flight: int = 2) -> Iterator[tuple[ThreadLog, GroupCommitter]]:
+    """A running committer over a stand-in log; stopped at the end."""
+    log = ThreadLog(StandInApplier())
+    committer = GroupCommitter(log.applier, log.append, lambda: True, lambda: 1,  # type: ignore[arg-type]
+                               linger_s=0.0, max_in_flight=in_flight)
     committer.start()
-    return committer
+    try:
+        yield log, committer
+    finally:
+        committer.stop()
+
+
+def _first_entry(committer: GroupCommitter, log: StandInLog) -> None:
+    """The term's first proposal, appended and applied: it goes through the thread (which learns from it the
+    term of the entries in flight), and leaves none in flight."""
+    first, _ = _later(committer, "k0")
+    log.wait_entries(1)
+    log.commit(0)
+    assert first.wait(10)
 
 
 def _later(committer: GroupCommitter, key: str) -> tuple[threading.Event, list[Any]]:
@@ -65,15 +81,8 @@ def _later(committer: GroupCommitter, key: str) -> tuple[threading.Event, list[A
 
 
 def test_a_lone_proposal_is_appended_by_its_proposers_thread() -> None:
-    applier = StandInApplier()
-    log = ThreadLog(applier)
-    committer = _committer(log, applier)
-    try:
-        # the first entry of a term goes through the thread (it learns the term of the entries in flight)
-        first, _ = _later(committer, "k0")
-        log.wait_entries(1)
-        log.commit(0)
-        assert first.wait(10)
+    with started() as (log, committer):
+        _first_entry(committer, log)
         me = threading.current_thread().name
         for i in range(1, 4):  # each alone, nothing in flight: appended here, before propose_later returns
             came, got = _later(committer, f"k{i}")
@@ -82,19 +91,11 @@ def test_a_lone_proposal_is_appended_by_its_proposers_thread() -> None:
             log.commit(i)
             assert came.wait(10) and isinstance(got[0], Applied)
         assert (committer.entries_appended, committer.batches_appended) == (4, 4)
-    finally:
-        committer.stop()
 
 
 def test_with_an_entry_in_flight_proposals_go_by_the_thread_and_share_an_entry() -> None:
-    applier = StandInApplier()
-    log = ThreadLog(applier)
-    committer = _committer(log, applier, in_flight=1)
-    try:
-        first, _ = _later(committer, "k0")
-        log.wait_entries(1)
-        log.commit(0)
-        assert first.wait(10)
+    with started(in_flight=1) as (log, committer):
+        _first_entry(committer, log)
         held, _ = _later(committer, "k1")  # alone: appended here, and in flight until its result comes
         assert log.threads[1] == threading.current_thread().name
         waiting = [_later(committer, f"w{i}") for i in range(3)]  # one in flight: queued, for the thread
@@ -105,53 +106,46 @@ def test_with_an_entry_in_flight_proposals_go_by_the_thread_and_share_an_entry()
         assert log.batches(2) == 3
         log.commit(2)
         assert held.wait(10) and all(came.wait(10) for came, _ in waiting)
-    finally:
-        committer.stop()
 
 
 def test_the_cap_holds_whichever_thread_appends() -> None:
     """Many proposers at once, results given as the entries come: never more entries in flight than the cap."""
-    applier = StandInApplier()
-    log = ThreadLog(applier)
-    committer = _committer(log, applier, in_flight=2)
     stop = threading.Event()
-
-    def results() -> None:
-        given = 0
-        while not stop.is_set() or given < len(log.entries):
-            with log.appended:
-                log.appended.wait_for(lambda seen=given: len(log.entries) > seen or stop.is_set(), 0.05)
-                ready = len(log.entries) > given
-            if ready:
-                log.commit(given)
-                given += 1
-
-    giver = threading.Thread(target=results, daemon=True)
-    giver.start()
     outcomes: list[threading.Event] = []
     lock = threading.Lock()
+    with started(in_flight=2) as (log, committer):
 
-    def proposer(n: int) -> None:
-        for i in range(40):
-            came, _ = _later(committer, f"p{n}-{i}")
-            with lock:
-                outcomes.append(came)
-            came.wait(10)
+        def results() -> None:
+            given = 0
+            while not stop.is_set() or given < len(log.entries):
+                with log.appended:
+                    log.appended.wait_for(lambda seen=given: len(log.entries) > seen or stop.is_set(), 0.05)
+                    ready = len(log.entries) > given
+                if ready:
+                    log.commit(given)
+                    given += 1
 
-    try:
-        proposers = [threading.Thread(target=proposer, args=(n,), daemon=True) for n in range(6)]
-        for t in proposers:
-            t.start()
-        for t in proposers:
-            t.join(30)
-        stop.set()
-        giver.join(10)
+        def proposer(n: int) -> None:
+            for i in range(40):
+                came, _ = _later(committer, f"p{n}-{i}")
+                with lock:
+                    outcomes.append(came)
+                came.wait(10)
+
+        giver = threading.Thread(target=results, daemon=True)
+        giver.start()
+        try:
+            proposers = [threading.Thread(target=proposer, args=(n,), daemon=True) for n in range(6)]
+            for t in proposers:
+                t.start()
+            for t in proposers:
+                t.join(30)
+        finally:
+            stop.set()
+            giver.join(10)
         assert len(outcomes) == 240 and all(came.is_set() for came in outcomes)
         assert log.most_in_flight <= 2
         assert committer.batches_appended == 240 and committer.entries_appended == len(log.entries)
-    finally:
-        stop.set()
-        committer.stop()
 
 
 def test_a_proposal_being_appended_alone_holds_its_room_under_the_cap(monkeypatch: Any) -> None:
@@ -159,9 +153,6 @@ def test_a_proposal_being_appended_alone_holds_its_room_under_the_cap(monkeypatc
     thread counts it in flight: a proposal queued meanwhile waits for the room rather than go past the cap."""
     from raftlog import proposer
 
-    applier = StandInApplier()
-    log = ThreadLog(applier)
-    committer = _committer(log, applier, in_flight=1)
     gate, inside = threading.Event(), threading.Event()
     encode = proposer.encode_entry
 
@@ -171,29 +162,26 @@ def test_a_proposal_being_appended_alone_holds_its_room_under_the_cap(monkeypatc
             assert gate.wait(10)
         return encode(entry)
 
-    try:
-        first, _ = _later(committer, "k0")
-        log.wait_entries(1)
-        log.commit(0)
-        assert first.wait(10)
-        monkeypatch.setattr(proposer, "encode_entry", held)
-        alone = threading.Thread(target=_later, args=(committer, "a"), name="alone", daemon=True)
-        alone.start()
-        assert inside.wait(10)  # "a" took the room and is being appended on its own thread
-        queued, _ = _later(committer, "q")  # queued for the thread, which must wait for the room
-        threading.Event().wait(0.3)
-        assert len(log.entries) == 1
-        gate.set()
-        alone.join(10)
-        log.wait_entries(2)
-        assert log.threads[1] == "alone"
-        threading.Event().wait(0.3)
-        assert len(log.entries) == 2 and log.most_in_flight == 1  # "q" still waits: "a" is in flight
-        log.commit(1)
-        log.wait_entries(3)
-        assert log.threads[2] == "group-commit"
-        log.commit(2)
-        assert queued.wait(10)
-    finally:
-        gate.set()
-        committer.stop()
+    with started(in_flight=1) as (log, committer):
+        try:
+            _first_entry(committer, log)
+            monkeypatch.setattr(proposer, "encode_entry", held)
+            alone = threading.Thread(target=_later, args=(committer, "a"), name="alone", daemon=True)
+            alone.start()
+            assert inside.wait(10)  # "a" took the room and is being appended on its own thread
+            queued, _ = _later(committer, "q")  # queued for the thread, which must wait for the room
+            threading.Event().wait(0.3)
+            assert len(log.entries) == 1
+            gate.set()
+            alone.join(10)
+            log.wait_entries(2)
+            assert log.threads[1] == "alone"
+            threading.Event().wait(0.3)
+            assert len(log.entries) == 2 and log.most_in_flight == 1  # "q" still waits: "a" is in flight
+            log.commit(1)
+            log.wait_entries(3)
+            assert log.threads[2] == "group-commit"
+            log.commit(2)
+            assert queued.wait(10)
+        finally:
+            gate.set()
