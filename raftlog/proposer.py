@@ -4,8 +4,8 @@ Proposers hand a Batch to `propose`; a single thread drains the queue and append
 as one Entry (bounded by count and bytes). When several proposals were already waiting it lingers
 briefly for more; a lone proposal goes out at once. Measured on 3 local nodes: a lone writer's
 p50 went from 3.9 ms (always lingering 2 ms) to about 1.6 ms. Each proposer then waits for its own
-batch's result from the apply thread, matched by request id. A lone proposal, which the thread would append
-at once and alone, its proposer appends itself (_append_alone): no wake of the thread for it.
+batch's result from the apply thread, matched by request id. A lone writer's proposal, which the thread would
+append at once and alone, its proposer appends itself (_append_alone): no wake of the thread for it.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class GroupCommitter:
         self._flight = threading.Condition()
         self._inline = 0  # lone proposals appended by their proposer's thread, not in _groups yet (under _flight)
         self._idle = False  # the group-commit thread waits for a proposal, holding none
+        self._last_group = 0  # proposals in the entry appended last (under _flight)
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
         self.entries_appended = 0
@@ -144,15 +145,17 @@ class GroupCommitter:
 
     def _append_alone(self, pending: _Pending) -> bool:
         """Append `pending` as an entry of its own on this thread when the group-commit thread would do just that
-        at once: it waits for a proposal and holds none, none is queued, no entry is in flight (a writer alone:
-        with entries in flight, others are writing, and a proposal that waits a moment for the thread may share
-        its entry) and the term is the one of the entries in flight before. What this saves is the wake of that
-        thread, and the hand-over of the GIL to it, per lone proposal (docs/benchmarks.md, "Issue 27: the
-        leader's write call path (session 26)"). False: queue it."""
-        if not self._idle or self._groups or not self._queue.empty():
+        at once, for a writer that looks alone: the thread waits for a proposal and holds none, none is queued, no
+        entry is in flight, the entry appended last carried one proposal (with several writers a proposal that
+        waits a moment for the thread mostly shares its entry: appended here at once it went alone, and each
+        entry costs every node; measured, docs/benchmarks.md, "Issue 27: the leader's write call path (session
+        26)"), and the term is the one of the entries in flight before. What this saves is the wake of that
+        thread, and the hand-over of the GIL to it, per proposal of a lone writer. False: queue it."""
+        if not self._idle or self._groups or self._last_group != 1 or not self._queue.empty():
             return False
         with self._flight:
-            if not self._idle or self._groups or self._inline or self._term() != self._flight_term:
+            if not self._idle or self._groups or self._inline or self._last_group != 1 \
+                    or self._term() != self._flight_term:
                 return False
             self._inline += 1  # its room is taken: the thread's wait_for counts it
         try:
@@ -241,6 +244,7 @@ class GroupCommitter:
         with self._flight:  # two threads may append (_append_alone): the counts under the lock
             self.entries_appended += 1
             self.batches_appended += len(group)
+            self._last_group = len(group)
             self._groups[gid] = group
         try:
             self._append(data, on_result)

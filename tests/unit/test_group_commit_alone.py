@@ -1,8 +1,9 @@
 """A lone proposal is appended by its proposer's own thread (raftlog/proposer.py, GroupCommitter._append_alone):
 when the group-commit thread waits with nothing in hand, nothing is queued and no entry is in flight, it would
-append that proposal at once and alone, so the proposer does, with no wake of that thread. Anything else still
-goes through the thread (with entries in flight, proposals share the next entry), and the cap on entries in flight
-holds whichever thread appends. A stand-in log records each entry, the thread that appended it, and holds its result
+append that proposal at once and alone, so the proposer does when the entry before carried one proposal too (a
+writer alone), with no wake of that thread. Anything else still goes through the thread (with entries in flight, or
+after an entry several shared, proposals may share the next one), and the cap on entries in flight holds whichever
+thread appends. A stand-in log records each entry, the thread that appended it, and holds its result
 until the test gives it."""
 
 from __future__ import annotations
@@ -106,6 +107,14 @@ def test_with_an_entry_in_flight_proposals_go_by_the_thread_and_share_an_entry()
         assert log.batches(2) == 3
         log.commit(2)
         assert held.wait(10) and all(came.wait(10) for came, _ in waiting)
+        # the entry appended last carried several: writers are not alone, the next proposal waits for the thread
+        after, _ = _later(committer, "after")
+        log.wait_entries(4)
+        assert log.threads[3] == "group-commit"
+        log.commit(3)
+        assert after.wait(10)
+        _later(committer, "alone again")  # the last entry carried one: appended here
+        assert len(log.entries) == 5 and log.threads[4] == threading.current_thread().name
 
 
 def test_the_cap_holds_whichever_thread_appends() -> None:
