@@ -121,9 +121,9 @@ class RecordBuilder:
             add = batch.records.add
             for key, (rtype, op, value) in self._records.items():
                 add(type=rtype, op=op, key=key, value=value)
-            add = batch.preconditions.add
+            require = batch.preconditions.add
             for k, v in self._pre.items():
-                add(key=k, version=v)
+                require(key=k, version=v)
         return Translation(batch=batch)
 
 
