@@ -94,6 +94,55 @@ def read_frame(sock: socket.socket, max_bytes: int) -> bytes | None:
     return body
 
 
+RECV_BYTES = 64 << 10  # what a FrameReader asks the socket for at once (more for a longer frame)
+
+
+class FrameReader:
+    """read_frame's frames off one socket, read as much at once as the socket has (up to RECV_BYTES, or the rest
+    of a longer frame): the frames that came together cost one recv, where read_frame takes two a frame (its
+    length, then its body), each a release and a take of the GIL. `buffered()`: whether bytes of a next frame
+    are here already (a poll of the socket cannot see them)."""
+
+    __slots__ = ("sock", "max_bytes", "_buf", "_at")
+
+    def __init__(self, sock: socket.socket, max_bytes: int) -> None:
+        self.sock = sock
+        self.max_bytes = max_bytes
+        self._buf = b""
+        self._at = 0  # where the next frame starts in _buf
+
+    def buffered(self) -> bool:
+        return self._at < len(self._buf)
+
+    def read_frame(self) -> bytes | None:
+        """The next frame's body; None at the end of the socket between frames. ValueError for a frame longer
+        than max_bytes, EOFError for a socket that ends inside one (read_frame's)."""
+        while True:
+            buf, at = self._buf, self._at
+            have = len(buf) - at
+            need = 4
+            if have >= 4:
+                (n,) = _LEN.unpack_from(buf, at)
+                if n > self.max_bytes:
+                    raise ValueError(f"a {n}-byte frame is past its {self.max_bytes}-byte bound")
+                need = 4 + n
+                if have >= need:
+                    self._at = at + need
+                    return buf[at + 4:at + need]
+                if need - have > RECV_BYTES:  # a long frame: its rest read into one buffer (no copy per recv)
+                    rest = _read_exactly(self.sock, need - have)
+                    if rest is None:
+                        raise EOFError("closed inside a frame")
+                    self._buf, self._at = b"", 0
+                    return buf[at + 4:] + rest
+            chunk = self.sock.recv(RECV_BYTES)
+            if not chunk:
+                if have:
+                    raise EOFError("closed inside a frame")
+                return None
+            self._buf, self._at = (buf[at:] + chunk if have else chunk), 0
+
+
 def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
     first = sock.recv(min(n, 1 << 20))
     if len(first) == n:  # the common case: the frame's part was there whole (no buffer to build, no copy)
@@ -188,5 +237,5 @@ def close(sock: socket.socket) -> None:
     sock.close()
 
 
-__all__ = ["FRAME_SLACK", "LinkServer", "close", "listen_private", "one_field", "pack", "pack_one", "read_frame",
-           "status_code", "unpack"]
+__all__ = ["FRAME_SLACK", "FrameReader", "LinkServer", "close", "listen_private", "one_field", "pack", "pack_one",
+           "read_frame", "status_code", "unpack"]

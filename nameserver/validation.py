@@ -58,6 +58,29 @@ _PORT = re.compile(r"[0-9]{1,5}")
 _SCOPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # an IPv6 zone: an interface name or number
 
 
+class _Passed:
+    """Values a check of the value alone (its field named only in the error) passed, kept so that the next
+    check of the same value is a set lookup: a broker registers the same names, addresses and topics again
+    and again (every 30 s; a bench's broker, at every call). Bounded: past `limit` values it starts again.
+    Only a value that passed is kept, so a refusal is decided, and worded, by the check itself every time."""
+
+    __slots__ = ("limit", "values")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.values: set[str] = set()
+
+    def add(self, value: str) -> None:
+        if len(self.values) >= self.limit:
+            self.values = set()  # a bound, not an eviction order (a reader may still hold the old set: fine)
+        self.values.add(value)
+
+
+_TOPICS_PASSED = _Passed(16_384)  # check_topic's; a topic name is at most MAX_TOPIC_NAME_LEN bytes
+_NAMES_PASSED = _Passed(4_096)    # check_name's
+_ADDRS_PASSED = _Passed(4_096)    # check_addr's
+
+
 MAX_QUOTED = 64        # a bad value is quoted in a message up to this many characters
 
 
@@ -72,6 +95,8 @@ def _quoted(value: str) -> str:
 # ---- field checks ----------------------------------------------------------------------------------
 
 def check_topic(field: str, topic: str) -> None:
+    if topic in _TOPICS_PASSED.values:
+        return
     if not topic:
         raise ValidationError(field, "topic name must not be empty")
     if "/" in topic:
@@ -84,11 +109,14 @@ def check_topic(field: str, topic: str) -> None:
         raise ValidationError(field, f"topic name {_quoted(topic)} is not valid Unicode") from None
     if size > MAX_TOPIC_NAME_LEN:
         raise ValidationError(field, f"topic name longer than {MAX_TOPIC_NAME_LEN} bytes in UTF-8")
+    _TOPICS_PASSED.add(topic)
 
 
 def check_name(field: str, name: str, what: str = "name") -> None:
     """Broker, cluster and zone names (and the names the controller and admin calls take): any non-empty
     text, as the stock NameServer takes it, within MAX_NAME_BYTES once escaped for a key."""
+    if name in _NAMES_PASSED.values:
+        return
     if not name:
         raise ValidationError(field, f"{what} must not be empty")
     try:
@@ -98,12 +126,15 @@ def check_name(field: str, name: str, what: str = "name") -> None:
     if size > MAX_NAME_BYTES:
         raise ValidationError(field, f"{what} longer than {MAX_NAME_BYTES} bytes in UTF-8 "
                                      "('/' and '~' count 3)")
+    _NAMES_PASSED.add(name)
 
 
 def check_addr(field: str, addr: str) -> None:
     """host:port, the port 1..65535 after the last ':'. The host is a hostname, an IPv4 literal or an
     IPv6 literal, bracketed or not: a broker with brokerIP1=fe80::1 registers "fe80::1:10911", and the
     stock NameServer stores it as it is."""
+    if addr in _ADDRS_PASSED.values:
+        return
     if not addr:
         raise ValidationError(field, "address must not be empty")
     if addr.startswith("["):
@@ -129,6 +160,7 @@ def check_addr(field: str, addr: str) -> None:
             raise ValidationError(field, f"address {_quoted(addr)}: {_quoted(host)} is not a valid hostname")
     if not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
         raise ValidationError(field, f"address {_quoted(addr)}: port must be 1..65535")
+    _ADDRS_PASSED.add(addr)
 
 
 def check_node_addr(field: str, addr: str) -> None:
@@ -205,11 +237,18 @@ def check_topic_configs(topics: Iterable[api_pb2.TopicConfig], field: str = "top
                         max_topics: int = MAX_TOPICS_PER_REGISTRATION) -> None:
     """A registration's topic table: each valid, no duplicate names, at most max_topics."""
     seen: dict[str, int] = {}
+    passed = _TOPICS_PASSED.values
     for i, tc in enumerate(topics):
         if i >= max_topics:
             raise TooLargeError(field, f"more than {max_topics} topics in one registration")
-        check_topic_config(f"{field}[{i}].", tc)
-        first = seen.setdefault(tc.topic_name, i)
+        name = tc.topic_name
+        # what check_topic_config would pass, seen without building each field's path (most topics): else it
+        # checks, and names the field of what it refuses
+        if not (name in passed and 0 <= tc.read_queue_nums <= MAX_QUEUE_NUMS
+                and 0 <= tc.write_queue_nums <= MAX_QUEUE_NUMS and 0 <= tc.perm <= MAX_PERM
+                and tc.topic_sys_flag >= 0 and not tc.HasField("mapping")):
+            check_topic_config(f"{field}[{i}].", tc)
+        first = seen.setdefault(name, i)
         if first != i:
             raise ValidationError(f"{field}[{i}].topic_name",
                                   f"duplicate topic {tc.topic_name!r} (first at {field}[{first}])")

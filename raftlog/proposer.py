@@ -4,7 +4,8 @@ Proposers hand a Batch to `propose`; a single thread drains the queue and append
 as one Entry (bounded by count and bytes). When several proposals were already waiting it lingers
 briefly for more; a lone proposal goes out at once. Measured on 3 local nodes: a lone writer's
 p50 went from 3.9 ms (always lingering 2 ms) to about 1.6 ms. Each proposer then waits for its own
-batch's result from the apply thread, matched by request id.
+batch's result from the apply thread, matched by request id. A lone writer's proposal, which the thread would
+append at once and alone, its proposer appends itself (_append_alone): no wake of the thread for it.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class GroupCommitter:
         self._id_prefix = uuid.uuid4().hex[:12] + "-"
         self._ids = itertools.count(1)
         self._flight = threading.Condition()
+        self._inline = 0  # lone proposals appended by their proposer's thread, not in _groups yet (under _flight)
+        self._idle = False  # the group-commit thread waits for a proposal, holding none
+        self._last_group = 0  # proposals in the entry appended last (under _flight)
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
         self.entries_appended = 0
@@ -91,7 +95,8 @@ class GroupCommitter:
             batch.request_id = f"{self._id_prefix}{next(self._ids)}"
         waiter = self._applier.register(batch.request_id)
         pending = _Pending(batch, batch.ByteSize(), event=waiter.event)
-        self._queue.put(pending)
+        if not self._append_alone(pending):
+            self._queue.put(pending)
         try:
             if not waiter.event.wait(timeout):
                 raise ProposalError("timed out waiting for the write to commit", unknown_outcome=True)
@@ -134,8 +139,32 @@ class GroupCommitter:
 
         # What wakes a waiting proposer (the applier's waiter event, a failure's) calls `end` instead.
         waiter.event = pending.event = _Ending(end)  # type: ignore[assignment]
-        self._queue.put(pending)
+        if not self._append_alone(pending):
+            self._queue.put(pending)
         return lambda: end(timed_out=True)
+
+    def _append_alone(self, pending: _Pending) -> bool:
+        """Append `pending` as an entry of its own on this thread when the group-commit thread would do just that
+        at once, for a writer that looks alone: the thread waits for a proposal and holds none, none is queued, no
+        entry is in flight, the entry appended last carried one proposal (with several writers a proposal that
+        waits a moment for the thread mostly shares its entry: appended here at once it went alone, and each
+        entry costs every node; measured, docs/benchmarks.md, "Issue 27: the leader's write call path (session
+        26)"), and the term is the one of the entries in flight before. What this saves is the wake of that
+        thread, and the hand-over of the GIL to it, per proposal of a lone writer. False: queue it."""
+        if not self._idle or self._groups or self._last_group != 1 or not self._queue.empty():
+            return False
+        with self._flight:
+            if not self._idle or self._groups or self._inline or self._last_group != 1 \
+                    or self._term() != self._flight_term:
+                return False
+            self._inline += 1  # its room is taken: the thread's wait_for counts it
+        try:
+            self._append_group([pending])
+        finally:
+            with self._flight:
+                self._inline -= 1
+                self._flight.notify()
+        return True
 
     def abandon_in_flight(self, reason: str) -> None:
         """Wake every proposer whose entry was appended but not yet committed (outcome unknown).
@@ -153,7 +182,9 @@ class GroupCommitter:
 
     def _run(self) -> None:
         while True:
+            self._idle = True
             first = self._queue.get()
+            self._idle = False
             if first is None:
                 return
             with self._flight:
@@ -162,7 +193,7 @@ class GroupCommitter:
                     self._flight_term = term
                     self._groups.clear()
                 # bounded, so a lost result callback cannot stall proposals for long
-                self._flight.wait_for(lambda: len(self._groups) < self.max_in_flight, timeout=1.0)
+                self._flight.wait_for(lambda: len(self._groups) + self._inline < self.max_in_flight, timeout=1.0)
             group = [first]
             size = first.size
             self._drain_into(group, size, None)
@@ -210,9 +241,10 @@ class GroupCommitter:
                     if p.event is not None:
                         p.event.set()
 
-        self.entries_appended += 1
-        self.batches_appended += len(group)
-        with self._flight:
+        with self._flight:  # two threads may append (_append_alone): the counts under the lock
+            self.entries_appended += 1
+            self.batches_appended += len(group)
+            self._last_group = len(group)
             self._groups[gid] = group
         try:
             self._append(data, on_result)

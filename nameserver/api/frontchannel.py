@@ -266,15 +266,17 @@ class FrontServer(framing.LinkServer):
         calls: dict[bytes, _Call] = {}
         held: dict[bytes, _Call] = {}  # inline candidates whose request has not ended yet
         waiting = readable(link)
+        reader = framing.FrameReader(link, self.max_frame)
         try:
-            while (body := framing.read_frame(link, self.max_frame)) is not None:
+            while (body := reader.read_frame()) is not None:
                 older = set(held)
                 for fields in framing.unpack(body):
                     self._take(fields, calls, sender, held)
                 # A call's request that did not come with it may be in the next frame, already here (a lone
                 # caller's call record and request mostly come as two frames): a call waits for that one
                 # frame, no longer; with none waiting, or past it, the call is the pool's.
-                late = [k for k in held if k in older] if held and waiting.poll(0) else list(held)
+                late = [k for k in held if k in older] if held and (reader.buffered() or waiting.poll(0)) \
+                    else list(held)
                 for key in late:
                     call = held.pop(key)
                     call.held = None

@@ -34,10 +34,16 @@ def forwarded(context: grpc.ServicerContext) -> bool:
     return any(k == headers.FORWARDED for k, _ in context.invocation_metadata())
 
 
+_SESSION_KEYS = frozenset({headers.CLIENT_ID, headers.CLIENT_SEQ})
+
+
 def client_ref(context: grpc.ServicerContext) -> ClientRef | None:
     """The exactly-once identity from metadata, validated, within its caller's sessions; None when the
     caller sent none."""
-    md = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}  # binary (-bin) values: none of ours
+    metadata = context.invocation_metadata()
+    if not any(k in _SESSION_KEYS for k, _ in metadata):
+        return None  # most writes: no session (what the rest would find, without a dict of the metadata)
+    md = {k: v for k, v in metadata if isinstance(v, str)}  # binary (-bin) values: none of ours
     cid, seq = md.get(headers.CLIENT_ID), md.get(headers.CLIENT_SEQ)
     if cid is None and seq is None:
         return None

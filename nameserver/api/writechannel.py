@@ -411,8 +411,9 @@ class WriteChannelServer(framing.LinkServer):
         sender = _Sender(link, "write-channel-answers", lambda exc: framing.close(link))
         running: dict[bytes, ChannelContext] = {}  # this link's calls not answered yet, for their cancels
         waiting = readable(link)  # made once per link, not per pass
+        reader = framing.FrameReader(link, self.max_frame)
         try:
-            while bodies := self._waiting_frames(link, waiting):
+            while bodies := self._waiting_frames(reader, waiting):
                 calls: list[tuple[list[bytes], ChannelContext]] = []
                 cancels = []
                 for fields in (record for body in bodies for record in framing.unpack(body)):
@@ -447,12 +448,12 @@ class WriteChannelServer(framing.LinkServer):
         finally:
             sender.close()
 
-    def _waiting_frames(self, link: socket.socket, waiting: Any) -> list[bytes]:
-        """The next frame, and every other one already waiting on `link` (`waiting` polls it; at most
-        MAX_WAITING_FRAMES); [] at the end of the link."""
+    def _waiting_frames(self, reader: framing.FrameReader, waiting: Any) -> list[bytes]:
+        """The next frame, and every other one already waiting on the link (read with it, or on the socket:
+        `waiting` polls it; at most MAX_WAITING_FRAMES); [] at the end of the link."""
         bodies: list[bytes] = []
-        while len(bodies) < MAX_WAITING_FRAMES and (not bodies or waiting.poll(0)):
-            body = framing.read_frame(link, self.max_frame)
+        while len(bodies) < MAX_WAITING_FRAMES and (not bodies or reader.buffered() or waiting.poll(0)):
+            body = reader.read_frame()
             if body is None:
                 break
             bodies.append(body)
@@ -630,7 +631,8 @@ class WriteChannel:
     def _read(self, link: _Link) -> None:
         error: BaseException = EOFError("the node's core closed the channel")
         try:
-            while (body := framing.read_frame(link.sock, self.max_frame)) is not None:
+            reader = framing.FrameReader(link.sock, self.max_frame)
+            while (body := reader.read_frame()) is not None:
                 for fields in framing.unpack(body):
                     with self._lock:
                         answer = link.pending.pop(fields[0], None)

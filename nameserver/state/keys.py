@@ -32,6 +32,8 @@ the keys.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from nameserver.logformat import keynames, records
 from nameserver.pb import state_pb2
 
@@ -86,6 +88,12 @@ def live_key(broker_addr: str) -> str:
 
 def topic_key(topic: str, broker_name: str) -> str:
     return f"{TOPIC_PREFIX}{_name('topic', topic)}/{_broker(broker_name)}"
+
+
+def topic_keys_of(broker_name: str) -> Callable[[str], str]:
+    """topic_key(topic, broker_name) for one broker's topics: its name escaped once."""
+    tail = "/" + _broker(broker_name)
+    return lambda topic: TOPIC_PREFIX + _name("topic", topic) + tail
 
 
 def topic_prefix(topic: str) -> str:

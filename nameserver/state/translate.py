@@ -13,6 +13,7 @@ checks that its brokers exist, which depends on the state.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,14 +92,16 @@ class RecordBuilder:
 
     def put_value(self, rtype: int, key: str, value: bytes) -> bool:
         """put() of a value already in canonical bytes (one another state holds: a set's copy)."""
-        if self.get(key) == value:
+        stored = self.state.kv.get(key)
+        pending = self._pending
+        if pending.get(key, stored) == value:  # get(key): as it is after this batch
             return False
-        if self.state.kv.get(key) == value:  # a pending change undone: net no change
+        if stored == value:  # a pending change undone: net no change
             self._records.pop(key, None)
-            self._pending.pop(key, None)
+            pending.pop(key, None)
         else:
             self._records[key] = (rtype, entry_pb2.OP_PUT, value)
-            self._pending[key] = value
+            pending[key] = value
         return True
 
     def delete(self, rtype: int, key: str) -> bool:
@@ -118,8 +121,9 @@ class RecordBuilder:
             add = batch.records.add
             for key, (rtype, op, value) in self._records.items():
                 add(type=rtype, op=op, key=key, value=value)
-            batch.preconditions.extend(
-                entry_pb2.Precondition(key=k, version=v) for k, v in self._pre.items())
+            require = batch.preconditions.add
+            for k, v in self._pre.items():
+                require(key=k, version=v)
         return Translation(batch=batch)
 
 
@@ -138,6 +142,13 @@ def _queue_data(broker_name: str, read: int, write: int, perm: int, sys_flag: in
     if mapping is not None:
         qd.mapping.CopyFrom(mapping)
     return qd
+
+
+@functools.lru_cache(maxsize=4096)
+def _queue_data_bytes(broker_name: str, read: int, write: int, perm: int, sys_flag: int) -> bytes:
+    """canonical(_queue_data(...)) of a queue data without a mapping, made once per distinct one: a broker's
+    topics mostly share their numbers, and it registers them again and again."""
+    return canonical(_queue_data(broker_name, read, write, perm, sys_flag))
 
 
 def _wipe_write_of_group(b: RecordBuilder, broker_name: str) -> None:
@@ -264,14 +275,19 @@ def _register_topics(b: RecordBuilder, req: api_pb2.RegisterBrokerRequest, chang
         for topic in state.broker_topics(name):
             if topic not in wanted:
                 b.delete(keys.TOPIC_TYPE, keys.topic_key(topic, name))
+    key_of = keys.topic_keys_of(name)
     for tc in req.topics:
+        topic = tc.topic_name
         # Unchanged DataVersion: RocketMQ still re-adds a topic this group has no queue data for.
-        if not changed and state.broker_has_topic(name, tc.topic_name):
+        if not changed and state.broker_has_topic(name, topic):
             continue
         perm = tc.perm & ~PERM_WRITE if acting else tc.perm  # an acting master is read-only
-        b.put(keys.TOPIC_TYPE, keys.topic_key(tc.topic_name, name),
-              _queue_data(name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag,
-                          tc.mapping if tc.HasField("mapping") else None))
+        if tc.HasField("mapping"):
+            value = canonical(_queue_data(name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag,
+                                          tc.mapping))
+        else:
+            value = _queue_data_bytes(name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag)
+        b.put_value(keys.TOPIC_TYPE, key_of(topic), value)
 
 
 def unregister_broker(state: MetadataState, cluster_name: str, broker_name: str, broker_addr: str,

@@ -334,3 +334,33 @@ def test_a_workers_read_index_has_no_thread_and_refuses_reads_once_stopped(tmp_p
     worker._stop(None, None, SimpleNamespace(stop=lambda: None), read_indexes)  # type: ignore[arg-type]
     with pytest.raises(TimeoutError, match="stopping"):
         read_indexes.read_index(1)
+
+
+def test_the_caller_header_says_each_callers_address_and_certificate_names_and_nothing_else() -> None:
+    """forwarded_metadata's CALLER (made once per distinct caller): the core reads back each caller's own address
+    and certificate names, whichever callers came before, and no other key of its auth context."""
+
+    class Caller:
+        def __init__(self, peer: str, said: dict[str, list[bytes]]) -> None:
+            self._peer, self._said = peer, said
+
+        def peer(self) -> str:
+            return self._peer
+
+        def auth_context(self) -> dict[str, list[bytes]]:
+            return self._said
+
+        def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+            return (("user-agent", "grpc-go"), (headers.CLIENT_ID, "c1"))
+
+    callers = [Caller("ipv4:10.0.0.1:5", {}), Caller("ipv4:10.0.0.1:6", {}),
+               Caller("ipv4:10.0.0.1:5", {"x509_common_name": [b"broker-a"], "x509_pem_cert": [b"PEM"],
+                                          "transport_security_type": [b"ssl"]}),
+               Caller("ipv4:10.0.0.1:5", {"x509_common_name": [b"broker-b"]})]
+    for _ in range(2):  # the second time from what was made the first
+        for caller in callers:
+            md = corelink.forwarded_metadata(caller)  # type: ignore[arg-type]
+            assert md[0] == (headers.CLIENT_ID, "c1") and md[-1][0] == headers.WORKER_CALLER
+            peer, said = corelink.decode_caller(md[-1][1])  # type: ignore[arg-type, misc]
+            assert peer == caller.peer()
+            assert said == {k: v for k, v in caller.auth_context().items() if k in corelink._AUTH_KEYS}

@@ -55,3 +55,67 @@ def test_a_socket_that_ends_inside_a_frame_is_an_error_not_a_frame() -> None:
     with pytest.raises(EOFError):
         framing.read_frame(right, 1 << 20)
     right.close()
+
+
+def _reader_test_frames() -> list[bytes]:
+    """Frames of several sizes: empty, short, one past a reader's recv, and one across several of them."""
+    return [framing.pack([[b"a", b"bc"]]), framing.pack([]), framing.pack_one(b"x" * (framing.RECV_BYTES + 5)),
+            framing.pack_one(b"y" * 10), framing.pack_one(bytes(range(256)) * (3 * framing.RECV_BYTES // 256))]
+
+
+@pytest.mark.parametrize("step", [1, 7, 4096, 1 << 20])
+def test_a_frame_reader_reads_the_frames_read_frame_reads_however_their_bytes_arrive(step: int) -> None:
+    frames = _reader_test_frames()
+    data = b"".join(frames)
+    left, right = socket.socketpair()
+
+    def send() -> None:
+        for i in range(0, len(data), step):
+            left.sendall(data[i:i + step])
+        left.close()
+
+    writer = threading.Thread(target=send)
+    writer.start()
+    try:
+        reader = framing.FrameReader(right, 1 << 22)
+        got = []
+        while (body := reader.read_frame()) is not None:
+            got.append(body)
+        assert got == [frame[4:] for frame in frames]
+        assert not reader.buffered()
+    finally:
+        writer.join()
+        right.close()
+
+
+def test_a_frame_reader_reads_frames_that_came_together_at_once_and_says_what_it_holds() -> None:
+    left, right = socket.socketpair()
+    left.sendall(framing.pack_one(b"one") + framing.pack_one(b"two") + framing.pack_one(b"three")[:5])
+    reader = framing.FrameReader(right, 1 << 20)
+    assert framing.one_field(reader.read_frame() or b"") == b"one"
+    assert reader.buffered()  # the second frame (and part of the third) came with the first
+    right.setblocking(False)  # a recv now would raise: the second frame is read from what is held
+    assert framing.one_field(reader.read_frame() or b"") == b"two"
+    assert reader.buffered()
+    right.setblocking(True)
+    left.sendall(framing.pack_one(b"three")[5:])
+    left.close()
+    assert framing.one_field(reader.read_frame() or b"") == b"three"
+    assert reader.read_frame() is None
+    right.close()
+
+
+def test_a_frame_reader_refuses_a_frame_past_its_bound_and_one_cut_short() -> None:
+    left, right = socket.socketpair()
+    left.sendall(framing.pack_one(b"z" * 100))
+    with pytest.raises(ValueError, match="past its 50-byte bound"):
+        framing.FrameReader(right, 50).read_frame()
+    right.close()
+    left.close()
+    for cut in (2, 9, framing.RECV_BYTES + 100):
+        left, right = socket.socketpair()
+        frame = framing.pack_one(b"w" * (2 * framing.RECV_BYTES))
+        threading.Thread(target=lambda f=frame, c=cut, s=left: (s.sendall(f[:c]), s.close())).start()
+        with pytest.raises(EOFError):
+            framing.FrameReader(right, 1 << 22).read_frame()
+        right.close()

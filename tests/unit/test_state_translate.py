@@ -447,3 +447,25 @@ def test_static_topic_mapping_is_validated_and_not_accepted_from_register_topic(
     with pytest.raises(ValidationError) as err:
         validate_register_topic(api_pb2.RegisterTopicRequest(topic="ST", queue_datas=[qd]))
     assert err.value.field == "queue_datas[0].mapping"
+
+
+def test_a_registrations_topic_records_are_the_plain_builders_whatever_was_made_before() -> None:
+    """The queue data's bytes and the topic keys are made once per distinct one (a broker registers the same
+    again and again): each record is still what keys.topic_key and the canonical QueueData give, for a broker
+    name escaped in its keys, the same numbers under another broker, and an acting master's read-only perm."""
+    from nameserver.state import keys
+    from nameserver.state.translate import _queue_data, canonical
+
+    def expected(name: str, perm: int) -> dict[str, bytes]:
+        return {keys.topic_key(t, name): canonical(_queue_data(name, 4, 4, perm, 0)) for t in ("A", "B")}
+
+    for name in ("broker-a", "x/y~z", "broker-b", "broker-a"):
+        state = MetadataState()
+        tr = register_broker(state, reg(name=name, topics={"A": 6, "B": 6}), TIMEOUT)
+        topics = {r.key: r.value for r in tr.batch.records if r.type == keys.TOPIC_TYPE}
+        assert topics == expected(name, 6)
+    acting = reg(name="g", bid=1, acting=True, topics={"A": 6, "B": 6})
+    tr = register_broker(MetadataState(), acting, TIMEOUT)
+    assert {r.key: r.value for r in tr.batch.records if r.type == keys.TOPIC_TYPE} == expected("g", 6 & ~2)
+    with pytest.raises(ValueError, match="topic"):
+        keys.topic_keys_of("broker-a")("a/b")  # as topic_key: a '/' never makes a key

@@ -134,7 +134,7 @@ def _mutated(mutate: Callable[[api_pb2.RegisterBrokerRequest], None]) -> api_pb2
     return req
 
 
-@pytest.mark.parametrize(("mutate", "field"), [
+REGISTRATION_ERRORS = [
     (lambda r: setattr(r, "cluster_name", ""), "cluster_name"),
     (lambda r: setattr(r, "broker_name", "b" * (v.MAX_NAME_BYTES + 1)), "broker_name"),
     (lambda r: setattr(r, "broker_addr", "nope"), "broker_addr"),
@@ -150,10 +150,39 @@ def _mutated(mutate: Callable[[api_pb2.RegisterBrokerRequest], None]) -> api_pb2
     (lambda r: setattr(r.topics[0], "perm", 8), "topics[0].perm"),
     (lambda r: setattr(r.topics[0], "topic_sys_flag", -1), "topics[0].topic_sys_flag"),
     (lambda r: setattr(r.topics[2], "topic_name", "T0"), "topics[2].topic_name"),
-])
+]
+
+
+@pytest.mark.parametrize(("mutate", "field"), REGISTRATION_ERRORS)
 def test_registration_errors_name_their_field(mutate, field: str) -> None:
     req = _mutated(mutate)
     assert field_of(lambda: v.validate_register_broker(req)) == field
+
+
+def test_values_that_passed_before_are_still_checked_where_anything_else_differs() -> None:
+    """Names, addresses and topics that passed are remembered (a broker registers the same ones again and
+    again): a request that reuses them with anything else wrong is refused as ever, naming the field."""
+    v.validate_register_broker(good_registration())  # its names, addresses and topics T0..T2 passed
+    for mutate, field in REGISTRATION_ERRORS:
+        req = _mutated(mutate)
+        assert field_of(lambda: v.validate_register_broker(req)) == field  # noqa: B023 (called at once)
+    mapped = good_registration()
+    mapped.topics[1].mapping.epoch = -1  # a topic that passed, with a mapping: the mapping is checked
+    assert field_of(lambda: v.validate_register_broker(mapped)) == "topics[1].mapping.epoch"
+    for addr in ("10.0.0.1:0", "10.0.0.1", "10.0.0.256:10911"):  # near what passed: refused, with the field
+        assert field_of(lambda: v.check_addr("ha_server_addr", addr)) == "ha_server_addr"  # noqa: B023
+    assert field_of(lambda: v.check_name("zone_name", "", "zone name")) == "zone_name"
+    assert field_of(lambda: v.check_topic("topic", "T0/x")) == "topic"
+
+
+def test_values_kept_as_passed_are_bounded() -> None:
+    kept = v._Passed(2)
+    for value in ("a", "b", "c"):
+        kept.add(value)
+    assert kept.values == {"c"}  # past the bound it starts again
+    for value in (f"T{i}" for i in range(3 * v._TOPICS_PASSED.limit)):
+        v.check_topic("topic", value)
+    assert len(v._TOPICS_PASSED.values) <= v._TOPICS_PASSED.limit
 
 
 def test_duplicate_topic_message_points_at_the_first() -> None:
