@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import struct
 from collections.abc import Callable, Generator
 
 import grpc
@@ -35,7 +34,6 @@ log = logging.getLogger("nameserver.localfeed")
 
 SOCKET_NAME = os.path.join("channel", "feed.sock")
 REQUEST_BYTES = 64  # the worker's one frame: an offset
-_LEN = struct.Struct(">I")  # a frame's length (nameserver/framing.py)
 
 Messages = Callable[[int, Callable[[], bool]], Generator[api_pb2.FollowMessage, None, None]]
 
@@ -120,56 +118,6 @@ class LocalFeed:
         return FeedStream(self.path, from_offset, self.max_frame)
 
 
-READ_BYTES = 64 << 10  # what one read of the feed asks for: a message's frame whole, or several that came together
-
-
-class FrameReader:
-    """The frames of a socket (framing.read_frame's), read with one recv for as much as has come: a frame's
-    length and body together, and the frames the core sent meanwhile (read_frame's two recvs a frame were
-    each a system call, and a hand-off of the GIL, on a worker's replica thread for every message)."""
-
-    def __init__(self, sock: socket.socket, max_frame: int) -> None:
-        self.sock = sock
-        self.max_frame = max_frame
-        self._buf: bytes | bytearray = b""  # what was read; from `_at` on, not yet a frame's
-        self._at = 0
-
-    def frame(self) -> bytes | None:
-        """The next frame's body; None at the end of the socket between frames. ValueError for a frame longer
-        than `max_frame`, EOFError for a socket that ends inside one."""
-        buf, at = self._buf, self._at
-        while True:
-            have = len(buf) - at
-            if have >= 4:
-                (n,) = _LEN.unpack_from(buf, at)
-                if n > self.max_frame:
-                    raise ValueError(f"a {n}-byte frame is past its {self.max_frame}-byte bound")
-                end = at + 4 + n
-                if len(buf) >= end:
-                    self._buf, self._at = buf, end  # the frames after it stay, read from there
-                    return bytes(buf[at + 4:end])
-                need = end - len(buf)
-            else:
-                need = 4 - have
-            chunk = self.sock.recv(min(max(need, READ_BYTES), 1 << 20))
-            if not chunk:
-                self._buf, self._at = b"", 0
-                if have:
-                    raise EOFError("closed inside a frame")
-                return None
-            if not have:
-                buf = chunk  # the usual: nothing left over, the chunk read as it came
-            elif isinstance(buf, bytearray):  # a big frame's parts, gathered in place
-                del buf[:at]
-                buf += chunk
-            elif len(chunk) < need:  # a frame in many parts (a snapshot's chunk): gathered in place from now on
-                buf = bytearray(memoryview(buf)[at:])
-                buf += chunk
-            else:
-                buf = buf[at:] + chunk
-            at = 0
-
-
 class FeedStream:
     """One follow over the feed, used as a Follow call is: iterated for its FollowMessages, cancel()led;
     a refusal or a broken link raises FollowRefused."""
@@ -186,7 +134,7 @@ class FeedStream:
         except OSError as exc:
             self._sock.close()
             raise FollowRefused(grpc.StatusCode.UNAVAILABLE, f"cannot reach the core's feed {path}: {exc}") from exc
-        self._frames = FrameReader(self._sock, max_frame)
+        self._frames = framing.FrameReader(self._sock, max_frame)  # one recv for the frames that came together
 
     def __iter__(self) -> FeedStream:
         return self
@@ -194,7 +142,7 @@ class FeedStream:
     def __next__(self) -> api_pb2.FollowMessage:
         while not self._pending:
             try:
-                body = self._frames.frame()
+                body = self._frames.read_frame()
                 field = None if body is None else framing.one_field(body)
                 if field is None:
                     self._pending = [] if body is None else framing.unpack(body)
@@ -236,5 +184,5 @@ class FeedStream:
         return FollowRefused(grpc.StatusCode.UNAVAILABLE, f"the core's feed broke: {why}")
 
 
-__all__ = ["FeedServer", "FeedStream", "FollowRefused", "FrameReader", "LocalFeed", "StatusError", "max_frame_bytes",
+__all__ = ["FeedServer", "FeedStream", "FollowRefused", "LocalFeed", "StatusError", "max_frame_bytes",
            "socket_path"]

@@ -1,5 +1,6 @@
-"""nameserver/localfeed.py FrameReader, a worker's replica's reader of its feed: the frames framing.read_frame
-reads, with one recv for what has come (a frame's length and body together, frames sent together)."""
+"""nameserver/framing.py FrameReader as a worker's replica reads its feed with it (nameserver/localfeed.py): the
+frames framing.read_frame reads, with one recv for what has come (a frame's length and body together, frames
+sent together), and big frames (a snapshot's chunks) whose parts arrive in pieces."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import threading
 import pytest
 
 from nameserver import framing
-from nameserver.localfeed import READ_BYTES, FrameReader
+from nameserver.framing import RECV_BYTES as READ_BYTES
+from nameserver.framing import FrameReader
 
 
 class Counted:
@@ -31,9 +33,9 @@ def test_frames_sent_together_are_read_together_then_the_end_between_frames() ->
     left.close()
     counted = Counted(right)
     reader = FrameReader(counted, 1 << 20)  # type: ignore[arg-type]  # the recv it uses
-    assert [reader.frame() for _ in bodies] == bodies
+    assert [reader.read_frame() for _ in bodies] == bodies
     assert counted.recvs <= len(b"".join(frames)) // READ_BYTES + 2  # up to READ_BYTES a read (read_frame: 2 a frame)
-    assert reader.frame() is None and reader.frame() is None
+    assert reader.read_frame() is None and reader.read_frame() is None
     right.close()
 
 
@@ -52,8 +54,8 @@ def test_frames_whose_parts_arrive_in_pieces_are_read_whole(step: int) -> None:
     writer.start()
     try:
         reader = FrameReader(right, 1 << 20)
-        assert [framing.one_field(reader.frame() or b"") for _ in fields] == fields
-        assert reader.frame() is None
+        assert [framing.one_field(reader.read_frame() or b"") for _ in fields] == fields
+        assert reader.read_frame() is None
     finally:
         writer.join()
         right.close()
@@ -65,9 +67,9 @@ def test_a_socket_that_ends_inside_a_frame_is_an_error_not_a_frame(cut: int) -> 
     left.sendall(framing.pack_one(b"whole") + framing.pack_one(b"cut short")[:cut])
     left.close()
     reader = FrameReader(right, 1 << 20)
-    assert framing.one_field(reader.frame() or b"") == b"whole"
+    assert framing.one_field(reader.read_frame() or b"") == b"whole"
     with pytest.raises(EOFError):
-        reader.frame()
+        reader.read_frame()
     right.close()
 
 
@@ -75,6 +77,6 @@ def test_a_frame_past_the_bound_is_refused_before_its_body_is_read() -> None:
     left, right = socket.socketpair()
     left.sendall(framing.pack_one(b"x" * 100))
     with pytest.raises(ValueError, match="past its 50-byte bound"):
-        FrameReader(right, 50).frame()
+        FrameReader(right, 50).read_frame()
     left.close()
     right.close()
