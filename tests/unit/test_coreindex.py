@@ -177,3 +177,28 @@ def test_a_read_asked_for_later_is_handed_back_without_an_index_when_its_ask_fai
     reads.stop()
     reads.read_index_later(5, later.append)
     assert later == [None, None, None]
+
+
+def test_under_the_core_s_lease_a_read_takes_the_page_s_index_without_an_ask() -> None:
+    """On the leader's node the read's index is the core's commit index on its lease page (read after the
+    read arrived), with no ask; without a lease there it asks as ever; a stopped worker refuses either way."""
+    channel = HandAnswered()
+    page: list[int | None] = [17]
+    reads = CoreReadIndex(channel, (), 5.0, leased=lambda: page[0])  # type: ignore[arg-type]
+    assert reads.read_index(1) == 17
+    later: list[int | None] = []
+    reads.read_index_later(1, later.append)
+    assert later == [17] and channel.asks == []  # called before read_index_later returned
+    page[0] = None  # the lease ran out (or this node follows)
+    got: dict[str, Any] = {}
+    t = _reading(reads, got, "a")
+    assert channel.sent.acquire(timeout=5)
+    channel.answer(0, 20)
+    t.join(5)
+    assert got == {"a": 20}
+    page[0] = 21
+    reads.stop()
+    with pytest.raises(TimeoutError):
+        reads.read_index(1)
+    reads.read_index_later(1, later.append)
+    assert later == [17, None]
