@@ -17,6 +17,9 @@ it after the read arrived (the core's own leased index, without the round trip t
 threads). Without a lease there (a follower's node, a lease run out or given up, [raft] read_lease off) the
 read asks as below.
 
+The reads of one frame from the front end (taken inside writechannel.sends_held) share one ask, sent as
+the frame ends (at_hold_end), after every one of them arrived.
+
 read_index_later is the same read with no thread waiting (a LINEARIZABLE read behind the Go front end:
 frontchannel.IndexFirst): its callback runs where the answer comes. Such a read has no wait of its own to time
 out, so while any waits one thread checks them every LATER_CHECK_S (hands back those past their time, gives up
@@ -34,7 +37,7 @@ from concurrent.futures import Future
 
 import grpc
 
-from nameserver.api.writechannel import READ_INDEX, Answer, Cancel, Metadata, WriteChannel, sends_held
+from nameserver.api.writechannel import READ_INDEX, Answer, Cancel, Metadata, WriteChannel, at_hold_end, sends_held
 from nameserver.pb import api_pb2
 
 log = logging.getLogger("nameserver.api.coreindex")
@@ -124,7 +127,8 @@ class CoreReadIndex:
             return
         if start:  # a thread of its own only while such reads wait: it ends when none is left
             threading.Thread(target=self._check_later, name="read-index-later", daemon=True).start()
-        self._ask_if_free()
+        if not at_hold_end(self._ask_if_free):  # the reads of one frame from the front end: one ask, at its end
+            self._ask_if_free()
 
     def stop(self) -> None:
         """Refuse reads from now on (no thread to end: an ask out is answered or failed by the channel; the

@@ -210,7 +210,8 @@ class _Sender:
                 self._writing = False
 
 
-_holding = threading.local()  # senders: the _Senders a sends_held on this thread holds records of (None: none)
+_holding = threading.local()  # senders: the _Senders a sends_held on this thread holds records of (None: none);
+#                               ending: what runs at its end (at_hold_end)
 
 
 @contextlib.contextmanager
@@ -223,13 +224,31 @@ def sends_held() -> Iterator[None]:
         yield
         return
     senders: dict[_Sender, None] = {}
-    _holding.senders = senders
+    ending: dict[Callable[[], None], None] = {}
+    _holding.senders, _holding.ending = senders, ending
     try:
         yield
     finally:
-        _holding.senders = None
-        for sender in senders:
-            sender.flush()
+        try:
+            while ending:  # each once, in order; what they put is held too
+                step = next(iter(ending))
+                del ending[step]
+                step()
+        finally:
+            _holding.senders = _holding.ending = None
+            for sender in senders:
+                sender.flush()
+
+
+def at_hold_end(step: Callable[[], None]) -> bool:
+    """Run `step` at the end of this thread's sends_held, once however often asked (False: no hold here;
+    the caller runs it itself): what several calls of one frame each would send (a read-index ask) is sent
+    once for all of them."""
+    ending = getattr(_holding, "ending", None)
+    if ending is None:
+        return False
+    ending[step] = None
+    return True
 
 
 # ---- the core's side --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from nameserver.api.coreindex import CoreReadIndex
+from nameserver.api import writechannel
 from nameserver.api.writechannel import READ_INDEX, Answer
 from nameserver.pb import api_pb2
 
@@ -202,3 +203,22 @@ def test_under_the_core_s_lease_a_read_takes_the_page_s_index_without_an_ask() -
         reads.read_index(1)
     reads.read_index_later(1, later.append)
     assert later == [17, None]
+
+
+def test_the_reads_of_one_frame_share_one_ask_sent_as_the_frame_ends() -> None:
+    """Reads asked for later while the front channel takes one frame (inside writechannel.sends_held) share
+    one ask, sent at the frame's end: after each of them arrived; outside a hold each read asks at once."""
+    channel = HandAnswered()
+    reads = CoreReadIndex(channel, (), 5.0)  # type: ignore[arg-type]
+    got: list[int | None] = []
+    with writechannel.sends_held():
+        reads.read_index_later(5, got.append)
+        reads.read_index_later(5, got.append)
+        assert channel.asks == []
+    assert len(channel.asks) == 1
+    channel.answer(0, 30)
+    assert got == [30, 30]
+    reads.read_index_later(5, got.append)
+    reads.read_index_later(5, got.append)
+    assert len(channel.asks) == 3  # no hold: each its own (up to max_asks out)
+    reads.stop()

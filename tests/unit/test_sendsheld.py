@@ -35,3 +35,24 @@ def test_records_put_inside_a_hold_leave_together_at_its_end() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_a_step_asked_for_at_the_hold_s_end_runs_once_there_and_what_it_puts_is_held_too() -> None:
+    sock = HeldSocket(takes=1 << 20)
+    errors: list[BaseException] = []
+    sender = writechannel._Sender(sock, "sender", errors.append)  # type: ignore[arg-type]
+    ran: list[int] = []
+
+    def step() -> None:
+        ran.append(1)
+        sender.put([b"ask", b""])
+
+    try:
+        assert not writechannel.at_hold_end(step)  # no hold: the caller runs it
+        with writechannel.sends_held():
+            sender.put([b"reply", b""])
+            assert writechannel.at_hold_end(step) and writechannel.at_hold_end(step)
+            assert ran == []
+        assert ran == [1] and sock.frames() == [[b"reply", b"ask"]] and errors == []
+    finally:
+        sender.close()
