@@ -12,8 +12,8 @@ from typing import Any
 import grpc
 import pytest
 
-from nameserver.api.coreindex import CoreReadIndex
 from nameserver.api import writechannel
+from nameserver.api.coreindex import CoreReadIndex
 from nameserver.api.writechannel import READ_INDEX, Answer
 from nameserver.pb import api_pb2
 
