@@ -221,4 +221,9 @@ def test_the_reads_of_one_frame_share_one_ask_sent_as_the_frame_ends() -> None:
     reads.read_index_later(5, got.append)
     reads.read_index_later(5, got.append)
     assert len(channel.asks) == 3  # no hold: each its own (up to max_asks out)
-    reads.stop()
+    channel.answer(1, 31)
+    channel.answer(2, 31)
+    assert got == [30, 30, 31, 31]
+    deadline = time.monotonic() + 5  # the check of reads asked for later ends once none waits
+    while [t for t in threading.enumerate() if t.name == "read-index-later"] and time.monotonic() < deadline:
+        time.sleep(0.05)
