@@ -10,7 +10,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from nameserver import localfeed
-from nameserver.api import auth, corelink, grpcserver, writechannel
+from nameserver.api import auth, coreindex, corelink, grpcserver, writechannel
 from nameserver.api.adminservice import AdminService
 from nameserver.api.follow import FollowFeed
 from nameserver.api.inprocess import InProcessStub
@@ -110,6 +110,9 @@ class Server:
             self.writes = WriteChannelServer(writechannel.socket_path(cfg.data_dir), calls, cfg.workers,
                                              cfg.max_message_bytes, read_index=self.node.start_linearizable_index,
                                              inline=frozenset(writechannel.INLINE_WRITES))
+            # the lease and commit index on a page the workers read: a leased read index without an ask
+            self.node.log.publish_lease(coreindex.lease_path(cfg.data_dir))
+            self.node.log.hold_read_index_answers(writechannel.sends_held)  # a TELL's answers in one frame
         api_pb2_grpc.add_NameServerServicer_to_server(self.service, self.grpc)
         replicas = ReadReplicas()  # the read replicas following this node (Log.Follow), listed by Status
         admin = AdminService(self.node, replicas)

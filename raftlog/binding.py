@@ -46,6 +46,7 @@ from raftlog.codec import RaftEntry, encode_raft_meta
 from raftlog.journal import DurableJournal
 from raftlog.keptdump import drop, put_back, received, set_aside
 from raftlog.leadership import TRANSFER_VOTE, LeadershipConfirmer
+from raftlog.leaseboard import LeaseBoard
 from raftlog.peerguard import ENABLED as PEERGUARD_ENABLED
 from raftlog.peerguard import GuardedTcpConnection, GuardedTcpServer, GuardedTransport
 from raftlog.peerlinks import MembershipTransport
@@ -150,6 +151,7 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         self._applier = applier
         self.journal = journal
         self._commit_index = 0  # behind the commit-index property below; pysyncobj sets it first thing
+        self.lease_board: LeaseBoard | None = None  # the workers' page: the commit index as it moves (leaseboard.py)
         self._read_dump_meta = read_dump_meta
         self._progress = progress
         self._enqueued = 0
@@ -429,6 +431,8 @@ class RaftNode(SyncObj, RaftView):  # RaftView named: mypy checks the accessors 
         if cap is not None and value > self._commit_index:
             value = max(self._commit_index, min(value, cap))  # a log the message did not verify
         self._commit_index = value
+        if (board := self.lease_board) is not None:  # before anything up to it is applied
+            board.commit(value)
 
     def _durable_commit(self, wanted: int) -> int:
         """The leader's commit index: `wanted` (pysyncobj's, counting the leader) held to a majority of

@@ -13,6 +13,13 @@ a log entry per round). Requests from any thread are queued; the tick thread sen
 for all requests queued since the last one, and resolves them as the answers arrive (they are Raft
 messages, handled in the binding's receive hook).
 
+A follower asks its leader (ASK, answered by a TELL) with at most MAX_ASKS_OUT asks out at once, as etcd
+keeps one ReadIndex in flight: a request that arrives while they are out waits, with no wake of the tick
+thread, for the next ask, which the tick thread sends as soon as one is answered (or fails), for every
+request queued by then. Each request is still served by an ask sent after it arrived; what this saves is
+an ASK, a TELL and a pass of both tick threads per read when reads come faster than the round trip (one
+ask per waking read before: docs/benchmarks.md, "Issue 27: the linearizable read's path (session 26)").
+
 The leader lease (Raft thesis 6.4.1; etcd's lease-based read, which also needs check-quorum). A
 follower that says yes to a ping at time t promises to grant no vote until t + promise_s, and the
 leader itself, whose round started at s, grants none until s + promise_s. Pinged after s, a majority
@@ -42,14 +49,17 @@ keeps the lease fresh with a ping round every RENEW_FRACTION * promise_s, reads 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftlog.leaseboard import LeaseBoard
 from raftlog.raftview import RaftView
 from raftlog.roles import Role
 
@@ -114,6 +124,7 @@ def _drain(q: queue.SimpleQueue[_Request]) -> list[_Request]:
             return out
 
 
+MAX_ASKS_OUT = 1  # a follower's asks of its leader out at once (requests arriving meanwhile wait for the next)
 ASK_SILENCE_S = 1.0  # an ask unanswered this long: a leader that never answered one is taken not to
 ROUND_TTL_S = 10.0  # a cut-off leader keeps leading for a while: forget its unanswered rounds
 
@@ -127,7 +138,11 @@ class LeadershipConfirmer:
         self._queue: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._rounds: dict[int, _Round] = {}
         self._ask_queue: queue.SimpleQueue[_Request] = queue.SimpleQueue()
-        self._asks: dict[int, _Ask] = {}
+        self._asks: dict[int, _Ask] = {}  # changed under _ask_lock (the tick thread's), read by askers
+        # the queue's drain and a new ask (the tick thread) against a request's put and its look at the asks
+        # out (any thread): a request that finds an ask out skips the wake only if the tick thread drains the
+        # queue again once that ask ends
+        self._ask_lock = threading.Lock()
         self._answered_by: tuple[Any, int] | None = None  # (leader, term) that answered an ask
         self._silent: tuple[Any, int] | None = None       # (leader, term) that let an ask go unanswered
         self.asks = 0
@@ -141,6 +156,9 @@ class LeadershipConfirmer:
         self._last_lease_round = -1e18
         self.lease_reads = 0
         self.votes_refused = 0
+        self.board: LeaseBoard | None = None  # the lease for the node's workers (raftlog/leaseboard.py)
+        # around the answers of one TELL or round (tick thread): their replies may go out together
+        self.resolving: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
 
     # ---- any thread ----------------------------------------------------------------------------
 
@@ -161,6 +179,19 @@ class LeadershipConfirmer:
     def give_up_lease(self) -> None:
         """Called before the leader sends TimeoutNow: no lease for the rest of this term."""
         self._lease_given_up_term = self.raft.current_term()
+        self.publish_lease()  # the workers' page too, before TimeoutNow goes out
+
+    def publish_lease(self) -> None:
+        """The lease's end on the workers' page (tick thread): 0 unless this node leads in the lease's term
+        and has not given it up (as leased_index checks; the no-op of that term committed before any round
+        that made the lease)."""
+        board = self.board
+        if board is None:
+            return
+        term, until = self._lease
+        if term == self._lease_given_up_term or self.raft.role() != LEADER or self.raft.current_term() != term:
+            until = 0.0
+        board.publish(until)
 
     def promises_now(self) -> bool:
         """Whether a lease promise holds now (then this node neither grants a vote nor campaigns)."""
@@ -184,7 +215,13 @@ class LeadershipConfirmer:
         It covers every write acknowledged before this call, as the leader's own would. Raises
         NotConfirmed (no leader known, the leader refused, or no answer in time: a leader that runs
         code without ASK never answers; callers fall back to another way)."""
-        return self._await(self._ask_queue, timeout, "the leader did not answer in time")
+        request = _Request()
+        self._queue_ask(request)
+        if not request.event.wait(timeout):
+            raise NotConfirmed("the leader did not answer in time")
+        if request.error:
+            raise NotConfirmed(request.error)
+        return request.index
 
     def read_index_later(self, done: Callable[[int, str], None]) -> None:
         """read_index without a waiting thread: done(index, "") on the tick thread once the round that
@@ -196,8 +233,16 @@ class LeadershipConfirmer:
         """read_index_from_leader without a waiting thread: done(index, "") on the tick thread from the
         ask sent after this call, or done(0, why) (no leader known, refused, or unanswered for
         ASK_SILENCE_S)."""
-        self._ask_queue.put(_Request(event=_UNWATCHED, reply=done))
-        self.raft.wake()
+        self._queue_ask(_Request(event=_UNWATCHED, reply=done))
+
+    def _queue_ask(self, request: _Request) -> None:
+        """Queue a follower's request for the next ask; wake the tick thread only when it may send that ask
+        now (fewer than MAX_ASKS_OUT out): else the end of an ask out sends it (_next_ask)."""
+        with self._ask_lock:
+            self._ask_queue.put(request)
+            full = len(self._asks) >= MAX_ASKS_OUT
+        if not full:
+            self.raft.wake()
 
     def _await(self, queued: queue.SimpleQueue[_Request], timeout: float, late: str) -> int:
         """Queue a request for the tick thread, wake it out of its poll, and wait for the answer."""
@@ -216,6 +261,8 @@ class LeadershipConfirmer:
         leading = self.raft.role() == LEADER
         term = self.raft.current_term()
         now = self.clock()
+        if self.board is not None:
+            self.publish_lease()
         self._send_asks(leading, term, now)
         for rid, rnd in list(self._rounds.items()):
             if not leading or rnd.term != term:
@@ -249,22 +296,35 @@ class LeadershipConfirmer:
         leader = self.raft.leader_peer()
         for aid, ask in list(self._asks.items()):
             if leading or ask.term != term or ask.leader != leader:
-                self._fail(self._asks.pop(aid).requests, "the leader changed before it answered")
+                self._fail(self._end_ask(aid).requests, "the leader changed before it answered")
             elif now - ask.started > ASK_SILENCE_S:
                 if self._answered_by != (leader, term):
                     self._silent = (leader, term)  # never answered an ask: code from before them
-                self._fail(self._asks.pop(aid).requests, "the leader did not answer")
-        requests = _drain(self._ask_queue)
-        if not requests:
-            return
-        if leading or leader is None:
-            return self._fail(requests, "this node leads" if leading else "no leader known")
-        if self._silent == (leader, term):
-            # asking again would cost every read the wait: callers ask another way until the next term
-            return self._fail(requests, "the leader does not answer asks")
-        aid = next(self._ids)
+                self._fail(self._end_ask(aid).requests, "the leader did not answer")
+        self._next_ask(leading, term, leader, now)
+
+    def _end_ask(self, aid: int) -> _Ask:
+        with self._ask_lock:
+            return self._asks.pop(aid)
+
+    def _next_ask(self, leading: bool, term: int, leader: Any, now: float) -> None:
+        """Send one ask for every request queued, unless MAX_ASKS_OUT are out (tick thread): those requests
+        wait for the end of one (a TELL or a failure), which calls this again."""
+        with self._ask_lock:
+            if len(self._asks) >= MAX_ASKS_OUT:
+                return
+            requests = _drain(self._ask_queue)
+            if not requests:
+                return
+            why = ("this node leads" if leading else "no leader known" if leader is None
+                   # asking again would cost every read the wait: callers ask another way until the next term
+                   else "the leader does not answer asks" if self._silent == (leader, term) else "")
+            if not why:
+                aid = next(self._ids)
+                self._asks[aid] = _Ask(term, leader, requests, now)
+        if why:
+            return self._fail(requests, why)
         self.asks += 1
-        self._asks[aid] = _Ask(term, leader, requests, now)
         self.raft.send(leader, {"type": ASK, "id": aid})
 
     def _answer_ask(self, node: Any, aid: Any) -> None:
@@ -291,14 +351,18 @@ class LeadershipConfirmer:
             ask = self._asks.get(aid) if isinstance(aid, int) else None
             if ask is None or node != ask.leader or not isinstance(aid, int):
                 return True  # not an answer from the node it was asked of
-            del self._asks[ask_id := aid]
+            self._end_ask(ask_id := aid)
             self._answered_by = (ask.leader, ask.term)
             index, error = message.get("index"), message.get("error")
             if isinstance(index, int) and not error:
-                for r in ask.requests:
-                    r.resolve(index)
+                with self.resolving():
+                    for r in ask.requests:
+                        r.resolve(index)
             else:
                 self._fail(ask.requests, f"the leader refused ask {ask_id}: {error or 'no index'}")
+            # the requests that came while it was out: their ask now, sent after each of them arrived
+            self._next_ask(self.raft.role() == LEADER, self.raft.current_term(), self.raft.leader_peer(),
+                           self.clock())
             return True
         if kind == PING:
             follows = (self.raft.role() != LEADER and message.get("term") == self.raft.current_term()
@@ -325,8 +389,9 @@ class LeadershipConfirmer:
         if len(rnd.yes) >= majority:
             del self._rounds[rid]
             self._extend_lease(rnd, majority - 1)
-            for r in rnd.requests:
-                r.resolve(rnd.index)
+            with self.resolving():
+                for r in rnd.requests:
+                    r.resolve(rnd.index)
 
     def _extend_lease(self, rnd: _Round, others: int) -> None:
         """A lease from a confirmed round, only as long as the promises of a majority: this node's and
@@ -339,6 +404,7 @@ class LeadershipConfirmer:
         until = rnd.started + LEASE_FRACTION * min([self.promise_s, *promises[:others]])
         if rnd.term != self._lease[0] or until > self._lease[1]:
             self._lease = (rnd.term, until)
+            self.publish_lease()
 
     def _finish(self, rid: int, error: str) -> None:
         rnd = self._rounds.pop(rid)

@@ -26,6 +26,7 @@ from raftlog.history import AppliedEntry, EntryHistory
 from raftlog.journal import DurableJournal, fsync_dir
 from raftlog.keptdump import settle
 from raftlog.leadership import LEASE_PROMISE_FRACTION, NotConfirmed
+from raftlog.leaseboard import LeaseBoard
 from raftlog.pb import entry_pb2
 from raftlog.proposer import GroupCommitter, NotLeader, ProposalError
 from raftlog.roles import Role
@@ -380,6 +381,25 @@ class ReplicatedLog:
         """The leader's commit index if it holds a valid read lease (raftlog/leadership.py), at once
         and from any thread; None otherwise (then ask read_index)."""
         return self.raft.leadership.leased_index()
+
+    def publish_lease(self, path: str) -> LeaseBoard:
+        """Keep this node's read lease and commit index on a page at `path` for its worker processes
+        (raftlog/leaseboard.py): no lease there until the tick thread took the page over."""
+        board = LeaseBoard(path)
+
+        def attach() -> None:  # the tick thread is the page's one writer from here on
+            self.raft.lease_board = board
+            board.commit(self.raft.commit_index())
+            self.raft.leadership.board = board
+            self.raft.leadership.publish_lease()
+
+        self.raft.call_on_tick(attach)
+        return board
+
+    def hold_read_index_answers(self, hold: Callable[[], AbstractContextManager[Any]]) -> None:
+        """Run the answers of one TELL or heartbeat round inside `hold()` (on the tick thread): the node's
+        write channel sends their replies to a worker in one frame (writechannel.sends_held)."""
+        self.raft.leadership.resolving = hold
 
     def read_index_from_leader(self, timeout: float) -> int | None:
         """A follower's read index, asked of the leader over the Raft link (one message each way, no

@@ -11,6 +11,15 @@ the most of what a worker added to a read: docs/benchmarks.md, "Issue 27: writes
 through a worker (session 21)".) Each read waits at most its own timeout; an ask the core leaves unanswered
 past its own time is given up by the next read that finds every ask out, so it never holds a place for good.
 
+On the leader's node neither asks: the core keeps its lease and commit index on a page its workers map
+(raftlog/leaseboard.py, LEASE_NAME), and while the lease holds the read's index is the commit index read from
+it after the read arrived (the core's own leased index, without the round trip through the channel's two
+threads). Without a lease there (a follower's node, a lease run out or given up, [raft] read_lease off) the
+read asks as below.
+
+The reads of one frame from the front end (taken inside writechannel.sends_held) share one ask, sent as
+the frame ends (at_hold_end), after every one of them arrived.
+
 read_index_later is the same read with no thread waiting (a LINEARIZABLE read behind the Go front end:
 frontchannel.IndexFirst): its callback runs where the answer comes. Such a read has no wait of its own to time
 out, so while any waits one thread checks them every LATER_CHECK_S (hands back those past their time, gives up
@@ -20,6 +29,7 @@ asks past theirs) and ends once none is left.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,11 +37,12 @@ from concurrent.futures import Future
 
 import grpc
 
-from nameserver.api.writechannel import READ_INDEX, Answer, Cancel, Metadata, WriteChannel
+from nameserver.api.writechannel import READ_INDEX, Answer, Cancel, Metadata, WriteChannel, at_hold_end, sends_held
 from nameserver.pb import api_pb2
 
 log = logging.getLogger("nameserver.api.coreindex")
 
+LEASE_NAME = os.path.join("channel", "lease")  # the core's LeaseBoard, in its data directory
 MAX_ASKS = 4  # asks out at once (the core's batcher also keeps 4 rounds in flight)
 _GRACE_S = 1.0  # past an ask's own time, for the core's answer to come back (as WriteChannel.call's)
 
@@ -55,11 +66,13 @@ LATER_CHECK_S = 0.25  # how often reads asked for later are checked for their ti
 class CoreReadIndex:
     """read_index(timeout) for ReplicaNode: the core's read index, or TimeoutError when it has none in time."""
 
-    def __init__(self, writes: WriteChannel, metadata: Metadata, ask_timeout_s: float, max_asks: int = MAX_ASKS
-                 ) -> None:
+    def __init__(self, writes: WriteChannel, metadata: Metadata, ask_timeout_s: float, max_asks: int = MAX_ASKS,
+                 leased: Callable[[], int | None] | None = None) -> None:
         """`metadata`: what each ask carries (the worker's own: corelink.own_metadata); `ask_timeout_s`:
-        an ask's time at the core (its read index may wait for a leader that long)."""
+        an ask's time at the core (its read index may wait for a leader that long); `leased()`: the leader
+        core's commit index under its lease now, or None (raftlog.leaseboard.LeaseView.index)."""
         self.writes = writes
+        self.leased = leased
         self.metadata = metadata
         self.ask_timeout_s = max(0.1, ask_timeout_s)
         self.max_asks = max_asks
@@ -74,6 +87,8 @@ class CoreReadIndex:
         self.reads = 0
 
     def read_index(self, timeout: float) -> int:
+        if self.leased is not None and (index := self.leased()) is not None and not self._stopped:
+            return index
         read = _Read()
         with self._lock:
             if self._stopped:
@@ -94,7 +109,11 @@ class CoreReadIndex:
         """read_index with no thread waiting: `done(index)` when the ask that serves this read is answered
         (on the write channel's reader thread; the same rule: an ask sent after this call); `done(None)` when
         that gives no index: the ask failed, the worker stops, or `timeout` passed first (noticed within
-        LATER_CHECK_S; the caller then asks read_index, which waits and says why). Called once."""
+        LATER_CHECK_S; the caller then asks read_index, which waits and says why). Called once; on this
+        thread, before this returns, when the core's lease gives the index."""
+        if self.leased is not None and (index := self.leased()) is not None and not self._stopped:
+            done(index)
+            return
         read = _Read(done, time.monotonic() + timeout)
         with self._lock:
             stopped = self._stopped
@@ -108,7 +127,8 @@ class CoreReadIndex:
             return
         if start:  # a thread of its own only while such reads wait: it ends when none is left
             threading.Thread(target=self._check_later, name="read-index-later", daemon=True).start()
-        self._ask_if_free()
+        if not at_hold_end(self._ask_if_free):  # the reads of one frame from the front end: one ask, at its end
+            self._ask_if_free()
 
     def stop(self) -> None:
         """Refuse reads from now on (no thread to end: an ask out is answered or failed by the channel; the
@@ -151,12 +171,13 @@ class CoreReadIndex:
                 index = api_pb2.ReadIndexReply.FromString(reply).read_index
             else:
                 error = TimeoutError(f"no read index from the node's core: {details}")
-            for read in reads:
-                read.index, read.error = index, error
-                if read.done is None:
-                    read.event.set()
-                elif (later := self._claim(read)) is not None:
-                    _call(later, index if error is None else None)
+            with sends_held():  # the replies of the reads run here go out together (to the front end)
+                for read in reads:
+                    read.index, read.error = index, error
+                    if read.done is None:
+                        read.event.set()
+                    elif (later := self._claim(read)) is not None:
+                        _call(later, index if error is None else None)
             with self._lock:
                 del self._out[ask]
             self._ask_if_free()  # the reads that came while every ask was out
@@ -201,4 +222,8 @@ def _no_cancel(why: tuple[grpc.StatusCode, str] | None = None, tell: bool = True
     """An ask's place before its cancel is known (it is being sent)."""
 
 
-__all__ = ["MAX_ASKS", "CoreReadIndex", "Later"]
+def lease_path(data_dir: str) -> str:
+    return os.path.join(data_dir, LEASE_NAME)
+
+
+__all__ = ["LEASE_NAME", "MAX_ASKS", "CoreReadIndex", "Later", "lease_path"]

@@ -36,7 +36,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from nameserver import headers, tlsconf
 from nameserver.api import auth
-from nameserver.api.coreindex import CoreReadIndex
+from nameserver.api.coreindex import CoreReadIndex, lease_path
 from nameserver.api.deadlines import DeadlineWatch
 from nameserver.api.grpcwrap import STREAMING_RESPONSE, wrap_handler
 from nameserver.api.later import Later
@@ -45,6 +45,7 @@ from nameserver.api.writechannel import GIVEN_WRITE, WRITE_METHODS, Answer, Writ
 from nameserver.config import NodeConfig
 from nameserver.core.nowait import WouldBlock, waiting_allowed
 from nameserver.pb import api_pb2
+from raftlog.leaseboard import LeaseView
 
 log = logging.getLogger("nameserver.api.corelink")
 SOCKET_NAME = os.path.join("channel", "grpc.sock")
@@ -235,8 +236,10 @@ def core_read_index(writes: WriteChannel, cfg: NodeConfig) -> CoreReadIndex:
     Reads waiting at once share one ask (nameserver/api/coreindex.py: an ask serves only the reads that
     arrived before it was sent, so each still gets an index that covers every write acknowledged before
     it). Without that, and over a gRPC call of its own, a LINEARIZABLE read cost the core and the worker a
-    gRPC call each (docs/benchmarks.md, "gRPC per call with worker processes")."""
-    return CoreReadIndex(writes, own_metadata(cfg), cfg.max_wait_ms / 1000)
+    gRPC call each (docs/benchmarks.md, "gRPC per call with worker processes"). On the leader's node, under
+    its lease, no ask: the index is the core's commit index on its lease page (raftlog/leaseboard.py)."""
+    return CoreReadIndex(writes, own_metadata(cfg), cfg.max_wait_ms / 1000,
+                         leased=LeaseView(lease_path(cfg.data_dir)).index)
 
 
 def local_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:

@@ -107,6 +107,7 @@ from nameserver.api.writechannel import (
     _returning,
     _Sender,
     readable,
+    sends_held,
 )
 from nameserver.config import NodeConfig
 from nameserver.core.nowait import WouldBlock, no_wait
@@ -270,8 +271,9 @@ class FrontServer(framing.LinkServer):
         try:
             while (body := reader.read_frame()) is not None:
                 older = set(held)
-                for fields in framing.unpack(body):
-                    self._take(fields, calls, sender, held)
+                with sends_held():  # the frame's replies run here, and its calls' read-index asks: one write each way
+                    for fields in framing.unpack(body):
+                        self._take(fields, calls, sender, held)
                 # A call's request that did not come with it may be in the next frame, already here (a lone
                 # caller's call record and request mostly come as two frames): a call waits for that one
                 # frame, no longer; with none waiting, or past it, the call is the pool's.
@@ -546,12 +548,14 @@ class IndexFirst:
     """Calls that need a read index (a worker's LINEARIZABLE reads) whose index is asked for as the call arrives
     whole, with no thread waiting for it: `start(method, request bytes, context, done)` asks (False: not this
     call, which goes to the pool as any) and calls `done(index)` when the answer comes, on the write channel's
-    reader thread, where the call then runs as an inline one would (a step that would wait hands it to the
-    pool, its index kept: GIVEN_INDEX); `done(None)`: no index that way, the pool's call asks as ever. The
-    index comes from an ask sent after the call arrived, as the handler's own would (nameserver/api/coreindex.py),
-    so the read covers every write acknowledged before it; the call meets its interceptors and the service's
-    checks when it runs, as any. What this saves is a pool thread's two wakes per read (docs/benchmarks.md,
-    "Issue 27: the linearizable read's CPU (session 24)")."""
+    reader thread (on the leader's node under its lease: at once, on the link's thread, from the core's lease
+    page read after the call arrived: nameserver/api/coreindex.py), where the call then runs as an inline one
+    would (a step that would wait hands it to the pool, its index kept: GIVEN_INDEX); `done(None)`: no index
+    that way, the pool's call asks as ever. The index comes from an ask sent after the call arrived, as the
+    handler's own would (nameserver/api/coreindex.py), so the read covers every write acknowledged before it;
+    the call meets its interceptors and the service's checks when it runs, as any. What this saves is a pool
+    thread's two wakes per read (docs/benchmarks.md, "Issue 27: the linearizable read's CPU (session 24)"), and
+    under the lease the ask itself ("Issue 27: the linearizable read's path (session 26)")."""
 
     def __init__(self, methods: frozenset[str], start: StartIndex) -> None:
         self.methods = methods

@@ -128,13 +128,32 @@ class _Sender:
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def put(self, record: list[bytes]) -> None:
+        held = getattr(_holding, "senders", None)
         with self._cond:
             self._queue.append(record)
+            if held is not None and not (self._writing or self._rest or self._closed):
+                held[self] = None  # written with the others put on this thread at the hold's end (sends_held)
+                return
             if self._writing or self._rest or self._closed:
                 self._cond.notify()  # the sender's thread takes it after what is under way
                 return
             self._writing = True
             frame = framing.pack(self._take())
+        self._send(frame)
+
+    def flush(self) -> None:
+        """Write what is queued now, as put does (sends_held's end)."""
+        with self._cond:
+            if not self._queue:
+                return
+            if self._writing or self._rest or self._closed:
+                self._cond.notify()
+                return
+            self._writing = True
+            frame = framing.pack(self._take())
+        self._send(frame)
+
+    def _send(self, frame: bytes) -> None:
         try:
             sent = self.sock.send(frame, socket.MSG_DONTWAIT)  # never waits: a full socket is the thread's
         except BlockingIOError:
@@ -189,6 +208,47 @@ class _Sender:
                 return
             with self._cond:
                 self._writing = False
+
+
+_holding = threading.local()  # senders: the _Senders a sends_held on this thread holds records of (None: none);
+#                               ending: what runs at its end (at_hold_end)
+
+
+@contextlib.contextmanager
+def sends_held() -> Iterator[None]:
+    """Records put on this thread inside go out at its end, one frame per sender, instead of one write each
+    (an answer that serves several reads, a frame of several calls: one system call, and one wake of the
+    reader at the other end, for all of them). Nested: the outermost one writes. Hold only work that does
+    not wait: what is held waits for it."""
+    if getattr(_holding, "senders", None) is not None:
+        yield
+        return
+    senders: dict[_Sender, None] = {}
+    ending: dict[Callable[[], None], None] = {}
+    _holding.senders, _holding.ending = senders, ending
+    try:
+        yield
+    finally:
+        try:
+            while ending:  # each once, in order; what they put is held too
+                step = next(iter(ending))
+                del ending[step]
+                step()
+        finally:
+            _holding.senders = _holding.ending = None
+            for sender in senders:
+                sender.flush()
+
+
+def at_hold_end(step: Callable[[], None]) -> bool:
+    """Run `step` at the end of this thread's sends_held, once however often asked (False: no hold here;
+    the caller runs it itself): what several calls of one frame each would send (a read-index ask) is sent
+    once for all of them."""
+    ending = getattr(_holding, "ending", None)
+    if ending is None:
+        return False
+    ending[step] = None
+    return True
 
 
 # ---- the core's side --------------------------------------------------------------------------------
@@ -633,12 +693,13 @@ class WriteChannel:
         try:
             reader = framing.FrameReader(link.sock, self.max_frame)
             while (body := reader.read_frame()) is not None:
-                for fields in framing.unpack(body):
-                    with self._lock:
-                        answer = link.pending.pop(fields[0], None)
-                    if answer is not None:
-                        code = framing.status_code(int(fields[1]))
-                        answer.set_result((code, fields[2].decode(), fields[3], _metadata_of(fields[4:])))
+                with sends_held():  # what the frame's answers run sends (replies to the front end) goes together
+                    for fields in framing.unpack(body):
+                        with self._lock:
+                            answer = link.pending.pop(fields[0], None)
+                        if answer is not None:
+                            code = framing.status_code(int(fields[1]))
+                            answer.set_result((code, fields[2].decode(), fields[3], _metadata_of(fields[4:])))
         except (OSError, ValueError, EOFError) as exc:
             error = exc
         self._broken(link, error)

@@ -519,12 +519,13 @@ class _NodeCollector(Collector):
         yield counter("nameserver_proposed_entries", "Log entries this node appended as leader (group commit "
                       "output).", stats.entries_proposed)
         yield counter("nameserver_read_index_lease", "Linearizable read indexes this leader answered under its "
-                      "read lease, without a round trip (docs/architecture.md, linearizable reads).",
+                      "read lease, without a round trip (docs/architecture.md, linearizable reads); its worker "
+                      "processes' reads under the lease read its lease page instead, uncounted here.",
                       stats.lease_reads)
         yield counter("nameserver_read_index_rounds", "Heartbeat rounds this leader ran to confirm its "
                       "leadership (reads without a lease, and lease renewals).", stats.read_rounds)
         yield counter("nameserver_read_index_asks", "Read indexes this follower asked of its leader over "
-                      "the Raft link (one per round of waiting reads).", stats.read_asks)
+                      "the Raft link (one per round of waiting reads, one out at a time).", stats.read_asks)
         yield counter("nameserver_votes_refused_under_lease", "Vote requests this node refused because "
                       "it had promised a leader its lease.", stats.votes_refused)
         yield counter("nameserver_pre_vote_rounds", "Pre-vote rounds this node started (its election timer ran "

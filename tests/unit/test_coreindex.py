@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
+from nameserver.api import writechannel
 from nameserver.api.coreindex import CoreReadIndex
 from nameserver.api.writechannel import READ_INDEX, Answer
 from nameserver.pb import api_pb2
@@ -177,3 +178,52 @@ def test_a_read_asked_for_later_is_handed_back_without_an_index_when_its_ask_fai
     reads.stop()
     reads.read_index_later(5, later.append)
     assert later == [None, None, None]
+
+
+def test_under_the_core_s_lease_a_read_takes_the_page_s_index_without_an_ask() -> None:
+    """On the leader's node the read's index is the core's commit index on its lease page (read after the
+    read arrived), with no ask; without a lease there it asks as ever; a stopped worker refuses either way."""
+    channel = HandAnswered()
+    page: list[int | None] = [17]
+    reads = CoreReadIndex(channel, (), 5.0, leased=lambda: page[0])  # type: ignore[arg-type]
+    assert reads.read_index(1) == 17
+    later: list[int | None] = []
+    reads.read_index_later(1, later.append)
+    assert later == [17] and channel.asks == []  # called before read_index_later returned
+    page[0] = None  # the lease ran out (or this node follows)
+    got: dict[str, Any] = {}
+    t = _reading(reads, got, "a")
+    assert channel.sent.acquire(timeout=5)
+    channel.answer(0, 20)
+    t.join(5)
+    assert got == {"a": 20}
+    page[0] = 21
+    reads.stop()
+    with pytest.raises(TimeoutError):
+        reads.read_index(1)
+    reads.read_index_later(1, later.append)
+    assert later == [17, None]
+
+
+def test_the_reads_of_one_frame_share_one_ask_sent_as_the_frame_ends() -> None:
+    """Reads asked for later while the front channel takes one frame (inside writechannel.sends_held) share
+    one ask, sent at the frame's end: after each of them arrived; outside a hold each read asks at once."""
+    channel = HandAnswered()
+    reads = CoreReadIndex(channel, (), 5.0)  # type: ignore[arg-type]
+    got: list[int | None] = []
+    with writechannel.sends_held():
+        reads.read_index_later(5, got.append)
+        reads.read_index_later(5, got.append)
+        assert channel.asks == []
+    assert len(channel.asks) == 1
+    channel.answer(0, 30)
+    assert got == [30, 30]
+    reads.read_index_later(5, got.append)
+    reads.read_index_later(5, got.append)
+    assert len(channel.asks) == 3  # no hold: each its own (up to max_asks out)
+    channel.answer(1, 31)
+    channel.answer(2, 31)
+    assert got == [30, 30, 31, 31]
+    deadline = time.monotonic() + 5  # the check of reads asked for later ends once none waits
+    while [t for t in threading.enumerate() if t.name == "read-index-later"] and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -357,3 +357,54 @@ def test_a_read_index_asked_for_later_is_answered_on_the_tick_thread_by_the_next
     follower.read_index_from_leader_later(lambda index, error: asked.append((index, error)))
     follower.on_tick()
     assert asked[-1] == (0, "no leader known")
+
+
+def test_a_follower_keeps_one_ask_out_and_a_read_arriving_meanwhile_waits_for_the_next() -> None:
+    """Reads that arrive while the follower's ask is out are not served by it (it may order before a
+    write acknowledged before them): they wait, without waking the tick thread, for the ask the follower
+    sends as soon as that one is answered; every read queued by then shares it."""
+    f_raft, follower, _ = leased(state=FOLLOWER)
+    asked: list[tuple[str, int, str]] = []
+    follower.read_index_from_leader_later(lambda index, error: asked.append(("first", index, error)))
+    assert f_raft.wakes == 1
+    follower.on_tick()
+    first = [m for _, m in f_raft.transport.sent if m["type"] == ASK]
+    assert len(first) == 1
+    wakes = f_raft.wakes
+    for name in ("second", "third"):  # after the first ask went out
+        follower.read_index_from_leader_later(lambda index, error, name=name: asked.append((name, index, error)))
+    follower.on_tick()
+    assert f_raft.wakes == wakes and len([m for _, m in f_raft.transport.sent if m["type"] == ASK]) == 1
+    follower.on_message("L", {"type": TELL, "id": first[0]["id"], "index": 70, "error": ""})
+    assert asked == [("first", 70, "")]  # the later two are not answered by an ask sent before them
+    asks = [m for _, m in f_raft.transport.sent if m["type"] == ASK]
+    assert len(asks) == 2  # sent on the TELL's arrival, for both
+    follower.on_message("L", {"type": TELL, "id": asks[1]["id"], "index": 75, "error": ""})
+    assert asked[1:] == [("second", 75, ""), ("third", 75, "")]
+    follower.on_tick()
+    assert len([m for _, m in f_raft.transport.sent if m["type"] == ASK]) == 2  # nothing left to ask
+
+
+def test_a_failed_ask_sends_the_next_for_the_reads_that_waited_behind_it() -> None:
+    f_raft, follower, clock = leased(state=FOLLOWER)
+    asked: list[tuple[int, str]] = []
+    follower.read_index_from_leader_later(lambda index, error: asked.append((index, error)))
+    follower.on_tick()
+    first = f_raft.transport.sent[-1][1]
+    follower.on_message("L", {"type": TELL, "id": first["id"], "index": 80, "error": ""})  # it answers asks
+    follower.read_index_from_leader_later(lambda index, error: asked.append((index, error)))
+    follower.on_tick()
+    second = f_raft.transport.sent[-1][1]
+    follower.read_index_from_leader_later(lambda index, error: asked.append((index, error)))
+    follower.on_message("L", {"type": TELL, "id": second["id"], "index": 0, "error": "not the leader"})
+    assert asked[1] == (0, f"the leader refused ask {second['id']}: not the leader")
+    third = f_raft.transport.sent[-1][1]
+    assert third["type"] == ASK and third["id"] != second["id"]
+    clock.now += ASK_SILENCE_S + 0.1  # unanswered: it fails, and the next read's ask goes out at that tick
+    follower.read_index_from_leader_later(lambda index, error: asked.append((index, error)))
+    follower.on_tick()
+    assert asked[2] == (0, "the leader did not answer")
+    fourth = f_raft.transport.sent[-1][1]
+    assert fourth["type"] == ASK and fourth["id"] != third["id"]
+    follower.on_message("L", {"type": TELL, "id": fourth["id"], "index": 90, "error": ""})
+    assert asked[3] == (90, "")
