@@ -119,3 +119,28 @@ def test_a_frame_reader_refuses_a_frame_past_its_bound_and_one_cut_short() -> No
         with pytest.raises(EOFError):
             framing.FrameReader(right, 1 << 22).read_frame()
         right.close()
+
+
+class _CountedRecv:
+    """A socket's recv, counted."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.recvs = sock, 0
+
+    def recv(self, n: int) -> bytes:
+        self.recvs += 1
+        return self.sock.recv(n)
+
+
+def test_a_frame_reader_takes_one_recv_for_frames_that_came_together() -> None:
+    """As a worker's replica reads its feed (nameserver/localfeed.py): read_frame took two recvs a frame."""
+    left, right = socket.socketpair()
+    frames = [framing.pack_one(b"m%d" % i * (i % 7 * 50)) for i in range(200)] + [framing.pack([[b"14", b"no"]])]
+    left.sendall(b"".join(frames))
+    left.close()
+    counted = _CountedRecv(right)
+    reader = framing.FrameReader(counted, 1 << 20)  # type: ignore[arg-type]  # the recv it uses
+    assert [reader.read_frame() for _ in frames] == [frame[4:] for frame in frames]
+    assert counted.recvs <= len(b"".join(frames)) // framing.RECV_BYTES + 2
+    assert reader.read_frame() is None and reader.read_frame() is None
+    right.close()
