@@ -73,7 +73,9 @@ class GroupCommitter:
         self._ids = itertools.count(1)
         self._flight = threading.Condition()
         self._inline = 0  # lone proposals appended by their proposer's thread, not in _groups yet (under _flight)
-        self._idle = False  # the group-commit thread waits for a proposal, holding none
+        # proposals handed to the group-commit thread and not appended yet, the ones it holds included (under
+        # _flight): a lone proposal goes only when none is, so it never overtakes one queued before it
+        self._handed = 0
         self._last_group = 0  # proposals in the entry appended last (under _flight)
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
@@ -96,7 +98,7 @@ class GroupCommitter:
         waiter = self._applier.register(batch.request_id)
         pending = _Pending(batch, batch.ByteSize(), event=waiter.event)
         if not self._append_alone(pending):
-            self._queue.put(pending)
+            self._hand_over(pending)
         try:
             if not waiter.event.wait(timeout):
                 raise ProposalError("timed out waiting for the write to commit", unknown_outcome=True)
@@ -140,21 +142,27 @@ class GroupCommitter:
         # What wakes a waiting proposer (the applier's waiter event, a failure's) calls `end` instead.
         waiter.event = pending.event = _Ending(end)  # type: ignore[assignment]
         if not self._append_alone(pending):
-            self._queue.put(pending)
+            self._hand_over(pending)
         return lambda: end(timed_out=True)
+
+    def _hand_over(self, pending: _Pending) -> None:
+        with self._flight:
+            self._handed += 1
+        self._queue.put(pending)
 
     def _append_alone(self, pending: _Pending) -> bool:
         """Append `pending` as an entry of its own on this thread when the group-commit thread would do just that
-        at once, for a writer that looks alone: the thread waits for a proposal and holds none, none is queued, no
-        entry is in flight, the entry appended last carried one proposal (with several writers a proposal that
-        waits a moment for the thread mostly shares its entry: appended here at once it went alone, and each
-        entry costs every node; measured, docs/benchmarks.md, "Issue 27: the leader's write call path (session
-        26)"), and the term is the one of the entries in flight before. What this saves is the wake of that
-        thread, and the hand-over of the GIL to it, per proposal of a lone writer. False: queue it."""
-        if not self._idle or self._groups or self._last_group != 1 or not self._queue.empty():
+        at once, for a writer that looks alone: no proposal is handed to that thread and not appended yet (queued
+        or held by it: this one never overtakes it), no entry is in flight, the entry appended last carried one
+        proposal (with several writers a proposal that waits a moment for the thread mostly shares its entry:
+        appended here at once it went alone, and each entry costs every node; measured, docs/benchmarks.md,
+        "Issue 27: the leader's write call path (session 26)"), and the term is the one of the entries in flight
+        before. What this saves is the wake of that thread, and the hand-over of the GIL to it, per proposal of a
+        lone writer. False: queue it."""
+        if self._handed or self._groups or self._last_group != 1:
             return False
         with self._flight:
-            if not self._idle or self._groups or self._inline or self._last_group != 1 \
+            if self._handed or self._groups or self._inline or self._last_group != 1 \
                     or self._term() != self._flight_term:
                 return False
             self._inline += 1  # its room is taken: the thread's wait_for counts it
@@ -182,9 +190,7 @@ class GroupCommitter:
 
     def _run(self) -> None:
         while True:
-            self._idle = True
             first = self._queue.get()
-            self._idle = False
             if first is None:
                 return
             with self._flight:
@@ -201,7 +207,7 @@ class GroupCommitter:
                 # Others were already waiting: concurrency is evident, so linger briefly for more to
                 # share this entry. A lone proposal goes out at once (no latency tax when idle).
                 self._drain_into(group, sum(p.size for p in group), time.monotonic() + self.linger_s)
-            self._append_group(group)
+            self._append_group(group, handed=True)
 
     def _drain_into(self, group: list[_Pending], size: int, deadline: float | None) -> None:
         """Add queued proposals to `group` (up to the limits); wait until `deadline` if given."""
@@ -220,7 +226,8 @@ class GroupCommitter:
             group.append(nxt)
             size += nxt.size
 
-    def _append_group(self, group: list[_Pending]) -> None:
+    def _append_group(self, group: list[_Pending], handed: bool = False) -> None:
+        """`handed`: the group-commit thread's, of proposals handed to it (else a lone proposal's)."""
         entry = entry_pb2.Entry(term=self._term(), leader_time_ms=int(time.time() * 1000))
         entry.batches.extend(p.batch for p in group)
         data = encode_entry(entry)
@@ -245,7 +252,9 @@ class GroupCommitter:
             self.entries_appended += 1
             self.batches_appended += len(group)
             self._last_group = len(group)
-            self._groups[gid] = group
+            self._groups[gid] = group  # in flight before no longer handed: a lone proposal waits for both
+            if handed:
+                self._handed -= len(group)
         try:
             self._append(data, on_result)
         except Exception as exc:

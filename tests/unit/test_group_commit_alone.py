@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from raftlog.applier import Applied
+from raftlog.codec import decode_entry
 from raftlog.pb import entry_pb2
 from raftlog.proposer import GroupCommitter, ProposalError
 from tests.unit.test_group_commit_in_flight import StandInApplier, StandInLog
@@ -194,3 +195,58 @@ def test_a_proposal_being_appended_alone_holds_its_room_under_the_cap(monkeypatc
             assert queued.wait(10)
         finally:
             gate.set()
+
+
+class _PausingQueue:
+    """The committer's queue, whose get() holds the group-commit thread, once, after it took a proposal and
+    before it returns (the moment it holds one it has not appended)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.took, self.go = threading.Event(), threading.Event()
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        item = self.inner.get(*args, **kwargs)
+        if item is not None and not self.took.is_set():
+            self.took.set()
+            assert self.go.wait(10)
+        return item
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_lone_proposal_never_overtakes_one_the_thread_holds() -> None:
+    """A proposal handed to the group-commit thread and held by it, not appended yet, keeps a proposal made after
+    it from going alone: entries keep the order their proposals were made in (one worker's frame of writes)."""
+    log = ThreadLog(StandInApplier())
+    committer = GroupCommitter(log.applier, log.append, lambda: True, lambda: 1,  # type: ignore[arg-type]
+                               linger_s=0.0, max_in_flight=1)
+    pausing = _PausingQueue(committer._queue)
+    committer._queue = pausing  # type: ignore[assignment]
+    pausing.took.set()  # not the term's first proposal
+    committer.start()
+    try:
+        _first_entry(committer, log)
+        held, _ = _later(committer, "k1")  # alone, in flight
+        pausing.took.clear()
+        first, _ = _later(committer, "first")  # one in flight: handed to the thread
+        try:
+            assert pausing.took.wait(10)  # the thread holds "first"
+            log.commit(1)  # nothing in flight now, and the entry before carried one proposal
+            assert held.wait(10)
+            second, _ = _later(committer, "second")  # made after "first": must not go before it
+        finally:
+            pausing.go.set()
+        given = 2
+        while not (first.is_set() and second.is_set()):  # each entry's result as it comes (one in flight)
+            log.wait_entries(given + 1)
+            log.commit(given)
+            given += 1
+            assert given < 6
+        keys = [b.records[0].key for data, _ in log.entries[2:] for b in decode_entry(data).batches]
+        assert keys == ["first", "second"], keys  # in one entry or two, never "second" first
+        assert log.threads[2] == "group-commit"
+    finally:
+        pausing.go.set()
+        committer.stop()
