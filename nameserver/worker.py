@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout = max(BIG_REGISTRATION_TIMEOUT_S, cfg.write_timeout_ms / 1000, cfg.max_wait_ms / 1000) + 5
         channel = CoreChannel(socket_path(cfg), lambda: replica.offset, timeout)
         writes = WriteChannel(writechannel.socket_path(cfg.data_dir), cfg.max_message_bytes)
-        read_indexes = corelink.core_read_index(writes, cfg)
+        read_indexes = corelink.core_read_index(writes, cfg, cfg.data_dir)
         core = grpc.insecure_channel(corelink.target(cfg), options=opts)
         # the node's Status and health: the core's, unless it stopped answering (nameserver/api/corehealth.py;
         # with several groups every group core's, from GroupLinks)

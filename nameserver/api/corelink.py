@@ -229,7 +229,7 @@ class ReadIndexes:
 
 # ---- the worker's side -----------------------------------------------------------------------------
 
-def core_read_index(writes: WriteChannel, cfg: NodeConfig) -> CoreReadIndex:
+def core_read_index(writes: WriteChannel, cfg: NodeConfig, core_dir: str) -> CoreReadIndex:
     """The core's read index (READ_INDEX, asked on the write channel as the worker itself): its read_index,
     for ReplicaNode.linearizable_index, raises TimeoutError when it has none; stop it with the worker.
 
@@ -237,9 +237,11 @@ def core_read_index(writes: WriteChannel, cfg: NodeConfig) -> CoreReadIndex:
     arrived before it was sent, so each still gets an index that covers every write acknowledged before
     it). Without that, and over a gRPC call of its own, a LINEARIZABLE read cost the core and the worker a
     gRPC call each (docs/benchmarks.md, "gRPC per call with worker processes"). On the leader's node, under
-    its lease, no ask: the index is the core's commit index on its lease page (raftlog/leaseboard.py)."""
+    its lease, no ask: the index is the core's commit index on its lease page (raftlog/leaseboard.py).
+    `core_dir`: the data directory of the core `writes` reaches, whose page that is (a group core's own, under
+    data_dir/g<K>: another core's commit index is no read index of this one's)."""
     return CoreReadIndex(writes, own_metadata(cfg), cfg.max_wait_ms / 1000,
-                         leased=LeaseView(lease_path(cfg.data_dir)).index)
+                         leased=LeaseView(lease_path(core_dir)).index)
 
 
 def local_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:

@@ -99,7 +99,7 @@ class GroupsExecutor:
                 self._replicas.append(replica)
                 self._channels.append(channel)
                 self._writes.append(writes)
-                self._indexes.append(core_read_index(writes, self.cfg))
+                self._indexes.append(core_read_index(writes, self.cfg, core.data_dir))  # group k's page
                 self._admins.append(api_pb2_grpc.AdminStub(channel))
 
     def _left(self) -> float:

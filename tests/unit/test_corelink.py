@@ -194,7 +194,8 @@ def test_linearizable_reads_waiting_at_once_share_the_cores_read_index_asks(tmp_
     server = writechannel.WriteChannelServer(f"{tmp_path}/channel/writes.sock", calls, 8, 1 << 20)
     server.start()
     writes = writechannel.WriteChannel(server.path, 1 << 20)
-    read_indexes = corelink.core_read_index(writes, NodeConfig("127.0.0.1:1", "127.0.0.1:2", str(tmp_path), []))
+    read_indexes = corelink.core_read_index(writes, NodeConfig("127.0.0.1:1", "127.0.0.1:2", str(tmp_path), []),
+                                              str(tmp_path))
     index = read_indexes.read_index
     try:
         first = index(5)
@@ -329,7 +330,8 @@ def test_a_workers_read_index_has_no_thread_and_refuses_reads_once_stopped(tmp_p
     from nameserver import worker
 
     writes = writechannel.WriteChannel(f"{tmp_path}/none", 1 << 20)
-    read_indexes = corelink.core_read_index(writes, NodeConfig("127.0.0.1:1", "127.0.0.1:2", str(tmp_path), []))
+    read_indexes = corelink.core_read_index(writes, NodeConfig("127.0.0.1:1", "127.0.0.1:2", str(tmp_path), []),
+                                              str(tmp_path))
     assert not [t for t in threading.enumerate() if "read-index" in t.name]
     worker._stop(None, None, SimpleNamespace(stop=lambda: None), read_indexes)  # type: ignore[arg-type]
     with pytest.raises(TimeoutError, match="stopping"):
@@ -364,3 +366,32 @@ def test_the_caller_header_says_each_callers_address_and_certificate_names_and_n
             peer, said = corelink.decode_caller(md[-1][1])  # type: ignore[arg-type, misc]
             assert peer == caller.peer()
             assert said == {k: v for k, v in caller.auth_context().items() if k in corelink._AUTH_KEYS}
+
+
+def test_a_read_index_under_a_lease_is_read_from_the_page_of_the_core_it_asks(tmp_path: Any) -> None:
+    """core_read_index reads the lease page of the core its write channel reaches (core_dir), not the node's
+    group 0's: a group core's reads (the move duty's, nameserver/groups/moveduty.py) under group 0's lease once
+    took group 0's commit index for group k's."""
+    import time as clock
+
+    from nameserver.api.coreindex import lease_path
+    from raftlog.leaseboard import ORDERED_STORES, LeaseBoard
+
+    assert ORDERED_STORES, "the lease page is read on x86-64 only"
+    group0, group1 = str(tmp_path), str(tmp_path / "g1")
+    boards = [LeaseBoard(lease_path(group0)), LeaseBoard(lease_path(group1))]
+    for board, commit in zip(boards, (5, 9), strict=True):
+        board.commit(commit)
+        board.publish(clock.monotonic() + 60)
+    writes = writechannel.WriteChannel(f"{tmp_path}/nowhere.sock", 1 << 20)  # never asked: both are leased
+    cfg = NodeConfig("127.0.0.1:1", "127.0.0.1:2", group0, [])
+    of_group1 = corelink.core_read_index(writes, cfg, group1)
+    of_group0 = corelink.core_read_index(writes, cfg, group0)
+    try:
+        assert (of_group1.read_index(1), of_group0.read_index(1)) == (9, 5)
+    finally:
+        of_group1.stop()
+        of_group0.stop()
+        writes.close()
+        for board in boards:
+            board.close()
