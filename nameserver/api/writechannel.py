@@ -229,15 +229,22 @@ def sends_held() -> Iterator[None]:
     try:
         yield
     finally:
+        # each step and each flush on its own: one that fails must not leave the others' records unsent
         try:
             while ending:  # each once, in order; what they put is held too
                 step = next(iter(ending))
                 del ending[step]
-                step()
+                try:
+                    step()
+                except Exception:
+                    log.exception("a step at the end of held sends failed")
         finally:
             _holding.senders = _holding.ending = None
             for sender in senders:
-                sender.flush()
+                try:
+                    sender.flush()
+                except Exception:
+                    log.exception("a held send failed")
 
 
 def at_hold_end(step: Callable[[], None]) -> bool:

@@ -56,3 +56,28 @@ def test_a_step_asked_for_at_the_hold_s_end_runs_once_there_and_what_it_puts_is_
         assert ran == [1] and sock.frames() == [[b"reply", b"ask"]] and errors == []
     finally:
         sender.close()
+
+
+def test_a_step_that_fails_at_the_hold_s_end_leaves_the_other_steps_and_the_held_records_going() -> None:
+    sock = HeldSocket(takes=1 << 20)
+    errors: list[BaseException] = []
+    sender = writechannel._Sender(sock, "sender", errors.append)  # type: ignore[arg-type]
+    ran: list[str] = []
+
+    def fails() -> None:
+        ran.append("fails")
+        raise RuntimeError("a step's bug")
+
+    def after() -> None:
+        ran.append("after")
+        sender.put([b"ask", b""])
+
+    try:
+        with writechannel.sends_held():
+            sender.put([b"reply", b""])
+            writechannel.at_hold_end(fails)
+            writechannel.at_hold_end(after)
+        assert ran == ["fails", "after"] and sock.frames() == [[b"reply", b"ask"]] and errors == []
+        assert not writechannel.at_hold_end(after)  # the hold ended: no hold is left on this thread
+    finally:
+        sender.close()
