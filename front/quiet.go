@@ -80,6 +80,10 @@ func (c *quietConn) Write(p []byte) (int, error) {
 				uintptr(len(p)-done), unix.MSG_NOSIGNAL, 0, 0)
 			switch e {
 			case 0:
+				if n == 0 { // a stream socket that takes nothing and says nothing: as the net package, no spin
+					errno = syscall.EIO
+					return true
+				}
 				done += int(n)
 			case syscall.EINTR:
 			case syscall.EAGAIN:
@@ -103,7 +107,11 @@ func (c *quietConn) Write(p []byte) (int, error) {
 // failed is err as the net package's own reads and writes return it (errors.Is finds net.ErrClosed,
 // os.ErrDeadlineExceeded; a timeout is a net.Error's Timeout()).
 func (c *quietConn) failed(op string, err error) error {
-	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	network := "unix" // a socket whose own address the kernel did not give has none to name its network
+	if local := c.LocalAddr(); local != nil {
+		network = local.Network()
+	}
+	return &net.OpError{Op: op, Net: network, Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
 // monotonicNs is the time now on CLOCK_MONOTONIC, Python's time.monotonic() on Linux (a call record's
