@@ -75,15 +75,21 @@ def fails(request: bytes, context: grpc.ServicerContext) -> bytes:
     raise AssertionError("abort raises")
 
 
+def _started(data_dir: str, inline: Inline, reusable: Reusable | None = None, **settings: Any) -> FrontServer:
+    """A worker's front channel server at `data_dir`'s socket 0 (1 worker process, 4 threads, `settings` on top),
+    serving Reads, started."""
+    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
+                  worker_processes=1, workers=4, **settings)
+    server = FrontServer(cfg, socket_path(data_dir, 0), [], inline, reusable)
+    server.add_generic_rpc_handlers((Reads(),))
+    server.start()
+    return server
+
+
 @pytest.fixture
 def link(tmp_path: Any) -> Iterator[socket.socket]:
     data_dir = str(tmp_path)
-    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
-                  worker_processes=1, workers=4)
-    server = FrontServer(cfg, socket_path(data_dir, 0), [],
-                         Inline(frozenset({READ, BUSY}), lambda method, request: True))
-    server.add_generic_rpc_handlers((Reads(),))
-    server.start()
+    server = _started(data_dir, Inline(frozenset({READ, BUSY}), lambda method, request: True))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(socket_path(data_dir, 0))
     try:
@@ -153,11 +159,7 @@ def test_a_call_held_when_its_link_ends_gives_its_concurrency_slot_back(tmp_path
     """A call whose request never came before the front end's link ended never runs: its slot is the
     next link's (else enough lost links leave the worker answering "Concurrent RPC limit exceeded")."""
     data_dir = str(tmp_path)
-    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
-                  worker_processes=1, workers=4, grpc_max_concurrent_rpcs=1)
-    server = FrontServer(cfg, socket_path(data_dir, 0), [], Inline(frozenset({READ}), lambda method, request: True))
-    server.add_generic_rpc_handlers((Reads(),))
-    server.start()
+    server = _started(data_dir, Inline(frozenset({READ}), lambda method, request: True), grpc_max_concurrent_rpcs=1)
     try:
         for i in range(3):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lost:
@@ -185,15 +187,10 @@ def test_a_call_held_when_its_link_ends_gives_its_concurrency_slot_back(tmp_path
 
 def test_only_an_inline_ok_answer_of_a_reusable_method_is_marked_reusable(tmp_path: Any) -> None:
     data_dir = str(tmp_path)
-    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
-                  worker_processes=1, workers=4)
     generations = Generations()
     inline_here = {READ: True, BUSY: True, FAILS: True}
-    server = FrontServer(cfg, socket_path(data_dir, 0), [],
-                         Inline(frozenset({READ, BUSY, FAILS}), lambda method, request: inline_here[method]),
-                         Reusable(frozenset({READ, BUSY, FAILS}), generations))
-    server.add_generic_rpc_handlers((Reads(),))
-    server.start()
+    server = _started(data_dir, Inline(frozenset({READ, BUSY, FAILS}), lambda method, request: inline_here[method]),
+                      Reusable(frozenset({READ, BUSY, FAILS}), generations))
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as link:
             link.settimeout(5)
@@ -237,13 +234,9 @@ def test_a_move_is_said_at_once_only_on_a_link_that_may_keep_a_reply_of_the_gene
     voids: the move is said before that link's next reusable reply instead (no wake of the front end per
     write); once it was sent one, the next move is said at once."""
     data_dir = str(tmp_path)
-    cfg = replace(NodeConfig(raft_addr="127.0.0.1:1", grpc_addr="127.0.0.1:0", data_dir=data_dir, members=[]),
-                  worker_processes=1, workers=4)
     generations = Generations()
-    server = FrontServer(cfg, socket_path(data_dir, 0), [], Inline(frozenset({READ}), lambda method, request: True),
-                         Reusable(frozenset({READ}), generations))
-    server.add_generic_rpc_handlers((Reads(),))
-    server.start()
+    server = _started(data_dir, Inline(frozenset({READ}), lambda method, request: True),
+                      Reusable(frozenset({READ}), generations))
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as link:
             link.settimeout(5)
